@@ -1,0 +1,157 @@
+//! Wiring: configuration in, a ready-to-serve application out.
+//!
+//! [`App::build`] prepares everything that can fail before the first connection (data dir,
+//! database and migrations, signing key, route table); [`App::serve`] then only serves. Tests
+//! build an `App` on a temporary data dir and serve it on `127.0.0.1:0`.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+
+use crate::auth::keys::{KeyError, ServerKey};
+use crate::config::Config;
+use crate::http::metrics::Metrics;
+use crate::http::router::RouteError;
+use crate::http::server::{self, Dispatcher, ServerOptions};
+use crate::http::{ErrorStyle, Router};
+use crate::logging::LogControl;
+use crate::modules;
+use crate::store::users::EnvAdmins;
+use crate::store::{Store, StoreError, StoreOptions};
+
+/// Shared by every handler.
+pub struct AppState {
+    pub config: Config,
+    pub store: Store,
+    pub env_admins: EnvAdmins,
+    pub key: ServerKey,
+    pub log: LogControl,
+    pub metrics: Arc<Metrics>,
+    pub started: Instant,
+}
+
+/// What handlers receive: cheap to clone.
+pub type Ctx = Arc<AppState>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("cannot create data dir {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("signing key: {0}")]
+    Key(#[from] KeyError),
+    #[error("route table: {0}")]
+    Route(#[from] RouteError),
+}
+
+pub struct App {
+    dispatcher: Arc<Dispatcher<Ctx>>,
+    options: ServerOptions,
+}
+
+/// The database file inside the data dir.
+pub const DB_FILE: &str = "woodlark.db";
+
+/// Opens the store of `config`'s data dir (creating the dir), as the server and CLI both do.
+pub fn open_store(config: &Config) -> Result<Store, AppError> {
+    let dir = &config.server.data_dir;
+    std::fs::create_dir_all(dir).map_err(|source| AppError::DataDir {
+        path: dir.clone(),
+        source,
+    })?;
+    let options = StoreOptions {
+        readers: config.storage.readers,
+        full_sync: config.storage.synchronous == "full",
+    };
+    Ok(Store::open(&dir.join(DB_FILE), &options)?)
+}
+
+impl App {
+    pub fn build(config: Config, log: LogControl) -> Result<App, AppError> {
+        let store = open_store(&config)?;
+        let key = ServerKey::load_or_create(&config.server.data_dir)?;
+        let options = ServerOptions {
+            header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+            shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
+        };
+        let router = build_router(&config)?;
+        let state = Arc::new(AppState {
+            env_admins: EnvAdmins(config.auth.admins.clone()),
+            config,
+            store,
+            key,
+            log,
+            metrics: Arc::new(Metrics::default()),
+            started: Instant::now(),
+        });
+        Ok(App {
+            dispatcher: Arc::new(Dispatcher {
+                router,
+                metrics: state.metrics.clone(),
+                state,
+            }),
+            options,
+        })
+    }
+
+    pub fn state(&self) -> &Ctx {
+        &self.dispatcher.state
+    }
+
+    /// Every route as `METHOD /pattern`.
+    pub fn routes(&self) -> Vec<String> {
+        self.dispatcher.router.routes()
+    }
+
+    /// Serves until `shutdown` resolves, then drains connections and flushes the store.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        let store = self.dispatcher.state.store.clone();
+        server::serve(listener, self.dispatcher, self.options, shutdown).await;
+        tokio::task::spawn_blocking(move || store.close())
+            .await
+            .ok();
+    }
+}
+
+fn build_router(config: &Config) -> Result<Router<Ctx>, RouteError> {
+    let mut router = Router::new(config.server.max_body_bytes);
+    for module in modules::all() {
+        let Some((_, settings)) = config
+            .modules()
+            .into_iter()
+            .find(|(name, _)| *name == module.name())
+        else {
+            continue;
+        };
+        if !settings.enabled {
+            continue;
+        }
+        module.routes(&mut router.scope(&settings.mount, module.error_style()));
+        module.root_routes(&mut router.scope("", ErrorStyle::PlainText));
+    }
+    router.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_table_builds_with_defaults_and_custom_mounts() {
+        let config = Config::default();
+        let routes = build_router(&config).unwrap().routes();
+        assert!(routes.contains(&"GET /api/user".to_string()));
+        assert!(routes.contains(&"GET /healthz".to_string()));
+        let mut config = Config::default();
+        config.ci.mount = "/woodpecker/api".into();
+        let routes = build_router(&config).unwrap().routes();
+        assert!(routes.contains(&"DELETE /woodpecker/api/users/{login}".to_string()));
+    }
+}

@@ -1,0 +1,92 @@
+//! Credentials: random secrets, signed tokens and the server's signing key.
+//!
+//! - [`token`]: HS256 tokens (personal access tokens, later sessions and hook tokens).
+//! - [`keys`]: the server's ed25519 key pair, created on first start in the data dir.
+//! - [`bearer`]: where a request carries its token (header, query, cookie).
+
+pub mod keys;
+pub mod token;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use crate::http::Request;
+
+/// `n` bytes from the operating system's CSPRNG.
+pub fn random_bytes(n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    // getrandom fails only when the OS has no entropy source at all; nothing safe to do then.
+    getrandom::fill(&mut buf).unwrap_or_else(|e| panic!("the OS random source failed: {e}"));
+    buf
+}
+
+/// A 256-bit random secret as URL-safe text (user hashes, agent tokens, webhook secrets).
+pub fn random_secret() -> String {
+    URL_SAFE_NO_PAD.encode(random_bytes(32))
+}
+
+/// Compares two secrets without leaking where they differ through timing.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The token a request carries, in Woodpecker's lookup order: `Authorization: Bearer`, then
+/// `?access_token=`, then the `user_sess` cookie.
+pub fn bearer(req: &Request) -> Option<String> {
+    if let Some(value) = req.header("authorization") {
+        let value = value.trim();
+        if let Some(token) = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+        {
+            return Some(token.trim().to_string());
+        }
+    }
+    if let Some(token) = req.query("access_token") {
+        return Some(token);
+    }
+    let cookies = req.header("cookie")?;
+    cookies
+        .split(';')
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(name, _)| *name == "user_sess")
+        .map(|(_, value)| value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{HeaderValue, Method};
+
+    #[test]
+    fn lookup_order() {
+        let mut req = Request::new(Method::GET, "/api/user?access_token=q");
+        req.headers
+            .insert("cookie", HeaderValue::from_static("a=b; user_sess=c"));
+        assert_eq!(bearer(&req).as_deref(), Some("q"));
+        req.headers
+            .insert("authorization", HeaderValue::from_static("Bearer h"));
+        assert_eq!(bearer(&req).as_deref(), Some("h"));
+        let mut req = Request::new(Method::GET, "/api/user");
+        req.headers
+            .insert("cookie", HeaderValue::from_static("a=b; user_sess=c"));
+        assert_eq!(bearer(&req).as_deref(), Some("c"));
+        assert_eq!(bearer(&Request::new(Method::GET, "/")), None);
+    }
+
+    #[test]
+    fn constant_time_compare() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+
+    #[test]
+    fn secrets_differ() {
+        assert_ne!(random_secret(), random_secret());
+        assert_eq!(random_secret().len(), 43);
+    }
+}

@@ -1,0 +1,503 @@
+//! `config.toml`: the operator's settings, loaded once at start-up.
+//!
+//! Loading is two steps, like ripgrep's low-level/high-level args: serde reads the raw file into
+//! [`Config`] (every struct denies unknown keys, so a typo stops start-up), then environment
+//! overrides are applied and [`Config::validate`] checks values that serde cannot (addresses,
+//! mount prefixes, log levels). Every error names the offending key and the file it came from,
+//! on one line, because that is what an operator reads first.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::logging::LogLevel;
+
+/// Environment variables that override keys of the file (they win over it).
+pub const ENV_OVERRIDES: &[(&str, &str)] = &[
+    ("WOODLARK_LISTEN", "server.listen"),
+    ("WOODLARK_DATA_DIR", "server.data_dir"),
+    ("WOODLARK_LOG_LEVEL", "server.log_level"),
+    ("WOODLARK_PUBLIC_URL", "server.public_url"),
+    ("WOODLARK_ADMINS", "auth.admins"),
+    ("WOODLARK_PLUGINS_DIR", "plugins.dir"),
+    ("WOODLARK_RUNNER_ENABLED", "runner.enabled"),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: {key}: {message}")]
+    Invalid {
+        file: String,
+        key: String,
+        message: String,
+    },
+}
+
+/// The whole configuration. Field docs are the reference; `config.toml` repeats them as comments.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub auth: AuthConfig,
+    pub ci: ModuleConfig,
+    pub events: ModuleConfig,
+    pub participation: ModuleConfig,
+    pub plugins: PluginsConfig,
+    pub runner: RunnerConfig,
+    /// Where the configuration came from, for error messages (not a key).
+    #[serde(skip)]
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address the HTTP server binds, `host:port`.
+    pub listen: String,
+    /// Directory for the database, keys and caches; created if missing.
+    pub data_dir: PathBuf,
+    /// Initial log level (changeable at run time through `/api/log-level`).
+    pub log_level: String,
+    /// URL under which forges and agents reach this server (hook URLs are built from it).
+    pub public_url: String,
+    /// Default request body limit in bytes; routes such as webhooks may allow more.
+    pub max_body_bytes: usize,
+    /// A client must finish sending request headers within this many milliseconds.
+    pub header_read_timeout_ms: u64,
+    /// On SIGINT/SIGTERM, open connections get this long to finish.
+    pub shutdown_grace_ms: u64,
+    /// If set, `GET /metrics` requires `Authorization: Bearer <token>`.
+    pub metrics_token: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Number of read-only SQLite connections (the single writer is separate).
+    pub readers: usize,
+    /// SQLite `synchronous` mode for the writer: "full" or "normal".
+    pub synchronous: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[derive(Default)]
+pub struct AuthConfig {
+    /// Logins that are always instance admins (`admin_env` in the API).
+    pub admins: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModuleConfig {
+    /// Serve this interface at all.
+    pub enabled: bool,
+    /// Path prefix the interface's routes are mounted under ("" = root).
+    pub mount: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginsConfig {
+    /// Directory watched for plugin `.wasm` components.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerConfig {
+    /// Run the embedded local agent inside the server.
+    pub enabled: bool,
+    /// How many workflows the local agent runs at once.
+    pub capacity: usize,
+    /// Parent directory of per-workflow workspaces ("" = the system temp dir).
+    pub workdir: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            storage: StorageConfig::default(),
+            auth: AuthConfig::default(),
+            ci: ModuleConfig::mounted("/api"),
+            events: ModuleConfig::mounted("/events"),
+            participation: ModuleConfig::mounted(""),
+            plugins: PluginsConfig::default(),
+            runner: RunnerConfig::default(),
+            source: "<defaults>".into(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8000".into(),
+            data_dir: "data".into(),
+            log_level: "info".into(),
+            public_url: String::new(),
+            max_body_bytes: 2 * 1024 * 1024,
+            header_read_timeout_ms: 10_000,
+            shutdown_grace_ms: 10_000,
+            metrics_token: String::new(),
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            readers: 4,
+            synchronous: "full".into(),
+        }
+    }
+}
+
+impl ModuleConfig {
+    fn mounted(prefix: &str) -> Self {
+        ModuleConfig {
+            enabled: true,
+            mount: prefix.into(),
+        }
+    }
+}
+
+impl Default for ModuleConfig {
+    fn default() -> Self {
+        ModuleConfig::mounted("")
+    }
+}
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        PluginsConfig {
+            dir: "plugins/dist".into(),
+        }
+    }
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            enabled: true,
+            capacity: 2,
+            workdir: PathBuf::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads `path`, applies `WOODLARK_*` overrides from the process environment, validates.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        Config::from_toml(&text, &file, &env)
+    }
+
+    /// Parses `text` (named `file` in messages), applies overrides from `env`, validates.
+    pub fn from_toml(
+        text: &str,
+        file: &str,
+        env: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::parse(text).map_err(|e| parse_error(file, &e, text))?;
+        let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            ConfigError::Parse {
+                file: file.to_string(),
+                message: describe_serde_error(&key, &inner, text),
+            }
+        })?;
+        config.source = file.to_string();
+        config.apply_env(env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply_env(&mut self, env: &[(String, String)]) -> Result<(), ConfigError> {
+        for (name, value) in env {
+            let invalid = |message: String| ConfigError::Invalid {
+                file: self.source.clone(),
+                key: name.clone(),
+                message,
+            };
+            match name.as_str() {
+                "WOODLARK_LISTEN" => self.server.listen = value.clone(),
+                "WOODLARK_DATA_DIR" => self.server.data_dir = value.into(),
+                "WOODLARK_LOG_LEVEL" => self.server.log_level = value.clone(),
+                "WOODLARK_PUBLIC_URL" => self.server.public_url = value.clone(),
+                "WOODLARK_ADMINS" => {
+                    self.auth.admins = value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                }
+                "WOODLARK_PLUGINS_DIR" => self.plugins.dir = value.into(),
+                "WOODLARK_RUNNER_ENABLED" => {
+                    self.runner.enabled = match value.as_str() {
+                        "1" | "true" => true,
+                        "0" | "false" => false,
+                        other => {
+                            return Err(invalid(format!("expected true or false, got {other:?}")));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the values serde accepted but the server cannot use.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            file: self.source.clone(),
+            key: key.to_string(),
+            message,
+        };
+        self.listen_addr()
+            .map_err(|m| invalid("server.listen", m))?;
+        if self.server.data_dir.as_os_str().is_empty() {
+            return Err(invalid("server.data_dir", "must not be empty".into()));
+        }
+        LogLevel::parse(&self.server.log_level).ok_or_else(|| {
+            invalid(
+                "server.log_level",
+                format!(
+                    "unknown level {:?} (expected one of {})",
+                    self.server.log_level,
+                    LogLevel::NAMES.join(", ")
+                ),
+            )
+        })?;
+        let url = &self.server.public_url;
+        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(invalid(
+                "server.public_url",
+                format!(
+                    "{:?} must start with http:// or https://",
+                    self.server.public_url
+                ),
+            ));
+        }
+        if self.server.max_body_bytes < 1024 {
+            return Err(invalid(
+                "server.max_body_bytes",
+                "must be at least 1024".into(),
+            ));
+        }
+        if self.server.header_read_timeout_ms == 0 {
+            return Err(invalid(
+                "server.header_read_timeout_ms",
+                "must be greater than 0".into(),
+            ));
+        }
+        if self.storage.readers == 0 || self.storage.readers > 64 {
+            return Err(invalid(
+                "storage.readers",
+                "must be between 1 and 64".into(),
+            ));
+        }
+        if !matches!(self.storage.synchronous.as_str(), "full" | "normal") {
+            return Err(invalid(
+                "storage.synchronous",
+                format!(
+                    "{:?} is not \"full\" or \"normal\"",
+                    self.storage.synchronous
+                ),
+            ));
+        }
+        for (i, login) in self.auth.admins.iter().enumerate() {
+            if login.trim().is_empty() {
+                return Err(invalid(&format!("auth.admins[{i}]"), "empty login".into()));
+            }
+        }
+        let mut mounts: Vec<(&str, &str)> = Vec::new();
+        for (name, module) in self.modules() {
+            let key = format!("{name}.mount");
+            let m = module.mount.as_str();
+            if !m.is_empty() && (!m.starts_with('/') || m.ends_with('/')) {
+                return Err(invalid(
+                    &key,
+                    format!("{m:?} must be empty or start with '/' and not end with '/'"),
+                ));
+            }
+            if m.contains(['{', '}', '*', '?', '#', ' ']) {
+                return Err(invalid(
+                    &key,
+                    format!("{m:?} contains a reserved character"),
+                ));
+            }
+            if module.enabled {
+                if let Some((other, _)) = mounts.iter().find(|(_, om)| *om == m && !m.is_empty()) {
+                    return Err(invalid(
+                        &key,
+                        format!("{m:?} is already the mount of {other}"),
+                    ));
+                }
+                mounts.push((name, m));
+            }
+        }
+        if self.runner.capacity == 0 {
+            return Err(invalid("runner.capacity", "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The three interface modules, by their config section name.
+    pub fn modules(&self) -> [(&'static str, &ModuleConfig); 3] {
+        [
+            ("ci", &self.ci),
+            ("events", &self.events),
+            ("participation", &self.participation),
+        ]
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        self.server.listen.parse().map_err(|_| {
+            format!(
+                "invalid socket address {:?} (expected host:port, e.g. 127.0.0.1:8000)",
+                self.server.listen
+            )
+        })
+    }
+
+    pub fn is_env_admin(&self, login: &str) -> bool {
+        self.auth.admins.iter().any(|a| a == login)
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+fn parse_error(file: &str, e: &toml::de::Error, text: &str) -> ConfigError {
+    let at = e
+        .span()
+        .map(|s| format!("line {}: ", line_of(text, s.start)))
+        .unwrap_or_default();
+    ConfigError::Parse {
+        file: file.to_string(),
+        message: format!("{at}{}", e.message().trim().replace('\n', " ")),
+    }
+}
+
+fn describe_serde_error(path: &str, e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let at = e
+        .span()
+        .map(|s| format!(" (line {})", line_of(text, s.start)))
+        .unwrap_or_default();
+    // serde_path_to_error's path already ends with the unknown key; say "key", not "field".
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let field = rest.split('`').next().unwrap_or("");
+        let key = if path.is_empty() || path == "." {
+            field
+        } else {
+            path
+        };
+        return format!("unknown key `{key}`{at}");
+    }
+    if path.is_empty() || path == "." {
+        format!("{message}{at}")
+    } else {
+        format!("{path}: {message}{at}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(text, "test.toml", &[])
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = load("").unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:8000");
+        assert_eq!(c.ci.mount, "/api");
+        assert_eq!(c.events.mount, "/events");
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_table() {
+        let err = load("[server]\nlisten = \"127.0.0.1:1\"\nlistne = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("test.toml: "), "{err}");
+        assert!(err.contains("unknown key `server.listne`"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn unknown_table_is_named() {
+        let err = load("[sever]\n").unwrap_err().to_string();
+        assert!(err.contains("unknown key `sever`"), "{err}");
+    }
+
+    #[test]
+    fn bad_listen_address_is_named() {
+        let err = load("[server]\nlisten = \"nope\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.listen"), "{err}");
+        assert!(err.contains("invalid socket address"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let err = load("[server]\nmax_body_bytes = \"big\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.max_body_bytes"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides_win() {
+        let env = vec![
+            ("WOODLARK_LISTEN".to_string(), "127.0.0.1:9".to_string()),
+            ("WOODLARK_ADMINS".to_string(), "a, b".to_string()),
+        ];
+        let c = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\n", "t", &env).unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:9");
+        assert_eq!(c.auth.admins, vec!["a", "b"]);
+        let env = vec![("WOODLARK_LISTEN".to_string(), "x".to_string())];
+        assert!(Config::from_toml("", "t", &env).is_err());
+    }
+
+    #[test]
+    fn mounts_are_checked() {
+        assert!(load("[ci]\nmount = \"api\"\n").is_err());
+        assert!(load("[ci]\nmount = \"/api/\"\n").is_err());
+        assert!(load("[events]\nmount = \"/api\"\n").is_err());
+        assert!(load("[ci]\nmount = \"/woodpecker/api\"\n").is_ok());
+    }
+
+    #[test]
+    fn bad_log_level_is_rejected() {
+        let err = load("[server]\nlog_level = \"loud\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.log_level"), "{err}");
+    }
+}

@@ -1,0 +1,87 @@
+//! One error type for every handler, rendered in the style of the interface that owns the route.
+
+use http::StatusCode;
+
+use super::response::Response;
+
+/// How a module's errors look on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorStyle {
+    /// Woodpecker: the message as a `text/plain` body.
+    PlainText,
+    /// Clever and algod: `{"message": "..."}`.
+    JsonMessage,
+}
+
+/// A failed request: a status and a message safe to show to the client.
+///
+/// Internal failures carry a generic message; their cause is logged where they are created
+/// (see [`ApiError::internal`]) so that database paths or secrets never reach a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized")
+    }
+
+    pub fn forbidden() -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "Forbidden")
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, message)
+    }
+
+    pub fn unprocessable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
+
+    pub fn payload_too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    /// A server-side failure: logs `cause` and answers 500 without details.
+    pub fn internal(cause: impl std::fmt::Display) -> ApiError {
+        tracing::error!(error = %cause, "internal error");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal server error")
+    }
+
+    pub fn render(&self, style: ErrorStyle) -> Response {
+        match style {
+            ErrorStyle::PlainText => Response::text(self.status, self.message.clone()),
+            ErrorStyle::JsonMessage => {
+                Response::json_status(self.status, &serde_json::json!({ "message": self.message }))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}

@@ -1,0 +1,140 @@
+//! Request metrics in the Prometheus text format (`GET /metrics`).
+//!
+//! Counted per route *pattern* (never the raw path, which would give one series per id) and
+//! status. A single mutex is enough: recording is a hash lookup and a few additions.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Latency bucket upper bounds in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (route, method, status) → count.
+    requests: BTreeMap<(String, String, u16), u64>,
+    /// route → latency histogram.
+    latency: BTreeMap<String, Histogram>,
+}
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Metrics {
+    pub fn record(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        *inner
+            .requests
+            .entry((route.to_string(), method.to_string(), status))
+            .or_default() += 1;
+        let h = inner.latency.entry(route.to_string()).or_default();
+        h.count += 1;
+        h.sum += secs;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                h.buckets[i] += 1;
+            }
+        }
+    }
+
+    /// The exposition text, with `extra` gauges (name, help, value) appended.
+    pub fn render(&self, extra: &[(&str, &str, f64)]) -> String {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = String::new();
+        out.push_str(
+            "# HELP woodlark_http_requests_total HTTP requests by route, method and status.\n",
+        );
+        out.push_str("# TYPE woodlark_http_requests_total counter\n");
+        for ((route, method, status), n) in &inner.requests {
+            let _ = writeln!(
+                out,
+                "woodlark_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{status}\"}} {n}",
+                escape(route),
+                escape(method)
+            );
+        }
+        out.push_str(
+            "# HELP woodlark_http_request_duration_seconds HTTP request latency by route.\n",
+        );
+        out.push_str("# TYPE woodlark_http_request_duration_seconds histogram\n");
+        for (route, h) in &inner.latency {
+            let route = escape(route);
+            for (bound, n) in BUCKETS.iter().zip(h.buckets) {
+                let _ = writeln!(
+                    out,
+                    "woodlark_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "woodlark_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "woodlark_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "woodlark_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count
+            );
+        }
+        for (name, help, value) in extra {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_buckets() {
+        let m = Metrics::default();
+        m.record("/api/users", "GET", 200, Duration::from_micros(700));
+        m.record("/api/users", "GET", 200, Duration::from_millis(30));
+        m.record("/api/users", "GET", 401, Duration::from_millis(2));
+        let text = m.render(&[("woodlark_up", "Always 1.", 1.0)]);
+        assert!(text.contains(
+            "woodlark_http_requests_total{route=\"/api/users\",method=\"GET\",status=\"200\"} 2"
+        ));
+        assert!(text.contains("status=\"401\"} 1"));
+        assert!(text.contains(
+            "woodlark_http_request_duration_seconds_bucket{route=\"/api/users\",le=\"0.001\"} 1"
+        ));
+        assert!(text.contains(
+            "woodlark_http_request_duration_seconds_bucket{route=\"/api/users\",le=\"0.05\"} 3"
+        ));
+        assert!(
+            text.contains("woodlark_http_request_duration_seconds_count{route=\"/api/users\"} 3")
+        );
+        assert!(text.contains("woodlark_up 1"));
+    }
+}

@@ -1,0 +1,28 @@
+//! The HTTP core: the only place in the server that knows hyper.
+//!
+//! Layout:
+//! - [`server`]: the accept loop (hyper-util's auto builder: HTTP/1.1 and h2c), header-read
+//!   timeout, graceful shutdown.
+//! - [`router`]: a matchit table from path patterns to handlers, with per-route body limits and
+//!   405 + `Allow`; modules add their routes through a [`router::Scope`] under their mount.
+//! - [`request`] / [`response`]: the plain types handlers see and return.
+//! - [`error`]: [`ApiError`], rendered as plain text (Woodpecker) or `{"message"}` JSON
+//!   (Clever, algod) depending on the module that owns the route.
+//! - [`metrics`]: request counters and latency histograms for `/metrics`.
+//!
+//! **API boundary:** handlers never see hyper types; they take a [`Request`] and return
+//! `Result<Response, ApiError>`. Types re-exported here from the `http` crate (status codes,
+//! methods, header maps) are plain data and safe to use anywhere.
+
+pub mod error;
+pub mod metrics;
+pub mod request;
+pub mod response;
+pub mod router;
+pub mod server;
+
+pub use error::{ApiError, ErrorStyle};
+pub use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+pub use request::Request;
+pub use response::Response;
+pub use router::{Router, Scope};

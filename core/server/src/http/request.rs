@@ -1,0 +1,89 @@
+//! What handlers receive: the request line, headers, path parameters and the whole body.
+//!
+//! Bodies are read before the handler runs, bounded by the route's limit, so a handler never
+//! waits on a slow client and never sees more bytes than its route allows.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+#[derive(Debug)]
+pub struct Request {
+    pub method: Method,
+    pub path: String,
+    /// The raw query string, without `?`.
+    pub query: String,
+    pub headers: HeaderMap,
+    /// Parameters captured by the route pattern, in pattern order.
+    pub params: Vec<(String, String)>,
+    pub body: Bytes,
+    /// The peer's address, when known.
+    pub remote: Option<std::net::SocketAddr>,
+}
+
+impl Request {
+    /// A request as a test or an internal caller would build it.
+    pub fn new(method: Method, path_and_query: &str) -> Request {
+        let (path, query) = path_and_query
+            .split_once('?')
+            .unwrap_or((path_and_query, ""));
+        Request {
+            method,
+            path: path.to_string(),
+            query: query.to_string(),
+            headers: HeaderMap::new(),
+            params: Vec::new(),
+            body: Bytes::new(),
+            remote: None,
+        }
+    }
+
+    /// A path parameter. Route patterns guarantee presence, so a missing one is a route bug.
+    pub fn param(&self, name: &str) -> &str {
+        self.params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("")
+    }
+
+    /// A path parameter that must be a (positive or zero) integer id: 400 otherwise.
+    pub fn param_i64(&self, name: &str) -> Result<i64, ApiError> {
+        let raw = self.param(name);
+        raw.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!("invalid {name} {raw:?}: expected an integer"))
+        })
+    }
+
+    /// The first value of a query parameter, percent-decoded.
+    pub fn query(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    }
+
+    /// Every value of a query parameter, in order.
+    pub fn query_all(&self, name: &str) -> Vec<String> {
+        form_urlencoded::parse(self.query.as_bytes())
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+            .collect()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The body parsed as JSON; malformed JSON or wrong field types are 400.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        if self.body.is_empty() {
+            return Err(ApiError::bad_request(
+                "request body is empty: expected JSON",
+            ));
+        }
+        serde_json::from_slice(&self.body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
+}

@@ -1,0 +1,256 @@
+//! The accept loop and per-request dispatch.
+//!
+//! Connections are served by hyper-util's auto builder (HTTP/1.1, and HTTP/2 with prior
+//! knowledge) with hyper's timer set, so the header-read timeout is live (without a timer hyper
+//! ignores it). On shutdown the listener stops accepting and open connections get a grace
+//! period to finish (hyper-util's `GracefulShutdown`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tracing::Instrument;
+
+use super::error::{ApiError, ErrorStyle};
+use super::metrics::Metrics;
+use super::request::Request;
+use super::response::Response;
+use super::router::{Lookup, Router};
+
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub header_read_timeout: Duration,
+    pub shutdown_grace: Duration,
+}
+
+/// Everything a connection needs, shared by all of them.
+pub struct Dispatcher<S> {
+    pub router: Router<S>,
+    pub state: S,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Serves `listener` until `shutdown` resolves, then drains connections for up to the grace.
+pub async fn serve<S>(
+    listener: TcpListener,
+    dispatcher: Arc<Dispatcher<S>>,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) where
+    S: Clone + Send + Sync + 'static,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(err) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let dispatcher = dispatcher.clone();
+        let service = service_fn(move |req| {
+            let dispatcher = dispatcher.clone();
+            async move { Ok::<_, Infallible>(dispatch(&dispatcher, req, Some(remote)).await) }
+        });
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(err) = conn.await {
+                tracing::debug!(%err, %remote, "connection ended with an error");
+            }
+        });
+    }
+
+    drop(listener);
+    tracing::info!("shutting down: waiting for open connections");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(options.shutdown_grace) => {
+            tracing::warn!("grace period over; closing remaining connections")
+        }
+    }
+}
+
+/// Routes one request and turns the outcome into a hyper response. Never fails.
+pub async fn dispatch<S>(
+    dispatcher: &Dispatcher<S>,
+    req: hyper::Request<Incoming>,
+    remote: Option<SocketAddr>,
+) -> hyper::Response<Full<Bytes>>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let is_head = method == Method::HEAD;
+
+    let (route_name, response) = match dispatcher.router.lookup(&method, &path) {
+        Lookup::NotFound { style } => (
+            "<unmatched>".into(),
+            ApiError::not_found(format!("no route for {path}")).render(style),
+        ),
+        Lookup::MethodNotAllowed { allow, style } => {
+            let mut resp = ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("method {method} not allowed on {path}"),
+            )
+            .render(style);
+            resp.headers.insert(header::ALLOW, allow);
+            ("<unmatched>".into(), resp)
+        }
+        Lookup::Options { allow } => {
+            let resp = Response::empty(StatusCode::OK)
+                .with_header(header::ALLOW, allow.clone())
+                .with_header(header::ACCESS_CONTROL_ALLOW_METHODS, allow)
+                .with_header(
+                    header::ACCESS_CONTROL_ALLOW_HEADERS,
+                    HeaderValue::from_static(
+                        "Authorization, Content-Type, X-CSRF-TOKEN, X-Algo-API-Token, Last-Event-ID",
+                    ),
+                );
+            ("<options>".into(), resp)
+        }
+        Lookup::Found(route, params) => {
+            let route = route.clone();
+            let span = tracing::info_span!(
+                "request",
+                method = %method,
+                route = %route.pattern,
+                status = tracing::field::Empty,
+            );
+            let response = async {
+                let response = match read_request(req, params, route.body_limit, remote).await {
+                    Ok(request) => {
+                        run_handler(
+                            &route.handler,
+                            dispatcher.state.clone(),
+                            request,
+                            route.style,
+                        )
+                        .await
+                    }
+                    Err(err) => err.render(route.style),
+                };
+                tracing::Span::current().record("status", response.status.as_u16());
+                tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "handled");
+                response
+            }
+            .instrument(span)
+            .await;
+            (route.pattern.to_string(), response)
+        }
+    };
+
+    dispatcher.metrics.record(
+        &route_name,
+        method.as_str(),
+        response.status.as_u16(),
+        started.elapsed(),
+    );
+    into_hyper(response, is_head)
+}
+
+async fn run_handler<S: Clone + Send + Sync + 'static>(
+    handler: &super::router::Handler<S>,
+    state: S,
+    request: Request,
+    style: ErrorStyle,
+) -> Response {
+    // Spawned so that a panic in a handler becomes a 500 for this request only.
+    let fut = handler(state, request);
+    match tokio::spawn(fut.in_current_span()).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(err)) => err.render(style),
+        Err(join) => ApiError::internal(format!("handler failed: {join}")).render(style),
+    }
+}
+
+async fn read_request(
+    req: hyper::Request<Incoming>,
+    params: Vec<(String, String)>,
+    limit: usize,
+    remote: Option<SocketAddr>,
+) -> Result<Request, ApiError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+            return Err(ApiError::payload_too_large(limit));
+        }
+        Err(err) => {
+            return Err(ApiError::bad_request(format!(
+                "could not read request body: {err}"
+            )));
+        }
+    };
+    Ok(Request {
+        method: parts.method,
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().unwrap_or("").to_string(),
+        headers: parts.headers,
+        params,
+        body,
+        remote,
+    })
+}
+
+fn into_hyper(response: Response, is_head: bool) -> hyper::Response<Full<Bytes>> {
+    let body = if is_head { Bytes::new() } else { response.body };
+    let mut out = hyper::Response::new(Full::new(body));
+    *out.status_mut() = response.status;
+    let headers = out.headers_mut();
+    *headers = response.headers;
+    // Woodpecker's defaults on every response; a handler may override any of them.
+    for (name, value) in [
+        (
+            header::CACHE_CONTROL,
+            "no-cache, no-store, max-age=0, must-revalidate, value",
+        ),
+        (header::EXPIRES, "Thu, 01 Jan 1970 00:00:00 GMT"),
+        (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ] {
+        headers
+            .entry(name)
+            .or_insert(HeaderValue::from_static(value));
+    }
+    out
+}

@@ -1,0 +1,20 @@
+//! Woodlark: one server, three HTTP interfaces, WebAssembly plugins.
+//!
+//! Layout (read ARCHITECTURE.md at the repository root for the invariants):
+//! - [`cli`]: the `woodlark` command line (`serve`, `user add`).
+//! - [`config`]: `config.toml` → validated [`config::Config`].
+//! - [`app`]: builds the state, the route table and serves.
+//! - [`http`]: the only module that knows hyper: server, router, request/response, errors.
+//! - [`modules`]: one folder per interface (`ci`, …), each registering routes under its mount.
+//! - [`store`]: SQLite (one writer thread, reader pool, migrations, event outbox).
+//! - [`auth`]: tokens, random secrets, the server's signing key.
+//! - [`logging`]: tracing set-up and the run-time log level.
+
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod logging;
+pub mod modules;
+pub mod store;

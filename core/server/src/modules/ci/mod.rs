@@ -1,0 +1,48 @@
+//! The CI interface: Woodpecker CI 3.x's REST API (`/api` by default).
+//!
+//! One file per resource group, each with its handlers: [`users`] (the caller, tokens and user
+//! administration), [`system`] (health, version, metrics, log level, signing key). [`access`]
+//! turns a request's token into a principal and enforces the 401/403 rules. Errors are plain
+//! text with Woodpecker's status codes.
+
+pub mod access;
+pub mod pagination;
+pub mod system;
+pub mod users;
+
+use crate::app::Ctx;
+use crate::http::{ErrorStyle, Scope};
+
+pub struct Ci;
+
+impl super::Module for Ci {
+    fn name(&self) -> &'static str {
+        "ci"
+    }
+
+    fn error_style(&self) -> ErrorStyle {
+        ErrorStyle::PlainText
+    }
+
+    fn routes(&self, scope: &mut Scope<'_, Ctx>) {
+        scope
+            .get("/user", users::current)
+            .post("/user/token", users::token)
+            .delete("/user/token", users::rotate_token)
+            .get("/users", users::list)
+            .post("/users", users::create)
+            .get("/users/{login}", users::get)
+            .patch("/users/{login}", users::update)
+            .delete("/users/{login}", users::delete)
+            .get("/log-level", system::get_log_level)
+            .post("/log-level", system::set_log_level)
+            .get("/signature/public-key", system::public_key);
+    }
+
+    fn root_routes(&self, scope: &mut Scope<'_, Ctx>) {
+        scope
+            .get("/healthz", system::healthz)
+            .get("/version", system::version)
+            .get("/metrics", system::metrics);
+    }
+}

@@ -1,0 +1,191 @@
+//! `/user` (the caller and its token) and `/users` (administration, admins only).
+
+use serde::Deserialize;
+
+use super::access::{must_admin, must_user};
+use super::pagination::Page;
+use crate::app::Ctx;
+use crate::auth::{random_secret, token};
+use crate::http::{ApiError, Request, Response, StatusCode};
+use crate::store::StoreError;
+use crate::store::users::{self, NewUser, UserPatch, validate_login};
+
+/// Longest email / avatar URL accepted (keeps rows and events small).
+const MAX_FIELD: usize = 1024;
+
+/// `GET /user`: the signed-in user.
+pub async fn current(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let account = must_user(&ctx, &req).await?;
+    Ok(Response::json(&account.user))
+}
+
+/// `POST /user/token`: the caller's current personal access token, as plain text.
+pub async fn token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let account = must_user(&ctx, &req).await?;
+    let t = token::user_token(account.user.id, &account.hash);
+    Ok(Response::text(StatusCode::OK, t))
+}
+
+/// `DELETE /user/token`: rotates the signing secret (revoking every older token) and returns
+/// the new token.
+pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let account = must_user(&ctx, &req).await?;
+    let env = ctx.env_admins.clone();
+    let id = account.user.id;
+    let hash = random_secret();
+    let account = ctx
+        .store
+        .write(move |c| users::set_hash(c, &env, id, &hash))
+        .await?;
+    tracing::info!(user = account.user.login, "personal access token rotated");
+    let t = token::user_token(account.user.id, &account.hash);
+    Ok(Response::text(StatusCode::OK, t))
+}
+
+/// `GET /users`: one page of users, by login.
+pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let page = Page::from_request(&req);
+    let env = ctx.env_admins.clone();
+    let list = ctx
+        .store
+        .read(move |c| users::list(c, &env, page.page, page.per_page))
+        .await?;
+    Ok(Response::json(&list))
+}
+
+/// The body of `POST /users`. Unknown fields (a whole `User` object, say) are ignored.
+#[derive(Debug, Deserialize)]
+struct UserIn {
+    login: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    avatar_url: String,
+    #[serde(default)]
+    admin: bool,
+    #[serde(default)]
+    forge_id: i64,
+    #[serde(default)]
+    forge_remote_id: String,
+}
+
+/// `POST /users`: creates a user (and its personal organisation).
+pub async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let body: UserIn = req.json()?;
+    validate_login(&body.login).map_err(ApiError::bad_request)?;
+    check_length("email", &body.email)?;
+    check_length("avatar_url", &body.avatar_url)?;
+    let new = NewUser {
+        login: body.login,
+        email: body.email,
+        avatar_url: body.avatar_url,
+        admin: body.admin,
+        forge_id: body.forge_id,
+        forge_remote_id: body.forge_remote_id,
+        hash: random_secret(),
+    };
+    let env = ctx.env_admins.clone();
+    let account = ctx
+        .store
+        .write(move |c| users::create(c, &env, &new))
+        .await?;
+    tracing::info!(
+        user = account.user.login,
+        admin = account.user.admin,
+        "user created"
+    );
+    Ok(Response::json(&account.user))
+}
+
+/// `GET /users/{login}`.
+pub async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let login = req.param("login").to_string();
+    let forge_id = forge_filter(&req)?;
+    let env = ctx.env_admins.clone();
+    let account = ctx
+        .store
+        .read(move |c| users::by_login(c, &env, &login))
+        .await
+        .map_err(user_not_found)?;
+    if forge_id.is_some_and(|f| f != account.user.forge_id) {
+        return Err(ApiError::not_found("User not found"));
+    }
+    Ok(Response::json(&account.user))
+}
+
+/// The body of `PATCH /users/{login}`: fields left out stay as they are.
+#[derive(Debug, Deserialize)]
+struct UserPatchIn {
+    email: Option<String>,
+    avatar_url: Option<String>,
+    admin: Option<bool>,
+}
+
+/// `PATCH /users/{login}`: changes email, avatar or the admin flag.
+pub async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let body: UserPatchIn = req.json()?;
+    if let Some(email) = &body.email {
+        check_length("email", email)?;
+    }
+    if let Some(avatar) = &body.avatar_url {
+        check_length("avatar_url", avatar)?;
+    }
+    let patch = UserPatch {
+        email: body.email,
+        avatar_url: body.avatar_url,
+        admin: body.admin,
+    };
+    let login = req.param("login").to_string();
+    let env = ctx.env_admins.clone();
+    let user = ctx
+        .store
+        .write(move |c| users::update(c, &env, &login, &patch))
+        .await
+        .map_err(user_not_found)?;
+    Ok(Response::json(&user))
+}
+
+/// `DELETE /users/{login}`: 204.
+pub async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let login = req.param("login").to_string();
+    let env = ctx.env_admins.clone();
+    let user = ctx
+        .store
+        .write(move |c| users::delete(c, &env, &login))
+        .await
+        .map_err(user_not_found)?;
+    tracing::info!(user = user.login, "user deleted");
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+fn user_not_found(err: StoreError) -> ApiError {
+    match err {
+        StoreError::NotFound => ApiError::not_found("User not found"),
+        other => other.into(),
+    }
+}
+
+/// The optional `forge_id` query filter; non-numeric is 400.
+fn forge_filter(req: &Request) -> Result<Option<i64>, ApiError> {
+    req.query("forge_id")
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid forge_id {v:?}")))
+        })
+        .transpose()
+}
+
+fn check_length(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.len() > MAX_FIELD {
+        return Err(ApiError::bad_request(format!(
+            "{field} must be at most {MAX_FIELD} characters"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! The interfaces the server speaks, one folder each, all the same shape.
+//!
+//! A [`Module`] adds its routes under the mount prefix its config section names (`[ci] mount`,
+//! …) and decides how its errors look. Handlers are plain `async fn(Ctx, Request) ->
+//! Result<Response, ApiError>`; they authenticate explicitly (see `ci::access`) and reach the
+//! database only through `crate::store`.
+
+pub mod ci;
+
+use crate::app::Ctx;
+use crate::http::{ApiError, ErrorStyle, Scope};
+use crate::store::StoreError;
+
+pub trait Module: Send + Sync {
+    /// The config section (and log name) of the module.
+    fn name(&self) -> &'static str;
+
+    fn error_style(&self) -> ErrorStyle;
+
+    /// Routes below the module's mount prefix.
+    fn routes(&self, scope: &mut Scope<'_, Ctx>);
+
+    /// Routes at the server root regardless of the mount (`/healthz` and friends).
+    fn root_routes(&self, _scope: &mut Scope<'_, Ctx>) {}
+}
+
+/// Every module this build has, in mount order.
+pub fn all() -> Vec<Box<dyn Module>> {
+    vec![Box::new(ci::Ci)]
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> ApiError {
+        match err {
+            StoreError::NotFound => ApiError::not_found("Not Found"),
+            StoreError::Conflict(message) => ApiError::conflict(message),
+            other => ApiError::internal(other),
+        }
+    }
+}

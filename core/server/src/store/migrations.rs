@@ -1,0 +1,99 @@
+//! Schema migrations, applied in order by `PRAGMA user_version`.
+//!
+//! **Invariant:** a released migration is never edited; a schema change is a new entry at the
+//! end of [`MIGRATIONS`]. Each one runs in its own transaction together with the version bump.
+
+use rusqlite::Connection;
+
+use super::{StoreError, StoreResult};
+
+/// Migration `i` brings the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: users, their organisations, and the event outbox.
+    r#"
+    CREATE TABLE orgs (
+        id        INTEGER PRIMARY KEY,
+        forge_id  INTEGER NOT NULL DEFAULT 0,
+        name      TEXT    NOT NULL,
+        is_user   INTEGER NOT NULL DEFAULT 0,
+        private   INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (forge_id, name)
+    );
+    CREATE TABLE users (
+        id              INTEGER PRIMARY KEY,
+        forge_id        INTEGER NOT NULL DEFAULT 0,
+        forge_remote_id TEXT    NOT NULL DEFAULT '',
+        login           TEXT    NOT NULL UNIQUE,
+        email           TEXT    NOT NULL DEFAULT '',
+        avatar_url      TEXT    NOT NULL DEFAULT '',
+        admin           INTEGER NOT NULL DEFAULT 0,
+        org_id          INTEGER NOT NULL DEFAULT 0,
+        -- secret that signs the user's tokens; rotating it revokes them
+        hash            TEXT    NOT NULL,
+        created         INTEGER NOT NULL
+    );
+    -- The transactional outbox: one row per changed record, written in the same
+    -- transaction as the change. `seq` is never reused (AUTOINCREMENT), so event ids
+    -- stay strictly increasing even after retention deletes old rows.
+    CREATE TABLE events (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_ms   INTEGER NOT NULL,
+        record_type  TEXT    NOT NULL,
+        action       TEXT    NOT NULL CHECK (action IN ('created', 'updated', 'deleted')),
+        record_id    TEXT    NOT NULL,
+        object       TEXT    NOT NULL,
+        previous     TEXT,
+        org_id       INTEGER,
+        repo_id      INTEGER
+    );
+    CREATE INDEX events_record_type ON events (record_type, seq);
+    CREATE INDEX events_org ON events (org_id, seq);
+    "#,
+];
+
+/// The schema version this build writes.
+pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
+
+pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > CURRENT_VERSION {
+        return Err(StoreError::Migration(format!(
+            "the database has schema version {version}, newer than this build's {CURRENT_VERSION}; \
+             upgrade woodlark or use another data_dir"
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let next = index as i64 + 1;
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)
+            .map_err(|e| StoreError::Migration(format!("step {next}: {e}")))?;
+        tx.pragma_update(None, "user_version", next)?;
+        tx.commit()?;
+        tracing::info!(version = next, "database migrated");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_from_empty_and_is_idempotent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        migrate(&mut conn).unwrap();
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, CURRENT_VERSION);
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", CURRENT_VERSION + 1)
+            .unwrap();
+        assert!(matches!(migrate(&mut conn), Err(StoreError::Migration(_))));
+    }
+}

@@ -1,0 +1,360 @@
+//! Storage: SQLite through rusqlite, one writer thread and a pool of readers.
+//!
+//! - **One writer.** SQLite allows one writer at a time; instead of letting requests fight for
+//!   the lock (upstream's "database is locked" under concurrent webhooks), every write is a job
+//!   sent to a dedicated thread that owns the write connection. Jobs waiting in the queue are
+//!   committed together in one transaction (group commit), each inside its own savepoint so a
+//!   failing job rolls back alone. A job's caller is answered only **after** the commit, so a
+//!   success reply is durable (`synchronous=FULL` by default).
+//! - **N readers.** Read-only connections in WAL mode see the last commit and never block the
+//!   writer. Reads run on tokio's blocking pool, never on the async runtime.
+//! - **Outbox.** Write jobs record their events ([`events::append`]) through the same
+//!   transaction handle as the change itself, so the feed can neither miss nor invent a change.
+//! - **Migrations** are numbered SQL scripts applied by `PRAGMA user_version`.
+
+pub mod events;
+pub mod migrations;
+pub mod orgs;
+pub mod users;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{Semaphore, oneshot};
+
+/// Errors from the store. `NotFound` and `Conflict` are expected outcomes callers map to 404
+/// and 409; the rest are failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot serialise record: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("database migration failed: {0}")]
+    Migration(String),
+    #[error("cannot open database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("the storage thread has stopped")]
+    Closed,
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A write job: runs inside a savepoint; reports whether it succeeded and what to do once the
+/// enclosing transaction has committed (or failed to).
+type Job = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;
+type Finish = Box<dyn FnOnce(StoreResult<()>) + Send>;
+
+/// Jobs grouped into one transaction at most (bounds the latency of the first one).
+const MAX_BATCH: usize = 64;
+
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    jobs: Mutex<Option<std_mpsc::Sender<Job>>>,
+    readers: Mutex<Vec<Connection>>,
+    reader_slots: Semaphore,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub readers: usize,
+    /// `synchronous=FULL` (true) or `NORMAL`.
+    pub full_sync: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            readers: 4,
+            full_sync: true,
+        }
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and migrates it to the current schema.
+    pub fn open(path: &Path, options: &StoreOptions) -> StoreResult<Store> {
+        let open_err = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut writer = Connection::open(path).map_err(open_err)?;
+        configure(&writer, true, options.full_sync).map_err(open_err)?;
+        migrations::migrate(&mut writer)?;
+
+        let mut readers = Vec::with_capacity(options.readers);
+        for _ in 0..options.readers {
+            let conn = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(open_err)?;
+            configure(&conn, false, options.full_sync).map_err(open_err)?;
+            readers.push(conn);
+        }
+
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        let handle = std::thread::Builder::new()
+            .name("woodlark-store-writer".into())
+            .spawn(move || writer_loop(writer, rx))
+            .map_err(|e| StoreError::Migration(format!("cannot start the writer thread: {e}")))?;
+
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                jobs: Mutex::new(Some(tx)),
+                readers: Mutex::new(readers),
+                reader_slots: Semaphore::new(options.readers),
+                writer_thread: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `f` on the writer thread inside a transaction; resolves after the commit.
+    ///
+    /// If `f` returns an error its changes (and its events) are rolled back; other jobs in the
+    /// same batch are unaffected.
+    pub async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let result = f(conn);
+            let ok = result.is_ok();
+            let finish: Finish = Box::new(move |commit| {
+                let _ = tx.send(commit.and(result));
+            });
+            (ok, finish)
+        });
+        self.send(job)?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the write job was dropped".into()))?
+    }
+
+    fn send(&self, job: Job) -> StoreResult<()> {
+        let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        match jobs.as_ref() {
+            Some(sender) => sender.send(job).map_err(|_| StoreError::Closed),
+            None => Err(StoreError::Closed),
+        }
+    }
+
+    /// Runs `f` on a read-only connection on the blocking pool.
+    pub async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let _permit = self
+            .inner
+            .reader_slots
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop()
+                .ok_or(StoreError::Closed)?;
+            let result = f(&conn);
+            inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
+            result
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
+    }
+
+    /// A cheap query that proves the database is usable (for `/healthz`).
+    pub async fn ping(&self) -> StoreResult<()> {
+        self.read(|conn| {
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            Ok(())
+        })
+        .await?;
+        // The writer must be alive too.
+        self.write(|_| Ok(())).await
+    }
+
+    /// Stops the writer after it has committed everything queued so far.
+    pub fn close(&self) {
+        self.inner
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(handle) = self
+            .inner
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn configure(conn: &Connection, writer: bool, full_sync: bool) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::from_secs(10))?;
+    if writer {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(
+            None,
+            "synchronous",
+            if full_sync { "FULL" } else { "NORMAL" },
+        )?;
+    }
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+fn writer_loop(conn: Connection, jobs: std_mpsc::Receiver<Job>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        run_batch(&conn, batch);
+    }
+}
+
+fn run_batch(conn: &Connection, batch: Vec<Job>) {
+    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+        // Dropping the jobs answers their callers with `Unavailable`; nothing ran.
+        tracing::error!(%err, jobs = batch.len(), "cannot begin a write transaction");
+        return;
+    }
+    let mut finishes = Vec::with_capacity(batch.len());
+    for job in batch {
+        if let Err(err) = conn.execute_batch("SAVEPOINT job") {
+            tracing::error!(%err, "cannot open a savepoint; job dropped");
+            continue;
+        }
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn)));
+        let ok = matches!(outcome, Ok((true, _)));
+        if !ok {
+            let _ = conn.execute_batch("ROLLBACK TO job");
+        }
+        let _ = conn.execute_batch("RELEASE job");
+        match outcome {
+            Ok((_, finish)) => finishes.push(finish),
+            Err(_) => tracing::error!("a store job panicked; its changes were rolled back"),
+        }
+    }
+    let commit = conn.execute_batch("COMMIT");
+    if let Err(err) = &commit {
+        tracing::error!(%err, "commit failed; the batch is rolled back");
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    for finish in finishes {
+        finish(match &commit {
+            Ok(()) => Ok(()),
+            Err(err) => Err(StoreError::Unavailable(format!("commit failed: {err}"))),
+        });
+    }
+}
+
+/// Seconds since the Unix epoch (the API's timestamp unit).
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db"), &StoreOptions::default()).unwrap();
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn failing_job_rolls_back_alone() {
+        let (_dir, store) = temp_store();
+        store
+            .write(|c| {
+                c.execute_batch("CREATE TABLE t (v INTEGER)")?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let a = store.write(|c| {
+            c.execute("INSERT INTO t VALUES (1)", [])?;
+            Ok(())
+        });
+        let b = store.write(|c| {
+            c.execute("INSERT INTO t VALUES (2)", [])?;
+            Err::<(), _>(StoreError::Conflict("no".into()))
+        });
+        let c = store.write(|c| {
+            c.execute("INSERT INTO t VALUES (3)", [])?;
+            Ok(())
+        });
+        let (a, b, c) = tokio::join!(a, b, c);
+        assert!(a.is_ok() && b.is_err() && c.is_ok());
+        let sum: i64 = store
+            .read(|c| Ok(c.query_row("SELECT sum(v) FROM t", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(sum, 4);
+    }
+
+    #[tokio::test]
+    async fn ping_works_and_close_stops_writes() {
+        let (_dir, store) = temp_store();
+        store.ping().await.unwrap();
+        store.close();
+        assert!(matches!(
+            store.write(|_| Ok(())).await,
+            Err(StoreError::Closed)
+        ));
+    }
+}

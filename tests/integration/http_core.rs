@@ -1,0 +1,208 @@
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::util::TestServer;
+
+#[tokio::test]
+async fn unknown_route_is_404_plain_text() {
+    let s = TestServer::start().await;
+    let r = s.http.get("/api/nope", None).await.expect(404);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    assert!(r.text().contains("/api/nope"));
+    s.http.get("/nope", None).await.expect(404);
+}
+
+#[tokio::test]
+async fn wrong_method_is_405_with_allow() {
+    let s = TestServer::start().await;
+    let r = s
+        .http
+        .send("PUT", "/api/users", None, Some(b"{}"), &[])
+        .await
+        .expect(405);
+    assert_eq!(r.header("allow"), Some("GET, POST, HEAD, OPTIONS"));
+    let r = s
+        .http
+        .send("POST", "/healthz", None, None, &[])
+        .await
+        .expect(405);
+    assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
+}
+
+#[tokio::test]
+async fn options_and_head_are_answered() {
+    let s = TestServer::start().await;
+    let r = s
+        .http
+        .send("OPTIONS", "/api/user", None, None, &[])
+        .await
+        .expect(200);
+    assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let r = s
+        .http
+        .send("HEAD", "/version", None, None, &[])
+        .await
+        .expect(200);
+    assert!(r.body.is_empty());
+}
+
+#[tokio::test]
+async fn security_headers_on_every_response() {
+    let s = TestServer::start().await;
+    for path in ["/version", "/api/user", "/missing"] {
+        let r = s.http.get(path, None).await;
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{path}");
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert!(
+            r.header("cache-control").unwrap().contains("no-cache"),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn oversized_body_is_413_and_changes_nothing() {
+    let s = TestServer::start_with("max_body_bytes = 4096").await;
+    let p = s.principals().await;
+    let big = format!(
+        "{{\"login\":\"huge\",\"email\":\"{}\"}}",
+        "x".repeat(10_000)
+    );
+    let r = s
+        .http
+        .post("/api/users", Some(&p.admin), &big)
+        .await
+        .expect(413);
+    assert!(r.text().contains("4096"));
+    s.http
+        .get("/api/users/huge", Some(&p.admin))
+        .await
+        .expect(404);
+
+    // Without Content-Length (chunked), the limit still holds while streaming.
+    let mut stream = TcpStream::connect(s.http.addr).await.unwrap();
+    let head = format!(
+        "POST /api/users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n",
+        p.admin
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = "y".repeat(3000);
+    for _ in 0..3 {
+        let _ = stream
+            .write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes())
+            .await;
+    }
+    let _ = stream.write_all(b"0\r\n\r\n").await;
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 413"));
+}
+
+#[tokio::test]
+async fn slow_headers_are_cut_off() {
+    let s = TestServer::start_with("header_read_timeout_ms = 300").await;
+    let mut stream = TcpStream::connect(s.http.addr).await.unwrap();
+    stream
+        .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // Never finish the headers: the server must give up and close the connection.
+    let mut buf = vec![0u8; 1024];
+    let started = std::time::Instant::now();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "connection was not closed");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    // A complete request on a fresh connection still works.
+    s.http.get("/version", None).await.expect(200);
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_is_served() {
+    let s = TestServer::start().await;
+    let stream = TcpStream::connect(s.http.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get(format!("http://{}/version", s.http.addr))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route() {
+    let s = TestServer::start().await;
+    s.http.get("/api/users/someone", None).await.expect(401);
+    s.http.get("/api/users/other", None).await.expect(401);
+    s.http.get("/nowhere", None).await.expect(404);
+    let r = s.http.get("/metrics", None).await.expect(200);
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let text = r.text();
+    assert!(
+        text.contains(
+            "woodlark_http_requests_total{route=\"/api/users/{login}\",method=\"GET\",status=\"401\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("route=\"<unmatched>\",method=\"GET\",status=\"404\"} 1"));
+    assert!(
+        text.contains(
+            "woodlark_http_request_duration_seconds_count{route=\"/api/users/{login}\"} 2"
+        )
+    );
+    assert!(text.contains("woodlark_uptime_seconds"));
+}
+
+#[tokio::test]
+async fn metrics_token_is_enforced_when_set() {
+    let s = TestServer::start_with("metrics_token = \"m3tr1cs\"").await;
+    s.http.get("/metrics", None).await.expect(401);
+    s.http.get("/metrics", Some("wrong")).await.expect(401);
+    s.http.get("/metrics", Some("m3tr1cs")).await.expect(200);
+}
+
+#[tokio::test]
+async fn custom_mount_moves_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = crate::util::config_text(dir.path(), "") + "[ci]\nmount = \"/woodpecker/api\"\n";
+    let config = woodlark::config::Config::from_toml(&text, "t.toml", &[]).unwrap();
+    let app = woodlark::app::App::build(
+        config,
+        woodlark::logging::LogControl::detached(woodlark::logging::LogLevel::Info),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = crate::util::Http::new(listener.local_addr().unwrap());
+    tokio::spawn(app.serve(listener, std::future::pending()));
+    http.get("/woodpecker/api/user", None).await.expect(401);
+    http.get("/api/user", None).await.expect(404);
+    http.get("/healthz", None).await.expect(204);
+}

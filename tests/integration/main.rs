@@ -1,0 +1,14 @@
+//! The one integration-test binary: every test starts a real server on 127.0.0.1:0 with a
+//! temporary data dir and real SQLite, and talks HTTP to it.
+//!
+//! - `http_core`: routing (404/405/OPTIONS), body limits, timeouts, headers, metrics.
+//! - `users`: `/api/user*` and `/api/users*` with the auth matrix.
+//! - `system`: health, version, log level, signing key.
+//! - `process`: the `woodlark` binary: bad configs, `user add`, SIGTERM, kill -9 durability.
+
+mod util;
+
+mod http_core;
+mod process;
+mod system;
+mod users;

@@ -1,0 +1,164 @@
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::util::{BIN, Http, Process, cli_user_add, write_config};
+
+#[test]
+fn unknown_key_fails_start_up_naming_key_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:0\"\nbogus = 1\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("unknown key `server.bogus`"), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+}
+
+#[test]
+fn bad_listen_address_fails_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, "[server]\nlisten = \"localhost\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("server.listen"), "{err}");
+    // The environment override is checked the same way and named.
+    std::fs::write(&path, "").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("WOODLARK_LISTEN", "nope:x")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server.listen"));
+}
+
+#[test]
+fn missing_config_file_is_a_clear_error() {
+    let out = Command::new(BIN)
+        .args(["serve", "--config", "/nonexistent/woodlark.toml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/woodlark.toml"));
+}
+
+#[tokio::test]
+async fn user_add_prints_only_a_working_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let out = cli_user_add(&config, "first", true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1);
+    let token = stdout.trim().to_string();
+
+    let again = cli_user_add(&config, "first", false);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    let bad = cli_user_add(&config, "no way", false);
+    assert!(!bad.status.success());
+
+    let server = Process::start(&config);
+    let http = Http::new(server.addr);
+    let me = http.get("/api/user", Some(&token)).await.expect(200).json();
+    assert_eq!(me["login"], "first");
+    assert_eq!(me["admin"], true);
+    // user add also works while the server runs (same data dir, WAL).
+    let second = cli_user_add(&config, "second", false);
+    assert!(second.status.success());
+    let t2 = String::from_utf8(second.stdout).unwrap();
+    http.get("/api/user", Some(t2.trim())).await.expect(200);
+    http.get("/api/users", Some(t2.trim())).await.expect(403);
+}
+
+#[tokio::test]
+async fn sigterm_shuts_down_gracefully() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let mut server = Process::start(&config);
+    Http::new(server.addr)
+        .get("/healthz", None)
+        .await
+        .expect(204);
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(
+                status.success(),
+                "exit status {status}: {}",
+                server.stderr()
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "server did not stop");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(server.stderr().contains("shutdown signal received"));
+}
+
+#[tokio::test]
+async fn kill_9_after_a_successful_create_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let admin = String::from_utf8(cli_user_add(&config, "root", true).stdout).unwrap();
+    let admin = admin.trim();
+    let mut server = Process::start(&config);
+    let http = Http::new(server.addr);
+    let created = http
+        .post(
+            "/api/users",
+            Some(admin),
+            r#"{"login":"durable","email":"d@example.com"}"#,
+        )
+        .await
+        .expect(200)
+        .json();
+    // SIGKILL right after the reply: no shutdown code runs.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+
+    let server = Process::start(&config);
+    let http = Http::new(server.addr);
+    let got = http
+        .get("/api/users/durable", Some(admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(got, created);
+
+    let db = rusqlite::Connection::open(dir.path().join(woodlark::app::DB_FILE)).unwrap();
+    let (object, kind): (String, String) = db
+        .query_row(
+            "SELECT object, record_type || '.' || action FROM events
+             WHERE record_type = 'users' AND record_id = ?1",
+            [created["id"].as_i64().unwrap().to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(kind, "users.created");
+    let object: serde_json::Value = serde_json::from_str(&object).unwrap();
+    assert_eq!(object, created);
+}

@@ -1,0 +1,318 @@
+//! Test harness: a real server on 127.0.0.1:0 with a temporary data dir, and a small HTTP
+//! client. Two ways to run the server:
+//! - [`TestServer::start`]: in this process (fast; most tests), built exactly as `serve` does;
+//! - [`Process`]: the `woodlark` binary as a child process (CLI, signals, crash tests).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use woodlark::app::App;
+use woodlark::config::Config;
+use woodlark::logging::{LogControl, LogLevel};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_woodlark");
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text()))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    #[track_caller]
+    pub fn expect(self, status: u16) -> Resp {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected status; body: {:?}",
+            self.text()
+        );
+        self
+    }
+}
+
+/// An HTTP client bound to one server address.
+#[derive(Clone)]
+pub struct Http {
+    pub addr: SocketAddr,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Http {
+    pub fn new(addr: SocketAddr) -> Http {
+        Http {
+            addr,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// Sends a request; `token` goes into `Authorization: Bearer`.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut builder = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(format!("http://{}{}", self.addr, path));
+        if let Some(t) = token {
+            builder = builder.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        if body.is_some()
+            && !headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
+            builder = builder.header("content-type", "application/json");
+        }
+        let req = builder
+            .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
+            .unwrap();
+        let resp = self.client.request(req).await.expect("request failed");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
+        self.send("GET", path, token, None, &[]).await
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &str) -> Resp {
+        self.send("POST", path, token, Some(body.as_bytes()), &[])
+            .await
+    }
+
+    pub async fn patch(&self, path: &str, token: Option<&str>, body: &str) -> Resp {
+        self.send("PATCH", path, token, Some(body.as_bytes()), &[])
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, token: Option<&str>) -> Resp {
+        self.send("DELETE", path, token, None, &[]).await
+    }
+}
+
+/// A server running inside the test's tokio runtime.
+pub struct TestServer {
+    pub http: Http,
+    pub dir: tempfile::TempDir,
+    pub app_state: woodlark::app::Ctx,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Config text for a test data dir.
+pub fn config_text(data_dir: &Path, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n{extra}\n[auth]\nadmins = [\"envadmin\"]\n[runner]\nenabled = false\n",
+        data_dir.display().to_string()
+    )
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        TestServer::start_with("").await
+    }
+
+    /// Starts with `extra` lines appended to the `[server]` table.
+    pub async fn start_with(extra: &str) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        TestServer::start_in(dir, extra).await
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir, extra: &str) -> TestServer {
+        let text = config_text(dir.path(), extra);
+        let config = Config::from_toml(&text, "test.toml", &[]).expect("test config");
+        let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
+        let app_state = app.state().clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(app.serve(listener, async {
+            let _ = rx.await;
+        }));
+        TestServer {
+            http: Http::new(addr),
+            dir,
+            app_state,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Creates a user directly through the store (the code path `woodlark user add` uses) and
+    /// returns its personal access token.
+    pub async fn user(&self, login: &str, admin: bool) -> String {
+        use woodlark::store::users::{self, NewUser};
+        let env = self.app_state.env_admins.clone();
+        let new = NewUser {
+            login: login.into(),
+            admin,
+            hash: woodlark::auth::random_secret(),
+            ..NewUser::default()
+        };
+        let account = self
+            .app_state
+            .store
+            .write(move |c| users::create(c, &env, &new))
+            .await
+            .expect("create user");
+        woodlark::auth::token::user_token(account.user.id, &account.hash)
+    }
+
+    /// Stops the server gracefully and returns the data dir.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
+        let TestServer { dir, .. } = self;
+        dir
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join(woodlark::app::DB_FILE)
+    }
+}
+
+/// Four principals and a server: the auth matrix every endpoint is checked against.
+pub struct Principals {
+    pub admin: String,
+    pub alice: String,
+    pub bob: String,
+}
+
+impl TestServer {
+    pub async fn principals(&self) -> Principals {
+        Principals {
+            admin: self.user("root", true).await,
+            alice: self.user("alice", false).await,
+            bob: self.user("bob", false).await,
+        }
+    }
+}
+
+/// The `woodlark` binary running as a child process.
+pub struct Process {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub stderr_path: PathBuf,
+}
+
+/// Writes a config file for `data_dir` and returns its path.
+pub fn write_config(data_dir: &Path, extra: &str) -> PathBuf {
+    let path = data_dir.join("config.toml");
+    std::fs::write(&path, config_text(data_dir, extra)).unwrap();
+    path
+}
+
+/// `woodlark user add LOGIN [--admin] --config CONFIG`, returning stdout (the token).
+pub fn cli_user_add(config: &Path, login: &str, admin: bool) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["user", "add", login, "--config"]).arg(config);
+    if admin {
+        cmd.arg("--admin");
+    }
+    cmd.output().expect("run woodlark user add")
+}
+
+impl Process {
+    /// Starts `woodlark serve --config CONFIG` and waits until it listens.
+    // The child is killed and waited for in `Drop`.
+    #[allow(clippy::zombie_processes)]
+    pub fn start(config: &Path) -> Process {
+        let stderr_path = config.with_extension(format!("stderr.{}", rand_suffix()));
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn woodlark");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            if let Some(addr) = log
+                .lines()
+                .find(|l| l.contains("woodlark listening"))
+                .and_then(|l| l.split("address=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                let clean: String = addr
+                    .chars()
+                    .filter(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                    .collect();
+                return Process {
+                    child,
+                    addr: clean.parse().expect("address in log"),
+                    stderr_path,
+                };
+            }
+            assert!(Instant::now() < deadline, "server did not start: {log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_suffix() -> String {
+    format!(
+        "{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
