@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 use crate::auth::keys::{KeyError, ServerKey};
+use crate::auth::sealing::{SealError, SealKey};
 use crate::config::Config;
 use crate::http::metrics::Metrics;
 use crate::http::router::RouteError;
@@ -28,6 +29,8 @@ pub struct AppState {
     pub store: Store,
     pub env_admins: EnvAdmins,
     pub key: ServerKey,
+    /// Encrypts secret values at rest.
+    pub seal: SealKey,
     pub log: LogControl,
     pub metrics: Arc<Metrics>,
     pub started: Instant,
@@ -47,6 +50,8 @@ pub enum AppError {
     Store(#[from] StoreError),
     #[error("signing key: {0}")]
     Key(#[from] KeyError),
+    #[error("secrets key: {0}")]
+    Seal(#[from] SealError),
     #[error("route table: {0}")]
     Route(#[from] RouteError),
 }
@@ -77,6 +82,7 @@ impl App {
     pub fn build(config: Config, log: LogControl) -> Result<App, AppError> {
         let store = open_store(&config)?;
         let key = ServerKey::load_or_create(&config.server.data_dir)?;
+        let seal = SealKey::load_or_create(&config.secret_key_path())?;
         let options = ServerOptions {
             header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
@@ -87,6 +93,7 @@ impl App {
             config,
             store,
             key,
+            seal,
             log,
             metrics: Arc::new(Metrics::default()),
             started: Instant::now(),

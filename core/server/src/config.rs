@@ -86,6 +86,8 @@ pub struct StorageConfig {
     pub readers: usize,
     /// SQLite `synchronous` mode for the writer: "full" or "normal".
     pub synchronous: String,
+    /// File holding the key that encrypts secret values at rest ("" = `<data_dir>/secrets.key`).
+    pub secret_key_file: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -159,6 +161,7 @@ impl Default for StorageConfig {
         StorageConfig {
             readers: 4,
             synchronous: "full".into(),
+            secret_key_file: PathBuf::new(),
         }
     }
 }
@@ -381,6 +384,15 @@ impl Config {
 
     pub fn is_env_admin(&self, login: &str) -> bool {
         self.auth.admins.iter().any(|a| a == login)
+    }
+
+    /// Where the secrets encryption key lives.
+    pub fn secret_key_path(&self) -> PathBuf {
+        if self.storage.secret_key_file.as_os_str().is_empty() {
+            self.server.data_dir.join(crate::auth::sealing::KEY_FILE)
+        } else {
+            self.storage.secret_key_file.clone()
+        }
     }
 }
 

@@ -2,9 +2,11 @@
 //!
 //! - [`token`]: HS256 tokens (personal access tokens, later sessions and hook tokens).
 //! - [`keys`]: the server's ed25519 key pair, created on first start in the data dir.
+//! - [`sealing`]: encryption at rest for secret values, with a key kept outside the database.
 //! - [`bearer`]: where a request carries its token (header, query, cookie).
 
 pub mod keys;
+pub mod sealing;
 pub mod token;
 
 use base64::Engine;
