@@ -10,5 +10,6 @@ mod util;
 
 mod http_core;
 mod process;
+mod repos;
 mod system;
 mod users;

@@ -215,6 +215,95 @@ impl TestServer {
     }
 }
 
+impl TestServer {
+    /// The directory of this server's `git` forge (created on first use).
+    pub fn forge_dir(&self) -> PathBuf {
+        let dir = self.dir.path().join("forge");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Makes sure the `git` forge exists (created by `admin_token`) and returns its id.
+    pub async fn git_forge(&self, admin_token: &str) -> i64 {
+        let forges = self
+            .http
+            .get("/api/forges", Some(admin_token))
+            .await
+            .expect(200)
+            .json();
+        if let Some(f) = forges
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["type"] == "git")
+        {
+            return f["id"].as_i64().unwrap();
+        }
+        let body = serde_json::json!({"type": "git", "url": format!("file://{}", self.forge_dir().display())});
+        self.http
+            .post("/api/forges", Some(admin_token), &body.to_string())
+            .await
+            .expect(200)
+            .json()["id"]
+            .as_i64()
+            .unwrap()
+    }
+
+    /// Creates a bare repository `owner/name.git` with one commit on `main` in the forge dir.
+    pub fn init_git_repo(&self, remote_id: &str) -> PathBuf {
+        let bare = self.forge_dir().join(format!("{remote_id}.git"));
+        std::fs::create_dir_all(bare.parent().unwrap()).unwrap();
+        git(
+            &self.forge_dir(),
+            &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
+        );
+        let work = self.dir.path().join("work").join(remote_id);
+        std::fs::create_dir_all(&work).unwrap();
+        git(&work, &["init", "-q", "-b", "main"]);
+        std::fs::write(work.join("README.md"), "hello\n").unwrap();
+        git(&work, &["add", "."]);
+        git(&work, &["commit", "-q", "-m", "first"]);
+        git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+        bare
+    }
+
+    /// Creates a git repository and activates it as the user behind `token` (the forge is
+    /// created by `admin_token` if needed). Returns the Repo JSON.
+    pub async fn git_repo(&self, admin_token: &str, token: &str, remote_id: &str) -> Value {
+        let forge = self.git_forge(admin_token).await;
+        self.init_git_repo(remote_id);
+        self.http
+            .post(
+                &format!("/api/repos?forge_remote_id={remote_id}&forge_id={forge}"),
+                Some(token),
+                "",
+            )
+            .await
+            .expect(200)
+            .json()
+    }
+}
+
+/// Runs git in `dir` with a fixed identity; panics on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Tester")
+        .env("GIT_AUTHOR_EMAIL", "tester@example.com")
+        .env("GIT_COMMITTER_NAME", "Tester")
+        .env("GIT_COMMITTER_EMAIL", "tester@example.com")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Four principals and a server: the auth matrix every endpoint is checked against.
 pub struct Principals {
     pub admin: String,

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
@@ -34,6 +34,19 @@ pub struct AppState {
     pub log: LogControl,
     pub metrics: Arc<Metrics>,
     pub started: Instant,
+    /// Base URL under which forges and agents reach us: `server.public_url`, or derived from
+    /// the bound address once the listener exists.
+    pub public_url: OnceLock<String>,
+}
+
+impl AppState {
+    /// The public base URL without a trailing slash.
+    pub fn public_url(&self) -> String {
+        self.public_url
+            .get()
+            .cloned()
+            .unwrap_or_else(|| format!("http://{}", self.config.server.listen))
+    }
 }
 
 /// What handlers receive: cheap to clone.
@@ -97,6 +110,7 @@ impl App {
             log,
             metrics: Arc::new(Metrics::default()),
             started: Instant::now(),
+            public_url: OnceLock::new(),
         });
         Ok(App {
             dispatcher: Arc::new(Dispatcher {
@@ -119,7 +133,20 @@ impl App {
 
     /// Serves until `shutdown` resolves, then drains connections and flushes the store.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
-        let store = self.dispatcher.state.store.clone();
+        let state = &self.dispatcher.state;
+        let configured = state
+            .config
+            .server
+            .public_url
+            .trim_end_matches('/')
+            .to_string();
+        let url = match (configured.is_empty(), listener.local_addr()) {
+            (false, _) => configured,
+            (true, Ok(addr)) => format!("http://{addr}"),
+            (true, Err(_)) => format!("http://{}", state.config.server.listen),
+        };
+        let _ = state.public_url.set(url);
+        let store = state.store.clone();
         server::serve(listener, self.dispatcher, self.options, shutdown).await;
         tokio::task::spawn_blocking(move || store.close())
             .await

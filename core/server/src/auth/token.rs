@@ -78,6 +78,25 @@ pub fn user_token_subject(token: &str) -> Option<i64> {
     claims.get("user-id")?.as_str()?.parse().ok()
 }
 
+/// The token in a repository's hook URL: names the repository, signed with its `hash`.
+pub fn hook_token(forge_id: i64, remote_id: &str, hash: &str) -> String {
+    sign(
+        &json!({"type": "hook", "forge-id": forge_id.to_string(), "repo-forge-remote-id": remote_id}),
+        hash.as_bytes(),
+    )
+}
+
+/// The (forge id, remote id) a hook token names (unverified).
+pub fn hook_token_subject(token: &str) -> Option<(i64, String)> {
+    let claims = unverified_claims(token)?;
+    if claims.get("type")? != "hook" {
+        return None;
+    }
+    let forge = claims.get("forge-id")?.as_str()?.parse().ok()?;
+    let remote = claims.get("repo-forge-remote-id")?.as_str()?.to_string();
+    Some((forge, remote))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +113,19 @@ mod tests {
         assert!(verify(&forged, b"secret", 0).is_none());
         assert!(verify("a.b", b"secret", 0).is_none());
         assert!(user_token_subject("garbage").is_none());
+    }
+
+    #[test]
+    fn hook_tokens() {
+        let t = hook_token(3, "alice/hello", "h");
+        assert_eq!(hook_token_subject(&t), Some((3, "alice/hello".to_string())));
+        assert!(verify(&t, b"h", 0).is_some());
+        assert_eq!(
+            user_token_subject(&t),
+            None,
+            "a hook token is no user token"
+        );
+        assert_eq!(hook_token_subject(&user_token(1, "h")), None);
     }
 
     #[test]

@@ -49,6 +49,101 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_record_type ON events (record_type, seq);
     CREATE INDEX events_org ON events (org_id, seq);
     "#,
+    // 2: the CI resources: forges, repositories and permissions, secrets, registries,
+    //    agents, cron jobs. Records with many settings keep them as a JSON document in
+    //    `data` (the API rendering minus the indexed columns).
+    r#"
+    CREATE TABLE forges (
+        id              INTEGER PRIMARY KEY,
+        type            TEXT    NOT NULL,
+        url             TEXT    NOT NULL,
+        data            TEXT    NOT NULL,
+        -- sealed (auth::sealing), never returned except the webhook secret to admins
+        client_secret   TEXT    NOT NULL DEFAULT '',
+        webhook_secret  TEXT    NOT NULL
+    );
+    CREATE TABLE repos (
+        id               INTEGER PRIMARY KEY,
+        forge_id         INTEGER NOT NULL REFERENCES forges (id),
+        forge_remote_id  TEXT    NOT NULL,
+        org_id           INTEGER NOT NULL,
+        user_id          INTEGER NOT NULL DEFAULT 0,
+        full_name        TEXT    NOT NULL,
+        active           INTEGER NOT NULL DEFAULT 1,
+        -- key that signs this repository's hook tokens
+        hash             TEXT    NOT NULL,
+        data             TEXT    NOT NULL,
+        created          INTEGER NOT NULL,
+        UNIQUE (forge_id, forge_remote_id)
+    );
+    CREATE INDEX repos_full_name ON repos (full_name);
+    CREATE INDEX repos_org ON repos (org_id);
+    CREATE TABLE perms (
+        user_id  INTEGER NOT NULL,
+        repo_id  INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+        pull     INTEGER NOT NULL DEFAULT 0,
+        push     INTEGER NOT NULL DEFAULT 0,
+        admin    INTEGER NOT NULL DEFAULT 0,
+        synced   INTEGER NOT NULL DEFAULT 0,
+        created  INTEGER NOT NULL,
+        updated  INTEGER NOT NULL,
+        PRIMARY KEY (user_id, repo_id)
+    );
+    CREATE TABLE secrets (
+        id       INTEGER PRIMARY KEY,
+        org_id   INTEGER NOT NULL DEFAULT 0,
+        repo_id  INTEGER NOT NULL DEFAULT 0,
+        name     TEXT    NOT NULL,
+        value    TEXT    NOT NULL,  -- sealed
+        images   TEXT    NOT NULL DEFAULT '[]',
+        events   TEXT    NOT NULL DEFAULT '[]',
+        note     TEXT    NOT NULL DEFAULT '',
+        UNIQUE (org_id, repo_id, name)
+    );
+    CREATE TABLE registries (
+        id        INTEGER PRIMARY KEY,
+        org_id    INTEGER NOT NULL DEFAULT 0,
+        repo_id   INTEGER NOT NULL DEFAULT 0,
+        address   TEXT    NOT NULL,
+        username  TEXT    NOT NULL,
+        password  TEXT    NOT NULL,  -- sealed
+        readonly  INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (org_id, repo_id, address)
+    );
+    CREATE TABLE agents (
+        id            INTEGER PRIMARY KEY,
+        created       INTEGER NOT NULL,
+        updated       INTEGER NOT NULL,
+        name          TEXT    NOT NULL,
+        owner_id      INTEGER NOT NULL DEFAULT -1,
+        org_id        INTEGER NOT NULL DEFAULT -1,
+        token_hash    TEXT    NOT NULL UNIQUE,  -- sha256 of the token, for look-ups
+        token         TEXT    NOT NULL,         -- sealed, shown to admins
+        last_contact  INTEGER NOT NULL DEFAULT 0,
+        last_work     INTEGER NOT NULL DEFAULT 0,
+        platform      TEXT    NOT NULL DEFAULT '',
+        backend       TEXT    NOT NULL DEFAULT '',
+        capacity      INTEGER NOT NULL DEFAULT 0,
+        version       TEXT    NOT NULL DEFAULT '',
+        no_schedule   INTEGER NOT NULL DEFAULT 0,
+        custom_labels TEXT    NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE crons (
+        id          INTEGER PRIMARY KEY,
+        name        TEXT    NOT NULL,
+        repo_id     INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+        creator_id  INTEGER NOT NULL DEFAULT 0,
+        next_exec   INTEGER NOT NULL DEFAULT 0,
+        schedule    TEXT    NOT NULL,
+        timezone    TEXT    NOT NULL DEFAULT 'UTC',
+        created     INTEGER NOT NULL,
+        branch      TEXT    NOT NULL DEFAULT '',
+        enabled     INTEGER NOT NULL DEFAULT 1,
+        variables   TEXT    NOT NULL DEFAULT '{}',
+        UNIQUE (repo_id, name)
+    );
+    CREATE INDEX crons_next ON crons (enabled, next_exec);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -13,8 +13,10 @@
 //! - **Migrations** are numbered SQL scripts applied by `PRAGMA user_version`.
 
 pub mod events;
+pub mod forges;
 pub mod migrations;
 pub mod orgs;
+pub mod repos;
 pub mod users;
 
 use std::path::{Path, PathBuf};

@@ -79,6 +79,68 @@ pub fn create_for_user(conn: &Connection, forge_id: i64, login: &str) -> StoreRe
     Ok(org)
 }
 
+/// The organisation `name` of a forge, created (recording `orgs.created`) if it is new.
+/// A user's personal organisation is found by the user's login.
+pub fn find_or_create(conn: &Connection, forge_id: i64, name: &str) -> StoreResult<Org> {
+    if let Some(org) = by_name(conn, forge_id, name)? {
+        return Ok(org);
+    }
+    // Users created without a forge (forge_id 0) own their namespace on every forge.
+    if let Some(org) = by_name(conn, 0, name)?
+        && org.is_user
+    {
+        return Ok(org);
+    }
+    conn.execute(
+        "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, 0)",
+        params![forge_id, name],
+    )?;
+    let org = by_id(conn, conn.last_insert_rowid())?;
+    events::append(
+        conn,
+        RECORD_TYPE,
+        Action::Created,
+        org.id,
+        &org,
+        owner(&org),
+    )?;
+    Ok(org)
+}
+
+/// By name on any forge (lowest id first), for look-ups by full name.
+pub fn by_any_name(conn: &Connection, name: &str) -> StoreResult<Org> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM orgs WHERE name = ?1 ORDER BY id LIMIT 1"),
+        [name],
+        from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Org>> {
+    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM orgs ORDER BY name, id LIMIT ?1 OFFSET ?2"
+    ))?;
+    let rows = stmt.query_map(params![per_page, offset], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Deletes an organisation that owns no repositories (409 otherwise), together with what
+/// belongs only to it. Records `orgs.deleted`.
+pub fn delete_with_contents(conn: &Connection, id: i64) -> StoreResult<()> {
+    let repos: i64 = conn.query_row("SELECT count(*) FROM repos WHERE org_id = ?1", [id], |r| {
+        r.get(0)
+    })?;
+    if repos > 0 {
+        return Err(StoreError::Conflict(format!(
+            "organization {id} still owns {repos} repositories; delete them first"
+        )));
+    }
+    delete(conn, id)
+}
+
 /// Deletes an organisation, recording `orgs.deleted`.
 pub fn delete(conn: &Connection, id: i64) -> StoreResult<()> {
     let org = by_id(conn, id)?;

@@ -1,13 +1,29 @@
-//! Who is calling: token → user, and Woodpecker's rules for refusing.
+//! Who is calling and what they may do: token → user, and Woodpecker's refusal rules.
 //!
-//! An absent, malformed or revoked token makes the caller anonymous; routes that need a user
-//! then answer 401, admin routes answer 403 to a signed-in non-admin.
+//! - An absent, malformed or revoked token makes the caller anonymous.
+//! - Routes that need a user answer 401 to anonymous callers; admin routes 403 to non-admins.
+//! - Repositories: a caller without pull permission gets 401 when anonymous and **404** when
+//!   signed in (not 403, so private repositories do not leak); a repo-admin route answers 403
+//!   to a caller who may pull but is not a repo admin.
+//! - Organisations: members and admins as computed by [`org_perm`]; instance admins are both.
+//!
+//! Permission rules (the `git` forge has no accounts of its own, so they are local):
+//! instance admins may do everything; a user is admin of every repository in their own
+//! namespace (their personal org); the user who activated a repository is its admin (a
+//! `perms` row); public repositories can be pulled by anyone, internal ones by any signed-in
+//! user. Org membership: own namespace → admin; push on any repository of the org → member;
+//! admin on any repository of the org → org admin.
+
+use rusqlite::Connection;
+use serde::Serialize;
 
 use crate::app::Ctx;
 use crate::auth::{self, token};
-use crate::http::{ApiError, Request};
-use crate::store::users::{self, Account};
-use crate::store::{StoreError, now_unix};
+use crate::http::{ApiError, Request, StatusCode};
+use crate::store::orgs::{self, Org};
+use crate::store::repos::{self, Perm, RepoRow};
+use crate::store::users::{self, Account, User};
+use crate::store::{StoreError, StoreResult, now_unix};
 
 /// The signed-in user, if the request carries a valid personal access token.
 pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiError> {
@@ -39,10 +55,173 @@ pub async fn must_user(ctx: &Ctx, req: &Request) -> Result<Account, ApiError> {
 pub async fn must_admin(ctx: &Ctx, req: &Request) -> Result<Account, ApiError> {
     let account = must_user(ctx, req).await?;
     if !account.user.admin {
-        return Err(ApiError::new(
-            crate::http::StatusCode::FORBIDDEN,
-            "Access denied: admin permission required",
-        ));
+        return Err(admin_required());
     }
     Ok(account)
+}
+
+fn admin_required() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "Access denied: admin permission required",
+    )
+}
+
+/// A user's permission on a repository, by the rules in the module docs.
+pub fn repo_perm(conn: &Connection, user: Option<&User>, row: &RepoRow) -> StoreResult<Perm> {
+    let repo = &row.repo;
+    let public = match repo.visibility.as_str() {
+        "public" => Perm::pull_only(),
+        "internal" if user.is_some() => Perm::pull_only(),
+        _ => Perm::default(),
+    };
+    let Some(user) = user else {
+        return Ok(public);
+    };
+    if user.admin || user.org_id == repo.org_id {
+        return Ok(Perm::all());
+    }
+    let stored = repos::perm(conn, user.id, repo.id)?.unwrap_or_default();
+    Ok(Perm {
+        pull: stored.pull || stored.push || stored.admin || public.pull,
+        ..stored
+    })
+}
+
+/// Woodpecker's `OrgPerm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct OrgPerm {
+    pub member: bool,
+    pub admin: bool,
+}
+
+/// A user's standing in an organisation.
+pub fn org_perm(conn: &Connection, user: Option<&User>, org: &Org) -> StoreResult<OrgPerm> {
+    let Some(user) = user else {
+        return Ok(OrgPerm::default());
+    };
+    if user.admin || user.org_id == org.id {
+        return Ok(OrgPerm {
+            member: true,
+            admin: true,
+        });
+    }
+    let best = repos::best_perm_in_org(conn, user.id, org.id)?;
+    Ok(OrgPerm {
+        member: best.push || best.admin,
+        admin: best.admin,
+    })
+}
+
+/// A repository the caller may at least pull, with the caller and their permission.
+pub struct RepoAccess {
+    pub user: Option<Account>,
+    pub row: RepoRow,
+    pub perm: Perm,
+}
+
+impl RepoAccess {
+    /// The caller must be a repo admin: 403 otherwise (they can already see the repo).
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.perm.admin {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Access denied: repository admin permission required",
+            ))
+        }
+    }
+
+    /// The caller must be signed in (some repo reads of public repos need no user).
+    pub fn user(&self) -> Result<&Account, ApiError> {
+        self.user.as_ref().ok_or_else(ApiError::unauthorized)
+    }
+}
+
+/// Loads the repository named by the `repo_id` path parameter and checks pull permission.
+pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
+    let id = req.param_i64("repo_id")?;
+    let user = current(ctx, req).await?;
+    repo_by(ctx, user, move |c| repos::by_id(c, id)).await
+}
+
+/// Like [`repo`] but also requires repo admin (secrets, registries, cron, settings).
+pub async fn repo_admin(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
+    let access = repo(ctx, req).await?;
+    access.user()?;
+    access.require_admin()?;
+    Ok(access)
+}
+
+/// Loads a repository with `find` and checks the caller may pull it.
+pub async fn repo_by<F>(ctx: &Ctx, user: Option<Account>, find: F) -> Result<RepoAccess, ApiError>
+where
+    F: FnOnce(&Connection) -> StoreResult<RepoRow> + Send + 'static,
+{
+    let u = user.as_ref().map(|a| a.user.clone());
+    let found = ctx
+        .store
+        .read(move |c| {
+            let row = find(c)?;
+            let perm = repo_perm(c, u.as_ref(), &row)?;
+            Ok((row, perm))
+        })
+        .await;
+    let (row, perm) = match found {
+        Ok(found) => found,
+        Err(StoreError::NotFound) => return Err(repo_not_found()),
+        Err(err) => return Err(err.into()),
+    };
+    if !perm.pull {
+        return Err(if user.is_some() {
+            repo_not_found()
+        } else {
+            ApiError::unauthorized()
+        });
+    }
+    Ok(RepoAccess { user, row, perm })
+}
+
+pub fn repo_not_found() -> ApiError {
+    ApiError::not_found("Repository not found")
+}
+
+/// An organisation and the caller's standing in it.
+pub struct OrgAccess {
+    pub user: Account,
+    pub org: Org,
+    pub perm: OrgPerm,
+}
+
+/// Loads the organisation named by the `org_id` path parameter; the caller must be a member
+/// (`need_admin`: an org admin). 400 bad id, 401 anonymous, 404 unknown, 403 not allowed.
+pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess, ApiError> {
+    let id = req.param_i64("org_id")?;
+    let user = must_user(ctx, req).await?;
+    let u = user.user.clone();
+    let found = ctx
+        .store
+        .read(move |c| {
+            let org = orgs::by_id(c, id)?;
+            let perm = org_perm(c, Some(&u), &org)?;
+            Ok((org, perm))
+        })
+        .await;
+    let (org, perm) = match found {
+        Ok(found) => found,
+        Err(StoreError::NotFound) => return Err(ApiError::not_found("Organization not found")),
+        Err(err) => return Err(err.into()),
+    };
+    if (need_admin && !perm.admin) || !perm.member {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            if need_admin {
+                "Access denied: organization admin permission required"
+            } else {
+                "Access denied: organization membership required"
+            },
+        ));
+    }
+    Ok(OrgAccess { user, org, perm })
 }

@@ -1,12 +1,18 @@
 //! The CI interface: Woodpecker CI 3.x's REST API (`/api` by default).
 //!
-//! One file per resource group, each with its handlers: [`users`] (the caller, tokens and user
-//! administration), [`system`] (health, version, metrics, log level, signing key). [`access`]
-//! turns a request's token into a principal and enforces the 401/403 rules. Errors are plain
-//! text with Woodpecker's status codes.
+//! One file per resource group, each with its handlers and a `routes` function: [`users`]
+//! (the caller, tokens and user administration), [`system`] (health, version, metrics, log
+//! level, signing key), [`forges`], [`repos`], [`orgs`], [`hook`] (pushes from forges).
+//! [`access`] turns a request's token into a principal and enforces the 401/403/404 rules;
+//! [`forge`] holds the forge drivers. Errors are plain text with Woodpecker's status codes.
 
 pub mod access;
+pub mod forge;
+pub mod forges;
+pub mod hook;
+pub mod orgs;
 pub mod pagination;
+pub mod repos;
 pub mod system;
 pub mod users;
 
@@ -37,6 +43,10 @@ impl super::Module for Ci {
             .get("/log-level", system::get_log_level)
             .post("/log-level", system::set_log_level)
             .get("/signature/public-key", system::public_key);
+        forges::routes(scope);
+        repos::routes(scope);
+        orgs::routes(scope);
+        hook::routes(scope);
     }
 
     fn root_routes(&self, scope: &mut Scope<'_, Ctx>) {

@@ -1,0 +1,278 @@
+//! The built-in `git` forge: bare or non-bare repositories below one local directory.
+//!
+//! A forge created as `{"type": "git", "url": "file:///abs/dir"}` serves every git repository
+//! below `/abs/dir`; a repository's remote id is its path relative to that directory without
+//! `.git` (`alice/hello` for `/abs/dir/alice/hello.git`). Everything goes through the real
+//! `git` binary. Activation installs a `post-receive` hook that posts the pushed ref updates
+//! to the server's hook endpoint, so `git push` starts pipelines with no network forge.
+
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+use super::{ForgeDriver, ForgeError, PullRequest, RemoteRepo};
+use crate::store::repos::Repo;
+
+/// First line after the shebang of every hook we install; we only ever overwrite or remove
+/// a hook that carries it.
+const HOOK_MARKER: &str = "# Installed by Woodlark";
+
+pub struct GitForge {
+    root: PathBuf,
+}
+
+impl GitForge {
+    /// `file:///abs/dir` → a driver for that directory (which must exist).
+    pub fn from_url(url: &str) -> Result<GitForge, ForgeError> {
+        let root = root_from_url(url)?;
+        Ok(GitForge { root })
+    }
+
+    /// The repository directory of `remote_id` (bare `X.git` preferred over `X/.git`).
+    fn locate(&self, remote_id: &str) -> Result<PathBuf, ForgeError> {
+        validate_remote_id(remote_id)?;
+        let bare = self.root.join(format!("{remote_id}.git"));
+        if bare.join("HEAD").is_file() {
+            return Ok(bare);
+        }
+        let plain = self.root.join(remote_id);
+        if plain.join(".git").join("HEAD").is_file() {
+            return Ok(plain);
+        }
+        if plain.join("HEAD").is_file() && plain.join("objects").is_dir() {
+            return Ok(plain);
+        }
+        Err(ForgeError::RepoNotFound(remote_id.to_string()))
+    }
+
+    /// The directory holding the repository's hooks.
+    fn hooks_dir(&self, remote_id: &str) -> Result<PathBuf, ForgeError> {
+        let dir = self.locate(remote_id)?;
+        let out = git(&dir, &["rev-parse", "--git-path", "hooks"])?;
+        let hooks = PathBuf::from(out.trim());
+        Ok(if hooks.is_absolute() {
+            hooks
+        } else {
+            dir.join(hooks)
+        })
+    }
+}
+
+/// Checks a forge URL for the `git` type: `file://` + an absolute path to a directory.
+pub fn root_from_url(url: &str) -> Result<PathBuf, ForgeError> {
+    let path = url.strip_prefix("file://").ok_or_else(|| {
+        ForgeError::Invalid(format!(
+            "url {url:?}: a git forge needs a file:///absolute/directory URL"
+        ))
+    })?;
+    let path = PathBuf::from(path);
+    if !path.is_absolute() {
+        return Err(ForgeError::Invalid(format!(
+            "url {url:?}: the path must be absolute"
+        )));
+    }
+    if !path.is_dir() {
+        return Err(ForgeError::Invalid(format!(
+            "url {url:?}: {} is not a directory",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// A remote id is a relative path of at least two plain components (`owner/name`).
+pub fn validate_remote_id(remote_id: &str) -> Result<(), ForgeError> {
+    let invalid = |why: &str| ForgeError::Invalid(format!("forge_remote_id {remote_id:?}: {why}"));
+    if remote_id.is_empty() {
+        return Err(invalid("must not be empty"));
+    }
+    let path = Path::new(remote_id);
+    let mut parts = 0;
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => {
+                let part = part.to_str().unwrap_or("");
+                if part.is_empty()
+                    || part.starts_with('.')
+                    || !part
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                {
+                    return Err(invalid(
+                        "each part may hold letters, digits, '.', '_' and '-' and not start with '.'",
+                    ));
+                }
+                parts += 1;
+            }
+            _ => return Err(invalid("must be a relative path like owner/name")),
+        }
+    }
+    if parts < 2 {
+        return Err(invalid(
+            "must name an owner and a repository, like owner/name",
+        ));
+    }
+    if remote_id.ends_with('/') || remote_id.contains("//") {
+        return Err(invalid("must not contain empty parts"));
+    }
+    Ok(())
+}
+
+/// Runs `git` in `dir`; stdout on success.
+fn git(dir: &Path, args: &[&str]) -> Result<String, ForgeError> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .map_err(|e| ForgeError::Failed(format!("cannot run git: {e}")))?;
+    if !out.status.success() {
+        return Err(ForgeError::Failed(format!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl ForgeDriver for GitForge {
+    fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
+        let dir = self.locate(remote_id)?;
+        let default_branch = git(&dir, &["symbolic-ref", "--short", "HEAD"])
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "main".to_string());
+        let (owner, name) = remote_id.rsplit_once('/').unwrap_or(("", remote_id));
+        let url = format!("file://{}", dir.display());
+        Ok(RemoteRepo {
+            forge_remote_id: remote_id.to_string(),
+            owner: owner.to_string(),
+            name: name.to_string(),
+            clone_url: url.clone(),
+            forge_url: url,
+            default_branch,
+            private: true,
+            avatar_url: String::new(),
+        })
+    }
+
+    fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
+        let dir = self.locate(&repo.forge_remote_id)?;
+        let out = git(
+            &dir,
+            &["for-each-ref", "--format=%(refname:short)", "refs/heads"],
+        )?;
+        Ok(out
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect())
+    }
+
+    fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
+        // Plain git has no pull requests; the repository must still exist.
+        self.locate(&repo.forge_remote_id)?;
+        Ok(Vec::new())
+    }
+
+    fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError> {
+        let hooks = self.hooks_dir(&repo.forge_remote_id)?;
+        std::fs::create_dir_all(&hooks)
+            .map_err(|e| ForgeError::Failed(format!("cannot create {}: {e}", hooks.display())))?;
+        let path = hooks.join("post-receive");
+        if let Ok(existing) = std::fs::read_to_string(&path)
+            && !existing.contains(HOOK_MARKER)
+        {
+            return Err(ForgeError::Conflict(format!(
+                "{} already has a post-receive hook that Woodlark did not install; remove it or chain it by hand",
+                repo.forge_remote_id
+            )));
+        }
+        let script = hook_script(hook_url);
+        let tmp = hooks.join(".post-receive.woodlark.tmp");
+        write_executable(&tmp, &script)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| ForgeError::Failed(format!("cannot install {}: {e}", path.display())))
+    }
+
+    fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
+        let Ok(hooks) = self.hooks_dir(&repo.forge_remote_id) else {
+            return Ok(());
+        };
+        let path = hooks.join("post-receive");
+        match std::fs::read_to_string(&path) {
+            Ok(existing) if existing.contains(HOOK_MARKER) => std::fs::remove_file(&path)
+                .map_err(|e| ForgeError::Failed(format!("cannot remove {}: {e}", path.display()))),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn write_executable(path: &Path, contents: &str) -> std::io::Result<()> {
+    std::fs::write(path, contents)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
+/// The post-receive hook: forwards git's `<old> <new> <ref>` lines to the server and shows
+/// the server's answer in the pusher's terminal (`remote: …`). It never fails the push.
+fn hook_script(hook_url: &str) -> String {
+    let quoted = hook_url.replace('\'', r"'\''");
+    format!(
+        r#"#!/bin/sh
+{HOOK_MARKER}; re-installed by "repair", removed on deactivation.
+url='{quoted}'
+if ! command -v curl >/dev/null 2>&1; then
+  echo "woodlark: curl is not installed; the server was not notified of this push" >&2
+  exit 0
+fi
+answer=$(curl -sS --max-time 30 -X POST -H 'Content-Type: text/plain' -H 'X-Woodlark-Event: push' --data-binary @- "$url" 2>&1) \
+  || echo "woodlark: could not notify the server: $answer" >&2
+[ -n "$answer" ] && printf 'woodlark: %s\n' "$answer" >&2
+exit 0
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_ids() {
+        assert!(validate_remote_id("alice/hello").is_ok());
+        assert!(validate_remote_id("group/sub/repo-1.x").is_ok());
+        for bad in [
+            "",
+            "hello",
+            "/abs/x",
+            "a/../b",
+            "a/.hidden",
+            "a//b",
+            "a/b/",
+            "a/b c",
+        ] {
+            assert!(validate_remote_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn urls() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(root_from_url(&format!("file://{}", dir.path().display())).is_ok());
+        assert!(root_from_url("https://example.com").is_err());
+        assert!(root_from_url("file://relative/dir").is_err());
+        assert!(root_from_url("file:///does/not/exist").is_err());
+    }
+
+    #[test]
+    fn hook_script_quotes_the_url() {
+        let s = hook_script("http://x/api/hook?access_token=a'b");
+        assert!(s.contains(r"url='http://x/api/hook?access_token=a'\''b'"));
+        assert!(s.contains(HOOK_MARKER));
+    }
+}

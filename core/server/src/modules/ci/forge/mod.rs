@@ -1,0 +1,110 @@
+//! Forge drivers: what the CI module asks of the place a repository lives.
+//!
+//! A driver answers a few narrow questions (look a repository up, list branches and pull
+//! requests, install or remove the hook that notifies us of pushes). The built-in `git`
+//! driver ([`git`]) serves local repositories with the real `git` binary; the other forge
+//! types are served by forge-adapter plugins, and until one is loaded for a type every
+//! operation on such a forge is a clear [`ForgeError::NoDriver`].
+//!
+//! Drivers block (they run processes or talk to forges); call them through
+//! [`run_blocking`] so the async runtime never waits on them.
+
+pub mod git;
+
+use crate::http::{ApiError, StatusCode};
+use crate::store::forges::Forge;
+use crate::store::repos::Repo;
+
+/// Forge types the API accepts (`git` is Woodlark's own; the rest are Woodpecker's).
+pub const FORGE_TYPES: &[&str] = &[
+    "git",
+    "github",
+    "gitlab",
+    "gitea",
+    "forgejo",
+    "bitbucket",
+    "bitbucket-dc",
+    "addon",
+];
+
+/// A repository as the forge describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteRepo {
+    pub forge_remote_id: String,
+    /// Namespace (user or organisation) the repository belongs to.
+    pub owner: String,
+    pub name: String,
+    pub clone_url: String,
+    pub forge_url: String,
+    pub default_branch: String,
+    pub private: bool,
+    pub avatar_url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PullRequest {
+    pub index: String,
+    pub title: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("repository {0:?} not found on the forge")]
+    RepoNotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("forge type {0:?} is served by a forge-adapter plugin and none is loaded for it")]
+    NoDriver(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("forge operation failed: {0}")]
+    Failed(String),
+}
+
+impl From<ForgeError> for ApiError {
+    fn from(err: ForgeError) -> ApiError {
+        match err {
+            ForgeError::RepoNotFound(_) => ApiError::not_found(err.to_string()),
+            ForgeError::Invalid(_) => ApiError::unprocessable(err.to_string()),
+            ForgeError::Conflict(_) => ApiError::conflict(err.to_string()),
+            ForgeError::NoDriver(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
+            }
+            ForgeError::Failed(_) => {
+                tracing::warn!(error = %err, "forge operation failed");
+                ApiError::new(StatusCode::BAD_GATEWAY, err.to_string())
+            }
+        }
+    }
+}
+
+/// What the CI module needs from a forge. Implementations block.
+pub trait ForgeDriver: Send + Sync {
+    fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError>;
+    fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError>;
+    fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError>;
+    /// Installs (or re-installs) the hook that posts to `hook_url` on every push.
+    fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError>;
+    /// Removes the hook; a missing hook is not an error.
+    fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError>;
+}
+
+/// The driver for `forge`, or why there is none.
+pub fn driver_for(forge: &Forge) -> Result<Box<dyn ForgeDriver>, ForgeError> {
+    match forge.kind.as_str() {
+        "git" => Ok(Box::new(git::GitForge::from_url(&forge.url)?)),
+        other => Err(ForgeError::NoDriver(other.to_string())),
+    }
+}
+
+/// Runs a blocking driver call on the blocking pool.
+pub async fn run_blocking<T, F>(f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, ForgeError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("forge task failed: {e}")))?
+        .map_err(ApiError::from)
+}

@@ -1,0 +1,209 @@
+//! `/forges`: where repositories come from. Admins write; anyone may list, non-admins see
+//! only `id`, `type` and `url`.
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::access::{current, must_admin};
+use super::forge::{FORGE_TYPES, git};
+use super::pagination::Page;
+use crate::app::Ctx;
+use crate::auth::random_secret;
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::store::StoreError;
+use crate::store::forges::{self, Forge};
+
+/// Sealing purposes (bound into the ciphertext).
+pub const SEAL_CLIENT_SECRET: &str = "forge-client-secret";
+pub const SEAL_WEBHOOK_SECRET: &str = "forge-webhook-secret";
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/forges", list)
+        .post("/forges", create)
+        .get("/forges/{forge_id}", get)
+        .patch("/forges/{forge_id}", update)
+        .delete("/forges/{forge_id}", delete);
+}
+
+async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let admin = current(&ctx, &req).await?.is_some_and(|a| a.user.admin);
+    let page = Page::from_request(&req);
+    let list = ctx
+        .store
+        .read(move |c| forges::list(c, page.page, page.per_page))
+        .await?;
+    if admin {
+        Ok(Response::json(&list))
+    } else {
+        let public: Vec<_> = list.iter().map(Forge::public).collect();
+        Ok(Response::json(&public))
+    }
+}
+
+async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let id = req.param_i64("forge_id")?;
+    let admin = current(&ctx, &req).await?.is_some_and(|a| a.user.admin);
+    let row = ctx
+        .store
+        .read(move |c| forges::by_id(c, id))
+        .await
+        .map_err(forge_not_found)?;
+    if !admin {
+        return Ok(Response::json(&row.forge.public()));
+    }
+    let secret = ctx
+        .seal
+        .open(SEAL_WEBHOOK_SECRET, &row.sealed_webhook_secret)
+        .map_err(ApiError::internal)?;
+    Ok(Response::json(&with_webhook_secret(&row.forge, &secret)))
+}
+
+/// Admins see the webhook secret (they configure it on the forge) next to the forge.
+fn with_webhook_secret(forge: &Forge, secret: &[u8]) -> Value {
+    let mut value = json!(forge);
+    value["webhook_secret"] = Value::String(String::from_utf8_lossy(secret).into_owned());
+    value
+}
+
+/// Body of `POST /forges` and `PATCH /forges/{id}`.
+#[derive(Debug, Deserialize)]
+struct ForgeIn {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    url: Option<String>,
+    client: Option<String>,
+    oauth_client_secret: Option<String>,
+    skip_verify: Option<bool>,
+    oauth_host: Option<String>,
+    orgs: Option<Vec<String>>,
+    additional_options: Option<Map<String, Value>>,
+}
+
+impl ForgeIn {
+    /// Applies the given fields over `forge`.
+    fn apply(self, forge: &mut Forge) {
+        if let Some(v) = self.kind {
+            forge.kind = v;
+        }
+        if let Some(v) = self.url {
+            forge.url = v.trim_end_matches('/').to_string();
+        }
+        if let Some(v) = self.client {
+            forge.client = v;
+        }
+        if let Some(v) = self.skip_verify {
+            forge.skip_verify = v;
+        }
+        if let Some(v) = self.oauth_host {
+            forge.oauth_host = v;
+        }
+        if let Some(v) = self.orgs {
+            forge.orgs = v;
+        }
+        if let Some(v) = self.additional_options {
+            forge.additional_options = v;
+        }
+    }
+}
+
+/// 422 unless the forge's type is known and its URL fits the type.
+fn validate(forge: &Forge) -> Result<(), ApiError> {
+    if !FORGE_TYPES.contains(&forge.kind.as_str()) {
+        return Err(ApiError::unprocessable(format!(
+            "unknown forge type {:?}: expected one of {}",
+            forge.kind,
+            FORGE_TYPES.join(", ")
+        )));
+    }
+    if forge.url.is_empty() {
+        return Err(ApiError::unprocessable("url is required"));
+    }
+    if forge.kind == "git" {
+        git::root_from_url(&forge.url)?;
+    } else if !(forge.url.starts_with("https://") || forge.url.starts_with("http://")) {
+        return Err(ApiError::unprocessable(format!(
+            "url {:?} must start with http:// or https://",
+            forge.url
+        )));
+    }
+    Ok(())
+}
+
+async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let body: ForgeIn = req.json()?;
+    let client_secret = body.oauth_client_secret.clone().unwrap_or_default();
+    let mut forge = Forge {
+        id: 0,
+        kind: String::new(),
+        url: String::new(),
+        client: String::new(),
+        skip_verify: false,
+        oauth_host: String::new(),
+        orgs: Vec::new(),
+        additional_options: Map::new(),
+    };
+    body.apply(&mut forge);
+    validate(&forge)?;
+    let webhook_secret = random_secret();
+    let sealed_client = if client_secret.is_empty() {
+        String::new()
+    } else {
+        ctx.seal.seal(SEAL_CLIENT_SECRET, client_secret.as_bytes())
+    };
+    let sealed_webhook = ctx
+        .seal
+        .seal(SEAL_WEBHOOK_SECRET, webhook_secret.as_bytes());
+    let created = ctx
+        .store
+        .write(move |c| forges::create(c, &forge, &sealed_client, &sealed_webhook))
+        .await?;
+    tracing::info!(forge = created.id, kind = created.kind, "forge created");
+    Ok(Response::json(&with_webhook_secret(
+        &created,
+        webhook_secret.as_bytes(),
+    )))
+}
+
+async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let id = req.param_i64("forge_id")?;
+    let body: ForgeIn = req.json()?;
+    let mut forge = ctx
+        .store
+        .read(move |c| forges::by_id(c, id))
+        .await
+        .map_err(forge_not_found)?
+        .forge;
+    let sealed_client = body
+        .oauth_client_secret
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(|s| ctx.seal.seal(SEAL_CLIENT_SECRET, s.as_bytes()));
+    body.apply(&mut forge);
+    validate(&forge)?;
+    let updated = ctx
+        .store
+        .write(move |c| forges::update(c, &forge, sealed_client.as_deref()))
+        .await
+        .map_err(forge_not_found)?;
+    Ok(Response::json(&updated))
+}
+
+async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let id = req.param_i64("forge_id")?;
+    ctx.store
+        .write(move |c| forges::delete(c, id))
+        .await
+        .map_err(forge_not_found)?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+fn forge_not_found(err: StoreError) -> ApiError {
+    match err {
+        StoreError::NotFound => ApiError::not_found("Forge not found"),
+        other => other.into(),
+    }
+}

@@ -1,0 +1,159 @@
+//! `POST /hook`: forges report pushes here.
+//!
+//! The URL a repository registers with its forge carries a hook token (`?access_token=`) that
+//! names the repository and is signed with that repository's own key, so the repository — and
+//! with it the forge driver that must parse the body — is known before the body is read; the
+//! body is never sniffed. For the built-in `git` forge the body is what git gives a
+//! `post-receive` hook: one `<old-sha> <new-sha> <ref>` line per updated ref.
+
+use super::forge::ForgeError;
+use crate::app::Ctx;
+use crate::auth::{self, token};
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::store::repos::{self, RepoRow};
+use crate::store::{forges, now_unix};
+
+/// Webhook bodies can be large (GitHub sends up to 25 MB).
+pub const HOOK_BODY_LIMIT: usize = 25 * 1024 * 1024;
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope.route_with_limit(crate::http::Method::POST, "/hook", HOOK_BODY_LIMIT, receive);
+}
+
+/// One ref update from a `post-receive` hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefUpdate {
+    pub old: String,
+    pub new: String,
+    pub git_ref: String,
+}
+
+impl RefUpdate {
+    /// A deleted ref (new sha all zeros) starts nothing.
+    pub fn is_delete(&self) -> bool {
+        self.new.bytes().all(|b| b == b'0')
+    }
+}
+
+/// Parses git's `<old> <new> <ref>` lines; anything else is an error naming the line.
+pub fn parse_ref_updates(body: &[u8]) -> Result<Vec<RefUpdate>, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "body is not UTF-8".to_string())?;
+    let is_sha =
+        |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let mut out = Vec::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            [old, new, r] if is_sha(old) && is_sha(new) && r.starts_with("refs/") => {
+                out.push(RefUpdate {
+                    old: old.to_string(),
+                    new: new.to_string(),
+                    git_ref: r.to_string(),
+                })
+            }
+            _ => {
+                return Err(format!(
+                    "line {}: expected '<old-sha> <new-sha> <ref>'",
+                    n + 1
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no ref updates in the body".into());
+    }
+    Ok(out)
+}
+
+/// The hook token of a request: Bearer, then `X-Gitlab-Token`, then `?access_token=`.
+fn hook_token(req: &Request) -> Option<String> {
+    if let Some(t) = req
+        .header("authorization")
+        .and_then(|v| v.trim().strip_prefix("Bearer "))
+    {
+        return Some(t.trim().to_string());
+    }
+    if let Some(t) = req.header("x-gitlab-token") {
+        return Some(t.trim().to_string());
+    }
+    auth::bearer(req)
+}
+
+/// Finds and verifies the repository a hook token names.
+async fn repo_of(ctx: &Ctx, req: &Request) -> Result<RepoRow, ApiError> {
+    let bad_token = || ApiError::bad_request("failure to parse token from hook");
+    let raw = hook_token(req).ok_or_else(bad_token)?;
+    let (forge_id, remote_id) = token::hook_token_subject(&raw).ok_or_else(bad_token)?;
+    let row = ctx
+        .store
+        .read(move |c| repos::by_remote_id(c, forge_id, &remote_id))
+        .await?
+        .ok_or_else(bad_token)?;
+    token::verify(&raw, row.hash.as_bytes(), now_unix()).ok_or_else(bad_token)?;
+    Ok(row)
+}
+
+async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = repo_of(&ctx, &req).await?;
+    if !row.repo.active {
+        return Ok(Response::empty(StatusCode::NO_CONTENT));
+    }
+    let forge_id = row.repo.forge_id;
+    let forge = ctx
+        .store
+        .read(move |c| forges::by_id(c, forge_id))
+        .await?
+        .forge;
+    if forge.kind != "git" {
+        return Err(ForgeError::NoDriver(forge.kind).into());
+    }
+    let updates = parse_ref_updates(&req.body)
+        .map_err(|why| ApiError::bad_request(format!("failure to parse hook: {why}")))?;
+    let pushed: Vec<&RefUpdate> = updates.iter().filter(|u| !u.is_delete()).collect();
+    tracing::info!(
+        repo = row.repo.full_name,
+        refs = updates.len(),
+        "push received from git hook"
+    );
+    if pushed.is_empty() {
+        return Ok(Response::text(
+            StatusCode::OK,
+            "ignoring hook: only deleted refs\n",
+        ));
+    }
+    let summary: Vec<String> = pushed
+        .iter()
+        .map(|u| format!("{} at {}", u.git_ref, &u.new[..12]))
+        .collect();
+    Ok(Response::text(
+        StatusCode::OK,
+        format!(
+            "push to {} accepted: {}\n",
+            row.repo.full_name,
+            summary.join(", ")
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_post_receive_lines() {
+        let a = "a".repeat(40);
+        let z = "0".repeat(40);
+        let body = format!("{z} {a} refs/heads/main\n{a} {z} refs/tags/v1\n");
+        let updates = parse_ref_updates(body.as_bytes()).unwrap();
+        assert_eq!(updates.len(), 2);
+        assert!(!updates[0].is_delete());
+        assert!(updates[1].is_delete());
+        assert!(parse_ref_updates(b"").is_err());
+        assert!(parse_ref_updates(b"x y z").is_err());
+        assert!(parse_ref_updates(format!("{a} {a} main").as_bytes()).is_err());
+    }
+}

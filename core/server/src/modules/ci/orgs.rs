@@ -1,0 +1,88 @@
+//! `/orgs`: organisations (namespaces that own repositories) and the caller's standing in them.
+
+use super::access::{self, current, must_admin, must_user, org_perm};
+use super::pagination::Page;
+use crate::app::Ctx;
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::store::StoreError;
+use crate::store::orgs;
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/orgs", list)
+        .get("/orgs/lookup/{*org_full_name}", lookup)
+        // The API documents the singular spelling; clients use both.
+        .get("/org/lookup/{*org_full_name}", lookup)
+        .get("/orgs/{org_id}", get)
+        .delete("/orgs/{org_id}", delete)
+        .get("/orgs/{org_id}/permissions", permissions);
+}
+
+/// `GET /orgs` (admin).
+async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let page = Page::from_request(&req);
+    let list = ctx
+        .store
+        .read(move |c| orgs::list(c, page.page, page.per_page))
+        .await?;
+    Ok(Response::json(&list))
+}
+
+/// `GET /orgs/{id}` (members).
+async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::org(&ctx, &req, false).await?;
+    Ok(Response::json(&access.org))
+}
+
+/// `DELETE /orgs/{id}` (instance admin): only an organisation without repositories.
+async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let id = req.param_i64("org_id")?;
+    ctx.store
+        .write(move |c| orgs::delete_with_contents(c, id))
+        .await
+        .map_err(org_not_found)?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// `GET /orgs/{id}/permissions`: `{member, admin}` of the caller (both false if anonymous).
+async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let id = req.param_i64("org_id")?;
+    let user = current(&ctx, &req).await?.map(|a| a.user);
+    let perm = ctx
+        .store
+        .read(move |c| {
+            let org = orgs::by_id(c, id)?;
+            org_perm(c, user.as_ref(), &org)
+        })
+        .await
+        .map_err(org_not_found)?;
+    Ok(Response::json(&perm))
+}
+
+/// `GET /orgs/lookup/{name}`: the organisation of that name, for its members (404 otherwise).
+async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let user = must_user(&ctx, &req).await?.user;
+    let name = req.param("org_full_name").trim_matches('/').to_string();
+    let found = ctx
+        .store
+        .read(move |c| {
+            let org = orgs::by_any_name(c, &name)?;
+            let perm = org_perm(c, Some(&user), &org)?;
+            Ok((org, perm))
+        })
+        .await
+        .map_err(org_not_found)?;
+    match found {
+        (org, perm) if perm.member => Ok(Response::json(&org)),
+        _ => Err(ApiError::not_found("Organization not found")),
+    }
+}
+
+fn org_not_found(err: StoreError) -> ApiError {
+    match err {
+        StoreError::NotFound => ApiError::not_found("Organization not found"),
+        other => other.into(),
+    }
+}

@@ -1,0 +1,625 @@
+//! `/repos`: activation from a forge, settings, ownership, hooks, branches and permissions.
+
+use serde::Deserialize;
+
+use super::access::{self, RepoAccess, must_admin, must_user, org_perm, repo_by};
+use super::forge::{self, ForgeDriver, RemoteRepo, run_blocking};
+use super::pagination::Page;
+use crate::app::Ctx;
+use crate::auth::{random_secret, token};
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::store::forges::{self, ForgeRow};
+use crate::store::orgs;
+use crate::store::repos::{
+    self, APPROVAL_MODES, DEFAULT_TIMEOUT, Perm, Repo, RepoRow, Trusted, VISIBILITIES,
+};
+use crate::store::users::Account;
+use crate::store::{StoreError, StoreResult};
+
+/// Longest pipeline timeout (minutes) a repo admin may set; above it needs an instance admin.
+pub const MAX_TIMEOUT: i64 = 120;
+
+/// Events a repository may list in `cancel_previous_pipeline_events`.
+pub const WEBHOOK_EVENTS: &[&str] = &[
+    "push",
+    "pull_request",
+    "pull_request_closed",
+    "pull_request_metadata",
+    "tag",
+    "release",
+    "deployment",
+    "cron",
+    "manual",
+];
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/repos", list)
+        .post("/repos", activate)
+        .post("/repos/repair", repair_all)
+        .get("/repos/lookup/{*full_name}", lookup)
+        .get("/repos/{repo_id}", get)
+        .patch("/repos/{repo_id}", update)
+        .delete("/repos/{repo_id}", delete)
+        .get("/repos/{repo_id}/permissions", permissions)
+        .get("/repos/{repo_id}/branches", branches)
+        .get("/repos/{repo_id}/pull_requests", pull_requests)
+        .post("/repos/{repo_id}/chown", chown)
+        .post("/repos/{repo_id}/repair", repair)
+        .post("/repos/{repo_id}/move", move_repo);
+}
+
+/// `GET /repos` (admin): every repository, `?active=true|false` filters.
+async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let active = match req.query("active").as_deref() {
+        None | Some("") => None,
+        Some("true") | Some("1") => Some(true),
+        Some("false") | Some("0") => Some(false),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "invalid active {other:?}: expected true or false"
+            )));
+        }
+    };
+    let page = Page::from_request(&req);
+    let list = ctx
+        .store
+        .read(move |c| repos::list(c, active, page.page, page.per_page))
+        .await?;
+    Ok(Response::json(&list))
+}
+
+/// The forge a request means: `?forge_id=`, else the user's own forge, else the only one.
+async fn pick_forge(ctx: &Ctx, req: &Request, user: &Account) -> Result<ForgeRow, ApiError> {
+    let explicit = match req.query("forge_id").filter(|v| !v.is_empty()) {
+        Some(v) => Some(
+            v.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid forge_id {v:?}")))?,
+        ),
+        None => None,
+    };
+    let own = user.user.forge_id;
+    let found = ctx
+        .store
+        .read(move |c| {
+            if let Some(id) = explicit {
+                return forges::by_id(c, id).map(Some);
+            }
+            if own > 0
+                && let Ok(row) = forges::by_id(c, own)
+            {
+                return Ok(Some(row));
+            }
+            let all = forges::list(c, 1, 2)?;
+            match all.as_slice() {
+                [only] => forges::by_id(c, only.id).map(Some),
+                _ => Ok(None),
+            }
+        })
+        .await;
+    match found {
+        Ok(Some(row)) => Ok(row),
+        Ok(None) => Err(ApiError::bad_request(
+            "no forge given: pass forge_id (the server has no forge, or several)",
+        )),
+        Err(StoreError::NotFound) => Err(ApiError::not_found("Forge not found")),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// A new repository record from what the forge says, with upstream's default settings.
+fn new_repo(remote: &RemoteRepo, forge_id: i64, org_id: i64) -> Repo {
+    Repo {
+        id: 0,
+        forge_id,
+        forge_remote_id: remote.forge_remote_id.clone(),
+        org_id,
+        owner: remote.owner.clone(),
+        name: remote.name.clone(),
+        full_name: format!("{}/{}", remote.owner, remote.name),
+        avatar_url: remote.avatar_url.clone(),
+        forge_url: remote.forge_url.clone(),
+        clone_url: remote.clone_url.clone(),
+        clone_url_ssh: String::new(),
+        default_branch: remote.default_branch.clone(),
+        pr_enabled: true,
+        timeout: DEFAULT_TIMEOUT,
+        visibility: if remote.private { "private" } else { "public" }.into(),
+        private: remote.private,
+        trusted: Trusted::default(),
+        require_approval: "forks".into(),
+        approval_allowed_users: Vec::new(),
+        active: true,
+        allow_pr: true,
+        allow_deploy: false,
+        config_file: String::new(),
+        cancel_previous_pipeline_events: Vec::new(),
+        netrc_trusted: Vec::new(),
+        config_extension_endpoint: String::new(),
+        config_extension_exclusive: false,
+        config_extension_netrc: false,
+        registry_extension_endpoint: String::new(),
+        registry_extension_netrc: false,
+        secret_extension_endpoint: String::new(),
+        secret_extension_netrc: false,
+        has_forge_name_conflict: false,
+        has_no_forge_repo: false,
+    }
+}
+
+/// Copies what the forge knows (names, URLs, default branch) onto a stored repository.
+fn refresh_from_forge(repo: &mut Repo, remote: &RemoteRepo) {
+    repo.forge_remote_id = remote.forge_remote_id.clone();
+    repo.owner = remote.owner.clone();
+    repo.name = remote.name.clone();
+    repo.full_name = format!("{}/{}", remote.owner, remote.name);
+    repo.forge_url = remote.forge_url.clone();
+    repo.clone_url = remote.clone_url.clone();
+    repo.default_branch = remote.default_branch.clone();
+    repo.avatar_url = remote.avatar_url.clone();
+}
+
+/// The URL a forge posts pushes to for this repository.
+pub fn hook_url(ctx: &Ctx, forge_id: i64, remote_id: &str, hash: &str) -> String {
+    format!(
+        "{}{}/hook?access_token={}",
+        ctx.public_url(),
+        ctx.config.ci.mount,
+        token::hook_token(forge_id, remote_id, hash)
+    )
+}
+
+/// `POST /repos?forge_remote_id=&forge_id=`: activates a repository; the caller becomes its
+/// owner. 409 if it is active already.
+async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let account = must_user(&ctx, &req).await?;
+    let remote_id = req
+        .query("forge_remote_id")
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::bad_request("forge_remote_id is required"))?;
+    let forge_row = pick_forge(&ctx, &req, &account).await?;
+    let forge_id = forge_row.forge.id;
+    let driver: std::sync::Arc<dyn ForgeDriver> = forge::driver_for(&forge_row.forge)?.into();
+
+    let d = driver.clone();
+    let rid = remote_id.clone();
+    let remote = run_blocking(move || d.repo(&rid)).await?;
+
+    // Who may activate: instance admins, the owner of the namespace, and admins of its org.
+    let user = account.user.clone();
+    let owner = remote.owner.clone();
+    let rid = remote_id.clone();
+    let (existing, allowed) = ctx
+        .store
+        .read(move |c| {
+            let existing = repos::by_remote_id(c, forge_id, &rid)?;
+            let allowed = user.admin
+                || owner == user.login
+                || match orgs::by_name(c, forge_id, &owner)? {
+                    Some(org) => org_perm(c, Some(&user), &org)?.admin,
+                    None => false,
+                };
+            Ok((existing, allowed))
+        })
+        .await?;
+    if !allowed {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Access denied: only admins of {:?} may activate its repositories",
+                remote.owner
+            ),
+        ));
+    }
+    if existing.as_ref().is_some_and(|row| row.repo.active) {
+        return Err(ApiError::conflict("Repository is already active."));
+    }
+
+    let hash = existing
+        .as_ref()
+        .map(|row| row.hash.clone())
+        .unwrap_or_else(random_secret);
+    let url = hook_url(&ctx, forge_id, &remote_id, &hash);
+    let mut repo = new_repo(&remote, forge_id, 0);
+    let d = driver.clone();
+    let hook_repo = repo.clone();
+    let cleanup = repo.clone();
+    run_blocking(move || d.activate(&hook_repo, &url)).await?;
+
+    let user_id = account.user.id;
+    let written = ctx
+        .store
+        .write(move |c| {
+            let org = orgs::find_or_create(c, forge_id, &remote.owner)?;
+            let row = match existing {
+                Some(mut row) => {
+                    refresh_from_forge(&mut row.repo, &remote);
+                    row.repo.org_id = org.id;
+                    row.repo.active = true;
+                    repos::update(c, &row.repo, Some(user_id))?
+                }
+                None => {
+                    repo.org_id = org.id;
+                    repos::create(c, &repo, user_id, &hash)?
+                }
+            };
+            repos::set_perm(c, user_id, row.repo.id, Perm::all())?;
+            Ok(row)
+        })
+        .await;
+    match written {
+        Ok(row) => {
+            tracing::info!(
+                repo = row.repo.full_name,
+                user = account.user.login,
+                "repository activated"
+            );
+            Ok(Response::json(&row.repo))
+        }
+        Err(err) => {
+            // Leave no hook behind for a repository we did not record.
+            let _ = run_blocking(move || driver.deactivate(&cleanup)).await;
+            Err(err.into())
+        }
+    }
+}
+
+async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    Ok(Response::json(&access.row.repo))
+}
+
+/// `GET /repos/lookup/{owner/name}`.
+async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let full_name = req.param("full_name").trim_matches('/').to_string();
+    let user = access::current(&ctx, &req).await?;
+    let access = repo_by(&ctx, user, move |c| repos::by_full_name(c, &full_name)).await?;
+    Ok(Response::json(&access.row.repo))
+}
+
+/// `GET /repos/{id}/permissions`: the caller's permission.
+async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    Ok(Response::json(&access.perm))
+}
+
+/// Body of `PATCH /repos/{id}` (Woodpecker's `RepoPatch`): every field optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RepoPatch {
+    config_file: Option<String>,
+    timeout: Option<i64>,
+    visibility: Option<String>,
+    require_approval: Option<String>,
+    approval_allowed_users: Option<Vec<String>>,
+    allow_pr: Option<bool>,
+    allow_deploy: Option<bool>,
+    cancel_previous_pipeline_events: Option<Vec<String>>,
+    netrc_trusted: Option<Vec<String>>,
+    trusted: Option<TrustedPatch>,
+    config_extension_endpoint: Option<String>,
+    config_extension_exclusive: Option<bool>,
+    config_extension_netrc: Option<bool>,
+    registry_extension_endpoint: Option<String>,
+    registry_extension_netrc: Option<bool>,
+    secret_extension_endpoint: Option<String>,
+    secret_extension_netrc: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrustedPatch {
+    network: Option<bool>,
+    volumes: Option<bool>,
+    security: Option<bool>,
+}
+
+/// `PATCH /repos/{id}` (repo admin; `trusted` and long timeouts need an instance admin).
+async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo_admin(&ctx, &req).await?;
+    let instance_admin = access.user()?.user.admin;
+    let patch: RepoPatch = req.json()?;
+    let mut repo = access.row.repo.clone();
+
+    if let Some(v) = patch.visibility {
+        if !VISIBILITIES.contains(&v.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "invalid visibility {v:?}: expected one of {}",
+                VISIBILITIES.join(", ")
+            )));
+        }
+        repo.private = v != "public";
+        repo.visibility = v;
+    }
+    if let Some(v) = patch.require_approval {
+        if !APPROVAL_MODES.contains(&v.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "invalid require_approval {v:?}: expected one of {}",
+                APPROVAL_MODES.join(", ")
+            )));
+        }
+        repo.require_approval = v;
+    }
+    if let Some(t) = patch.timeout {
+        if t < 1 {
+            return Err(ApiError::bad_request("timeout must be at least 1 minute"));
+        }
+        if t > MAX_TIMEOUT && !instance_admin {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("a timeout above {MAX_TIMEOUT} minutes needs an instance admin"),
+            ));
+        }
+        repo.timeout = t;
+    }
+    if let Some(trusted) = patch.trusted {
+        if !instance_admin {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "changing trusted settings needs an instance admin",
+            ));
+        }
+        repo.trusted = Trusted {
+            network: trusted.network.unwrap_or(repo.trusted.network),
+            volumes: trusted.volumes.unwrap_or(repo.trusted.volumes),
+            security: trusted.security.unwrap_or(repo.trusted.security),
+        };
+    }
+    if let Some(events) = patch.cancel_previous_pipeline_events {
+        if let Some(bad) = events
+            .iter()
+            .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
+        {
+            return Err(ApiError::bad_request(format!(
+                "invalid event {bad:?} in cancel_previous_pipeline_events"
+            )));
+        }
+        repo.cancel_previous_pipeline_events = events;
+    }
+    if let Some(v) = patch.config_file {
+        if v.starts_with('/') || v.split('/').any(|p| p == "..") {
+            return Err(ApiError::bad_request(
+                "config_file must be a relative path inside the repository",
+            ));
+        }
+        repo.config_file = v;
+    }
+    set(
+        &mut repo.approval_allowed_users,
+        patch.approval_allowed_users,
+    );
+    set(&mut repo.allow_pr, patch.allow_pr);
+    set(&mut repo.allow_deploy, patch.allow_deploy);
+    set(&mut repo.netrc_trusted, patch.netrc_trusted);
+    set(
+        &mut repo.config_extension_endpoint,
+        patch.config_extension_endpoint,
+    );
+    set(
+        &mut repo.config_extension_exclusive,
+        patch.config_extension_exclusive,
+    );
+    set(
+        &mut repo.config_extension_netrc,
+        patch.config_extension_netrc,
+    );
+    set(
+        &mut repo.registry_extension_endpoint,
+        patch.registry_extension_endpoint,
+    );
+    set(
+        &mut repo.registry_extension_netrc,
+        patch.registry_extension_netrc,
+    );
+    set(
+        &mut repo.secret_extension_endpoint,
+        patch.secret_extension_endpoint,
+    );
+    set(
+        &mut repo.secret_extension_netrc,
+        patch.secret_extension_netrc,
+    );
+
+    let row = ctx
+        .store
+        .write(move |c| repos::update(c, &repo, None))
+        .await?;
+    Ok(Response::json(&row.repo))
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+/// The forge driver of a stored repository.
+async fn driver_of(ctx: &Ctx, repo: &Repo) -> Result<std::sync::Arc<dyn ForgeDriver>, ApiError> {
+    let forge_id = repo.forge_id;
+    let row = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    Ok(forge::driver_for(&row.forge)?.into())
+}
+
+/// `DELETE /repos/{id}` (repo admin): deactivates (removes the hook) and returns the repo;
+/// with `?remove=true` also deletes it and everything that belongs to it.
+async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo_admin(&ctx, &req).await?;
+    let remove = match req.query("remove").as_deref() {
+        None | Some("") | Some("false") | Some("0") => false,
+        Some("true") | Some("1") => true,
+        Some(other) => return Err(ApiError::bad_request(format!("invalid remove {other:?}"))),
+    };
+    let mut repo = access.row.repo.clone();
+    if let Ok(driver) = driver_of(&ctx, &repo).await {
+        let r = repo.clone();
+        if let Err(err) = run_blocking(move || driver.deactivate(&r)).await {
+            tracing::warn!(repo = repo.full_name, error = %err.message, "could not remove the hook");
+        }
+    }
+    repo.active = false;
+    let r = repo.clone();
+    ctx.store
+        .write(move |c| {
+            if remove {
+                repos::delete(c, r.id).map(|_| ())
+            } else {
+                repos::update(c, &r, None).map(|_| ())
+            }
+        })
+        .await?;
+    tracing::info!(repo = repo.full_name, remove, "repository deactivated");
+    Ok(Response::json(&repo))
+}
+
+/// `GET /repos/{id}/branches`: branch names from the forge, paginated.
+async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let page = Page::from_request(&req);
+    let driver = driver_of(&ctx, &access.row.repo).await?;
+    let repo = access.row.repo.clone();
+    let all = run_blocking(move || driver.branches(&repo)).await?;
+    Ok(Response::json(&paginate(all, page)))
+}
+
+/// `GET /repos/{id}/pull_requests`: open pull requests from the forge, paginated.
+async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let page = Page::from_request(&req);
+    let driver = driver_of(&ctx, &access.row.repo).await?;
+    let repo = access.row.repo.clone();
+    let all = run_blocking(move || driver.pull_requests(&repo)).await?;
+    Ok(Response::json(&paginate(all, page)))
+}
+
+fn paginate<T>(all: Vec<T>, page: Page) -> Vec<T> {
+    let skip = (page.page as usize - 1).saturating_mul(page.per_page as usize);
+    all.into_iter()
+        .skip(skip)
+        .take(page.per_page as usize)
+        .collect()
+}
+
+/// `POST /repos/{id}/chown` (repo admin): the caller becomes the repository's owner user.
+async fn chown(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo_admin(&ctx, &req).await?;
+    let user_id = access.user()?.user.id;
+    let repo = access.row.repo.clone();
+    let row = ctx
+        .store
+        .write(move |c| {
+            let row = repos::update(c, &repo, Some(user_id))?;
+            repos::set_perm(c, user_id, row.repo.id, Perm::all())?;
+            Ok(row)
+        })
+        .await?;
+    Ok(Response::json(&row.repo))
+}
+
+/// Re-reads a repository from its forge, re-installs its hook and stores the result.
+async fn repair_one(ctx: &Ctx, row: RepoRow) -> Result<(), ApiError> {
+    let driver = driver_of(ctx, &row.repo).await?;
+    let d = driver.clone();
+    let rid = row.repo.forge_remote_id.clone();
+    let remote = run_blocking(move || d.repo(&rid)).await?;
+    let mut repo = row.repo.clone();
+    refresh_from_forge(&mut repo, &remote);
+    let url = hook_url(ctx, repo.forge_id, &repo.forge_remote_id, &row.hash);
+    let r = repo.clone();
+    run_blocking(move || driver.activate(&r, &url)).await?;
+    ctx.store
+        .write(move |c| repos::update(c, &repo, None))
+        .await?;
+    Ok(())
+}
+
+/// `POST /repos/{id}/repair` (repo admin): 204.
+async fn repair(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo_admin(&ctx, &req).await?;
+    if !access.row.repo.active {
+        return Err(ApiError::unprocessable("Repository is not active"));
+    }
+    repair_one(&ctx, access.row).await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST /repos/repair` (admin): repairs every active repository; 204 when all worked.
+async fn repair_all(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let rows: Vec<RepoRow> = ctx
+        .store
+        .read(|c| -> StoreResult<Vec<RepoRow>> {
+            let mut out = Vec::new();
+            let mut page = 1;
+            loop {
+                let batch = repos::list(c, Some(true), page, 50)?;
+                for repo in &batch {
+                    out.push(repos::by_id(c, repo.id)?);
+                }
+                if batch.len() < 50 {
+                    break;
+                }
+                page += 1;
+            }
+            Ok(out)
+        })
+        .await?;
+    let mut failed = Vec::new();
+    for row in rows {
+        let name = row.repo.full_name.clone();
+        if let Err(err) = repair_one(&ctx, row).await {
+            tracing::warn!(repo = name, error = %err.message, "repair failed");
+            failed.push(format!("{name}: {}", err.message));
+        }
+    }
+    if failed.is_empty() {
+        Ok(Response::empty(StatusCode::NO_CONTENT))
+    } else {
+        Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "some repositories could not be repaired: {}",
+                failed.join("; ")
+            ),
+        ))
+    }
+}
+
+/// `POST /repos/{id}/move?to=owner/name` (repo admin): the repository now lives at `to` on
+/// its forge; names, URLs and the hook follow. 204.
+async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo_admin(&ctx, &req).await?;
+    let to = req
+        .query("to")
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::bad_request("to is required (the new owner/name)"))?;
+    let RepoAccess { row, .. } = access;
+    let driver = driver_of(&ctx, &row.repo).await?;
+    let d = driver.clone();
+    let target = to.clone();
+    let remote = run_blocking(move || d.repo(&target)).await?;
+    let forge_id = row.repo.forge_id;
+    let taken = ctx
+        .store
+        .read(move |c| repos::by_remote_id(c, forge_id, &to))
+        .await?;
+    if taken.is_some_and(|other| other.repo.id != row.repo.id) {
+        return Err(ApiError::conflict(
+            "another repository is already registered there",
+        ));
+    }
+    let old = row.repo.clone();
+    let _ = run_blocking(move || driver.deactivate(&old)).await;
+    let mut repo = row.repo.clone();
+    refresh_from_forge(&mut repo, &remote);
+    let moved = ctx
+        .store
+        .write(move |c| {
+            let org = orgs::find_or_create(c, repo.forge_id, &remote.owner)?;
+            repo.org_id = org.id;
+            repos::update(c, &repo, None)
+        })
+        .await?;
+    repair_one(&ctx, moved).await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}

@@ -1,0 +1,177 @@
+//! Forges: where repositories live (a local `git` directory, or GitHub, Gitea, … through
+//! forge-adapter plugins). Each has a random webhook secret, sealed at rest.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::events::{self, Action, Owner};
+use super::{StoreError, StoreResult};
+
+pub const RECORD_TYPE: &str = "forges";
+
+/// A forge as admins see it (Woodpecker's `Forge`). Non-admins get [`ForgePublic`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Forge {
+    #[serde(default)]
+    pub id: i64,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub url: String,
+    #[serde(default)]
+    pub client: String,
+    #[serde(default)]
+    pub skip_verify: bool,
+    #[serde(default)]
+    pub oauth_host: String,
+    #[serde(default)]
+    pub orgs: Vec<String>,
+    #[serde(default)]
+    pub additional_options: Map<String, Value>,
+}
+
+/// What anyone may see of a forge.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ForgePublic {
+    pub id: i64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub url: String,
+}
+
+impl Forge {
+    pub fn public(&self) -> ForgePublic {
+        ForgePublic {
+            id: self.id,
+            kind: self.kind.clone(),
+            url: self.url.clone(),
+        }
+    }
+}
+
+/// A forge with its sealed secrets, for the server's own use.
+#[derive(Debug, Clone)]
+pub struct ForgeRow {
+    pub forge: Forge,
+    pub sealed_client_secret: String,
+    pub sealed_webhook_secret: String,
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<ForgeRow> {
+    let data: String = r.get(3)?;
+    let mut forge: Forge = serde_json::from_str(&data).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    forge.id = r.get(0)?;
+    forge.kind = r.get(1)?;
+    forge.url = r.get(2)?;
+    Ok(ForgeRow {
+        forge,
+        sealed_client_secret: r.get(4)?,
+        sealed_webhook_secret: r.get(5)?,
+    })
+}
+
+const COLUMNS: &str = "id, type, url, data, client_secret, webhook_secret";
+
+pub fn by_id(conn: &Connection, id: i64) -> StoreResult<ForgeRow> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM forges WHERE id = ?1"),
+        [id],
+        from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Forge>> {
+    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM forges ORDER BY id LIMIT ?1 OFFSET ?2"
+    ))?;
+    let rows = stmt.query_map(params![per_page, offset], from_row)?;
+    Ok(rows.map(|r| r.map(|f| f.forge)).collect::<Result<_, _>>()?)
+}
+
+pub fn count(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn.query_row("SELECT count(*) FROM forges", [], |r| r.get(0))?)
+}
+
+fn data_of(forge: &Forge) -> StoreResult<String> {
+    let mut value = serde_json::to_value(forge)?;
+    if let Value::Object(map) = &mut value {
+        for key in ["id", "type", "url"] {
+            map.remove(key);
+        }
+    }
+    Ok(value.to_string())
+}
+
+fn owner() -> Owner {
+    Owner::default()
+}
+
+/// Inserts a forge; `sealed_*` are already encrypted. Records `forges.created`.
+pub fn create(
+    conn: &Connection,
+    forge: &Forge,
+    sealed_client_secret: &str,
+    sealed_webhook_secret: &str,
+) -> StoreResult<Forge> {
+    conn.execute(
+        "INSERT INTO forges (type, url, data, client_secret, webhook_secret) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            forge.kind,
+            forge.url,
+            data_of(forge)?,
+            sealed_client_secret,
+            sealed_webhook_secret
+        ],
+    )?;
+    let created = by_id(conn, conn.last_insert_rowid())?.forge;
+    events::append(
+        conn,
+        RECORD_TYPE,
+        Action::Created,
+        created.id,
+        &created,
+        owner(),
+    )?;
+    Ok(created)
+}
+
+/// Replaces a forge's settings (and the client secret when `Some`). Records `forges.updated`.
+pub fn update(
+    conn: &Connection,
+    forge: &Forge,
+    sealed_client_secret: Option<&str>,
+) -> StoreResult<Forge> {
+    let before = by_id(conn, forge.id)?.forge;
+    conn.execute(
+        "UPDATE forges SET type = ?2, url = ?3, data = ?4, client_secret = coalesce(?5, client_secret)
+         WHERE id = ?1",
+        params![forge.id, forge.kind, forge.url, data_of(forge)?, sealed_client_secret],
+    )?;
+    let after = by_id(conn, forge.id)?.forge;
+    events::append_update(conn, RECORD_TYPE, after.id, &before, &after, owner())?;
+    Ok(after)
+}
+
+/// Deletes a forge that no repository uses any more (409 otherwise).
+pub fn delete(conn: &Connection, id: i64) -> StoreResult<()> {
+    let forge = by_id(conn, id)?.forge;
+    let repos: i64 = conn.query_row(
+        "SELECT count(*) FROM repos WHERE forge_id = ?1",
+        [id],
+        |r| r.get(0),
+    )?;
+    if repos > 0 {
+        return Err(StoreError::Conflict(format!(
+            "forge {id} still has {repos} repositories; delete them first"
+        )));
+    }
+    conn.execute("DELETE FROM forges WHERE id = ?1", [id])?;
+    events::append(conn, RECORD_TYPE, Action::Deleted, id, &forge, owner())?;
+    Ok(())
+}

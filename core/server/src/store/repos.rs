@@ -1,0 +1,326 @@
+//! Repositories activated from a forge, and the per-user permissions on them.
+//!
+//! The API rendering ([`Repo`]) is stored as a JSON document in `data`; the columns used in
+//! look-ups (forge, remote id, org, owner user, full name, active) are kept beside it and win
+//! over the document when a row is read. `user_id` (whose forge credentials are used) and
+//! `hash` (the key of hook tokens) are never rendered.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+
+use super::events::{self, Action, Owner};
+use super::{StoreError, StoreResult, now_unix};
+
+pub const RECORD_TYPE: &str = "repos";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Trusted {
+    pub network: bool,
+    pub volumes: bool,
+    pub security: bool,
+}
+
+/// Woodpecker's `Repo`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repo {
+    pub id: i64,
+    pub forge_id: i64,
+    pub forge_remote_id: String,
+    pub org_id: i64,
+    pub owner: String,
+    pub name: String,
+    pub full_name: String,
+    pub avatar_url: String,
+    pub forge_url: String,
+    pub clone_url: String,
+    pub clone_url_ssh: String,
+    pub default_branch: String,
+    pub pr_enabled: bool,
+    /// Minutes.
+    pub timeout: i64,
+    pub visibility: String,
+    pub private: bool,
+    pub trusted: Trusted,
+    pub require_approval: String,
+    pub approval_allowed_users: Vec<String>,
+    pub active: bool,
+    pub allow_pr: bool,
+    pub allow_deploy: bool,
+    pub config_file: String,
+    pub cancel_previous_pipeline_events: Vec<String>,
+    pub netrc_trusted: Vec<String>,
+    pub config_extension_endpoint: String,
+    pub config_extension_exclusive: bool,
+    pub config_extension_netrc: bool,
+    pub registry_extension_endpoint: String,
+    pub registry_extension_netrc: bool,
+    pub secret_extension_endpoint: String,
+    pub secret_extension_netrc: bool,
+    pub has_forge_name_conflict: bool,
+    pub has_no_forge_repo: bool,
+}
+
+pub const VISIBILITIES: &[&str] = &["public", "private", "internal"];
+pub const APPROVAL_MODES: &[&str] = &["none", "forks", "pull_requests", "all_events"];
+/// Default pipeline timeout, minutes (as upstream).
+pub const DEFAULT_TIMEOUT: i64 = 60;
+
+/// A repository row with the fields the API never shows.
+#[derive(Debug, Clone)]
+pub struct RepoRow {
+    pub repo: Repo,
+    pub user_id: i64,
+    pub hash: String,
+}
+
+const COLUMNS: &str =
+    "id, forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<RepoRow> {
+    let data: String = r.get(8)?;
+    let mut repo: Repo = serde_json::from_str(&data).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    repo.id = r.get(0)?;
+    repo.forge_id = r.get(1)?;
+    repo.forge_remote_id = r.get(2)?;
+    repo.org_id = r.get(3)?;
+    repo.full_name = r.get(5)?;
+    repo.active = r.get(6)?;
+    Ok(RepoRow {
+        repo,
+        user_id: r.get(4)?,
+        hash: r.get(7)?,
+    })
+}
+
+pub fn owner_of(repo: &Repo) -> Owner {
+    Owner {
+        org_id: Some(repo.org_id),
+        repo_id: Some(repo.id),
+    }
+}
+
+pub fn by_id(conn: &Connection, id: i64) -> StoreResult<RepoRow> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM repos WHERE id = ?1"),
+        [id],
+        from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+pub fn by_remote_id(
+    conn: &Connection,
+    forge_id: i64,
+    remote_id: &str,
+) -> StoreResult<Option<RepoRow>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM repos WHERE forge_id = ?1 AND forge_remote_id = ?2"),
+            params![forge_id, remote_id],
+            from_row,
+        )
+        .optional()?)
+}
+
+/// By `owner/name`; when several forges have one, the lowest id wins.
+pub fn by_full_name(conn: &Connection, full_name: &str) -> StoreResult<RepoRow> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM repos WHERE full_name = ?1 ORDER BY id LIMIT 1"),
+        [full_name],
+        from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+/// Every repository (admin listing), optionally only active or inactive ones.
+pub fn list(
+    conn: &Connection,
+    active: Option<bool>,
+    page: u32,
+    per_page: u32,
+) -> StoreResult<Vec<Repo>> {
+    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM repos WHERE (?1 IS NULL OR active = ?1)
+         ORDER BY full_name, id LIMIT ?2 OFFSET ?3"
+    ))?;
+    let rows = stmt.query_map(params![active, per_page, offset], from_row)?;
+    Ok(rows
+        .map(|r| r.map(|row| row.repo))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Every repository of an organisation.
+pub fn in_org(conn: &Connection, org_id: i64) -> StoreResult<Vec<RepoRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM repos WHERE org_id = ?1 ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([org_id], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn data_of(repo: &Repo) -> StoreResult<String> {
+    Ok(serde_json::to_string(repo)?)
+}
+
+/// Inserts a newly activated repository owned by `user_id`. Records `repos.created`.
+pub fn create(conn: &Connection, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<RepoRow> {
+    conn.execute(
+        "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data, created)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            repo.forge_id,
+            repo.forge_remote_id,
+            repo.org_id,
+            user_id,
+            repo.full_name,
+            repo.active,
+            hash,
+            data_of(repo)?,
+            now_unix()
+        ],
+    )?;
+    let row = by_id(conn, conn.last_insert_rowid())?;
+    events::append(
+        conn,
+        RECORD_TYPE,
+        Action::Created,
+        row.repo.id,
+        &row.repo,
+        owner_of(&row.repo),
+    )?;
+    Ok(row)
+}
+
+/// Writes `repo` (and optionally a new owner user) over the stored row. Records
+/// `repos.updated` with the previous values when the rendering changed.
+pub fn update(conn: &Connection, repo: &Repo, user_id: Option<i64>) -> StoreResult<RepoRow> {
+    let before = by_id(conn, repo.id)?;
+    conn.execute(
+        "UPDATE repos SET forge_id = ?2, forge_remote_id = ?3, org_id = ?4, full_name = ?5,
+            active = ?6, data = ?7, user_id = coalesce(?8, user_id)
+         WHERE id = ?1",
+        params![
+            repo.id,
+            repo.forge_id,
+            repo.forge_remote_id,
+            repo.org_id,
+            repo.full_name,
+            repo.active,
+            data_of(repo)?,
+            user_id
+        ],
+    )?;
+    let after = by_id(conn, repo.id)?;
+    events::append_update(
+        conn,
+        RECORD_TYPE,
+        after.repo.id,
+        &before.repo,
+        &after.repo,
+        owner_of(&after.repo),
+    )?;
+    Ok(after)
+}
+
+/// Deletes a repository and everything that belongs only to it (permissions, secrets,
+/// registries, cron jobs). Records `repos.deleted`.
+pub fn delete(conn: &Connection, id: i64) -> StoreResult<Repo> {
+    let row = by_id(conn, id)?;
+    conn.execute("DELETE FROM perms WHERE repo_id = ?1", [id])?;
+    conn.execute("DELETE FROM crons WHERE repo_id = ?1", [id])?;
+    conn.execute("DELETE FROM repos WHERE id = ?1", [id])?;
+    events::append(
+        conn,
+        RECORD_TYPE,
+        Action::Deleted,
+        id,
+        &row.repo,
+        owner_of(&row.repo),
+    )?;
+    Ok(row.repo)
+}
+
+/// Woodpecker's `Perm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Perm {
+    pub pull: bool,
+    pub push: bool,
+    pub admin: bool,
+    pub synced: i64,
+    pub created: i64,
+    pub updated: i64,
+}
+
+impl Perm {
+    pub fn all() -> Perm {
+        Perm {
+            pull: true,
+            push: true,
+            admin: true,
+            ..Perm::default()
+        }
+    }
+
+    pub fn pull_only() -> Perm {
+        Perm {
+            pull: true,
+            ..Perm::default()
+        }
+    }
+}
+
+/// A user's stored permission on a repository, if any.
+pub fn perm(conn: &Connection, user_id: i64, repo_id: i64) -> StoreResult<Option<Perm>> {
+    Ok(conn
+        .query_row(
+            "SELECT pull, push, admin, synced, created, updated FROM perms WHERE user_id = ?1 AND repo_id = ?2",
+            params![user_id, repo_id],
+            |r| {
+                Ok(Perm {
+                    pull: r.get(0)?,
+                    push: r.get(1)?,
+                    admin: r.get(2)?,
+                    synced: r.get(3)?,
+                    created: r.get(4)?,
+                    updated: r.get(5)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Stores a user's permission on a repository (as synced from the forge now).
+pub fn set_perm(conn: &Connection, user_id: i64, repo_id: i64, perm: Perm) -> StoreResult<()> {
+    let now = now_unix();
+    conn.execute(
+        "INSERT INTO perms (user_id, repo_id, pull, push, admin, synced, created, updated)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6)
+         ON CONFLICT (user_id, repo_id) DO UPDATE SET
+            pull = excluded.pull, push = excluded.push, admin = excluded.admin,
+            synced = excluded.synced, updated = excluded.updated",
+        params![user_id, repo_id, perm.pull, perm.push, perm.admin, now],
+    )?;
+    Ok(())
+}
+
+/// The strongest permission `user_id` holds on any repository of `org_id`.
+pub fn best_perm_in_org(conn: &Connection, user_id: i64, org_id: i64) -> StoreResult<Perm> {
+    let (push, admin): (bool, bool) = conn.query_row(
+        "SELECT coalesce(max(p.push), 0), coalesce(max(p.admin), 0)
+         FROM perms p JOIN repos r ON r.id = p.repo_id
+         WHERE p.user_id = ?1 AND r.org_id = ?2",
+        params![user_id, org_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok(Perm {
+        pull: push || admin,
+        push,
+        admin,
+        ..Perm::default()
+    })
+}
