@@ -8,8 +8,13 @@
 
 mod util;
 
+mod events;
 mod http_core;
+mod participation;
+mod pipelines;
 mod process;
 mod repos;
+mod resources;
+mod streams;
 mod system;
 mod users;

@@ -142,8 +142,20 @@ pub struct TestServer {
 /// Config text for a test data dir.
 pub fn config_text(data_dir: &Path, extra: &str) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n{extra}\n[auth]\nadmins = [\"envadmin\"]\n[runner]\nenabled = false\n",
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n{extra}\n[auth]\nadmins = [\"envadmin\"]\n",
         data_dir.display().to_string()
+    ) + if extra.contains("#runner") {
+        ""
+    } else {
+        "[runner]\nenabled = false\n"
+    }
+}
+
+/// `extra` for [`config_text`] that turns the local runner on (workspaces in the data dir).
+pub fn with_runner(data_dir: &Path) -> String {
+    format!(
+        "#runner\n[runner]\nenabled = true\ncapacity = 2\nworkdir = {:?}\n",
+        data_dir.join("runs").display().to_string()
     )
 }
 
@@ -159,7 +171,32 @@ impl TestServer {
     }
 
     pub async fn start_in(dir: tempfile::TempDir, extra: &str) -> TestServer {
-        let text = config_text(dir.path(), extra);
+        TestServer::start_in_with_tables(dir, extra, "").await
+    }
+
+    /// Starts with whole extra tables (e.g. `"[events]\nmax_events = 5\n"`) appended.
+    pub async fn start_with_tables(tables: &str) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        TestServer::start_in_with_tables(dir, "", tables).await
+    }
+
+    /// Starts with the local runner on.
+    pub async fn start_with_runner() -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let tables = with_runner(dir.path());
+        TestServer::start_in_with_tables(dir, "", &tables).await
+    }
+
+    pub async fn start_in_with_tables(
+        dir: tempfile::TempDir,
+        extra: &str,
+        tables: &str,
+    ) -> TestServer {
+        let mut text = config_text(dir.path(), extra);
+        if tables.contains("#runner") {
+            text = text.replace("[runner]\nenabled = false\n", "");
+        }
+        text += tables;
         let config = Config::from_toml(&text, "test.toml", &[]).expect("test config");
         let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
         let app_state = app.state().clone();

@@ -31,12 +31,22 @@ pub struct AppState {
     pub key: ServerKey,
     /// Encrypts secret values at rest.
     pub seal: SealKey,
+    /// Step logs, in their own database.
+    pub logs: Store,
+    /// Live log lines for stream readers.
+    pub log_bus: crate::modules::ci::pipelines::bus::LogBus,
+    /// Pipeline changes for `/stream/events`, rebuilt from the outbox.
+    pub pipeline_feed: crate::modules::ci::stream::PipelineFeed,
+    /// The pipeline queue service.
+    pub queue: crate::modules::ci::pipelines::queue::Queue,
     pub log: LogControl,
     pub metrics: Arc<Metrics>,
     pub started: Instant,
     /// Base URL under which forges and agents reach us: `server.public_url`, or derived from
     /// the bound address once the listener exists.
     pub public_url: OnceLock<String>,
+    /// Participation module state: admin token, key-generation slot, debug settings.
+    pub participation: Arc<crate::modules::participation::State>,
 }
 
 impl AppState {
@@ -96,6 +106,15 @@ impl App {
         let store = open_store(&config)?;
         let key = ServerKey::load_or_create(&config.server.data_dir)?;
         let seal = SealKey::load_or_create(&config.secret_key_path())?;
+        let logs = Store::open_with(
+            &config.server.data_dir.join(crate::store::logs::LOGS_FILE),
+            &StoreOptions {
+                readers: 2,
+                full_sync: config.storage.synchronous == "full",
+            },
+            crate::store::logs::migrate,
+        )?;
+        let participation = Arc::new(modules::participation::State::init(&config)?);
         let options = ServerOptions {
             header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
@@ -107,10 +126,15 @@ impl App {
             store,
             key,
             seal,
+            logs,
+            log_bus: Default::default(),
+            queue: Default::default(),
+            pipeline_feed: Default::default(),
             log,
             metrics: Arc::new(Metrics::default()),
             started: Instant::now(),
             public_url: OnceLock::new(),
+            participation,
         });
         Ok(App {
             dispatcher: Arc::new(Dispatcher {
@@ -147,26 +171,27 @@ impl App {
         };
         let _ = state.public_url.set(url);
         let store = state.store.clone();
+        let logs = state.logs.clone();
+        let background: Vec<_> = modules::enabled(&state.config)
+            .iter()
+            .flat_map(|(module, _)| module.spawn_background(state))
+            .collect();
         server::serve(listener, self.dispatcher, self.options, shutdown).await;
-        tokio::task::spawn_blocking(move || store.close())
-            .await
-            .ok();
+        for task in background {
+            task.abort();
+        }
+        tokio::task::spawn_blocking(move || {
+            store.close();
+            logs.close();
+        })
+        .await
+        .ok();
     }
 }
 
 fn build_router(config: &Config) -> Result<Router<Ctx>, RouteError> {
     let mut router = Router::new(config.server.max_body_bytes);
-    for module in modules::all() {
-        let Some((_, settings)) = config
-            .modules()
-            .into_iter()
-            .find(|(name, _)| *name == module.name())
-        else {
-            continue;
-        };
-        if !settings.enabled {
-            continue;
-        }
+    for (module, settings) in modules::enabled(config) {
         module.routes(&mut router.scope(&settings.mount, module.error_style()));
         module.root_routes(&mut router.scope("", ErrorStyle::PlainText));
     }

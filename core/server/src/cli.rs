@@ -31,6 +31,27 @@ enum Command {
         #[arg(long, default_value = "config.toml")]
         config: PathBuf,
     },
+    /// Run workflows for a server (a remote agent).
+    Agent {
+        /// The server's root URL, e.g. http://ci.example.com:8000.
+        #[arg(long, env = "WOODLARK_SERVER")]
+        server: String,
+        /// An agent token (from POST /api/agents).
+        #[arg(long, env = "WOODLARK_AGENT_TOKEN", hide_env_values = true)]
+        token: String,
+        /// Path of the server's CI API (its `[ci] mount`).
+        #[arg(long, default_value = "/api")]
+        api_prefix: String,
+        /// Workflows to run at once.
+        #[arg(long, default_value_t = 1)]
+        capacity: usize,
+        /// Parent directory of workspaces (default: the system temp dir).
+        #[arg(long, default_value = "")]
+        workdir: PathBuf,
+        /// Extra labels, `key=value`, repeatable.
+        #[arg(long = "label")]
+        labels: Vec<String>,
+    },
     /// Manage users.
     User {
         #[command(subcommand)]
@@ -59,6 +80,14 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve { config } => serve(config),
+        Command::Agent {
+            server,
+            token,
+            api_prefix,
+            capacity,
+            workdir,
+            labels,
+        } => agent(&server, &token, &api_prefix, capacity, workdir, &labels),
         Command::User {
             command:
                 UserCommand::Add {
@@ -127,6 +156,51 @@ async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutdown signal received");
+}
+
+fn agent(
+    server: &str,
+    token: &str,
+    api_prefix: &str,
+    capacity: usize,
+    workdir: PathBuf,
+    labels: &[String],
+) -> anyhow::Result<()> {
+    use crate::runner::{self, RunnerConfig, http::HttpAgent};
+    LogControl::install(LogLevel::Info);
+    if !(server.starts_with("http://") || server.starts_with("https://")) {
+        anyhow::bail!("--server {server:?} must be an http:// URL");
+    }
+    if capacity == 0 {
+        anyhow::bail!("--capacity must be at least 1");
+    }
+    let mut info = crate::modules::ci::pipelines::background::local_info(capacity);
+    for label in labels {
+        let (k, v) = label
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--label {label:?} must be key=value"))?;
+        info.labels.insert(k.to_string(), v.to_string());
+    }
+    let api = HttpAgent::new(server, api_prefix, token);
+    runtime()?.block_on(async move {
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        });
+        tracing::info!(server, capacity, "agent started");
+        runner::run(
+            api,
+            RunnerConfig {
+                capacity,
+                workdir,
+                info,
+            },
+            shutdown,
+        )
+        .await;
+        Ok(())
+    })
 }
 
 fn user_add(config_path: PathBuf, login: String, admin: bool, email: String) -> anyhow::Result<()> {

@@ -49,8 +49,8 @@ pub struct Config {
     pub storage: StorageConfig,
     pub auth: AuthConfig,
     pub ci: ModuleConfig,
-    pub events: ModuleConfig,
-    pub participation: ModuleConfig,
+    pub events: EventsConfig,
+    pub participation: ParticipationConfig,
     pub plugins: PluginsConfig,
     pub runner: RunnerConfig,
     /// Where the configuration came from, for error messages (not a key).
@@ -88,6 +88,8 @@ pub struct StorageConfig {
     pub synchronous: String,
     /// File holding the key that encrypts secret values at rest ("" = `<data_dir>/secrets.key`).
     pub secret_key_file: PathBuf,
+    /// Step log lines older than this many days are removed (0 = keep them).
+    pub log_retention_days: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -105,6 +107,111 @@ pub struct ModuleConfig {
     pub enabled: bool,
     /// Path prefix the interface's routes are mounted under ("" = root).
     pub mount: String,
+}
+
+/// `[events]`: the events feed and the retention of the outbox behind it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "EventsToml")]
+pub struct EventsConfig {
+    /// `enabled` and `mount`, as for the other interfaces.
+    pub module: ModuleConfig,
+    /// Events older than this many days are removed (0 = keep regardless of age).
+    pub retention_days: u64,
+    /// At most this many events are kept, the newest (0 = no limit).
+    pub max_events: u64,
+    /// How often the retention task runs, in seconds.
+    pub prune_interval_secs: u64,
+}
+
+/// The `[events]` table as written in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct EventsToml {
+    enabled: bool,
+    mount: String,
+    retention_days: u64,
+    max_events: u64,
+    prune_interval_secs: u64,
+}
+
+impl Default for EventsToml {
+    fn default() -> Self {
+        EventsToml {
+            enabled: true,
+            mount: "/events".into(),
+            retention_days: 30,
+            max_events: 0,
+            prune_interval_secs: 60,
+        }
+    }
+}
+
+impl From<EventsToml> for EventsConfig {
+    fn from(t: EventsToml) -> Self {
+        EventsConfig {
+            module: ModuleConfig {
+                enabled: t.enabled,
+                mount: t.mount,
+            },
+            retention_days: t.retention_days,
+            max_events: t.max_events,
+            prune_interval_secs: t.prune_interval_secs,
+        }
+    }
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsToml::default().into()
+    }
+}
+
+/// `[participation]`: the algod-compatible participation-key interface.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "ParticipationToml")]
+pub struct ParticipationConfig {
+    /// `enabled` and `mount`, as for the other interfaces.
+    pub module: ModuleConfig,
+    /// algod's admin API token (64-256 visible ASCII characters). "" = read
+    /// `<data_dir>/algod.admin.token`, generating it (64 hex characters, mode 0600) if missing.
+    pub admin_token: String,
+}
+
+/// The `[participation]` table as written in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ParticipationToml {
+    enabled: bool,
+    mount: String,
+    admin_token: String,
+}
+
+impl Default for ParticipationToml {
+    fn default() -> Self {
+        ParticipationToml {
+            enabled: true,
+            mount: String::new(),
+            admin_token: String::new(),
+        }
+    }
+}
+
+impl From<ParticipationToml> for ParticipationConfig {
+    fn from(t: ParticipationToml) -> Self {
+        ParticipationConfig {
+            module: ModuleConfig {
+                enabled: t.enabled,
+                mount: t.mount,
+            },
+            admin_token: t.admin_token,
+        }
+    }
+}
+
+impl Default for ParticipationConfig {
+    fn default() -> Self {
+        ParticipationToml::default().into()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -132,8 +239,8 @@ impl Default for Config {
             storage: StorageConfig::default(),
             auth: AuthConfig::default(),
             ci: ModuleConfig::mounted("/api"),
-            events: ModuleConfig::mounted("/events"),
-            participation: ModuleConfig::mounted(""),
+            events: EventsConfig::default(),
+            participation: ParticipationConfig::default(),
             plugins: PluginsConfig::default(),
             runner: RunnerConfig::default(),
             source: "<defaults>".into(),
@@ -162,6 +269,7 @@ impl Default for StorageConfig {
             readers: 4,
             synchronous: "full".into(),
             secret_key_file: PathBuf::new(),
+            log_retention_days: 0,
         }
     }
 }
@@ -358,6 +466,19 @@ impl Config {
                 mounts.push((name, m));
             }
         }
+        let token = &self.participation.admin_token;
+        if !token.is_empty() && !crate::modules::participation::valid_token(token) {
+            return Err(invalid(
+                "participation.admin_token",
+                "must be 64 to 256 visible ASCII characters (algod's API token rules)".into(),
+            ));
+        }
+        if self.events.prune_interval_secs == 0 {
+            return Err(invalid(
+                "events.prune_interval_secs",
+                "must be at least 1".into(),
+            ));
+        }
         if self.runner.capacity == 0 {
             return Err(invalid("runner.capacity", "must be at least 1".into()));
         }
@@ -368,8 +489,8 @@ impl Config {
     pub fn modules(&self) -> [(&'static str, &ModuleConfig); 3] {
         [
             ("ci", &self.ci),
-            ("events", &self.events),
-            ("participation", &self.participation),
+            ("events", &self.events.module),
+            ("participation", &self.participation.module),
         ]
     }
 
@@ -447,7 +568,8 @@ mod tests {
         let c = load("").unwrap();
         assert_eq!(c.server.listen, "127.0.0.1:8000");
         assert_eq!(c.ci.mount, "/api");
-        assert_eq!(c.events.mount, "/events");
+        assert_eq!(c.events.module.mount, "/events");
+        assert_eq!(c.events.retention_days, 30);
     }
 
     #[test]
@@ -502,7 +624,33 @@ mod tests {
         assert!(load("[ci]\nmount = \"api\"\n").is_err());
         assert!(load("[ci]\nmount = \"/api/\"\n").is_err());
         assert!(load("[events]\nmount = \"/api\"\n").is_err());
+        assert!(load("[events]\nmount = \"/feed\"\nretention_days = 7\n").is_ok());
+        let err = load("[events]\nretention = 7\n").unwrap_err().to_string();
+        assert!(err.contains("unknown key `events.retention`"), "{err}");
         assert!(load("[ci]\nmount = \"/woodpecker/api\"\n").is_ok());
+    }
+
+    #[test]
+    fn participation_table() {
+        let c = load("").unwrap();
+        assert!(c.participation.module.enabled);
+        assert_eq!(c.participation.module.mount, "");
+        let token = "t".repeat(64);
+        let c = load(&format!(
+            "[participation]\nmount = \"/algod\"\nadmin_token = \"{token}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.participation.module.mount, "/algod");
+        assert_eq!(c.participation.admin_token, token);
+        let err = load("[participation]\nadmin_token = \"short\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("participation.admin_token"), "{err}");
+        let err = load("[participation]\ntoken = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("participation.token"), "{err}");
+        assert!(load("[participation]\nmount = \"/api\"\n").is_err());
     }
 
     #[test]

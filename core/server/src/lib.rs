@@ -6,9 +6,12 @@
 //! - [`app`]: builds the state, the route table and serves.
 //! - [`http`]: the only module that knows hyper: server, router, request/response, errors.
 //! - [`modules`]: one folder per interface (`ci`, …), each registering routes under its mount.
+//! - [`pipeline`]: pipeline configs → compiled workflows (shared with the runner).
+//! - [`runner`]: runs workflows (embedded agent and `woodlark agent`).
 //! - [`store`]: SQLite (one writer thread, reader pool, migrations, event outbox).
 //! - [`auth`]: tokens, random secrets, the server's signing key.
 //! - [`logging`]: tracing set-up and the run-time log level.
+//! - [`timefmt`]: RFC 3339 rendering of timestamps.
 
 pub mod app;
 pub mod auth;
@@ -17,4 +20,7 @@ pub mod config;
 pub mod http;
 pub mod logging;
 pub mod modules;
+pub mod pipeline;
+pub mod runner;
 pub mod store;
+pub mod timefmt;

@@ -1,4 +1,5 @@
-//! What handlers return: a status, headers and a fully formed body.
+//! What handlers return: a status, headers and a fully formed body — or, for server-sent
+//! events, a stream of chunks fed through a bounded channel.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -9,6 +10,9 @@ pub struct Response {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When set, the body is streamed from this channel instead (`body` is ignored). The
+    /// channel is bounded: a producer that finds it full knows the client is too slow.
+    pub stream: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
 impl Response {
@@ -19,6 +23,7 @@ impl Response {
             status,
             headers,
             body: body.into(),
+            stream: None,
         }
     }
 
@@ -47,7 +52,21 @@ impl Response {
             status,
             headers: HeaderMap::new(),
             body: Bytes::new(),
+            stream: None,
         }
+    }
+
+    /// A `text/event-stream` response whose chunks come from `rx`.
+    pub fn event_stream(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
+        let mut r = Response::new(StatusCode::OK, "text/event-stream", Bytes::new());
+        r.headers
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        r.headers.insert(
+            header::HeaderName::from_static("x-accel-buffering"),
+            HeaderValue::from_static("no"),
+        );
+        r.stream = Some(rx);
+        r
     }
 
     pub fn with_header(mut self, name: header::HeaderName, value: HeaderValue) -> Response {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,6 +27,28 @@ use super::metrics::Metrics;
 use super::request::Request;
 use super::response::Response;
 use super::router::{Lookup, Router};
+
+/// A whole body, or chunks from a channel (server-sent events).
+pub type ResponseBody = Either<Full<Bytes>, ChannelBody>;
+
+/// A body whose frames arrive on a channel; it ends when the sender is dropped.
+pub struct ChannelBody {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+}
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -104,7 +126,7 @@ pub async fn dispatch<S>(
     dispatcher: &Dispatcher<S>,
     req: hyper::Request<Incoming>,
     remote: Option<SocketAddr>,
-) -> hyper::Response<Full<Bytes>>
+) -> hyper::Response<ResponseBody>
 where
     S: Clone + Send + Sync + 'static,
 {
@@ -231,9 +253,13 @@ async fn read_request(
     })
 }
 
-fn into_hyper(response: Response, is_head: bool) -> hyper::Response<Full<Bytes>> {
-    let body = if is_head { Bytes::new() } else { response.body };
-    let mut out = hyper::Response::new(Full::new(body));
+fn into_hyper(response: Response, is_head: bool) -> hyper::Response<ResponseBody> {
+    let body = match (response.stream, is_head) {
+        (Some(rx), false) => Either::Right(ChannelBody { rx }),
+        (_, true) => Either::Left(Full::new(Bytes::new())),
+        (None, false) => Either::Left(Full::new(response.body)),
+    };
+    let mut out = hyper::Response::new(body);
     *out.status_mut() = response.status;
     let headers = out.headers_mut();
     *headers = response.headers;

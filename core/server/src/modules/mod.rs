@@ -6,6 +6,8 @@
 //! database only through `crate::store`.
 
 pub mod ci;
+pub mod events;
+pub mod participation;
 
 use crate::app::Ctx;
 use crate::http::{ApiError, ErrorStyle, Scope};
@@ -22,11 +24,37 @@ pub trait Module: Send + Sync {
 
     /// Routes at the server root regardless of the mount (`/healthz` and friends).
     fn root_routes(&self, _scope: &mut Scope<'_, Ctx>) {}
+
+    /// Background tasks (retention, schedulers) started when the server starts serving and
+    /// aborted when it stops.
+    fn spawn_background(&self, _ctx: &Ctx) -> Vec<tokio::task::JoinHandle<()>> {
+        Vec::new()
+    }
+}
+
+/// The modules `config` enables, with their config sections.
+pub fn enabled(
+    config: &crate::config::Config,
+) -> Vec<(Box<dyn Module>, crate::config::ModuleConfig)> {
+    all()
+        .into_iter()
+        .filter_map(|module| {
+            let (_, settings) = config
+                .modules()
+                .into_iter()
+                .find(|(name, _)| *name == module.name())?;
+            settings.enabled.then(|| (module, settings.clone()))
+        })
+        .collect()
 }
 
 /// Every module this build has, in mount order.
 pub fn all() -> Vec<Box<dyn Module>> {
-    vec![Box::new(ci::Ci)]
+    vec![
+        Box::new(ci::Ci),
+        Box::new(events::Events),
+        Box::new(participation::Participation),
+    ]
 }
 
 impl From<StoreError> for ApiError {

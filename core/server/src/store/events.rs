@@ -165,22 +165,189 @@ pub fn list_after(conn: &Connection, after: i64, limit: usize) -> StoreResult<Ve
         "SELECT seq, created_ms, record_type, action, record_id, object, previous, org_id, repo_id
          FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
     )?;
-    let rows = stmt.query_map(params![after, limit as i64], |r| {
-        let object: String = r.get(5)?;
-        let previous: Option<String> = r.get(6)?;
-        Ok(StoredEvent {
-            seq: r.get(0)?,
-            created_ms: r.get(1)?,
-            record_type: r.get(2)?,
-            action: r.get(3)?,
-            record_id: r.get(4)?,
-            object: serde_json::from_str(&object).unwrap_or(Value::Null),
-            previous: previous.and_then(|p| serde_json::from_str(&p).ok()),
-            org_id: r.get(7)?,
-            repo_id: r.get(8)?,
-        })
-    })?;
+    let rows = stmt.query_map(params![after, limit as i64], read_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What a feed query selects besides the cursor range.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Keep only these record types (empty = all).
+    pub record_types: Vec<String>,
+    /// Keep only events owned by this organisation.
+    pub org_id: Option<i64>,
+    /// `None`: everything (admins). `Some`: only events of these repositories, or of these
+    /// organisations when the event has no repository.
+    pub visible: Option<Visible>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Visible {
+    pub repo_ids: Vec<i64>,
+    pub org_ids: Vec<i64>,
+}
+
+/// Direction of a page relative to its cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// `seq > after` (and `< before` when both are given), oldest first.
+    Forward,
+    /// The last `limit` events with `seq < before`, returned oldest first.
+    Backward,
+}
+
+const FILTER_SQL: &str = "
+    (?3 IS NULL OR record_type IN (SELECT value FROM json_each(?3)))
+    AND (?4 IS NULL OR org_id = ?4)
+    AND (?5 IS NULL
+         OR repo_id IN (SELECT value FROM json_each(?5))
+         OR (repo_id IS NULL AND org_id IN (SELECT value FROM json_each(?6))))";
+
+fn filter_params(f: &Filter) -> (Option<String>, Option<i64>, Option<String>, Option<String>) {
+    let types = (!f.record_types.is_empty()).then(|| serde_json::json!(f.record_types).to_string());
+    let (repos, orgs) = match &f.visible {
+        None => (None, None),
+        Some(v) => (
+            Some(serde_json::json!(v.repo_ids).to_string()),
+            Some(serde_json::json!(v.org_ids).to_string()),
+        ),
+    };
+    (types, f.org_id, repos, orgs)
+}
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+    let object: String = r.get(5)?;
+    let previous: Option<String> = r.get(6)?;
+    Ok(StoredEvent {
+        seq: r.get(0)?,
+        created_ms: r.get(1)?,
+        record_type: r.get(2)?,
+        action: r.get(3)?,
+        record_id: r.get(4)?,
+        object: serde_json::from_str(&object).unwrap_or(Value::Null),
+        previous: previous.and_then(|p| serde_json::from_str(&p).ok()),
+        org_id: r.get(7)?,
+        repo_id: r.get(8)?,
+    })
+}
+
+const SELECT: &str = "SELECT seq, created_ms, record_type, action, record_id, object, previous, org_id, repo_id FROM events";
+
+/// One page of events strictly between `after` and `before` (exclusive bounds), matching
+/// `filter`, at most `limit`, always returned oldest first. Index-backed on `seq`: cost does
+/// not grow with the number of older events (no OFFSET).
+pub fn page(
+    conn: &Connection,
+    after: i64,
+    before: i64,
+    filter: &Filter,
+    direction: Direction,
+    limit: usize,
+) -> StoreResult<Vec<StoredEvent>> {
+    let order = match direction {
+        Direction::Forward => "ASC",
+        Direction::Backward => "DESC",
+    };
+    let sql = format!(
+        "{SELECT} WHERE seq > ?1 AND seq < ?2 AND {FILTER_SQL} ORDER BY seq {order} LIMIT ?7"
+    );
+    let (types, org, repos, orgs) = filter_params(filter);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(
+        params![after, before, types, org, repos, orgs, limit as i64],
+        read_row,
+    )?;
+    let mut out: Vec<StoredEvent> = rows.collect::<Result<_, _>>()?;
+    if direction == Direction::Backward {
+        out.reverse();
+    }
+    Ok(out)
+}
+
+/// Whether any event matching `filter` lies strictly between the bounds.
+pub fn any_between(
+    conn: &Connection,
+    after: i64,
+    before: i64,
+    filter: &Filter,
+) -> StoreResult<bool> {
+    let sql = format!("SELECT EXISTS ({SELECT} WHERE seq > ?1 AND seq < ?2 AND {FILTER_SQL})");
+    let (types, org, repos, orgs) = filter_params(filter);
+    Ok(
+        conn.query_row(&sql, params![after, before, types, org, repos, orgs], |r| {
+            r.get(0)
+        })?,
+    )
+}
+
+/// One event by sequence number, if it still exists and matches `filter`.
+pub fn get(conn: &Connection, seq: i64, filter: &Filter) -> StoreResult<Option<StoredEvent>> {
+    // ?2 is unused here; it keeps the filter's parameter numbers the same as in `page`.
+    let sql = format!("{SELECT} WHERE seq = ?1 AND ?2 = ?2 AND {FILTER_SQL}");
+    let (types, org, repos, orgs) = filter_params(filter);
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(&sql, params![seq, 0, types, org, repos, orgs], read_row)
+        .optional()?)
+}
+
+/// Where a cursor stands: an existing event, one removed by retention, or one never issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cursor {
+    Exists,
+    Pruned,
+    Unknown,
+}
+
+pub fn cursor(conn: &Connection, seq: i64) -> StoreResult<Cursor> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM events WHERE seq = ?1)",
+        [seq],
+        |r| r.get(0),
+    )?;
+    if exists {
+        return Ok(Cursor::Exists);
+    }
+    // AUTOINCREMENT keeps the highest sequence ever issued in sqlite_sequence.
+    let issued: i64 = conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or(0);
+    Ok(if seq >= 1 && seq <= issued {
+        Cursor::Pruned
+    } else {
+        Cursor::Unknown
+    })
+}
+
+/// Removes events older than `older_than_ms` (if set) and beyond the newest `keep` (if set),
+/// at most `batch` rows per call (so the writer is never held long). Returns rows removed.
+pub fn prune(
+    conn: &Connection,
+    older_than_ms: Option<i64>,
+    keep: Option<u64>,
+    batch: usize,
+) -> StoreResult<usize> {
+    let mut removed = 0;
+    if let Some(cutoff) = older_than_ms {
+        removed += conn.execute(
+            "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_ms < ?1 ORDER BY seq LIMIT ?2)",
+            params![cutoff, batch as i64],
+        )?;
+    }
+    if let Some(keep) = keep {
+        removed += conn.execute(
+            "DELETE FROM events WHERE seq IN (
+                SELECT seq FROM events
+                WHERE seq <= (SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET ?1)
+                ORDER BY seq LIMIT ?2)",
+            params![keep as i64, batch as i64],
+        )?;
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -204,6 +371,87 @@ mod tests {
         assert!(format_id(9) < format_id(10));
         assert!(format_id(255) < format_id(4096));
         assert_eq!(format_id(1).len(), 24);
+    }
+
+    fn seeded(n: i64) -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::migrations::migrate(&mut conn).unwrap();
+        for i in 1..=n {
+            let kind = if i % 2 == 0 { "repos" } else { "users" };
+            let owner = Owner {
+                org_id: Some(i % 3),
+                repo_id: (kind == "repos").then_some(i),
+            };
+            append(&conn, kind, Action::Created, i, &json!({"i": i}), owner).unwrap();
+        }
+        conn
+    }
+
+    #[test]
+    fn pages_forward_backward_and_filtered() {
+        let c = seeded(10);
+        let all = Filter::default();
+        let p = page(&c, 0, i64::MAX, &all, Direction::Forward, 3).unwrap();
+        assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        let p = page(&c, 0, 8, &all, Direction::Backward, 3).unwrap();
+        assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [5, 6, 7]);
+        let users = Filter {
+            record_types: vec!["users".into()],
+            ..Filter::default()
+        };
+        let p = page(&c, 2, i64::MAX, &users, Direction::Forward, 10).unwrap();
+        assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 5, 7, 9]);
+        let org = Filter {
+            org_id: Some(0),
+            ..Filter::default()
+        };
+        let p = page(&c, 0, i64::MAX, &org, Direction::Forward, 10).unwrap();
+        assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 6, 9]);
+        let visible = Filter {
+            visible: Some(Visible {
+                repo_ids: vec![4],
+                org_ids: vec![1],
+            }),
+            ..Filter::default()
+        };
+        let p = page(&c, 0, i64::MAX, &visible, Direction::Forward, 10).unwrap();
+        // seq 4 by repo; users (no repo) in org 1: 1 and 7.
+        assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 4, 7]);
+        assert!(any_between(&c, 9, i64::MAX, &all).unwrap());
+        assert!(!any_between(&c, 10, i64::MAX, &all).unwrap());
+        assert!(get(&c, 4, &visible).unwrap().is_some());
+        assert!(get(&c, 2, &visible).unwrap().is_none());
+    }
+
+    #[test]
+    fn prune_by_count_and_cursor_states() {
+        let c = seeded(10);
+        assert_eq!(prune(&c, None, Some(4), 1000).unwrap(), 6);
+        let left = page(&c, 0, i64::MAX, &Filter::default(), Direction::Forward, 100).unwrap();
+        assert_eq!(
+            left.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [7, 8, 9, 10]
+        );
+        assert_eq!(cursor(&c, 8).unwrap(), Cursor::Exists);
+        assert_eq!(cursor(&c, 3).unwrap(), Cursor::Pruned);
+        assert_eq!(cursor(&c, 11).unwrap(), Cursor::Unknown);
+        assert_eq!(cursor(&c, 0).unwrap(), Cursor::Unknown);
+        // Sequence numbers are never reused after pruning.
+        append(
+            &c,
+            "users",
+            Action::Created,
+            1,
+            &json!({}),
+            Owner::default(),
+        )
+        .unwrap();
+        assert_eq!(list_after(&c, 10, 10).unwrap()[0].seq, 11);
+        assert_eq!(
+            prune(&c, Some(i64::MAX), None, 2).unwrap(),
+            2,
+            "batches are bounded"
+        );
     }
 
     #[test]

@@ -144,20 +144,31 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX crons_next ON crons (enabled, next_exec);
     "#,
+    // 3: participation keys (algod-compatible).
+    super::partkeys::SCHEMA,
+    // 4: pipelines, workflows, steps, configs and the queue.
+    super::pipelines::SCHEMA,
 ];
 
 /// The schema version this build writes.
 pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// Brings the main database to the current schema.
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    migrate_with(conn, MIGRATIONS)
+}
+
+/// Applies the steps of `list` that `conn` has not seen yet (any database: main or logs).
+pub fn migrate_with(conn: &mut Connection, list: &[&str]) -> StoreResult<()> {
+    let current = list.len() as i64;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version > CURRENT_VERSION {
+    if version > current {
         return Err(StoreError::Migration(format!(
-            "the database has schema version {version}, newer than this build's {CURRENT_VERSION}; \
+            "the database has schema version {version}, newer than this build's {current}; \
              upgrade woodlark or use another data_dir"
         )));
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+    for (index, sql) in list.iter().enumerate().skip(version as usize) {
         let next = index as i64 + 1;
         let tx = conn.transaction()?;
         tx.execute_batch(sql)

@@ -12,11 +12,19 @@
 //!   transaction handle as the change itself, so the feed can neither miss nor invent a change.
 //! - **Migrations** are numbered SQL scripts applied by `PRAGMA user_version`.
 
+pub mod agents;
+pub mod crons;
 pub mod events;
 pub mod forges;
+pub mod logs;
 pub mod migrations;
 pub mod orgs;
+pub mod partkeys;
+pub mod pipelines;
+pub mod registries;
 pub mod repos;
+pub mod secrets;
+pub mod tasks;
 pub mod users;
 
 use std::path::{Path, PathBuf};
@@ -73,6 +81,8 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     reader_slots: Semaphore,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Bumped after every commit, so readers of the outbox know when to look.
+    commits: tokio::sync::watch::Receiver<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -92,15 +102,24 @@ impl Default for StoreOptions {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and migrates it to the current schema.
+    /// Opens (creating if needed) the main database at `path` and migrates it.
     pub fn open(path: &Path, options: &StoreOptions) -> StoreResult<Store> {
+        Store::open_with(path, options, migrations::migrate)
+    }
+
+    /// Opens a database whose schema `migrate` maintains (the main one, or the logs).
+    pub fn open_with(
+        path: &Path,
+        options: &StoreOptions,
+        migrate: fn(&mut Connection) -> StoreResult<()>,
+    ) -> StoreResult<Store> {
         let open_err = |source| StoreError::Open {
             path: path.to_path_buf(),
             source,
         };
         let mut writer = Connection::open(path).map_err(open_err)?;
         configure(&writer, true, options.full_sync).map_err(open_err)?;
-        migrations::migrate(&mut writer)?;
+        migrate(&mut writer)?;
 
         let mut readers = Vec::with_capacity(options.readers);
         for _ in 0..options.readers {
@@ -114,9 +133,10 @@ impl Store {
         }
 
         let (tx, rx) = std_mpsc::channel::<Job>();
+        let (commit_tx, commit_rx) = tokio::sync::watch::channel(0u64);
         let handle = std::thread::Builder::new()
             .name("woodlark-store-writer".into())
-            .spawn(move || writer_loop(writer, rx))
+            .spawn(move || writer_loop(writer, rx, commit_tx))
             .map_err(|e| StoreError::Migration(format!("cannot start the writer thread: {e}")))?;
 
         Ok(Store {
@@ -126,12 +146,18 @@ impl Store {
                 readers: Mutex::new(readers),
                 reader_slots: Semaphore::new(options.readers),
                 writer_thread: Mutex::new(Some(handle)),
+                commits: commit_rx,
             }),
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// A receiver that changes after every committed write batch.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.commits.clone()
     }
 
     /// Runs `f` on the writer thread inside a transaction; resolves after the commit.
@@ -243,7 +269,11 @@ fn configure(conn: &Connection, writer: bool, full_sync: bool) -> rusqlite::Resu
     Ok(())
 }
 
-fn writer_loop(conn: Connection, jobs: std_mpsc::Receiver<Job>) {
+fn writer_loop(
+    conn: Connection,
+    jobs: std_mpsc::Receiver<Job>,
+    commits: tokio::sync::watch::Sender<u64>,
+) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -253,6 +283,7 @@ fn writer_loop(conn: Connection, jobs: std_mpsc::Receiver<Job>) {
             }
         }
         run_batch(&conn, batch);
+        commits.send_modify(|n| *n += 1);
     }
 }
 

@@ -138,6 +138,9 @@ pub fn delete_with_contents(conn: &Connection, id: i64) -> StoreResult<()> {
             "organization {id} still owns {repos} repositories; delete them first"
         )));
     }
+    super::secrets::delete_scope(conn, id, 0)?;
+    super::registries::delete_scope(conn, id, 0)?;
+    super::agents::delete_scope(conn, id)?;
     delete(conn, id)
 }
 

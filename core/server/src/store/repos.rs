@@ -232,7 +232,9 @@ pub fn update(conn: &Connection, repo: &Repo, user_id: Option<i64>) -> StoreResu
 pub fn delete(conn: &Connection, id: i64) -> StoreResult<Repo> {
     let row = by_id(conn, id)?;
     conn.execute("DELETE FROM perms WHERE repo_id = ?1", [id])?;
-    conn.execute("DELETE FROM crons WHERE repo_id = ?1", [id])?;
+    super::crons::delete_scope(conn, id)?;
+    super::secrets::delete_scope(conn, 0, id)?;
+    super::registries::delete_scope(conn, 0, id)?;
     conn.execute("DELETE FROM repos WHERE id = ?1", [id])?;
     events::append(
         conn,
@@ -306,6 +308,49 @@ pub fn set_perm(conn: &Connection, user_id: i64, repo_id: i64, perm: Perm) -> St
         params![user_id, repo_id, perm.pull, perm.push, perm.admin, now],
     )?;
     Ok(())
+}
+
+/// The repositories a user works with: those in their own namespace and those they hold a
+/// permission on (not merely public ones), by full name.
+pub fn of_member(conn: &Connection, user_id: i64, own_org_id: i64) -> StoreResult<Vec<RepoRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM repos
+         WHERE org_id = ?2
+            OR id IN (SELECT repo_id FROM perms WHERE user_id = ?1 AND (pull OR push OR admin))
+         ORDER BY full_name"
+    ))?;
+    let rows = stmt.query_map(params![user_id, own_org_id], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What a non-admin user may read: ids of the repositories they can pull (public and
+/// internal ones, those in their own namespace, those they hold a permission on) and of the
+/// organisations they belong to (their own, and those where they may push somewhere).
+pub fn readable_ids(
+    conn: &Connection,
+    user_id: i64,
+    own_org_id: i64,
+) -> StoreResult<(Vec<i64>, Vec<i64>)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM repos
+         WHERE json_extract(data, '$.visibility') IN ('public', 'internal')
+            OR org_id = ?2
+            OR id IN (SELECT repo_id FROM perms WHERE user_id = ?1 AND (pull OR push OR admin))",
+    )?;
+    let repos = stmt
+        .query_map(params![user_id, own_org_id], |r| r.get(0))?
+        .collect::<Result<Vec<i64>, _>>()?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT r.org_id FROM perms p JOIN repos r ON r.id = p.repo_id
+         WHERE p.user_id = ?1 AND (p.push OR p.admin)",
+    )?;
+    let mut orgs = stmt
+        .query_map([user_id], |r| r.get(0))?
+        .collect::<Result<Vec<i64>, _>>()?;
+    if own_org_id != 0 && !orgs.contains(&own_org_id) {
+        orgs.push(own_org_id);
+    }
+    Ok((repos, orgs))
 }
 
 /// The strongest permission `user_id` holds on any repository of `org_id`.

@@ -237,11 +237,16 @@ pub fn delete(conn: &Connection, env: &EnvAdmins, login: &str) -> StoreResult<Us
         &user,
         owner(&user),
     )?;
+    // The personal organisation goes too, with its secrets, registries and agents, unless
+    // repositories still live in it.
     if let Ok(org) = orgs::by_id(conn, user.org_id)
         && org.is_user
         && org.name == user.login
     {
-        orgs::delete(conn, org.id)?;
+        match orgs::delete_with_contents(conn, org.id) {
+            Ok(()) | Err(StoreError::Conflict(_)) => {}
+            Err(other) => return Err(other),
+        }
     }
     Ok(user)
 }

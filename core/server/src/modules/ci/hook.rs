@@ -6,7 +6,9 @@
 //! body is never sniffed. For the built-in `git` forge the body is what git gives a
 //! `post-receive` hook: one `<old-sha> <new-sha> <ref>` line per updated ref.
 
-use super::forge::ForgeError;
+use super::forge::{ForgeError, run_blocking};
+use super::pipelines::create::{self, Created, Trigger};
+use super::pipelines::created_response;
 use crate::app::Ctx;
 use crate::auth::{self, token};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
@@ -125,18 +127,53 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             "ignoring hook: only deleted refs\n",
         ));
     }
-    let summary: Vec<String> = pushed
-        .iter()
-        .map(|u| format!("{} at {}", u.git_ref, &u.new[..12]))
-        .collect();
-    Ok(Response::text(
-        StatusCode::OK,
-        format!(
-            "push to {} accepted: {}\n",
-            row.repo.full_name,
-            summary.join(", ")
+    let mut last = None;
+    for update in pushed {
+        let trigger = trigger_for(&ctx, &row, update).await?;
+        last = Some(create::from_forge(&ctx, &row, trigger).await?);
+    }
+    Ok(match last {
+        Some(Created::NoConfig) => Response::text(StatusCode::NO_CONTENT, ""),
+        Some(created) => created_response(created),
+        None => Response::empty(StatusCode::NO_CONTENT),
+    })
+}
+
+/// The pipeline trigger of one pushed ref: a branch push or a tag.
+async fn trigger_for(ctx: &Ctx, row: &RepoRow, update: &RefUpdate) -> Result<Trigger, ApiError> {
+    let driver = create::driver_of(ctx, row.repo.forge_id).await?;
+    let (repo, new, old) = (row.repo.clone(), update.new.clone(), update.old.clone());
+    let (commit, changed) = run_blocking(move || {
+        let commit = driver.commit(&repo, &new)?;
+        let changed = driver.changed_files(&repo, &old, &new).unwrap_or_default();
+        Ok((commit, changed))
+    })
+    .await?;
+    let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
+        Some(_) => ("tag", row.repo.default_branch.clone()),
+        None => (
+            "push",
+            update
+                .git_ref
+                .strip_prefix("refs/heads/")
+                .unwrap_or(&update.git_ref)
+                .to_string(),
         ),
-    ))
+    };
+    Ok(Trigger {
+        event: event.into(),
+        branch,
+        git_ref: update.git_ref.clone(),
+        commit: commit.sha,
+        message: commit.message,
+        author: commit.author.clone(),
+        author_email: commit.author_email,
+        timestamp: commit.timestamp,
+        sender: commit.author,
+        forge_url: row.repo.forge_url.clone(),
+        changed_files: changed,
+        ..Trigger::default()
+    })
 }
 
 #[cfg(test)]

@@ -7,12 +7,19 @@
 //! [`forge`] holds the forge drivers. Errors are plain text with Woodpecker's status codes.
 
 pub mod access;
+pub mod agents;
+pub mod badges;
+pub mod crons;
 pub mod forge;
 pub mod forges;
 pub mod hook;
 pub mod orgs;
 pub mod pagination;
+pub mod pipelines;
+pub mod registries;
 pub mod repos;
+pub mod secrets;
+pub mod stream;
 pub mod system;
 pub mod users;
 
@@ -34,6 +41,9 @@ impl super::Module for Ci {
         scope
             .get("/user", users::current)
             .post("/user/token", users::token)
+            .get("/user/feed", users::feed)
+            .get("/user/repos", users::repos_with_last_pipeline)
+            .post("/user/repos/refresh", users::refresh_repos)
             .delete("/user/token", users::rotate_token)
             .get("/users", users::list)
             .post("/users", users::create)
@@ -47,6 +57,19 @@ impl super::Module for Ci {
         repos::routes(scope);
         orgs::routes(scope);
         hook::routes(scope);
+        pipelines::routes(scope);
+        stream::routes(scope);
+        badges::routes(scope);
+        secrets::routes(scope);
+        registries::routes(scope);
+        agents::routes(scope);
+        crons::routes(scope);
+    }
+
+    fn spawn_background(&self, ctx: &Ctx) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = pipelines::background::spawn(ctx);
+        tasks.push(tokio::spawn(stream::PipelineFeed::run(ctx.clone())));
+        tasks
     }
 
     fn root_routes(&self, scope: &mut Scope<'_, Ctx>) {

@@ -1,14 +1,16 @@
 //! `/user` (the caller and its token) and `/users` (administration, admins only).
 
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::access::{must_admin, must_user};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::store::StoreError;
+use crate::store::pipelines::{self, ListFilter};
 use crate::store::users::{self, NewUser, UserPatch, validate_login};
+use crate::store::{StoreError, repos};
 
 /// Longest email / avatar URL accepted (keeps rows and events small).
 const MAX_FIELD: usize = 1024;
@@ -40,6 +42,90 @@ pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
     tracing::info!(user = account.user.login, "personal access token rotated");
     let t = token::user_token(account.user.id, &account.hash);
     Ok(Response::text(StatusCode::OK, t))
+}
+
+/// `GET /user/feed`: the newest 50 pipelines of the caller's repositories (upstream's Feed).
+pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let user = must_user(&ctx, &req).await?.user;
+    let list = ctx
+        .store
+        .read(move |c| {
+            let mut out = Vec::new();
+            for row in repos::of_member(c, user.id, user.org_id)? {
+                for p in pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 50)? {
+                    out.push((row.repo.clone(), p));
+                }
+            }
+            out.sort_by_key(|(_, p)| std::cmp::Reverse((p.created, p.id)));
+            out.truncate(50);
+            Ok(out)
+        })
+        .await?;
+    let feed: Vec<Value> = list
+        .into_iter()
+        .map(|(repo, p)| {
+            json!({
+                "repo_id": repo.id,
+                "full_name": repo.full_name,
+                "id": p.id,
+                "number": p.number,
+                "event": p.event,
+                "status": p.status,
+                "created": p.created,
+                "started": p.started,
+                "finished": p.finished,
+                "commit": p.commit,
+                "branch": p.branch,
+                "ref": p.git_ref,
+                "refspec": p.refspec,
+                "title": p.title,
+                "message": p.message,
+                "author": p.author,
+                "author_avatar": p.author_avatar,
+                "author_email": p.author_email,
+                "tag_title": p.tag_title,
+            })
+        })
+        .collect();
+    Ok(Response::json(&feed))
+}
+
+/// `GET /user/repos?all=&name=`: the caller's repositories with their newest pipeline
+/// (`RepoLastPipeline`); inactive ones only with `all=true`.
+pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let user = must_user(&ctx, &req).await?.user;
+    let all = matches!(req.query("all").as_deref(), Some("true") | Some("1"));
+    let name = req.query("name").unwrap_or_default().to_lowercase();
+    let list = ctx
+        .store
+        .read(move |c| {
+            let mut out = Vec::new();
+            for row in repos::of_member(c, user.id, user.org_id)? {
+                if (!all && !row.repo.active)
+                    || (!name.is_empty() && !row.repo.full_name.to_lowercase().contains(&name))
+                {
+                    continue;
+                }
+                let last = pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 1)?
+                    .into_iter()
+                    .next();
+                let mut v = serde_json::to_value(&row.repo)?;
+                if let Some(p) = last {
+                    v["last_pipeline"] = serde_json::to_value(p)?;
+                }
+                out.push(v);
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(Response::json(&list))
+}
+
+/// `POST /user/repos/refresh`: permissions of the built-in git forge are local, so there is
+/// nothing to fetch; answers `"Ok"` as upstream.
+pub async fn refresh_repos(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_user(&ctx, &req).await?;
+    Ok(Response::json(&"Ok"))
 }
 
 /// `GET /users`: one page of users, by login.

@@ -9,7 +9,10 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use super::{ForgeDriver, ForgeError, PullRequest, RemoteRepo};
+use super::{
+    CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
+};
+use crate::pipeline::types::ConfigFile;
 use crate::store::repos::Repo;
 
 /// First line after the shebang of every hook we install; we only ever overwrite or remove
@@ -195,6 +198,117 @@ impl ForgeDriver for GitForge {
             .map_err(|e| ForgeError::Failed(format!("cannot install {}: {e}", path.display())))
     }
 
+    fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+        let dir = self.locate(&repo.forge_remote_id)?;
+        let name = format!("refs/heads/{branch}");
+        let sha = git(
+            &dir,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{name}^{{commit}}"),
+            ],
+        )
+        .map_err(|_| ForgeError::RepoNotFound(format!("{}: branch {branch}", repo.full_name)))?;
+        self.commit(repo, sha.trim())
+    }
+
+    fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
+        if !is_sha(sha) {
+            return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
+        }
+        let dir = self.locate(&repo.forge_remote_id)?;
+        let out = git(
+            &dir,
+            &["show", "-s", "--format=%H%x00%an%x00%ae%x00%ct%x00%B", sha],
+        )
+        .map_err(|_| ForgeError::RepoNotFound(format!("{}: commit {sha}", repo.full_name)))?;
+        let mut parts = out.splitn(5, '\0');
+        let mut next = || parts.next().unwrap_or("").to_string();
+        let (sha, author, email, time, message) = (next(), next(), next(), next(), next());
+        Ok(CommitInfo {
+            sha,
+            author,
+            author_email: email,
+            timestamp: time.trim().parse().unwrap_or(0),
+            message: message.trim_end().to_string(),
+        })
+    }
+
+    fn changed_files(
+        &self,
+        repo: &Repo,
+        before: &str,
+        after: &str,
+    ) -> Result<Vec<String>, ForgeError> {
+        let dir = self.locate(&repo.forge_remote_id)?;
+        let out = if before.is_empty() || before.bytes().all(|b| b == b'0') {
+            git(
+                &dir,
+                &["show", "--no-renames", "--name-only", "--format=", after],
+            )?
+        } else {
+            git(
+                &dir,
+                &["diff", "--no-renames", "--name-only", before, after],
+            )?
+        };
+        Ok(out
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect())
+    }
+
+    fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
+        if !is_sha(commit) {
+            return Err(ForgeError::Invalid(format!(
+                "{commit:?} is not a commit id"
+            )));
+        }
+        let dir = self.locate(&repo.forge_remote_id)?;
+        let read = |path: &str| -> Option<ConfigFile> {
+            git(&dir, &["show", &format!("{commit}:{path}")])
+                .ok()
+                .map(|data| ConfigFile {
+                    name: path.to_string(),
+                    data,
+                })
+        };
+        let folder = |path: &str| -> Vec<ConfigFile> {
+            let prefix = path.trim_end_matches('/');
+            let listing = git(
+                &dir,
+                &["ls-tree", "--name-only", commit, &format!("{prefix}/")],
+            )
+            .unwrap_or_default();
+            let mut names: Vec<&str> = listing
+                .lines()
+                .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+                .collect();
+            names.sort();
+            names.into_iter().filter_map(read).collect()
+        };
+        let config = repo.config_file.trim();
+        if !config.is_empty() {
+            return Ok(if config.ends_with('/') {
+                folder(config)
+            } else {
+                read(config).into_iter().collect()
+            });
+        }
+        let in_dir = folder(CONFIG_DIR);
+        if !in_dir.is_empty() {
+            return Ok(in_dir);
+        }
+        Ok(CONFIG_FILES
+            .iter()
+            .find_map(|f| read(f))
+            .into_iter()
+            .collect())
+    }
+
     fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
         let Ok(hooks) = self.hooks_dir(&repo.forge_remote_id) else {
             return Ok(());
@@ -206,6 +320,10 @@ impl ForgeDriver for GitForge {
             _ => Ok(()),
         }
     }
+}
+
+fn is_sha(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn write_executable(path: &Path, contents: &str) -> std::io::Result<()> {

@@ -47,6 +47,21 @@ pub struct PullRequest {
     pub title: String,
 }
 
+/// A commit as the forge describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitInfo {
+    pub sha: String,
+    pub message: String,
+    pub author: String,
+    pub author_email: String,
+    /// Unix seconds.
+    pub timestamp: i64,
+}
+
+/// Where pipeline configs are looked for when the repository names no `config_file`.
+pub const CONFIG_DIR: &str = ".woodpecker";
+pub const CONFIG_FILES: &[&str] = &[".woodpecker.yaml", ".woodpecker.yml"];
+
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
     #[error("repository {0:?} not found on the forge")]
@@ -87,6 +102,25 @@ pub trait ForgeDriver: Send + Sync {
     fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError>;
     /// Removes the hook; a missing hook is not an error.
     fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError>;
+    /// The commit a branch points at.
+    fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError>;
+    /// Message, author and time of a commit.
+    fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError>;
+    /// Files changed between two commits (`before` empty or all zeros: by `after` alone).
+    fn changed_files(
+        &self,
+        repo: &Repo,
+        before: &str,
+        after: &str,
+    ) -> Result<Vec<String>, ForgeError>;
+    /// The pipeline config files at `commit`, in upstream's lookup order: the repository's
+    /// `config_file` (a trailing `/` names a folder), else every `*.yaml`/`*.yml` in
+    /// `.woodpecker/`, else `.woodpecker.yaml`, else `.woodpecker.yml`. Empty when none.
+    fn config_files(
+        &self,
+        repo: &Repo,
+        commit: &str,
+    ) -> Result<Vec<crate::pipeline::types::ConfigFile>, ForgeError>;
 }
 
 /// The driver for `forge`, or why there is none.

@@ -1,0 +1,149 @@
+//! Instance-admin views of the queue: `/queue/info`, `/queue/pause|resume`,
+//! `/queue/norunningpipelines`, and `/pipelines` (pipelines that are pending or running).
+
+use serde_json::{Value, json};
+
+use crate::app::Ctx;
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::modules::ci::access::must_admin;
+use crate::pipeline::status::{PENDING, RUNNING};
+use crate::store::pipelines;
+use crate::store::tasks::{self, Task};
+use crate::store::{StoreResult, agents, repos};
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/queue/info", info)
+        .post("/queue/pause", pause)
+        .post("/queue/resume", resume)
+        .get("/queue/norunningpipelines", wait_idle)
+        .get("/pipelines", active_pipelines);
+}
+
+/// Upstream's `QueueTask` for a task row.
+fn queue_task(c: &rusqlite::Connection, t: &Task) -> StoreResult<Value> {
+    let wf = pipelines::workflow(c, t.id)?;
+    let p = pipelines::by_id(c, t.pipeline_id)?;
+    let agent_name = if t.agent_id > 0 {
+        agents::by_id(c, t.agent_id)
+            .map(|a| a.agent.name)
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Ok(json!({
+        "id": t.id.to_string(),
+        "pid": wf.pid,
+        "name": wf.name,
+        "labels": t.labels,
+        "dependencies": t.dependencies.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        "run_on": t.run_on,
+        "dep_status": {},
+        "agent_id": t.agent_id,
+        "agent_name": agent_name,
+        "pipeline_id": t.pipeline_id,
+        "pipeline_number": p.pipeline.number,
+        "repo_id": t.repo_id,
+        "concurrency_limit": 0,
+        "concurrency_group": "",
+        "created": t.created,
+    }))
+}
+
+/// `GET /queue/info`.
+async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let paused = ctx.queue.paused();
+    let (pending, running, waiting, workers) = ctx
+        .store
+        .read(|c| {
+            let mut groups: [Vec<Value>; 3] = Default::default();
+            for t in tasks::list(c, None)? {
+                let slot = match t.state.as_str() {
+                    "pending" => 0,
+                    "running" => 1,
+                    _ => 2,
+                };
+                groups[slot].push(queue_task(c, &t)?);
+            }
+            let workers: i64 = c.query_row(
+                "SELECT coalesce(sum(capacity), 0) FROM agents WHERE last_contact > ?1",
+                [crate::store::now_unix() - 120],
+                |r| r.get(0),
+            )?;
+            let [p, r, w] = groups;
+            Ok((p, r, w, workers))
+        })
+        .await?;
+    Ok(Response::json(&json!({
+        "pending": pending,
+        "running": running,
+        "waiting_on_deps": waiting,
+        "paused": paused,
+        "stats": {
+            "worker_count": workers,
+            "pending_count": pending.len(),
+            "waiting_on_deps_count": waiting.len(),
+            "running_count": running.len(),
+        },
+    })))
+}
+
+async fn pause(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    ctx.queue.pause();
+    tracing::info!("queue paused");
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    ctx.queue.resume();
+    tracing::info!("queue resumed");
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// `GET /queue/norunningpipelines`: answers 204 once nothing is running.
+async fn wait_idle(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    ctx.queue.wait_idle(&ctx).await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// `GET /pipelines`: pending and running pipelines as `Feed` entries.
+async fn active_pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    must_admin(&ctx, &req).await?;
+    let list = ctx
+        .store
+        .read(|c| {
+            let mut out = Vec::new();
+            for row in pipelines::with_status(c, &[PENDING, RUNNING])? {
+                let repo = repos::by_id(c, row.repo_id)?;
+                let p = &row.pipeline;
+                out.push(json!({
+                    "repo_id": row.repo_id,
+                    "full_name": repo.repo.full_name,
+                    "id": p.id,
+                    "number": p.number,
+                    "event": p.event,
+                    "status": p.status,
+                    "created": p.created,
+                    "started": p.started,
+                    "finished": p.finished,
+                    "commit": p.commit,
+                    "branch": p.branch,
+                    "ref": p.git_ref,
+                    "refspec": p.refspec,
+                    "title": p.title,
+                    "message": p.message,
+                    "author": p.author,
+                    "author_avatar": p.author_avatar,
+                    "author_email": p.author_email,
+                    "tag_title": p.tag_title,
+                }));
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(Response::json(&list))
+}

@@ -1,0 +1,121 @@
+//! The agent protocol, server side: `POST <ci mount>/agent/...` with an agent token.
+//!
+//! | call | body | answer |
+//! |---|---|---|
+//! | `POST /agent/next` | `AgentInfo` | 200 `Work`, or 204 after ~25 s without work |
+//! | `POST /agent/workflows/{id}/init` | – | 204 |
+//! | `POST /agent/workflows/{id}/steps` | `StepUpdate` | 204 |
+//! | `POST /agent/workflows/{id}/logs` | `[LogLine]` | 204 (each line stored once) |
+//! | `POST /agent/workflows/{id}/extend` | – | 204 (lease +60 s) |
+//! | `GET  /agent/workflows/{id}/canceled` | – | 200 `{"canceled": bool}` after ≤ 25 s |
+//! | `POST /agent/workflows/{id}/done` | `WorkflowDone` | 204 |
+//!
+//! 401 for a missing or unknown token, 409 when the agent does not hold the workflow's
+//! lease (it expired and the workflow went to another agent), 400 for bad bodies.
+
+use serde_json::json;
+
+use super::queue::AgentIdent;
+use crate::app::Ctx;
+use crate::auth;
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, WorkflowDone};
+use crate::store::agents::{self, AgentRow};
+
+/// Log batches can be large; everything else is small.
+const LOG_BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .post("/agent/next", next)
+        .post("/agent/workflows/{workflow_id}/init", init)
+        .post("/agent/workflows/{workflow_id}/steps", step)
+        .route_with_limit(
+            crate::http::Method::POST,
+            "/agent/workflows/{workflow_id}/logs",
+            LOG_BODY_LIMIT,
+            logs,
+        )
+        .post("/agent/workflows/{workflow_id}/extend", extend)
+        .get("/agent/workflows/{workflow_id}/canceled", canceled)
+        .post("/agent/workflows/{workflow_id}/done", done);
+}
+
+/// The agent a request's token belongs to.
+async fn agent(ctx: &Ctx, req: &Request) -> Result<AgentRow, ApiError> {
+    let token = auth::bearer(req).ok_or_else(ApiError::unauthorized)?;
+    ctx.store
+        .read(move |c| agents::by_token(c, &token))
+        .await?
+        .ok_or_else(ApiError::unauthorized)
+}
+
+async fn next(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    let info: AgentInfo = if req.body.is_empty() {
+        AgentInfo::default()
+    } else {
+        req.json()?
+    };
+    let ident = AgentIdent::new(&row, &info);
+    match ctx.queue.next(&ctx, &ident).await? {
+        Some(work) => Ok(Response::json(&work)),
+        None => Ok(Response::empty(StatusCode::NO_CONTENT)),
+    }
+}
+
+fn workflow_id(req: &Request) -> Result<i64, ApiError> {
+    req.param_i64("workflow_id")
+}
+
+async fn init(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    ctx.queue
+        .init(&ctx, row.agent.id, workflow_id(&req)?)
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    let update: StepUpdate = req.json()?;
+    ctx.queue
+        .step(&ctx, row.agent.id, workflow_id(&req)?, update)
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    let lines: Vec<LogLine> = req.json()?;
+    ctx.queue
+        .logs(&ctx, row.agent.id, workflow_id(&req)?, lines)
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+async fn extend(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    ctx.queue
+        .extend(&ctx, row.agent.id, workflow_id(&req)?)
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+async fn canceled(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    let canceled = ctx
+        .queue
+        .wait_canceled(&ctx, row.agent.id, workflow_id(&req)?)
+        .await?;
+    Ok(Response::json(&json!({ "canceled": canceled })))
+}
+
+async fn done(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    let done: WorkflowDone = req.json()?;
+    ctx.queue
+        .done(&ctx, row.agent.id, workflow_id(&req)?, done)
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}

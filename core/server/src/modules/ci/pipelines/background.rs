@@ -1,0 +1,194 @@
+//! The CI module's background work: the embedded runner, lease expiry, agents' contact
+//! times, the cron scheduler and log retention.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::create::{self, Created, Trigger};
+use super::local::{self, LocalAgent};
+use crate::app::Ctx;
+use crate::runner::protocol::AgentInfo;
+use crate::runner::{self, RunnerConfig};
+use crate::store::{crons, logs, now_unix, now_unix_ms, repos};
+
+/// Starts every background task of the CI module.
+pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
+    let mut tasks = vec![
+        tokio::spawn(every(
+            ctx.clone(),
+            Duration::from_secs(2),
+            |ctx| async move {
+                if let Err(err) = ctx.queue.requeue(&ctx, None).await {
+                    tracing::warn!(%err, "lease expiry failed");
+                }
+            },
+        )),
+        tokio::spawn(every(
+            ctx.clone(),
+            Duration::from_secs(15),
+            |ctx| async move {
+                if let Err(err) = ctx.queue.flush_contact(&ctx).await {
+                    tracing::warn!(%err, "could not store agent contact times");
+                }
+            },
+        )),
+        tokio::spawn(every(
+            ctx.clone(),
+            Duration::from_secs(10),
+            |ctx| async move {
+                run_due_crons(&ctx).await;
+            },
+        )),
+    ];
+    let days = ctx.config.storage.log_retention_days;
+    if days > 0 {
+        tasks.push(tokio::spawn(every(
+            ctx.clone(),
+            Duration::from_secs(300),
+            move |ctx| async move {
+                let cutoff = now_unix_ms() - (days as i64) * 86_400_000;
+                loop {
+                    match ctx.logs.write(move |c| logs::prune(c, cutoff, 5_000)).await {
+                        Ok(5_000) => continue,
+                        Ok(_) => break,
+                        Err(err) => {
+                            tracing::warn!(%err, "log retention failed");
+                            break;
+                        }
+                    }
+                }
+            },
+        )));
+    }
+    if ctx.config.runner.enabled {
+        tasks.push(tokio::spawn(run_local(ctx.clone())));
+    }
+    tasks
+}
+
+/// Runs `f` every `period`, forever.
+async fn every<F, Fut>(ctx: Ctx, period: Duration, f: F)
+where
+    F: Fn(Ctx) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        f(ctx.clone()).await;
+    }
+}
+
+/// What the embedded agent says about itself.
+pub fn local_info(capacity: usize) -> AgentInfo {
+    let mut labels = std::collections::BTreeMap::new();
+    if let Ok(host) = std::fs::read_to_string("/etc/hostname") {
+        labels.insert("hostname".to_string(), host.trim().to_string());
+    }
+    AgentInfo {
+        platform: create::platform(),
+        backend: "local".into(),
+        capacity: capacity as i64,
+        version: crate::modules::ci::system::version_string(),
+        labels,
+    }
+}
+
+/// The embedded agent: re-queues what it held before a restart, then runs the runner.
+async fn run_local(ctx: Ctx) {
+    let row = match local::ensure_agent(&ctx).await {
+        Ok(row) => row,
+        Err(err) => {
+            tracing::error!(%err, "cannot register the local agent; the local runner is off");
+            return;
+        }
+    };
+    match ctx.queue.requeue(&ctx, Some(row.agent.id)).await {
+        Ok(n) if n > 0 => tracing::info!(
+            workflows = n,
+            "re-queued workflows the local agent held before the restart"
+        ),
+        Ok(_) => {}
+        Err(err) => tracing::warn!(%err, "could not re-queue the local agent's workflows"),
+    }
+    let info = local_info(ctx.config.runner.capacity);
+    let api = LocalAgent::new(ctx.clone(), &row, &info);
+    let config = RunnerConfig {
+        capacity: ctx.config.runner.capacity,
+        workdir: ctx.config.runner.workdir.clone(),
+        info,
+    };
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    tracing::info!(
+        agent = api.id(),
+        capacity = config.capacity,
+        "local runner started"
+    );
+    runner::run(api, config, shutdown).await;
+}
+
+/// Starts a pipeline for every cron job that is due (each job once per due time, even with
+/// several servers on one database: the next time is claimed first).
+pub async fn run_due_crons(ctx: &Ctx) {
+    let due = match ctx.store.read(|c| crons::due(c, now_unix(), 20)).await {
+        Ok(due) => due,
+        Err(err) => {
+            tracing::warn!(%err, "cannot read due cron jobs");
+            return;
+        }
+    };
+    for cron in due {
+        let next = crons::next_exec(&cron.schedule, &cron.timezone, now_unix()).unwrap_or(0);
+        let (id, expected) = (cron.id, cron.next_exec);
+        let claimed = ctx
+            .store
+            .write(move |c| crons::claim(c, id, expected, next))
+            .await;
+        if !matches!(claimed, Ok(true)) {
+            continue;
+        }
+        match run_cron(ctx, &cron).await {
+            Ok(outcome) => tracing::info!(
+                cron = cron.name,
+                repo = cron.repo_id,
+                ?outcome,
+                "cron job ran"
+            ),
+            Err(err) => {
+                tracing::warn!(cron = cron.name, repo = cron.repo_id, error = %err.message, "cron job failed")
+            }
+        }
+    }
+}
+
+/// Creates the pipeline of a cron job now (the scheduler and `POST …/cron/{id}` use it).
+pub async fn run_cron(ctx: &Ctx, cron: &crons::Cron) -> Result<Created, crate::http::ApiError> {
+    let repo_id = cron.repo_id;
+    let repo = ctx.store.read(move |c| repos::by_id(c, repo_id)).await?;
+    let branch = if cron.branch.is_empty() {
+        repo.repo.default_branch.clone()
+    } else {
+        cron.branch.clone()
+    };
+    let driver = create::driver_of(ctx, repo.repo.forge_id).await?;
+    let (r, b) = (repo.repo.clone(), branch.clone());
+    let head = crate::modules::ci::forge::run_blocking(move || driver.branch_head(&r, &b)).await?;
+    let trigger = Trigger {
+        event: "cron".into(),
+        branch: branch.clone(),
+        git_ref: format!("refs/heads/{branch}"),
+        commit: head.sha,
+        message: format!("cron task '{}'", cron.name),
+        author: head.author,
+        author_email: head.author_email,
+        timestamp: head.timestamp,
+        sender: "cron".into(),
+        forge_url: repo.repo.forge_url.clone(),
+        cron: cron.name.clone(),
+        variables: cron.variables.clone(),
+        ..Trigger::default()
+    };
+    create::from_forge(ctx, &repo, trigger).await
+}

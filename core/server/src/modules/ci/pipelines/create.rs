@@ -1,0 +1,482 @@
+//! Making a pipeline: from a push, a manual run, a cron job or a restart.
+//!
+//! 1. `[skip ci]` in a push or pull-request message → nothing is created.
+//! 2. The config files are read from the forge at the commit (or, for a restart, taken from
+//!    the pipeline being restarted).
+//! 3. The secrets in scope are opened, and — inside one write transaction, so the pipeline
+//!    number is final — the metadata and `CI_*` variables are completed and the configs are
+//!    compiled. Compile errors give a pipeline with status `error` and `errors[]`; when every
+//!    workflow is filtered out nothing is created; when the repository requires approval the
+//!    pipeline is `blocked`; otherwise it is `pending` and its workflows are queued.
+//!
+//! Compiled workflows hold resolved secret values, so they are stored sealed.
+
+use std::collections::BTreeMap;
+
+use rusqlite::Connection;
+
+use super::queue::SEAL_PAYLOAD;
+use crate::app::Ctx;
+use crate::http::ApiError;
+use crate::modules::ci::forge::{self, ForgeDriver, run_blocking};
+use crate::pipeline::status::*;
+use crate::pipeline::types::{CompileInput, ConfigFile, Metadata, SecretValue};
+use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
+use crate::store::repos::RepoRow;
+use crate::store::tasks::{self, Task};
+use crate::store::{StoreError, StoreResult, forges, now_unix, secrets};
+
+/// What started a pipeline.
+#[derive(Debug, Clone, Default)]
+pub struct Trigger {
+    pub event: String,
+    pub event_reason: Vec<String>,
+    pub branch: String,
+    pub git_ref: String,
+    pub refspec: String,
+    pub commit: String,
+    pub message: String,
+    pub author: String,
+    pub author_email: String,
+    pub author_avatar: String,
+    pub sender: String,
+    pub forge_url: String,
+    pub timestamp: i64,
+    pub changed_files: Vec<String>,
+    pub deploy_to: String,
+    pub cron: String,
+    pub variables: BTreeMap<String, String>,
+    pub parent: i64,
+    pub rerun_count: i64,
+    /// Login of the user who asked (manual runs, restarts), for approval checks.
+    pub by_user: String,
+}
+
+/// What became of a trigger.
+#[derive(Debug)]
+pub enum Created {
+    Pipeline(Box<Pipeline>),
+    /// Every workflow was filtered out by `when`.
+    Filtered,
+    /// `[skip ci]` in the commit message.
+    SkipCi,
+    /// The commit has no pipeline config.
+    NoConfig,
+}
+
+/// The driver of a repository's forge.
+pub async fn driver_of(
+    ctx: &Ctx,
+    forge_id: i64,
+) -> Result<std::sync::Arc<dyn ForgeDriver>, ApiError> {
+    let row = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    Ok(forge::driver_for(&row.forge)?.into())
+}
+
+/// Reads the config files at the trigger's commit and creates the pipeline.
+pub async fn from_forge(ctx: &Ctx, repo: &RepoRow, trigger: Trigger) -> Result<Created, ApiError> {
+    if matches!(trigger.event.as_str(), "push" | "pull_request")
+        && crate::pipeline::skip_ci(&trigger.message)
+    {
+        return Ok(Created::SkipCi);
+    }
+    let driver = driver_of(ctx, repo.repo.forge_id).await?;
+    let (r, commit) = (repo.repo.clone(), trigger.commit.clone());
+    let files = run_blocking(move || driver.config_files(&r, &commit)).await?;
+    if files.is_empty() {
+        return Ok(Created::NoConfig);
+    }
+    create(ctx, repo, trigger, files).await
+}
+
+/// The secrets a repository's pipelines may use, opened.
+async fn secrets_for(ctx: &Ctx, repo: &RepoRow) -> Result<Vec<SecretValue>, ApiError> {
+    let (org, id) = (repo.repo.org_id, repo.repo.id);
+    let rows = ctx
+        .store
+        .read(move |c| secrets::for_pipeline(c, org, id))
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let value = ctx
+            .seal
+            .open(secrets::SEAL_PURPOSE, &row.sealed_value)
+            .map_err(ApiError::internal)?;
+        out.push(SecretValue {
+            name: row.secret.name,
+            value: String::from_utf8_lossy(&value).into_owned(),
+            events: row.secret.events,
+            images: row.secret.images,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether a pipeline must wait for approval (upstream's `require_approval` modes).
+fn needs_approval(repo: &RepoRow, trigger: &Trigger) -> bool {
+    if repo
+        .repo
+        .approval_allowed_users
+        .iter()
+        .any(|u| *u == trigger.by_user && !u.is_empty())
+    {
+        return false;
+    }
+    let is_pr = trigger.event.starts_with("pull_request");
+    match repo.repo.require_approval.as_str() {
+        "all_events" => !matches!(trigger.event.as_str(), "cron" | "manual"),
+        "pull_requests" => is_pr,
+        // Forks exist only on forges with pull requests from other repositories.
+        "forks" => false,
+        _ => false,
+    }
+}
+
+/// The `CI_*` variables upstream sets for a pipeline.
+fn ci_env(
+    ctx: &Ctx,
+    repo: &RepoRow,
+    t: &Trigger,
+    number: i64,
+    forge_type: &str,
+) -> BTreeMap<String, String> {
+    let r = &repo.repo;
+    let url = ctx.public_url();
+    let tag = t.git_ref.strip_prefix("refs/tags/").unwrap_or("");
+    let pairs: Vec<(&str, String)> = vec![
+        ("CI", "woodpecker".into()),
+        ("CI_REPO", r.full_name.clone()),
+        ("CI_REPO_OWNER", r.owner.clone()),
+        ("CI_REPO_NAME", r.name.clone()),
+        ("CI_REPO_REMOTE_ID", r.forge_remote_id.clone()),
+        ("CI_REPO_URL", r.forge_url.clone()),
+        ("CI_REPO_CLONE_URL", r.clone_url.clone()),
+        ("CI_REPO_CLONE_SSH_URL", r.clone_url_ssh.clone()),
+        ("CI_REPO_DEFAULT_BRANCH", r.default_branch.clone()),
+        ("CI_REPO_PRIVATE", r.private.to_string()),
+        ("CI_REPO_TRUSTED_NETWORK", r.trusted.network.to_string()),
+        ("CI_REPO_TRUSTED_VOLUMES", r.trusted.volumes.to_string()),
+        ("CI_REPO_TRUSTED_SECURITY", r.trusted.security.to_string()),
+        ("CI_COMMIT_SHA", t.commit.clone()),
+        ("CI_COMMIT_REF", t.git_ref.clone()),
+        ("CI_COMMIT_REFSPEC", t.refspec.clone()),
+        ("CI_COMMIT_BRANCH", t.branch.clone()),
+        ("CI_COMMIT_SOURCE_BRANCH", String::new()),
+        ("CI_COMMIT_TARGET_BRANCH", String::new()),
+        ("CI_COMMIT_TAG", tag.to_string()),
+        ("CI_COMMIT_MESSAGE", t.message.clone()),
+        ("CI_COMMIT_AUTHOR", t.author.clone()),
+        ("CI_COMMIT_AUTHOR_EMAIL", t.author_email.clone()),
+        ("CI_COMMIT_AUTHOR_AVATAR", t.author_avatar.clone()),
+        ("CI_PIPELINE_NUMBER", number.to_string()),
+        ("CI_PIPELINE_PARENT", t.parent.to_string()),
+        ("CI_PIPELINE_EVENT", t.event.clone()),
+        (
+            "CI_PIPELINE_URL",
+            format!("{url}/repos/{}/pipeline/{number}", r.id),
+        ),
+        ("CI_PIPELINE_FORGE_URL", t.forge_url.clone()),
+        ("CI_PIPELINE_DEPLOY_TARGET", t.deploy_to.clone()),
+        ("CI_PIPELINE_CREATED", now_unix().to_string()),
+        (
+            "CI_PIPELINE_FILES",
+            serde_json::to_string(&t.changed_files).unwrap_or_default(),
+        ),
+        ("CI_PIPELINE_AUTHOR", t.sender.clone()),
+        ("CI_PIPELINE_CRON", t.cron.clone()),
+        ("CI_SYSTEM_NAME", "woodlark".into()),
+        ("CI_SYSTEM_URL", url.clone()),
+        (
+            "CI_SYSTEM_VERSION",
+            crate::modules::ci::system::version_string(),
+        ),
+        ("CI_SYSTEM_PLATFORM", platform()),
+        ("CI_FORGE_TYPE", forge_type.to_string()),
+        ("CI_FORGE_URL", r.forge_url.clone()),
+    ];
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// This machine's platform in upstream's `os/arch` form.
+pub fn platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("{}/{arch}", std::env::consts::OS)
+}
+
+/// Creates the pipeline from `files` (compiling inside the write transaction).
+pub async fn create(
+    ctx: &Ctx,
+    repo: &RepoRow,
+    trigger: Trigger,
+    files: Vec<ConfigFile>,
+) -> Result<Created, ApiError> {
+    let secrets = secrets_for(ctx, repo).await?;
+    let forge_id = repo.repo.forge_id;
+    let forge_type = ctx
+        .store
+        .read(move |c| forges::by_id(c, forge_id))
+        .await?
+        .forge
+        .kind;
+    let approval = needs_approval(repo, &trigger);
+    let repo = repo.clone();
+    let repo_copy = repo.clone();
+    let ctx2 = ctx.clone();
+    let outcome = ctx
+        .store
+        .write(move |c| {
+            create_in(
+                c,
+                &ctx2,
+                &repo,
+                &trigger,
+                &files,
+                secrets,
+                approval,
+                &forge_type,
+            )
+        })
+        .await?;
+    if let Created::Pipeline(p) = &outcome {
+        tracing::info!(
+            pipeline = p.id,
+            number = p.number,
+            status = p.status,
+            "pipeline created"
+        );
+        if repo_auto_cancels(&repo_copy, &p.event) {
+            supersede_older(ctx, repo_copy.repo.id, p).await;
+        }
+        ctx.queue.wake();
+    }
+    Ok(outcome)
+}
+
+fn repo_auto_cancels(repo: &RepoRow, event: &str) -> bool {
+    repo.repo
+        .cancel_previous_pipeline_events
+        .iter()
+        .any(|e| e == event)
+}
+
+/// Cancels the older active pipelines of the same branch (push) or ref (other events) that
+/// `newer` supersedes (`cancel_previous_pipeline_events`).
+async fn supersede_older(ctx: &Ctx, repo_id: i64, newer: &Pipeline) {
+    let (event, branch, git_ref, number) = (
+        newer.event.clone(),
+        newer.branch.clone(),
+        newer.git_ref.clone(),
+        newer.number,
+    );
+    let older = ctx
+        .store
+        .read(move |c| {
+            Ok(pipelines::with_status(c, &[PENDING, RUNNING, BLOCKED])?
+                .into_iter()
+                .filter(|row| {
+                    row.repo_id == repo_id
+                        && row.pipeline.number < number
+                        && row.pipeline.event == event
+                        && if event == "push" {
+                            row.pipeline.branch == branch
+                        } else {
+                            row.pipeline.git_ref == git_ref
+                        }
+                })
+                .map(|row| row.pipeline.id)
+                .collect::<Vec<_>>())
+        })
+        .await
+        .unwrap_or_default();
+    for id in older {
+        match ctx.queue.cancel(ctx, id, "").await {
+            Ok(_) => {
+                let superseded_by = newer.id;
+                let _ = ctx
+                    .store
+                    .write(move |c| {
+                        pipelines::update(c, id, |p| {
+                            if let Some(info) = &mut p.cancel_info {
+                                info.superseded_by = superseded_by;
+                            }
+                        })
+                    })
+                    .await;
+                tracing::info!(
+                    pipeline = id,
+                    superseded_by = newer.id,
+                    "older pipeline canceled"
+                );
+            }
+            Err(err) => tracing::debug!(pipeline = id, error = %err.message, "could not supersede"),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_in(
+    c: &Connection,
+    ctx: &Ctx,
+    repo: &RepoRow,
+    t: &Trigger,
+    files: &[ConfigFile],
+    secrets: Vec<SecretValue>,
+    approval: bool,
+    forge_type: &str,
+) -> StoreResult<Created> {
+    let number: i64 = c.query_row(
+        "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
+        [repo.repo.id],
+        |r| r.get(0),
+    )?;
+    let meta = Metadata {
+        event: t.event.clone(),
+        branch: t.branch.clone(),
+        git_ref: t.git_ref.clone(),
+        commit: t.commit.clone(),
+        message: t.message.clone(),
+        author: t.author.clone(),
+        author_email: t.author_email.clone(),
+        changed_files: t.changed_files.clone(),
+        repo: repo.repo.full_name.clone(),
+        repo_clone_url: repo.repo.clone_url.clone(),
+        default_branch: repo.repo.default_branch.clone(),
+        cron: t.cron.clone(),
+        deploy_to: t.deploy_to.clone(),
+        pipeline_number: number,
+        platform: platform(),
+        variables: t.variables.clone(),
+        env: ci_env(ctx, repo, t, number, forge_type),
+    };
+    let result = crate::pipeline::compile(&CompileInput {
+        files: files.to_vec(),
+        meta,
+        secrets,
+    });
+    let has_errors = result.errors.iter().any(|e| !e.is_warning);
+    if !has_errors && result.workflows.is_empty() {
+        return Ok(Created::Filtered);
+    }
+    let status = if has_errors {
+        ERROR
+    } else if approval {
+        BLOCKED
+    } else {
+        PENDING
+    };
+    let now = now_unix();
+    let pipeline = Pipeline {
+        parent: t.parent,
+        event: t.event.clone(),
+        event_reason: t.event_reason.clone(),
+        status: status.into(),
+        errors: result.errors.clone(),
+        finished: if has_errors { now } else { 0 },
+        started: if has_errors { now } else { 0 },
+        deploy_to: t.deploy_to.clone(),
+        commit: t.commit.clone(),
+        branch: t.branch.clone(),
+        git_ref: t.git_ref.clone(),
+        refspec: t.refspec.clone(),
+        rerun_count: t.rerun_count,
+        author: t.author.clone(),
+        author_avatar: t.author_avatar.clone(),
+        author_email: t.author_email.clone(),
+        sender: t.sender.clone(),
+        forge_url: t.forge_url.clone(),
+        changed_files: t.changed_files.clone(),
+        variables: t.variables.clone(),
+        cron: t.cron.clone(),
+        message: t.message.clone(),
+        title: t.message.lines().next().unwrap_or("").to_string(),
+        timestamp: t.timestamp,
+        version: crate::modules::ci::system::version_string(),
+        ..Pipeline::default()
+    };
+    let mut new_workflows = Vec::new();
+    if !has_errors {
+        for wf in &result.workflows {
+            let payload = serde_json::to_vec(wf)?;
+            new_workflows.push(NewWorkflow {
+                name: wf.name.clone(),
+                state: if approval { BLOCKED } else { PENDING }.into(),
+                environ: wf.environ.clone(),
+                sealed_payload: ctx.seal.seal(SEAL_PAYLOAD, &payload),
+                steps: wf
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        let kind = serde_json::to_value(s.kind)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_else(|| "commands".into());
+                        (s.name.clone(), kind)
+                    })
+                    .collect(),
+            });
+        }
+    }
+    let row = pipelines::create(c, repo.repo.id, &pipeline, &new_workflows, files)?;
+    if row.pipeline.number != number {
+        return Err(StoreError::Conflict(
+            "pipeline number changed while creating".into(),
+        ));
+    }
+    if status == PENDING {
+        enqueue(c, &row, &result.workflows, repo)?;
+    }
+    Ok(Created::Pipeline(Box::new(row.pipeline)))
+}
+
+/// Puts a pipeline's workflows in the queue (all of them `pending` or `waiting`).
+pub fn enqueue(
+    c: &Connection,
+    row: &PipelineRow,
+    compiled: &[crate::pipeline::types::CompiledWorkflow],
+    repo: &RepoRow,
+) -> StoreResult<()> {
+    let wfs = row.pipeline.workflows.clone().unwrap_or_default();
+    let id_of: BTreeMap<&str, Vec<i64>> = wfs.iter().fold(BTreeMap::new(), |mut m, w| {
+        m.entry(w.name.as_str()).or_default().push(w.id);
+        m
+    });
+    for (wf, comp) in wfs.iter().zip(compiled) {
+        let deps: Vec<i64> = comp
+            .depends_on
+            .iter()
+            .flat_map(|d| id_of.get(d.as_str()).cloned().unwrap_or_default())
+            .collect();
+        let mut labels = comp.labels.clone();
+        labels.insert("repo".into(), repo.repo.full_name.clone());
+        labels.insert("org-id".into(), repo.repo.org_id.to_string());
+        tasks::insert(
+            c,
+            &Task {
+                id: wf.id,
+                pipeline_id: row.pipeline.id,
+                repo_id: repo.repo.id,
+                state: if deps.is_empty() {
+                    "pending"
+                } else {
+                    "waiting"
+                }
+                .into(),
+                labels,
+                dependencies: deps,
+                run_on: if comp.runs_on.is_empty() {
+                    vec!["success".into()]
+                } else {
+                    comp.runs_on.clone()
+                },
+                agent_id: 0,
+                lease_until: 0,
+                created: now_unix(),
+            },
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! The embedded agent: the same runner as `woodlark agent`, fed in memory.
+//!
+//! It is a system agent (owner and org -1) named `local`, created on first start; on every
+//! start, the tasks it held before a restart go straight back to the queue (the processes
+//! that ran them died with the old server), so nothing waits for a lease to expire.
+
+use crate::app::Ctx;
+use crate::auth::random_secret;
+use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
+use crate::runner::{AgentApi, RunnerError};
+use crate::store::StoreResult;
+use crate::store::agents::{self, AgentRow, NewAgent};
+
+use super::queue::AgentIdent;
+
+pub const LOCAL_AGENT: &str = "local";
+
+#[derive(Clone)]
+pub struct LocalAgent {
+    ctx: Ctx,
+    ident: AgentIdent,
+}
+
+/// The system agent row of the embedded runner, created if missing.
+pub async fn ensure_agent(ctx: &Ctx) -> StoreResult<AgentRow> {
+    // The embedded agent never presents its token; it only needs to be unguessable.
+    let token = random_secret();
+    let sealed = ctx.seal.seal(agents::SEAL_PURPOSE, token.as_bytes());
+    let hash = agents::token_hash(&token);
+    ctx.store
+        .write(move |c| {
+            let existing: Option<i64> = rusqlite::OptionalExtension::optional(c.query_row(
+                "SELECT id FROM agents WHERE name = ?1 AND owner_id = -1 AND org_id = -1 ORDER BY id LIMIT 1",
+                [LOCAL_AGENT],
+                |r| r.get(0),
+            ))?;
+            match existing {
+                Some(id) => agents::by_id(c, id),
+                None => agents::create(
+                    c,
+                    &NewAgent {
+                        name: LOCAL_AGENT.into(),
+                        no_schedule: false,
+                        owner_id: -1,
+                        org_id: -1,
+                        token_hash: hash,
+                        sealed_token: sealed,
+                    },
+                ),
+            }
+        })
+        .await
+}
+
+impl LocalAgent {
+    pub fn new(ctx: Ctx, row: &AgentRow, info: &AgentInfo) -> LocalAgent {
+        LocalAgent {
+            ident: AgentIdent::new(row, info),
+            ctx,
+        }
+    }
+
+    pub fn id(&self) -> i64 {
+        self.ident.id
+    }
+}
+
+fn err(e: crate::http::ApiError) -> RunnerError {
+    if e.status.is_server_error() {
+        RunnerError::Transport(e.message)
+    } else {
+        RunnerError::Refused(e.message)
+    }
+}
+
+impl AgentApi for LocalAgent {
+    async fn next(&self, _info: &AgentInfo) -> Result<Option<Work>, RunnerError> {
+        self.ctx
+            .queue
+            .next(&self.ctx, &self.ident)
+            .await
+            .map_err(err)
+    }
+
+    async fn init(&self, workflow_id: i64) -> Result<(), RunnerError> {
+        self.ctx
+            .queue
+            .init(&self.ctx, self.ident.id, workflow_id)
+            .await
+            .map_err(err)
+    }
+
+    async fn step(&self, workflow_id: i64, update: StepUpdate) -> Result<(), RunnerError> {
+        self.ctx
+            .queue
+            .step(&self.ctx, self.ident.id, workflow_id, update)
+            .await
+            .map_err(err)
+    }
+
+    async fn logs(&self, workflow_id: i64, lines: Vec<LogLine>) -> Result<(), RunnerError> {
+        self.ctx
+            .queue
+            .logs(&self.ctx, self.ident.id, workflow_id, lines)
+            .await
+            .map_err(err)
+    }
+
+    async fn extend(&self, workflow_id: i64) -> Result<(), RunnerError> {
+        self.ctx
+            .queue
+            .extend(&self.ctx, self.ident.id, workflow_id)
+            .await
+            .map_err(err)
+    }
+
+    async fn wait_canceled(&self, workflow_id: i64) -> Result<bool, RunnerError> {
+        self.ctx
+            .queue
+            .wait_canceled(&self.ctx, self.ident.id, workflow_id)
+            .await
+            .map_err(err)
+    }
+
+    async fn done(&self, workflow_id: i64, done: WorkflowDone) -> Result<(), RunnerError> {
+        self.ctx
+            .queue
+            .done(&self.ctx, self.ident.id, workflow_id, done)
+            .await
+            .map_err(err)
+    }
+}

@@ -1,0 +1,698 @@
+//! Pipelines: the API over them, their creation, the queue that runs them, and the agent
+//! protocol.
+//!
+//! - this file: `/repos/{id}/pipelines…` (list, get, latest, manual run, restart, cancel,
+//!   approve, decline, delete, config, metadata) and `/repos/{id}/logs…`;
+//! - [`create`]: trigger → config → compiled, stored, queued pipeline;
+//! - [`queue`]: the queue service (leases, reports, roll-up, cancel);
+//! - [`agent_rpc`]: the agent protocol's HTTP endpoints;
+//! - [`local`]: the embedded agent (the runner, fed in memory);
+//! - [`admin`]: `/queue/*` and `/pipelines` for instance admins;
+//! - [`background`]: lease expiry, contact times, cron, log retention;
+//! - [`bus`]: live log lines for stream readers.
+
+pub mod admin;
+pub mod agent_rpc;
+pub mod background;
+pub mod bus;
+pub mod create;
+pub mod local;
+pub mod queue;
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::access::{self, RepoAccess};
+use super::pagination::Page;
+use crate::app::Ctx;
+use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
+use crate::pipeline::status::{self, *};
+use crate::pipeline::types::CompiledWorkflow;
+use crate::store::logs;
+use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
+use crate::store::{StoreError, now_unix};
+use create::{Created, Trigger};
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/repos/{repo_id}/pipelines", list)
+        .post("/repos/{repo_id}/pipelines", run_manual)
+        .get("/repos/{repo_id}/pipelines/latest", latest)
+        .get("/repos/{repo_id}/pipelines/{number}", get)
+        .post("/repos/{repo_id}/pipelines/{number}", restart)
+        .delete("/repos/{repo_id}/pipelines/{number}", delete)
+        .post("/repos/{repo_id}/pipelines/{number}/cancel", cancel)
+        .post("/repos/{repo_id}/pipelines/{number}/approve", approve)
+        .post("/repos/{repo_id}/pipelines/{number}/decline", decline)
+        .get("/repos/{repo_id}/pipelines/{number}/config", config)
+        .get("/repos/{repo_id}/pipelines/{number}/metadata", metadata)
+        .get("/repos/{repo_id}/logs/{number}/{step_id}", step_logs)
+        .delete("/repos/{repo_id}/logs/{number}/{step_id}", delete_step_logs)
+        .get(
+            "/repos/{repo_id}/logs/{number}/{step_id}/download",
+            download_logs,
+        )
+        .delete("/repos/{repo_id}/logs/{number}", delete_pipeline_logs)
+        .post("/repos/{repo_id}/cron/{cron}", run_cron_now);
+    admin::routes(scope);
+    agent_rpc::routes(scope);
+}
+
+/// The caller must be allowed to push (run, cancel, approve pipelines): 403 otherwise.
+fn require_push(access: &RepoAccess) -> Result<(), ApiError> {
+    access.user()?;
+    if access.perm.push || access.perm.admin {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Access denied: push permission required",
+        ))
+    }
+}
+
+fn pipeline_not_found(err: StoreError) -> ApiError {
+    match err {
+        StoreError::NotFound => ApiError::not_found("Pipeline not found"),
+        other => other.into(),
+    }
+}
+
+fn number_param(req: &Request) -> Result<i64, ApiError> {
+    req.param_i64("number")
+}
+
+async fn load(ctx: &Ctx, repo_id: i64, number: i64) -> Result<PipelineRow, ApiError> {
+    ctx.store
+        .read(move |c| pipelines::full(c, repo_id, number))
+        .await
+        .map_err(pipeline_not_found)
+}
+
+/// RFC 3339 → unix seconds (for `before`/`after`).
+fn parse_time(name: &str, raw: &str) -> Result<i64, ApiError> {
+    crate::timefmt::parse_rfc3339(raw).ok_or_else(|| {
+        ApiError::bad_request(format!("invalid {name} {raw:?}: expected an RFC 3339 time"))
+    })
+}
+
+/// `GET /repos/{id}/pipelines`: newest first, without workflows.
+async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let page = Page::from_request(&req);
+    let status = req.query("status").filter(|s| !s.is_empty());
+    if let Some(s) = &status
+        && !status::ALL.contains(&s.as_str())
+    {
+        return Err(ApiError::bad_request(format!("invalid status {s:?}")));
+    }
+    let filter = ListFilter {
+        branch: req.query("branch").filter(|s| !s.is_empty()),
+        events: req
+            .query("event")
+            .map(|e| {
+                e.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        status,
+        git_ref: req
+            .query("ref")
+            .filter(|s| !s.is_empty())
+            .map(|r| format!("%{r}%")),
+        before: req
+            .query("before")
+            .filter(|s| !s.is_empty())
+            .map(|v| parse_time("before", &v))
+            .transpose()?,
+        after: req
+            .query("after")
+            .filter(|s| !s.is_empty())
+            .map(|v| parse_time("after", &v))
+            .transpose()?,
+    };
+    let repo_id = access.row.repo.id;
+    let list = ctx
+        .store
+        .read(move |c| pipelines::list(c, repo_id, &filter, page.page, page.per_page))
+        .await?;
+    Ok(Response::json(&list))
+}
+
+async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    Ok(Response::json(&row.pipeline))
+}
+
+/// `GET /repos/{id}/pipelines/latest?branch=`: the newest push pipeline of the branch
+/// (default branch when none given), with its workflows.
+async fn latest(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let branch = req
+        .query("branch")
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| access.row.repo.default_branch.clone());
+    let repo_id = access.row.repo.id;
+    let row = ctx
+        .store
+        .read(move |c| {
+            let row = pipelines::latest(c, repo_id, Some(&branch), Some("push"))?;
+            pipelines::full(c, repo_id, row.pipeline.number)
+        })
+        .await
+        .map_err(pipeline_not_found)?;
+    Ok(Response::json(&row.pipeline))
+}
+
+/// The answer to a trigger, as upstream: the pipeline, or 204 with `Pipeline-Filtered`.
+pub fn created_response(created: Created) -> Response {
+    match created {
+        Created::Pipeline(p) => Response::json(&*p),
+        Created::Filtered | Created::SkipCi => Response::empty(StatusCode::NO_CONTENT).with_header(
+            header::HeaderName::from_static("pipeline-filtered"),
+            HeaderValue::from_static("true"),
+        ),
+        Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
+    }
+}
+
+/// `PipelineOptions`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PipelineOptions {
+    branch: String,
+    message: String,
+    variables: BTreeMap<String, String>,
+}
+
+/// `POST /repos/{id}/pipelines`: a manual run of a branch's head.
+async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    require_push(&access)?;
+    let opts: PipelineOptions = if req.body.is_empty() {
+        PipelineOptions::default()
+    } else {
+        req.json()?
+    };
+    let repo = access.row.clone();
+    let branch = if opts.branch.is_empty() {
+        repo.repo.default_branch.clone()
+    } else {
+        opts.branch.clone()
+    };
+    let driver = create::driver_of(&ctx, repo.repo.forge_id).await?;
+    let (r, b) = (repo.repo.clone(), branch.clone());
+    let head = forge_call(move || driver.branch_head(&r, &b)).await?;
+    let user = access.user()?.user.clone();
+    let trigger = Trigger {
+        event: "manual".into(),
+        branch: branch.clone(),
+        git_ref: format!("refs/heads/{branch}"),
+        commit: head.sha.clone(),
+        message: if opts.message.is_empty() {
+            head.message.clone()
+        } else {
+            opts.message
+        },
+        author: head.author.clone(),
+        author_email: head.author_email.clone(),
+        timestamp: head.timestamp,
+        sender: user.login.clone(),
+        author_avatar: user.avatar_url.clone(),
+        forge_url: repo.repo.forge_url.clone(),
+        variables: opts.variables,
+        by_user: user.login.clone(),
+        ..Trigger::default()
+    };
+    match create::from_forge(&ctx, &repo, trigger).await? {
+        Created::NoConfig => Err(ApiError::not_found(format!(
+            "no pipeline config found in {} at {} (looked for .woodpecker/*.yaml, .woodpecker.yaml, .woodpecker.yml{})",
+            repo.repo.full_name,
+            &head.sha[..head.sha.len().min(12)],
+            if repo.repo.config_file.is_empty() {
+                String::new()
+            } else {
+                format!(" and {}", repo.repo.config_file)
+            }
+        ))),
+        other => Ok(created_response(other)),
+    }
+}
+
+/// Runs a blocking forge call.
+async fn forge_call<T, F>(f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, crate::modules::ci::forge::ForgeError> + Send + 'static,
+{
+    crate::modules::ci::forge::run_blocking(f).await
+}
+
+/// `POST /repos/{id}/pipelines/{n}`: a new pipeline from the stored configs of pipeline `n`.
+async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    require_push(&access)?;
+    let old = load(&ctx, access.row.repo.id, number_param(&req)?)
+        .await?
+        .pipeline;
+    if old.status == BLOCKED {
+        return Err(ApiError::bad_request(
+            "cannot restart a pipeline that waits for approval",
+        ));
+    }
+    let mut event = old.event.clone();
+    let mut deploy_to = old.deploy_to.clone();
+    let mut variables = old.variables.clone();
+    for (k, v) in form_urlencoded::parse(req.query.as_bytes()) {
+        match k.as_ref() {
+            "event" => event = v.into_owned(),
+            "deploy_to" => deploy_to = v.into_owned(),
+            "access_token" => {}
+            other => {
+                variables.insert(other.to_string(), v.into_owned());
+            }
+        }
+    }
+    if !crate::modules::ci::repos::WEBHOOK_EVENTS.contains(&event.as_str()) {
+        return Err(ApiError::bad_request(format!("invalid event {event:?}")));
+    }
+    if event == "deployment" && !access.row.repo.allow_deploy {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "deployments are not enabled for this repository (allow_deploy)",
+        ));
+    }
+    let pipeline_id = old.id;
+    let files: Vec<_> = ctx
+        .store
+        .read(move |c| pipelines::configs(c, pipeline_id))
+        .await?
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
+    if files.is_empty() {
+        return Err(ApiError::not_found(
+            "the pipeline has no stored config to restart from",
+        ));
+    }
+    let user = access.user()?.user.clone();
+    let trigger = Trigger {
+        event,
+        event_reason: old.event_reason.clone(),
+        branch: old.branch.clone(),
+        git_ref: old.git_ref.clone(),
+        refspec: old.refspec.clone(),
+        commit: old.commit.clone(),
+        message: old.message.clone(),
+        author: old.author.clone(),
+        author_email: old.author_email.clone(),
+        author_avatar: old.author_avatar.clone(),
+        sender: user.login.clone(),
+        forge_url: old.forge_url.clone(),
+        timestamp: old.timestamp,
+        changed_files: old.changed_files.clone(),
+        deploy_to,
+        cron: old.cron.clone(),
+        variables,
+        parent: old.number,
+        rerun_count: old.rerun_count + 1,
+        by_user: user.login,
+    };
+    let created = create::create(&ctx, &access.row, trigger, files).await?;
+    Ok(created_response(created))
+}
+
+/// `DELETE /repos/{id}/pipelines/{n}`: refused (422) while the pipeline is active.
+async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo_admin(&ctx, &req).await?;
+    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    if status::is_active(&row.pipeline.status) {
+        return Err(ApiError::unprocessable(format!(
+            "cannot delete a pipeline that is {}",
+            row.pipeline.status
+        )));
+    }
+    let id = row.pipeline.id;
+    let step_ids = ctx.store.write(move |c| pipelines::delete(c, id)).await?;
+    ctx.logs
+        .write(move |c| logs::delete_steps(c, &step_ids))
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST …/cancel`: 204.
+async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    require_push(&access)?;
+    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    let login = access.user()?.user.login.clone();
+    ctx.queue
+        .cancel(&ctx, row.pipeline.id, &login)
+        .await
+        .map_err(|e| {
+            if e.status == StatusCode::CONFLICT {
+                ApiError::bad_request(e.message)
+            } else {
+                e
+            }
+        })?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST …/approve`: a blocked pipeline goes to the queue.
+async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    require_push(&access)?;
+    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    if row.pipeline.status != BLOCKED {
+        return Err(ApiError::bad_request(format!(
+            "pipeline is {}, not blocked",
+            row.pipeline.status
+        )));
+    }
+    // Open the compiled workflows to queue them with their dependencies and labels.
+    let wf_ids: Vec<i64> = row
+        .pipeline
+        .workflows
+        .iter()
+        .flatten()
+        .map(|w| w.id)
+        .collect();
+    let sealed = ctx
+        .store
+        .read(move |c| {
+            wf_ids
+                .iter()
+                .map(|id| pipelines::workflow_payload(c, *id))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?;
+    let mut compiled: Vec<CompiledWorkflow> = Vec::new();
+    for s in sealed {
+        let bytes = ctx
+            .seal
+            .open(queue::SEAL_PAYLOAD, &s)
+            .map_err(ApiError::internal)?;
+        compiled.push(serde_json::from_slice(&bytes).map_err(ApiError::internal)?);
+    }
+    let login = access.user()?.user.login.clone();
+    let repo = access.row.clone();
+    let id = row.pipeline.id;
+    let updated = ctx
+        .store
+        .write(move |c| {
+            let now = now_unix();
+            let current = pipelines::by_id(c, id)?;
+            if current.pipeline.status != BLOCKED {
+                return Err(StoreError::Conflict("pipeline is no longer blocked".into()));
+            }
+            for wf in pipelines::workflows(c, id)? {
+                pipelines::update_workflow(c, wf.id, |w| w.state = PENDING.into())?;
+                for s in &wf.children {
+                    pipelines::update_step(c, s.id, |s| s.state = PENDING.into())?;
+                }
+            }
+            pipelines::update(c, id, |p| {
+                p.status = PENDING.into();
+                p.reviewed_by = login.clone();
+                p.reviewed = now;
+            })?;
+            let row = pipelines::full(c, repo.repo.id, current.pipeline.number)?;
+            create::enqueue(c, &row, &compiled, &repo)?;
+            Ok(row)
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(m) => ApiError::bad_request(m),
+            other => other.into(),
+        })?;
+    ctx.queue.wake();
+    Ok(Response::json(&updated.pipeline))
+}
+
+/// `POST …/decline`: a blocked pipeline, its workflows and steps become `declined`.
+async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    require_push(&access)?;
+    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    if row.pipeline.status != BLOCKED {
+        return Err(ApiError::bad_request(format!(
+            "pipeline is {}, not blocked",
+            row.pipeline.status
+        )));
+    }
+    let login = access.user()?.user.login.clone();
+    let (id, repo_id, number) = (row.pipeline.id, access.row.repo.id, row.pipeline.number);
+    let updated = ctx
+        .store
+        .write(move |c| {
+            let now = now_unix();
+            for wf in pipelines::workflows(c, id)? {
+                for s in &wf.children {
+                    pipelines::update_step(c, s.id, |s| s.state = DECLINED.into())?;
+                }
+                pipelines::update_workflow(c, wf.id, |w| {
+                    w.state = DECLINED.into();
+                    w.finished = now;
+                })?;
+            }
+            pipelines::update(c, id, |p| {
+                p.status = DECLINED.into();
+                p.reviewed_by = login.clone();
+                p.reviewed = now;
+                p.finished = now;
+            })?;
+            pipelines::full(c, repo_id, number)
+        })
+        .await?;
+    ctx.queue.wake();
+    Ok(Response::json(&updated.pipeline))
+}
+
+/// `GET …/config`: `[{hash, name, data}]` with `data` base64, as upstream.
+async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    let id = row.pipeline.id;
+    let files = ctx.store.read(move |c| pipelines::configs(c, id)).await?;
+    let out: Vec<Value> = files
+        .into_iter()
+        .map(|(hash, f)| json!({"hash": hash, "name": f.name, "data": STANDARD.encode(f.data)}))
+        .collect();
+    Ok(Response::json(&out))
+}
+
+fn meta_pipeline(p: &Pipeline) -> Value {
+    json!({
+        "number": p.number,
+        "created": p.created,
+        "started": p.started,
+        "finished": p.finished,
+        "status": p.status,
+        "event": p.event,
+        "event_reason": p.event_reason,
+        "forge_url": p.forge_url,
+        "target": p.deploy_to,
+        "task": p.deploy_task,
+        "commit": {
+            "sha": p.commit,
+            "ref": p.git_ref,
+            "refspec": p.refspec,
+            "branch": p.branch,
+            "message": p.message,
+            "timestamp": p.timestamp,
+            "author": {"name": p.author, "email": p.author_email},
+            "changed_files": p.changed_files,
+            "labels": p.pr_labels,
+            "milestone": p.pr_milestone,
+            "draft": p.pr_draft,
+        },
+        "parent": p.parent,
+        "rerun_count": p.rerun_count,
+        "cron": p.cron,
+        "author": p.author,
+        "avatar": p.author_avatar,
+    })
+}
+
+/// `GET …/metadata`: upstream's `metadata.Metadata` for the pipeline.
+async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let number = number_param(&req)?;
+    let repo_id = access.row.repo.id;
+    let (row, prev) = ctx
+        .store
+        .read(move |c| {
+            let row = pipelines::by_number(c, repo_id, number)?;
+            let prev = pipelines::list(
+                c,
+                repo_id,
+                &ListFilter {
+                    branch: Some(row.pipeline.branch.clone()),
+                    ..ListFilter::default()
+                },
+                1,
+                50,
+            )?
+            .into_iter()
+            .find(|p| p.number < number);
+            Ok((row, prev))
+        })
+        .await
+        .map_err(pipeline_not_found)?;
+    let r = &access.row.repo;
+    let forge_id = r.forge_id;
+    let forge_type = ctx
+        .store
+        .read(move |c| crate::store::forges::by_id(c, forge_id))
+        .await
+        .map(|f| f.forge.kind)
+        .unwrap_or_default();
+    let meta = json!({
+        "id": r.id,
+        "repo": {
+            "id": r.id,
+            "name": r.name,
+            "owner": r.owner,
+            "remote_id": r.forge_remote_id,
+            "forge_url": r.forge_url,
+            "clone_url": r.clone_url,
+            "clone_url_ssh": r.clone_url_ssh,
+            "private": r.private,
+            "default_branch": r.default_branch,
+            "trusted": r.trusted,
+        },
+        "curr": meta_pipeline(&row.pipeline),
+        "prev": prev.as_ref().map(meta_pipeline).unwrap_or_else(|| json!({})),
+        "workflow": {},
+        "step": {},
+        "sys": {
+            "name": "woodlark",
+            "host": ctx.public_url().split("://").nth(1).unwrap_or("").to_string(),
+            "url": ctx.public_url(),
+            "arch": create::platform(),
+            "version": crate::modules::ci::system::version_string(),
+        },
+        "forge": {"type": forge_type, "url": r.forge_url},
+    });
+    Ok(Response::json(&meta))
+}
+
+/// The step `step_id` of pipeline `number` of the repository (404 otherwise).
+async fn find_step(
+    ctx: &Ctx,
+    req: &Request,
+) -> Result<(RepoAccess, PipelineRow, pipelines::Step), ApiError> {
+    let access = access::repo(ctx, req).await?;
+    let row = load(ctx, access.row.repo.id, number_param(req)?).await?;
+    let step_id = req.param_i64("step_id")?;
+    let step = row
+        .pipeline
+        .workflows
+        .iter()
+        .flatten()
+        .flat_map(|w| w.children.iter())
+        .find(|s| s.id == step_id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("Step not found"))?;
+    Ok((access, row, step))
+}
+
+/// `GET /repos/{id}/logs/{n}/{step_id}`: every stored line, in order.
+async fn step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (_, _, step) = find_step(&ctx, &req).await?;
+    let id = step.id;
+    let entries = ctx
+        .logs
+        .read(move |c| logs::list(c, id, 0, usize::MAX >> 1))
+        .await?;
+    Ok(Response::json(&entries))
+}
+
+/// `GET …/download`: the log as a text attachment.
+async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (access, row, step) = find_step(&ctx, &req).await?;
+    let id = step.id;
+    let text = ctx.logs.read(move |c| logs::text(c, id)).await?;
+    let name = format!(
+        "{}-{}-{}.log",
+        access.row.repo.name, row.pipeline.number, step.name
+    )
+    .replace(
+        |c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
+        "_",
+    );
+    let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
+        .unwrap_or(HeaderValue::from_static("attachment"));
+    Ok(
+        Response::new(StatusCode::OK, "text/plain; charset=utf-8", text)
+            .with_header(header::CONTENT_DISPOSITION, disposition),
+    )
+}
+
+/// `DELETE /repos/{id}/logs/{n}/{step_id}`: refused while the step runs.
+async fn delete_step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (access, _, step) = find_step(&ctx, &req).await?;
+    require_push(&access)?;
+    if !status::is_done(&step.state) && step.state != BLOCKED {
+        return Err(ApiError::unprocessable(format!(
+            "cannot delete the log of a step that is {}",
+            step.state
+        )));
+    }
+    let id = step.id;
+    ctx.logs
+        .write(move |c| logs::delete_steps(c, &[id]))
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST /repos/{id}/cron/{cron}`: runs a cron job now (repo admin).
+async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo_admin(&ctx, &req).await?;
+    let id = req.param_i64("cron")?;
+    let repo_id = access.row.repo.id;
+    let cron = ctx
+        .store
+        .read(move |c| crate::store::crons::find(c, repo_id, id))
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => ApiError::not_found("Cron not found"),
+            other => other.into(),
+        })?;
+    match background::run_cron(&ctx, &cron).await? {
+        Created::NoConfig => Err(ApiError::not_found(
+            "no pipeline config found on the cron job's branch",
+        )),
+        other => Ok(created_response(other)),
+    }
+}
+
+/// `DELETE /repos/{id}/logs/{n}`: every step's log; refused while the pipeline is active.
+async fn delete_pipeline_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    require_push(&access)?;
+    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    if status::is_active(&row.pipeline.status) {
+        return Err(ApiError::unprocessable(format!(
+            "cannot delete the logs of a pipeline that is {}",
+            row.pipeline.status
+        )));
+    }
+    let ids: Vec<i64> = row
+        .pipeline
+        .workflows
+        .iter()
+        .flatten()
+        .flat_map(|w| w.children.iter().map(|s| s.id))
+        .collect();
+    ctx.logs.write(move |c| logs::delete_steps(c, &ids)).await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}

@@ -1,0 +1,505 @@
+//! Live views: `GET /stream/events` (pipeline changes) and `GET /stream/logs/…` (step logs),
+//! as server-sent events.
+//!
+//! **One source of truth.** Pipeline messages are not published by the code that changes
+//! pipelines; one tailer task ([`PipelineFeed::run`]) follows the event outbox (woken by the
+//! store after each commit) and rebuilds each pipeline from the recorded `pipelines.*`,
+//! `workflows.*` and `steps.*` events, in outbox order. So the stream shows exactly the
+//! changes the events feed records — every status change, in order, none invented.
+//!
+//! **Slow clients.** Every client has a bounded buffer (64 messages). A client whose buffer
+//! is full, or who falls more than the broadcast capacity behind, is disconnected; it
+//! reconnects (log streams resume without gaps from `Last-Event-ID`). The tailer and other
+//! clients never wait for it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+
+use super::access::{self, current, repo_perm};
+use crate::app::Ctx;
+use crate::http::{ApiError, Request, Response, Scope};
+use crate::pipeline::status;
+use crate::store::events::{self, Direction, Filter, StoredEvent};
+use crate::store::logs::{self, LogEntry};
+use crate::store::pipelines::{self, Pipeline, Step, Workflow};
+use crate::store::repos::{self, Repo};
+use crate::store::users::User;
+use crate::store::{StoreResult, pipelines::PIPELINES, pipelines::STEPS, pipelines::WORKFLOWS};
+
+/// Messages kept for clients that fall behind before they are dropped.
+const FEED_CAPACITY: usize = 4096;
+/// Per-client buffer; full means the client is too slow and is disconnected.
+const CLIENT_BUFFER: usize = 64;
+const PING_EVERY: Duration = Duration::from_secs(30);
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/stream/events", events_stream)
+        .get("/stream/logs/{repo_id}/{number}/{step_id}", logs_stream);
+}
+
+/// One pipeline change, ready to send.
+#[derive(Debug)]
+pub struct FeedMessage {
+    pub repo_id: i64,
+    pub visibility: String,
+    pub pipeline_id: i64,
+    /// Step id → state, for log streams waiting for their step to end.
+    pub steps: Vec<(i64, String)>,
+    /// The SSE frame: `data: {"repo":…,"pipeline":…}\n\n`.
+    pub frame: Bytes,
+}
+
+/// The outbox tailer and its subscribers.
+pub struct PipelineFeed {
+    tx: broadcast::Sender<Arc<FeedMessage>>,
+}
+
+impl Default for PipelineFeed {
+    fn default() -> Self {
+        PipelineFeed {
+            tx: broadcast::channel(FEED_CAPACITY).0,
+        }
+    }
+}
+
+/// A pipeline as rebuilt from its events.
+struct Tracked {
+    repo_id: i64,
+    pipeline: Pipeline,
+    workflows: BTreeMap<i64, Workflow>,
+    steps: BTreeMap<i64, (i64, Step)>,
+}
+
+impl Tracked {
+    fn from_db(repo_id: i64, mut p: Pipeline) -> Tracked {
+        let mut t = Tracked {
+            repo_id,
+            workflows: BTreeMap::new(),
+            steps: BTreeMap::new(),
+            pipeline: Pipeline::default(),
+        };
+        for mut wf in p.workflows.take().unwrap_or_default() {
+            for s in std::mem::take(&mut wf.children) {
+                t.steps.insert(s.id, (wf.id, s));
+            }
+            t.workflows.insert(wf.id, wf);
+        }
+        t.pipeline = p;
+        t
+    }
+
+    /// The upstream rendering: the pipeline with workflows and their steps.
+    fn render(&self) -> Pipeline {
+        let mut p = self.pipeline.clone();
+        let mut wfs: Vec<Workflow> = self.workflows.values().cloned().collect();
+        for wf in &mut wfs {
+            let mut children: Vec<Step> = self
+                .steps
+                .values()
+                .filter(|(w, _)| *w == wf.id)
+                .map(|(_, s)| s.clone())
+                .collect();
+            children.sort_by_key(|s| s.pid);
+            wf.children = children;
+        }
+        wfs.sort_by_key(|w| w.pid);
+        p.workflows = Some(wfs);
+        p
+    }
+}
+
+impl PipelineFeed {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<FeedMessage>> {
+        self.tx.subscribe()
+    }
+
+    /// Follows the outbox forever, publishing one message per recorded pipeline change.
+    pub async fn run(ctx: Ctx) {
+        let mut commits = ctx.store.commits();
+        let mut last = ctx
+            .store
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
+                        r.get::<_, i64>(0)
+                    })?,
+                )
+            })
+            .await
+            .unwrap_or(0);
+        let mut tracked: HashMap<i64, Tracked> = HashMap::new();
+        let mut repos_seen: HashMap<i64, Repo> = HashMap::new();
+        let filter = Filter {
+            record_types: vec![
+                PIPELINES.into(),
+                WORKFLOWS.into(),
+                STEPS.into(),
+                repos::RECORD_TYPE.into(),
+            ],
+            ..Filter::default()
+        };
+        loop {
+            let batch = {
+                let f = filter.clone();
+                ctx.store
+                    .read(move |c| events::page(c, last, i64::MAX, &f, Direction::Forward, 500))
+                    .await
+            };
+            let batch = match batch {
+                Ok(b) => b,
+                Err(err) => {
+                    tracing::warn!(%err, "event stream: cannot read the outbox");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let full = batch.len() == 500;
+            let mut dirty: Option<i64> = None;
+            for event in &batch {
+                last = event.seq;
+                let Some(pid) = Self::apply(&ctx, &mut tracked, &mut repos_seen, event).await
+                else {
+                    continue;
+                };
+                if event.action == "created" && event.record_type != PIPELINES {
+                    dirty = Some(pid);
+                    continue;
+                }
+                if let Some(d) = dirty.take().filter(|d| *d != pid) {
+                    self_publish(&ctx, &tracked, &mut repos_seen, d).await;
+                }
+                if event.action == "created" {
+                    dirty = Some(pid);
+                } else {
+                    self_publish(&ctx, &tracked, &mut repos_seen, pid).await;
+                }
+            }
+            if let Some(d) = dirty {
+                self_publish(&ctx, &tracked, &mut repos_seen, d).await;
+            }
+            // Finished pipelines leave the cache (they are re-read if they change again).
+            tracked.retain(|_, t| {
+                !status::is_done(&t.pipeline.status)
+                    || t.steps
+                        .values()
+                        .any(|(_, s)| !status::is_done(&s.state) && s.state != status::BLOCKED)
+            });
+            if !full && commits.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Applies one event; returns the pipeline it concerns.
+    async fn apply(
+        ctx: &Ctx,
+        tracked: &mut HashMap<i64, Tracked>,
+        repos_seen: &mut HashMap<i64, Repo>,
+        event: &StoredEvent,
+    ) -> Option<i64> {
+        if event.record_type == repos::RECORD_TYPE {
+            if let Ok(repo) = serde_json::from_value::<Repo>(event.object.clone()) {
+                repos_seen.insert(repo.id, repo);
+            }
+            return None;
+        }
+        let pipeline_id = match event.record_type.as_str() {
+            PIPELINES => event.object["id"].as_i64()?,
+            _ => event.object["pipeline_id"].as_i64()?,
+        };
+        if event.action == "deleted" && event.record_type == PIPELINES {
+            tracked.remove(&pipeline_id);
+            return None;
+        }
+        if !tracked.contains_key(&pipeline_id) {
+            if event.record_type == PIPELINES && event.action == "created" {
+                let p: Pipeline = serde_json::from_value(event.object.clone()).ok()?;
+                tracked.insert(pipeline_id, Tracked::from_db(event.repo_id.unwrap_or(0), p));
+                return Some(pipeline_id);
+            }
+            // Created before we started watching: take it from the database once.
+            let row = ctx.store.read(move |c| {
+                let row = pipelines::by_id(c, pipeline_id)?;
+                pipelines::full(c, row.repo_id, row.pipeline.number)
+            });
+            let row = row.await.ok()?;
+            tracked.insert(pipeline_id, Tracked::from_db(row.repo_id, row.pipeline));
+            return Some(pipeline_id);
+        }
+        let t = tracked.get_mut(&pipeline_id)?;
+        match event.record_type.as_str() {
+            PIPELINES => {
+                if let Ok(mut p) = serde_json::from_value::<Pipeline>(event.object.clone()) {
+                    p.workflows = None;
+                    t.pipeline = p;
+                }
+            }
+            WORKFLOWS => {
+                if let Ok(wf) = serde_json::from_value::<Workflow>(event.object.clone()) {
+                    if event.action == "deleted" {
+                        t.workflows.remove(&wf.id);
+                    } else {
+                        t.workflows.insert(wf.id, wf);
+                    }
+                }
+            }
+            _ => {
+                let wf_id = event.object["ppid"]
+                    .as_i64()
+                    .and_then(|ppid| t.workflows.values().find(|w| w.pid == ppid).map(|w| w.id));
+                if let (Ok(s), Some(wf_id)) =
+                    (serde_json::from_value::<Step>(event.object.clone()), wf_id)
+                {
+                    if event.action == "deleted" {
+                        t.steps.remove(&s.id);
+                    } else {
+                        t.steps.insert(s.id, (wf_id, s));
+                    }
+                }
+            }
+        }
+        Some(pipeline_id)
+    }
+}
+
+async fn self_publish(
+    ctx: &Ctx,
+    tracked: &HashMap<i64, Tracked>,
+    repos_seen: &mut HashMap<i64, Repo>,
+    pipeline_id: i64,
+) {
+    let Some(t) = tracked.get(&pipeline_id) else {
+        return;
+    };
+    let repo_id = t.repo_id;
+    if let std::collections::hash_map::Entry::Vacant(slot) = repos_seen.entry(repo_id)
+        && let Ok(row) = ctx.store.read(move |c| repos::by_id(c, repo_id)).await
+    {
+        slot.insert(row.repo);
+    }
+    let Some(repo) = repos_seen.get(&repo_id) else {
+        return;
+    };
+    let pipeline = t.render();
+    let body = json!({"repo": repo, "pipeline": pipeline});
+    let frame = Bytes::from(format!("data: {body}\n\n"));
+    let _ = ctx.pipeline_feed.tx.send(Arc::new(FeedMessage {
+        repo_id,
+        visibility: repo.visibility.clone(),
+        pipeline_id,
+        steps: t
+            .steps
+            .values()
+            .map(|(_, s)| (s.id, s.state.clone()))
+            .collect(),
+        frame,
+    }));
+}
+
+/// Whether `user` may see pipelines of a repository (cached per client).
+async fn may_see(
+    ctx: &Ctx,
+    user: Option<&User>,
+    cache: &mut HashMap<i64, bool>,
+    msg: &FeedMessage,
+) -> bool {
+    match msg.visibility.as_str() {
+        "public" => return true,
+        "internal" if user.is_some() => return true,
+        _ => {}
+    }
+    let Some(user) = user else {
+        return false;
+    };
+    if let Some(v) = cache.get(&msg.repo_id) {
+        return *v;
+    }
+    let (u, repo_id) = (user.clone(), msg.repo_id);
+    let allowed = ctx
+        .store
+        .read(move |c| -> StoreResult<bool> {
+            let row = repos::by_id(c, repo_id)?;
+            Ok(repo_perm(c, Some(&u), &row)?.pull)
+        })
+        .await
+        .unwrap_or(false);
+    cache.insert(msg.repo_id, allowed);
+    allowed
+}
+
+/// `GET /stream/events`: pipeline changes of the repositories the caller may see.
+async fn events_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let user = current(&ctx, &req).await?.map(|a| a.user);
+    let mut feed = ctx.pipeline_feed.subscribe();
+    let (tx, rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER);
+    let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));
+    tokio::spawn(async move {
+        let mut cache = HashMap::new();
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                msg = feed.recv() => match msg {
+                    Ok(msg) => {
+                        if may_see(&ctx, user.as_ref(), &mut cache, &msg).await
+                            && tx.try_send(msg.frame.clone()).is_err()
+                        {
+                            break; // too slow or gone: disconnect
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = ping.tick() => {
+                    if tx.try_send(Bytes::from_static(b": ping\n\n")).is_err() {
+                        break;
+                    }
+                }
+                _ = tx.closed() => break,
+            }
+        }
+    });
+    Ok(Response::event_stream(rx))
+}
+
+fn log_frame(entry: &LogEntry) -> Bytes {
+    let json = serde_json::to_string(entry).unwrap_or_default();
+    Bytes::from(format!("id: {}\ndata: {json}\n\n", entry.line))
+}
+
+/// `GET /stream/logs/{repo}/{pipeline}/{step}`: the step's lines as they are written,
+/// `id: <line>` each; `Last-Event-ID` resumes after that line; `event: eof` at the end.
+async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let access = access::repo(&ctx, &req).await?;
+    let number = req.param_i64("number")?;
+    let step_id = req.param_i64("step_id")?;
+    let repo_id = access.row.repo.id;
+    let step = ctx
+        .store
+        .read(move |c| {
+            let row = pipelines::full(c, repo_id, number)?;
+            Ok(row
+                .pipeline
+                .workflows
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|w| w.children)
+                .find(|s| s.id == step_id))
+        })
+        .await
+        .map_err(|_| ApiError::not_found("Pipeline not found"))?
+        .ok_or_else(|| ApiError::not_found("Step not found"))?;
+    let mut after: i64 = req
+        .header("last-event-id")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let (tx, rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER);
+    let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));
+    if !matches!(step.state.as_str(), status::PENDING | status::RUNNING) {
+        let _ = tx.try_send(Bytes::from_static(
+            b"event: error\ndata: step not running (anymore)\n\n",
+        ));
+        return Ok(Response::event_stream(rx));
+    }
+    // Subscribe before reading what is stored, so no line falls between the two.
+    let mut lines = ctx.log_bus.subscribe();
+    let mut feed = ctx.pipeline_feed.subscribe();
+    tokio::spawn(async move {
+        // Sends stored lines after `after`; false when the client is gone or too slow.
+        async fn catch_up(
+            ctx: &Ctx,
+            tx: &mpsc::Sender<Bytes>,
+            step_id: i64,
+            after: &mut i64,
+        ) -> bool {
+            loop {
+                let from = *after;
+                let Ok(batch) = ctx
+                    .logs
+                    .read(move |c| logs::list(c, step_id, from, 500))
+                    .await
+                else {
+                    return false;
+                };
+                for e in &batch {
+                    if tx.send(log_frame(e)).await.is_err() {
+                        return false;
+                    }
+                    *after = e.line;
+                }
+                if batch.len() < 500 {
+                    return true;
+                }
+            }
+        }
+        if !catch_up(&ctx, &tx, step_id, &mut after).await {
+            return;
+        }
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                batch = lines.recv() => match batch {
+                    Ok(batch) => {
+                        for l in batch.iter().filter(|l| l.step_id == step_id) {
+                            if l.line <= after {
+                                continue;
+                            }
+                            if l.line > after + 1 {
+                                // A gap (an earlier batch not yet seen): read it from the store.
+                                if !catch_up(&ctx, &tx, step_id, &mut after).await {
+                                    return;
+                                }
+                                continue;
+                            }
+                            let entry = LogEntry {
+                                id: l.line,
+                                step_id,
+                                time: l.time,
+                                line: l.line,
+                                data: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, l.data.as_bytes()),
+                                kind: l.kind,
+                            };
+                            if tx.try_send(log_frame(&entry)).is_err() {
+                                return;
+                            }
+                            after = l.line;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if !catch_up(&ctx, &tx, step_id, &mut after).await {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                msg = feed.recv() => {
+                    let ended = match &msg {
+                        Ok(m) => m.steps.iter().any(|(id, s)| *id == step_id && status::is_done(s)),
+                        Err(broadcast::error::RecvError::Lagged(_)) => false,
+                        Err(_) => true,
+                    };
+                    if ended {
+                        // The runner sends the last lines before it reports the end.
+                        let _ = catch_up(&ctx, &tx, step_id, &mut after).await;
+                        let _ = tx.send(Bytes::from_static(b"event: eof\ndata: eof\n\n")).await;
+                        return;
+                    }
+                }
+                _ = ping.tick() => {
+                    if tx.try_send(Bytes::from_static(b": ping\n\n")).is_err() {
+                        return;
+                    }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    Ok(Response::event_stream(rx))
+}

@@ -1,0 +1,31 @@
+//! Pipelines as data: the config compiler and the types shared with the runner.
+//!
+//! - [`status`]: status values and their roll-up; [`labels`]: matching tasks to agents.
+//! - [`types`]: config files, metadata, compiled workflows and steps (also the agent
+//!   protocol's payload).
+//! - `compile`: Woodpecker YAML → [`types::CompiledWorkflow`]s (`when` filters, matrix,
+//!   `depends_on`, secrets, `CI_*` variables); never panics on input, reports `errors[]`.
+//!   Its parts: [`yaml`] (hardened YAML → tree, anchors and merge keys), [`subst`] (`${VAR}`),
+//!   [`matrix`], [`workflow`] (schema and lint), [`when`] with [`glob`] and [`expr`],
+//!   [`env`] (environment, settings, secrets), [`dag`] (step dependencies), [`read`] and
+//!   [`diag`] (typed reads, issues); [`lookup`]: config file order, workflow names, skip-ci.
+
+pub mod compile;
+pub mod dag;
+pub mod diag;
+pub mod env;
+pub mod expr;
+pub mod glob;
+pub mod labels;
+pub mod lookup;
+pub mod matrix;
+pub mod read;
+pub mod status;
+pub mod subst;
+pub mod types;
+pub mod when;
+pub mod workflow;
+pub mod yaml;
+
+pub use compile::compile;
+pub use lookup::{config_paths_in_order, skip_ci, workflow_name};

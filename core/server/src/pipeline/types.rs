@@ -1,0 +1,162 @@
+//! The shapes that cross between the config compiler, the server and the runner.
+//!
+//! The compiler turns a pipeline's config files plus what is known about the event
+//! ([`Metadata`]) and the secrets in scope into [`CompiledWorkflow`]s: everything the runner
+//! needs, with secrets already resolved (the runner never sees a secret it was not given).
+//! These types are serialised into the agent protocol, so field names are part of it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One config file as read from the repository at the pipeline's commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigFile {
+    /// Path in the repository, e.g. `.woodpecker/build.yaml` or `.woodpecker.yml`.
+    pub name: String,
+    pub data: String,
+}
+
+/// What the compiler knows about the run (drives `when` filters and `CI_*` variables).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// push, pull_request, pull_request_closed, pull_request_metadata, tag, release,
+    /// deployment, cron, manual.
+    pub event: String,
+    pub branch: String,
+    /// Full ref, e.g. `refs/heads/main`, `refs/tags/v1`, `refs/pull/3/head`.
+    pub git_ref: String,
+    pub commit: String,
+    pub message: String,
+    pub author: String,
+    pub author_email: String,
+    /// Files changed by the commit(s); empty = unknown (path filters then match).
+    pub changed_files: Vec<String>,
+    /// `owner/name`.
+    pub repo: String,
+    pub repo_clone_url: String,
+    pub default_branch: String,
+    /// Name of the cron job for cron events.
+    pub cron: String,
+    /// Target of deployment events.
+    pub deploy_to: String,
+    pub pipeline_number: i64,
+    /// Platform of the runner that will run it, e.g. `linux/amd64`.
+    pub platform: String,
+    /// Pipeline-level variables given on a manual run or restart (`PipelineOptions.variables`).
+    pub variables: BTreeMap<String, String>,
+    /// Every `CI_*` variable of the run (the server computes them; the compiler adds the
+    /// workflow- and step-specific ones).
+    pub env: BTreeMap<String, String>,
+}
+
+/// A secret in scope for the pipeline (already merged repo > org > global by name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretValue {
+    pub name: String,
+    pub value: String,
+    /// Events allowed to use it (empty = any).
+    pub events: Vec<String>,
+    /// Non-empty: only plugin steps with one of these images may use it.
+    pub images: Vec<String>,
+}
+
+/// Input of [`crate::pipeline::compile`].
+#[derive(Debug, Clone, Default)]
+pub struct CompileInput {
+    pub files: Vec<ConfigFile>,
+    pub meta: Metadata,
+    pub secrets: Vec<SecretValue>,
+}
+
+/// `errors[]` of a pipeline (Woodpecker's `PipelineError`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelineError {
+    /// linter, deprecation, compiler, generic, bad_habit.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    pub is_warning: bool,
+    /// Where: `{"file": ..., "field": ...}` when known.
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// Output of [`crate::pipeline::compile`]. Any error that is not a warning means the
+/// pipeline gets status `error`; an empty `workflows` without errors means everything was
+/// filtered out by `when`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompileResult {
+    pub workflows: Vec<CompiledWorkflow>,
+    pub errors: Vec<PipelineError>,
+}
+
+/// What a step does when it fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// The workflow fails (default).
+    #[default]
+    Fail,
+    /// The failure is shown but does not fail the workflow.
+    Ignore,
+    /// The whole pipeline is canceled.
+    Cancel,
+}
+
+/// Woodpecker's step types.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    Clone,
+    Service,
+    Plugin,
+    #[default]
+    Commands,
+    Cache,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompiledStep {
+    pub name: String,
+    pub kind: StepKind,
+    /// The shell (local backend: sh, bash, …) or, for plugin steps, the executable.
+    pub image: String,
+    pub commands: Vec<String>,
+    pub entrypoint: Vec<String>,
+    /// Final environment of the step: `CI_*`, `environment:` (secrets resolved), plugin
+    /// `settings:` as `PLUGIN_*`.
+    pub environment: BTreeMap<String, String>,
+    /// Values to mask in this step's log (every secret the step received).
+    pub secrets: Vec<String>,
+    /// Names of steps in the same workflow this one waits for. Empty and `!dag` means
+    /// "the previous step" (sequential); the compiler fills that in, so this is always the
+    /// full dependency list.
+    pub depends_on: Vec<String>,
+    pub failure: OnFailure,
+    /// Run when the workflow so far is in one of these states ("success", "failure");
+    /// default `["success"]`.
+    pub when_status: Vec<String>,
+    /// Keep running in the background (services, `detach: true`).
+    pub detach: bool,
+    /// Working directory relative to the workspace.
+    pub directory: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompiledWorkflow {
+    /// From the file name (`.woodpecker/build.yaml` → `build`), `woodpecker` for a single
+    /// file; with a matrix, one workflow per axis combination sharing the name.
+    pub name: String,
+    /// Matrix values of this workflow (Woodpecker's `environ`).
+    pub environ: BTreeMap<String, String>,
+    /// `labels:` plus the server's `repo=` label, for agent matching.
+    pub labels: BTreeMap<String, String>,
+    /// Names of workflows this one waits for.
+    pub depends_on: Vec<String>,
+    /// Run when the dependencies ended in these states; default `["success"]`.
+    pub runs_on: Vec<String>,
+    pub skip_clone: bool,
+    /// Steps in order, the clone step first unless `skip_clone`.
+    pub steps: Vec<CompiledStep>,
+}

@@ -1,0 +1,628 @@
+//! The runner: takes workflows from the server and runs their steps on this machine.
+//!
+//! One runner serves both the embedded local agent (inside `woodlark serve`) and remote
+//! agents (`woodlark agent`): it only talks to the server through [`AgentApi`], which the
+//! server implements in memory and [`http::HttpAgent`] implements over the agent protocol.
+//!
+//! A workflow runs in a fresh directory (`workspace/` + `home/`): the clone step checks out
+//! the pipeline's commit with `git`, then steps run in dependency order — independent steps
+//! in parallel — each as a process group ([`process`]). A step runs when the workflow so far
+//! matches its `when.status` (success unless a non-ignored step failed); otherwise it is
+//! skipped. Cancellation (the server says so through `wait_canceled`) and the repository's
+//! timeout kill the running process groups.
+
+pub mod http;
+pub mod process;
+pub mod protocol;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::pipeline::types::{CompiledStep, OnFailure, StepKind};
+use process::Exit;
+use protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("server unreachable: {0}")]
+    Transport(String),
+    #[error("server refused: {0}")]
+    Refused(String),
+}
+
+/// What a runner needs from the server. Every call may fail; the runner retries where it
+/// makes sense (a lost log batch is re-sent; the server stores each line once).
+pub trait AgentApi: Clone + Send + Sync + 'static {
+    /// Waits (bounded) for a workflow to run; `None` when there was none in time.
+    fn next(
+        &self,
+        info: &AgentInfo,
+    ) -> impl Future<Output = Result<Option<Work>, RunnerError>> + Send;
+    fn init(&self, workflow_id: i64) -> impl Future<Output = Result<(), RunnerError>> + Send;
+    fn step(
+        &self,
+        workflow_id: i64,
+        update: StepUpdate,
+    ) -> impl Future<Output = Result<(), RunnerError>> + Send;
+    fn logs(
+        &self,
+        workflow_id: i64,
+        lines: Vec<LogLine>,
+    ) -> impl Future<Output = Result<(), RunnerError>> + Send;
+    fn extend(&self, workflow_id: i64) -> impl Future<Output = Result<(), RunnerError>> + Send;
+    /// Waits (bounded) until the workflow is canceled: `true` if it was.
+    fn wait_canceled(
+        &self,
+        workflow_id: i64,
+    ) -> impl Future<Output = Result<bool, RunnerError>> + Send;
+    fn done(
+        &self,
+        workflow_id: i64,
+        done: WorkflowDone,
+    ) -> impl Future<Output = Result<(), RunnerError>> + Send;
+}
+
+/// Settings of a runner.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    pub capacity: usize,
+    /// Parent of per-workflow directories ("" = the system temp dir).
+    pub workdir: PathBuf,
+    pub info: AgentInfo,
+}
+
+/// Runs `capacity` workers until `shutdown` fires.
+pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch::Receiver<bool>) {
+    let config = Arc::new(config);
+    let mut workers = JoinSet::new();
+    for n in 0..config.capacity.max(1) {
+        let api = api.clone();
+        let config = config.clone();
+        let mut stop = shutdown.clone();
+        workers.spawn(async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                let next = tokio::select! {
+                    next = api.next(&config.info) => next,
+                    _ = stop.changed() => break,
+                };
+                match next {
+                    Ok(Some(work)) => {
+                        backoff = Duration::from_millis(200);
+                        let id = work.workflow_id;
+                        tracing::info!(
+                            worker = n,
+                            workflow = id,
+                            repo = work.repo,
+                            "workflow started"
+                        );
+                        run_workflow(&api, work, &config.workdir).await;
+                        tracing::info!(worker = n, workflow = id, "workflow finished");
+                    }
+                    Ok(None) => backoff = Duration::from_millis(200),
+                    Err(err) => {
+                        tracing::warn!(%err, "cannot get work; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {},
+                            _ = stop.changed() => break,
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
+                }
+            }
+        });
+    }
+    let _ = shutdown.changed().await;
+    workers.shutdown().await;
+}
+
+/// Retries an API call a few times (transport errors only).
+async fn retry<T, F, Fut>(mut f: F) -> Result<T, RunnerError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RunnerError>>,
+{
+    let mut delay = Duration::from_millis(100);
+    let mut last = None;
+    for _ in 0..6 {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(RunnerError::Refused(e)) => return Err(RunnerError::Refused(e)),
+            Err(e) => {
+                last = Some(e);
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+        }
+    }
+    Err(last.unwrap_or(RunnerError::Transport("no attempt".into())))
+}
+
+fn now() -> i64 {
+    crate::store::now_unix()
+}
+
+/// Longest a captured line waits before it is sent.
+const FLUSH_EVERY: Duration = Duration::from_millis(20);
+
+/// The outcome of one step, for scheduling the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Success,
+    Failure { ignored: bool },
+    Killed,
+    Skipped,
+}
+
+/// Runs one workflow to the end and reports it. Never panics on bad work.
+pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, workdir: &Path) {
+    let id = work.workflow_id;
+    if let Err(err) = retry(|| api.init(id)).await {
+        tracing::warn!(workflow = id, %err, "init refused; dropping the workflow");
+        return;
+    }
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let watcher = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            loop {
+                match api.wait_canceled(id).await {
+                    Ok(true) => {
+                        let _ = cancel_tx.send(true);
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                }
+            }
+        })
+    };
+    let extender = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                let _ = api.extend(id).await;
+            }
+        })
+    };
+
+    let result = execute(api, &work, workdir, cancel_rx).await;
+    watcher.abort();
+    extender.abort();
+    let done = match result {
+        Ok(state) => WorkflowDone {
+            state: state.to_string(),
+            error: String::new(),
+        },
+        Err(error) => WorkflowDone {
+            state: "error".into(),
+            error,
+        },
+    };
+    if let Err(err) = retry(|| api.done(id, done.clone())).await {
+        tracing::warn!(workflow = id, %err, "could not report the end of the workflow");
+    }
+}
+
+/// A workflow's directory; removed when dropped.
+struct Workspace {
+    root: PathBuf,
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+impl Workspace {
+    fn create(parent: &Path, workflow_id: i64) -> Result<Workspace, String> {
+        let parent = if parent.as_os_str().is_empty() {
+            std::env::temp_dir()
+        } else {
+            parent.to_path_buf()
+        };
+        let suffix: String = crate::auth::random_secret()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(8)
+            .collect();
+        let root = parent.join(format!("woodlark-{workflow_id}-{suffix}"));
+        for sub in ["workspace", "home"] {
+            std::fs::create_dir_all(root.join(sub))
+                .map_err(|e| format!("cannot create {}: {e}", root.join(sub).display()))?;
+        }
+        Ok(Workspace { root })
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.root.join("workspace")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+}
+
+/// Runs the steps; returns the workflow's final state, or an error that prevented running.
+async fn execute<A: AgentApi>(
+    api: &A,
+    work: &Work,
+    workdir: &Path,
+    cancel: watch::Receiver<bool>,
+) -> Result<&'static str, String> {
+    let ws = Workspace::create(workdir, work.workflow_id)?;
+    if let Some(netrc) = &work.netrc {
+        let text = format!(
+            "machine {}\nlogin {}\npassword {}\n",
+            netrc.machine, netrc.login, netrc.password
+        );
+        crate::auth::keys::write_private(&ws.home().join(".netrc"), &text)
+            .map_err(|e| format!("cannot write .netrc: {e}"))?;
+    }
+    let steps = &work.workflow.steps;
+    if steps.len() != work.steps.len() {
+        return Err("the workflow's steps and their ids do not match".into());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60 * work.timeout_minutes.max(1) as u64);
+    let index: HashMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; steps.len()];
+    let mut started = vec![false; steps.len()];
+    let mut running: JoinSet<(usize, Outcome)> = JoinSet::new();
+    let mut detached: Vec<process::Running> = Vec::new();
+    let (detached_tx, mut detached_rx) = mpsc::unbounded_channel::<process::Running>();
+
+    loop {
+        let canceled = *cancel.borrow();
+        let failed = outcomes.iter().any(|o| {
+            matches!(
+                o,
+                Some(Outcome::Failure { ignored: false }) | Some(Outcome::Killed)
+            )
+        });
+        // Start every step whose dependencies are done.
+        for (i, step) in steps.iter().enumerate() {
+            if started[i] {
+                continue;
+            }
+            let deps_done = step
+                .depends_on
+                .iter()
+                .all(|d| index.get(d.as_str()).is_none_or(|j| outcomes[*j].is_some()));
+            if !deps_done {
+                continue;
+            }
+            started[i] = true;
+            let wanted = if step.when_status.is_empty() {
+                vec!["success".to_string()]
+            } else {
+                step.when_status.clone()
+            };
+            let so_far = if failed { "failure" } else { "success" };
+            if canceled || !wanted.iter().any(|w| w == so_far) {
+                let state = if canceled { "canceled" } else { "skipped" };
+                report(
+                    api,
+                    work.workflow_id,
+                    StepUpdate {
+                        step_id: work.steps[i].id,
+                        state: state.into(),
+                        exit_code: 0,
+                        error: String::new(),
+                        started: 0,
+                        finished: 0,
+                    },
+                )
+                .await;
+                outcomes[i] = Some(Outcome::Skipped);
+                continue;
+            }
+            let ctx = StepContext {
+                api: api.clone(),
+                workflow_id: work.workflow_id,
+                step_id: work.steps[i].id,
+                first_line: work
+                    .log_offsets
+                    .get(&work.steps[i].id)
+                    .copied()
+                    .unwrap_or(0),
+                step: step.clone(),
+                dir: ws.dir(),
+                home: ws.home(),
+                clone_url: work.clone_url.clone(),
+                commit: work.commit.clone(),
+                cancel: cancel.clone(),
+                deadline,
+                detached: detached_tx.clone(),
+            };
+            running.spawn(async move { (i, run_step(ctx).await) });
+        }
+        while let Ok(p) = detached_rx.try_recv() {
+            detached.push(p);
+        }
+        if outcomes.iter().all(Option::is_some) {
+            break;
+        }
+        match running.join_next().await {
+            Some(Ok((i, outcome))) => outcomes[i] = Some(outcome),
+            Some(Err(e)) => return Err(format!("a step task failed: {e}")),
+            None => {
+                // Nothing runs and nothing can start: dependencies on unknown steps.
+                for (i, o) in outcomes.iter_mut().enumerate() {
+                    if o.is_none() {
+                        report(
+                            api,
+                            work.workflow_id,
+                            StepUpdate {
+                                step_id: work.steps[i].id,
+                                state: "skipped".into(),
+                                exit_code: 0,
+                                error: "dependencies cannot be met".into(),
+                                started: 0,
+                                finished: 0,
+                            },
+                        )
+                        .await;
+                        *o = Some(Outcome::Skipped);
+                    }
+                }
+            }
+        }
+    }
+    while let Ok(p) = detached_rx.try_recv() {
+        detached.push(p);
+    }
+    for p in &detached {
+        p.kill();
+    }
+    let canceled = *cancel.borrow();
+    let any_killed = outcomes.iter().any(|o| matches!(o, Some(Outcome::Killed)));
+    let failed = outcomes
+        .iter()
+        .any(|o| matches!(o, Some(Outcome::Failure { ignored: false })));
+    Ok(if canceled || any_killed {
+        "killed"
+    } else if failed {
+        "failure"
+    } else {
+        "success"
+    })
+}
+
+async fn report<A: AgentApi>(api: &A, workflow_id: i64, update: StepUpdate) {
+    if let Err(err) = retry(|| api.step(workflow_id, update.clone())).await {
+        tracing::warn!(workflow = workflow_id, step = update.step_id, %err, "could not report a step state");
+    }
+}
+
+struct StepContext<A> {
+    api: A,
+    workflow_id: i64,
+    step_id: i64,
+    first_line: i64,
+    step: CompiledStep,
+    dir: PathBuf,
+    home: PathBuf,
+    clone_url: String,
+    commit: String,
+    cancel: watch::Receiver<bool>,
+    deadline: Instant,
+    detached: mpsc::UnboundedSender<process::Running>,
+}
+
+/// Sends a step's lines in batches (at most every 20 ms, or at 200 lines), numbering them:
+/// live log readers see a line a few milliseconds after it was written.
+struct LogShipper<A> {
+    api: A,
+    workflow_id: i64,
+    step_id: i64,
+    next_line: i64,
+    batch: Vec<LogLine>,
+    last_flush: Instant,
+}
+
+impl<A: AgentApi> LogShipper<A> {
+    fn push(&mut self, time: i64, kind: i64, data: String) {
+        self.next_line += 1;
+        self.batch.push(LogLine {
+            step_id: self.step_id,
+            line: self.next_line,
+            time,
+            kind,
+            data,
+        });
+    }
+
+    fn due(&self) -> bool {
+        self.batch.len() >= 200
+            || (!self.batch.is_empty() && self.last_flush.elapsed() >= FLUSH_EVERY)
+    }
+
+    async fn flush(&mut self) {
+        self.last_flush = Instant::now();
+        if self.batch.is_empty() {
+            return;
+        }
+        let lines = std::mem::take(&mut self.batch);
+        let id = self.workflow_id;
+        if let Err(err) = retry(|| self.api.logs(id, lines.clone())).await {
+            tracing::warn!(workflow = id, %err, lines = lines.len(), "log lines could not be delivered");
+        }
+    }
+}
+
+async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
+    let started = now();
+    report(
+        &ctx.api,
+        ctx.workflow_id,
+        StepUpdate {
+            step_id: ctx.step_id,
+            state: "running".into(),
+            exit_code: 0,
+            error: String::new(),
+            started,
+            finished: 0,
+        },
+    )
+    .await;
+    let mut shipper = LogShipper {
+        api: ctx.api.clone(),
+        workflow_id: ctx.workflow_id,
+        step_id: ctx.step_id,
+        next_line: ctx.first_line,
+        batch: Vec::new(),
+        last_flush: Instant::now(),
+    };
+
+    let (program, args) = match ctx.step.kind {
+        StepKind::Clone => (
+            "sh".to_string(),
+            vec![
+                "-e".into(),
+                "-c".into(),
+                format!(
+                    "echo '+ git clone'\ngit clone --quiet --no-checkout {url} .\necho '+ git checkout {commit}'\ngit -c advice.detachedHead=false checkout --quiet {commit}\n",
+                    url = shell_quote(&ctx.clone_url),
+                    commit = shell_quote(&ctx.commit)
+                ),
+            ],
+        ),
+        _ => match process::command_for(&ctx.step) {
+            Ok(cmd) => cmd,
+            Err(error) => {
+                shipper.push(0, 0, error.clone());
+                shipper.flush().await;
+                return finish(&ctx, started, "failure", 1, error).await;
+            }
+        },
+    };
+    let workdir = if ctx.step.directory.is_empty() {
+        ctx.dir.clone()
+    } else {
+        ctx.dir.join(&ctx.step.directory)
+    };
+    let mut env: BTreeMap<String, String> = ctx.step.environment.clone();
+    env.insert("HOME".into(), ctx.home.display().to_string());
+    env.insert("CI_WORKSPACE".into(), ctx.dir.display().to_string());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut proc = match process::spawn(
+        &program,
+        &args,
+        &workdir,
+        &env,
+        ctx.step.secrets.clone(),
+        tx,
+    ) {
+        Ok(p) => p,
+        Err(error) => {
+            shipper.push(0, 0, error.clone());
+            shipper.flush().await;
+            return finish(&ctx, started, "failure", 1, error).await;
+        }
+    };
+
+    if ctx.step.detach {
+        // Detached steps run beside the others until the workflow ends.
+        tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let _ = ctx.detached.send(proc);
+        return finish(&ctx, started, "success", 0, String::new()).await;
+    }
+
+    let mut cancel = ctx.cancel.clone();
+    let mut ticker = tokio::time::interval(FLUSH_EVERY);
+    let mut killed_reason: Option<&str> = None;
+    let exit = loop {
+        tokio::select! {
+            line = rx.recv() => match line {
+                Some((time, text)) => {
+                    shipper.push(time, 0, text);
+                    if shipper.due() {
+                        shipper.flush().await;
+                    }
+                }
+                None => break proc.wait().await,
+            },
+            _ = ticker.tick() => {
+                if shipper.due() {
+                    shipper.flush().await;
+                }
+            }
+            changed = cancel.changed(), if killed_reason.is_none() => {
+                if changed.is_ok() && *cancel.borrow() {
+                    killed_reason = Some("canceled");
+                    proc.kill();
+                }
+            }
+            _ = tokio::time::sleep_until(ctx.deadline.into()), if killed_reason.is_none() => {
+                killed_reason = Some("timeout");
+                shipper.push(0, 0, "woodlark: the repository's timeout was reached; killing the step".into());
+                proc.kill();
+            }
+        }
+    };
+    // Output may still be buffered after the process ended.
+    while let Ok((time, text)) = rx.try_recv() {
+        shipper.push(time, 0, text);
+    }
+    let (state, code, error) = match (exit, killed_reason) {
+        (_, Some("canceled")) => ("killed", 137, String::new()),
+        (_, Some(_)) => ("failure", 137, "timeout exceeded".to_string()),
+        (Exit::Code(0), None) => ("success", 0, String::new()),
+        (Exit::Code(c), None) => ("failure", i64::from(c), String::new()),
+        (Exit::Killed, None) => ("killed", 137, "killed by a signal".to_string()),
+        (Exit::StartFailed(e), None) => ("failure", 1, e),
+    };
+    shipper.push(now() - started, process_exit_kind(), code.to_string());
+    shipper.flush().await;
+    finish(&ctx, started, state, code, error).await
+}
+
+/// Woodpecker's LogEntry type for the exit code line.
+fn process_exit_kind() -> i64 {
+    2
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+async fn finish<A: AgentApi>(
+    ctx: &StepContext<A>,
+    started: i64,
+    state: &str,
+    code: i64,
+    error: String,
+) -> Outcome {
+    report(
+        &ctx.api,
+        ctx.workflow_id,
+        StepUpdate {
+            step_id: ctx.step_id,
+            state: state.into(),
+            exit_code: code,
+            error,
+            started,
+            finished: now(),
+        },
+    )
+    .await;
+    match state {
+        "success" => Outcome::Success,
+        "killed" => Outcome::Killed,
+        _ => Outcome::Failure {
+            ignored: ctx.step.failure == OnFailure::Ignore,
+        },
+    }
+}

@@ -1,0 +1,285 @@
+//! Running one step as host processes (upstream's "local" backend).
+//!
+//! Each step runs in its own process group so that cancelling or timing out kills
+//! everything it started, not just the shell. stdout and stderr share one pipe (merged, as
+//! upstream), read line by line; each line is masked and handed to the caller as it comes.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use crate::pipeline::types::{CompiledStep, StepKind};
+
+/// Shells the local backend knows by name; `image` picks one.
+const SHELLS: &[&str] = &["sh", "bash", "zsh", "fish", "dash", "ash", "ksh"];
+
+/// How a process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    /// Killed by us (cancel or timeout).
+    Killed,
+    /// Could not start at all.
+    StartFailed(String),
+}
+
+/// Replaces every secret value in `line` with `********`.
+pub fn mask(line: &str, secrets: &[String]) -> String {
+    let mut out = line.to_string();
+    for secret in secrets {
+        for part in secret.lines().filter(|p| p.len() >= 2) {
+            if out.contains(part) {
+                out = out.replace(part, "********");
+            }
+        }
+    }
+    out
+}
+
+/// Quotes `s` for a POSIX shell.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The script a commands step runs: each command echoed with `+ ` before it runs.
+pub fn script(commands: &[String]) -> String {
+    let mut s = String::new();
+    for c in commands {
+        s.push_str(&format!("echo {}\n{c}\n", quote(&format!("+ {c}"))));
+    }
+    s
+}
+
+/// The program to run for `image`: a known shell, an executable on PATH or given by path,
+/// else `sh` (so configs written for container images still run their commands here).
+fn shell_for(image: &str) -> String {
+    let name = image.split(':').next().unwrap_or(image);
+    let base = name.rsplit('/').next().unwrap_or(name);
+    if SHELLS.contains(&base) && which(base).is_some() {
+        return base.to_string();
+    }
+    if Path::new(name).is_absolute() && Path::new(name).is_file() {
+        return name.to_string();
+    }
+    "sh".to_string()
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+/// What to execute for a step (clone steps are built by the runner).
+pub fn command_for(step: &CompiledStep) -> Result<(String, Vec<String>), String> {
+    match step.kind {
+        StepKind::Plugin if step.commands.is_empty() => {
+            let program = step
+                .image
+                .split(':')
+                .next()
+                .unwrap_or(&step.image)
+                .to_string();
+            if Path::new(&program).is_absolute() || which(&program).is_some() {
+                Ok((program, step.entrypoint.clone()))
+            } else {
+                Err(format!(
+                    "plugin {:?} is not an executable on this agent (the local backend runs plugins from PATH)",
+                    step.image
+                ))
+            }
+        }
+        _ => {
+            let shell = shell_for(&step.image);
+            Ok((
+                shell,
+                vec!["-e".into(), "-c".into(), script(&step.commands)],
+            ))
+        }
+    }
+}
+
+/// A running process group.
+pub struct Running {
+    child: tokio::process::Child,
+    pgid: i32,
+}
+
+impl Running {
+    /// Kills the whole process group.
+    pub fn kill(&self) {
+        if self.pgid > 0 {
+            // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+            }
+        }
+    }
+
+    pub async fn wait(&mut self) -> Exit {
+        match self.child.wait().await {
+            Ok(status) => match status.code() {
+                Some(code) => Exit::Code(code),
+                None => Exit::Killed,
+            },
+            Err(e) => Exit::StartFailed(e.to_string()),
+        }
+    }
+}
+
+/// Starts `program args` in `dir` with exactly `env` (plus PATH/LANG from the host), in a
+/// new process group. Output lines (masked) go to `lines` with seconds since start.
+pub fn spawn(
+    program: &str,
+    args: &[String],
+    dir: &Path,
+    env: &BTreeMap<String, String>,
+    secrets: Vec<String>,
+    lines: mpsc::UnboundedSender<(i64, String)>,
+) -> Result<Running, String> {
+    let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let writer2 = writer
+        .try_clone()
+        .map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
+        .process_group(0)
+        .kill_on_drop(true);
+    for key in ["PATH", "LANG", "LC_ALL", "TZ"] {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.envs(env);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    drop(cmd); // closes our copies of the pipe's write end
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let started = Instant::now();
+    std::thread::Builder::new()
+        .name("woodlark-step-output".into())
+        .spawn(move || {
+            let mut reader = BufReader::new(reader);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match reader.read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                            buf.pop();
+                        }
+                        let text = String::from_utf8_lossy(&buf);
+                        let line = mask(&text, &secrets);
+                        if lines
+                            .send((started.elapsed().as_secs() as i64, line))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the output reader: {e}"))?;
+    Ok(Running { child, pgid })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masking() {
+        let secrets = vec!["hunter2".to_string(), "a\nbc".to_string()];
+        assert_eq!(mask("pw=hunter2!", &secrets), "pw=********!");
+        assert_eq!(mask("bc and a", &secrets), "******** and a");
+        assert_eq!(mask("nothing", &secrets), "nothing");
+    }
+
+    #[test]
+    fn script_echoes_commands() {
+        let s = script(&["echo 'hi'".to_string(), "ls".to_string()]);
+        assert_eq!(
+            s,
+            "echo '+ echo '\\''hi'\\'''\necho 'hi'\necho '+ ls'\nls\n"
+        );
+    }
+
+    #[test]
+    fn image_picks_the_shell() {
+        assert_eq!(shell_for("sh"), "sh");
+        assert_eq!(shell_for("alpine:3.20"), "sh");
+        assert_eq!(
+            shell_for("bash").as_str(),
+            if which("bash").is_some() {
+                "bash"
+            } else {
+                "sh"
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn runs_and_captures_merged_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut env = BTreeMap::new();
+        env.insert("GREETING".to_string(), "hello".to_string());
+        let args = vec![
+            "-e".into(),
+            "-c".into(),
+            "echo $GREETING; echo oops >&2; echo s3cret; exit 3".into(),
+        ];
+        let mut run = spawn("sh", &args, dir.path(), &env, vec!["s3cret".into()], tx).unwrap();
+        assert_eq!(run.wait().await, Exit::Code(3));
+        let mut got = Vec::new();
+        while let Some((_, l)) = rx.recv().await {
+            got.push(l);
+        }
+        assert_eq!(got, ["hello", "oops", "********"]);
+    }
+
+    #[tokio::test]
+    async fn kill_takes_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let args = vec!["-c".into(), "sleep 600 & sleep 600; wait".into()];
+        let mut run = spawn("sh", &args, dir.path(), &BTreeMap::new(), vec![], tx).unwrap();
+        let pgid = run.pgid;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let started = Instant::now();
+        run.kill();
+        assert_eq!(run.wait().await, Exit::Killed);
+        assert!(started.elapsed().as_secs() < 2);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // No process of the group is left running (zombies waiting for init to reap them
+        // are dead already).
+        let running: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+            .filter(|stat| {
+                // pid (comm) state ppid pgrp ...
+                let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+                let fields: Vec<&str> = after.split_whitespace().collect();
+                fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)
+                    && fields.first() != Some(&"Z")
+            })
+            .collect();
+        assert!(
+            running.is_empty(),
+            "process group {pgid} still runs: {running:?}"
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! The agent protocol's messages: what a runner and the server say to each other.
+//!
+//! The embedded local runner passes these values in memory; a remote agent sends the same
+//! values as JSON over HTTP (see [`super::http`] and the README's "Agent protocol").
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pipeline::types::CompiledWorkflow;
+
+/// A step of the assigned workflow: the server's ids for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRef {
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+}
+
+/// Git credentials for cloning (`machine`/`login`/`password` as in a `.netrc`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Netrc {
+    pub machine: String,
+    pub login: String,
+    pub password: String,
+}
+
+/// A workflow handed to an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Work {
+    pub workflow_id: i64,
+    pub pipeline_id: i64,
+    pub pipeline_number: i64,
+    pub repo: String,
+    /// Minutes the whole workflow may take.
+    pub timeout_minutes: i64,
+    pub clone_url: String,
+    pub commit: String,
+    pub git_ref: String,
+    #[serde(default)]
+    pub netrc: Option<Netrc>,
+    pub workflow: CompiledWorkflow,
+    /// Ids of the workflow's steps, in the order of `workflow.steps`.
+    pub steps: Vec<StepRef>,
+    /// Lines already stored per step id (a re-run continues the numbering).
+    #[serde(default)]
+    pub log_offsets: BTreeMap<i64, i64>,
+}
+
+/// A step's state change, reported as it happens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepUpdate {
+    pub step_id: i64,
+    /// running, success, failure, killed, skipped, canceled.
+    pub state: String,
+    #[serde(default)]
+    pub exit_code: i64,
+    #[serde(default)]
+    pub error: String,
+    /// Unix seconds (0 = not set).
+    #[serde(default)]
+    pub started: i64,
+    #[serde(default)]
+    pub finished: i64,
+}
+
+/// One captured output line (secrets already masked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    pub step_id: i64,
+    /// 1-based line number within the step.
+    pub line: i64,
+    /// Seconds since the step started.
+    pub time: i64,
+    /// 0 output, 2 exit code (Woodpecker's LogEntry types).
+    #[serde(default)]
+    pub kind: i64,
+    pub data: String,
+}
+
+/// How a workflow ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowDone {
+    /// success, failure, killed or error.
+    pub state: String,
+    #[serde(default)]
+    pub error: String,
+}
+
+/// What an agent says about itself when it asks for work.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    pub platform: String,
+    pub backend: String,
+    pub capacity: i64,
+    pub version: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}

@@ -1,0 +1,722 @@
+//! Cron jobs of a repository, and the schedule arithmetic behind `next_exec`.
+//!
+//! **Schedules** ([`next_exec`]) accept what upstream's parser (`gdgvda/cron`'s
+//! `ParseStandard`, a robfig/cron fork) accepts, plus an optional leading seconds field:
+//! - 5 fields `minute hour day-of-month month day-of-week`, or 6 with `second` first; names
+//!   (`MON`, `JAN`), ranges, lists, steps (`*/5`, and robfig's `0/10`), `?`; croner's `L`, `W`
+//!   and `#` extensions come along;
+//! - `@yearly` `@annually` `@monthly` `@weekly` `@daily` `@midnight` `@hourly`;
+//! - `@every <duration>` in Go syntax (`90s`, `1h30m`, `1.5h`): the next run is that long
+//!   after now (at least one second), whatever the timezone;
+//! - a `CRON_TZ=Zone ` / `TZ=Zone ` prefix overrides the cron's timezone, as in robfig/cron.
+//!
+//! `next_exec` is evaluated in the cron's IANA timezone (`timezone`, default `UTC`), so
+//! `0 6 * * *` in `Europe/Berlin` is 06:00 Berlin time across daylight-saving changes. Cron
+//! parsing is croner's (<https://github.com/hexagon/croner-rust>), zones are chrono-tz's.
+//!
+//! **Scheduler hooks**: [`due`] lists enabled crons whose `next_exec` has passed; [`claim`]
+//! moves a cron's `next_exec` forward only if nobody else did (upstream's `CronGetLock`).
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use chrono::{TimeZone, Utc};
+use chrono_tz::Tz;
+use croner::parser::{CronParser, Seconds, Year};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::events::{self, Action};
+use super::secrets::ResourceScope;
+use super::{StoreError, StoreResult, now_unix};
+
+pub const RECORD_TYPE: &str = "crons";
+
+pub const DEFAULT_TIMEZONE: &str = "UTC";
+/// Longest name / branch / schedule accepted.
+pub const MAX_FIELD: usize = 255;
+
+/// Woodpecker's `Cron`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cron {
+    pub id: i64,
+    pub name: String,
+    pub repo_id: i64,
+    pub creator_id: i64,
+    pub next_exec: i64,
+    pub schedule: String,
+    pub timezone: String,
+    pub created: i64,
+    pub branch: String,
+    pub enabled: bool,
+    pub variables: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NewCron {
+    pub name: String,
+    pub repo_id: i64,
+    pub creator_id: i64,
+    pub next_exec: i64,
+    pub schedule: String,
+    pub timezone: String,
+    pub branch: String,
+    pub enabled: bool,
+    pub variables: BTreeMap<String, String>,
+}
+
+/// A partial update: `None` leaves a field as it is. Callers recompute `next_exec` whenever
+/// the schedule or timezone changes (see [`next_exec`]).
+#[derive(Debug, Clone, Default)]
+pub struct CronChange {
+    pub name: Option<String>,
+    pub creator_id: Option<i64>,
+    pub next_exec: Option<i64>,
+    pub schedule: Option<String>,
+    pub timezone: Option<String>,
+    pub branch: Option<String>,
+    pub enabled: Option<bool>,
+    pub variables: Option<BTreeMap<String, String>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedules
+
+/// An IANA timezone name (`UTC`, `Europe/Berlin`, …).
+pub fn parse_timezone(name: &str) -> Result<Tz, String> {
+    Tz::from_str(name).map_err(|_| {
+        format!(
+            "unknown timezone {name:?}: expected an IANA name such as \"UTC\" or \"Europe/Berlin\""
+        )
+    })
+}
+
+/// The first run of `schedule` strictly after `after` (unix seconds), evaluated in `timezone`.
+/// An `Err` describes why the schedule or timezone is unusable.
+pub fn next_exec(schedule: &str, timezone: &str, after: i64) -> Result<i64, String> {
+    let mut spec = schedule.trim();
+    if spec.is_empty() {
+        return Err("schedule is required".into());
+    }
+    if spec.len() > MAX_FIELD {
+        return Err(format!("schedule must be at most {MAX_FIELD} characters"));
+    }
+    let mut tz = parse_timezone(timezone)?;
+    for prefix in ["CRON_TZ=", "TZ="] {
+        if let Some(rest) = spec.strip_prefix(prefix) {
+            let (zone, pattern) = rest
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| format!("schedule {schedule:?} has a timezone but no pattern"))?;
+            tz = parse_timezone(zone)?;
+            spec = pattern.trim();
+            break;
+        }
+    }
+    if let Some(macro_) = spec.strip_prefix('@') {
+        let lower = macro_.to_ascii_lowercase();
+        if let Some(duration) = lower.strip_prefix("every") {
+            let seconds = parse_go_duration(duration.trim())
+                .map_err(|e| format!("can't parse schedule {schedule:?}: {e}"))?;
+            return Ok(after.saturating_add(seconds));
+        }
+        let canonical = match lower.as_str() {
+            "yearly" | "annually" => "@yearly",
+            "monthly" => "@monthly",
+            "weekly" => "@weekly",
+            "daily" | "midnight" => "@daily",
+            "hourly" => "@hourly",
+            _ => {
+                return Err(format!(
+                    "can't parse schedule {schedule:?}: unknown descriptor; use @yearly, \
+                     @annually, @monthly, @weekly, @daily, @midnight, @hourly or @every <duration>"
+                ));
+            }
+        };
+        return next_of_pattern(canonical, schedule, tz, after);
+    }
+    let fields = spec.split_whitespace().count();
+    if !(5..=6).contains(&fields) {
+        return Err(format!(
+            "can't parse schedule {schedule:?}: expected 5 fields (minute hour day month weekday) \
+             or 6 (with seconds first), got {fields}"
+        ));
+    }
+    if spec
+        .split_whitespace()
+        .any(|field| field.split(',').any(str::is_empty))
+    {
+        return Err(format!(
+            "can't parse schedule {schedule:?}: empty item in a list"
+        ));
+    }
+    next_of_pattern(spec, schedule, tz, after)
+}
+
+fn next_of_pattern(pattern: &str, original: &str, tz: Tz, after: i64) -> Result<i64, String> {
+    let cron = CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .sloppy_ranges(true)
+        .build()
+        .parse(pattern)
+        .map_err(|e| format!("can't parse schedule {original:?}: {e}"))?;
+    check_feasible(&cron.pattern, pattern)
+        .map_err(|why| format!("schedule {original:?} never runs: {why}"))?;
+    let start = Utc
+        .timestamp_opt(after, 0)
+        .single()
+        .ok_or_else(|| "time out of range".to_string())?
+        .with_timezone(&tz);
+    let next = cron
+        .find_next_occurrence(&start, false)
+        .map_err(|e| format!("schedule {original:?} never runs: {e}"))?;
+    Ok(next.timestamp())
+}
+
+/// Rejects patterns that can never match before croner searches for a match (which, for
+/// an impossible pattern, scans years ahead: a request must not be able to buy that much
+/// CPU). Catches empty fields (`,` lists) and days that no selected month has (`31 4`, `30 2`)
+/// unless a weekday alternative exists (standard cron ORs day-of-month and day-of-week).
+fn check_feasible(cron: &croner::CronPattern, text: &str) -> Result<(), String> {
+    for (name, component) in [
+        ("second", &cron.seconds),
+        ("minute", &cron.minutes),
+        ("hour", &cron.hours),
+        ("month", &cron.months),
+    ] {
+        if component.values().is_empty() {
+            return Err(format!("no {name} selected"));
+        }
+    }
+    let days = &cron.days;
+    let weekdays = &cron.days_of_week;
+    if days.values().is_empty() && !days.has_modifiers() {
+        return Err("no day of month selected".into());
+    }
+    if weekdays.values().is_empty() && !weekdays.has_modifiers() {
+        return Err("no day of week selected".into());
+    }
+    if days.has_modifiers() {
+        return Ok(());
+    }
+    const DAYS_IN_MONTH: [u16; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let shortest_day = days.values().into_iter().min().unwrap_or(1);
+    let fits = cron.months.values().into_iter().any(|m| {
+        DAYS_IN_MONTH
+            .get(usize::from(m).wrapping_sub(1))
+            .is_some_and(|&max| shortest_day <= max)
+    });
+    if fits {
+        return Ok(());
+    }
+    // The day-of-week field: OR-ed with the day of month unless it is `*`/`?` or `+`-prefixed.
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let weekday_field = fields.last().copied().unwrap_or("*");
+    let weekday_alternative =
+        !matches!(weekday_field, "*" | "?") && !weekday_field.starts_with('+');
+    if weekday_alternative {
+        Ok(())
+    } else {
+        Err("no selected month has the selected days".into())
+    }
+}
+
+/// Go's `time.ParseDuration` (`300ms`, `1.5h`, `2h45m`), in whole seconds, at least 1.
+fn parse_go_duration(text: &str) -> Result<i64, String> {
+    let bad = || format!("invalid duration {text:?} (examples: 30s, 5m, 1h30m)");
+    if text.is_empty() || text.starts_with('-') {
+        return Err(bad());
+    }
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    if rest == "0" {
+        return Err("the @every duration must be positive".into());
+    }
+    let mut nanos: f64 = 0.0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_len].parse().map_err(|_| bad())?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        nanos += number * unit;
+    }
+    if !nanos.is_finite() || nanos <= 0.0 {
+        return Err("the @every duration must be positive".into());
+    }
+    // Upstream truncates to whole seconds and never runs more often than once a second.
+    let seconds = (nanos / 1e9).floor();
+    if seconds > 100.0 * 365.0 * 86400.0 {
+        return Err(bad());
+    }
+    Ok((seconds as i64).max(1))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage
+
+const COLUMNS: &str = "id, name, repo_id, creator_id, next_exec, schedule, timezone, created, branch, enabled, variables";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Cron> {
+    let variables: String = r.get(10)?;
+    Ok(Cron {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        repo_id: r.get(2)?,
+        creator_id: r.get(3)?,
+        next_exec: r.get(4)?,
+        schedule: r.get(5)?,
+        timezone: r.get(6)?,
+        created: r.get(7)?,
+        branch: r.get(8)?,
+        enabled: r.get(9)?,
+        variables: serde_json::from_str(&variables).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(10, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+    })
+}
+
+/// A cron of a repository by id.
+pub fn find(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 AND id = ?2"),
+        params![repo_id, id],
+        from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+/// One page of a repository's crons, by name.
+pub fn list(conn: &Connection, repo_id: i64, page: u32, per_page: u32) -> StoreResult<Vec<Cron>> {
+    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 ORDER BY name, id LIMIT ?2 OFFSET ?3"
+    ))?;
+    let rows = stmt.query_map(params![repo_id, per_page, offset], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Enabled crons whose `next_exec` is at or before `now`, oldest first (for the scheduler).
+pub fn due(conn: &Connection, now: i64, limit: u32) -> StoreResult<Vec<Cron>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM crons WHERE enabled = 1 AND next_exec <= ?1
+         ORDER BY next_exec, id LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![now, limit], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn name_taken(conn: &Connection, repo_id: i64, name: &str, except: i64) -> StoreResult<bool> {
+    Ok(conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM crons WHERE repo_id = ?1 AND name = ?2 AND id != ?3)",
+        params![repo_id, name, except],
+        |r| r.get(0),
+    )?)
+}
+
+fn duplicate(name: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "a cron job named {name:?} already exists in this repository"
+    ))
+}
+
+fn owner(conn: &Connection, repo_id: i64) -> StoreResult<events::Owner> {
+    ResourceScope::repo(repo_id).owner(conn)
+}
+
+/// Creates a cron (409 if the repository already has one of that name). Records
+/// `crons.created`.
+pub fn create(conn: &Connection, new: &NewCron) -> StoreResult<Cron> {
+    if name_taken(conn, new.repo_id, &new.name, 0)? {
+        return Err(duplicate(&new.name));
+    }
+    conn.execute(
+        "INSERT INTO crons (name, repo_id, creator_id, next_exec, schedule, timezone, created,
+                            branch, enabled, variables)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            new.name,
+            new.repo_id,
+            new.creator_id,
+            new.next_exec,
+            new.schedule,
+            new.timezone,
+            now_unix(),
+            new.branch,
+            new.enabled,
+            serde_json::to_string(&new.variables)?,
+        ],
+    )?;
+    let cron = find(conn, new.repo_id, conn.last_insert_rowid())?;
+    events::append(
+        conn,
+        RECORD_TYPE,
+        Action::Created,
+        cron.id,
+        &cron,
+        owner(conn, cron.repo_id)?,
+    )?;
+    Ok(cron)
+}
+
+/// Applies `change` (409 if renamed onto another cron's name). Records `crons.updated`.
+pub fn update(conn: &Connection, repo_id: i64, id: i64, change: &CronChange) -> StoreResult<Cron> {
+    let before = find(conn, repo_id, id)?;
+    if let Some(name) = &change.name
+        && name_taken(conn, repo_id, name, id)?
+    {
+        return Err(duplicate(name));
+    }
+    let variables = change
+        .variables
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()?;
+    conn.execute(
+        "UPDATE crons SET
+            name = coalesce(?2, name),
+            creator_id = coalesce(?3, creator_id),
+            next_exec = coalesce(?4, next_exec),
+            schedule = coalesce(?5, schedule),
+            timezone = coalesce(?6, timezone),
+            branch = coalesce(?7, branch),
+            enabled = coalesce(?8, enabled),
+            variables = coalesce(?9, variables)
+         WHERE id = ?1",
+        params![
+            id,
+            change.name,
+            change.creator_id,
+            change.next_exec,
+            change.schedule,
+            change.timezone,
+            change.branch,
+            change.enabled,
+            variables,
+        ],
+    )?;
+    let after = find(conn, repo_id, id)?;
+    events::append_update(
+        conn,
+        RECORD_TYPE,
+        id,
+        &before,
+        &after,
+        owner(conn, repo_id)?,
+    )?;
+    Ok(after)
+}
+
+/// Moves `next_exec` from `expected` to `next` if no one else has (the scheduler's lock).
+/// Returns whether this caller won. Records `crons.updated` when it did.
+pub fn claim(conn: &Connection, id: i64, expected: i64, next: i64) -> StoreResult<bool> {
+    let Some(before) = conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM crons WHERE id = ?1"),
+            [id],
+            from_row,
+        )
+        .optional()?
+    else {
+        return Ok(false);
+    };
+    let n = conn.execute(
+        "UPDATE crons SET next_exec = ?3 WHERE id = ?1 AND next_exec = ?2",
+        params![id, expected, next],
+    )?;
+    if n == 0 {
+        return Ok(false);
+    }
+    let after = find(conn, before.repo_id, id)?;
+    events::append_update(
+        conn,
+        RECORD_TYPE,
+        id,
+        &before,
+        &after,
+        owner(conn, before.repo_id)?,
+    )?;
+    Ok(true)
+}
+
+/// Deletes a cron. Records `crons.deleted`.
+pub fn delete(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
+    let cron = find(conn, repo_id, id)?;
+    let owner = owner(conn, repo_id)?;
+    conn.execute("DELETE FROM crons WHERE id = ?1", [id])?;
+    events::append(conn, RECORD_TYPE, Action::Deleted, id, &cron, owner)?;
+    Ok(cron)
+}
+
+/// Deletes every cron of a repository being deleted, recording `crons.deleted` each.
+pub fn delete_scope(conn: &Connection, repo_id: i64) -> StoreResult<usize> {
+    let ids: Vec<i64> = {
+        let mut stmt =
+            conn.prepare_cached("SELECT id FROM crons WHERE repo_id = ?1 ORDER BY id")?;
+        let rows = stmt.query_map([repo_id], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    for id in &ids {
+        delete(conn, repo_id, *id)?;
+    }
+    Ok(ids.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::migrations::migrate;
+
+    /// A database with repositories 1 and 2 (crons reference them).
+    fn conn() -> Connection {
+        let mut c = Connection::open_in_memory().unwrap();
+        migrate(&mut c).unwrap();
+        c.execute_batch(
+            "INSERT INTO forges (id, type, url, data, webhook_secret) VALUES (1, 'git', 'file:///f', '{}', 's');
+             INSERT INTO repos (id, forge_id, forge_remote_id, org_id, full_name, hash, data, created)
+             VALUES (1, 1, 'a/one', 7, 'a/one', 'h', '{}', 0), (2, 1, 'a/two', 7, 'a/two', 'h', '{}', 0);",
+        )
+        .unwrap();
+        c
+    }
+
+    /// 2022-08-31T16:12:49Z (upstream's test instant), a Wednesday.
+    const NOW: i64 = 1661962369;
+
+    fn at(s: &str) -> i64 {
+        chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp()
+    }
+
+    #[test]
+    fn standard_fields_and_seconds() {
+        assert_eq!(
+            next_exec("*/5 * * * *", "UTC", NOW).unwrap(),
+            at("2022-08-31T16:15:00Z")
+        );
+        assert_eq!(
+            next_exec("0 6 * * *", "UTC", NOW).unwrap(),
+            at("2022-09-01T06:00:00Z")
+        );
+        assert_eq!(
+            next_exec("30 0 6 * * *", "UTC", NOW).unwrap(),
+            at("2022-09-01T06:00:30Z")
+        );
+        assert_eq!(
+            next_exec("0 9 * * MON-FRI", "UTC", NOW).unwrap(),
+            at("2022-09-01T09:00:00Z")
+        );
+        assert_eq!(
+            next_exec("0 0 1 JAN *", "UTC", NOW).unwrap(),
+            at("2023-01-01T00:00:00Z")
+        );
+        // robfig's "start/step".
+        assert_eq!(
+            next_exec("0/20 * * * *", "UTC", NOW).unwrap(),
+            at("2022-08-31T16:20:00Z")
+        );
+    }
+
+    #[test]
+    fn macros_and_every() {
+        assert_eq!(
+            next_exec("@hourly", "UTC", NOW).unwrap(),
+            at("2022-08-31T17:00:00Z")
+        );
+        for daily in ["@daily", "@midnight", "@DAILY"] {
+            assert_eq!(
+                next_exec(daily, "UTC", NOW).unwrap(),
+                at("2022-09-01T00:00:00Z")
+            );
+        }
+        assert_eq!(
+            next_exec("@weekly", "UTC", NOW).unwrap(),
+            at("2022-09-04T00:00:00Z")
+        );
+        assert_eq!(
+            next_exec("@monthly", "UTC", NOW).unwrap(),
+            at("2022-09-01T00:00:00Z")
+        );
+        for yearly in ["@yearly", "@annually"] {
+            assert_eq!(
+                next_exec(yearly, "UTC", NOW).unwrap(),
+                at("2023-01-01T00:00:00Z")
+            );
+        }
+        // Upstream's own test: @every 5m from this instant.
+        assert_eq!(next_exec("@every 5m", "UTC", NOW).unwrap(), 1661962669);
+        assert_eq!(next_exec("@every 1h30m", "UTC", NOW).unwrap(), NOW + 5400);
+        assert_eq!(next_exec("@every 1.5h", "UTC", NOW).unwrap(), NOW + 5400);
+        assert_eq!(next_exec("@every 10ms", "UTC", NOW).unwrap(), NOW + 1);
+    }
+
+    #[test]
+    fn timezones() {
+        // 06:00 in Berlin is 04:00 UTC in summer (CEST) ...
+        assert_eq!(
+            next_exec("0 6 * * *", "Europe/Berlin", NOW).unwrap(),
+            at("2022-09-01T04:00:00Z")
+        );
+        // ... and 05:00 UTC in winter (CET).
+        assert_eq!(
+            next_exec("0 6 * * *", "Europe/Berlin", at("2022-12-01T12:00:00Z")).unwrap(),
+            at("2022-12-02T05:00:00Z")
+        );
+        assert_eq!(
+            next_exec("CRON_TZ=America/New_York 0 6 * * *", "UTC", NOW).unwrap(),
+            at("2022-09-01T10:00:00Z")
+        );
+        assert!(next_exec("0 6 * * *", "Mars/Olympus", NOW).is_err());
+        assert!(next_exec("0 6 * * *", "", NOW).is_err());
+    }
+
+    #[test]
+    fn bad_schedules() {
+        for bad in [
+            "",
+            "   ",
+            "* * * *",
+            "* * * * * * *",
+            "61 * * * *",
+            "* 25 * * *",
+            "a b c d e",
+            "@reboot",
+            "@every",
+            "@every 5",
+            "@every -5m",
+            "@every 5x",
+            "@every 0s",
+            "0 0 30 2 *",
+            "0 0 31 4,6 *",
+            "0 0 30 2 +1",
+            ", * * * *",
+            "0 0 1,,2 * *",
+            "TZ=Europe/Berlin",
+        ] {
+            assert!(next_exec(bad, "UTC", NOW).is_err(), "{bad:?} should fail");
+        }
+    }
+
+    #[test]
+    fn odd_input_never_panics_and_is_quick() {
+        let started = std::time::Instant::now();
+        for odd in [
+            "*/0 * * * *",
+            "0- * * * *",
+            "- * * * *",
+            "5-1 * * * *",
+            "L * * * *",
+            "0 0 L * *",
+            "0 0 * * 1#9",
+            "0 0 * * 5L",
+            "0 0 15W * *",
+            "99999999999999999999 * * * *",
+            "0 0 31 4 *",
+            "0 0 29 2 *",
+            "0 0 30 2 1",
+            "@every 9999999999h",
+            "@every 1e9h",
+            "@every 1..5s",
+            "@every µs",
+            "CRON_TZ= * * * * *",
+            "TZ=UTC @every 5m",
+            "* * * * * ?",
+            ", * * * *",
+            "*/ * * * *",
+        ] {
+            let _ = next_exec(odd, "UTC", NOW);
+            let _ = next_exec(odd, "Pacific/Chatham", NOW);
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(
+            next_exec("TZ=UTC @every 5m", "UTC", NOW).unwrap(),
+            NOW + 300
+        );
+        // A date that exists only in leap years is still found.
+        assert_eq!(
+            next_exec("0 0 29 2 *", "UTC", NOW).unwrap(),
+            at("2024-02-29T00:00:00Z")
+        );
+    }
+
+    fn new(name: &str, repo_id: i64) -> NewCron {
+        NewCron {
+            name: name.into(),
+            repo_id,
+            creator_id: 1,
+            next_exec: NOW,
+            schedule: "@daily".into(),
+            timezone: "UTC".into(),
+            enabled: true,
+            ..NewCron::default()
+        }
+    }
+
+    #[test]
+    fn crud_due_claim_and_events() {
+        let c = conn();
+        let a = create(&c, &new("nightly", 1)).unwrap();
+        create(&c, &new("nightly", 2)).unwrap();
+        assert!(matches!(
+            create(&c, &new("nightly", 1)),
+            Err(StoreError::Conflict(_))
+        ));
+        let b = create(&c, &new("weekly", 1)).unwrap();
+        assert!(matches!(
+            update(
+                &c,
+                1,
+                b.id,
+                &CronChange {
+                    name: Some("nightly".into()),
+                    ..CronChange::default()
+                }
+            ),
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(matches!(find(&c, 2, a.id), Err(StoreError::NotFound)));
+        let off = CronChange {
+            enabled: Some(false),
+            ..CronChange::default()
+        };
+        update(&c, 1, b.id, &off).unwrap();
+        let due_now: Vec<_> = due(&c, NOW, 10).unwrap().iter().map(|c| c.id).collect();
+        assert_eq!(due_now.len(), 2);
+        assert!(!due_now.contains(&b.id));
+        assert!(due(&c, NOW - 1, 10).unwrap().is_empty());
+        assert!(claim(&c, a.id, NOW, NOW + 86400).unwrap());
+        assert!(!claim(&c, a.id, NOW, NOW + 86400).unwrap());
+        assert_eq!(list(&c, 1, 1, 50).unwrap().len(), 2);
+        assert_eq!(delete_scope(&c, 1).unwrap(), 2);
+        assert_eq!(list(&c, 2, 1, 50).unwrap().len(), 1);
+        let types: Vec<_> = events::list_after(&c, 0, 20)
+            .unwrap()
+            .iter()
+            .map(|e| e.event_type())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "crons.created",
+                "crons.created",
+                "crons.created",
+                "crons.updated",
+                "crons.updated",
+                "crons.deleted",
+                "crons.deleted"
+            ]
+        );
+    }
+}

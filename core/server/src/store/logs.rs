@@ -1,0 +1,183 @@
+//! Step logs, in their own SQLite file (`<data_dir>/logs.db`).
+//!
+//! Logs grow without bound and are written far more often than anything else, so they live
+//! in a separate database with its own writer thread: a busy log stream never delays a
+//! pipeline status update, and the main database stays small (upstream's most common
+//! complaint). Lines are keyed by `(step_id, line)`, so a batch an agent re-sends after a
+//! lost reply is stored once. Retention removes old lines by age.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use rusqlite::{Connection, params};
+use serde::{Deserialize, Serialize};
+
+use super::{StoreResult, migrations, now_unix_ms};
+
+/// The logs database file inside the data dir.
+pub const LOGS_FILE: &str = "logs.db";
+
+const MIGRATIONS: &[&str] = &[r#"
+    CREATE TABLE log_entries (
+        id          INTEGER PRIMARY KEY,
+        step_id     INTEGER NOT NULL,
+        line        INTEGER NOT NULL,
+        time        INTEGER NOT NULL,
+        type        INTEGER NOT NULL,
+        data        BLOB    NOT NULL,
+        created_ms  INTEGER NOT NULL,
+        UNIQUE (step_id, line)
+    );
+    CREATE INDEX log_entries_created ON log_entries (created_ms);
+    "#];
+
+pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    migrations::migrate_with(conn, MIGRATIONS)
+}
+
+/// Woodpecker's `LogEntry` types.
+pub const TYPE_STDOUT: i64 = 0;
+pub const TYPE_EXIT_CODE: i64 = 2;
+
+/// One log line as the API renders it; `data` is base64 text, as upstream sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub id: i64,
+    pub step_id: i64,
+    /// Seconds since the step started.
+    pub time: i64,
+    pub line: i64,
+    pub data: String,
+    #[serde(rename = "type")]
+    pub kind: i64,
+}
+
+/// A line as an agent sends it (raw bytes, not yet stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewLine {
+    pub step_id: i64,
+    pub line: i64,
+    pub time: i64,
+    #[serde(rename = "type", default)]
+    pub kind: i64,
+    /// The text of the line (secrets already masked by the runner).
+    pub data: String,
+}
+
+/// Stores lines; lines already stored (same step and number) are skipped. Returns how many
+/// were new.
+pub fn append(conn: &Connection, lines: &[NewLine]) -> StoreResult<usize> {
+    let now = now_unix_ms();
+    let mut stmt = conn.prepare_cached(
+        "INSERT OR IGNORE INTO log_entries (step_id, line, time, type, data, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut added = 0;
+    for l in lines {
+        added += stmt.execute(params![
+            l.step_id,
+            l.line,
+            l.time,
+            l.kind,
+            l.data.as_bytes(),
+            now
+        ])?;
+    }
+    Ok(added)
+}
+
+/// Lines of a step with `line > after`, in order, at most `limit`.
+pub fn list(
+    conn: &Connection,
+    step_id: i64,
+    after: i64,
+    limit: usize,
+) -> StoreResult<Vec<LogEntry>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, step_id, time, line, data, type FROM log_entries
+         WHERE step_id = ?1 AND line > ?2 ORDER BY line LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![step_id, after, limit as i64], |r| {
+        let data: Vec<u8> = r.get(4)?;
+        Ok(LogEntry {
+            id: r.get(0)?,
+            step_id: r.get(1)?,
+            time: r.get(2)?,
+            line: r.get(3)?,
+            data: STANDARD.encode(data),
+            kind: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The raw text of a step's log, for downloads.
+pub fn text(conn: &Connection, step_id: i64) -> StoreResult<Vec<u8>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT data FROM log_entries WHERE step_id = ?1 AND type != ?2 ORDER BY line",
+    )?;
+    let mut out = Vec::new();
+    let rows = stmt.query_map(params![step_id, TYPE_EXIT_CODE], |r| r.get::<_, Vec<u8>>(0))?;
+    for row in rows {
+        out.extend_from_slice(&row?);
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+/// The highest line number stored for a step (0 when none).
+pub fn last_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
+    Ok(conn.query_row(
+        "SELECT coalesce(max(line), 0) FROM log_entries WHERE step_id = ?1",
+        [step_id],
+        |r| r.get(0),
+    )?)
+}
+
+pub fn delete_steps(conn: &Connection, step_ids: &[i64]) -> StoreResult<usize> {
+    let mut stmt = conn.prepare_cached("DELETE FROM log_entries WHERE step_id = ?1")?;
+    let mut removed = 0;
+    for id in step_ids {
+        removed += stmt.execute([id])?;
+    }
+    Ok(removed)
+}
+
+/// Removes lines stored before `cutoff_ms`, at most `batch` per call.
+pub fn prune(conn: &Connection, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
+    Ok(conn.execute(
+        "DELETE FROM log_entries WHERE id IN
+           (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2)",
+        params![cutoff_ms, batch as i64],
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(step: i64, n: i64, text: &str) -> NewLine {
+        NewLine {
+            step_id: step,
+            line: n,
+            time: 0,
+            kind: TYPE_STDOUT,
+            data: text.into(),
+        }
+    }
+
+    #[test]
+    fn append_is_idempotent_and_ordered() {
+        let mut c = Connection::open_in_memory().unwrap();
+        migrate(&mut c).unwrap();
+        assert_eq!(append(&c, &[line(1, 2, "b"), line(1, 1, "a")]).unwrap(), 2);
+        assert_eq!(append(&c, &[line(1, 2, "b"), line(1, 3, "c")]).unwrap(), 1);
+        let all = list(&c, 1, 0, 100).unwrap();
+        assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(all[0].data, STANDARD.encode("a"));
+        assert_eq!(list(&c, 1, 2, 100).unwrap().len(), 1);
+        assert_eq!(text(&c, 1).unwrap(), b"a\nb\nc\n");
+        assert_eq!(last_line(&c, 1).unwrap(), 3);
+        assert_eq!(delete_steps(&c, &[1]).unwrap(), 3);
+        assert_eq!(prune(&c, i64::MAX, 10).unwrap(), 0);
+    }
+}

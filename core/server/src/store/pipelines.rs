@@ -1,0 +1,749 @@
+//! Pipelines, their workflows and steps, the config files they were made from, and the
+//! persisted queue of workflow tasks.
+//!
+//! A pipeline row keeps its API rendering (minus workflows) as JSON in `data`, with the
+//! columns used by filters beside it. Workflows and steps are plain rows: they change state
+//! often. Each workflow keeps its compiled form **sealed** (it holds resolved secret values),
+//! so the database never contains a secret in clear. Every create, update and delete records
+//! an event (`pipelines.*`, `workflows.*`, `steps.*`) in the same transaction.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::events::{self, Action, Owner};
+use super::{StoreError, StoreResult, now_unix};
+use crate::pipeline::types::{ConfigFile, PipelineError};
+
+pub const PIPELINES: &str = "pipelines";
+pub const WORKFLOWS: &str = "workflows";
+pub const STEPS: &str = "steps";
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CancelInfo {
+    pub canceled_by_user: String,
+    pub superseded_by: i64,
+    pub canceled_by_step: String,
+}
+
+/// Woodpecker's `Pipeline`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Pipeline {
+    pub id: i64,
+    pub number: i64,
+    pub parent: i64,
+    pub event: String,
+    pub event_reason: Vec<String>,
+    pub status: String,
+    pub errors: Vec<PipelineError>,
+    pub created: i64,
+    pub updated: i64,
+    pub started: i64,
+    pub finished: i64,
+    pub deploy_to: String,
+    pub deploy_task: String,
+    pub commit: String,
+    pub branch: String,
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    pub refspec: String,
+    pub rerun_count: i64,
+    pub author: String,
+    pub author_avatar: String,
+    pub author_email: String,
+    pub sender: String,
+    pub forge_url: String,
+    pub reviewed_by: String,
+    pub reviewed: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_info: Option<CancelInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflows: Option<Vec<Workflow>>,
+    pub changed_files: Vec<String>,
+    pub variables: BTreeMap<String, String>,
+    pub pr_labels: Vec<String>,
+    pub pr_milestone: String,
+    pub pr_draft: bool,
+    pub cron: String,
+    pub from_fork: bool,
+    pub tag_title: String,
+    pub version: String,
+    pub title: String,
+    pub message: String,
+    pub timestamp: i64,
+    pub is_prerelease: bool,
+}
+
+/// Woodpecker's `Workflow`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Workflow {
+    pub id: i64,
+    pub pipeline_id: i64,
+    pub pid: i64,
+    pub name: String,
+    pub state: String,
+    pub error: String,
+    pub started: i64,
+    pub finished: i64,
+    pub agent_id: i64,
+    pub platform: String,
+    pub environ: BTreeMap<String, String>,
+    pub children: Vec<Step>,
+}
+
+/// Woodpecker's `Step`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Step {
+    pub id: i64,
+    pub uuid: String,
+    pub pipeline_id: i64,
+    pub pid: i64,
+    pub ppid: i64,
+    pub name: String,
+    pub state: String,
+    pub error: String,
+    pub exit_code: i64,
+    pub started: i64,
+    pub finished: i64,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// A workflow to create with a new pipeline.
+#[derive(Debug, Clone)]
+pub struct NewWorkflow {
+    pub name: String,
+    pub state: String,
+    pub environ: BTreeMap<String, String>,
+    /// The compiled workflow, sealed (it holds secret values).
+    pub sealed_payload: String,
+    /// (name, type) of each step, in order.
+    pub steps: Vec<(String, String)>,
+}
+
+/// What the schema of this module needs (appended to the main migrations).
+pub const SCHEMA: &str = r#"
+    CREATE TABLE pipelines (
+        id        INTEGER PRIMARY KEY,
+        repo_id   INTEGER NOT NULL,
+        number    INTEGER NOT NULL,
+        status    TEXT    NOT NULL,
+        event     TEXT    NOT NULL,
+        branch    TEXT    NOT NULL,
+        ref       TEXT    NOT NULL,
+        created   INTEGER NOT NULL,
+        data      TEXT    NOT NULL,
+        UNIQUE (repo_id, number)
+    );
+    CREATE INDEX pipelines_status ON pipelines (status);
+    CREATE TABLE workflows (
+        id           INTEGER PRIMARY KEY,
+        pipeline_id  INTEGER NOT NULL REFERENCES pipelines (id) ON DELETE CASCADE,
+        pid          INTEGER NOT NULL,
+        name         TEXT    NOT NULL,
+        state        TEXT    NOT NULL,
+        error        TEXT    NOT NULL DEFAULT '',
+        started      INTEGER NOT NULL DEFAULT 0,
+        finished     INTEGER NOT NULL DEFAULT 0,
+        agent_id     INTEGER NOT NULL DEFAULT 0,
+        platform     TEXT    NOT NULL DEFAULT '',
+        environ      TEXT    NOT NULL DEFAULT '{}',
+        payload      TEXT    NOT NULL  -- sealed CompiledWorkflow
+    );
+    CREATE INDEX workflows_pipeline ON workflows (pipeline_id);
+    CREATE TABLE steps (
+        id           INTEGER PRIMARY KEY,
+        uuid         TEXT    NOT NULL UNIQUE,
+        pipeline_id  INTEGER NOT NULL REFERENCES pipelines (id) ON DELETE CASCADE,
+        workflow_id  INTEGER NOT NULL,
+        pid          INTEGER NOT NULL,
+        ppid         INTEGER NOT NULL,
+        name         TEXT    NOT NULL,
+        state        TEXT    NOT NULL,
+        error        TEXT    NOT NULL DEFAULT '',
+        exit_code    INTEGER NOT NULL DEFAULT 0,
+        started      INTEGER NOT NULL DEFAULT 0,
+        finished     INTEGER NOT NULL DEFAULT 0,
+        type         TEXT    NOT NULL
+    );
+    CREATE INDEX steps_workflow ON steps (workflow_id);
+    CREATE INDEX steps_pipeline ON steps (pipeline_id);
+    CREATE TABLE configs (
+        id       INTEGER PRIMARY KEY,
+        repo_id  INTEGER NOT NULL,
+        hash     TEXT    NOT NULL,
+        name     TEXT    NOT NULL,
+        data     BLOB    NOT NULL,
+        UNIQUE (repo_id, hash, name)
+    );
+    CREATE TABLE pipeline_configs (
+        pipeline_id  INTEGER NOT NULL REFERENCES pipelines (id) ON DELETE CASCADE,
+        config_id    INTEGER NOT NULL,
+        PRIMARY KEY (pipeline_id, config_id)
+    );
+    -- The queue: one row per workflow that still has to run.
+    CREATE TABLE tasks (
+        id            INTEGER PRIMARY KEY,  -- the workflow id
+        pipeline_id   INTEGER NOT NULL,
+        repo_id       INTEGER NOT NULL,
+        state         TEXT    NOT NULL CHECK (state IN ('waiting', 'pending', 'running')),
+        labels        TEXT    NOT NULL DEFAULT '{}',
+        dependencies  TEXT    NOT NULL DEFAULT '[]',
+        run_on        TEXT    NOT NULL DEFAULT '["success"]',
+        agent_id      INTEGER NOT NULL DEFAULT 0,
+        lease_until   INTEGER NOT NULL DEFAULT 0,
+        created       INTEGER NOT NULL
+    );
+    CREATE INDEX tasks_state ON tasks (state, id);
+"#;
+
+fn owner(repo_id: i64, org_id: i64) -> Owner {
+    Owner {
+        org_id: Some(org_id),
+        repo_id: Some(repo_id),
+    }
+}
+
+fn org_of(conn: &Connection, repo_id: i64) -> StoreResult<i64> {
+    Ok(conn
+        .query_row("SELECT org_id FROM repos WHERE id = ?1", [repo_id], |r| {
+            r.get(0)
+        })
+        .optional()?
+        .unwrap_or(0))
+}
+
+fn json_err(idx: usize, e: serde_json::Error) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+}
+
+const PIPELINE_COLUMNS: &str = "id, repo_id, number, status, data";
+
+/// A pipeline row: the API rendering plus the repository it belongs to.
+#[derive(Debug, Clone)]
+pub struct PipelineRow {
+    pub repo_id: i64,
+    pub pipeline: Pipeline,
+}
+
+fn pipeline_from_row(r: &Row<'_>) -> rusqlite::Result<PipelineRow> {
+    let data: String = r.get(4)?;
+    let mut pipeline: Pipeline = serde_json::from_str(&data).map_err(|e| json_err(4, e))?;
+    pipeline.id = r.get(0)?;
+    pipeline.number = r.get(2)?;
+    pipeline.status = r.get(3)?;
+    pipeline.workflows = None;
+    Ok(PipelineRow {
+        repo_id: r.get(1)?,
+        pipeline,
+    })
+}
+
+pub fn by_id(conn: &Connection, id: i64) -> StoreResult<PipelineRow> {
+    conn.query_row(
+        &format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = ?1"),
+        [id],
+        pipeline_from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+pub fn by_number(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
+    conn.query_row(
+        &format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2"),
+        params![repo_id, number],
+        pipeline_from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+/// The newest pipeline of a repository, optionally of one branch and one event.
+pub fn latest(
+    conn: &Connection,
+    repo_id: i64,
+    branch: Option<&str>,
+    event: Option<&str>,
+) -> StoreResult<PipelineRow> {
+    conn.query_row(
+        &format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines
+             WHERE repo_id = ?1 AND (?2 IS NULL OR branch = ?2) AND (?3 IS NULL OR event = ?3)
+             ORDER BY number DESC LIMIT 1"
+        ),
+        params![repo_id, branch, event],
+        pipeline_from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+/// Filters of `GET /repos/{id}/pipelines`.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub branch: Option<String>,
+    pub events: Vec<String>,
+    pub status: Option<String>,
+    /// SQL LIKE pattern on `ref`.
+    pub git_ref: Option<String>,
+    /// Created strictly before / after these unix seconds.
+    pub before: Option<i64>,
+    pub after: Option<i64>,
+}
+
+/// Pipelines of a repository, newest first, without workflows.
+pub fn list(
+    conn: &Connection,
+    repo_id: i64,
+    filter: &ListFilter,
+    page: u32,
+    per_page: u32,
+) -> StoreResult<Vec<Pipeline>> {
+    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let events = (!filter.events.is_empty()).then(|| serde_json::json!(filter.events).to_string());
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {PIPELINE_COLUMNS} FROM pipelines
+         WHERE repo_id = ?1
+           AND (?2 IS NULL OR branch = ?2)
+           AND (?3 IS NULL OR event IN (SELECT value FROM json_each(?3)))
+           AND (?4 IS NULL OR status = ?4)
+           AND (?5 IS NULL OR ref LIKE ?5)
+           AND (?6 IS NULL OR created < ?6)
+           AND (?7 IS NULL OR created > ?7)
+         ORDER BY number DESC LIMIT ?8 OFFSET ?9"
+    ))?;
+    let rows = stmt.query_map(
+        params![
+            repo_id,
+            filter.branch,
+            events,
+            filter.status,
+            filter.git_ref,
+            filter.before,
+            filter.after,
+            per_page,
+            offset
+        ],
+        pipeline_from_row,
+    )?;
+    Ok(rows
+        .map(|r| r.map(|row| row.pipeline))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Pipelines in any of `states`, oldest first (for the admin queue view and recovery).
+pub fn with_status(conn: &Connection, states: &[&str]) -> StoreResult<Vec<PipelineRow>> {
+    let json = serde_json::json!(states).to_string();
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {PIPELINE_COLUMNS} FROM pipelines
+         WHERE status IN (SELECT value FROM json_each(?1)) ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([json], pipeline_from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+const WORKFLOW_COLUMNS: &str =
+    "id, pipeline_id, pid, name, state, error, started, finished, agent_id, platform, environ";
+
+fn workflow_from_row(r: &Row<'_>) -> rusqlite::Result<Workflow> {
+    let environ: String = r.get(10)?;
+    Ok(Workflow {
+        id: r.get(0)?,
+        pipeline_id: r.get(1)?,
+        pid: r.get(2)?,
+        name: r.get(3)?,
+        state: r.get(4)?,
+        error: r.get(5)?,
+        started: r.get(6)?,
+        finished: r.get(7)?,
+        agent_id: r.get(8)?,
+        platform: r.get(9)?,
+        environ: serde_json::from_str(&environ).map_err(|e| json_err(10, e))?,
+        children: Vec::new(),
+    })
+}
+
+const STEP_COLUMNS: &str = "id, uuid, pipeline_id, pid, ppid, name, state, error, exit_code, started, finished, type, workflow_id";
+
+fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Step> {
+    Ok(Step {
+        id: r.get(0)?,
+        uuid: r.get(1)?,
+        pipeline_id: r.get(2)?,
+        pid: r.get(3)?,
+        ppid: r.get(4)?,
+        name: r.get(5)?,
+        state: r.get(6)?,
+        error: r.get(7)?,
+        exit_code: r.get(8)?,
+        started: r.get(9)?,
+        finished: r.get(10)?,
+        kind: r.get(11)?,
+    })
+}
+
+pub fn workflow(conn: &Connection, id: i64) -> StoreResult<Workflow> {
+    let mut wf = conn
+        .query_row(
+            &format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"),
+            [id],
+            workflow_from_row,
+        )
+        .optional()?
+        .ok_or(StoreError::NotFound)?;
+    wf.children = steps_of_workflow(conn, id)?;
+    Ok(wf)
+}
+
+/// The sealed compiled form of a workflow.
+pub fn workflow_payload(conn: &Connection, id: i64) -> StoreResult<String> {
+    conn.query_row("SELECT payload FROM workflows WHERE id = ?1", [id], |r| {
+        r.get(0)
+    })
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+fn steps_of_workflow(conn: &Connection, workflow_id: i64) -> StoreResult<Vec<Step>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {STEP_COLUMNS} FROM steps WHERE workflow_id = ?1 ORDER BY pid"
+    ))?;
+    let rows = stmt.query_map([workflow_id], step_from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The workflows of a pipeline with their steps, by pid.
+pub fn workflows(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<Workflow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE pipeline_id = ?1 ORDER BY pid"
+    ))?;
+    let mut list: Vec<Workflow> = stmt
+        .query_map([pipeline_id], workflow_from_row)?
+        .collect::<Result<_, _>>()?;
+    for wf in &mut list {
+        wf.children = steps_of_workflow(conn, wf.id)?;
+    }
+    Ok(list)
+}
+
+/// A pipeline with its workflows and steps (the `GET` rendering).
+pub fn full(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
+    let mut row = by_number(conn, repo_id, number)?;
+    row.pipeline.workflows = Some(workflows(conn, row.pipeline.id)?);
+    Ok(row)
+}
+
+pub fn step(conn: &Connection, id: i64) -> StoreResult<Step> {
+    conn.query_row(
+        &format!("SELECT {STEP_COLUMNS} FROM steps WHERE id = ?1"),
+        [id],
+        step_from_row,
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+/// A step with the workflow it belongs to.
+pub fn step_by_uuid(conn: &Connection, uuid: &str) -> StoreResult<(Step, i64)> {
+    conn.query_row(
+        &format!("SELECT {STEP_COLUMNS} FROM steps WHERE uuid = ?1"),
+        [uuid],
+        |r| Ok((step_from_row(r)?, r.get::<_, i64>(12)?)),
+    )
+    .optional()?
+    .ok_or(StoreError::NotFound)
+}
+
+fn data_of(p: &Pipeline) -> StoreResult<String> {
+    let mut copy = p.clone();
+    copy.workflows = None;
+    Ok(serde_json::to_string(&copy)?)
+}
+
+/// Stores config files (content-addressed per repository) and links them to a pipeline.
+fn link_configs(
+    conn: &Connection,
+    repo_id: i64,
+    pipeline_id: i64,
+    files: &[ConfigFile],
+) -> StoreResult<()> {
+    for f in files {
+        let hash = format!("{:x}", Sha256::digest(f.data.as_bytes()));
+        conn.execute(
+            "INSERT OR IGNORE INTO configs (repo_id, hash, name, data) VALUES (?1, ?2, ?3, ?4)",
+            params![repo_id, hash, f.name, f.data.as_bytes()],
+        )?;
+        let id: i64 = conn.query_row(
+            "SELECT id FROM configs WHERE repo_id = ?1 AND hash = ?2 AND name = ?3",
+            params![repo_id, hash, f.name],
+            |r| r.get(0),
+        )?;
+        conn.execute(
+            "INSERT OR IGNORE INTO pipeline_configs (pipeline_id, config_id) VALUES (?1, ?2)",
+            params![pipeline_id, id],
+        )?;
+    }
+    Ok(())
+}
+
+/// The config files a pipeline was made from: (hash, name, data).
+pub fn configs(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<(String, ConfigFile)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.hash, c.name, c.data FROM configs c
+         JOIN pipeline_configs pc ON pc.config_id = c.id
+         WHERE pc.pipeline_id = ?1 ORDER BY c.name",
+    )?;
+    let rows = stmt.query_map([pipeline_id], |r| {
+        let data: Vec<u8> = r.get(2)?;
+        Ok((
+            r.get::<_, String>(0)?,
+            ConfigFile {
+                name: r.get(1)?,
+                data: String::from_utf8_lossy(&data).into_owned(),
+            },
+        ))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Creates a pipeline (number = the repository's next) with its workflows and steps, records
+/// the events, and returns the full rendering.
+pub fn create(
+    conn: &Connection,
+    repo_id: i64,
+    pipeline: &Pipeline,
+    workflows: &[NewWorkflow],
+    files: &[ConfigFile],
+) -> StoreResult<PipelineRow> {
+    let org_id = org_of(conn, repo_id)?;
+    let number: i64 = conn.query_row(
+        "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
+        [repo_id],
+        |r| r.get(0),
+    )?;
+    let now = now_unix();
+    let mut p = pipeline.clone();
+    p.number = number;
+    p.created = now;
+    p.updated = now;
+    conn.execute(
+        "INSERT INTO pipelines (repo_id, number, status, event, branch, ref, created, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            repo_id,
+            number,
+            p.status,
+            p.event,
+            p.branch,
+            p.git_ref,
+            now,
+            data_of(&p)?
+        ],
+    )?;
+    p.id = conn.last_insert_rowid();
+    link_configs(conn, repo_id, p.id, files)?;
+    events::append(
+        conn,
+        PIPELINES,
+        Action::Created,
+        p.id,
+        &p,
+        owner(repo_id, org_id),
+    )?;
+
+    let mut next_pid = 1;
+    for wf in workflows {
+        let wf_pid = next_pid;
+        next_pid += 1;
+        conn.execute(
+            "INSERT INTO workflows (pipeline_id, pid, name, state, environ, payload)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                p.id,
+                wf_pid,
+                wf.name,
+                wf.state,
+                serde_json::to_string(&wf.environ)?,
+                wf.sealed_payload
+            ],
+        )?;
+        let wf_id = conn.last_insert_rowid();
+        for (name, kind) in &wf.steps {
+            let uuid = crate::auth::random_secret();
+            conn.execute(
+                "INSERT INTO steps (uuid, pipeline_id, workflow_id, pid, ppid, name, state, type)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![uuid, p.id, wf_id, next_pid, wf_pid, name, wf.state, kind],
+            )?;
+            next_pid += 1;
+        }
+        let created = workflow(conn, wf_id)?;
+        let mut bare = created.clone();
+        bare.children.clear();
+        events::append(
+            conn,
+            WORKFLOWS,
+            Action::Created,
+            wf_id,
+            &bare,
+            owner(repo_id, org_id),
+        )?;
+        for s in &created.children {
+            events::append(
+                conn,
+                STEPS,
+                Action::Created,
+                s.id,
+                s,
+                owner(repo_id, org_id),
+            )?;
+        }
+    }
+    full(conn, repo_id, number)
+}
+
+/// Loads a pipeline, applies `change`, stores it and records `pipelines.updated` (if the
+/// rendering changed). `updated` is set to now.
+pub fn update<F: FnOnce(&mut Pipeline)>(
+    conn: &Connection,
+    id: i64,
+    change: F,
+) -> StoreResult<PipelineRow> {
+    let before = by_id(conn, id)?;
+    let mut p = before.pipeline.clone();
+    change(&mut p);
+    if p == before.pipeline {
+        return Ok(before);
+    }
+    p.updated = now_unix();
+    conn.execute(
+        "UPDATE pipelines SET status = ?2, data = ?3 WHERE id = ?1",
+        params![id, p.status, data_of(&p)?],
+    )?;
+    let org_id = org_of(conn, before.repo_id)?;
+    events::append_update(
+        conn,
+        PIPELINES,
+        id,
+        &before.pipeline,
+        &p,
+        owner(before.repo_id, org_id),
+    )?;
+    Ok(PipelineRow {
+        repo_id: before.repo_id,
+        pipeline: p,
+    })
+}
+
+/// Loads a workflow, applies `change` to its own fields (not its steps), stores it and
+/// records `workflows.updated`.
+pub fn update_workflow<F: FnOnce(&mut Workflow)>(
+    conn: &Connection,
+    id: i64,
+    change: F,
+) -> StoreResult<Workflow> {
+    let mut before = workflow(conn, id)?;
+    let children = std::mem::take(&mut before.children);
+    let mut w = before.clone();
+    change(&mut w);
+    if w != before {
+        conn.execute(
+            "UPDATE workflows SET state = ?2, error = ?3, started = ?4, finished = ?5, agent_id = ?6, platform = ?7
+             WHERE id = ?1",
+            params![id, w.state, w.error, w.started, w.finished, w.agent_id, w.platform],
+        )?;
+        let repo_id = by_id(conn, w.pipeline_id)?.repo_id;
+        let org_id = org_of(conn, repo_id)?;
+        events::append_update(conn, WORKFLOWS, id, &before, &w, owner(repo_id, org_id))?;
+    }
+    w.children = children;
+    Ok(w)
+}
+
+/// Loads a step, applies `change`, stores it and records `steps.updated`.
+pub fn update_step<F: FnOnce(&mut Step)>(
+    conn: &Connection,
+    id: i64,
+    change: F,
+) -> StoreResult<Step> {
+    let before = step(conn, id)?;
+    let mut s = before.clone();
+    change(&mut s);
+    if s != before {
+        conn.execute(
+            "UPDATE steps SET state = ?2, error = ?3, exit_code = ?4, started = ?5, finished = ?6 WHERE id = ?1",
+            params![id, s.state, s.error, s.exit_code, s.started, s.finished],
+        )?;
+        let repo_id = by_id(conn, s.pipeline_id)?.repo_id;
+        let org_id = org_of(conn, repo_id)?;
+        events::append_update(conn, STEPS, id, &before, &s, owner(repo_id, org_id))?;
+    }
+    Ok(s)
+}
+
+/// Deletes a pipeline with its workflows, steps and queue entries; returns the step ids
+/// (whose logs live in the logs database).
+pub fn delete(conn: &Connection, id: i64) -> StoreResult<Vec<i64>> {
+    let row = by_id(conn, id)?;
+    let org_id = org_of(conn, row.repo_id)?;
+    let wfs = workflows(conn, id)?;
+    let mut step_ids = Vec::new();
+    for wf in &wfs {
+        for s in &wf.children {
+            events::append(
+                conn,
+                STEPS,
+                Action::Deleted,
+                s.id,
+                s,
+                owner(row.repo_id, org_id),
+            )?;
+            step_ids.push(s.id);
+        }
+        let mut bare = wf.clone();
+        bare.children.clear();
+        events::append(
+            conn,
+            WORKFLOWS,
+            Action::Deleted,
+            wf.id,
+            &bare,
+            owner(row.repo_id, org_id),
+        )?;
+    }
+    conn.execute("DELETE FROM tasks WHERE pipeline_id = ?1", [id])?;
+    conn.execute("DELETE FROM steps WHERE pipeline_id = ?1", [id])?;
+    conn.execute("DELETE FROM workflows WHERE pipeline_id = ?1", [id])?;
+    conn.execute("DELETE FROM pipeline_configs WHERE pipeline_id = ?1", [id])?;
+    conn.execute("DELETE FROM pipelines WHERE id = ?1", [id])?;
+    events::append(
+        conn,
+        PIPELINES,
+        Action::Deleted,
+        id,
+        &row.pipeline,
+        owner(row.repo_id, org_id),
+    )?;
+    Ok(step_ids)
+}
+
+/// Step ids of every pipeline of a repository (for log clean-up when it is removed).
+pub fn step_ids_of_repo(conn: &Connection, repo_id: i64) -> StoreResult<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT s.id FROM steps s JOIN pipelines p ON p.id = s.pipeline_id WHERE p.repo_id = ?1",
+    )?;
+    let rows = stmt.query_map([repo_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Ids of the pipelines of a repository, oldest first.
+pub fn ids_of_repo(conn: &Connection, repo_id: i64) -> StoreResult<Vec<i64>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT id FROM pipelines WHERE repo_id = ?1 ORDER BY id")?;
+    let rows = stmt.query_map([repo_id], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}

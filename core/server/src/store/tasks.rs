@@ -1,0 +1,153 @@
+//! The persisted queue: one task per workflow that still has to run.
+//!
+//! States: `waiting` (its workflow depends on others that have not finished), `pending`
+//! (ready for an agent), `running` (leased to an agent until `lease_until`). A finished task
+//! is deleted. Because the queue is a table, it survives restarts; leases that run out put
+//! tasks back to `pending`.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::StoreResult;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Task {
+    pub id: i64,
+    pub pipeline_id: i64,
+    pub repo_id: i64,
+    pub state: String,
+    pub labels: BTreeMap<String, String>,
+    /// Workflow (task) ids this one waits for.
+    pub dependencies: Vec<i64>,
+    pub run_on: Vec<String>,
+    pub agent_id: i64,
+    pub lease_until: i64,
+    pub created: i64,
+}
+
+const COLUMNS: &str =
+    "id, pipeline_id, repo_id, state, labels, dependencies, run_on, agent_id, lease_until, created";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
+    let parse = |i: usize, s: String| {
+        serde_json::from_str::<serde_json::Value>(&s).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+        })
+    };
+    let labels = parse(4, r.get(4)?)?;
+    let deps = parse(5, r.get(5)?)?;
+    let run_on = parse(6, r.get(6)?)?;
+    Ok(Task {
+        id: r.get(0)?,
+        pipeline_id: r.get(1)?,
+        repo_id: r.get(2)?,
+        state: r.get(3)?,
+        labels: serde_json::from_value(labels).unwrap_or_default(),
+        dependencies: serde_json::from_value(deps).unwrap_or_default(),
+        run_on: serde_json::from_value(run_on).unwrap_or_default(),
+        agent_id: r.get(7)?,
+        lease_until: r.get(8)?,
+        created: r.get(9)?,
+    })
+}
+
+pub fn insert(conn: &Connection, task: &Task) -> StoreResult<()> {
+    conn.execute(
+        "INSERT INTO tasks (id, pipeline_id, repo_id, state, labels, dependencies, run_on, created)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            task.id,
+            task.pipeline_id,
+            task.repo_id,
+            task.state,
+            serde_json::to_string(&task.labels)?,
+            serde_json::to_string(&task.dependencies)?,
+            serde_json::to_string(&task.run_on)?,
+            task.created
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn get(conn: &Connection, id: i64) -> StoreResult<Option<Task>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
+            [id],
+            from_row,
+        )
+        .optional()?)
+}
+
+/// Tasks in `state` (all states when `None`), oldest first.
+pub fn list(conn: &Connection, state: Option<&str>) -> StoreResult<Vec<Task>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR state = ?1) ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([state], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn of_pipeline(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<Task>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM tasks WHERE pipeline_id = ?1 ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([pipeline_id], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn of_agent(conn: &Connection, agent_id: i64) -> StoreResult<Vec<Task>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM tasks WHERE state = 'running' AND agent_id = ?1 ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([agent_id], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Leases a pending task to an agent; false if someone else took it first.
+pub fn lease(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
+    Ok(conn.execute(
+        "UPDATE tasks SET state = 'running', agent_id = ?2, lease_until = ?3 WHERE id = ?1 AND state = 'pending'",
+        params![id, agent_id, until],
+    )? == 1)
+}
+
+/// Extends a lease the agent holds; false if it does not hold it (any more).
+pub fn extend(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
+    Ok(conn.execute(
+        "UPDATE tasks SET lease_until = ?3 WHERE id = ?1 AND agent_id = ?2 AND state = 'running'",
+        params![id, agent_id, until],
+    )? == 1)
+}
+
+pub fn set_state(conn: &Connection, id: i64, state: &str) -> StoreResult<()> {
+    conn.execute(
+        "UPDATE tasks SET state = ?2, agent_id = 0, lease_until = 0 WHERE id = ?1",
+        params![id, state],
+    )?;
+    Ok(())
+}
+
+pub fn remove(conn: &Connection, id: i64) -> StoreResult<()> {
+    conn.execute("DELETE FROM tasks WHERE id = ?1", [id])?;
+    Ok(())
+}
+
+/// Running tasks whose lease ended before `now`.
+pub fn expired(conn: &Connection, now: i64) -> StoreResult<Vec<Task>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM tasks WHERE state = 'running' AND lease_until < ?1 ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([now], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn count_running(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn.query_row(
+        "SELECT count(*) FROM tasks WHERE state = 'running'",
+        [],
+        |r| r.get(0),
+    )?)
+}

@@ -1,0 +1,878 @@
+//! The algod-compatible participation interface: `/v2/participation*` and `/debug/settings/*`,
+//! each operation with success, auth (missing / wrong token → 401) and bad input.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use woodlark::modules::participation::ids::{encode_address, encode_participation_id};
+use woodlark::modules::participation::keygen::{Plan, generate};
+use woodlark::modules::participation::keys::{FALCON_PK_LEN, FALCON_SK_LEN, PartKey};
+use woodlark::modules::participation::msgpack::Enc;
+use woodlark::modules::participation::{ADMIN_TOKEN_FILE, export_partkey, partfile};
+
+use crate::util::{Resp, TestServer};
+
+const INVALID_TOKEN: &str = "{\"message\":\"Invalid API Token\"}";
+
+fn admin_token(s: &TestServer) -> String {
+    std::fs::read_to_string(s.dir.path().join(ADMIN_TOKEN_FILE))
+        .expect("admin token file")
+        .trim()
+        .to_string()
+}
+
+fn address(n: u8) -> String {
+    encode_address(&[n; 32])
+}
+
+/// A partkey file as algod's tools write it, and the participation id it must install as
+/// (empty for deliberately broken keys).
+fn partkey_file(key: &PartKey) -> (Vec<u8>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("key.partkey");
+    partfile::write(key, &path).unwrap();
+    let id = key
+        .public_keys()
+        .map(|p| encode_participation_id(&p.id))
+        .unwrap_or_default();
+    (std::fs::read(&path).unwrap(), id)
+}
+
+fn new_key(parent: u8, first: u64, last: u64) -> PartKey {
+    generate(&Plan::new([parent; 32], first, last, 0).unwrap())
+}
+
+async fn call(
+    s: &TestServer,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Resp {
+    match token {
+        // algod's own header; Bearer is tested separately.
+        Some(t) => {
+            s.http
+                .send(method, path, None, body, &[("x-algo-api-token", t)])
+                .await
+        }
+        None => s.http.send(method, path, None, body, &[]).await,
+    }
+}
+
+#[track_caller]
+fn message(r: &Resp) -> String {
+    r.json()["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no message in {:?}", r.text()))
+        .to_string()
+}
+
+async fn install(s: &TestServer, token: &str, key: &PartKey) -> String {
+    let (bytes, id) = partkey_file(key);
+    let r = call(s, "POST", "/v2/participation", Some(token), Some(&bytes))
+        .await
+        .expect(200);
+    assert_eq!(r.json(), json!({ "partId": id }));
+    id
+}
+
+async fn list(s: &TestServer, token: &str) -> Value {
+    call(s, "GET", "/v2/participation", Some(token), None)
+        .await
+        .expect(200)
+        .json()
+}
+
+async fn wait_for_keys(s: &TestServer, token: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let keys = list(s, token).await;
+        let keys = keys.as_array().cloned().unwrap_or_default();
+        if keys.len() >= n {
+            return keys;
+        }
+        assert!(Instant::now() < deadline, "key generation did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn state_proof_keys_body(rounds: &[u64]) -> Vec<u8> {
+    let mut e = Enc::new();
+    e.array(rounds.len() as u32);
+    for rnd in rounds {
+        e.map(2)
+            .str("key")
+            .map(2)
+            .str("pk")
+            .bin(&vec![1u8; FALCON_PK_LEN])
+            .str("sk")
+            .bin(&vec![2u8; FALCON_SK_LEN])
+            .str("rnd")
+            .uint(*rnd);
+    }
+    e.into_bytes()
+}
+
+#[tokio::test]
+async fn every_operation_needs_the_admin_token() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    assert_eq!(token.len(), 64);
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(s.dir.path().join(ADMIN_TOKEN_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let id = encode_participation_id(&[7; 32]);
+    let ops: Vec<(&str, String)> = vec![
+        ("GET", "/debug/settings/pprof".into()),
+        ("PUT", "/debug/settings/pprof".into()),
+        ("GET", "/debug/settings/config".into()),
+        ("GET", "/v2/participation".into()),
+        ("POST", "/v2/participation".into()),
+        (
+            "POST",
+            format!("/v2/participation/generate/{}?first=0&last=100", address(1)),
+        ),
+        ("GET", format!("/v2/participation/{id}")),
+        ("DELETE", format!("/v2/participation/{id}")),
+        ("POST", format!("/v2/participation/{id}")),
+    ];
+    let wrong = "0".repeat(64);
+    for (method, path) in &ops {
+        for r in [
+            call(&s, method, path, None, Some(b"{}")).await,
+            call(&s, method, path, Some(&wrong), Some(b"{}")).await,
+            s.http
+                .send(method, path, Some(&wrong), Some(b"{}"), &[])
+                .await,
+            s.http
+                .send(
+                    method,
+                    path,
+                    None,
+                    Some(b"{}"),
+                    &[("authorization", &format!("Basic {token}"))],
+                )
+                .await,
+        ] {
+            let r = r.expect(401);
+            assert_eq!(r.text(), INVALID_TOKEN, "{method} {path}");
+            assert!(
+                r.header("content-type")
+                    .unwrap()
+                    .starts_with("application/json")
+            );
+        }
+    }
+    // The token works in both places algod reads it (Bearer scheme in any case).
+    call(&s, "GET", "/v2/participation", Some(&token), None)
+        .await
+        .expect(200);
+    s.http
+        .get("/v2/participation", Some(&token))
+        .await
+        .expect(200);
+    s.http
+        .send(
+            "GET",
+            "/v2/participation",
+            None,
+            None,
+            &[("authorization", &format!("bearer {token}"))],
+        )
+        .await
+        .expect(200);
+    // The token is stable across restarts.
+    let dir = s.stop().await;
+    let s = TestServer::start_in(dir, "").await;
+    assert_eq!(admin_token(&s), token);
+}
+
+#[tokio::test]
+async fn a_configured_token_replaces_the_file() {
+    let token = "c".repeat(64);
+    let s =
+        TestServer::start_with(&format!("\n[participation]\nadmin_token = \"{token}\"\n")).await;
+    assert!(!s.dir.path().join(ADMIN_TOKEN_FILE).exists());
+    call(&s, "GET", "/v2/participation", Some(&token), None)
+        .await
+        .expect(200);
+    call(&s, "GET", "/v2/participation", Some(&"d".repeat(64)), None)
+        .await
+        .expect(401);
+}
+
+#[tokio::test]
+async fn routes_follow_the_mount() {
+    let s = TestServer::start_with("\n[participation]\nmount = \"/algod\"\n").await;
+    let token = admin_token(&s);
+    call(&s, "GET", "/algod/v2/participation", Some(&token), None)
+        .await
+        .expect(200);
+    call(&s, "GET", "/algod/debug/settings/pprof", Some(&token), None)
+        .await
+        .expect(200);
+    call(&s, "GET", "/v2/participation", Some(&token), None)
+        .await
+        .expect(404);
+}
+
+#[tokio::test]
+async fn import_get_list_delete() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+
+    // No keys: Go's encoding of a nil slice.
+    let r = call(&s, "GET", "/v2/participation", Some(&token), None)
+        .await
+        .expect(200);
+    assert_eq!(r.text(), "null\n");
+    assert_eq!(r.header("content-type"), Some("application/json"));
+
+    let key = new_key(3, 1000, 3_000_000);
+    let id = install(&s, &token, &key).await;
+    let public = key.public_keys().unwrap();
+
+    let r = call(
+        &s,
+        "GET",
+        &format!("/v2/participation/{id}"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(r.text().ends_with("}\n"));
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    assert_eq!(
+        r.json(),
+        json!({
+            "address": address(3),
+            "id": id,
+            "key": {
+                "selection-participation-key": b64.encode(public.selection),
+                "vote-first-valid": 1000,
+                "vote-key-dilution": 1732,
+                "vote-last-valid": 3_000_000,
+                "vote-participation-key": b64.encode(public.vote),
+            }
+        })
+    );
+    // Field order is algod's (alphabetical, as oapi-codegen generates the structs).
+    let text = r.text();
+    let pos = |k: &str| text.find(k).unwrap();
+    assert!(pos("\"address\"") < pos("\"id\"") && pos("\"id\"") < pos("\"key\""));
+
+    let keys = list(&s, &token).await;
+    assert_eq!(keys.as_array().unwrap().len(), 1);
+    assert_eq!(keys[0]["id"], id);
+
+    // A second install of the same file is algod's duplicate error.
+    let (bytes, _) = partkey_file(&key);
+    let r = call(&s, "POST", "/v2/participation", Some(&token), Some(&bytes))
+        .await
+        .expect(400);
+    assert_eq!(
+        message(&r),
+        "ParticipationRegistry: cannot register duplicate participation key"
+    );
+
+    // Delete: 200 with an empty body; then both lookups are 404 with algod's messages.
+    let r = call(
+        &s,
+        "DELETE",
+        &format!("/v2/participation/{id}"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(200);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("content-length"), Some("0"));
+    let r = call(
+        &s,
+        "DELETE",
+        &format!("/v2/participation/{id}"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(404);
+    assert_eq!(message(&r), "participation id not found");
+    let r = call(
+        &s,
+        "GET",
+        &format!("/v2/participation/{id}"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(404);
+    assert_eq!(message(&r), "the participation ID was not found");
+    assert_eq!(
+        call(&s, "GET", "/v2/participation", Some(&token), None)
+            .await
+            .text(),
+        "null\n"
+    );
+
+    // Events: created then deleted, each with the key as the API renders it.
+    let events = s
+        .app_state
+        .store
+        .read(|c| woodlark::store::events::list_after(c, 0, 1000))
+        .await
+        .unwrap();
+    let ours: Vec<_> = events
+        .iter()
+        .filter(|e| e.record_type == "participation_keys")
+        .collect();
+    assert_eq!(ours.len(), 2);
+    assert_eq!(ours[0].event_type(), "participation_keys.created");
+    assert_eq!(ours[1].event_type(), "participation_keys.deleted");
+    assert_eq!(ours[0].record_id, id);
+    assert_eq!(ours[0].object["key"]["vote-key-dilution"], 1732);
+    assert_eq!(ours[0].object["id"], id);
+}
+
+#[tokio::test]
+async fn imports_reject_bad_files_with_400() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    let post = |body: Vec<u8>| {
+        let token = token.clone();
+        let s = &s;
+        async move { call(s, "POST", "/v2/participation", Some(&token), Some(&body)).await }
+    };
+
+    let r = post(Vec::new()).await.expect(400);
+    assert_eq!(message(&r), "payload was of zero length");
+    let r = post(b"{\"not\": \"a partkey file\"}".to_vec())
+        .await
+        .expect(400);
+    assert!(
+        message(&r).contains("not a participation key file"),
+        "{}",
+        message(&r)
+    );
+
+    let key = new_key(4, 0, 1000);
+    let (good, _) = partkey_file(&key);
+    // Truncated, corrupted, and a zero parent address.
+    for bad in [
+        good[..good.len() / 2].to_vec(),
+        {
+            let mut b = good.clone();
+            for x in b.iter_mut().skip(100).take(2000) {
+                *x = 0xa5;
+            }
+            b
+        },
+        partkey_file(&PartKey {
+            parent: [0; 32],
+            ..key.clone()
+        })
+        .0,
+        partkey_file(&PartKey {
+            voting: vec![0xc1],
+            ..key.clone()
+        })
+        .0,
+    ] {
+        let r = post(bad).await.expect(400);
+        assert!(!message(&r).is_empty());
+    }
+    let r = post(
+        partkey_file(&PartKey {
+            parent: [0; 32],
+            ..key.clone()
+        })
+        .0,
+    )
+    .await
+    .expect(400);
+    assert_eq!(
+        message(&r),
+        "cannot install partkey with missing (zero) parent address"
+    );
+    // An SQLite database that is not a partkey file.
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.db");
+    let c = rusqlite::Connection::open(&other).unwrap();
+    c.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    drop(c);
+    let r = post(std::fs::read(&other).unwrap()).await.expect(400);
+    assert!(message(&r).contains("schema"), "{}", message(&r));
+
+    // Nothing was installed and no staged upload was left behind.
+    assert_eq!(
+        call(&s, "GET", "/v2/participation", Some(&token), None)
+            .await
+            .text(),
+        "null\n"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("partkey-upload"))
+        .collect();
+    assert!(leftovers.is_empty());
+    // The good file still installs.
+    post(good).await.expect(200);
+}
+
+#[tokio::test]
+async fn ids_and_addresses_are_checked() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    for method in ["GET", "DELETE", "POST"] {
+        let r = call(
+            &s,
+            method,
+            "/v2/participation/AAAA",
+            Some(&token),
+            Some(b"x"),
+        )
+        .await
+        .expect(400);
+        assert_eq!(
+            message(&r),
+            "attempted to decode a string which was not a participation id: \"AAAA\""
+        );
+        let r = call(
+            &s,
+            method,
+            "/v2/participation/abc!",
+            Some(&token),
+            Some(b"x"),
+        )
+        .await
+        .expect(400);
+        assert!(message(&r).starts_with("illegal base32 data at input byte"));
+    }
+    let unknown = encode_participation_id(&[1; 32]);
+    call(
+        &s,
+        "GET",
+        &format!("/v2/participation/{unknown}"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(404);
+
+    let good = address(9);
+    let mut bad = good.clone();
+    bad.replace_range(0..1, if good.starts_with('A') { "B" } else { "A" });
+    let r = call(
+        &s,
+        "POST",
+        &format!("/v2/participation/generate/{bad}?first=0&last=10"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(400);
+    assert_eq!(
+        message(&r),
+        format!(
+            "Invalid format for parameter address: address {bad} is malformed, checksum verification failed"
+        )
+    );
+    for path in [
+        format!(
+            "/v2/participation/generate/{}?first=0&last=10",
+            good.to_lowercase()
+        ),
+        format!("/v2/participation/generate/{}?first=0&last=10", &good[..40]),
+    ] {
+        let r = call(&s, "POST", &path, Some(&token), None)
+            .await
+            .expect(400);
+        assert!(message(&r).starts_with("Invalid format for parameter address"));
+    }
+}
+
+#[tokio::test]
+async fn generation_runs_in_the_background_and_installs() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    let addr = address(5);
+    let gen_path = |q: &str| format!("/v2/participation/generate/{addr}?{q}");
+
+    for (query, expected) in [
+        (
+            "last=10",
+            "Invalid format for parameter first: query parameter 'first' is required",
+        ),
+        (
+            "first=1",
+            "Invalid format for parameter last: query parameter 'last' is required",
+        ),
+        ("first=x&last=10", "Invalid format for parameter first:"),
+        ("first=1&last=-5", "Invalid format for parameter last:"),
+        (
+            "first=1&last=10&dilution=1.5",
+            "Invalid format for parameter dilution:",
+        ),
+        (
+            "first=0&last=99999999999999999999",
+            "Invalid format for parameter last:",
+        ),
+        (
+            "first=10&last=9",
+            "the first round 10 is after the last round 9",
+        ),
+        (
+            "first=0&last=16777216",
+            "the validity range 0..16777216 is longer than the maximum",
+        ),
+    ] {
+        let r = call(&s, "POST", &gen_path(query), Some(&token), None)
+            .await
+            .expect(400);
+        assert!(
+            message(&r).starts_with(expected),
+            "{query}: {}",
+            message(&r)
+        );
+    }
+
+    let r = call(
+        &s,
+        "POST",
+        &gen_path("first=1000&last=100000"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(200);
+    assert_eq!(r.text(), "{}");
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=UTF-8"));
+    let keys = wait_for_keys(&s, &token, 1).await;
+    let key = &keys[0];
+    assert_eq!(key["address"], addr);
+    assert_eq!(key["key"]["vote-first-valid"], 1000);
+    assert_eq!(key["key"]["vote-last-valid"], 100000);
+    assert_eq!(key["key"]["vote-key-dilution"], 1 + 314);
+    assert!(key["key"].get("state-proof-key").is_none());
+    assert_eq!(key["id"].as_str().unwrap().len(), 52);
+
+    // An explicit dilution is kept.
+    call(
+        &s,
+        "POST",
+        &gen_path("first=0&last=1000&dilution=7"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(200);
+    let keys = wait_for_keys(&s, &token, 2).await;
+    assert_eq!(keys[1]["key"]["vote-key-dilution"], 7);
+
+    // One generation at a time: a second request while one runs is a 400.
+    call(
+        &s,
+        "POST",
+        &gen_path("first=0&last=39999&dilution=1"),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(200);
+    let r = call(&s, "POST", &gen_path("first=0&last=10"), Some(&token), None)
+        .await
+        .expect(400);
+    assert_eq!(
+        message(&r),
+        "participation key generation already in progress"
+    );
+    assert!(s.app_state.participation.generating());
+    let keys = wait_for_keys(&s, &token, 3).await;
+    assert_eq!(keys[2]["key"]["vote-key-dilution"], 1);
+    while s.app_state.participation.generating() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    call(&s, "POST", &gen_path("first=0&last=10"), Some(&token), None)
+        .await
+        .expect(200);
+    wait_for_keys(&s, &token, 4).await;
+}
+
+#[tokio::test]
+async fn a_generated_key_round_trips_through_a_partkey_file() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    call(
+        &s,
+        "POST",
+        &format!(
+            "/v2/participation/generate/{}?first=500&last=20000",
+            address(6)
+        ),
+        Some(&token),
+        None,
+    )
+    .await
+    .expect(200);
+    let keys = wait_for_keys(&s, &token, 1).await;
+    let id = keys[0]["id"].as_str().unwrap().to_string();
+
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("exported.partkey");
+    export_partkey(&s.app_state, &id, &path).await.unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+
+    // A fresh server installs it under the same participation id, with the same public keys.
+    let fresh = TestServer::start().await;
+    let fresh_token = admin_token(&fresh);
+    let r = call(
+        &fresh,
+        "POST",
+        "/v2/participation",
+        Some(&fresh_token),
+        Some(&bytes),
+    )
+    .await
+    .expect(200);
+    assert_eq!(r.json()["partId"], id);
+    let got = call(
+        &fresh,
+        "GET",
+        &format!("/v2/participation/{id}"),
+        Some(&fresh_token),
+        None,
+    )
+    .await
+    .expect(200)
+    .json();
+    assert_eq!(got, keys[0]);
+}
+
+#[tokio::test]
+async fn private_key_material_is_sealed_at_rest() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    let key = new_key(8, 0, 5000);
+    let (vrf_pk, vrf_sk) = woodlark::modules::participation::keys::decode_vrf(&key.vrf).unwrap();
+    let id = install(&s, &token, &key).await;
+    let (stored_vrf, stored_voting): (String, String) = s
+        .app_state
+        .store
+        .read(move |c| {
+            Ok(c.query_row(
+                "SELECT vrf_secrets, voting_secrets FROM participation_keys WHERE id = ?1",
+                [&id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?)
+        })
+        .await
+        .unwrap();
+    assert!(stored_vrf.starts_with("v1:") && stored_voting.starts_with("v1:"));
+    s.app_state.store.ping().await.unwrap();
+    // Neither the database nor its WAL holds the VRF secret key (public keys are fine).
+    let mut raw = std::fs::read(s.db_path()).unwrap();
+    if let Ok(wal) = std::fs::read(s.db_path().with_extension("db-wal")) {
+        raw.extend(wal);
+    }
+    let contains = |needle: &[u8]| raw.windows(needle.len()).any(|w| w == needle);
+    assert!(contains(&vrf_pk), "sanity: public key is stored in clear");
+    assert!(!contains(&vrf_sk[..32]), "VRF seed stored in clear");
+    // Nor does any API reply.
+    let listing = list(&s, &token).await.to_string();
+    use base64::Engine;
+    assert!(!listing.contains(&base64::engine::general_purpose::STANDARD.encode(vrf_sk)));
+}
+
+#[tokio::test]
+async fn append_state_proof_keys() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    let id = install(&s, &token, &new_key(2, 0, 2000)).await;
+    let path = format!("/v2/participation/{id}");
+
+    let r = call(
+        &s,
+        "POST",
+        &path,
+        Some(&token),
+        Some(&state_proof_keys_body(&[256, 512])),
+    )
+    .await
+    .expect(200);
+    assert!(r.body.is_empty());
+    let count = {
+        let id = id.clone();
+        s.app_state
+            .store
+            .read(move |c| woodlark::store::partkeys::state_proof_key_count(c, &id))
+            .await
+            .unwrap()
+    };
+    assert_eq!(count, 2);
+
+    // Bad bodies.
+    let r = call(&s, "POST", &path, Some(&token), Some(b""))
+        .await
+        .expect(400);
+    assert_eq!(message(&r), "unable to parse keys from body: EOF");
+    let r = call(&s, "POST", &path, Some(&token), Some(b"{\"json\": true}"))
+        .await
+        .expect(400);
+    assert!(message(&r).starts_with("unable to parse keys from body: msgpack decode error"));
+    let r = call(&s, "POST", &path, Some(&token), Some(&[0x90]))
+        .await
+        .expect(400);
+    assert_eq!(
+        message(&r),
+        "empty request, please attach keys to request body"
+    );
+    let mut short = Enc::new();
+    short
+        .array(1)
+        .map(2)
+        .str("key")
+        .map(1)
+        .str("pk")
+        .bin(&[1; 10])
+        .str("rnd")
+        .uint(768);
+    let r = call(&s, "POST", &path, Some(&token), Some(&short.into_bytes()))
+        .await
+        .expect(400);
+    assert!(
+        message(&r).contains("\"pk\" must be 1793 bytes"),
+        "{}",
+        message(&r)
+    );
+    // A round that already has a key.
+    let r = call(
+        &s,
+        "POST",
+        &path,
+        Some(&token),
+        Some(&state_proof_keys_body(&[512, 768])),
+    )
+    .await
+    .expect(400);
+    assert!(message(&r).contains("round 512"), "{}", message(&r));
+    // Unknown id.
+    let unknown = encode_participation_id(&[3; 32]);
+    let r = call(
+        &s,
+        "POST",
+        &format!("/v2/participation/{unknown}"),
+        Some(&token),
+        Some(&state_proof_keys_body(&[256])),
+    )
+    .await
+    .expect(404);
+    assert_eq!(message(&r), "the participation ID was not found");
+
+    // The event records the update; the rejected requests changed nothing.
+    let events = s
+        .app_state
+        .store
+        .read(|c| woodlark::store::events::list_after(c, 0, 1000))
+        .await
+        .unwrap();
+    let types: Vec<String> = events
+        .iter()
+        .filter(|e| e.record_type == "participation_keys")
+        .map(|e| e.event_type())
+        .collect();
+    assert_eq!(
+        types,
+        vec!["participation_keys.created", "participation_keys.updated"]
+    );
+}
+
+#[tokio::test]
+async fn pprof_settings() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    let path = "/debug/settings/pprof";
+    let get = || async { call(&s, "GET", path, Some(&token), None).await.expect(200) };
+    let put = |body: &'static str| {
+        let token = token.clone();
+        let s = &s;
+        async move { call(s, "PUT", path, Some(&token), Some(body.as_bytes())).await }
+    };
+
+    let r = get().await;
+    assert_eq!(r.text(), "{\"block-rate\":0,\"mutex-rate\":0}\n");
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    // Old values come back, only for the fields sent.
+    assert_eq!(
+        put(r#"{"mutex-rate": 5}"#).await.expect(200).json(),
+        json!({"mutex-rate": 0})
+    );
+    assert_eq!(
+        put(r#"{"mutex-rate": 7, "block-rate": 1000}"#)
+            .await
+            .expect(200)
+            .json(),
+        json!({"mutex-rate": 5, "block-rate": 0})
+    );
+    assert_eq!(put("{}").await.expect(200).text(), "{}\n");
+    assert_eq!(
+        get().await.json(),
+        json!({"mutex-rate": 7, "block-rate": 1000})
+    );
+
+    for body in [
+        r#"{"mutex-rate": -1}"#,
+        r#"{"mutex-rate": "5"}"#,
+        r#"{"unknown": 1}"#,
+        "not json",
+        "",
+    ] {
+        let r = put(body).await.expect(400);
+        assert!(
+            message(&r).starts_with("failed to decode object: "),
+            "{body}"
+        );
+    }
+    let r = put(r#"{"block-rate": 2147483648}"#).await.expect(400);
+    assert_eq!(
+        message(&r),
+        "blocking rate cannot be larger than max int32 value"
+    );
+    let long: &'static str =
+        Box::leak(format!("{{\"mutex-rate\": {}1}}", " ".repeat(130)).into_boxed_str());
+    let r = put(long).await.expect(400);
+    assert_eq!(message(&r), "http: request body too large");
+    // Rejected requests changed nothing.
+    assert_eq!(
+        get().await.json(),
+        json!({"mutex-rate": 7, "block-rate": 1000})
+    );
+}
+
+#[tokio::test]
+async fn node_config() {
+    let s = TestServer::start().await;
+    let token = admin_token(&s);
+    let r = call(&s, "GET", "/debug/settings/config", Some(&token), None)
+        .await
+        .expect(200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(r.text().starts_with("{\"Version\":38,"));
+    let v = r.json();
+    let obj = v.as_object().unwrap();
+    assert_eq!(obj.len(), 149);
+    assert_eq!(obj["EndpointAddress"], "127.0.0.1:0");
+    assert_eq!(obj["DisableAPIAuth"], false);
+    assert_eq!(obj["MaxAPIResourcesPerAccount"], json!(100000));
+}

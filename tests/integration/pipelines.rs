@@ -1,0 +1,953 @@
+//! Pipelines end to end: real git pushes, the local runner and a remote agent, logs,
+//! cancel, approval, restarts, and a crash in the middle of a run.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::Value;
+
+use crate::util::{BIN, Http, Process, TestServer, cli_user_add, git, with_runner, write_config};
+
+/// Commits `files` to the work tree of `remote_id` and pushes (the hook fires).
+pub async fn push_files(
+    s: &TestServer,
+    remote_id: &str,
+    files: &[(&str, &str)],
+    message: &str,
+) -> String {
+    push(s, remote_id, files, message).await
+}
+
+/// A step of a pipeline JSON by name.
+pub fn step_of<'a>(p: &'a Value, name: &str) -> &'a Value {
+    step(p, name)
+}
+
+async fn push(s: &TestServer, remote_id: &str, files: &[(&str, &str)], message: &str) -> String {
+    let work = s.dir.path().join("work").join(remote_id);
+    for (name, body) in files {
+        let path = work.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", message]);
+    let bare = s.forge_dir().join(format!("{remote_id}.git"));
+    let w = work.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("git")
+            .arg("-C")
+            .arg(&w)
+            .args(["push", "-q", bare.to_str().unwrap(), "HEAD:main"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Polls a pipeline until `done(pipeline)` or the timeout.
+pub async fn wait_for(
+    http: &Http,
+    token: &str,
+    repo: i64,
+    number: i64,
+    secs: u64,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let p = http
+            .get(
+                &format!("/api/repos/{repo}/pipelines/{number}"),
+                Some(token),
+            )
+            .await
+            .json();
+        if done(&p) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pipeline did not get there in time: {p:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn finished(p: &Value) -> bool {
+    matches!(
+        p["status"].as_str(),
+        Some("success" | "failure" | "killed" | "error" | "canceled")
+    )
+}
+
+fn step<'a>(p: &'a Value, name: &str) -> &'a Value {
+    p["workflows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["children"].as_array().unwrap())
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no step {name} in {p:#}"))
+}
+
+async fn log_text(http: &Http, token: &str, repo: i64, number: i64, step_id: i64) -> Vec<String> {
+    let entries = http
+        .get(
+            &format!("/api/repos/{repo}/logs/{number}/{step_id}"),
+            Some(token),
+        )
+        .await
+        .expect(200)
+        .json();
+    entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == 0)
+        .map(|e| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(e["data"].as_str().unwrap())
+                .unwrap();
+            String::from_utf8(bytes).unwrap()
+        })
+        .collect()
+}
+
+const GOOD: &str = r#"
+steps:
+  - name: hello
+    image: sh
+    commands:
+      - echo hello from $CI_REPO at $CI_COMMIT_BRANCH
+      - echo secret is $${MY_SECRET}
+    environment:
+      MY_SECRET:
+        from_secret: my_secret
+  - name: broken
+    image: sh
+    commands:
+      - echo about to fail
+      - exit 3
+    failure: ignore
+  - name: after
+    image: sh
+    commands:
+      - test -f README.md
+      - echo still running
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_runs_the_pipeline_with_statuses_exit_codes_and_masked_logs() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .post(
+            &format!("/api/repos/{id}/secrets"),
+            Some(&p.alice),
+            r#"{"name":"my_secret","value":"hunter2","events":["push","manual"]}"#,
+        )
+        .await
+        .expect(200);
+
+    let out = push(&s, "alice/app", &[(".woodpecker.yaml", GOOD)], "add ci").await;
+    assert!(out.is_empty() || !out.contains("could not notify"), "{out}");
+    let list = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        list.as_array().unwrap().len(),
+        1,
+        "the push created one pipeline"
+    );
+    assert_eq!(list[0]["event"], "push");
+    assert_eq!(list[0]["branch"], "main");
+    let number = list[0]["number"].as_i64().unwrap();
+
+    let done = wait_for(&s.http, &p.alice, id, number, 60, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    assert_eq!(step(&done, "clone")["state"], "success");
+    assert_eq!(step(&done, "hello")["state"], "success");
+    assert_eq!(step(&done, "hello")["exit_code"], 0);
+    assert_eq!(step(&done, "broken")["state"], "failure");
+    assert_eq!(step(&done, "broken")["exit_code"], 3);
+    assert_eq!(step(&done, "after")["state"], "success");
+    assert!(
+        done["started"].as_i64().unwrap() > 0
+            && done["finished"].as_i64().unwrap() >= done["started"].as_i64().unwrap()
+    );
+
+    // `$${VAR}` escapes config substitution, so the shell expands the secret.
+    let hello = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        number,
+        step(&done, "hello")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(
+        hello.contains(&"hello from alice/app at main".to_string()),
+        "{hello:?}"
+    );
+    assert!(
+        hello.contains(&"secret is ********".to_string()),
+        "{hello:?}"
+    );
+    assert!(
+        hello.iter().any(|l| l.starts_with("+ echo hello")),
+        "commands are echoed: {hello:?}"
+    );
+    let broken = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        number,
+        step(&done, "broken")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert_eq!(
+        broken,
+        ["+ echo about to fail", "about to fail", "+ exit 3"]
+    );
+
+    // The secret is nowhere in the API's answers nor in either database file.
+    let all = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines/{number}"),
+            Some(&p.alice),
+        )
+        .await
+        .text();
+    assert!(!all.contains("hunter2"));
+    for file in ["woodlark.db", "woodlark.db-wal", "logs.db", "logs.db-wal"] {
+        let bytes = std::fs::read(s.dir.path().join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(7).any(|w| w == b"hunter2"),
+            "{file} holds the secret"
+        );
+    }
+
+    // Download, config and metadata.
+    let dl = s
+        .http
+        .get(
+            &format!(
+                "/api/repos/{id}/logs/{number}/{}/download",
+                step(&done, "hello")["id"]
+            ),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200);
+    assert!(
+        dl.header("content-disposition")
+            .unwrap()
+            .starts_with("attachment")
+    );
+    assert!(dl.text().contains("secret is ********"));
+    let config = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines/{number}/config"),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(config[0]["name"], ".woodpecker.yaml");
+    let meta = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines/{number}/metadata"),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(meta["curr"]["number"], number);
+    assert_eq!(meta["repo"]["name"], "app");
+
+    // Reads need pull permission: bob gets 404, anonymous 401.
+    s.http
+        .get(&format!("/api/repos/{id}/pipelines/{number}"), Some(&p.bob))
+        .await
+        .expect(404);
+    s.http
+        .get(&format!("/api/repos/{id}/pipelines"), None)
+        .await
+        .expect(401);
+}
+
+const FAILING: &str = r#"
+steps:
+  - name: build
+    image: sh
+    commands:
+      - echo building
+      - exit 2
+  - name: deploy
+    image: sh
+    commands:
+      - echo never
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_skip_later_steps_and_filters_work() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push(&s, "alice/app", &[(".woodpecker.yaml", FAILING)], "failing").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "failure");
+    assert_eq!(step(&done, "build")["state"], "failure");
+    assert_eq!(step(&done, "build")["exit_code"], 2);
+    assert_eq!(step(&done, "deploy")["state"], "skipped");
+
+    // [skip ci] creates nothing.
+    push(&s, "alice/app", &[("x.txt", "1")], "docs [skip ci]").await;
+    let list = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+
+    // A config that filters everything out: 204 with Pipeline-Filtered on a manual run.
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "when:\n  event: tag\nsteps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+        )],
+        "tags only",
+    )
+    .await;
+    let r = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.alice),
+            r#"{"branch":"main"}"#,
+        )
+        .await
+        .expect(204);
+    assert_eq!(r.header("pipeline-filtered"), Some("true"));
+
+    // A broken config: status error with errors[], never a 500.
+    push(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", "steps: [unclosed\n")],
+        "broken yaml",
+    )
+    .await;
+    let list = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(list[0]["status"], "error");
+    assert!(!list[0]["errors"].as_array().unwrap().is_empty());
+
+    // List filters.
+    let failed = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines?status=failure"),
+            Some(&p.alice),
+        )
+        .await
+        .json();
+    assert_eq!(failed.as_array().unwrap().len(), 1);
+    s.http
+        .get(
+            &format!("/api/repos/{id}/pipelines?status=bogus"),
+            Some(&p.alice),
+        )
+        .await
+        .expect(400);
+    s.http
+        .get(
+            &format!("/api/repos/{id}/pipelines?before=yesterday"),
+            Some(&p.alice),
+        )
+        .await
+        .expect(400);
+    let none = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines?event=tag"),
+            Some(&p.alice),
+        )
+        .await
+        .json();
+    assert!(none.as_array().unwrap().is_empty());
+    let latest = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/latest"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(latest["status"], "error");
+
+    // Deleting: refused while active, allowed when done; logs too.
+    s.http
+        .delete(&format!("/api/repos/{id}/pipelines/1"), Some(&p.bob))
+        .await
+        .expect(404);
+    s.http
+        .delete(&format!("/api/repos/{id}/logs/1"), Some(&p.alice))
+        .await
+        .expect(204);
+    s.http
+        .delete(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .expect(204);
+    s.http
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .expect(404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_kills_a_running_step_within_two_seconds() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let marker = s.dir.path().join("sleeper.pid");
+    let config = format!(
+        "steps:\n  - name: sleepy\n    image: sh\n    commands:\n      - echo $$$$ > {}\n      - sleep 600\n",
+        marker.display()
+    );
+    push(&s, "alice/app", &[(".woodpecker.yaml", &config)], "sleep").await;
+    wait_for(&s.http, &p.alice, id, 1, 60, |p| {
+        p["workflows"].as_array().is_some_and(|w| !w.is_empty())
+            && step(p, "sleepy")["state"] == "running"
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid: i32 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.bob),
+            "",
+        )
+        .await
+        .expect(404);
+    let started = Instant::now();
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+    let done = wait_for(&s.http, &p.alice, id, 1, 10, |p| {
+        step(p, "sleepy")["state"] == "killed"
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(done["status"], "killed");
+    assert_eq!(done["cancel_info"]["canceled_by_user"], "alice");
+    // The shell's process group (and its sleep) is gone.
+    let alive = Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(!alive, "step process {pid} survived the cancel");
+    // Canceling again is a clear 400.
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_manual_runs_and_restarts() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"require_approval":"all_events"}"#,
+        )
+        .await
+        .expect(200);
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"echo $GREETING\"]\n",
+        )],
+        "needs approval",
+    )
+    .await;
+    let blocked = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(blocked["status"], "blocked");
+    assert_eq!(step(&blocked, "a")["state"], "blocked");
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/restart"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(404);
+    s.http
+        .post(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice), "")
+        .await
+        .expect(400);
+    let approved = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/approve"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(approved["status"], "pending");
+    assert_eq!(approved["reviewed_by"], "alice");
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/approve"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(400);
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "success");
+
+    // A second push is blocked and declined.
+    push(&s, "alice/app", &[("b.txt", "b")], "second").await;
+    let declined = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines/2/decline"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(declined["status"], "declined");
+    assert_eq!(step(&declined, "a")["state"], "declined");
+
+    // Manual runs skip approval; variables reach the steps.
+    let manual = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.alice),
+            r#"{"branch":"main","variables":{"GREETING":"hi there"}}"#,
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(manual["event"], "manual");
+    let n = manual["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, &p.alice, id, n, 60, finished).await;
+    assert_eq!(done["status"], "success");
+    let lines = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        n,
+        step(&done, "a")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(lines.contains(&"hi there".to_string()), "{lines:?}");
+
+    // Restart: a new pipeline with parent and rerun_count; other query params become variables.
+    let restarted = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines/{n}?GREETING=again"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(restarted["parent"], n);
+    assert_eq!(restarted["rerun_count"], 1);
+    let n2 = restarted["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, &p.alice, id, n2, 60, finished).await;
+    let lines = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        n2,
+        step(&done, "a")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(lines.contains(&"again".to_string()), "{lines:?}");
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/{n}?event=deployment&deploy_to=prod"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(403);
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/{n}?event=nonsense"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(400);
+    s.http
+        .post(&format!("/api/repos/{id}/pipelines"), Some(&p.bob), "{}")
+        .await
+        .expect(404);
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.alice),
+            r#"{"branch":"nope"}"#,
+        )
+        .await
+        .expect(404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_admin_endpoints() {
+    let s = TestServer::start().await; // no runner: work stays queued
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+        )],
+        "queued",
+    )
+    .await;
+    for path in ["/api/queue/info", "/api/pipelines"] {
+        s.http.get(path, None).await.expect(401);
+        s.http.get(path, Some(&p.alice)).await.expect(403);
+    }
+    let info = s
+        .http
+        .get("/api/queue/info", Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(info["paused"], false);
+    assert_eq!(info["pending"].as_array().unwrap().len(), 1);
+    assert_eq!(info["pending"][0]["labels"]["repo"], "alice/app");
+    assert_eq!(info["stats"]["pending_count"], 1);
+    let active = s
+        .http
+        .get("/api/pipelines", Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(active[0]["full_name"], "alice/app");
+    s.http
+        .post("/api/queue/pause", Some(&p.alice), "")
+        .await
+        .expect(403);
+    s.http
+        .post("/api/queue/pause", Some(&p.admin), "")
+        .await
+        .expect(204);
+    assert_eq!(
+        s.http.get("/api/queue/info", Some(&p.admin)).await.json()["paused"],
+        true
+    );
+    s.http
+        .post("/api/queue/resume", Some(&p.admin), "")
+        .await
+        .expect(204);
+    // Nothing is running (only pending): norunningpipelines answers at once.
+    s.http
+        .get("/api/queue/norunningpipelines", Some(&p.admin))
+        .await
+        .expect(204);
+    // Canceling a pending pipeline: nothing started, so `canceled`.
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+    let p1 = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(p1["status"], "canceled");
+    assert_eq!(p1["workflows"][0]["state"], "skipped");
+    assert!(
+        s.http.get("/api/queue/info", Some(&p.admin)).await.json()["pending"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
+    let s = TestServer::start().await; // runner off
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let agent = s
+        .http
+        .post("/api/agents", Some(&p.admin), r#"{"name":"remote-1"}"#)
+        .await
+        .expect(200)
+        .json();
+    let token = agent["token"].as_str().unwrap().to_string();
+    // Wrong tokens are refused by the agent endpoints.
+    s.http
+        .send("POST", "/api/agent/next", Some("nope"), Some(b"{}"), &[])
+        .await
+        .expect(401);
+
+    let workdir = s.dir.path().join("remote-runs");
+    let mut child = Command::new(BIN)
+        .args([
+            "agent",
+            "--server",
+            &format!("http://{}", s.http.addr),
+            "--token",
+            &token,
+            "--workdir",
+        ])
+        .arg(&workdir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: remote\n    image: sh\n    commands: [\"echo ran remotely\"]\n",
+        )],
+        "remote",
+    )
+    .await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(done["status"], "success", "{done:#}");
+    assert_eq!(done["workflows"][0]["agent_id"], agent["id"]);
+    let lines = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        1,
+        step(&done, "remote")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(lines.contains(&"ran remotely".to_string()), "{lines:?}");
+    // The agent's contact time is recorded (flushed periodically, not per request).
+    s.app_state.queue.flush_contact(&s.app_state).await.unwrap();
+    let a = s
+        .http
+        .get(&format!("/api/agents/{}", agent["id"]), Some(&p.admin))
+        .await
+        .json();
+    assert!(a["last_contact"].as_i64().unwrap() > 0);
+    assert!(a["last_work"].as_i64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_pipeline_then_restart_finishes_it_and_keeps_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &with_runner(dir.path()));
+    let admin = String::from_utf8(cli_user_add(&config, "root", true).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let alice = String::from_utf8(cli_user_add(&config, "alice", false).stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let server = Process::start(&config);
+    let http = Http::new(server.addr);
+
+    // The same fixture as TestServer::git_repo, against the child process.
+    let forge_dir = dir.path().join("forge");
+    std::fs::create_dir_all(forge_dir.join("alice")).unwrap();
+    let body = serde_json::json!({"type": "git", "url": format!("file://{}", forge_dir.display())})
+        .to_string();
+    let forge = http
+        .post("/api/forges", Some(&admin), &body)
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    let bare = forge_dir.join("alice/app.git");
+    git(
+        &forge_dir,
+        &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
+    );
+    let work = dir.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(
+        work.join(".woodpecker.yaml"),
+        "steps:\n  - name: slow\n    image: sh\n    commands:\n      - echo first line\n      - sleep 3\n      - echo last line\n",
+    )
+    .unwrap();
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "slow"]);
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let repo = http
+        .post(
+            &format!("/api/repos?forge_remote_id=alice/app&forge_id={forge}"),
+            Some(&alice),
+            "",
+        )
+        .await
+        .expect(200)
+        .json();
+    let id = repo["id"].as_i64().unwrap();
+    http.post(&format!("/api/repos/{id}/pipelines"), Some(&alice), "{}")
+        .await
+        .expect(200);
+
+    // Wait until the first line is stored, then kill -9.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let step_id = loop {
+        let p = http
+            .get(&format!("/api/repos/{id}/pipelines/1"), Some(&alice))
+            .await
+            .json();
+        if p["workflows"].as_array().is_some_and(|w| !w.is_empty()) {
+            let s = step(&p, "slow");
+            if s["state"] == "running" {
+                let lines = log_text(&http, &alice, id, 1, s["id"].as_i64().unwrap()).await;
+                if lines.iter().any(|l| l == "first line") {
+                    break s["id"].as_i64().unwrap();
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "pipeline never started: {p:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    drop(server); // SIGKILL + wait
+
+    let server = Process::start(&config);
+    let http = Http::new(server.addr);
+    let done = wait_for(&http, &alice, id, 1, 60, finished).await;
+    assert_eq!(
+        done["status"], "success",
+        "the pipeline is re-run after the crash: {done:#}"
+    );
+    let lines = log_text(&http, &alice, id, 1, step_id).await;
+    assert!(
+        lines.iter().filter(|l| *l == "first line").count() >= 1,
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l == "last line"), "{lines:?}");
+    // Line numbers stay unique and increasing across the re-run.
+    let entries = http
+        .get(&format!("/api/repos/{id}/logs/1/{step_id}"), Some(&alice))
+        .await
+        .json();
+    let numbers: Vec<i64> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["line"].as_i64().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_push_supersedes_the_running_one() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"cancel_previous_pipeline_events":["push"]}"#,
+        )
+        .await
+        .expect(200);
+    let slow = "steps:\n  - name: slow\n    image: sh\n    commands: [\"sleep 600\"]\n";
+    push(&s, "alice/app", &[(".woodpecker.yaml", slow)], "one").await;
+    wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "running").await;
+    push(&s, "alice/app", &[("x", "2")], "two").await;
+    let first = wait_for(&s.http, &p.alice, id, 1, 10, finished).await;
+    let second = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/2"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(first["status"], "killed");
+    assert_eq!(first["cancel_info"]["superseded_by"], second["id"]);
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/2/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+}
