@@ -9,6 +9,7 @@
 mod util;
 
 mod events;
+mod glance;
 mod http_core;
 mod participation;
 mod pipelines;

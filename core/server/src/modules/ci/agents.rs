@@ -169,16 +169,23 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
-/// `GET /agents/{agent_id}/tasks` (admin): the tasks the agent is running. Empty until the
-/// queue exists (pipelines issue); an unknown agent is still 404.
+/// `GET /agents/{agent_id}/tasks` (admin): the workflows the agent holds a lease on, as
+/// upstream's `Task`; an unknown agent is 404.
 async fn tasks(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
-    ctx.store
-        .read(move |c| agents::by_id(c, id))
+    let list = ctx
+        .store
+        .read(move |c| {
+            agents::by_id(c, id)?;
+            crate::store::tasks::of_agent(c, id)?
+                .iter()
+                .map(|t| super::pipelines::admin::queue_task(c, t))
+                .collect::<Result<Vec<_>, _>>()
+        })
         .await
         .map_err(not_found)?;
-    Ok(Response::json(&Vec::<serde_json::Value>::new()))
+    Ok(Response::json(&list))
 }
 
 /// `GET /orgs/{org_id}/agents` (org admin).

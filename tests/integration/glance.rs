@@ -1,0 +1,244 @@
+//! Status at a glance: badges, CCTray, the user's feed and repository list, agent tasks.
+
+use serde_json::Value;
+
+use crate::pipelines::{push_files, step_of, wait_for};
+use crate::util::TestServer;
+
+fn fixture(name: &str) -> String {
+    let all: Value = serde_json::from_str(include_str!("fixtures/woodpecker-badges.json")).unwrap();
+    all["svgs"][name].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn badges_cc_xml_feed_and_repo_list() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let badge = format!("/api/badges/{id}/status.svg");
+
+    // Private repository: the badge needs a token with pull permission.
+    s.http.get(&badge, None).await.expect(401);
+    s.http.get(&badge, Some(&p.bob)).await.expect(404);
+    let none = s.http.get(&badge, Some(&p.alice)).await.expect(200);
+    assert_eq!(none.header("content-type"), Some("image/svg+xml"));
+    assert_eq!(
+        none.text(),
+        fixture("badgeNone"),
+        "no pipeline yet: byte-identical to upstream"
+    );
+    s.http
+        .get(&format!("/api/badges/{id}/cc.xml"), Some(&p.alice))
+        .await
+        .expect(404);
+
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"visibility":"public"}"#,
+        )
+        .await
+        .expect(200);
+    push_files(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+        )],
+        "ok",
+    )
+    .await;
+    wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "success").await;
+    assert_eq!(
+        s.http.get(&badge, None).await.expect(200).text(),
+        fixture("badgeSuccess")
+    );
+    assert_eq!(
+        s.http
+            .get("/api/badges/alice/app/status.svg", None)
+            .await
+            .expect(200)
+            .text(),
+        fixture("badgeSuccess")
+    );
+    // Another branch has no pipeline; events other than push do not count by default.
+    assert_eq!(
+        s.http
+            .get(&format!("{badge}?branch=dev"), None)
+            .await
+            .expect(200)
+            .text(),
+        fixture("badgeNone")
+    );
+    assert_eq!(
+        s.http
+            .get(&format!("{badge}?events=manual"), None)
+            .await
+            .expect(200)
+            .text(),
+        fixture("badgeNone")
+    );
+
+    push_files(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"exit 1\"]\n",
+        )],
+        "bad",
+    )
+    .await;
+    wait_for(&s.http, &p.alice, id, 2, 60, |p| p["status"] == "failure").await;
+    assert_eq!(
+        s.http.get(&badge, None).await.expect(200).text(),
+        fixture("badgeFailure")
+    );
+
+    let cc = s
+        .http
+        .get(&format!("/api/badges/{id}/cc.xml"), None)
+        .await
+        .expect(200);
+    let xml = cc.text();
+    assert!(
+        xml.starts_with("<Projects><Project name=\"alice/app\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("activity=\"Sleeping\"")
+            && xml.contains("lastBuildStatus=\"Failure\"")
+            && xml.contains("lastBuildLabel=\"2\""),
+        "{xml}"
+    );
+    assert!(xml.contains(&format!("/repos/{id}/pipeline/2\"")), "{xml}");
+
+    // The user's feed and repository list.
+    s.http.get("/api/user/feed", None).await.expect(401);
+    let feed = s
+        .http
+        .get("/api/user/feed", Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    let numbers: Vec<i64> = feed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, [2, 1], "newest first");
+    assert_eq!(feed[0]["full_name"], "alice/app");
+    assert!(
+        s.http
+            .get("/api/user/feed", Some(&p.bob))
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let repos = s
+        .http
+        .get("/api/user/repos", Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(repos[0]["full_name"], "alice/app");
+    assert_eq!(repos[0]["last_pipeline"]["number"], 2);
+    s.http
+        .delete(&format!("/api/repos/{id}"), Some(&p.alice))
+        .await
+        .expect(200);
+    assert!(
+        s.http
+            .get("/api/user/repos", Some(&p.alice))
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let all = s
+        .http
+        .get("/api/user/repos?all=true", Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(all.as_array().unwrap().len(), 1);
+    let ok = s
+        .http
+        .post("/api/user/repos/refresh", Some(&p.alice), "")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(ok, "Ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_tasks_list_the_running_workflows() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push_files(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: slow\n    image: sh\n    commands: [\"sleep 30\"]\n",
+        )],
+        "slow",
+    )
+    .await;
+    let running = wait_for(&s.http, &p.alice, id, 1, 60, |p| {
+        p["workflows"].as_array().is_some_and(|w| !w.is_empty())
+            && step_of(p, "slow")["state"] == "running"
+    })
+    .await;
+    let agent = running["workflows"][0]["agent_id"].as_i64().unwrap();
+    s.http
+        .get(&format!("/api/agents/{agent}/tasks"), Some(&p.alice))
+        .await
+        .expect(403);
+    let tasks = s
+        .http
+        .get(&format!("/api/agents/{agent}/tasks"), Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(tasks.as_array().unwrap().len(), 1);
+    assert_eq!(
+        tasks[0]["id"],
+        running["workflows"][0]["id"].as_i64().unwrap().to_string()
+    );
+    assert_eq!(tasks[0]["labels"]["repo"], "alice/app");
+    let local = s
+        .http
+        .get(&format!("/api/agents/{agent}"), Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(local["name"], "local");
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+    // The pipeline is `killed` at once; the task ends when the runner reports back.
+    wait_for(&s.http, &p.alice, id, 1, 10, |p| {
+        p["workflows"][0]["state"] == "killed"
+    })
+    .await;
+    let tasks = s
+        .http
+        .get(&format!("/api/agents/{agent}/tasks"), Some(&p.admin))
+        .await
+        .json();
+    assert!(tasks.as_array().unwrap().is_empty());
+}
