@@ -354,3 +354,397 @@ async fn retention_removes_old_events_and_cursors_say_so() {
     let page = feed(&s, &p.admin, &format!("?starting_after={}", before[3])).await;
     assert_eq!(ids(&page), before[4..].to_vec());
 }
+
+/// Events since `after`, as (type, object, previous_attributes).
+async fn events_since(s: &TestServer, token: &str, after: &str) -> Vec<(String, Value, Value)> {
+    let q = if after.is_empty() {
+        "?limit=10000".to_string()
+    } else {
+        format!("?limit=10000&starting_after={after}")
+    };
+    let page = feed(s, token, &q).await;
+    page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let e = &e["data"];
+            (
+                e["type"].as_str().unwrap().to_string(),
+                e["data"]["object"].clone(),
+                e["data"]
+                    .get("previous_attributes")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            )
+        })
+        .collect()
+}
+
+fn last_id(page: &Value) -> String {
+    ids(page).last().cloned().unwrap_or_default()
+}
+
+/// Runs `op`, then asserts the exact event types it produced and returns them.
+macro_rules! expect_events {
+    ($s:expr, $token:expr, $op:expr, [$($ty:expr),* $(,)?]) => {{
+        let before = last_id(&feed($s, $token, "?limit=10000").await);
+        $op;
+        let got = events_since($s, $token, &before).await;
+        let types: Vec<&str> = got.iter().map(|(t, _, _)| t.as_str()).collect();
+        let want: Vec<&str> = vec![$($ty),*];
+        assert_eq!(types, want, "events of {}", stringify!($op));
+        got
+    }};
+}
+
+#[tokio::test]
+async fn every_mutating_operation_records_exactly_its_events() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let a = p.admin.as_str();
+    let h = &s.http;
+
+    // Users.
+    let ev = expect_events!(
+        &s,
+        a,
+        h.post("/api/users", Some(a), r#"{"login":"carol","email":"c@x"}"#)
+            .await
+            .expect(200),
+        ["orgs.created", "users.created"]
+    );
+    assert_eq!(ev[1].1["login"], "carol");
+    let ev = expect_events!(
+        &s,
+        a,
+        h.patch(
+            "/api/users/carol",
+            Some(a),
+            r#"{"email":"c@y","admin":true}"#
+        )
+        .await
+        .expect(200),
+        ["users.updated"]
+    );
+    assert_eq!(ev[0].2, serde_json::json!({"email": "c@x", "admin": false}));
+    expect_events!(
+        &s,
+        a,
+        h.patch("/api/users/carol", Some(a), r#"{"email":"c@y"}"#)
+            .await
+            .expect(200),
+        []
+    );
+    expect_events!(
+        &s,
+        a,
+        h.delete("/api/user/token", Some(&p.bob)).await.expect(200),
+        []
+    );
+    expect_events!(
+        &s,
+        a,
+        h.delete("/api/users/carol", Some(a)).await.expect(204),
+        ["users.deleted", "orgs.deleted"]
+    );
+
+    // Forges.
+    let url = format!("file://{}", s.forge_dir().display());
+    let body = serde_json::json!({"type": "git", "url": url}).to_string();
+    let ev = expect_events!(
+        &s,
+        a,
+        h.post("/api/forges", Some(a), &body).await.expect(200),
+        ["forges.created"]
+    );
+    assert!(
+        ev[0].1.get("webhook_secret").is_none(),
+        "no secret in events"
+    );
+    let forge = ev[0].1["id"].as_i64().unwrap();
+    let ev = expect_events!(
+        &s,
+        a,
+        h.patch(
+            &format!("/api/forges/{forge}"),
+            Some(a),
+            r#"{"skip_verify":true}"#
+        )
+        .await
+        .expect(200),
+        ["forges.updated"]
+    );
+    assert_eq!(ev[0].2, serde_json::json!({"skip_verify": false}));
+
+    // Repositories: activation creates the team org too.
+    s.init_git_repo("team/app");
+    let ev = expect_events!(
+        &s,
+        a,
+        h.post(
+            &format!("/api/repos?forge_remote_id=team/app&forge_id={forge}"),
+            Some(a),
+            ""
+        )
+        .await
+        .expect(200),
+        ["orgs.created", "repos.created"]
+    );
+    let repo = ev[1].1["id"].as_i64().unwrap();
+    let org = ev[0].1["id"].as_i64().unwrap();
+    let ev = expect_events!(
+        &s,
+        a,
+        h.patch(
+            &format!("/api/repos/{repo}"),
+            Some(a),
+            r#"{"timeout":30,"allow_deploy":true}"#
+        )
+        .await
+        .expect(200),
+        ["repos.updated"]
+    );
+    assert_eq!(
+        ev[0].2,
+        serde_json::json!({"timeout": 60, "allow_deploy": false})
+    );
+
+    // Secrets at three scopes: never a value.
+    for (scope, path) in [
+        ("global", "/api/secrets".to_string()),
+        ("org", format!("/api/orgs/{org}/secrets")),
+        ("repo", format!("/api/repos/{repo}/secrets")),
+    ] {
+        let ev = expect_events!(
+            &s,
+            a,
+            h.post(
+                &path,
+                Some(a),
+                r#"{"name":"token","value":"s3cr3t-value","events":["push"]}"#
+            )
+            .await
+            .expect(200),
+            ["secrets.created"]
+        );
+        assert!(!ev[0].1.to_string().contains("s3cr3t-value"), "{scope}");
+        let ev = expect_events!(
+            &s,
+            a,
+            h.patch(
+                &format!("{path}/token"),
+                Some(a),
+                r#"{"events":["push","tag"]}"#
+            )
+            .await
+            .expect(200),
+            ["secrets.updated"]
+        );
+        assert_eq!(ev[0].2, serde_json::json!({"events": ["push"]}), "{scope}");
+        expect_events!(
+            &s,
+            a,
+            h.delete(&format!("{path}/token"), Some(a))
+                .await
+                .expect(204),
+            ["secrets.deleted"]
+        );
+    }
+    // Registries.
+    let path = format!("/api/repos/{repo}/registries");
+    let ev = expect_events!(
+        &s,
+        a,
+        h.post(
+            &path,
+            Some(a),
+            r#"{"address":"registry.example.com","username":"u","password":"pw-value"}"#
+        )
+        .await
+        .expect(200),
+        ["registries.created"]
+    );
+    assert!(!ev[0].1.to_string().contains("pw-value"));
+    let ev = expect_events!(
+        &s,
+        a,
+        h.patch(
+            &format!("{path}/registry.example.com"),
+            Some(a),
+            r#"{"username":"v"}"#
+        )
+        .await
+        .expect(200),
+        ["registries.updated"]
+    );
+    assert_eq!(ev[0].2, serde_json::json!({"username": "u"}));
+    expect_events!(
+        &s,
+        a,
+        h.delete(&format!("{path}/registry.example.com"), Some(a))
+            .await
+            .expect(204),
+        ["registries.deleted"]
+    );
+    // Agents.
+    let ev = expect_events!(
+        &s,
+        a,
+        h.post("/api/agents", Some(a), r#"{"name":"a1"}"#)
+            .await
+            .expect(200),
+        ["agents.created"]
+    );
+    let agent = ev[0].1["id"].as_i64().unwrap();
+    assert_eq!(ev[0].1["token"], "", "agent tokens are not recorded");
+    let ev = expect_events!(
+        &s,
+        a,
+        h.patch(
+            &format!("/api/agents/{agent}"),
+            Some(a),
+            r#"{"no_schedule":true}"#
+        )
+        .await
+        .expect(200),
+        ["agents.updated"]
+    );
+    assert_eq!(ev[0].2["no_schedule"], false);
+    expect_events!(
+        &s,
+        a,
+        h.delete(&format!("/api/agents/{agent}"), Some(a))
+            .await
+            .expect(204),
+        ["agents.deleted"]
+    );
+    // Cron.
+    let ev = expect_events!(
+        &s,
+        a,
+        h.post(
+            &format!("/api/repos/{repo}/cron"),
+            Some(a),
+            r#"{"name":"nightly","schedule":"0 3 * * *"}"#
+        )
+        .await
+        .expect(200),
+        ["crons.created"]
+    );
+    let cron = ev[0].1["id"].as_i64().unwrap();
+    let ev = expect_events!(
+        &s,
+        a,
+        h.patch(
+            &format!("/api/repos/{repo}/cron/{cron}"),
+            Some(a),
+            r#"{"enabled":false}"#
+        )
+        .await
+        .expect(200),
+        ["crons.updated"]
+    );
+    assert_eq!(ev[0].2["enabled"], true);
+    expect_events!(
+        &s,
+        a,
+        h.delete(&format!("/api/repos/{repo}/cron/{cron}"), Some(a))
+            .await
+            .expect(204),
+        ["crons.deleted"]
+    );
+
+    // Pipelines (no runner: it stays pending), then cancel and delete.
+    let ev = expect_events!(
+        &s,
+        a,
+        crate::pipelines::push_files(
+            &s,
+            "team/app",
+            &[(
+                ".woodpecker.yaml",
+                "steps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n"
+            )],
+            "ci"
+        )
+        .await,
+        [
+            "pipelines.created",
+            "workflows.created",
+            "steps.created",
+            "steps.created"
+        ]
+    );
+    assert_eq!(ev[0].1["status"], "pending");
+    assert_eq!(ev[2].1["name"], "clone");
+    let ev = expect_events!(
+        &s,
+        a,
+        h.post(
+            &format!("/api/repos/{repo}/pipelines/1/cancel"),
+            Some(a),
+            ""
+        )
+        .await
+        .expect(204),
+        [
+            "steps.updated",
+            "steps.updated",
+            "workflows.updated",
+            "pipelines.updated"
+        ]
+    );
+    assert_eq!(ev[3].1["status"], "canceled");
+    assert_eq!(ev[3].2["status"], "pending");
+    assert_eq!(ev[2].2["state"], "pending");
+    expect_events!(
+        &s,
+        a,
+        h.delete(&format!("/api/repos/{repo}/pipelines/1"), Some(a))
+            .await
+            .expect(204),
+        [
+            "steps.deleted",
+            "steps.deleted",
+            "workflows.deleted",
+            "pipelines.deleted"
+        ]
+    );
+
+    // Deactivate, delete the repository, the org and the forge.
+    let ev = expect_events!(
+        &s,
+        a,
+        h.delete(&format!("/api/repos/{repo}"), Some(a))
+            .await
+            .expect(200),
+        ["repos.updated"]
+    );
+    assert_eq!(ev[0].2, serde_json::json!({"active": true}));
+    expect_events!(
+        &s,
+        a,
+        h.delete(&format!("/api/repos/{repo}?remove=true"), Some(a))
+            .await
+            .expect(200),
+        ["repos.deleted"]
+    );
+    expect_events!(
+        &s,
+        a,
+        h.delete(&format!("/api/orgs/{org}"), Some(a))
+            .await
+            .expect(204),
+        ["orgs.deleted"]
+    );
+    expect_events!(
+        &s,
+        a,
+        h.delete(&format!("/api/forges/{forge}"), Some(a))
+            .await
+            .expect(204),
+        ["forges.deleted"]
+    );
+    // Participation keys record `participation_keys.*` the same way (tests/integration/participation.rs).
+}
