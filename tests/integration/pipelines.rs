@@ -951,3 +951,72 @@ async fn a_newer_push_supersedes_the_running_one() {
         .await
         .expect(204);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_get_docker_config_for_their_image_registry() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    // Repo scope wins over global for the same address; other registries are not handed out.
+    s.http
+        .post(
+            "/api/registries",
+            Some(&p.admin),
+            r#"{"address":"registry.example.com","username":"global","password":"g-pass"}"#,
+        )
+        .await
+        .expect(200);
+    s.http
+        .post(
+            &format!("/api/repos/{id}/registries"),
+            Some(&p.alice),
+            r#"{"address":"registry.example.com","username":"robot","password":"r-pass-123"}"#,
+        )
+        .await
+        .expect(200);
+    s.http
+        .post(
+            &format!("/api/repos/{id}/registries"),
+            Some(&p.alice),
+            r#"{"address":"ghcr.io","username":"other","password":"o-pass"}"#,
+        )
+        .await
+        .expect(200);
+    let out = s.dir.path().join("docker-config.json");
+    let config = format!(
+        "steps:\n  - name: build\n    image: registry.example.com/tools/builder:1\n    commands:\n      - cp $${{DOCKER_CONFIG}}/config.json {}\n      - echo r-pass-123\n  - name: plain\n    image: sh\n    commands:\n      - test -z \"$${{DOCKER_CONFIG}}\"\n",
+        out.display()
+    );
+    push_files(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", &config)],
+        "registry",
+    )
+    .await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let auths = written["auths"].as_object().unwrap();
+    assert_eq!(auths.len(), 1, "{written}");
+    let auth = auths["registry.example.com"]["auth"].as_str().unwrap();
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(auth)
+            .unwrap(),
+        b"robot:r-pass-123"
+    );
+    let lines = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        1,
+        step(&done, "build")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(
+        lines.contains(&"********".to_string()),
+        "registry passwords are masked: {lines:?}"
+    );
+}

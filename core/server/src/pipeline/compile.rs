@@ -418,6 +418,7 @@ fn build_step(
         when_status: s.when.statuses(facts),
         detach: service || s.detach,
         directory: s.directory.clone(),
+        registries: Vec::new(),
     })
 }
 

@@ -20,6 +20,7 @@ pub mod labels;
 pub mod lookup;
 pub mod matrix;
 pub mod read;
+pub mod registry;
 pub mod status;
 pub mod subst;
 pub mod types;

@@ -141,6 +141,18 @@ pub struct CompiledStep {
     pub detach: bool,
     /// Working directory relative to the workspace.
     pub directory: String,
+    /// Credentials for the step image's registry (the runner writes them as a Docker
+    /// `config.json` and points `DOCKER_CONFIG` at it). Filled by the server, not the compiler.
+    #[serde(default)]
+    pub registries: Vec<RegistryCredential>,
+}
+
+/// A registry login handed to a step.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCredential {
+    pub address: String,
+    pub username: String,
+    pub password: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -515,6 +515,27 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
     };
     let mut env: BTreeMap<String, String> = ctx.step.environment.clone();
     env.insert("HOME".into(), ctx.home.display().to_string());
+    if !ctx.step.registries.is_empty() {
+        // A Docker config dir per step, so image-building steps can log in.
+        let dir = ctx.home.join(".docker-steps").join(ctx.step_id.to_string());
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            crate::auth::keys::write_private(
+                &dir.join("config.json"),
+                &crate::pipeline::registry::docker_config(&ctx.step.registries),
+            )
+        });
+        match written {
+            Ok(()) => {
+                env.insert("DOCKER_CONFIG".into(), dir.display().to_string());
+            }
+            Err(e) => {
+                let error = format!("cannot write the registry logins: {e}");
+                shipper.push(0, 0, error.clone());
+                shipper.flush().await;
+                return finish(&ctx, started, "failure", 1, error).await;
+            }
+        }
+    }
     env.insert("CI_WORKSPACE".into(), ctx.dir.display().to_string());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut proc = match process::spawn(

@@ -19,12 +19,13 @@ use super::queue::SEAL_PAYLOAD;
 use crate::app::Ctx;
 use crate::http::ApiError;
 use crate::modules::ci::forge::{self, ForgeDriver, run_blocking};
+use crate::pipeline::registry;
 use crate::pipeline::status::*;
-use crate::pipeline::types::{CompileInput, ConfigFile, Metadata, SecretValue};
+use crate::pipeline::types::{CompileInput, ConfigFile, Metadata, RegistryCredential, SecretValue};
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
 use crate::store::repos::RepoRow;
 use crate::store::tasks::{self, Task};
-use crate::store::{StoreError, StoreResult, forges, now_unix, secrets};
+use crate::store::{StoreError, StoreResult, forges, now_unix, registries, secrets};
 
 /// What started a pipeline.
 #[derive(Debug, Clone, Default)]
@@ -110,6 +111,50 @@ async fn secrets_for(ctx: &Ctx, repo: &RepoRow) -> Result<Vec<SecretValue>, ApiE
         });
     }
     Ok(out)
+}
+
+/// The registry logins a repository's pipelines may use (repo > org > global by address),
+/// opened.
+async fn registries_for(ctx: &Ctx, repo: &RepoRow) -> Result<Vec<RegistryCredential>, ApiError> {
+    let (org, id) = (repo.repo.org_id, repo.repo.id);
+    let rows = ctx
+        .store
+        .read(move |c| registries::for_pipeline(c, org, id))
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let password = ctx
+            .seal
+            .open(registries::SEAL_PURPOSE, &row.sealed_password)
+            .map_err(ApiError::internal)?;
+        out.push(RegistryCredential {
+            address: row.registry.address,
+            username: row.registry.username,
+            password: String::from_utf8_lossy(&password).into_owned(),
+        });
+    }
+    Ok(out)
+}
+
+/// Gives each step the logins for its image's registry; their passwords are masked in logs.
+fn attach_registries(
+    workflows: &mut [crate::pipeline::types::CompiledWorkflow],
+    creds: &[RegistryCredential],
+) {
+    for wf in workflows {
+        for step in &mut wf.steps {
+            let host = registry::registry_of(&step.image);
+            for c in creds
+                .iter()
+                .filter(|c| registry::normalize(&c.address) == host)
+            {
+                step.registries.push(c.clone());
+                if !step.secrets.contains(&c.password) {
+                    step.secrets.push(c.password.clone());
+                }
+            }
+        }
+    }
 }
 
 /// Whether a pipeline must wait for approval (upstream's `require_approval` modes).
@@ -215,6 +260,7 @@ pub async fn create(
     files: Vec<ConfigFile>,
 ) -> Result<Created, ApiError> {
     let secrets = secrets_for(ctx, repo).await?;
+    let registries = registries_for(ctx, repo).await?;
     let forge_id = repo.repo.forge_id;
     let forge_type = ctx
         .store
@@ -235,7 +281,7 @@ pub async fn create(
                 &repo,
                 &trigger,
                 &files,
-                secrets,
+                (secrets, registries),
                 approval,
                 &forge_type,
             )
@@ -324,7 +370,7 @@ fn create_in(
     repo: &RepoRow,
     t: &Trigger,
     files: &[ConfigFile],
-    secrets: Vec<SecretValue>,
+    (secrets, registries): (Vec<SecretValue>, Vec<RegistryCredential>),
     approval: bool,
     forge_type: &str,
 ) -> StoreResult<Created> {
@@ -352,11 +398,12 @@ fn create_in(
         variables: t.variables.clone(),
         env: ci_env(ctx, repo, t, number, forge_type),
     };
-    let result = crate::pipeline::compile(&CompileInput {
+    let mut result = crate::pipeline::compile(&CompileInput {
         files: files.to_vec(),
         meta,
         secrets,
     });
+    attach_registries(&mut result.workflows, &registries);
     let has_errors = result.errors.iter().any(|e| !e.is_warning);
     if !has_errors && result.workflows.is_empty() {
         return Ok(Created::Filtered);
