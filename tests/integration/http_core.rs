@@ -206,3 +206,109 @@ async fn custom_mount_moves_the_api() {
     http.get("/api/user", None).await.expect(404);
     http.get("/healthz", None).await.expect(204);
 }
+
+/// A self-signed certificate for 127.0.0.1 written to `dir`: (cert path, key path, DER).
+fn self_signed(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.cert.pem()).unwrap();
+    std::fs::write(&k, cert.signing_key.serialize_pem()).unwrap();
+    (c, k, cert.cert.der().to_vec())
+}
+
+async fn tls_connect(
+    addr: std::net::SocketAddr,
+    der: &[u8],
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    use tokio_rustls::rustls::{
+        self,
+        pki_types::{CertificateDer, ServerName},
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(der.to_vec())).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    connector
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn tls_offers_http2_by_alpn_and_http1_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, der) = self_signed(dir.path());
+    let s = TestServer::start_with(&format!(
+        "tls_cert = {:?}\ntls_key = {:?}",
+        cert.display().to_string(),
+        key.display().to_string()
+    ))
+    .await;
+
+    let tls = tls_connect(s.http.addr, &der, &[b"h2", b"http/1.1"]).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get("https://127.0.0.1/version")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+
+    let tls = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get("/healthz")
+        .header("host", "127.0.0.1")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    assert_eq!(sender.send_request(req).await.unwrap().status(), 204);
+}
+
+#[test]
+fn tls_needs_both_files_and_readable_pem() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = crate::util::config_text(dir.path(), "tls_cert = \"/x.pem\"");
+    let err = woodlark::config::Config::from_toml(&text, "t.toml", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("server.tls_cert"), "{err}");
+    let bad = dir.path().join("bad.pem");
+    std::fs::write(&bad, "not pem").unwrap();
+    let text = crate::util::config_text(
+        dir.path(),
+        &format!(
+            "tls_cert = {:?}\ntls_key = {:?}",
+            bad.display().to_string(),
+            bad.display().to_string()
+        ),
+    );
+    let config = woodlark::config::Config::from_toml(&text, "t.toml", &[]).unwrap();
+    let err = woodlark::app::App::build(
+        config,
+        woodlark::logging::LogControl::detached(woodlark::logging::LogLevel::Info),
+    )
+    .err()
+    .expect("bad PEM is refused")
+    .to_string();
+    assert!(err.contains("bad.pem"), "{err}");
+}

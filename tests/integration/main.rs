@@ -5,6 +5,7 @@
 //! - `users`: `/api/user*` and `/api/users*` with the auth matrix.
 //! - `system`: health, version, log level, signing key.
 //! - `process`: the `woodlark` binary: bad configs, `user add`, SIGTERM, kill -9 durability.
+//! - `web`: UI files, `/web-config.js`, browser sign-in, sessions with CSRF, logout.
 
 mod util;
 
@@ -19,3 +20,4 @@ mod resources;
 mod streams;
 mod system;
 mod users;
+mod web;

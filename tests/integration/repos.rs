@@ -44,7 +44,9 @@ async fn forges_admin_writes_everyone_reads_public_fields() {
         .expect(200)
         .json();
     let id = created["id"].as_i64().unwrap();
-    assert_eq!(created["type"], "git");
+    // The UI knows no `git` icon: the built-in forge is reported as `addon`.
+    assert_eq!(created["type"], "addon");
+    assert_eq!(created["woodlark_type"], "git");
     assert!(created["webhook_secret"].as_str().unwrap().len() >= 32);
     assert!(
         !created.to_string().contains("topsecret"),
@@ -54,17 +56,17 @@ async fn forges_admin_writes_everyone_reads_public_fields() {
         assert!(created.get(&f).is_some(), "Forge field {f} missing");
     }
 
-    // Non-admins (and anonymous callers) see id, type and url only.
+    // Non-admins (and anonymous callers) see id, type (and our own type) and url only.
     for token in [None, Some(p.alice.as_str())] {
         let list = s.http.get("/api/forges", token).await.expect(200).json();
-        assert_eq!(keys(&list[0]), ["id", "type", "url"]);
+        assert_eq!(keys(&list[0]), ["id", "type", "url", "woodlark_type"]);
         let one = s
             .http
             .get(&format!("/api/forges/{id}"), token)
             .await
             .expect(200)
             .json();
-        assert_eq!(keys(&one), ["id", "type", "url"]);
+        assert_eq!(keys(&one), ["id", "type", "url", "woodlark_type"]);
     }
     let full = s
         .http
@@ -85,6 +87,19 @@ async fn forges_admin_writes_everyone_reads_public_fields() {
         .expect(200)
         .json();
     assert_eq!(patched["skip_verify"], true);
+    // Sending back what was read (`type: "addon"`) keeps the forge a `git` forge.
+    let resent = s
+        .http
+        .patch(
+            &format!("/api/forges/{id}"),
+            Some(&p.admin),
+            &full.to_string(),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(resent["woodlark_type"], "git");
+    assert_eq!(resent["type"], "addon");
     s.http
         .patch(
             &format!("/api/forges/{id}"),

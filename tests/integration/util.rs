@@ -272,7 +272,7 @@ impl TestServer {
             .as_array()
             .unwrap()
             .iter()
-            .find(|f| f["type"] == "git")
+            .find(|f| f["woodlark_type"] == "git")
         {
             return f["id"].as_i64().unwrap();
         }

@@ -75,6 +75,8 @@ pub enum AppError {
     Key(#[from] KeyError),
     #[error("secrets key: {0}")]
     Seal(#[from] SealError),
+    #[error(transparent)]
+    Tls(#[from] server::TlsError),
     #[error("route table: {0}")]
     Route(#[from] RouteError),
 }
@@ -115,9 +117,18 @@ impl App {
             crate::store::logs::migrate,
         )?;
         let participation = Arc::new(modules::participation::State::init(&config)?);
+        let tls = if config.server.tls_cert.as_os_str().is_empty() {
+            None
+        } else {
+            Some(server::tls_config(
+                &config.server.tls_cert,
+                &config.server.tls_key,
+            )?)
+        };
         let options = ServerOptions {
             header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
+            tls,
         };
         let router = build_router(&config)?;
         let state = Arc::new(AppState {
@@ -166,6 +177,7 @@ impl App {
             .to_string();
         let url = match (configured.is_empty(), listener.local_addr()) {
             (false, _) => configured,
+            (true, Ok(addr)) if self.options.tls.is_some() => format!("https://{addr}"),
             (true, Ok(addr)) => format!("http://{addr}"),
             (true, Err(_)) => format!("http://{}", state.config.server.listen),
         };

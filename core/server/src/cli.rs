@@ -10,6 +10,7 @@ use crate::app::{App, open_store};
 use crate::auth::{random_secret, token};
 use crate::config::Config;
 use crate::logging::{LogControl, LogLevel};
+use crate::store::StoreError;
 use crate::store::users::{self, EnvAdmins, NewUser, validate_login};
 
 #[derive(Parser)]
@@ -73,6 +74,13 @@ enum UserCommand {
         #[arg(long, default_value = "config.toml")]
         config: PathBuf,
     },
+    /// Print a one-time URL that signs the user in to the web UI (valid for 10 minutes).
+    LoginLink {
+        login: String,
+        /// Configuration file (its data dir, public URL and web root path are used).
+        #[arg(long, default_value = "config.toml")]
+        config: PathBuf,
+    },
 }
 
 /// Parses the command line and runs it; errors are one line on stderr.
@@ -97,6 +105,9 @@ pub fn main() -> ExitCode {
                     config,
                 },
         } => user_add(config, login, admin, email),
+        Command::User {
+            command: UserCommand::LoginLink { login, config },
+        } => user_login_link(config, login),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -220,5 +231,26 @@ fn user_add(config_path: PathBuf, login: String, admin: bool, email: String) -> 
     store.close();
     let account = account?;
     println!("{}", token::user_token(account.user.id, &account.hash));
+    Ok(())
+}
+
+fn user_login_link(config_path: PathBuf, login: String) -> anyhow::Result<()> {
+    let config = load(&config_path)?;
+    LogControl::install(LogLevel::Warn);
+    if !config.web.module.enabled {
+        anyhow::bail!("the web module is disabled ([web] enabled = false)");
+    }
+    let store = open_store(&config)?;
+    let env = EnvAdmins(config.auth.admins.clone());
+    let name = login.clone();
+    let found = runtime()?.block_on(store.read(move |c| users::by_login(c, &env, &name)));
+    store.close();
+    let account = match found {
+        Err(StoreError::NotFound) => anyhow::bail!("no user {login:?}"),
+        other => other?,
+    };
+    let now = crate::store::now_unix();
+    let url = crate::modules::web::login::login_link(&config, account.user.id, &account.hash, now);
+    println!("{url}");
     Ok(())
 }

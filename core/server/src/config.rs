@@ -53,6 +53,8 @@ pub struct Config {
     pub participation: ParticipationConfig,
     pub plugins: PluginsConfig,
     pub runner: RunnerConfig,
+    /// `[web]`: the browser surface (web UI files, `/web-config.js`, sign-in).
+    pub web: WebConfig,
     /// Where the configuration came from, for error messages (not a key).
     #[serde(skip)]
     pub source: String,
@@ -77,6 +79,10 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     /// If set, `GET /metrics` requires `Authorization: Bearer <token>`.
     pub metrics_token: String,
+    /// PEM certificate chain; with `tls_key`, the server speaks HTTPS (HTTP/2 by ALPN).
+    pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -221,6 +227,75 @@ pub struct PluginsConfig {
     pub dir: PathBuf,
 }
 
+/// `[web]`: the browser surface: a web UI directory, `/web-config.js`, `/authorize` and
+/// `/logout`. Mounted like an interface, with `root_path` as its mount.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "WebToml")]
+pub struct WebConfig {
+    /// `enabled`, and `root_path` as the mount.
+    pub module: ModuleConfig,
+    /// Directory of a built single-page web UI (with `index.html`); empty = a built-in page.
+    pub dir: PathBuf,
+    /// Files served as `<root_path>/assets/custom.js` and `custom.css` (empty = empty files).
+    pub custom_js: PathBuf,
+    pub custom_css: PathBuf,
+    /// Lifetime of a browser session, in hours.
+    pub session_hours: u64,
+}
+
+/// The `[web]` table as written in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct WebToml {
+    enabled: bool,
+    root_path: String,
+    dir: PathBuf,
+    custom_js: PathBuf,
+    custom_css: PathBuf,
+    session_hours: u64,
+}
+
+impl Default for WebToml {
+    fn default() -> Self {
+        WebToml {
+            enabled: true,
+            root_path: String::new(),
+            dir: PathBuf::new(),
+            custom_js: PathBuf::new(),
+            custom_css: PathBuf::new(),
+            session_hours: 72,
+        }
+    }
+}
+
+impl From<WebToml> for WebConfig {
+    fn from(t: WebToml) -> Self {
+        WebConfig {
+            module: ModuleConfig {
+                enabled: t.enabled,
+                mount: t.root_path,
+            },
+            dir: t.dir,
+            custom_js: t.custom_js,
+            custom_css: t.custom_css,
+            session_hours: t.session_hours,
+        }
+    }
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebToml::default().into()
+    }
+}
+
+impl WebConfig {
+    /// The path prefix of the web UI ("" = the server root), Woodpecker's `ROOT_PATH`.
+    pub fn root_path(&self) -> &str {
+        &self.module.mount
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunnerConfig {
@@ -243,6 +318,7 @@ impl Default for Config {
             participation: ParticipationConfig::default(),
             plugins: PluginsConfig::default(),
             runner: RunnerConfig::default(),
+            web: WebConfig::default(),
             source: "<defaults>".into(),
         }
     }
@@ -259,6 +335,8 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 10_000,
             shutdown_grace_ms: 10_000,
             metrics_token: String::new(),
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
         }
     }
 }
@@ -408,6 +486,13 @@ impl Config {
                 ),
             ));
         }
+        if self.server.tls_cert.as_os_str().is_empty() != self.server.tls_key.as_os_str().is_empty()
+        {
+            return Err(invalid(
+                "server.tls_cert",
+                "tls_cert and tls_key must be given together".into(),
+            ));
+        }
         if self.server.max_body_bytes < 1024 {
             return Err(invalid(
                 "server.max_body_bytes",
@@ -442,7 +527,12 @@ impl Config {
         }
         let mut mounts: Vec<(&str, &str)> = Vec::new();
         for (name, module) in self.modules() {
-            let key = format!("{name}.mount");
+            // The web module's mount is written `root_path` (Woodpecker's name for it).
+            let key = if name == "web" {
+                "web.root_path".to_string()
+            } else {
+                format!("{name}.mount")
+            };
             let m = module.mount.as_str();
             if !m.is_empty() && (!m.starts_with('/') || m.ends_with('/')) {
                 return Err(invalid(
@@ -482,15 +572,53 @@ impl Config {
         if self.runner.capacity == 0 {
             return Err(invalid("runner.capacity", "must be at least 1".into()));
         }
+        self.validate_web()
+    }
+
+    /// `[web]`: the files it names must exist, so a typo stops start-up, not the first page.
+    fn validate_web(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            file: self.source.clone(),
+            key: key.to_string(),
+            message,
+        };
+        let web = &self.web;
+        if !(1..=8760).contains(&web.session_hours) {
+            return Err(invalid(
+                "web.session_hours",
+                "must be between 1 and 8760 (a year)".into(),
+            ));
+        }
+        if !web.dir.as_os_str().is_empty() && !web.dir.join("index.html").is_file() {
+            return Err(invalid(
+                "web.dir",
+                format!(
+                    "{:?} is not a directory with an index.html",
+                    web.dir.display().to_string()
+                ),
+            ));
+        }
+        for (key, path) in [
+            ("web.custom_js", &web.custom_js),
+            ("web.custom_css", &web.custom_css),
+        ] {
+            if !path.as_os_str().is_empty() && !path.is_file() {
+                return Err(invalid(
+                    key,
+                    format!("{:?} is not a readable file", path.display().to_string()),
+                ));
+            }
+        }
         Ok(())
     }
 
-    /// The three interface modules, by their config section name.
-    pub fn modules(&self) -> [(&'static str, &ModuleConfig); 3] {
+    /// The modules (three interfaces and the web surface), by their config section name.
+    pub fn modules(&self) -> [(&'static str, &ModuleConfig); 4] {
         [
             ("ci", &self.ci),
             ("events", &self.events.module),
             ("participation", &self.participation.module),
+            ("web", &self.web.module),
         ]
     }
 
@@ -651,6 +779,38 @@ mod tests {
             .to_string();
         assert!(err.contains("participation.token"), "{err}");
         assert!(load("[participation]\nmount = \"/api\"\n").is_err());
+    }
+
+    #[test]
+    fn web_table() {
+        let c = load("").unwrap();
+        assert!(c.web.module.enabled);
+        assert_eq!(c.web.root_path(), "");
+        assert_eq!(c.web.session_hours, 72);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), "<html>").unwrap();
+        let c = load(&format!(
+            "[web]\nroot_path = \"/ci\"\ndir = {:?}\nsession_hours = 1\n",
+            dir.path().display().to_string()
+        ))
+        .unwrap();
+        assert_eq!(c.web.root_path(), "/ci");
+        assert_eq!(c.web.dir, dir.path());
+        for (text, key) in [
+            ("[web]\nroot_path = \"ci\"\n", "web.root_path"),
+            ("[web]\nroot_path = \"/ci/\"\n", "web.root_path"),
+            ("[web]\nroot_path = \"/api\"\n", "web.root_path"),
+            ("[web]\nsession_hours = 0\n", "web.session_hours"),
+            ("[web]\ndir = \"/does/not/exist\"\n", "web.dir"),
+            (
+                "[web]\ncustom_js = \"/does/not/exist.js\"\n",
+                "web.custom_js",
+            ),
+            ("[web]\nmount = \"/x\"\n", "web.mount"),
+        ] {
+            let err = load(text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
     }
 
     #[test]

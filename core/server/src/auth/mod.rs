@@ -3,10 +3,12 @@
 //! - [`token`]: HS256 tokens (personal access tokens, later sessions and hook tokens).
 //! - [`keys`]: the server's ed25519 key pair, created on first start in the data dir.
 //! - [`sealing`]: encryption at rest for secret values, with a key kept outside the database.
+//! - [`session`]: browser sessions (`sess`), their CSRF tokens and one-time login links.
 //! - [`bearer`]: where a request carries its token (header, query, cookie).
 
 pub mod keys;
 pub mod sealing;
+pub mod session;
 pub mod token;
 
 use base64::Engine;

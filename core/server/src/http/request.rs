@@ -21,6 +21,8 @@ pub struct Request {
     pub body: Bytes,
     /// The peer's address, when known.
     pub remote: Option<std::net::SocketAddr>,
+    /// Whether the request came over TLS.
+    pub tls: bool,
 }
 
 impl Request {
@@ -37,6 +39,7 @@ impl Request {
             params: Vec::new(),
             body: Bytes::new(),
             remote: None,
+            tls: false,
         }
     }
 

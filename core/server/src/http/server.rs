@@ -54,6 +54,49 @@ impl hyper::body::Body for ChannelBody {
 pub struct ServerOptions {
     pub header_read_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// When set, connections are TLS with ALPN `h2` and `http/1.1`.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("TLS set-up failed: {0}")]
+    Config(String),
+}
+
+/// A TLS server configuration from PEM files (certificate chain, private key), offering
+/// HTTP/2 and HTTP/1.1 by ALPN.
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, TlsError> {
+    use tokio_rustls::rustls::{
+        self,
+        pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    };
+    let file_err = |path: &std::path::Path, message: String| TlsError::File {
+        path: path.display().to_string(),
+        message,
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| file_err(cert, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_err(cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(file_err(cert, "no certificate in the file".into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file_err(key, e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// Everything a connection needs, shared by all of them.
@@ -96,16 +139,45 @@ pub async fn serve<S>(
         };
         let _ = stream.set_nodelay(true);
         let dispatcher = dispatcher.clone();
+        let tls = options.tls.is_some();
         let service = service_fn(move |req| {
             let dispatcher = dispatcher.clone();
-            async move { Ok::<_, Infallible>(dispatch(&dispatcher, req, Some(remote)).await) }
+            async move { Ok::<_, Infallible>(dispatch(&dispatcher, req, Some(remote), tls).await) }
         });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let Some(tls_config) = options.tls.clone() else {
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(err) = conn.await {
+                    tracing::debug!(%err, %remote, "connection ended with an error");
+                }
+            });
+            continue;
+        };
+        // The handshake runs in the connection's task so a slow client cannot stall accept.
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let handshake_timeout = options.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(err) = conn.await {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls_config);
+            let stream =
+                match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(err)) => {
+                        tracing::debug!(%err, %remote, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%remote, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            if let Err(err) = watcher.watch(conn).await {
                 tracing::debug!(%err, %remote, "connection ended with an error");
             }
         });
@@ -126,6 +198,7 @@ pub async fn dispatch<S>(
     dispatcher: &Dispatcher<S>,
     req: hyper::Request<Incoming>,
     remote: Option<SocketAddr>,
+    tls: bool,
 ) -> hyper::Response<ResponseBody>
 where
     S: Clone + Send + Sync + 'static,
@@ -170,7 +243,8 @@ where
                 status = tracing::field::Empty,
             );
             let response = async {
-                let response = match read_request(req, params, route.body_limit, remote).await {
+                let response = match read_request(req, params, route.body_limit, remote, tls).await
+                {
                     Ok(request) => {
                         run_handler(
                             &route.handler,
@@ -221,6 +295,7 @@ async fn read_request(
     params: Vec<(String, String)>,
     limit: usize,
     remote: Option<SocketAddr>,
+    tls: bool,
 ) -> Result<Request, ApiError> {
     let declared = req
         .headers()
@@ -250,6 +325,7 @@ async fn read_request(
         params,
         body,
         remote,
+        tls,
     })
 }
 

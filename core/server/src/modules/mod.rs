@@ -8,6 +8,7 @@
 pub mod ci;
 pub mod events;
 pub mod participation;
+pub mod web;
 
 use crate::app::Ctx;
 use crate::http::{ApiError, ErrorStyle, Scope};
@@ -36,7 +37,7 @@ pub trait Module: Send + Sync {
 pub fn enabled(
     config: &crate::config::Config,
 ) -> Vec<(Box<dyn Module>, crate::config::ModuleConfig)> {
-    all()
+    all(config)
         .into_iter()
         .filter_map(|module| {
             let (_, settings) = config
@@ -48,12 +49,14 @@ pub fn enabled(
         .collect()
 }
 
-/// Every module this build has, in mount order.
-pub fn all() -> Vec<Box<dyn Module>> {
+/// Every module this build has, in mount order. (The web module needs its settings to know
+/// which routes it adds: the SPA fallback exists only with a UI directory.)
+pub fn all(config: &crate::config::Config) -> Vec<Box<dyn Module>> {
     vec![
         Box::new(ci::Ci),
         Box::new(events::Events),
         Box::new(participation::Participation),
+        Box::new(web::Web::new(&config.web)),
     ]
 }
 

@@ -2,7 +2,7 @@
 //! forge-adapter plugins). Each has a random webhook secret, sealed at rest.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::events::{self, Action, Owner};
@@ -11,7 +11,10 @@ use super::{StoreError, StoreResult};
 pub const RECORD_TYPE: &str = "forges";
 
 /// A forge as admins see it (Woodpecker's `Forge`). Non-admins get [`ForgePublic`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Serialised with `type` as the web UI knows it ([`api_type`]) and the stored type in
+/// `woodlark_type`; deserialised (from the `data` column) field by field.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Forge {
     #[serde(default)]
     pub id: i64,
@@ -31,12 +34,54 @@ pub struct Forge {
     pub additional_options: Map<String, Value>,
 }
 
+/// The `type` the API reports for a forge type. The web UI turns `type` into an icon and
+/// fails to render an unknown one, so the built-in `git` forge is reported as `addon` (a
+/// generic git icon); the stored type travels in `woodlark_type`, and the API accepts
+/// either name on writes.
+pub fn api_type(kind: &str) -> &str {
+    if kind == "git" { "addon" } else { kind }
+}
+
+/// The API rendering of a [`Forge`].
+#[derive(Serialize)]
+struct ForgeWire<'a> {
+    id: i64,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    woodlark_type: &'a str,
+    url: &'a str,
+    client: &'a str,
+    skip_verify: bool,
+    oauth_host: &'a str,
+    orgs: &'a [String],
+    additional_options: &'a Map<String, Value>,
+}
+
+impl Serialize for Forge {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        ForgeWire {
+            id: self.id,
+            kind: api_type(&self.kind),
+            woodlark_type: &self.kind,
+            url: &self.url,
+            client: &self.client,
+            skip_verify: self.skip_verify,
+            oauth_host: &self.oauth_host,
+            orgs: &self.orgs,
+            additional_options: &self.additional_options,
+        }
+        .serialize(serializer)
+    }
+}
+
 /// What anyone may see of a forge.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ForgePublic {
     pub id: i64,
+    /// As in [`api_type`].
     #[serde(rename = "type")]
     pub kind: String,
+    pub woodlark_type: String,
     pub url: String,
 }
 
@@ -44,7 +89,8 @@ impl Forge {
     pub fn public(&self) -> ForgePublic {
         ForgePublic {
             id: self.id,
-            kind: self.kind.clone(),
+            kind: api_type(&self.kind).to_string(),
+            woodlark_type: self.kind.clone(),
             url: self.url.clone(),
         }
     }
@@ -101,7 +147,7 @@ pub fn count(conn: &Connection) -> StoreResult<i64> {
 fn data_of(forge: &Forge) -> StoreResult<String> {
     let mut value = serde_json::to_value(forge)?;
     if let Value::Object(map) = &mut value {
-        for key in ["id", "type", "url"] {
+        for key in ["id", "type", "woodlark_type", "url"] {
             map.remove(key);
         }
     }

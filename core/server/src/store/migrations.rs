@@ -148,6 +148,8 @@ const MIGRATIONS: &[&str] = &[
     super::partkeys::SCHEMA,
     // 4: pipelines, workflows, steps, configs and the queue.
     super::pipelines::SCHEMA,
+    // 5: one-time ids of used login links (web sign-in).
+    super::used_tokens::SCHEMA,
 ];
 
 /// The schema version this build writes.

@@ -25,6 +25,7 @@ pub mod registries;
 pub mod repos;
 pub mod secrets;
 pub mod tasks;
+pub mod used_tokens;
 pub mod users;
 
 use std::path::{Path, PathBuf};

@@ -18,19 +18,25 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::app::Ctx;
-use crate::auth::{self, token};
+use crate::auth::{self, session, token};
 use crate::http::{ApiError, Request, StatusCode};
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow};
 use crate::store::users::{self, Account, User};
 use crate::store::{StoreError, StoreResult, now_unix};
 
-/// The signed-in user, if the request carries a valid personal access token.
+/// The signed-in user, if the request carries a valid personal access token or browser
+/// session token (`sess`, normally from the `user_sess` cookie; see `auth::session`).
+///
+/// A session must also prove, on every method but GET/HEAD/OPTIONS, that the request comes
+/// from our own page: `X-CSRF-TOKEN` must hold the CSRF token `/web-config.js` handed out for
+/// that session. Without it the request is refused with 401 (not downgraded to anonymous), as
+/// upstream does. Personal access tokens need no CSRF header, wherever they are carried.
 pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiError> {
     let Some(raw) = auth::bearer(req) else {
         return Ok(None);
     };
-    let Some(user_id) = token::user_token_subject(&raw) else {
+    let Some(session::Subject { user_id, session }) = session::subject(&raw) else {
         return Ok(None);
     };
     let env = ctx.env_admins.clone();
@@ -43,7 +49,14 @@ pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiErr
         Err(StoreError::NotFound) => return Ok(None),
         Err(err) => return Err(err.into()),
     };
-    Ok(token::verify(&raw, account.hash.as_bytes(), now_unix()).map(|_| account))
+    let now = now_unix();
+    let Some(claims) = token::verify(&raw, account.hash.as_bytes(), now) else {
+        return Ok(None);
+    };
+    if session && !session::csrf_ok(req, &claims, user_id, &account.hash, now) {
+        return Err(ApiError::unauthorized());
+    }
+    Ok(Some(account))
 }
 
 /// The signed-in user, or 401.
@@ -224,4 +237,102 @@ pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess
         ));
     }
     Ok(OrgAccess { user, org, perm })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::App;
+    use crate::config::Config;
+    use crate::http::{HeaderValue, Method};
+    use crate::logging::{LogControl, LogLevel};
+    use crate::store::users::NewUser;
+
+    /// A built (not serving) app on a temporary data dir, and one user's account.
+    async fn app_with_user() -> (tempfile::TempDir, App, Account) {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[server]\ndata_dir = {:?}\n[runner]\nenabled = false\n",
+            dir.path().display().to_string()
+        );
+        let config = Config::from_toml(&text, "t.toml", &[]).unwrap();
+        let app = App::build(config, LogControl::detached(LogLevel::Warn)).unwrap();
+        let new = NewUser {
+            login: "alice".into(),
+            hash: auth::random_secret(),
+            ..NewUser::default()
+        };
+        let account = app
+            .state()
+            .store
+            .write(move |c| users::create(c, &Default::default(), &new))
+            .await
+            .unwrap();
+        (dir, app, account)
+    }
+
+    fn request(method: Method, cookie: &str, csrf: Option<&str>) -> Request {
+        let mut req = Request::new(method, "/api/user");
+        req.headers.insert(
+            "cookie",
+            HeaderValue::from_str(&format!("user_sess={cookie}")).unwrap(),
+        );
+        if let Some(c) = csrf {
+            req.headers
+                .insert("x-csrf-token", HeaderValue::from_str(c).unwrap());
+        }
+        req
+    }
+
+    async fn who(ctx: &Ctx, req: Request) -> Result<Option<String>, StatusCode> {
+        current(ctx, &req)
+            .await
+            .map(|a| a.map(|a| a.user.login))
+            .map_err(|e| e.status)
+    }
+
+    #[tokio::test]
+    async fn sessions_need_csrf_on_writes_and_pats_do_not() {
+        let (_dir, app, account) = app_with_user().await;
+        let ctx = app.state();
+        let (id, hash) = (account.user.id, account.hash.as_str());
+        let sess = session::session_token(id, hash, now_unix(), 3600);
+        let csrf = session::csrf_token(&sess, id, hash);
+        let alice = Ok(Some("alice".to_string()));
+
+        assert_eq!(who(ctx, request(Method::GET, &sess, None)).await, alice);
+        assert_eq!(
+            who(ctx, request(Method::POST, &sess, None)).await,
+            Err(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            who(ctx, request(Method::DELETE, &sess, Some("nonsense"))).await,
+            Err(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            who(ctx, request(Method::POST, &sess, Some(&csrf))).await,
+            alice
+        );
+
+        // A personal access token in the cookie needs no CSRF header (as upstream).
+        let pat = token::user_token(id, hash);
+        assert_eq!(who(ctx, request(Method::POST, &pat, None)).await, alice);
+
+        // Expired sessions and sessions signed with another secret are anonymous.
+        let expired = session::session_token(id, hash, now_unix() - 7200, 3600);
+        assert_eq!(
+            who(ctx, request(Method::GET, &expired, None)).await,
+            Ok(None)
+        );
+        let forged = session::session_token(id, "not-the-hash", now_unix(), 3600);
+        assert_eq!(
+            who(ctx, request(Method::GET, &forged, None)).await,
+            Ok(None)
+        );
+
+        // Neither CSRF tokens nor login links authenticate anyone.
+        assert_eq!(who(ctx, request(Method::GET, &csrf, None)).await, Ok(None));
+        let link = session::login_link_token(id, hash, now_unix());
+        assert_eq!(who(ctx, request(Method::GET, &link, None)).await, Ok(None));
+    }
 }

@@ -71,6 +71,8 @@ fn with_webhook_secret(forge: &Forge, secret: &[u8]) -> Value {
 struct ForgeIn {
     #[serde(rename = "type")]
     kind: Option<String>,
+    /// Woodlark's own name of the type; wins over `type` (see `store::forges::api_type`).
+    woodlark_type: Option<String>,
     url: Option<String>,
     client: Option<String>,
     oauth_client_secret: Option<String>,
@@ -83,7 +85,11 @@ struct ForgeIn {
 impl ForgeIn {
     /// Applies the given fields over `forge`.
     fn apply(self, forge: &mut Forge) {
-        if let Some(v) = self.kind {
+        // `type: "addon"` is how a `git` forge is reported, so a client sending back what it
+        // read keeps the forge a `git` forge; `woodlark_type` names the type unambiguously.
+        if let Some(v) = self.woodlark_type.or(self.kind)
+            && !(v == "addon" && forge.kind == "git")
+        {
             forge.kind = v;
         }
         if let Some(v) = self.url {

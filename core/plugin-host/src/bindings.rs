@@ -1,0 +1,45 @@
+//! Host-side bindings generated from `wit/` by `wasmtime::component::bindgen!`.
+//!
+//! The capabilities (`woodlark:host`) are bound once, through the `capabilities` world, and
+//! every plugin world reuses them with `with:`, so one `Host` impl per capability serves all
+//! worlds. Host functions are `trappable`: returning `Err` from them traps the guest (used for
+//! limit breaches); expected failures are the WIT `plugin-error` values.
+
+/// `woodlark:host@0.1.0`: the capability interfaces.
+pub mod caps {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "woodlark:host/capabilities@0.1.0",
+        imports: { default: trappable },
+    });
+}
+
+/// `woodlark:plugins/forge-adapter@0.1.0`.
+pub mod forge_v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "woodlark:plugins/forge-adapter@0.1.0",
+        imports: { default: trappable },
+        with: { "woodlark:host": crate::bindings::caps::woodlark::host },
+    });
+}
+
+/// `woodlark:plugins/secret-backend@0.1.0`.
+pub mod secrets_v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "woodlark:plugins/secret-backend@0.1.0",
+        imports: { default: trappable },
+        with: { "woodlark:host": crate::bindings::caps::woodlark::host },
+    });
+}
+
+/// `woodlark:plugins/registry-auth@0.1.0`.
+pub mod registry_v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "woodlark:plugins/registry-auth@0.1.0",
+        imports: { default: trappable },
+        with: { "woodlark:host": crate::bindings::caps::woodlark::host },
+    });
+}

@@ -1,0 +1,888 @@
+//! [`PluginHost`]: the registry of loaded plugins, reloads, and the call path.
+//!
+//! **Registry.** An `ArcSwap` of `name → Slot`. A slot holds the current version (an
+//! `Arc<LoadedPlugin>`), the last load error, call counters and the concurrency semaphore.
+//! Only [`PluginHost::reload`] writes the registry, serialized by a mutex: it builds a new map
+//! and swaps it in, so readers never lock and in-flight calls keep the version they started
+//! on.
+//!
+//! **Calls.** Look up the current version → wait (at most the timeout) for a concurrency
+//! permit → on the blocking pool: fresh `Store` with limits and an epoch deadline,
+//! instantiate from the cached `InstancePre`, call, drop the store → check output size →
+//! count and log. A trap, timeout or limit breach fails that call only.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use wasmtime::{Engine, Store, Trap};
+
+use crate::bindings::caps::woodlark::host::types::PluginError as WitError;
+use crate::cache::ComponentCache;
+use crate::config::{InstanceConfig, PluginsConfig};
+use crate::convert;
+use crate::engine::{deadline_ticks, new_engine};
+use crate::error::{HostError, LoadError, PluginError};
+use crate::http_client::HttpClient;
+use crate::loader::{self, Linkers, LoadedPlugin, WorldPre};
+use crate::services::{KvStore, MapSecrets, MemoryKv, SecretSource};
+use crate::state::{CallState, Services};
+use crate::types::*;
+
+/// Largest total size of hook request headers handed to a plugin.
+const MAX_HEADER_BYTES: u64 = 256 * 1024;
+
+/// What the server provides to plugins (see [`crate::services`]).
+pub struct HostServices {
+    pub kv: Arc<dyn KvStore>,
+    pub secrets: Arc<dyn SecretSource>,
+}
+
+impl Default for HostServices {
+    /// In-memory kv and no secrets (tests, the offline bench).
+    fn default() -> Self {
+        Self {
+            kv: Arc::new(MemoryKv::default()),
+            secrets: Arc::new(MapSecrets::default()),
+        }
+    }
+}
+
+/// Call counters of one plugin instance (kept across reloads).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CallCounts {
+    /// Calls started.
+    pub total: u64,
+    /// Calls that returned a value.
+    pub ok: u64,
+    /// Calls where the plugin answered with an error value.
+    pub errors: u64,
+    /// Traps, timeouts, memory-limit breaches and oversized outputs.
+    pub faults: u64,
+    /// Of the faults, timeouts.
+    pub timeouts: u64,
+    /// Refused before running (busy, oversized input).
+    pub rejected: u64,
+    pub in_flight: u64,
+}
+
+#[derive(Default)]
+struct Stats {
+    total: AtomicU64,
+    ok: AtomicU64,
+    errors: AtomicU64,
+    faults: AtomicU64,
+    timeouts: AtomicU64,
+    rejected: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Stats {
+    fn snapshot(&self) -> CallCounts {
+        CallCounts {
+            total: self.total.load(Ordering::Relaxed),
+            ok: self.ok.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            faults: self.faults.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One row of [`PluginHost::list`] (served as `GET /api/plugins`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginInfo {
+    pub name: String,
+    /// Component file name inside the plugin directory.
+    pub file: String,
+    /// Whether a version is loaded and callable.
+    pub loaded: bool,
+    pub world: Option<WorldKind>,
+    /// The exported interface's version, e.g. `0.1.0`.
+    pub version: Option<String>,
+    /// `sha256:<hex>` of the loaded component file.
+    pub content_hash: Option<String>,
+    /// When the current version was loaded, Unix seconds.
+    pub loaded_at: Option<u64>,
+    /// The last load error (the previous version, if any, stays loaded).
+    pub last_error: Option<String>,
+    pub last_error_at: Option<u64>,
+    pub calls: CallCounts,
+}
+
+/// What a reload did to one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadAction {
+    Loaded { sha256: String },
+    Unchanged,
+    Failed(LoadError),
+    Unloaded,
+    Missing,
+}
+
+#[derive(Clone)]
+struct Slot {
+    file: String,
+    current: Option<Arc<LoadedPlugin>>,
+    last_error: Option<(String, SystemTime)>,
+    failed_sha: Option<String>,
+    stats: Arc<Stats>,
+    semaphore: Arc<Semaphore>,
+    max_concurrency: u32,
+}
+
+type Registry = BTreeMap<String, Arc<Slot>>;
+
+pub(crate) struct Inner {
+    config: PluginsConfig,
+    engine: Engine,
+    cache: ComponentCache,
+    linkers: Linkers,
+    services: Arc<Services>,
+    registry: ArcSwap<Registry>,
+    reload_lock: Mutex<()>,
+    watcher: Mutex<Option<crate::watch::Watcher>>,
+}
+
+/// The plugin host. Cheap to clone; all clones share one registry.
+#[derive(Clone)]
+pub struct PluginHost {
+    inner: Arc<Inner>,
+}
+
+impl PluginHost {
+    /// Builds the engine, linkers, cache and HTTP client; loads nothing yet. Must be called
+    /// inside a tokio runtime (plugins' HTTP requests run on it).
+    pub fn new(config: PluginsConfig, services: HostServices) -> Result<Self, HostError> {
+        config.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            HostError::Engine("PluginHost::new must run inside a tokio runtime".into())
+        })?;
+        let engine = new_engine()?;
+        let cache = ComponentCache::open(&engine, &config.cache_dir)?;
+        let link = |w| {
+            crate::caps::linker_for(&engine, w).map_err(|e| HostError::Engine(format!("{e:#}")))
+        };
+        let linkers = Linkers {
+            forge: link(WorldKind::ForgeAdapter)?,
+            secrets: link(WorldKind::SecretBackend)?,
+            registry: link(WorldKind::RegistryAuth)?,
+        };
+        let services = Arc::new(Services {
+            kv: services.kv,
+            secrets: services.secrets,
+            http: HttpClient::new()?,
+            runtime,
+        });
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                engine,
+                cache,
+                linkers,
+                services,
+                registry: ArcSwap::from_pointee(BTreeMap::new()),
+                reload_lock: Mutex::new(()),
+                watcher: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// [`new`](Self::new), a first [`reload`](Self::reload) on the blocking pool, and, if
+    /// `watch` is on, the directory watcher. What the server calls at start-up.
+    pub async fn start(config: PluginsConfig, services: HostServices) -> Result<Self, HostError> {
+        let host = Self::new(config, services)?;
+        let h = host.clone();
+        let report = tokio::task::spawn_blocking(move || h.reload())
+            .await
+            .map_err(|e| HostError::Engine(format!("initial load panicked: {e}")))?;
+        let loaded = report
+            .iter()
+            .filter(|(_, a)| matches!(a, ReloadAction::Loaded { .. }))
+            .count();
+        tracing::info!(dir = %host.inner.config.dir.display(), loaded, "plugins loaded");
+        if host.inner.config.watch {
+            host.watch()?;
+        }
+        Ok(host)
+    }
+
+    /// Starts watching the plugin directory (idempotent). Creates the directory if missing.
+    pub fn watch(&self) -> Result<(), HostError> {
+        let mut w = self.inner.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        if w.is_none() {
+            *w = Some(crate::watch::spawn(&self.inner)?);
+        }
+        Ok(())
+    }
+
+    pub fn config(&self) -> &PluginsConfig {
+        &self.inner.config
+    }
+
+    /// Rescans the plugin directory and (re)loads what changed. Blocking (it may compile):
+    /// call it from a blocking thread. Returns what happened per instance.
+    pub fn reload(&self) -> Vec<(String, ReloadAction)> {
+        self.inner.reload()
+    }
+
+    /// Every known instance with its state and counters, by name.
+    pub fn list(&self) -> Vec<PluginInfo> {
+        let reg = self.inner.registry.load();
+        reg.iter()
+            .map(|(name, slot)| {
+                let cur = slot.current.as_ref();
+                PluginInfo {
+                    name: name.clone(),
+                    file: slot.file.clone(),
+                    loaded: cur.is_some(),
+                    world: cur.map(|p| p.world),
+                    version: cur.map(|p| p.version.clone()),
+                    content_hash: cur.map(|p| format!("sha256:{}", p.sha256)),
+                    loaded_at: cur.map(|p| unix(p.loaded_at)),
+                    last_error: slot.last_error.as_ref().map(|(e, _)| e.clone()),
+                    last_error_at: slot.last_error.as_ref().map(|(_, t)| unix(*t)),
+                    calls: slot.stats.snapshot(),
+                }
+            })
+            .collect()
+    }
+
+    /// Names of loaded plugins of `world`.
+    pub fn names(&self, world: WorldKind) -> Vec<String> {
+        self.inner
+            .registry
+            .load()
+            .iter()
+            .filter(|(_, s)| s.current.as_ref().is_some_and(|p| p.world == world))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    // ---- forge adapters ----
+
+    /// Asks forge adapter `plugin` to parse a webhook.
+    pub async fn parse_hook(
+        &self,
+        plugin: &str,
+        req: HookRequest,
+    ) -> Result<HookOutcome, PluginError> {
+        let limits_in = self.limits_of(plugin)?;
+        let header_bytes: u64 = req
+            .headers
+            .iter()
+            .map(|(n, v)| (n.len() + v.len()) as u64)
+            .sum();
+        if header_bytes > MAX_HEADER_BYTES {
+            return self.reject(
+                plugin,
+                "input: request headers",
+                header_bytes,
+                MAX_HEADER_BYTES,
+            );
+        }
+        if req.body.len() as u64 > limits_in.max_input_bytes {
+            return self.reject(
+                plugin,
+                "input: request body",
+                req.body.len() as u64,
+                limits_in.max_input_bytes,
+            );
+        }
+        let req = convert::hook_request(req);
+        let out = self
+            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+                let WorldPre::ForgeV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_forge_forge()
+                    .call_parse_hook(&mut *store, &req)
+            })
+            .await?;
+        let out = convert::outcome(out);
+        self.check_output(plugin, &out)?;
+        Ok(out)
+    }
+
+    /// The first loaded forge adapter (by name) whose `recognize` accepts these headers.
+    pub async fn recognize(&self, headers: &[(String, Vec<u8>)]) -> Option<String> {
+        let wit_headers = convert::headers(headers);
+        for name in self.names(WorldKind::ForgeAdapter) {
+            let hs = wit_headers.clone();
+            let r = self
+                .call(&name, WorldKind::ForgeAdapter, move |pre, store| {
+                    let WorldPre::ForgeV0_1(pre) = pre else {
+                        unreachable!("world checked")
+                    };
+                    let inst = pre.instantiate(&mut *store)?;
+                    inst.woodlark_forge_forge()
+                        .call_recognize(&mut *store, &hs)
+                        .map(Ok::<bool, WitError>)
+                })
+                .await;
+            if let Ok(true) = r {
+                return Some(name);
+            }
+        }
+        None
+    }
+
+    /// Finds the adapter that recognises the request and parses it with that adapter.
+    pub async fn detect_and_parse(
+        &self,
+        req: HookRequest,
+    ) -> Result<(String, HookOutcome), PluginError> {
+        let name = self
+            .recognize(&req.headers)
+            .await
+            .ok_or(PluginError::Unrecognized)?;
+        let out = self.parse_hook(&name, req).await?;
+        Ok((name, out))
+    }
+
+    pub async fn repo_info(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+    ) -> Result<Repo, PluginError> {
+        let ctx = convert::api_context(ctx);
+        let full = full_name.to_string();
+        let r = self
+            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+                let WorldPre::ForgeV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_forge_forge()
+                    .call_repo_info(&mut *store, &ctx, &full)
+            })
+            .await?;
+        let r = convert::repo(r);
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    pub async fn file_at(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        let ctx = convert::api_context(ctx);
+        let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
+        let r = self
+            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+                let WorldPre::ForgeV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_forge_forge()
+                    .call_file_at(&mut *store, &ctx, &full, &commit, &path)
+            })
+            .await?;
+        let size = r.as_ref().map_or(0, |b| b.len() as u64);
+        let limit = self
+            .limits_of(plugin)?
+            .max_output_bytes
+            .max(self.limits_of(plugin)?.max_http_response_bytes);
+        if size > limit {
+            return self.fault_output(plugin, size, limit);
+        }
+        Ok(r)
+    }
+
+    pub async fn dir_at(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<Vec<String>, PluginError> {
+        let ctx = convert::api_context(ctx);
+        let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
+        let r = self
+            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+                let WorldPre::ForgeV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_forge_forge()
+                    .call_dir_at(&mut *store, &ctx, &full, &commit, &path)
+            })
+            .await?;
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    pub async fn branches(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+    ) -> Result<Vec<String>, PluginError> {
+        let ctx = convert::api_context(ctx);
+        let full = full_name.to_string();
+        let r = self
+            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+                let WorldPre::ForgeV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_forge_forge()
+                    .call_branches(&mut *store, &ctx, &full)
+            })
+            .await?;
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    pub async fn post_status(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        commit: &str,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        let ctx = convert::api_context(ctx);
+        let (full, commit) = (full_name.to_string(), commit.to_string());
+        let status = convert::commit_status(status);
+        self.call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+            let WorldPre::ForgeV0_1(pre) = pre else {
+                unreachable!("world checked")
+            };
+            let inst = pre.instantiate(&mut *store)?;
+            inst.woodlark_forge_forge()
+                .call_post_status(&mut *store, &ctx, &full, &commit, &status)
+        })
+        .await
+    }
+
+    // ---- secret backends ----
+
+    pub async fn list_secrets(
+        &self,
+        plugin: &str,
+        scope: SecretScope,
+    ) -> Result<Vec<Secret>, PluginError> {
+        let scope = convert::scope(scope);
+        let r = self
+            .call(plugin, WorldKind::SecretBackend, move |pre, store| {
+                let WorldPre::SecretsV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_secrets_secrets()
+                    .call_list_secrets(&mut *store, &scope)
+            })
+            .await?;
+        let r: Vec<Secret> = r.into_iter().map(convert::secret).collect();
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    pub async fn get_secret(
+        &self,
+        plugin: &str,
+        scope: SecretScope,
+        name: &str,
+    ) -> Result<Option<Secret>, PluginError> {
+        let scope = convert::scope(scope);
+        let name = name.to_string();
+        let r = self
+            .call(plugin, WorldKind::SecretBackend, move |pre, store| {
+                let WorldPre::SecretsV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_secrets_secrets()
+                    .call_get_secret(&mut *store, &scope, &name)
+            })
+            .await?;
+        let r = r.map(convert::secret);
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    // ---- registry auth ----
+
+    pub async fn credential_for(
+        &self,
+        plugin: &str,
+        image: &str,
+        repo: &str,
+    ) -> Result<Option<Credential>, PluginError> {
+        let (image, repo) = (image.to_string(), repo.to_string());
+        let r = self
+            .call(plugin, WorldKind::RegistryAuth, move |pre, store| {
+                let WorldPre::RegistryV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate(&mut *store)?;
+                inst.woodlark_registry_auth()
+                    .call_credential_for(&mut *store, &image, &repo)
+            })
+            .await?;
+        let r = r.map(convert::credential);
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    // ---- the call path ----
+
+    fn slot(&self, plugin: &str) -> Result<Arc<Slot>, PluginError> {
+        self.inner
+            .registry
+            .load()
+            .get(plugin)
+            .cloned()
+            .ok_or_else(|| PluginError::NotLoaded(plugin.to_string()))
+    }
+
+    fn limits_of(&self, plugin: &str) -> Result<crate::config::Limits, PluginError> {
+        let slot = self.slot(plugin)?;
+        slot.current
+            .as_ref()
+            .map(|p| p.limits)
+            .ok_or_else(|| PluginError::NotLoaded(plugin.to_string()))
+    }
+
+    fn reject<T>(
+        &self,
+        plugin: &str,
+        what: &'static str,
+        size: u64,
+        limit: u64,
+    ) -> Result<T, PluginError> {
+        if let Ok(slot) = self.slot(plugin) {
+            slot.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::warn!(
+            plugin,
+            what,
+            size,
+            limit,
+            "plugin call refused: input too large"
+        );
+        Err(PluginError::TooLarge {
+            plugin: plugin.to_string(),
+            what,
+            size,
+            limit,
+        })
+    }
+
+    fn fault_output<T>(&self, plugin: &str, size: u64, limit: u64) -> Result<T, PluginError> {
+        if let Ok(slot) = self.slot(plugin) {
+            slot.stats.ok.fetch_sub(1, Ordering::Relaxed);
+            slot.stats.faults.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::warn!(plugin, size, limit, "plugin output too large; call failed");
+        Err(PluginError::TooLarge {
+            plugin: plugin.to_string(),
+            what: "output",
+            size,
+            limit,
+        })
+    }
+
+    /// Rejects results whose serialized size is above the instance's `max_output_bytes`.
+    fn check_output<T: Serialize>(&self, plugin: &str, value: &T) -> Result<(), PluginError> {
+        let limit = self
+            .limits_of(plugin)
+            .map(|l| l.max_output_bytes)
+            .unwrap_or(1 << 20);
+        let size = serde_json::to_vec(value)
+            .map(|v| v.len() as u64)
+            .unwrap_or(u64::MAX);
+        if size > limit {
+            return self.fault_output(plugin, size, limit);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on a fresh store of `plugin`'s current version, under its limits.
+    async fn call<T, F>(&self, plugin: &str, world: WorldKind, f: F) -> Result<T, PluginError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WorldPre, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>
+            + Send
+            + 'static,
+    {
+        let slot = self.slot(plugin)?;
+        let loaded = slot
+            .current
+            .clone()
+            .ok_or_else(|| PluginError::NotLoaded(plugin.to_string()))?;
+        if loaded.world != world {
+            return Err(PluginError::WrongWorld {
+                plugin: plugin.to_string(),
+                expected: world,
+                actual: loaded.world,
+            });
+        }
+        let timeout = loaded.limits.timeout();
+        let permit =
+            match tokio::time::timeout(timeout, slot.semaphore.clone().acquire_owned()).await {
+                Ok(Ok(p)) => p,
+                _ => {
+                    slot.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        plugin,
+                        max = slot.max_concurrency,
+                        "plugin busy; call refused"
+                    );
+                    return Err(PluginError::Busy {
+                        plugin: plugin.to_string(),
+                        max: slot.max_concurrency,
+                    });
+                }
+            };
+        let stats = slot.stats.clone();
+        stats.total.fetch_add(1, Ordering::Relaxed);
+        stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        let services = self.inner.services.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            run(&loaded, services, f)
+        });
+        // The epoch deadline stops guest code and host I/O is bounded by the same deadline;
+        // this outer timeout is a backstop for anything else.
+        let result = match tokio::time::timeout(timeout + Duration::from_secs(2), task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(join)) => Err(PluginError::Trap {
+                plugin: plugin.to_string(),
+                message: format!("host task failed: {join}"),
+            }),
+            Err(_) => Err(PluginError::Timeout {
+                plugin: plugin.to_string(),
+                timeout_ms: timeout.as_millis() as u64,
+            }),
+        };
+        stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        match &result {
+            Ok(_) => {
+                stats.ok.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(PluginError::Plugin { kind, message, .. }) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(plugin, kind = %kind, error = %message, "plugin returned an error");
+            }
+            Err(e) => {
+                stats.faults.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, PluginError::Timeout { .. }) {
+                    stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::warn!(plugin, error = %e, "plugin call failed");
+            }
+        }
+        result
+    }
+}
+
+/// One call on a fresh store (blocking).
+fn run<T, F>(loaded: &LoadedPlugin, services: Arc<Services>, f: F) -> Result<T, PluginError>
+where
+    F: FnOnce(&WorldPre, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>,
+{
+    let state = CallState::new(
+        loaded.name.clone(),
+        loaded.grants.clone(),
+        loaded.limits,
+        services,
+    );
+    let mut store = Store::new(&loaded.engine, state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(deadline_ticks(loaded.limits.timeout()));
+    store.epoch_deadline_trap();
+    let plugin = &*loaded.name;
+    match f(&loaded.pre, &mut store) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(convert::plugin_error(plugin, e)),
+        Err(e) => Err(classify(plugin, &e, &store, loaded)),
+    }
+}
+
+fn classify(
+    plugin: &str,
+    e: &wasmtime::Error,
+    store: &Store<CallState>,
+    loaded: &LoadedPlugin,
+) -> PluginError {
+    if store.data().limiter.memory_exceeded {
+        return PluginError::MemoryLimit {
+            plugin: plugin.to_string(),
+            memory_mb: loaded.limits.memory_mb,
+        };
+    }
+    if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return PluginError::Timeout {
+            plugin: plugin.to_string(),
+            timeout_ms: loaded.limits.timeout_ms,
+        };
+    }
+    PluginError::Trap {
+        plugin: plugin.to_string(),
+        message: format!("{e:#}"),
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Inner {
+    pub(crate) fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    pub(crate) fn debounce_ms(&self) -> u64 {
+        self.config.debounce_ms
+    }
+
+    /// Instances wanted now: the configured ones plus, with `load_unlisted`, every other
+    /// `*.wasm` file in the directory (named after its stem).
+    fn desired(&self) -> Vec<(String, InstanceConfig, bool)> {
+        let mut out: Vec<(String, InstanceConfig, bool)> = self
+            .config
+            .instances
+            .iter()
+            .map(|(n, i)| (n.clone(), i.clone(), true))
+            .collect();
+        if self.config.load_unlisted
+            && let Ok(entries) = std::fs::read_dir(self.dir())
+        {
+            let mut files: Vec<String> = entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|f| f.ends_with(".wasm") && !f.starts_with('.'))
+                .collect();
+            files.sort();
+            for file in files {
+                if self.config.instances.values().any(|i| i.file == file) {
+                    continue;
+                }
+                let name = file.trim_end_matches(".wasm").to_ascii_lowercase();
+                if out.iter().any(|(n, _, _)| *n == name) {
+                    continue;
+                }
+                out.push((name, InstanceConfig::bare(file), false));
+            }
+        }
+        out
+    }
+
+    pub(crate) fn reload(&self) -> Vec<(String, ReloadAction)> {
+        let _guard = self.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.registry.load_full();
+        let mut next: Registry = BTreeMap::new();
+        let mut report = Vec::new();
+        for (name, inst, configured) in self.desired() {
+            let path: PathBuf = self.dir().join(&inst.file);
+            let limits = inst.limits(&self.config.defaults);
+            let mut slot = match old.get(&name) {
+                Some(s) => (**s).clone(),
+                None => Slot {
+                    file: inst.file.clone(),
+                    current: None,
+                    last_error: None,
+                    failed_sha: None,
+                    stats: Arc::new(Stats::default()),
+                    semaphore: Arc::new(Semaphore::new(limits.max_concurrency as usize)),
+                    max_concurrency: limits.max_concurrency,
+                },
+            };
+            if !path.is_file() {
+                let action = if slot.current.take().is_some() {
+                    tracing::info!(plugin = %name, file = %path.display(), "plugin file removed; unloaded");
+                    ReloadAction::Unloaded
+                } else {
+                    ReloadAction::Missing
+                };
+                if configured {
+                    slot.failed_sha = None;
+                    if slot.last_error.is_none() || action == ReloadAction::Unloaded {
+                        slot.last_error = Some((
+                            format!("file not found: {}", path.display()),
+                            SystemTime::now(),
+                        ));
+                    }
+                    next.insert(name.clone(), Arc::new(slot));
+                }
+                report.push((name, action));
+                continue;
+            }
+            let action = match loader::read_file(&path) {
+                Err(e) => {
+                    tracing::warn!(plugin = %name, error = %e, "cannot read plugin file");
+                    slot.last_error = Some((e.to_string(), SystemTime::now()));
+                    ReloadAction::Failed(e)
+                }
+                Ok((bytes, sha)) => {
+                    let same_loaded = slot.current.as_ref().is_some_and(|p| p.sha256 == sha);
+                    let same_failed = slot.failed_sha.as_deref() == Some(sha.as_str());
+                    if same_loaded || same_failed {
+                        ReloadAction::Unchanged
+                    } else {
+                        match loader::load(
+                            &self.engine,
+                            &self.cache,
+                            &self.linkers,
+                            &name,
+                            &inst,
+                            &self.config.defaults,
+                            &bytes,
+                            &sha,
+                        ) {
+                            Ok(p) => {
+                                tracing::info!(
+                                    plugin = %name,
+                                    world = %p.world,
+                                    version = %p.version,
+                                    sha256 = %sha,
+                                    replaced = slot.current.is_some(),
+                                    "plugin loaded"
+                                );
+                                slot.current = Some(Arc::new(p));
+                                slot.last_error = None;
+                                slot.failed_sha = None;
+                                ReloadAction::Loaded { sha256: sha }
+                            }
+                            Err(e) => {
+                                tracing::warn!(
+                                    plugin = %name,
+                                    sha256 = %sha,
+                                    error = %e,
+                                    kept_previous = slot.current.is_some(),
+                                    "plugin failed to load"
+                                );
+                                slot.last_error = Some((e.to_string(), SystemTime::now()));
+                                slot.failed_sha = Some(sha);
+                                ReloadAction::Failed(e)
+                            }
+                        }
+                    }
+                }
+            };
+            next.insert(name.clone(), Arc::new(slot));
+            report.push((name, action));
+        }
+        self.registry.store(Arc::new(next));
+        report
+    }
+}

@@ -1,0 +1,180 @@
+//! Turning a file into a ready-to-call plugin, or a [`LoadError`].
+//!
+//! Steps (all off the async runtime): read and hash the bytes → compiled component from the
+//! cache or the compiler → the world and version from the component's exports → compare
+//! with the configured world → `instantiate_pre` against that world's linker (an import the
+//! world does not grant fails here, not at the first webhook) → the typed `*Pre` of the
+//! world's bindings (checks the export's types).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, Linker};
+
+use crate::bindings::{forge_v0_1, registry_v0_1, secrets_v0_1};
+use crate::cache::ComponentCache;
+use crate::config::{InstanceConfig, Limits};
+use crate::error::LoadError;
+use crate::state::{CallState, Grants};
+use crate::types::WorldKind;
+
+/// Largest component file accepted.
+pub(crate) const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+
+/// A world's pre-instantiated bindings, one variant per supported world version.
+pub(crate) enum WorldPre {
+    ForgeV0_1(forge_v0_1::ForgeAdapterPre<CallState>),
+    SecretsV0_1(secrets_v0_1::SecretBackendPre<CallState>),
+    RegistryV0_1(registry_v0_1::RegistryAuthPre<CallState>),
+}
+
+/// One loaded version of one plugin instance. Immutable; a reload makes a new one, and
+/// in-flight calls keep the `Arc` of the version they started on.
+pub(crate) struct LoadedPlugin {
+    pub name: Arc<str>,
+    pub world: WorldKind,
+    pub version: String,
+    pub sha256: String,
+    pub loaded_at: SystemTime,
+    pub pre: WorldPre,
+    pub grants: Arc<Grants>,
+    pub limits: Limits,
+    pub engine: Engine,
+}
+
+pub(crate) struct Linkers {
+    pub forge: Linker<CallState>,
+    pub secrets: Linker<CallState>,
+    pub registry: Linker<CallState>,
+}
+
+impl Linkers {
+    fn for_world(&self, w: WorldKind) -> &Linker<CallState> {
+        match w {
+            WorldKind::ForgeAdapter => &self.forge,
+            WorldKind::SecretBackend => &self.secrets,
+            WorldKind::RegistryAuth => &self.registry,
+        }
+    }
+}
+
+pub(crate) fn read_file(path: &Path) -> Result<(Vec<u8>, String), LoadError> {
+    let read_err = |e: std::io::Error| LoadError::Read {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let size = std::fs::metadata(path).map_err(read_err)?.len();
+    if size > MAX_COMPONENT_BYTES {
+        return Err(LoadError::TooBig {
+            path: path.display().to_string(),
+            size,
+            limit: MAX_COMPONENT_BYTES,
+        });
+    }
+    let bytes = std::fs::read(path).map_err(read_err)?;
+    let sha = hex(&Sha256::digest(&bytes));
+    Ok((bytes, sha))
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Which world and version a component exports, from its export names
+/// (`woodlark:forge/forge@0.1.0` → forge-adapter, `0.1.0`).
+pub(crate) fn detect_world(
+    engine: &Engine,
+    component: &Component,
+) -> Result<(WorldKind, String), LoadError> {
+    let ty = component.component_type();
+    let mut found = Vec::new();
+    for (name, item) in ty.exports(engine) {
+        found.push(name.to_string());
+        if !matches!(item.ty, ComponentItem::ComponentInstance(_)) {
+            continue;
+        }
+        let (iface, version) = name.split_once('@').unwrap_or((name, ""));
+        for world in [
+            WorldKind::ForgeAdapter,
+            WorldKind::SecretBackend,
+            WorldKind::RegistryAuth,
+        ] {
+            if iface == world.export_interface() {
+                if !version.starts_with("0.1.") {
+                    return Err(LoadError::UnsupportedVersion {
+                        interface: iface.to_string(),
+                        version: version.to_string(),
+                    });
+                }
+                return Ok((world, version.to_string()));
+            }
+        }
+    }
+    Err(LoadError::UnknownWorld {
+        found: if found.is_empty() {
+            "nothing".into()
+        } else {
+            found.join(", ")
+        },
+    })
+}
+
+/// Loads `bytes` as instance `name`. Pure with respect to the registry: the caller swaps.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn load(
+    engine: &Engine,
+    cache: &ComponentCache,
+    linkers: &Linkers,
+    name: &str,
+    inst: &InstanceConfig,
+    defaults: &Limits,
+    bytes: &[u8],
+    sha256: &str,
+) -> Result<LoadedPlugin, LoadError> {
+    let component = cache
+        .load_or_compile(engine, sha256, bytes)
+        .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+    let (world, version) = detect_world(engine, &component)?;
+    if let Some(configured) = inst.world
+        && configured != world
+    {
+        return Err(LoadError::WrongWorld {
+            configured,
+            actual: world,
+        });
+    }
+    let instance_pre = linkers
+        .for_world(world)
+        .instantiate_pre(&component)
+        .map_err(|e| LoadError::Link(format!("{e:#}")))?;
+    let exports_err = |e: wasmtime::Error| LoadError::Exports {
+        world,
+        message: format!("{e:#}"),
+    };
+    let pre = match world {
+        WorldKind::ForgeAdapter => WorldPre::ForgeV0_1(
+            forge_v0_1::ForgeAdapterPre::new(instance_pre).map_err(exports_err)?,
+        ),
+        WorldKind::SecretBackend => WorldPre::SecretsV0_1(
+            secrets_v0_1::SecretBackendPre::new(instance_pre).map_err(exports_err)?,
+        ),
+        WorldKind::RegistryAuth => WorldPre::RegistryV0_1(
+            registry_v0_1::RegistryAuthPre::new(instance_pre).map_err(exports_err)?,
+        ),
+    };
+    Ok(LoadedPlugin {
+        name: Arc::from(name),
+        world,
+        version,
+        sha256: sha256.to_string(),
+        loaded_at: SystemTime::now(),
+        pre,
+        grants: Arc::new(Grants::from_config(inst)),
+        limits: inst.limits(defaults),
+        engine: engine.clone(),
+    })
+}

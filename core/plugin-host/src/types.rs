@@ -1,0 +1,278 @@
+//! Plain Rust types of the plugin contract, free of wasmtime: what the server passes in and
+//! gets back. Field names follow the WIT records (snake_case), so the JSON of a
+//! [`HookOutcome`] is the documented `woodlark plugin run-hook` output:
+//! `{"build": {"repo": {...}, "pipeline": {...}, "signature_verified": true}}` or
+//! `{"ignored": "reason"}`.
+
+use serde::{Deserialize, Serialize};
+
+/// The kind of plugin, i.e. the world a component targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorldKind {
+    ForgeAdapter,
+    SecretBackend,
+    RegistryAuth,
+}
+
+impl WorldKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ForgeAdapter => "forge-adapter",
+            Self::SecretBackend => "secret-backend",
+            Self::RegistryAuth => "registry-auth",
+        }
+    }
+
+    /// The interface a component of this world exports, without version.
+    pub(crate) fn export_interface(self) -> &'static str {
+        match self {
+            Self::ForgeAdapter => "woodlark:forge/forge",
+            Self::SecretBackend => "woodlark:secrets/secrets",
+            Self::RegistryAuth => "woodlark:registry/auth",
+        }
+    }
+}
+
+impl std::fmt::Display for WorldKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A webhook request as received (the server fills it from its HTTP request).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookRequest {
+    pub method: String,
+    /// Path plus query, e.g. `/api/hook?access_token=...`.
+    pub path_and_query: String,
+    /// Header names and raw values, in arrival order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
+impl HookRequest {
+    /// A POST with text headers, for tests and the offline bench.
+    pub fn post(path_and_query: &str, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Self {
+        Self {
+            method: "POST".into(),
+            path_and_query: path_and_query.into(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body: body.into(),
+        }
+    }
+}
+
+/// What a forge adapter made of a webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookOutcome {
+    Build(Box<HookBuild>),
+    /// Recognised, nothing to run; the reason.
+    Ignored(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookBuild {
+    pub repo: Repo,
+    pub pipeline: Pipeline,
+    /// The adapter checked the forge's signature/token and it matched.
+    pub signature_verified: bool,
+}
+
+/// Pipeline event, serialized as Woodpecker spells it (`pull_request_closed`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    Push,
+    PullRequest,
+    PullRequestClosed,
+    PullRequestMetadata,
+    Tag,
+    Release,
+    Deployment,
+}
+
+impl Event {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Push => "push",
+            Self::PullRequest => "pull_request",
+            Self::PullRequestClosed => "pull_request_closed",
+            Self::PullRequestMetadata => "pull_request_metadata",
+            Self::Tag => "tag",
+            Self::Release => "release",
+            Self::Deployment => "deployment",
+        }
+    }
+}
+
+/// Woodpecker's `Repo` fields as a forge reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repo {
+    pub forge_remote_id: String,
+    pub owner: String,
+    pub name: String,
+    pub full_name: String,
+    pub avatar_url: String,
+    pub forge_url: String,
+    pub clone_url: String,
+    pub clone_url_ssh: String,
+    pub default_branch: String,
+    pub private: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseInfo {
+    pub tag: String,
+    pub title: String,
+    pub prerelease: bool,
+}
+
+/// Woodpecker's `Pipeline` fields that come from the forge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pipeline {
+    pub event: Event,
+    pub event_reason: Vec<String>,
+    pub commit: String,
+    /// `ref` in Woodpecker's JSON.
+    pub git_ref: String,
+    pub branch: String,
+    pub refspec: String,
+    pub title: String,
+    pub message: String,
+    pub timestamp: i64,
+    pub author: String,
+    pub author_email: String,
+    pub author_avatar: String,
+    pub sender: String,
+    pub forge_url: String,
+    pub pr_number: Option<u64>,
+    pub pr_labels: Vec<String>,
+    pub from_fork: bool,
+    pub release: Option<ReleaseInfo>,
+    pub deploy_to: String,
+    pub deploy_task: String,
+    pub changed_files: Vec<String>,
+}
+
+/// Where and as whom a forge adapter calls its forge's API.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiContext {
+    /// The forge's web root, e.g. `https://gitea.example.com`.
+    pub forge_url: String,
+    /// The user's access token; empty for anonymous calls.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusState {
+    Pending,
+    Running,
+    Success,
+    Failure,
+    Error,
+    Killed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitStatus {
+    pub state: StatusState,
+    pub context: String,
+    pub description: String,
+    pub target_url: String,
+}
+
+/// Whose secrets a secret backend is asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretScope {
+    pub org: String,
+    /// `owner/name`.
+    pub repo: String,
+    pub event: String,
+}
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Secret {
+    pub name: String,
+    pub value: String,
+    pub events: Vec<String>,
+    pub images: Vec<String>,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secret")
+            .field("name", &self.name)
+            .field("value", &"<redacted>")
+            .field("events", &self.events)
+            .field("images", &self.images)
+            .finish()
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credential {
+    pub address: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("address", &self.address)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_json_shape_is_the_documented_one() {
+        let ignored = serde_json::to_value(HookOutcome::Ignored("ping event".into())).unwrap();
+        assert_eq!(ignored, serde_json::json!({"ignored": "ping event"}));
+        let p = Pipeline {
+            event: Event::PullRequestClosed,
+            event_reason: vec!["merged".into()],
+            commit: "abc".into(),
+            git_ref: "refs/pull/1/head".into(),
+            branch: "main".into(),
+            refspec: "f:main".into(),
+            title: "t".into(),
+            message: "m".into(),
+            timestamp: 1,
+            author: "a".into(),
+            author_email: "a@x".into(),
+            author_avatar: "".into(),
+            sender: "a".into(),
+            forge_url: "u".into(),
+            pr_number: Some(1),
+            pr_labels: vec![],
+            from_fork: false,
+            release: None,
+            deploy_to: "".into(),
+            deploy_task: "".into(),
+            changed_files: vec![],
+        };
+        let build = HookOutcome::Build(Box::new(HookBuild {
+            repo: Repo::default(),
+            pipeline: p,
+            signature_verified: true,
+        }));
+        let v = serde_json::to_value(&build).unwrap();
+        assert_eq!(v["build"]["pipeline"]["event"], "pull_request_closed");
+        assert_eq!(v["build"]["repo"]["forge_remote_id"], "");
+        assert_eq!(v["build"]["signature_verified"], true);
+        let back: HookOutcome = serde_json::from_value(v).unwrap();
+        assert_eq!(back, build);
+    }
+}

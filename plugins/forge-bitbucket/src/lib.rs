@@ -1,0 +1,268 @@
+//! Bitbucket Cloud forge adapter.
+//!
+//! Recognises `X-Event-Key` together with Bitbucket's `X-Hook-UUID` or a `repo:`/`pullrequest:`
+//! event key.
+//!
+//! | `X-Event-Key`                                   | Woodlark event        |
+//! |-------------------------------------------------|-----------------------|
+//! | `repo:push`, new branch head                    | `push`                |
+//! | `repo:push`, new tag                            | `tag`                 |
+//! | `pullrequest:created`, `pullrequest:updated`    | `pull-request`        |
+//! | `pullrequest:fulfilled` (merged), `:rejected`   | `pull-request-closed` |
+//!
+//! A push carries a list of changes; the first one with a new branch/tag head is used (as
+//! Woodpecker does). Deleted branches are ignored. Signature: optional `X-Hub-Signature`
+//! (`sha256=<hex>` HMAC of the body) when the instance config names a `hook-secret`.
+//! API: `https://api.bitbucket.org/2.0` (config `api-url`) with `Authorization: Bearer <token>`.
+
+use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
+use woodlark_plugin_sdk::serde_json::{Value, json};
+use woodlark_plugin_sdk::{config, headers, http};
+
+struct Bitbucket;
+
+woodlark_plugin_sdk::forge_adapter!(Bitbucket);
+
+impl ForgeAdapter for Bitbucket {
+    fn recognize(headers: &[Header]) -> bool {
+        match header(headers, "x-event-key") {
+            Some(key) => {
+                header(headers, "x-hook-uuid").is_some()
+                    || key.starts_with("repo:")
+                    || key.starts_with("pullrequest:")
+            }
+            None => false,
+        }
+    }
+
+    fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
+        let key = header(&req.headers, "x-event-key")
+            .ok_or_else(|| invalid("missing X-Event-Key header"))?
+            .to_string();
+        let verified = verify_hmac(
+            Algorithm::HmacSha256,
+            header(&req.headers, "x-hub-signature"),
+            &req.body,
+        )?;
+        let v = json_payload(&req)?;
+        let parsed = match key.as_str() {
+            "repo:push" => push(&v),
+            "pullrequest:created"
+            | "pullrequest:updated"
+            | "pullrequest:fulfilled"
+            | "pullrequest:rejected" => pull_request(&key, &v),
+            other => Err(format!("event {other:?} is not handled")),
+        };
+        Ok(match parsed {
+            Ok(p) => build(repo_of(&v["repository"]), p, verified),
+            Err(reason) => ignored(reason),
+        })
+    }
+
+    fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+        let url = format!("{}/repositories/{}", api(), full_name);
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
+            .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+        Ok(repo_of(&v))
+    }
+
+    fn file_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        let url = format!(
+            "{}/repositories/{}/src/{}/{}",
+            api(),
+            full_name,
+            commit,
+            http::encode_path(&path)
+        );
+        let mut hs = Vec::new();
+        if let Some(a) = auth_header(&ctx, "Bearer") {
+            hs.push(headers::text("authorization", &a));
+        }
+        let resp = http::send(&http::request("GET", &url, hs))?;
+        match resp.status {
+            200 => Ok(Some(resp.body)),
+            404 => Ok(None),
+            s => Err(unavailable(format!("Bitbucket src API: HTTP {s}"))),
+        }
+    }
+
+    fn dir_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Vec<String>, PluginError> {
+        let url = format!(
+            "{}/repositories/{}/src/{}/{}/?pagelen=100",
+            api(),
+            full_name,
+            commit,
+            http::encode_path(path.trim_end_matches('/'))
+        );
+        let v =
+            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
+        Ok(array_at(&v, "/values")
+            .iter()
+            .filter(|e| e["type"] == "commit_file")
+            .map(|e| str_at(e, "/path"))
+            .collect())
+    }
+
+    fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+        let url = format!(
+            "{}/repositories/{}/refs/branches?pagelen=100",
+            api(),
+            full_name
+        );
+        let v =
+            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
+        Ok(array_at(&v, "/values")
+            .iter()
+            .map(|b| str_at(b, "/name"))
+            .collect())
+    }
+
+    fn post_status(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        let state = match status.state {
+            StatusState::Pending | StatusState::Running => "INPROGRESS",
+            StatusState::Success => "SUCCESSFUL",
+            StatusState::Failure | StatusState::Error => "FAILED",
+            StatusState::Killed => "STOPPED",
+        };
+        let url = format!(
+            "{}/repositories/{}/commit/{}/statuses/build",
+            api(),
+            full_name,
+            commit
+        );
+        let body = json!({
+            "state": state,
+            "key": status.context,
+            "name": status.context,
+            "description": status.description,
+            "url": status.target_url,
+        });
+        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+    }
+}
+
+fn api() -> String {
+    config::get("api-url")
+        .map(|u| u.trim_end_matches('/').to_string())
+        .unwrap_or_else(|| "https://api.bitbucket.org/2.0".to_string())
+}
+
+fn repo_of(r: &Value) -> Repo {
+    let full = str_at(r, "/full_name");
+    let (owner, name) = full.split_once('/').unwrap_or(("", full.as_str()));
+    let web = first_str(r, &["/links/html/href"]);
+    let mut repo = repo();
+    repo.forge_remote_id = str_at(r, "/uuid");
+    repo.owner = owner.to_string();
+    repo.name = name.to_string();
+    repo.full_name = full.clone();
+    repo.avatar_url = str_at(r, "/links/avatar/href");
+    repo.forge_url = web.clone();
+    let origin = if web.is_empty() {
+        "https://bitbucket.org".to_string()
+    } else {
+        web.trim_end_matches(&format!("/{full}")).to_string()
+    };
+    repo.clone_url = format!("{origin}/{full}.git");
+    let host = origin
+        .trim_start_matches("https://")
+        .trim_start_matches("http://");
+    repo.clone_url_ssh = format!("git@{host}:{full}.git");
+    repo.default_branch = str_at(r, "/mainbranch/name");
+    repo.private = r
+        .pointer("/is_private")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    repo
+}
+
+/// `Jane Doe <jane@example.com>` → `jane@example.com`.
+fn email_of(raw: &str) -> String {
+    match (raw.find('<'), raw.rfind('>')) {
+        (Some(a), Some(b)) if a < b => raw[a + 1..b].to_string(),
+        _ => String::new(),
+    }
+}
+
+fn actor_login(a: &Value) -> String {
+    first_str(a, &["/nickname", "/username", "/display_name"])
+}
+
+fn push(v: &Value) -> Result<Pipeline, String> {
+    for change in array_at(v, "/push/changes") {
+        let new = &change["new"];
+        let hash = str_at(new, "/target/hash");
+        if hash.is_empty() {
+            continue; // deletion
+        }
+        let name = str_at(new, "/name");
+        let kind = str_at(new, "/type");
+        let (event, git_ref) = match kind.as_str() {
+            "branch" | "named_branch" => (Event::Push, format!("refs/heads/{name}")),
+            "tag" | "annotated_tag" => (Event::Tag, format!("refs/tags/{name}")),
+            _ => continue,
+        };
+        let target = &new["target"];
+        let mut p = pipeline(event);
+        p.commit = hash;
+        p.git_ref = git_ref;
+        if event == Event::Push {
+            p.branch = name.clone();
+        }
+        p.message = str_at(target, "/message");
+        p.timestamp = rfc3339_to_unix(&str_at(target, "/date"));
+        p.author = actor_login(&v["actor"]);
+        p.author_email = email_of(&str_at(target, "/author/raw"));
+        p.author_avatar = str_at(v, "/actor/links/avatar/href");
+        p.sender = actor_login(&v["actor"]);
+        p.forge_url = first_str(target, &["/links/html/href"]);
+        return Ok(p);
+    }
+    Err("push without a new branch or tag head (deletion)".into())
+}
+
+fn pull_request(key: &str, v: &Value) -> Result<Pipeline, String> {
+    let pr = &v["pullrequest"];
+    let (event, reason) = match key {
+        "pullrequest:created" => (Event::PullRequest, "opened"),
+        "pullrequest:updated" => (Event::PullRequest, "synchronize"),
+        "pullrequest:fulfilled" => (Event::PullRequestClosed, "merged"),
+        _ => (Event::PullRequestClosed, "closed"),
+    };
+    let id = u64_at(pr, "/id").unwrap_or(0);
+    let src = str_at(pr, "/source/branch/name");
+    let dst = str_at(pr, "/destination/branch/name");
+    let mut p = pipeline(event);
+    p.event_reason = vec![reason.to_string()];
+    p.commit = str_at(pr, "/source/commit/hash");
+    p.git_ref = format!("refs/pull-requests/{id}/from");
+    p.branch = dst.clone();
+    p.refspec = format!("{src}:{dst}");
+    p.title = str_at(pr, "/title");
+    p.message = str_at(pr, "/title");
+    p.timestamp = rfc3339_to_unix(&str_at(pr, "/updated_on"));
+    p.author = actor_login(&pr["author"]);
+    p.author_avatar = str_at(pr, "/author/links/avatar/href");
+    p.sender = actor_login(&v["actor"]);
+    p.forge_url = str_at(pr, "/links/html/href");
+    p.pr_number = Some(id);
+    p.from_fork = str_at(pr, "/source/repository/full_name")
+        != str_at(pr, "/destination/repository/full_name");
+    Ok(p)
+}

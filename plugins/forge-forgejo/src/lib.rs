@@ -1,0 +1,63 @@
+//! Forgejo forge adapter. Payload parsing and API calls are shared with the other Gitea-family
+//! adapter in the `gitea-hooks` crate (see its docs for the event table).
+//!
+//! Recognises `X-Forgejo-Event`. Signature: `X-Forgejo-Signature` (or the `X-Gitea-Signature`
+//! Forgejo also sends; hex HMAC-SHA256 of the body) when the instance config names a
+//! `hook-secret`.
+//!
+//! The API functions use `<forge-url>/api/v1` with `Authorization: token <token>`.
+
+use woodlark_plugin_sdk::forge::*;
+
+struct Forgejo;
+
+woodlark_plugin_sdk::forge_adapter!(Forgejo);
+
+impl ForgeAdapter for Forgejo {
+    fn recognize(headers: &[Header]) -> bool {
+        header(headers, "x-forgejo-event").is_some()
+    }
+
+    fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
+        gitea_hooks::parse_hook(
+            req,
+            &["x-forgejo-event", "x-gitea-event"],
+            &["x-forgejo-signature", "x-gitea-signature"],
+        )
+    }
+
+    fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+        gitea_hooks::repo_info(ctx, full_name)
+    }
+
+    fn file_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        gitea_hooks::file_at(ctx, full_name, commit, path)
+    }
+
+    fn dir_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Vec<String>, PluginError> {
+        gitea_hooks::dir_at(ctx, full_name, commit, path)
+    }
+
+    fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+        gitea_hooks::branches(ctx, full_name)
+    }
+
+    fn post_status(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        gitea_hooks::post_status(ctx, full_name, commit, status)
+    }
+}

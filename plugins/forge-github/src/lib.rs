@@ -1,0 +1,164 @@
+//! GitHub forge adapter.
+//!
+//! Recognises requests by `X-GitHub-Event` (and not Gitea/Forgejo/Gogs, which send that header
+//! too for compatibility). Payloads arrive as JSON or form-encoded (`payload=` field).
+//!
+//! | `X-GitHub-Event` | action                                  | Woodlark event            |
+//! |------------------|-----------------------------------------|---------------------------|
+//! | `push`           | to `refs/heads/*`                       | `push`                    |
+//! | `push`           | to `refs/tags/*`                        | `tag`                     |
+//! | `pull_request`   | opened, reopened, synchronize           | `pull-request`            |
+//! | `pull_request`   | closed (merged or not)                  | `pull-request-closed`     |
+//! | `pull_request`   | labeled, unlabeled, edited, milestoned… | `pull-request-metadata`   |
+//! | `release`        | released                                | `release`                 |
+//! | `deployment`     | (any)                                   | `deployment`              |
+//!
+//! Everything else (ping, branch deletion, other actions) is ignored with a reason.
+//! Signature: `X-Hub-Signature-256` (HMAC-SHA256) when the instance config names a
+//! `hook-secret`. Config keys: `hook-secret`, `api-url` (default `https://api.github.com`).
+
+use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::json::{array_at, str_at};
+use woodlark_plugin_sdk::serde_json::{Value, json};
+use woodlark_plugin_sdk::{config, http};
+
+struct GitHub;
+
+woodlark_plugin_sdk::forge_adapter!(GitHub);
+
+impl ForgeAdapter for GitHub {
+    fn recognize(headers: &[Header]) -> bool {
+        header(headers, "x-github-event").is_some()
+            && ["x-gitea-event", "x-forgejo-event", "x-gogs-event"]
+                .iter()
+                .all(|h| header(headers, h).is_none())
+    }
+
+    fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
+        let event = header(&req.headers, "x-github-event")
+            .ok_or_else(|| invalid("missing X-GitHub-Event header"))?
+            .to_string();
+        let verified = verify_hmac(
+            Algorithm::HmacSha256,
+            header(&req.headers, "x-hub-signature-256"),
+            &req.body,
+        )?;
+        Ok(match github_hooks::parse_payload(&event, &req)? {
+            Outcome::Build(mut b) => {
+                b.signature_verified = verified;
+                Outcome::Build(b)
+            }
+            other => other,
+        })
+    }
+
+    fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+        let url = format!("{}/repos/{}", api_url(&ctx), full_name);
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
+            .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+        Ok(github_hooks::repo_of(&v))
+    }
+
+    fn file_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        let url = format!(
+            "{}/repos/{}/contents/{}?ref={}",
+            api_url(&ctx),
+            full_name,
+            http::encode_path(&path),
+            http::encode(&commit)
+        );
+        let mut hs = vec![woodlark_plugin_sdk::headers::text(
+            "accept",
+            "application/vnd.github.raw",
+        )];
+        if let Some(a) = auth_header(&ctx, "Bearer") {
+            hs.push(woodlark_plugin_sdk::headers::text("authorization", &a));
+        }
+        let resp = http::send(&http::request("GET", &url, hs))?;
+        match resp.status {
+            200 => Ok(Some(resp.body)),
+            404 => Ok(None),
+            s => Err(unavailable(format!("GitHub contents API: HTTP {s}"))),
+        }
+    }
+
+    fn dir_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Vec<String>, PluginError> {
+        let url = format!(
+            "{}/repos/{}/contents/{}?ref={}",
+            api_url(&ctx),
+            full_name,
+            http::encode_path(&path),
+            http::encode(&commit)
+        );
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?;
+        Ok(v.as_ref()
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|e| e["type"] == "file")
+                    .map(|e| str_at(e, "/path"))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+        let url = format!(
+            "{}/repos/{}/branches?per_page=100",
+            api_url(&ctx),
+            full_name
+        );
+        let v =
+            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
+        Ok(array_at(&v, "")
+            .iter()
+            .map(|b| str_at(b, "/name"))
+            .collect())
+    }
+
+    fn post_status(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        let state = match status.state {
+            StatusState::Pending | StatusState::Running => "pending",
+            StatusState::Success => "success",
+            StatusState::Failure => "failure",
+            StatusState::Error | StatusState::Killed => "error",
+        };
+        let url = format!("{}/repos/{}/statuses/{}", api_url(&ctx), full_name, commit);
+        let body = json!({
+            "state": state,
+            "context": status.context,
+            "description": status.description,
+            "target_url": status.target_url,
+        });
+        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+    }
+}
+
+/// The REST API root: `api-url` from config, else derived from the forge URL
+/// (`https://github.com` → `https://api.github.com`, GHES → `<url>/api/v3`).
+fn api_url(ctx: &ApiContext) -> String {
+    if let Some(u) = config::get("api-url") {
+        return u.trim_end_matches('/').to_string();
+    }
+    let base = ctx.forge_url.trim_end_matches('/');
+    if base.is_empty() || base == "https://github.com" {
+        "https://api.github.com".to_string()
+    } else {
+        format!("{base}/api/v3")
+    }
+}

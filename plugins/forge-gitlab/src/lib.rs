@@ -1,0 +1,326 @@
+//! GitLab forge adapter (gitlab.com and self-managed).
+//!
+//! Recognises `X-Gitlab-Event`. The payload's `object_kind` decides:
+//!
+//! | `object_kind`   | condition                                        | Woodlark event          |
+//! |-----------------|--------------------------------------------------|-------------------------|
+//! | `push`          | branch not deleted                               | `push`                  |
+//! | `tag_push`      | tag not deleted                                  | `tag`                   |
+//! | `merge_request` | action open, reopen; update with new commits     | `pull-request`          |
+//! | `merge_request` | action close, merge                              | `pull-request-closed`   |
+//! | `merge_request` | update without new commits (labels, title, …)    | `pull-request-metadata` |
+//! | `release`       | action create                                    | `release`               |
+//!
+//! Authentication: GitLab sends the hook's secret token verbatim in `X-Gitlab-Token`; with a
+//! `hook-secret` configured it is compared by the host (`signing.equals`).
+//! API: `<forge-url>/api/v4` with `Authorization: Bearer <token>`.
+
+use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
+use woodlark_plugin_sdk::serde_json::{Value, json};
+use woodlark_plugin_sdk::{headers, http};
+
+const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
+
+struct GitLab;
+
+woodlark_plugin_sdk::forge_adapter!(GitLab);
+
+impl ForgeAdapter for GitLab {
+    fn recognize(headers: &[Header]) -> bool {
+        header(headers, "x-gitlab-event").is_some()
+    }
+
+    fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
+        if header(&req.headers, "x-gitlab-event").is_none() {
+            return Err(invalid("missing X-Gitlab-Event header"));
+        }
+        let verified = verify_token(header(&req.headers, "x-gitlab-token"))?;
+        let v = json_payload(&req)?;
+        let kind = str_at(&v, "/object_kind");
+        let parsed = match kind.as_str() {
+            "push" | "tag_push" => push(&v),
+            "merge_request" => merge_request(&v),
+            "release" => release(&v),
+            other => Err(format!("object_kind {other:?} is not handled")),
+        };
+        Ok(match parsed {
+            Ok(p) => build(repo_of(&v["project"]), p, verified),
+            Err(reason) => ignored(reason),
+        })
+    }
+
+    fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+        let url = format!("{}/projects/{}", api(&ctx), http::encode(&full_name));
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
+            .ok_or_else(|| invalid(format!("project {full_name} not found")))?;
+        Ok(repo_of(&v))
+    }
+
+    fn file_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        let url = format!(
+            "{}/projects/{}/repository/files/{}/raw?ref={}",
+            api(&ctx),
+            http::encode(&full_name),
+            http::encode(&path),
+            http::encode(&commit)
+        );
+        let mut hs = Vec::new();
+        if let Some(a) = auth_header(&ctx, "Bearer") {
+            hs.push(headers::text("authorization", &a));
+        }
+        let resp = http::send(&http::request("GET", &url, hs))?;
+        match resp.status {
+            200 => Ok(Some(resp.body)),
+            404 => Ok(None),
+            s => Err(unavailable(format!("GitLab files API: HTTP {s}"))),
+        }
+    }
+
+    fn dir_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Vec<String>, PluginError> {
+        let url = format!(
+            "{}/projects/{}/repository/tree?path={}&ref={}&per_page=100",
+            api(&ctx),
+            http::encode(&full_name),
+            http::encode(&path),
+            http::encode(&commit)
+        );
+        let v =
+            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
+        Ok(array_at(&v, "")
+            .iter()
+            .filter(|e| e["type"] == "blob")
+            .map(|e| str_at(e, "/path"))
+            .collect())
+    }
+
+    fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+        let url = format!(
+            "{}/projects/{}/repository/branches?per_page=100",
+            api(&ctx),
+            http::encode(&full_name)
+        );
+        let v =
+            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
+        Ok(array_at(&v, "")
+            .iter()
+            .map(|b| str_at(b, "/name"))
+            .collect())
+    }
+
+    fn post_status(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        let state = match status.state {
+            StatusState::Pending => "pending",
+            StatusState::Running => "running",
+            StatusState::Success => "success",
+            StatusState::Failure | StatusState::Error => "failed",
+            StatusState::Killed => "canceled",
+        };
+        let url = format!(
+            "{}/projects/{}/statuses/{}",
+            api(&ctx),
+            http::encode(&full_name),
+            commit
+        );
+        let body = json!({
+            "state": state,
+            "name": status.context,
+            "description": status.description,
+            "target_url": status.target_url,
+        });
+        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+    }
+}
+
+fn api(ctx: &ApiContext) -> String {
+    format!("{}/api/v4", ctx.forge_url.trim_end_matches('/'))
+}
+
+/// A GitLab `project` object (webhook or API shape).
+fn repo_of(p: &Value) -> Repo {
+    let full = first_str(p, &["/path_with_namespace"]);
+    let (owner, name) = full.rsplit_once('/').unwrap_or(("", full.as_str()));
+    let mut repo = repo();
+    repo.forge_remote_id = str_at(p, "/id");
+    repo.owner = owner.to_string();
+    repo.name = if name.is_empty() {
+        str_at(p, "/path")
+    } else {
+        name.to_string()
+    };
+    repo.full_name = full.clone();
+    repo.avatar_url = str_at(p, "/avatar_url");
+    repo.forge_url = str_at(p, "/web_url");
+    repo.clone_url = first_str(p, &["/git_http_url", "/http_url_to_repo", "/http_url"]);
+    repo.clone_url_ssh = first_str(p, &["/git_ssh_url", "/ssh_url_to_repo", "/ssh_url"]);
+    repo.default_branch = str_at(p, "/default_branch");
+    // visibility_level: 0 private, 10 internal, 20 public (API: "visibility" string).
+    repo.private = match u64_at(p, "/visibility_level") {
+        Some(level) => level < 20,
+        None => str_at(p, "/visibility") != "public",
+    };
+    repo
+}
+
+fn push(v: &Value) -> Result<Pipeline, String> {
+    let git_ref = str_at(v, "/ref");
+    let is_tag = str_at(v, "/object_kind") == "tag_push";
+    if str_at(v, "/after") == ZERO_SHA || str_at(v, "/checkout_sha").is_empty() {
+        return Err(if is_tag {
+            "tag deleted"
+        } else {
+            "branch deleted"
+        }
+        .into());
+    }
+    let commits = array_at(v, "/commits");
+    let checkout = str_at(v, "/checkout_sha");
+    let head = commits
+        .iter()
+        .find(|c| str_at(c, "/id") == checkout)
+        .or(commits.last())
+        .unwrap_or(&Value::Null);
+    let mut p = pipeline(if is_tag { Event::Tag } else { Event::Push });
+    p.commit = checkout;
+    p.git_ref = git_ref.clone();
+    p.message = if is_tag {
+        // Annotated tags carry a message; lightweight ones do not.
+        let m = str_at(v, "/message");
+        if m.is_empty() {
+            format!("created tag {}", short_ref(&git_ref))
+        } else {
+            m
+        }
+    } else {
+        str_at(head, "/message")
+    };
+    p.timestamp = rfc3339_to_unix(&str_at(head, "/timestamp"));
+    p.author = str_at(v, "/user_username");
+    p.author_email = first_str(v, &["/user_email", "/commits/0/author/email"]);
+    if p.author_email.is_empty() || p.author_email == "[REDACTED]" {
+        p.author_email = str_at(head, "/author/email");
+    }
+    p.author_avatar = str_at(v, "/user_avatar");
+    p.sender = str_at(v, "/user_username");
+    p.forge_url = if is_tag {
+        format!(
+            "{}/-/tags/{}",
+            str_at(v, "/project/web_url"),
+            short_ref(&git_ref)
+        )
+    } else {
+        str_at(head, "/url")
+    };
+    if !is_tag {
+        p.branch = short_ref(&git_ref).to_string();
+        p.changed_files = changed_files(commits);
+    }
+    Ok(p)
+}
+
+fn merge_request(v: &Value) -> Result<Pipeline, String> {
+    let mr = &v["object_attributes"];
+    let action = str_at(mr, "/action");
+    let changes = v["changes"].as_object();
+    let (event, reason) = match action.as_str() {
+        "open" => (Event::PullRequest, vec!["opened".to_string()]),
+        "reopen" => (Event::PullRequest, vec!["reopened".to_string()]),
+        "update" if !str_at(mr, "/oldrev").is_empty() => {
+            (Event::PullRequest, vec!["synchronize".to_string()])
+        }
+        "update" => {
+            let mut reasons: Vec<String> = changes
+                .map(|c| {
+                    c.keys()
+                        .filter_map(|k| match k.as_str() {
+                            "labels" => Some("label_updated"),
+                            "title" | "description" => Some("edited"),
+                            "milestone_id" => Some("milestoned"),
+                            "assignees" | "assignee_id" => Some("assigned"),
+                            "reviewers" => Some("review_requested"),
+                            _ => None,
+                        })
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            reasons.sort();
+            reasons.dedup();
+            if reasons.is_empty() {
+                return Err("merge request update without relevant changes".into());
+            }
+            (Event::PullRequestMetadata, reasons)
+        }
+        "close" => (Event::PullRequestClosed, vec!["closed".to_string()]),
+        "merge" => (Event::PullRequestClosed, vec!["merged".to_string()]),
+        other => return Err(format!("merge_request action {other:?} is not handled")),
+    };
+    let iid = u64_at(mr, "/iid").unwrap_or(0);
+    let mut p = pipeline(event);
+    p.event_reason = reason;
+    p.commit = first_str(mr, &["/last_commit/id"]);
+    p.git_ref = format!("refs/merge-requests/{iid}/head");
+    p.branch = str_at(mr, "/target_branch");
+    p.refspec = format!(
+        "{}:{}",
+        str_at(mr, "/source_branch"),
+        str_at(mr, "/target_branch")
+    );
+    p.title = str_at(mr, "/title");
+    p.message = first_str(mr, &["/last_commit/message", "/title"]);
+    p.timestamp = rfc3339_to_unix(&first_str(mr, &["/last_commit/timestamp"]));
+    p.author = first_str(v, &["/user/username"]);
+    p.author_email = first_str(mr, &["/last_commit/author/email"]);
+    p.author_avatar = str_at(v, "/user/avatar_url");
+    p.sender = str_at(v, "/user/username");
+    p.forge_url = str_at(mr, "/url");
+    p.pr_number = Some(iid);
+    p.pr_labels = array_at(v, "/labels")
+        .iter()
+        .map(|l| str_at(l, "/title"))
+        .collect();
+    p.from_fork = str_at(mr, "/source_project_id") != str_at(mr, "/target_project_id");
+    Ok(p)
+}
+
+fn release(v: &Value) -> Result<Pipeline, String> {
+    let action = str_at(v, "/action");
+    if action != "create" {
+        return Err(format!(
+            "release action {action:?} is not handled (only \"create\")"
+        ));
+    }
+    let tag = str_at(v, "/tag");
+    let title = first_str(v, &["/name", "/tag"]);
+    let mut p = pipeline(Event::Release);
+    p.event_reason = vec!["created".into()];
+    p.commit = str_at(v, "/commit/id");
+    p.git_ref = format!("refs/tags/{tag}");
+    p.title = title.clone();
+    p.message = format!("created release {title}");
+    p.timestamp = rfc3339_to_unix(&first_str(v, &["/released_at", "/created_at"]));
+    p.author = first_str(v, &["/commit/author/name"]);
+    p.author_email = str_at(v, "/commit/author/email");
+    p.forge_url = str_at(v, "/url");
+    p.release = Some(ReleaseInfo {
+        tag,
+        title,
+        prerelease: false,
+    });
+    Ok(p)
+}

@@ -1,0 +1,306 @@
+//! Gitea and Forgejo speak the same webhook payloads and the same `/api/v1`; this crate holds
+//! that shared code, and the two adapters differ only in the headers they recognise.
+//!
+//! | event header   | action                                   | Woodlark event          |
+//! |----------------|------------------------------------------|-------------------------|
+//! | `push`         | to `refs/heads/*`                        | `push`                  |
+//! | `create`       | `ref_type: tag`                          | `tag`                   |
+//! | `pull_request` | opened, reopened, synchronized           | `pull-request`          |
+//! | `pull_request` | closed (merged or not)                   | `pull-request-closed`   |
+//! | `pull_request` | edited, label_updated, milestoned, …     | `pull-request-metadata` |
+//! | `release`      | published                                | `release`               |
+//!
+//! Tag pushes also arrive as `push` to `refs/tags/*`; they are ignored because the `create`
+//! event carries the tag (as Woodpecker does). Branch deletions are ignored.
+
+use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::json::{array_at, bool_at, first_str, rfc3339_to_unix, str_at, u64_at};
+use woodlark_plugin_sdk::serde_json::{Value, json};
+use woodlark_plugin_sdk::{headers, http};
+
+const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
+
+/// Parses a Gitea-style hook. `event_headers` and `signature_headers` are tried in order
+/// (Forgejo sends both its own and Gitea's names).
+pub fn parse_hook(
+    req: HookRequest,
+    event_headers: &[&str],
+    signature_headers: &[&str],
+) -> Result<Outcome, PluginError> {
+    let event = event_headers
+        .iter()
+        .find_map(|h| header(&req.headers, h))
+        .ok_or_else(|| invalid(format!("missing {} header", event_headers[0])))?
+        .to_string();
+    let signature = signature_headers
+        .iter()
+        .find_map(|h| header(&req.headers, h));
+    let verified = verify_hmac(Algorithm::HmacSha256, signature, &req.body)?;
+    let v = json_payload(&req)?;
+    let parsed = match event.as_str() {
+        "push" => push(&v),
+        "create" => create(&v),
+        "pull_request" => pull_request(&v),
+        "release" => release(&v),
+        other => Err(format!("event {other:?} is not handled")),
+    };
+    Ok(match parsed {
+        Ok(p) => build(repo_of(&v["repository"]), p, verified),
+        Err(reason) => ignored(reason),
+    })
+}
+
+fn user_login(u: &Value) -> String {
+    first_str(u, &["/login", "/username"])
+}
+
+/// Gitea sometimes sends avatar URLs relative to the instance; make them absolute.
+fn avatar(repo_url: &str, url: String) -> String {
+    if url.starts_with('/') {
+        // https://host/owner/name -> https://host
+        let origin: String = repo_url
+            .splitn(4, '/')
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("/");
+        format!("{origin}{url}")
+    } else {
+        url
+    }
+}
+
+pub fn repo_of(r: &Value) -> Repo {
+    let mut repo = repo();
+    repo.forge_remote_id = str_at(r, "/id");
+    repo.owner = user_login(&r["owner"]);
+    repo.name = str_at(r, "/name");
+    repo.full_name = str_at(r, "/full_name");
+    repo.forge_url = str_at(r, "/html_url");
+    repo.avatar_url = avatar(
+        &repo.forge_url,
+        first_str(r, &["/avatar_url", "/owner/avatar_url"]),
+    );
+    repo.clone_url = str_at(r, "/clone_url");
+    repo.clone_url_ssh = str_at(r, "/ssh_url");
+    repo.default_branch = str_at(r, "/default_branch");
+    repo.private = bool_at(r, "/private");
+    repo
+}
+
+fn push(v: &Value) -> Result<Pipeline, String> {
+    let git_ref = str_at(v, "/ref");
+    if git_ref.starts_with("refs/tags/") {
+        return Err("tag push (the create event carries tags)".into());
+    }
+    if str_at(v, "/after") == ZERO_SHA {
+        return Err("branch deleted".into());
+    }
+    let commits = array_at(v, "/commits");
+    let head = if v["head_commit"].is_object() {
+        &v["head_commit"]
+    } else {
+        commits.first().unwrap_or(&Value::Null)
+    };
+    let repo_url = str_at(v, "/repository/html_url");
+    let mut p = pipeline(Event::Push);
+    p.commit = str_at(v, "/after");
+    p.git_ref = git_ref.clone();
+    p.branch = short_ref(&git_ref).to_string();
+    p.message = str_at(head, "/message");
+    p.timestamp = rfc3339_to_unix(&str_at(head, "/timestamp"));
+    p.author = first_str(v, &["/sender/login", "/sender/username", "/pusher/login"]);
+    p.author_email = first_str(head, &["/author/email"]);
+    p.author_avatar = avatar(&repo_url, str_at(v, "/sender/avatar_url"));
+    p.sender = user_login(&v["sender"]);
+    p.forge_url = first_str(v, &["/compare_url", "/head_commit/url"]);
+    p.changed_files = changed_files(commits);
+    Ok(p)
+}
+
+fn create(v: &Value) -> Result<Pipeline, String> {
+    let ref_type = str_at(v, "/ref_type");
+    if ref_type != "tag" {
+        return Err(format!(
+            "create event for a {ref_type} (only tags trigger pipelines)"
+        ));
+    }
+    let tag = str_at(v, "/ref");
+    let tag = short_ref(&tag).to_string();
+    let repo_url = str_at(v, "/repository/html_url");
+    let mut p = pipeline(Event::Tag);
+    p.commit = str_at(v, "/sha");
+    p.git_ref = format!("refs/tags/{tag}");
+    p.message = format!("created tag {tag}");
+    p.author = user_login(&v["sender"]);
+    p.author_email = str_at(v, "/sender/email");
+    p.author_avatar = avatar(&repo_url, str_at(v, "/sender/avatar_url"));
+    p.sender = user_login(&v["sender"]);
+    p.forge_url = format!("{repo_url}/src/tag/{tag}");
+    Ok(p)
+}
+
+fn pull_request(v: &Value) -> Result<Pipeline, String> {
+    let action = str_at(v, "/action");
+    let event = match action.as_str() {
+        "opened" | "reopened" | "synchronized" => Event::PullRequest,
+        "closed" => Event::PullRequestClosed,
+        "edited" | "label_updated" | "label_cleared" | "milestoned" | "demilestoned"
+        | "assigned" | "unassigned" => Event::PullRequestMetadata,
+        other => return Err(format!("pull_request action {other:?} is not handled")),
+    };
+    let pr = &v["pull_request"];
+    let number = u64_at(pr, "/number")
+        .or_else(|| u64_at(v, "/number"))
+        .unwrap_or(0);
+    let repo_url = str_at(v, "/repository/html_url");
+    let mut p = pipeline(event);
+    p.event_reason = match (event, action.as_str()) {
+        (Event::PullRequestMetadata, "label_cleared") => vec!["label_updated".into()],
+        (Event::PullRequestClosed, _) if bool_at(pr, "/merged") => vec!["merged".into()],
+        _ => vec![action.clone()],
+    };
+    p.commit = str_at(pr, "/head/sha");
+    p.git_ref = format!("refs/pull/{number}/head");
+    p.branch = str_at(pr, "/base/ref");
+    p.refspec = format!("{}:{}", str_at(pr, "/head/ref"), str_at(pr, "/base/ref"));
+    p.title = str_at(pr, "/title");
+    p.message = str_at(pr, "/title");
+    p.timestamp = rfc3339_to_unix(&str_at(pr, "/updated_at"));
+    p.author = user_login(&pr["user"]);
+    p.author_email = str_at(pr, "/user/email");
+    p.author_avatar = avatar(&repo_url, str_at(pr, "/user/avatar_url"));
+    p.sender = user_login(&v["sender"]);
+    p.forge_url = str_at(pr, "/html_url");
+    p.pr_number = Some(number);
+    p.pr_labels = array_at(pr, "/labels")
+        .iter()
+        .map(|l| str_at(l, "/name"))
+        .collect();
+    p.from_fork = str_at(pr, "/head/repo_id") != str_at(pr, "/base/repo_id");
+    Ok(p)
+}
+
+fn release(v: &Value) -> Result<Pipeline, String> {
+    let action = str_at(v, "/action");
+    if action != "published" {
+        return Err(format!(
+            "release action {action:?} is not handled (only \"published\")"
+        ));
+    }
+    let r = &v["release"];
+    let tag = str_at(r, "/tag_name");
+    let title = first_str(r, &["/name", "/tag_name"]);
+    let repo_url = str_at(v, "/repository/html_url");
+    let mut p = pipeline(Event::Release);
+    p.event_reason = vec![action];
+    p.git_ref = format!("refs/tags/{tag}");
+    p.branch = str_at(r, "/target_commitish");
+    p.title = title.clone();
+    p.message = format!("created release {title}");
+    p.timestamp = rfc3339_to_unix(&first_str(r, &["/published_at", "/created_at"]));
+    p.author = user_login(&r["author"]);
+    p.author_email = str_at(r, "/author/email");
+    p.author_avatar = avatar(&repo_url, str_at(r, "/author/avatar_url"));
+    p.sender = user_login(&v["sender"]);
+    p.forge_url = str_at(r, "/html_url");
+    p.release = Some(ReleaseInfo {
+        tag,
+        title,
+        prerelease: bool_at(r, "/prerelease"),
+    });
+    Ok(p)
+}
+
+// ---- API (/api/v1) ----
+
+fn api(ctx: &ApiContext) -> String {
+    format!("{}/api/v1", ctx.forge_url.trim_end_matches('/'))
+}
+
+pub fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+    let url = format!("{}/repos/{}", api(&ctx), full_name);
+    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?
+        .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+    Ok(repo_of(&v))
+}
+
+pub fn file_at(
+    ctx: ApiContext,
+    full_name: String,
+    commit: String,
+    path: String,
+) -> Result<Option<Vec<u8>>, PluginError> {
+    let url = format!(
+        "{}/repos/{}/raw/{}?ref={}",
+        api(&ctx),
+        full_name,
+        http::encode_path(&path),
+        http::encode(&commit)
+    );
+    let mut hs = Vec::new();
+    if let Some(a) = auth_header(&ctx, "token") {
+        hs.push(headers::text("authorization", &a));
+    }
+    let resp = http::send(&http::request("GET", &url, hs))?;
+    match resp.status {
+        200 => Ok(Some(resp.body)),
+        404 => Ok(None),
+        s => Err(unavailable(format!("raw file API: HTTP {s}"))),
+    }
+}
+
+pub fn dir_at(
+    ctx: ApiContext,
+    full_name: String,
+    commit: String,
+    path: String,
+) -> Result<Vec<String>, PluginError> {
+    let url = format!(
+        "{}/repos/{}/contents/{}?ref={}",
+        api(&ctx),
+        full_name,
+        http::encode_path(&path),
+        http::encode(&commit)
+    );
+    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?;
+    Ok(v.as_ref()
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter(|e| e["type"] == "file")
+                .map(|e| str_at(e, "/path"))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+pub fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+    let url = format!("{}/repos/{}/branches?limit=50", api(&ctx), full_name);
+    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?.unwrap_or(Value::Null);
+    Ok(array_at(&v, "")
+        .iter()
+        .map(|b| str_at(b, "/name"))
+        .collect())
+}
+
+pub fn post_status(
+    ctx: ApiContext,
+    full_name: String,
+    commit: String,
+    status: CommitStatus,
+) -> Result<(), PluginError> {
+    let state = match status.state {
+        StatusState::Pending | StatusState::Running => "pending",
+        StatusState::Success => "success",
+        StatusState::Failure => "failure",
+        StatusState::Error | StatusState::Killed => "error",
+    };
+    let url = format!("{}/repos/{}/statuses/{}", api(&ctx), full_name, commit);
+    let body = json!({
+        "state": state,
+        "context": status.context,
+        "description": status.description,
+        "target_url": status.target_url,
+    });
+    http::send_json("POST", &url, auth_header(&ctx, "token").as_deref(), &body).map(|_| ())
+}

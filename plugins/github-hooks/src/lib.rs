@@ -1,0 +1,162 @@
+//! The GitHub adapter's webhook parsing, free of host calls: shared by the `forge-github`
+//! component and the native benchmark baseline (`plugins/bench-native`). See `forge-github`
+//! for the event table.
+
+use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::json::{array_at, bool_at, first_str, rfc3339_to_unix, str_at, u64_at};
+use woodlark_plugin_sdk::serde_json::Value;
+
+/// The pure part of `parse-hook` (no host calls, so it also runs natively): payload →
+/// outcome, with `signature_verified: false`.
+pub fn parse_payload(event: &str, req: &HookRequest) -> Result<Outcome, PluginError> {
+    let v = json_payload(req)?;
+    let parsed = match event {
+        "push" => push(&v),
+        "pull_request" => pull_request(&v),
+        "release" => release(&v),
+        "deployment" => deployment(&v),
+        "ping" => Err("ping event".to_string()),
+        other => Err(format!("event {other:?} is not handled")),
+    };
+    Ok(match parsed {
+        Ok(p) => build(repo_of(&v["repository"]), p, false),
+        Err(reason) => ignored(reason),
+    })
+}
+
+/// A GitHub `repository` object (webhook or REST shape).
+pub fn repo_of(r: &Value) -> Repo {
+    let mut repo = repo();
+    repo.forge_remote_id = str_at(r, "/id");
+    repo.owner = first_str(r, &["/owner/login", "/owner/name"]);
+    repo.name = str_at(r, "/name");
+    repo.full_name = str_at(r, "/full_name");
+    repo.avatar_url = str_at(r, "/owner/avatar_url");
+    repo.forge_url = str_at(r, "/html_url");
+    repo.clone_url = str_at(r, "/clone_url");
+    repo.clone_url_ssh = str_at(r, "/ssh_url");
+    repo.default_branch = first_str(r, &["/default_branch", "/master_branch"]);
+    repo.private = bool_at(r, "/private");
+    repo
+}
+
+fn push(v: &Value) -> Result<Pipeline, String> {
+    if bool_at(v, "/deleted") {
+        return Err("branch or tag deleted".into());
+    }
+    let git_ref = str_at(v, "/ref");
+    let head = if v["head_commit"].is_object() {
+        &v["head_commit"]
+    } else {
+        &Value::Null
+    };
+    let mut p = pipeline(Event::Push);
+    p.commit = first_str(v, &["/head_commit/id", "/after"]);
+    p.git_ref = git_ref.clone();
+    p.message = str_at(head, "/message");
+    p.timestamp = rfc3339_to_unix(&str_at(head, "/timestamp"));
+    p.author = first_str(v, &["/sender/login", "/pusher/name"]);
+    p.author_email = first_str(head, &["/author/email"]);
+    p.author_avatar = str_at(v, "/sender/avatar_url");
+    p.sender = str_at(v, "/sender/login");
+    p.forge_url = first_str(v, &["/compare", "/head_commit/url"]);
+    if git_ref.starts_with("refs/tags/") {
+        p.event = Event::Tag;
+        // A tag's base branch, when GitHub knows it, lets `when: branch` filters work.
+        p.branch = str_at(v, "/base_ref")
+            .strip_prefix("refs/heads/")
+            .unwrap_or("")
+            .to_string();
+    } else {
+        p.branch = short_ref(&git_ref).to_string();
+        p.changed_files = changed_files(array_at(v, "/commits"));
+    }
+    Ok(p)
+}
+
+fn pull_request(v: &Value) -> Result<Pipeline, String> {
+    let action = str_at(v, "/action");
+    let event = match action.as_str() {
+        "opened" | "reopened" | "synchronize" => Event::PullRequest,
+        "closed" => Event::PullRequestClosed,
+        "labeled" | "unlabeled" | "edited" | "milestoned" | "demilestoned" | "assigned"
+        | "unassigned" => Event::PullRequestMetadata,
+        other => return Err(format!("pull_request action {other:?} is not handled")),
+    };
+    let pr = &v["pull_request"];
+    let number = u64_at(pr, "/number")
+        .or_else(|| u64_at(v, "/number"))
+        .unwrap_or(0);
+    let mut p = pipeline(event);
+    p.event_reason = match (event, action.as_str()) {
+        (Event::PullRequestMetadata, "labeled" | "unlabeled") => vec!["label_updated".into()],
+        (Event::PullRequestMetadata, "milestoned" | "demilestoned") => vec!["milestoned".into()],
+        (Event::PullRequestMetadata, "assigned" | "unassigned") => vec!["assigned".into()],
+        (Event::PullRequestClosed, _) if bool_at(pr, "/merged") => vec!["merged".into()],
+        _ => vec![action.clone()],
+    };
+    p.commit = str_at(pr, "/head/sha");
+    p.git_ref = format!("refs/pull/{number}/head");
+    p.branch = str_at(pr, "/base/ref");
+    p.refspec = format!("{}:{}", str_at(pr, "/head/ref"), str_at(pr, "/base/ref"));
+    p.title = str_at(pr, "/title");
+    p.message = str_at(pr, "/title");
+    p.timestamp = rfc3339_to_unix(&str_at(pr, "/updated_at"));
+    p.author = str_at(pr, "/user/login");
+    p.author_avatar = str_at(pr, "/user/avatar_url");
+    p.sender = str_at(v, "/sender/login");
+    p.forge_url = str_at(pr, "/html_url");
+    p.pr_number = Some(number);
+    p.pr_labels = array_at(pr, "/labels")
+        .iter()
+        .map(|l| str_at(l, "/name"))
+        .collect();
+    p.from_fork = str_at(pr, "/head/repo/id") != str_at(pr, "/base/repo/id");
+    Ok(p)
+}
+
+fn release(v: &Value) -> Result<Pipeline, String> {
+    let action = str_at(v, "/action");
+    if action != "released" {
+        return Err(format!(
+            "release action {action:?} is not handled (only \"released\")"
+        ));
+    }
+    let r = &v["release"];
+    let tag = str_at(r, "/tag_name");
+    let title = first_str(r, &["/name", "/tag_name"]);
+    let mut p = pipeline(Event::Release);
+    p.event_reason = vec![action];
+    p.git_ref = format!("refs/tags/{tag}");
+    p.branch = str_at(r, "/target_commitish");
+    p.title = title.clone();
+    p.message = format!("created release {title}");
+    p.timestamp = rfc3339_to_unix(&first_str(r, &["/published_at", "/created_at"]));
+    p.author = str_at(r, "/author/login");
+    p.author_avatar = str_at(r, "/author/avatar_url");
+    p.sender = str_at(v, "/sender/login");
+    p.forge_url = str_at(r, "/html_url");
+    p.release = Some(ReleaseInfo {
+        tag,
+        title,
+        prerelease: bool_at(r, "/prerelease"),
+    });
+    Ok(p)
+}
+
+fn deployment(v: &Value) -> Result<Pipeline, String> {
+    let d = &v["deployment"];
+    let mut p = pipeline(Event::Deployment);
+    p.commit = str_at(d, "/sha");
+    p.git_ref = str_at(d, "/ref");
+    p.branch = short_ref(&str_at(d, "/ref")).to_string();
+    p.message = str_at(d, "/description");
+    p.timestamp = rfc3339_to_unix(&str_at(d, "/created_at"));
+    p.author = first_str(v, &["/sender/login", "/deployment/creator/login"]);
+    p.author_avatar = str_at(v, "/sender/avatar_url");
+    p.sender = str_at(v, "/sender/login");
+    p.forge_url = str_at(d, "/url");
+    p.deploy_to = str_at(d, "/environment");
+    p.deploy_task = str_at(d, "/task");
+    Ok(p)
+}

@@ -1,0 +1,327 @@
+//! Forge adapters (`woodlark:plugins/forge-adapter`): implement [`ForgeAdapter`] and call
+//! [`forge_adapter!`](crate::forge_adapter).
+//!
+//! An adapter answers two questions for the server: "is this webhook request yours?"
+//! ([`ForgeAdapter::recognize`], headers only) and "what does it trigger?"
+//! ([`ForgeAdapter::parse_hook`]: a [`Repo`] plus a [`Pipeline`], or ignored with a reason).
+//! The forge-API functions have defaults that answer `unavailable`.
+//!
+//! Webhook secrets never enter the plugin: the operator names a secret in the instance's
+//! config (`hook-secret = "<name>"`, and grants it in `secrets = [...]`); [`verify_hmac`] and
+//! [`verify_token`] ask the host to compare.
+
+use crate::forge_bindings::exports::woodlark::forge::forge as wit;
+pub use crate::forge_bindings::woodlark::host::signing::Algorithm;
+pub use crate::{Header, PluginError, denied, header, invalid, unavailable};
+pub use wit::{
+    ApiContext, CommitStatus, Event, HookBuild, HookRequest, Outcome, Pipeline, ReleaseInfo, Repo,
+    StatusState,
+};
+
+/// A forge adapter. Only `recognize` and `parse_hook` are required.
+pub trait ForgeAdapter {
+    /// True when the headers say the request comes from this adapter's forge.
+    fn recognize(headers: &[Header]) -> bool;
+
+    /// Parses a webhook request.
+    fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError>;
+
+    /// Looks up a repository by `owner/name`.
+    fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+        let _ = (ctx, full_name);
+        Err(unavailable("repo-info is not supported by this adapter"))
+    }
+
+    /// A file at a commit (`None` when absent).
+    fn file_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        let _ = (ctx, full_name, commit, path);
+        Err(unavailable("file-at is not supported by this adapter"))
+    }
+
+    /// File paths directly inside a folder at a commit.
+    fn dir_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Vec<String>, PluginError> {
+        let _ = (ctx, full_name, commit, path);
+        Err(unavailable("dir-at is not supported by this adapter"))
+    }
+
+    /// Branch names.
+    fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+        let _ = (ctx, full_name);
+        Err(unavailable("branches is not supported by this adapter"))
+    }
+
+    /// Posts a commit status.
+    fn post_status(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        let _ = (ctx, full_name, commit, status);
+        Err(unavailable("post-status is not supported by this adapter"))
+    }
+}
+
+/// Glue between a [`ForgeAdapter`] and the generated bindings; used by [`forge_adapter!`](crate::forge_adapter).
+#[doc(hidden)]
+pub struct Bridge<T>(std::marker::PhantomData<T>);
+
+impl<T: ForgeAdapter> wit::Guest for Bridge<T> {
+    fn recognize(headers: Vec<Header>) -> bool {
+        T::recognize(&headers)
+    }
+    fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
+        T::parse_hook(req)
+    }
+    fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+        T::repo_info(ctx, full_name)
+    }
+    fn file_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        T::file_at(ctx, full_name, commit, path)
+    }
+    fn dir_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Vec<String>, PluginError> {
+        T::dir_at(ctx, full_name, commit, path)
+    }
+    fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+        T::branches(ctx, full_name)
+    }
+    fn post_status(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        T::post_status(ctx, full_name, commit, status)
+    }
+}
+
+/// Exports a [`ForgeAdapter`] implementation as the component's `woodlark:forge/forge`.
+#[macro_export]
+macro_rules! forge_adapter {
+    ($ty:ty) => {
+        type __WoodlarkForgeExport = $crate::forge::Bridge<$ty>;
+        $crate::forge_bindings::__export_forge_adapter!(__WoodlarkForgeExport with_types_in $crate::forge_bindings);
+    };
+}
+
+/// An empty repository record, to fill in.
+pub fn repo() -> Repo {
+    Repo {
+        forge_remote_id: String::new(),
+        owner: String::new(),
+        name: String::new(),
+        full_name: String::new(),
+        avatar_url: String::new(),
+        forge_url: String::new(),
+        clone_url: String::new(),
+        clone_url_ssh: String::new(),
+        default_branch: String::new(),
+        private: false,
+    }
+}
+
+/// An empty pipeline record for `event`, to fill in.
+pub fn pipeline(event: Event) -> Pipeline {
+    Pipeline {
+        event,
+        event_reason: Vec::new(),
+        commit: String::new(),
+        git_ref: String::new(),
+        branch: String::new(),
+        refspec: String::new(),
+        title: String::new(),
+        message: String::new(),
+        timestamp: 0,
+        author: String::new(),
+        author_email: String::new(),
+        author_avatar: String::new(),
+        sender: String::new(),
+        forge_url: String::new(),
+        pr_number: None,
+        pr_labels: Vec::new(),
+        from_fork: false,
+        release: None,
+        deploy_to: String::new(),
+        deploy_task: String::new(),
+        changed_files: Vec::new(),
+    }
+}
+
+/// `Outcome::Build`.
+pub fn build(repo: Repo, pipeline: Pipeline, signature_verified: bool) -> Outcome {
+    Outcome::Build(HookBuild {
+        repo,
+        pipeline,
+        signature_verified,
+    })
+}
+
+/// `Outcome::Ignored` with a reason.
+pub fn ignored(reason: impl Into<String>) -> Outcome {
+    Outcome::Ignored(reason.into())
+}
+
+/// The secret NAME configured for webhook verification (`hook-secret` in the instance's
+/// config), if any.
+pub fn hook_secret() -> Option<String> {
+    crate::config::get("hook-secret").filter(|s| !s.is_empty())
+}
+
+/// Verifies an HMAC signature header such as `X-Hub-Signature-256: sha256=<hex>` (a
+/// `sha256=`/`sha1=` prefix is optional) over `body`.
+///
+/// - no `hook-secret` configured: `Ok(false)` (not verified; the server then relies on the
+///   hook token in the URL);
+/// - configured, header missing or wrong: `Err(Denied)`;
+/// - configured and matching: `Ok(true)`.
+pub fn verify_hmac(
+    alg: Algorithm,
+    signature: Option<&str>,
+    body: &[u8],
+) -> Result<bool, PluginError> {
+    let Some(secret) = hook_secret() else {
+        return Ok(false);
+    };
+    let sig = signature.ok_or_else(|| denied("signature header missing"))?;
+    let hex = sig
+        .strip_prefix("sha256=")
+        .or_else(|| sig.strip_prefix("sha1="))
+        .unwrap_or(sig);
+    let mac = hex_decode(hex).ok_or_else(|| denied("signature is not hex"))?;
+    if crate::host_api::signing::verify(alg, &secret, body, &mac)? {
+        Ok(true)
+    } else {
+        Err(denied("signature mismatch"))
+    }
+}
+
+/// Verifies a shared-token header such as `X-Gitlab-Token`; same rules as [`verify_hmac`].
+pub fn verify_token(token: Option<&str>) -> Result<bool, PluginError> {
+    let Some(secret) = hook_secret() else {
+        return Ok(false);
+    };
+    let token = token.ok_or_else(|| denied("token header missing"))?;
+    if crate::host_api::signing::equals(&secret, token.as_bytes())? {
+        Ok(true)
+    } else {
+        Err(denied("token mismatch"))
+    }
+}
+
+/// Decodes lowercase or uppercase hex.
+pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The value of field `name` in an `application/x-www-form-urlencoded` body.
+pub fn form_field(body: &[u8], name: &str) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (url_decode(k)? == name).then(|| url_decode(v)).flatten()
+    })
+}
+
+fn url_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let h = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The JSON payload of a webhook: the body itself, or the `payload` form field when the
+/// request is form-encoded (GitHub's `application/x-www-form-urlencoded` hooks).
+pub fn json_payload(req: &HookRequest) -> Result<serde_json::Value, PluginError> {
+    let form = header(&req.headers, "content-type")
+        .is_some_and(|ct| ct.starts_with("application/x-www-form-urlencoded"));
+    let parsed = if form {
+        let payload = form_field(&req.body, "payload")
+            .ok_or_else(|| invalid("form body without a payload field"))?;
+        serde_json::from_str(&payload)
+    } else {
+        serde_json::from_slice(&req.body)
+    };
+    parsed.map_err(|e| invalid(format!("payload is not JSON: {e}")))
+}
+
+/// `refs/heads/main` → `main`; `refs/tags/v1` → `v1`; anything else unchanged.
+pub fn short_ref(git_ref: &str) -> &str {
+    git_ref
+        .strip_prefix("refs/heads/")
+        .or_else(|| git_ref.strip_prefix("refs/tags/"))
+        .unwrap_or(git_ref)
+}
+
+/// The sorted, de-duplicated union of the `added`, `modified` and `removed` lists of each
+/// commit in a push payload (GitHub, Gitea, Forgejo and GitLab share this shape).
+pub fn changed_files(commits: &[serde_json::Value]) -> Vec<String> {
+    let mut files: Vec<String> = commits
+        .iter()
+        .flat_map(|c| {
+            ["added", "modified", "removed"].map(|k| crate::json::strings_at(c, &format!("/{k}")))
+        })
+        .flatten()
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// The `Authorization` value for a token (`token` scheme for Gitea-like APIs, `Bearer` else).
+pub fn auth_header(ctx: &ApiContext, scheme: &str) -> Option<String> {
+    (!ctx.token.is_empty()).then(|| format!("{scheme} {}", ctx.token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_and_form() {
+        assert_eq!(hex_decode("00ff10"), Some(vec![0, 255, 16]));
+        assert_eq!(hex_decode("0g"), None);
+        assert_eq!(
+            form_field(b"a=1&payload=%7B%22x%22%3A+1%7D", "payload").as_deref(),
+            Some("{\"x\": 1}")
+        );
+        assert_eq!(short_ref("refs/heads/feat/x"), "feat/x");
+    }
+}

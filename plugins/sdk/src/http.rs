@@ -1,0 +1,86 @@
+//! The allow-listed HTTP client. A request to an origin the operator did not list in
+//! `allowed_hosts` fails with `PluginError::Denied`; the host caps response sizes.
+
+use crate::host_api::http_client;
+use crate::{Header, PluginError, headers};
+
+pub use http_client::{Request, Response};
+
+/// Sends a request as is.
+pub fn send(req: &Request) -> Result<Response, PluginError> {
+    http_client::send(req)
+}
+
+/// A request with no body and no timeout override.
+pub fn request(method: &str, url: &str, headers: Vec<Header>) -> Request {
+    Request {
+        method: method.to_string(),
+        url: url.to_string(),
+        headers,
+        body: None,
+        timeout_ms: None,
+    }
+}
+
+/// GET `url` with an optional bearer-style `Authorization` value and `Accept: application/json`;
+/// `Ok(None)` on 404, the parsed JSON on 2xx, `Unavailable` otherwise.
+pub fn get_json(
+    url: &str,
+    authorization: Option<&str>,
+) -> Result<Option<serde_json::Value>, PluginError> {
+    let mut hs = vec![headers::text("accept", "application/json")];
+    if let Some(auth) = authorization {
+        hs.push(headers::text("authorization", auth));
+    }
+    let resp = send(&request("GET", url, hs))?;
+    match resp.status {
+        404 => Ok(None),
+        200..=299 => serde_json::from_slice(&resp.body)
+            .map(Some)
+            .map_err(|e| crate::unavailable(format!("bad JSON from {url}: {e}"))),
+        s => Err(crate::unavailable(format!("{url}: HTTP {s}"))),
+    }
+}
+
+/// Sends `body` as JSON with `method`; `Unavailable` unless the status is 2xx.
+pub fn send_json(
+    method: &str,
+    url: &str,
+    authorization: Option<&str>,
+    body: &serde_json::Value,
+) -> Result<Response, PluginError> {
+    let mut hs = vec![
+        headers::text("accept", "application/json"),
+        headers::text("content-type", "application/json"),
+    ];
+    if let Some(auth) = authorization {
+        hs.push(headers::text("authorization", auth));
+    }
+    let mut req = request(method, url, hs);
+    req.body = Some(body.to_string().into_bytes());
+    let resp = send(&req)?;
+    if (200..300).contains(&resp.status) {
+        Ok(resp)
+    } else {
+        Err(crate::unavailable(format!("{url}: HTTP {}", resp.status)))
+    }
+}
+
+/// Percent-encodes one path segment or query value.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a path, keeping the `/` separators.
+pub fn encode_path(path: &str) -> String {
+    path.split('/').map(encode).collect::<Vec<_>>().join("/")
+}
