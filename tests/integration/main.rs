@@ -14,6 +14,7 @@ mod glance;
 mod http_core;
 mod participation;
 mod pipelines;
+mod plugins;
 mod process;
 mod repos;
 mod resources;

@@ -148,7 +148,33 @@ pub fn config_text(data_dir: &Path, extra: &str) -> String {
         ""
     } else {
         "[runner]\nenabled = false\n"
+    } + &plugins_table(data_dir, extra)
+}
+
+/// No plugins (an empty directory in the data dir, not watched) unless the test brings its
+/// own `[plugins]` table (marked `#plugins`).
+fn plugins_table(data_dir: &Path, extra: &str) -> String {
+    if extra.contains("#plugins") {
+        return String::new();
     }
+    format!(
+        "[plugins]\ndir = {:?}\nwatch = false\n",
+        data_dir.join("plugins").display().to_string()
+    )
+}
+
+/// The first-party plugins built by `plugins/build.sh` (built here when missing).
+pub fn first_party_plugins() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
+    let dist = root.join("dist");
+    if !dist.join("forge-github.wasm").exists() {
+        let status = Command::new("bash")
+            .arg(root.join("build.sh"))
+            .status()
+            .expect("run plugins/build.sh");
+        assert!(status.success(), "plugins/build.sh failed");
+    }
+    dist.canonicalize().unwrap()
 }
 
 /// `extra` for [`config_text`] that turns the local runner on (workspaces in the data dir).
@@ -195,6 +221,9 @@ impl TestServer {
         let mut text = config_text(dir.path(), extra);
         if tables.contains("#runner") {
             text = text.replace("[runner]\nenabled = false\n", "");
+        }
+        if tables.contains("#plugins") {
+            text = text.replace(&plugins_table(dir.path(), ""), "");
         }
         text += tables;
         let config = Config::from_toml(&text, "test.toml", &[]).expect("test config");

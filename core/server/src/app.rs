@@ -35,6 +35,8 @@ pub struct AppState {
     pub logs: Store,
     /// Live log lines for stream readers.
     pub log_bus: crate::modules::ci::pipelines::bus::LogBus,
+    /// The WebAssembly plugin host (forge adapters, secret backends, registry auth).
+    pub plugins: woodlark_plugin_host::PluginHost,
     /// Pipeline changes for `/stream/events`, rebuilt from the outbox.
     pub pipeline_feed: crate::modules::ci::stream::PipelineFeed,
     /// The pipeline queue service.
@@ -77,6 +79,8 @@ pub enum AppError {
     Seal(#[from] SealError),
     #[error(transparent)]
     Tls(#[from] server::TlsError),
+    #[error("plugins: {0}")]
+    Plugins(#[from] woodlark_plugin_host::HostError),
     #[error("route table: {0}")]
     Route(#[from] RouteError),
 }
@@ -130,6 +134,7 @@ impl App {
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
             tls,
         };
+        let plugins = start_plugins(&config, &store, &seal)?;
         let router = build_router(&config)?;
         let state = Arc::new(AppState {
             env_admins: EnvAdmins(config.auth.admins.clone()),
@@ -146,6 +151,7 @@ impl App {
             started: Instant::now(),
             public_url: OnceLock::new(),
             participation,
+            plugins,
         });
         Ok(App {
             dispatcher: Arc::new(Dispatcher {
@@ -184,6 +190,11 @@ impl App {
         let _ = state.public_url.set(url);
         let store = state.store.clone();
         let logs = state.logs.clone();
+        if state.config.plugins.watch
+            && let Err(err) = state.plugins.watch()
+        {
+            tracing::warn!(%err, "cannot watch the plugin directory; changes need a restart");
+        }
         let background: Vec<_> = modules::enabled(&state.config)
             .iter()
             .flat_map(|(module, _)| module.spawn_background(state))
@@ -199,6 +210,48 @@ impl App {
         .await
         .ok();
     }
+}
+
+/// Builds the plugin host (inside the current tokio runtime) and loads the plugin directory
+/// once; the watcher starts when the server starts serving. Compiled code is cached in
+/// `<data_dir>/plugin-cache` unless `plugins.cache_dir` says otherwise.
+fn start_plugins(
+    config: &Config,
+    store: &Store,
+    seal: &SealKey,
+) -> Result<woodlark_plugin_host::PluginHost, AppError> {
+    let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+        woodlark_plugin_host::HostError::Engine(
+            "the server must be built inside a tokio runtime".into(),
+        )
+    })?;
+    let mut plugins = config.plugins.clone();
+    if plugins.cache_dir.as_os_str().is_empty() {
+        plugins.cache_dir = config.server.data_dir.join("plugin-cache");
+    }
+    let services = woodlark_plugin_host::HostServices {
+        kv: Arc::new(crate::plugin_services::StoreKv {
+            store: store.clone(),
+            handle: handle.clone(),
+        }),
+        secrets: Arc::new(crate::plugin_services::StoreSecrets {
+            store: store.clone(),
+            seal: seal.clone(),
+            handle: handle.clone(),
+        }),
+    };
+    let host = woodlark_plugin_host::PluginHost::new(plugins, services)?;
+    let h = host.clone();
+    // Loading compiles components: keep it off the async worker threads.
+    let report = if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(move || h.reload())
+    } else {
+        h.reload()
+    };
+    for (name, action) in report {
+        tracing::info!(plugin = name, outcome = ?action, "plugin");
+    }
+    Ok(host)
 }
 
 fn build_router(config: &Config) -> Result<Router<Ctx>, RouteError> {

@@ -32,6 +32,11 @@ enum Command {
         #[arg(long, default_value = "config.toml")]
         config: PathBuf,
     },
+    /// Plugin tools.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
     /// Run workflows for a server (a remote agent).
     Agent {
         /// The server's root URL, e.g. http://ci.example.com:8000.
@@ -57,6 +62,31 @@ enum Command {
     User {
         #[command(subcommand)]
         command: UserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Runs a forge adapter on a captured webhook and prints the parsed outcome as JSON.
+    RunHook {
+        /// The component (`.wasm`) to run.
+        #[arg(long)]
+        plugin: PathBuf,
+        /// A request header, `Name: value`, repeatable.
+        #[arg(long = "header")]
+        headers: Vec<String>,
+        /// File holding the request body.
+        #[arg(long)]
+        body: PathBuf,
+        /// A secret the plugin may use for `signing`, `name=value`, repeatable.
+        #[arg(long = "secret")]
+        secrets: Vec<String>,
+        /// A config value the plugin reads, `key=value`, repeatable (e.g. `hook-secret=NAME`).
+        #[arg(long = "set")]
+        config: Vec<String>,
+        /// Path and query of the request.
+        #[arg(long, default_value = "/api/hook")]
+        path: String,
     },
 }
 
@@ -88,6 +118,17 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve { config } => serve(config),
+        Command::Plugin {
+            command:
+                PluginCommand::RunHook {
+                    plugin,
+                    headers,
+                    body,
+                    secrets,
+                    config,
+                    path,
+                },
+        } => run_hook(&plugin, &headers, &body, &secrets, &config, &path),
         Command::Agent {
             server,
             token,
@@ -134,8 +175,8 @@ fn serve(config_path: PathBuf) -> anyhow::Result<()> {
     let level = LogLevel::parse(&config.server.log_level).unwrap_or(LogLevel::Info);
     let log = LogControl::install(level);
     let addr = config.listen_addr().map_err(anyhow::Error::msg)?;
-    let app = App::build(config, log)?;
     runtime()?.block_on(async move {
+        let app = App::build(config, log)?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
@@ -167,6 +208,82 @@ async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutdown signal received");
+}
+
+/// `key=value` → (key, value), or an error naming the flag.
+fn pair(flag: &str, s: &str, sep: char) -> anyhow::Result<(String, String)> {
+    let (k, v) = s
+        .split_once(sep)
+        .ok_or_else(|| anyhow::anyhow!("{flag} {s:?}: expected name{sep}value"))?;
+    Ok((k.trim().to_string(), v.trim_start().to_string()))
+}
+
+fn run_hook(
+    plugin: &std::path::Path,
+    headers: &[String],
+    body: &std::path::Path,
+    secrets: &[String],
+    config: &[String],
+    path: &str,
+) -> anyhow::Result<()> {
+    use woodlark_plugin_host::{
+        HookRequest, HostServices, MapSecrets, MemoryKv, PluginHost, PluginsConfig, ReloadAction,
+    };
+    LogControl::install(LogLevel::Warn);
+    let body = std::fs::read(body).map_err(|e| anyhow::anyhow!("{}: {e}", body.display()))?;
+    let headers = headers
+        .iter()
+        .map(|h| pair("--header", h, ':').map(|(k, v)| (k, v.into_bytes())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut map = MapSecrets::default();
+    let mut names = Vec::new();
+    for s in secrets {
+        let (k, v) = pair("--secret", s, '=')?;
+        map = map.with(&k, &v);
+        names.push(k);
+    }
+    let name = plugin
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".into());
+    let mut cfg = PluginsConfig::single_file(plugin, &name);
+    if let Some(instance) = cfg.instances.get_mut(&name) {
+        instance.secrets = names;
+        for c in config {
+            let (k, v) = pair("--set", c, '=')?;
+            instance.config.insert(k, v);
+        }
+    }
+    runtime()?.block_on(async move {
+        let host = PluginHost::new(
+            cfg,
+            HostServices {
+                kv: std::sync::Arc::new(MemoryKv::default()),
+                secrets: std::sync::Arc::new(map),
+            },
+        )?;
+        let h = host.clone();
+        let report = tokio::task::spawn_blocking(move || h.reload()).await?;
+        if let Some((_, action)) = report
+            .iter()
+            .find(|(_, a)| !matches!(a, ReloadAction::Loaded { .. }))
+        {
+            anyhow::bail!("{}: cannot load: {action:?}", plugin.display());
+        }
+        let outcome = host
+            .parse_hook(
+                &name,
+                HookRequest {
+                    method: "POST".into(),
+                    path_and_query: path.to_string(),
+                    headers,
+                    body,
+                },
+            )
+            .await?;
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+        Ok(())
+    })
 }
 
 fn agent(

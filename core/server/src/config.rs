@@ -13,6 +13,10 @@ use serde::Deserialize;
 
 use crate::logging::LogLevel;
 
+/// `[plugins]`: the plugin directory, the compiled-code cache, limits and per-plugin grants
+/// (defined by the plugin host, which owns their meaning).
+pub use woodlark_plugin_host::PluginsConfig;
+
 /// Environment variables that override keys of the file (they win over it).
 pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("WOODLARK_LISTEN", "server.listen"),
@@ -220,13 +224,6 @@ impl Default for ParticipationConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PluginsConfig {
-    /// Directory watched for plugin `.wasm` components.
-    pub dir: PathBuf,
-}
-
 /// `[web]`: the browser surface: a web UI directory, `/web-config.js`, `/authorize` and
 /// `/logout`. Mounted like an interface, with `root_path` as its mount.
 #[derive(Debug, Clone, Deserialize)]
@@ -364,14 +361,6 @@ impl ModuleConfig {
 impl Default for ModuleConfig {
     fn default() -> Self {
         ModuleConfig::mounted("")
-    }
-}
-
-impl Default for PluginsConfig {
-    fn default() -> Self {
-        PluginsConfig {
-            dir: "plugins/dist".into(),
-        }
     }
 }
 
@@ -569,6 +558,14 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
+        self.plugins.validate().map_err(|e| {
+            let key = if e.key.starts_with("plugins") {
+                e.key.clone()
+            } else {
+                format!("plugins.{}", e.key)
+            };
+            invalid(&key, e.message)
+        })?;
         if self.runner.capacity == 0 {
             return Err(invalid("runner.capacity", "must be at least 1".into()));
         }

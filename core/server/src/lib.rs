@@ -7,6 +7,7 @@
 //! - [`http`]: the only module that knows hyper: server, router, request/response, errors.
 //! - [`modules`]: one folder per interface (`ci`, …), each registering routes under its mount.
 //! - [`pipeline`]: pipeline configs → compiled workflows (shared with the runner).
+//! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
 //! - [`runner`]: runs workflows (embedded agent and `woodlark agent`).
 //! - [`store`]: SQLite (one writer thread, reader pool, migrations, event outbox).
 //! - [`auth`]: tokens, random secrets, the server's signing key.
@@ -21,6 +22,7 @@ pub mod http;
 pub mod logging;
 pub mod modules;
 pub mod pipeline;
+pub mod plugin_services;
 pub mod runner;
 pub mod store;
 pub mod timefmt;

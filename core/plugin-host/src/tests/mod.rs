@@ -5,9 +5,12 @@
 //! - `events`: every forge × event mapping, ignored cases;
 //! - `hostile`: loops, memory bombs, traps, huge outputs, denied hosts, bad components;
 //! - `reload`: hot reload through the watched directory, in-flight calls, the cache;
-//! - `worlds`: the secret-backend and registry-auth worlds, kv, world mismatches.
+//! - `worlds`: the secret-backend and registry-auth worlds, kv, world mismatches;
+//! - `first_party_backends`: the Vault, static-secrets, static-registry and token-exchange
+//!   plugins against in-test HTTP servers.
 
 mod events;
+mod first_party_backends;
 mod forges;
 mod hostile;
 mod reload;
@@ -34,6 +37,10 @@ pub(crate) fn dist() -> &'static Path {
             "forge-forgejo.wasm",
             "forge-gitlab.wasm",
             "forge-bitbucket.wasm",
+            "secrets-vault.wasm",
+            "secrets-static.wasm",
+            "registry-static.wasm",
+            "registry-token.wasm",
             "testing/forge-hostile.wasm",
             "testing/forge-extra-import.wasm",
             "testing/secrets-kv.wasm",

@@ -32,6 +32,7 @@ pub enum SealError {
     Open,
 }
 
+#[derive(Clone)]
 pub struct SealKey {
     cipher: XChaCha20Poly1305,
 }

@@ -150,6 +150,8 @@ const MIGRATIONS: &[&str] = &[
     super::pipelines::SCHEMA,
     // 5: one-time ids of used login links (web sign-in).
     super::used_tokens::SCHEMA,
+    // 6: the plugins' key-value storage.
+    crate::plugin_services::SCHEMA,
 ];
 
 /// The schema version this build writes.

@@ -6,6 +6,9 @@
 //! body is never sniffed. For the built-in `git` forge the body is what git gives a
 //! `post-receive` hook: one `<old-sha> <new-sha> <ref>` line per updated ref.
 
+use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError};
+
+use super::forge::plugin::plugin_for;
 use super::forge::{ForgeError, run_blocking};
 use super::pipelines::create::{self, Created, Trigger};
 use super::pipelines::created_response;
@@ -100,6 +103,13 @@ async fn repo_of(ctx: &Ctx, req: &Request) -> Result<RepoRow, ApiError> {
 }
 
 async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    if hook_token(&req).is_none() {
+        // No token in the URL: a forge-wide webhook, recognised and verified by a plugin.
+        let Some(plugin) = ctx.plugins.recognize(&plugin_headers(&req)).await else {
+            return Err(ApiError::bad_request("failure to parse token from hook"));
+        };
+        return plugin_hook(&ctx, &req, &plugin, None).await;
+    }
     let row = repo_of(&ctx, &req).await?;
     if !row.repo.active {
         return Ok(Response::empty(StatusCode::NO_CONTENT));
@@ -111,7 +121,8 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await?
         .forge;
     if forge.kind != "git" {
-        return Err(ForgeError::NoDriver(forge.kind).into());
+        let plugin = plugin_for(&ctx.plugins, &forge).ok_or(ForgeError::NoDriver(forge.kind))?;
+        return plugin_hook(&ctx, &req, &plugin, Some(row)).await;
     }
     let updates = parse_ref_updates(&req.body)
         .map_err(|why| ApiError::bad_request(format!("failure to parse hook: {why}")))?;
@@ -136,6 +147,134 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         Some(Created::NoConfig) => Response::text(StatusCode::NO_CONTENT, ""),
         Some(created) => created_response(created),
         None => Response::empty(StatusCode::NO_CONTENT),
+    })
+}
+
+fn plugin_headers(req: &Request) -> Vec<(String, Vec<u8>)> {
+    req.headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// A hook parsed by a forge-adapter plugin. With `expected` (from the hook token) the hook
+/// must be about that repository; without, the plugin must have verified the forge's
+/// signature, and the repository is found by its forge id among the forges the plugin serves.
+async fn plugin_hook(
+    ctx: &Ctx,
+    req: &Request,
+    plugin: &str,
+    expected: Option<RepoRow>,
+) -> Result<Response, ApiError> {
+    let path = if req.query.is_empty() {
+        req.path.clone()
+    } else {
+        format!("{}?{}", req.path, req.query)
+    };
+    let outcome = ctx
+        .plugins
+        .parse_hook(
+            plugin,
+            HookRequest {
+                method: req.method.as_str().to_string(),
+                path_and_query: path,
+                headers: plugin_headers(req),
+                body: req.body.to_vec(),
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            PluginError::NotLoaded(_) => ApiError::from(ForgeError::NoDriver(plugin.to_string())),
+            e if e.is_fault() => {
+                tracing::warn!(plugin, error = %e, "forge adapter failed");
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    format!("forge adapter failed: {e}"),
+                )
+            }
+            e => ApiError::bad_request(format!("failure to parse hook: {e}")),
+        })?;
+    let build = match outcome {
+        HookOutcome::Ignored(reason) => {
+            return Ok(Response::text(
+                StatusCode::OK,
+                format!("forge driver: explicit ignored event: {reason}\n"),
+            ));
+        }
+        HookOutcome::Build(build) => build,
+    };
+    let remote_id = build.repo.forge_remote_id.clone();
+    let row = match expected {
+        Some(row) => {
+            if row.repo.forge_remote_id != remote_id {
+                return Err(ApiError::bad_request(
+                    "failure to parse hook: the hook is about another repository",
+                ));
+            }
+            row
+        }
+        None => {
+            if !build.signature_verified {
+                return Err(ApiError::bad_request(
+                    "failure to parse hook: no hook token and no verified signature (grant the plugin the forge's webhook secret)",
+                ));
+            }
+            let host = ctx.plugins.clone();
+            let plugin = plugin.to_string();
+            let found = ctx
+                .store
+                .read(move |c| {
+                    for f in forges::list(c, 1, 50)? {
+                        if plugin_for(&host, &f).as_deref() == Some(plugin.as_str())
+                            && let Some(row) = repos::by_remote_id(c, f.id, &remote_id)?
+                        {
+                            return Ok(Some(row));
+                        }
+                    }
+                    Ok(None)
+                })
+                .await?;
+            match found {
+                Some(row) => row,
+                None => return Ok(Response::empty(StatusCode::NO_CONTENT)),
+            }
+        }
+    };
+    if !row.repo.active {
+        return Ok(Response::empty(StatusCode::NO_CONTENT));
+    }
+    let p = &build.pipeline;
+    if p.event.as_str().starts_with("pull_request") && !row.repo.allow_pr {
+        return Ok(Response::empty(StatusCode::NO_CONTENT));
+    }
+    let trigger = Trigger {
+        event: p.event.as_str().to_string(),
+        event_reason: p.event_reason.clone(),
+        branch: p.branch.clone(),
+        git_ref: p.git_ref.clone(),
+        refspec: p.refspec.clone(),
+        commit: p.commit.clone(),
+        message: p.message.clone(),
+        author: p.author.clone(),
+        author_email: p.author_email.clone(),
+        author_avatar: p.author_avatar.clone(),
+        sender: p.sender.clone(),
+        forge_url: p.forge_url.clone(),
+        timestamp: p.timestamp,
+        changed_files: p.changed_files.clone(),
+        deploy_to: p.deploy_to.clone(),
+        ..Trigger::default()
+    };
+    tracing::info!(
+        repo = row.repo.full_name,
+        plugin,
+        event = trigger.event,
+        "hook parsed by plugin"
+    );
+    let created = create::from_forge(ctx, &row, trigger).await?;
+    Ok(match created {
+        Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
+        other => created_response(other),
     })
 }
 

@@ -16,6 +16,7 @@ pub mod hook;
 pub mod orgs;
 pub mod pagination;
 pub mod pipelines;
+pub mod plugins;
 pub mod registries;
 pub mod repos;
 pub mod secrets;
@@ -60,6 +61,7 @@ impl super::Module for Ci {
         pipelines::routes(scope);
         stream::routes(scope);
         badges::routes(scope);
+        plugins::routes(scope);
         secrets::routes(scope);
         registries::routes(scope);
         agents::routes(scope);

@@ -180,11 +180,13 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::bad_request("forge_remote_id is required"))?;
     let forge_row = pick_forge(&ctx, &req, &account).await?;
     let forge_id = forge_row.forge.id;
-    let driver: std::sync::Arc<dyn ForgeDriver> = forge::driver_for(&forge_row.forge)?.into();
+    let driver = forge::driver_from(&ctx, &forge_row)?;
 
     let d = driver.clone();
     let rid = remote_id.clone();
     let remote = run_blocking(move || d.repo(&rid)).await?;
+    // The forge's own id (a plugin forge may be asked by full name and answer with a number).
+    let remote_id = remote.forge_remote_id.clone();
 
     // Who may activate: instance admins, the owner of the namespace, and admins of its org.
     let user = account.user.clone();
@@ -436,9 +438,7 @@ fn set<T>(field: &mut T, value: Option<T>) {
 
 /// The forge driver of a stored repository.
 async fn driver_of(ctx: &Ctx, repo: &Repo) -> Result<std::sync::Arc<dyn ForgeDriver>, ApiError> {
-    let forge_id = repo.forge_id;
-    let row = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    Ok(forge::driver_for(&row.forge)?.into())
+    forge::driver(ctx, repo.forge_id).await
 }
 
 /// `DELETE /repos/{id}` (repo admin): deactivates (removes the hook) and returns the repo;

@@ -10,9 +10,13 @@
 //! [`run_blocking`] so the async runtime never waits on them.
 
 pub mod git;
+pub mod plugin;
 
+use std::sync::Arc;
+
+use crate::app::Ctx;
 use crate::http::{ApiError, StatusCode};
-use crate::store::forges::Forge;
+use crate::store::forges::{self, ForgeRow};
 use crate::store::repos::Repo;
 
 /// Forge types the API accepts (`git` is Woodlark's own; the rest are Woodpecker's).
@@ -123,12 +127,18 @@ pub trait ForgeDriver: Send + Sync {
     ) -> Result<Vec<crate::pipeline::types::ConfigFile>, ForgeError>;
 }
 
-/// The driver for `forge`, or why there is none.
-pub fn driver_for(forge: &Forge) -> Result<Box<dyn ForgeDriver>, ForgeError> {
-    match forge.kind.as_str() {
-        "git" => Ok(Box::new(git::GitForge::from_url(&forge.url)?)),
-        other => Err(ForgeError::NoDriver(other.to_string())),
+/// The driver for a forge, or why there is none.
+pub fn driver_from(ctx: &Ctx, row: &ForgeRow) -> Result<Arc<dyn ForgeDriver>, ForgeError> {
+    match row.forge.kind.as_str() {
+        "git" => Ok(Arc::new(git::GitForge::from_url(&row.forge.url)?)),
+        _ => Ok(Arc::new(plugin::PluginForge::new(ctx, row)?)),
     }
+}
+
+/// The driver of forge `forge_id`.
+pub async fn driver(ctx: &Ctx, forge_id: i64) -> Result<Arc<dyn ForgeDriver>, ApiError> {
+    let row = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    Ok(driver_from(ctx, &row)?)
 }
 
 /// Runs a blocking driver call on the blocking pool.

@@ -70,8 +70,7 @@ pub async fn driver_of(
     ctx: &Ctx,
     forge_id: i64,
 ) -> Result<std::sync::Arc<dyn ForgeDriver>, ApiError> {
-    let row = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    Ok(forge::driver_for(&row.forge)?.into())
+    forge::driver(ctx, forge_id).await
 }
 
 /// Reads the config files at the trigger's commit and creates the pipeline.

@@ -1,0 +1,208 @@
+//! Forges served by forge-adapter plugins (GitHub, Gitea, Forgejo, GitLab, Bitbucket, …).
+//!
+//! Which plugin serves a forge: the forge's `additional_options.plugin` if set, else a loaded
+//! forge adapter named like the forge type (`github`) or `forge-<type>` (the file name of
+//! the first-party builds). Calls to the forge's API (repository look-up, config files at a
+//! commit, branches) go through the plugin's allow-listed HTTP client, authenticated with the
+//! forge's `oauth_client_secret` used as an API token (Woodlark has no OAuth login). Plain
+//! WIT has no "create webhook" call: point the forge's webhook at `<server>/api/hook`, with the
+//! secret shown by `GET /api/forges/{id}` (`webhook_secret`), granted to the plugin as
+//! `forge:<id>`.
+
+use tokio::runtime::Handle;
+use woodlark_plugin_host::{ApiContext, PluginError, PluginHost, WorldKind};
+
+use super::{
+    CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
+};
+use crate::app::Ctx;
+use crate::modules::ci::forges::SEAL_CLIENT_SECRET;
+use crate::pipeline::types::ConfigFile;
+use crate::store::forges::{Forge, ForgeRow};
+use crate::store::repos::Repo;
+
+/// The loaded forge-adapter plugin that serves `forge`, if any.
+pub fn plugin_for(host: &PluginHost, forge: &Forge) -> Option<String> {
+    let loaded = host.names(WorldKind::ForgeAdapter);
+    let wanted: Vec<String> = match forge
+        .additional_options
+        .get("plugin")
+        .and_then(|v| v.as_str())
+    {
+        Some(name) => vec![name.to_string()],
+        None => vec![forge.kind.clone(), format!("forge-{}", forge.kind)],
+    };
+    wanted.into_iter().find(|w| loaded.contains(w))
+}
+
+pub struct PluginForge {
+    host: PluginHost,
+    plugin: String,
+    api: ApiContext,
+    handle: Handle,
+}
+
+impl PluginForge {
+    pub fn new(ctx: &Ctx, row: &ForgeRow) -> Result<PluginForge, ForgeError> {
+        let plugin = plugin_for(&ctx.plugins, &row.forge)
+            .ok_or_else(|| ForgeError::NoDriver(row.forge.kind.clone()))?;
+        let token = if row.sealed_client_secret.is_empty() {
+            String::new()
+        } else {
+            ctx.seal
+                .open(SEAL_CLIENT_SECRET, &row.sealed_client_secret)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .map_err(|e| ForgeError::Failed(e.to_string()))?
+        };
+        Ok(PluginForge {
+            host: ctx.plugins.clone(),
+            plugin,
+            api: ApiContext {
+                forge_url: row.forge.url.clone(),
+                token,
+            },
+            handle: Handle::current(),
+        })
+    }
+
+    /// Runs a plugin call from the blocking thread the driver is called on.
+    fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, PluginError>>,
+    ) -> Result<T, ForgeError> {
+        self.handle.block_on(f).map_err(plugin_error)
+    }
+}
+
+/// A plugin failure as a forge error: its own "not found"-style answers stay client errors.
+pub fn plugin_error(err: PluginError) -> ForgeError {
+    match err {
+        PluginError::NotLoaded(name) => ForgeError::NoDriver(name),
+        other if other.is_fault() => ForgeError::Failed(other.to_string()),
+        other => ForgeError::Invalid(other.to_string()),
+    }
+}
+
+impl ForgeDriver for PluginForge {
+    fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
+        let r = self.call(
+            self.host
+                .repo_info(&self.plugin, self.api.clone(), remote_id),
+        )?;
+        Ok(RemoteRepo {
+            forge_remote_id: r.forge_remote_id,
+            owner: r.owner,
+            name: r.name,
+            clone_url: r.clone_url,
+            forge_url: r.forge_url,
+            default_branch: r.default_branch,
+            private: r.private,
+            avatar_url: r.avatar_url,
+        })
+    }
+
+    fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
+        self.call(
+            self.host
+                .branches(&self.plugin, self.api.clone(), &repo.full_name),
+        )
+    }
+
+    fn pull_requests(&self, _repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
+        // The forge-adapter world has no pull-request listing (yet).
+        Ok(Vec::new())
+    }
+
+    fn activate(&self, repo: &Repo, _hook_url: &str) -> Result<(), ForgeError> {
+        tracing::info!(
+            repo = repo.full_name,
+            plugin = self.plugin,
+            "activated; the forge's webhook must point at the hook endpoint"
+        );
+        Ok(())
+    }
+
+    fn deactivate(&self, _repo: &Repo) -> Result<(), ForgeError> {
+        Ok(())
+    }
+
+    fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+        Err(ForgeError::Invalid(format!(
+            "{}: the {} plugin cannot look up the head of branch {branch}; push to start a pipeline",
+            repo.full_name, self.plugin
+        )))
+    }
+
+    fn commit(&self, _repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
+        Ok(CommitInfo {
+            sha: sha.to_string(),
+            ..CommitInfo::default()
+        })
+    }
+
+    fn changed_files(
+        &self,
+        _repo: &Repo,
+        _before: &str,
+        _after: &str,
+    ) -> Result<Vec<String>, ForgeError> {
+        Ok(Vec::new())
+    }
+
+    fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
+        let read = |path: &str| -> Result<Option<ConfigFile>, ForgeError> {
+            Ok(self
+                .call(self.host.file_at(
+                    &self.plugin,
+                    self.api.clone(),
+                    &repo.full_name,
+                    commit,
+                    path,
+                ))?
+                .map(|data| ConfigFile {
+                    name: path.to_string(),
+                    data: String::from_utf8_lossy(&data).into_owned(),
+                }))
+        };
+        let folder = |dir: &str| -> Result<Vec<ConfigFile>, ForgeError> {
+            let dir = dir.trim_end_matches('/');
+            let mut names = self.call(self.host.dir_at(
+                &self.plugin,
+                self.api.clone(),
+                &repo.full_name,
+                commit,
+                dir,
+            ))?;
+            names.retain(|n| n.ends_with(".yaml") || n.ends_with(".yml"));
+            names.sort();
+            let mut out = Vec::new();
+            for n in names {
+                let path = if n.contains('/') {
+                    n
+                } else {
+                    format!("{dir}/{n}")
+                };
+                out.extend(read(&path)?);
+            }
+            Ok(out)
+        };
+        let config = repo.config_file.trim();
+        if !config.is_empty() {
+            return if config.ends_with('/') {
+                folder(config)
+            } else {
+                Ok(read(config)?.into_iter().collect())
+            };
+        }
+        let in_dir = folder(CONFIG_DIR).unwrap_or_default();
+        if !in_dir.is_empty() {
+            return Ok(in_dir);
+        }
+        for f in CONFIG_FILES {
+            if let Some(file) = read(f)? {
+                return Ok(vec![file]);
+            }
+        }
+        Ok(Vec::new())
+    }
+}
