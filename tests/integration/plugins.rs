@@ -328,3 +328,202 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         .unwrap();
     assert!(gh["calls"].to_string().contains('1'), "{gh}");
 }
+
+/// A fake HTTP service answering every request with `answer(path, headers)`.
+async fn fake_service<F>(answer: F) -> std::net::SocketAddr
+where
+    F: Fn(&str, &hyper::HeaderMap) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let reply = answer(req.uri().path(), req.headers());
+                    async move {
+                        let Some((status, body)) = reply else {
+                            // Hang: never answer.
+                            std::future::pending::<()>().await;
+                            unreachable!()
+                        };
+                        Ok::<_, Infallible>(
+                            hyper::Response::builder()
+                                .status(status)
+                                .body(Full::new(Bytes::from(body)))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+fn backends_config(
+    dist: &std::path::Path,
+    vault: std::net::SocketAddr,
+    token: std::net::SocketAddr,
+) -> String {
+    let instances = format!(
+        r#"[plugins.instances.vault]
+file = "secrets-vault.wasm"
+allowed_hosts = ["http://{vault}"]
+timeout_ms = 1500
+config = {{ address = "http://{vault}", token = "vault-token-1" }}
+
+[plugins.instances.static]
+file = "secrets-static.wasm"
+config = {{ names = "static_one", "secret.static_one" = "from-static-456" }}
+
+[plugins.instances.regtoken]
+file = "registry-token.wasm"
+allowed_hosts = ["http://{token}"]
+config = {{ registry = "registry.example.com", token-url = "http://{token}/token", username = "robot", password = "robot-pw" }}
+"#
+    );
+    plugins_table(dist, false, &instances)
+        + "\n[pipeline]\nsecret_backends = [\"vault\", \"static\"]\nregistry_auth = [\"regtoken\"]\n"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_and_registry_logins_come_from_plugin_backends() {
+    let dist = first_party_plugins();
+    // Vault answers per repository path; alice/broken gets garbage, alice/slow hangs.
+    let vault = fake_service(|path, headers| {
+        if headers.get("x-vault-token").and_then(|v| v.to_str().ok()) != Some("vault-token-1") {
+            return Some((403, r#"{"errors":["permission denied"]}"#.into()));
+        }
+        match path {
+            "/v1/secret/data/woodpecker/alice/app" => Some((
+                200,
+                r#"{"data":{"data":{"vault_one":"from-vault-123"},"metadata":{}}}"#.into(),
+            )),
+            "/v1/secret/data/woodpecker/alice/broken" => Some((200, "not json at all".into())),
+            "/v1/secret/data/woodpecker/alice/down" => {
+                Some((500, r#"{"errors":["sealed"]}"#.into()))
+            }
+            "/v1/secret/data/woodpecker/alice/slow" => None,
+            _ => Some((404, r#"{"errors":[]}"#.into())),
+        }
+    })
+    .await;
+    let token = fake_service(|path, headers| {
+        let basic = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        (path == "/token").then(|| {
+            if basic
+                == format!(
+                    "Basic {}",
+                    base64::Engine::encode(
+                        &base64::engine::general_purpose::STANDARD,
+                        "robot:robot-pw"
+                    )
+                )
+            {
+                (200, r#"{"token":"tok-abc-789","expires_in":300}"#.into())
+            } else {
+                (401, "{}".into())
+            }
+        })
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let tables = crate::util::with_runner(data.path()) + &backends_config(&dist, vault, token);
+    let s = TestServer::start_in_with_tables(data, "", &tables).await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .post(
+            &format!("/api/repos/{id}/secrets"),
+            Some(&p.alice),
+            r#"{"name":"api_one","value":"from-api-000","events":["push"]}"#,
+        )
+        .await
+        .expect(200);
+    let out = s.dir.path().join("plugin-docker.json");
+    let config = format!(
+        "steps:\n  - name: show\n    image: registry.example.com/team/builder:2\n    environment:\n      A: {{from_secret: api_one}}\n      V: {{from_secret: vault_one}}\n      S: {{from_secret: static_one}}\n    commands:\n      - echo \"a=$${{A}} v=$${{V}} s=$${{S}}\"\n      - test \"$${{V}}\" = from-vault-123 && test \"$${{S}}\" = from-static-456 && test \"$${{A}}\" = from-api-000\n      - cp $${{DOCKER_CONFIG}}/config.json {}\n",
+        out.display()
+    );
+    crate::pipelines::push_files(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", &config)],
+        "backends",
+    )
+    .await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, |p| {
+        matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
+    })
+    .await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let step_id = crate::pipelines::step_of(&done, "show")["id"]
+        .as_i64()
+        .unwrap();
+    let logs = s
+        .http
+        .get(&format!("/api/repos/{id}/logs/1/{step_id}"), Some(&p.alice))
+        .await
+        .text();
+    for value in [
+        "from-vault-123",
+        "from-static-456",
+        "from-api-000",
+        "tok-abc-789",
+    ] {
+        assert!(
+            !logs.contains(&base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                value
+            )),
+            "{value} is masked"
+        );
+    }
+    let docker: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let auth = docker["auths"]["registry.example.com"]["auth"]
+        .as_str()
+        .unwrap();
+    let decoded = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, auth).unwrap(),
+    )
+    .unwrap();
+    assert!(decoded.ends_with(":tok-abc-789"), "{decoded}");
+
+    // A failing backend fails only the pipeline that needed it, with a clear error.
+    for (name, expect) in [
+        ("broken", "secret backend \"vault\" failed"),
+        ("down", "secret backend \"vault\" failed"),
+        ("slow", "timed out"),
+    ] {
+        let r = s
+            .git_repo(&p.admin, &p.alice, &format!("alice/{name}"))
+            .await;
+        let rid = r["id"].as_i64().unwrap();
+        crate::pipelines::push_files(
+            &s,
+            &format!("alice/{name}"),
+            &[(
+                ".woodpecker.yaml",
+                "steps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+            )],
+            "x",
+        )
+        .await;
+        let failed = wait_for(&s.http, &p.alice, rid, 1, 30, |p| p["status"] == "error").await;
+        let message = failed["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains(expect), "{name}: {message}");
+        s.http.get("/healthz", None).await.expect(204);
+    }
+}

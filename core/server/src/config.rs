@@ -56,6 +56,7 @@ pub struct Config {
     pub events: EventsConfig,
     pub participation: ParticipationConfig,
     pub plugins: PluginsConfig,
+    pub pipeline: PipelineConfig,
     pub runner: RunnerConfig,
     /// `[web]`: the browser surface (web UI files, `/web-config.js`, sign-in).
     pub web: WebConfig,
@@ -117,6 +118,18 @@ pub struct ModuleConfig {
     pub enabled: bool,
     /// Path prefix the interface's routes are mounted under ("" = root).
     pub mount: String,
+}
+
+/// `[pipeline]`: where pipelines get secrets and registry logins besides the API-managed ones.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// Secret-backend plugin instances asked after the built-in store, in order; a name one
+    /// of them already gave is not asked again (the built-in store always comes first).
+    pub secret_backends: Vec<String>,
+    /// Registry-auth plugin instances asked, in order, for a step image's registry when no
+    /// registry configured through the API matches.
+    pub registry_auth: Vec<String>,
 }
 
 /// `[events]`: the events feed and the retention of the outbox behind it.
@@ -314,6 +327,7 @@ impl Default for Config {
             events: EventsConfig::default(),
             participation: ParticipationConfig::default(),
             plugins: PluginsConfig::default(),
+            pipeline: PipelineConfig::default(),
             runner: RunnerConfig::default(),
             web: WebConfig::default(),
             source: "<defaults>".into(),

@@ -196,23 +196,54 @@ pub enum Direction {
     Backward,
 }
 
-const FILTER_SQL: &str = "
-    (?3 IS NULL OR record_type IN (SELECT value FROM json_each(?3)))
-    AND (?4 IS NULL OR org_id = ?4)
-    AND (?5 IS NULL
-         OR repo_id IN (SELECT value FROM json_each(?5))
-         OR (repo_id IS NULL AND org_id IN (SELECT value FROM json_each(?6))))";
-
-fn filter_params(f: &Filter) -> (Option<String>, Option<i64>, Option<String>, Option<String>) {
-    let types = (!f.record_types.is_empty()).then(|| serde_json::json!(f.record_types).to_string());
-    let (repos, orgs) = match &f.visible {
-        None => (None, None),
-        Some(v) => (
-            Some(serde_json::json!(v.repo_ids).to_string()),
-            Some(serde_json::json!(v.org_ids).to_string()),
-        ),
+/// The `WHERE` conditions of `filter` after the `seq` range (`?1`, `?2`), with their
+/// parameters. Only the filters in use appear, so SQLite can pick the matching index
+/// (`events_record_type`, `events_org`, `events_repo`) instead of scanning by `seq`.
+fn filter_sql(f: &Filter) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value as V;
+    let mut sql = String::new();
+    let mut args: Vec<V> = Vec::new();
+    let next = |v: V, args: &mut Vec<V>| {
+        args.push(v);
+        format!("?{}", args.len() + 2)
     };
-    (types, f.org_id, repos, orgs)
+    if !f.record_types.is_empty() {
+        let list: Vec<String> = f
+            .record_types
+            .iter()
+            .map(|t| next(V::Text(t.clone()), &mut args))
+            .collect();
+        sql.push_str(&format!(" AND record_type IN ({})", list.join(", ")));
+    }
+    if let Some(org) = f.org_id {
+        let p = next(V::Integer(org), &mut args);
+        sql.push_str(&format!(" AND org_id = {p}"));
+    }
+    if let Some(v) = &f.visible {
+        let repos = next(
+            V::Text(serde_json::json!(v.repo_ids).to_string()),
+            &mut args,
+        );
+        let orgs = next(V::Text(serde_json::json!(v.org_ids).to_string()), &mut args);
+        sql.push_str(&format!(
+            " AND (repo_id IN (SELECT value FROM json_each({repos}))
+                   OR (repo_id IS NULL AND org_id IN (SELECT value FROM json_each({orgs}))))"
+        ));
+    }
+    (sql, args)
+}
+
+fn with_range(
+    after: i64,
+    before: i64,
+    args: Vec<rusqlite::types::Value>,
+) -> Vec<rusqlite::types::Value> {
+    let mut all = vec![
+        rusqlite::types::Value::Integer(after),
+        rusqlite::types::Value::Integer(before),
+    ];
+    all.extend(args);
+    all
 }
 
 fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
@@ -248,13 +279,12 @@ pub fn page(
         Direction::Forward => "ASC",
         Direction::Backward => "DESC",
     };
-    let sql = format!(
-        "{SELECT} WHERE seq > ?1 AND seq < ?2 AND {FILTER_SQL} ORDER BY seq {order} LIMIT ?7"
-    );
-    let (types, org, repos, orgs) = filter_params(filter);
+    let (cond, args) = filter_sql(filter);
+    let sql =
+        format!("{SELECT} WHERE seq > ?1 AND seq < ?2{cond} ORDER BY seq {order} LIMIT {limit}");
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(
-        params![after, before, types, org, repos, orgs, limit as i64],
+        rusqlite::params_from_iter(with_range(after, before, args)),
         read_row,
     )?;
     let mut out: Vec<StoredEvent> = rows.collect::<Result<_, _>>()?;
@@ -271,23 +301,27 @@ pub fn any_between(
     before: i64,
     filter: &Filter,
 ) -> StoreResult<bool> {
-    let sql = format!("SELECT EXISTS ({SELECT} WHERE seq > ?1 AND seq < ?2 AND {FILTER_SQL})");
-    let (types, org, repos, orgs) = filter_params(filter);
-    Ok(
-        conn.query_row(&sql, params![after, before, types, org, repos, orgs], |r| {
-            r.get(0)
-        })?,
-    )
+    let (cond, args) = filter_sql(filter);
+    let sql = format!("SELECT EXISTS ({SELECT} WHERE seq > ?1 AND seq < ?2{cond})");
+    Ok(conn.query_row(
+        &sql,
+        rusqlite::params_from_iter(with_range(after, before, args)),
+        |r| r.get(0),
+    )?)
 }
 
 /// One event by sequence number, if it still exists and matches `filter`.
 pub fn get(conn: &Connection, seq: i64, filter: &Filter) -> StoreResult<Option<StoredEvent>> {
-    // ?2 is unused here; it keeps the filter's parameter numbers the same as in `page`.
-    let sql = format!("{SELECT} WHERE seq = ?1 AND ?2 = ?2 AND {FILTER_SQL}");
-    let (types, org, repos, orgs) = filter_params(filter);
+    // The range `seq - 1 < seq < seq + 1` keeps the filter's parameter numbers as in `page`.
+    let (cond, args) = filter_sql(filter);
+    let sql = format!("{SELECT} WHERE seq > ?1 AND seq < ?2{cond}");
     use rusqlite::OptionalExtension;
     Ok(conn
-        .query_row(&sql, params![seq, 0, types, org, repos, orgs], read_row)
+        .query_row(
+            &sql,
+            rusqlite::params_from_iter(with_range(seq - 1, seq + 1, args)),
+            read_row,
+        )
         .optional()?)
 }
 

@@ -152,6 +152,8 @@ const MIGRATIONS: &[&str] = &[
     super::used_tokens::SCHEMA,
     // 6: the plugins' key-value storage.
     crate::plugin_services::SCHEMA,
+    // 7: events of one repository (the feed's visibility filter for non-admins).
+    "CREATE INDEX events_repo ON events (repo_id, seq);",
 ];
 
 /// The schema version this build writes.

@@ -80,7 +80,10 @@ struct Inner {
     path: PathBuf,
     jobs: Mutex<Option<std_mpsc::Sender<Job>>>,
     readers: Mutex<Vec<Connection>>,
-    reader_slots: Semaphore,
+    /// One permit per reader connection. A permit travels with its closure to the blocking
+    /// thread, so a caller that gives up waiting (a dropped future) cannot free a slot whose
+    /// connection is still in use.
+    reader_slots: Arc<Semaphore>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Bumped after every commit, so readers of the outbox know when to look.
     commits: tokio::sync::watch::Receiver<u64>,
@@ -145,7 +148,7 @@ impl Store {
                 path: path.to_path_buf(),
                 jobs: Mutex::new(Some(tx)),
                 readers: Mutex::new(readers),
-                reader_slots: Semaphore::new(options.readers),
+                reader_slots: Arc::new(Semaphore::new(options.readers)),
                 writer_thread: Mutex::new(Some(handle)),
                 commits: commit_rx,
             }),
@@ -198,30 +201,36 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
-        let _permit = self
+        let permit = self
             .inner
             .reader_slots
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| StoreError::Closed)?;
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let conn = inner
-                .readers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop()
-                .ok_or(StoreError::Closed)?;
-            let result = f(&conn);
-            inner
-                .readers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(conn);
-            result
+            let _permit = permit;
+            let conn = ReaderGuard {
+                inner: &inner,
+                conn: Some(
+                    inner
+                        .readers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .pop()
+                        .ok_or_else(|| {
+                            StoreError::Unavailable("no reader connection free".into())
+                        })?,
+                ),
+            };
+            f(conn
+                .conn
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("set above")))
         })
         .await
-        .map_err(|_| StoreError::Closed)?
+        .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
     }
 
     /// A cheap query that proves the database is usable (for `/healthz`).
@@ -252,6 +261,24 @@ impl Store {
             .take()
         {
             let _ = handle.join();
+        }
+    }
+}
+
+/// Returns a reader connection to the pool when the read ends, even by panic.
+struct ReaderGuard<'a> {
+    inner: &'a Inner,
+    conn: Option<Connection>,
+}
+
+impl Drop for ReaderGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
         }
     }
 }
@@ -379,6 +406,32 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(sum, 4);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn abandoned_and_panicking_reads_never_lose_a_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            readers: 1,
+            full_sync: false,
+        };
+        let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
+        // A read whose caller gives up while it runs.
+        let slow = store.read(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            Ok(())
+        });
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(20), slow).await;
+        // A read that panics.
+        let panicked = store.read(|_| -> StoreResult<()> { panic!("boom") }).await;
+        assert!(panicked.is_err());
+        // The single connection is still there for everyone after.
+        for _ in 0..5 {
+            store
+                .read(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+                .await
+                .unwrap();
+        }
     }
 
     #[tokio::test]

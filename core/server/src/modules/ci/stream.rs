@@ -145,13 +145,24 @@ impl PipelineFeed {
             ..Filter::default()
         };
         loop {
+            // Read up to the newest event now, so events of other records are passed over once
+            // (the cursor moves past them) instead of being rescanned after every commit.
             let batch = {
                 let f = filter.clone();
                 ctx.store
-                    .read(move |c| events::page(c, last, i64::MAX, &f, Direction::Forward, 500))
+                    .read(move |c| {
+                        let newest: i64 =
+                            c.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
+                                r.get(0)
+                            })?;
+                        Ok((
+                            newest,
+                            events::page(c, last, newest + 1, &f, Direction::Forward, 500)?,
+                        ))
+                    })
                     .await
             };
-            let batch = match batch {
+            let (newest, batch) = match batch {
                 Ok(b) => b,
                 Err(err) => {
                     tracing::warn!(%err, "event stream: cannot read the outbox");
@@ -160,6 +171,7 @@ impl PipelineFeed {
                 }
             };
             let full = batch.len() == 500;
+            let advance_to = if full { None } else { Some(newest) };
             let mut dirty: Option<i64> = None;
             for event in &batch {
                 last = event.seq;
@@ -182,6 +194,9 @@ impl PipelineFeed {
             }
             if let Some(d) = dirty {
                 self_publish(&ctx, &tracked, &mut repos_seen, d).await;
+            }
+            if let Some(n) = advance_to {
+                last = last.max(n);
             }
             // Finished pipelines leave the cache (they are re-read if they change again).
             tracked.retain(|_, t| {

@@ -21,7 +21,10 @@ use crate::http::ApiError;
 use crate::modules::ci::forge::{self, ForgeDriver, run_blocking};
 use crate::pipeline::registry;
 use crate::pipeline::status::*;
-use crate::pipeline::types::{CompileInput, ConfigFile, Metadata, RegistryCredential, SecretValue};
+use crate::pipeline::types::{
+    CompileInput, CompileResult, ConfigFile, Metadata, PipelineError, RegistryCredential,
+    SecretValue,
+};
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
 use crate::store::repos::RepoRow;
 use crate::store::tasks::{self, Task};
@@ -135,22 +138,34 @@ async fn registries_for(ctx: &Ctx, repo: &RepoRow) -> Result<Vec<RegistryCredent
     Ok(out)
 }
 
-/// Gives each step the logins for its image's registry; their passwords are masked in logs.
+/// Gives each step the logins for its image's registry (API-configured first, else what a
+/// registry-auth plugin returned for the image); their passwords are masked in logs.
 fn attach_registries(
     workflows: &mut [crate::pipeline::types::CompiledWorkflow],
     creds: &[RegistryCredential],
+    by_image: &[(String, RegistryCredential)],
 ) {
     for wf in workflows {
         for step in &mut wf.steps {
             let host = registry::registry_of(&step.image);
-            for c in creds
+            let mut found: Vec<RegistryCredential> = creds
                 .iter()
                 .filter(|c| registry::normalize(&c.address) == host)
-            {
-                step.registries.push(c.clone());
+                .cloned()
+                .collect();
+            if found.is_empty() {
+                found.extend(
+                    by_image
+                        .iter()
+                        .filter(|(i, _)| *i == step.image)
+                        .map(|(_, c)| c.clone()),
+                );
+            }
+            for c in found {
                 if !step.secrets.contains(&c.password) {
                     step.secrets.push(c.password.clone());
                 }
+                step.registries.push(c);
             }
         }
     }
@@ -258,8 +273,6 @@ pub async fn create(
     trigger: Trigger,
     files: Vec<ConfigFile>,
 ) -> Result<Created, ApiError> {
-    let secrets = secrets_for(ctx, repo).await?;
-    let registries = registries_for(ctx, repo).await?;
     let forge_id = repo.repo.forge_id;
     let forge_type = ctx
         .store
@@ -267,6 +280,28 @@ pub async fn create(
         .await?
         .forge
         .kind;
+    let mut sources = Sources {
+        secrets: secrets_for(ctx, repo).await?,
+        registries: registries_for(ctx, repo).await?,
+        ..Sources::default()
+    };
+    plugin_secrets(ctx, repo, &trigger.event, &mut sources).await;
+    if !ctx.config.pipeline.registry_auth.is_empty() && sources.failures.is_empty() {
+        // Which images the steps use: a dry compile (the number does not change images).
+        let dry = crate::pipeline::compile(&CompileInput {
+            files: files.clone(),
+            meta: metadata(ctx, repo, &trigger, 0, &forge_type),
+            secrets: sources.secrets.clone(),
+        });
+        let mut images: Vec<String> = dry
+            .workflows
+            .iter()
+            .flat_map(|w| w.steps.iter().map(|s| s.image.clone()))
+            .collect();
+        images.sort();
+        images.dedup();
+        plugin_registries(ctx, repo, images, &mut sources).await;
+    }
     let approval = needs_approval(repo, &trigger);
     let repo = repo.clone();
     let repo_copy = repo.clone();
@@ -280,7 +315,7 @@ pub async fn create(
                 &repo,
                 &trigger,
                 &files,
-                (secrets, registries),
+                sources,
                 approval,
                 &forge_type,
             )
@@ -362,23 +397,20 @@ async fn supersede_older(ctx: &Ctx, repo_id: i64, newer: &Pipeline) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn create_in(
-    c: &Connection,
-    ctx: &Ctx,
-    repo: &RepoRow,
-    t: &Trigger,
-    files: &[ConfigFile],
-    (secrets, registries): (Vec<SecretValue>, Vec<RegistryCredential>),
-    approval: bool,
-    forge_type: &str,
-) -> StoreResult<Created> {
-    let number: i64 = c.query_row(
-        "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
-        [repo.repo.id],
-        |r| r.get(0),
-    )?;
-    let meta = Metadata {
+/// What a run receives from outside its config: secrets and registry logins, and why a
+/// plugin source failed, if one did.
+#[derive(Default)]
+pub struct Sources {
+    pub secrets: Vec<SecretValue>,
+    pub registries: Vec<RegistryCredential>,
+    /// Logins from registry-auth plugins, by image.
+    pub plugin_registries: Vec<(String, RegistryCredential)>,
+    pub failures: Vec<String>,
+}
+
+/// The run's metadata: what `when` filters and `CI_*` variables are computed from.
+fn metadata(ctx: &Ctx, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &str) -> Metadata {
+    Metadata {
         event: t.event.clone(),
         branch: t.branch.clone(),
         git_ref: t.git_ref.clone(),
@@ -396,13 +428,129 @@ fn create_in(
         platform: platform(),
         variables: t.variables.clone(),
         env: ci_env(ctx, repo, t, number, forge_type),
+    }
+}
+
+/// Adds the secrets of `[pipeline] secret_backends`, in order, after the built-in store's:
+/// a name already known is not replaced. A failing backend is recorded, never skipped.
+async fn plugin_secrets(ctx: &Ctx, repo: &RepoRow, event: &str, sources: &mut Sources) {
+    for backend in &ctx.config.pipeline.secret_backends {
+        let scope = woodlark_plugin_host::SecretScope {
+            org: repo.repo.owner.clone(),
+            repo: repo.repo.full_name.clone(),
+            event: event.to_string(),
+        };
+        match ctx.plugins.list_secrets(backend, scope).await {
+            Ok(list) => {
+                for s in list {
+                    if !sources
+                        .secrets
+                        .iter()
+                        .any(|have| have.name.eq_ignore_ascii_case(&s.name))
+                    {
+                        sources.secrets.push(SecretValue {
+                            name: s.name,
+                            value: s.value,
+                            events: s.events,
+                            images: s.images,
+                        });
+                    }
+                }
+            }
+            Err(err) => {
+                tracing::warn!(backend, repo = repo.repo.full_name, error = %err, "secret backend failed");
+                sources
+                    .failures
+                    .push(format!("secret backend {backend:?} failed: {err}"));
+            }
+        }
+    }
+}
+
+/// Asks `[pipeline] registry_auth` plugins for the images no API-configured registry covers.
+async fn plugin_registries(ctx: &Ctx, repo: &RepoRow, images: Vec<String>, sources: &mut Sources) {
+    for image in images {
+        let host = registry::registry_of(&image);
+        if sources
+            .registries
+            .iter()
+            .any(|c| registry::normalize(&c.address) == host)
+        {
+            continue;
+        }
+        for plugin in &ctx.config.pipeline.registry_auth {
+            match ctx
+                .plugins
+                .credential_for(plugin, &image, &repo.repo.full_name)
+                .await
+            {
+                Ok(Some(c)) => {
+                    sources.plugin_registries.push((
+                        image.clone(),
+                        RegistryCredential {
+                            address: c.address,
+                            username: c.username,
+                            password: c.password,
+                        },
+                    ));
+                    break;
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(plugin, image, error = %err, "registry auth failed");
+                    sources.failures.push(format!(
+                        "registry auth {plugin:?} failed for {image}: {err}"
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_in(
+    c: &Connection,
+    ctx: &Ctx,
+    repo: &RepoRow,
+    t: &Trigger,
+    files: &[ConfigFile],
+    sources: Sources,
+    approval: bool,
+    forge_type: &str,
+) -> StoreResult<Created> {
+    let number: i64 = c.query_row(
+        "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
+        [repo.repo.id],
+        |r| r.get(0),
+    )?;
+    let mut result = if sources.failures.is_empty() {
+        crate::pipeline::compile(&CompileInput {
+            files: files.to_vec(),
+            meta: metadata(ctx, repo, t, number, forge_type),
+            secrets: sources.secrets,
+        })
+    } else {
+        // A secret or registry source failed: the pipeline cannot run safely without it.
+        CompileResult {
+            workflows: Vec::new(),
+            errors: sources
+                .failures
+                .iter()
+                .map(|m| PipelineError {
+                    kind: "generic".into(),
+                    message: m.clone(),
+                    is_warning: false,
+                    data: serde_json::Value::Null,
+                })
+                .collect(),
+        }
     };
-    let mut result = crate::pipeline::compile(&CompileInput {
-        files: files.to_vec(),
-        meta,
-        secrets,
-    });
-    attach_registries(&mut result.workflows, &registries);
+    attach_registries(
+        &mut result.workflows,
+        &sources.registries,
+        &sources.plugin_registries,
+    );
     let has_errors = result.errors.iter().any(|e| !e.is_warning);
     if !has_errors && result.workflows.is_empty() {
         return Ok(Created::Filtered);

@@ -1,0 +1,1871 @@
+//! Load benchmarks for the real server, in process, over 127.0.0.1.
+//!
+//! ```sh
+//! cargo bench -p woodlark --bench load -- <http|events|queue|logs|sse|all>
+//! ```
+//!
+//! Every scenario starts the server exactly as the integration tests do (`App::build` +
+//! `App::serve` on `127.0.0.1:0`, a temporary data dir, default storage settings, i.e.
+//! `synchronous = FULL`) and reports its numbers next to a **baseline measured in the same
+//! run**, as ratios — never against absolute thresholds:
+//!
+//! - `http`: `GET /version`, `GET /healthz`, `GET /api/user` against a bare hyper hello-world
+//!   server (same client, same concurrency).
+//! - `events`: `GET /events?…&limit=100` page latency at 10 thousand and at 1 million events
+//!   (the 10k run is the baseline of the 1M run; `GET /version` on the same server is the
+//!   floor).
+//! - `queue`: pipelines/s from hook (or manual run) to `success` for a one-step `echo`
+//!   pipeline with the local runner (capacity 2), against running the same processes
+//!   directly, two at a time.
+//! - `logs`: lines/s stored for one step printing 200,000 lines, against reading the same
+//!   process output through a pipe and against inserting the lines into SQLite directly
+//!   (same schema, same 200-line batches, same durability).
+//! - `sse`: 1,000 concurrent `GET /api/stream/events` clients: memory per client and
+//!   delivery lag, against a bare hyper SSE broadcaster. Each side runs in its own child
+//!   process (this binary, re-executed) so that resident memory is measured in isolation.
+//!
+//! Load is bounded in requests and time; `all` finishes in a few minutes on two cores.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Frame;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use woodlark::app::{App, Ctx};
+use woodlark::config::Config;
+use woodlark::logging::{LogControl, LogLevel};
+
+const SCENARIOS: &[&str] = &["http", "events", "queue", "logs", "sse", "all"];
+
+fn main() {
+    raise_fd_limit();
+    // `BENCH_LOG=warn` (any filter) shows the server's own log on stderr.
+    if let Ok(filter) = std::env::var("BENCH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    // `cargo bench` appends `--bench`; flags are not scenarios.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if args.first().map(String::as_str) == Some("__sse_child") {
+        let kind = args.get(1).cloned().unwrap_or_default();
+        runtime().block_on(sse_child(&kind));
+        return;
+    }
+    let scenario = args.first().cloned().unwrap_or_else(|| "all".into());
+    if !SCENARIOS.contains(&scenario.as_str()) {
+        eprintln!(
+            "unknown scenario {scenario:?}; expected one of {}",
+            SCENARIOS.join(", ")
+        );
+        std::process::exit(2);
+    }
+    machine_banner();
+    let run = |name: &str| scenario == name || scenario == "all";
+    let started = Instant::now();
+    if run("http") {
+        runtime().block_on(http_scenario());
+    }
+    if run("events") {
+        runtime().block_on(events_scenario());
+    }
+    if run("queue") {
+        runtime().block_on(queue_scenario());
+    }
+    if run("logs") {
+        runtime().block_on(logs_scenario());
+    }
+    if run("sse") {
+        sse_scenario();
+    }
+    println!("\ndone in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Two workers, as many as this machine has cores (client and server share them).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn machine_banner() {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let fsync = fsync_latency();
+    println!(
+        "machine: {cpus} CPUs ({model}); load average at start: {}; fdatasync of 4 KiB in the temp dir: p50 {} ms",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        ms(fsync)
+    );
+}
+
+/// Median time of `fdatasync` after a 4 KiB append in the temp dir (where data dirs live):
+/// every durable commit pays at least this.
+fn fsync_latency() -> Duration {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = std::fs::File::create(dir.path().join("probe")).unwrap();
+    let mut lat = Vec::new();
+    for _ in 0..20 {
+        f.write_all(&[0u8; 4096]).unwrap();
+        let t = Instant::now();
+        f.sync_data().unwrap();
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    pct(&lat, 0.5)
+}
+
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain libc calls with a valid, initialised struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < 8192 {
+            lim.rlim_cur = lim.rlim_max.min(65_536);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Resident set size of this process, in bytes.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+/// User + system CPU time of this process.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and tables
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    let v = d.as_secs_f64() * 1000.0;
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b == 0.0 {
+        "-".into()
+    } else {
+        format!("{:.2}x", a / b)
+    }
+}
+
+/// Prints an aligned table.
+fn table(title: &str, header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.len());
+        }
+    }
+    println!("\n== {title}");
+    let line = |cells: Vec<String>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect();
+        println!("| {} |", parts.join(" | "));
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    println!(
+        "|{}|",
+        widths
+            .iter()
+            .enumerate()
+            .map(|(i, w)| if i == 0 {
+                format!(":{}", "-".repeat(w + 1))
+            } else {
+                format!("{}:", "-".repeat(w + 1))
+            })
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for row in rows {
+        line(row.clone());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server under test, started as tests/integration/util.rs does
+
+#[derive(Clone)]
+struct Api {
+    addr: SocketAddr,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Api {
+    fn new(addr: SocketAddr) -> Api {
+        Api {
+            addr,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, Bytes) {
+        let mut builder = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(format!("http://{}{}", self.addr, path));
+        if let Some(t) = token {
+            builder = builder.header("authorization", format!("Bearer {t}"));
+        }
+        if body.is_some() {
+            builder = builder.header("content-type", "application/json");
+        }
+        let req = builder
+            .body(Full::new(Bytes::copy_from_slice(
+                body.unwrap_or_default().as_bytes(),
+            )))
+            .unwrap();
+        let resp = self.client.request(req).await.expect("request failed");
+        let status = resp.status();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, body)
+    }
+
+    /// Sends and insists on `want`; returns the body as JSON (`null` when empty).
+    async fn expect(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+        want: u16,
+    ) -> Value {
+        let (status, bytes) = self.send(method, path, token, body).await;
+        assert_eq!(
+            status.as_u16(),
+            want,
+            "{method} {path}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        }
+    }
+}
+
+struct Server {
+    api: Api,
+    dir: tempfile::TempDir,
+    state: Ctx,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    async fn start(runner: bool) -> Server {
+        Server::start_with(runner, "").await
+    }
+
+    /// Starts with `tables` (whole TOML tables) appended to the configuration.
+    async fn start_with(runner: bool, tables: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let runner_table = if runner {
+            format!(
+                "[runner]\nenabled = true\ncapacity = 2\nworkdir = {:?}\n",
+                dir.path().join("runs").display().to_string()
+            )
+        } else {
+            "[runner]\nenabled = false\n".to_string()
+        };
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n\n{runner_table}{tables}",
+            dir.path().display().to_string()
+        );
+        let config = Config::from_toml(&text, "bench.toml", &[]).expect("bench config");
+        let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
+        let state = app.state().clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(app.serve(listener, async {
+            let _ = rx.await;
+        }));
+        Server {
+            api: Api::new(addr),
+            dir,
+            state,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// A user created through the store (as `woodlark user add` does) and its token.
+    async fn user(&self, login: &str, admin: bool) -> String {
+        use woodlark::store::users::{self, NewUser};
+        let env = self.state.env_admins.clone();
+        let new = NewUser {
+            login: login.into(),
+            admin,
+            hash: woodlark::auth::random_secret(),
+            ..NewUser::default()
+        };
+        let account = self
+            .state
+            .store
+            .write(move |c| users::create(c, &env, &new))
+            .await
+            .expect("create user");
+        woodlark::auth::token::user_token(account.user.id, &account.hash)
+    }
+
+    fn forge_dir(&self) -> PathBuf {
+        let dir = self.dir.path().join("forge");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// The `git` forge (created by `admin` on first use).
+    async fn git_forge(&self, admin: &str) -> i64 {
+        let forges = self
+            .api
+            .expect("GET", "/api/forges", Some(admin), None, 200)
+            .await;
+        if let Some(f) = forges
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["type"] == "git")
+        {
+            return f["id"].as_i64().unwrap();
+        }
+        let body = json!({"type": "git", "url": format!("file://{}", self.forge_dir().display())});
+        self.api
+            .expect(
+                "POST",
+                "/api/forges",
+                Some(admin),
+                Some(&body.to_string()),
+                200,
+            )
+            .await["id"]
+            .as_i64()
+            .unwrap()
+    }
+
+    /// A bare repository `remote_id.git` whose one commit on `main` holds `files`, activated
+    /// by the user behind `token`. Returns the repo id and the bare repository's path.
+    async fn git_repo(
+        &self,
+        admin: &str,
+        token: &str,
+        remote_id: &str,
+        files: &[(&str, &str)],
+    ) -> (i64, PathBuf) {
+        let forge = self.git_forge(admin).await;
+        let bare = self.forge_dir().join(format!("{remote_id}.git"));
+        std::fs::create_dir_all(bare.parent().unwrap()).unwrap();
+        git(
+            &self.forge_dir(),
+            &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
+        );
+        let work = self.dir.path().join("work").join(remote_id);
+        std::fs::create_dir_all(&work).unwrap();
+        git(&work, &["init", "-q", "-b", "main"]);
+        std::fs::write(work.join("README.md"), "hello\n").unwrap();
+        for (name, body) in files {
+            std::fs::write(work.join(name), body).unwrap();
+        }
+        git(&work, &["add", "."]);
+        git(&work, &["commit", "-q", "-m", "bench"]);
+        git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+        let repo = self
+            .api
+            .expect(
+                "POST",
+                &format!("/api/repos?forge_remote_id={remote_id}&forge_id={forge}"),
+                Some(token),
+                Some(""),
+                200,
+            )
+            .await;
+        (repo["id"].as_i64().unwrap(), bare)
+    }
+
+    async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+/// Runs git in `dir` with a fixed identity; panics on failure.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
+        .env("GIT_COMMITTER_NAME", "Bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Baseline servers: bare hyper, HTTP/1.1, no framework
+
+/// A streaming body fed by a channel (the baseline's SSE responses).
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// A bare hyper server: `/sse` streams `feed` (a broadcast with one forwarding task and a
+/// 64-message buffer per client, as the real server does), anything else answers `ok`.
+async fn baseline_server(feed: broadcast::Sender<Bytes>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let feed = feed.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let feed = feed.clone();
+                    async move {
+                        let body: BoxBody<Bytes, Infallible> = if req.uri().path() == "/sse" {
+                            let mut sub = feed.subscribe();
+                            let (tx, rx) = mpsc::channel::<Bytes>(64);
+                            let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));
+                            tokio::spawn(async move {
+                                loop {
+                                    tokio::select! {
+                                        m = sub.recv() => match m {
+                                            Ok(b) => if tx.try_send(b).is_err() { break },
+                                            Err(_) => break,
+                                        },
+                                        _ = tx.closed() => break,
+                                    }
+                                }
+                            });
+                            BoxBody::new(ChannelBody(rx))
+                        } else {
+                            BoxBody::new(Full::new(Bytes::from_static(b"ok")))
+                        };
+                        Ok::<_, Infallible>(Response::new(body))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+// ---------------------------------------------------------------------------------------------
+// Closed-loop HTTP load: `conns` keep-alive HTTP/1.1 connections, one request in flight each
+
+struct LoadResult {
+    requests: usize,
+    errors: usize,
+    elapsed: Duration,
+    lat: Vec<Duration>,
+}
+
+impl LoadResult {
+    fn rps(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+async fn load(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    conns: usize,
+    duration: Duration,
+    max_requests: usize,
+) -> LoadResult {
+    let issued = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (path, token, issued) = (path.to_string(), token.map(str::to_string), issued.clone());
+        tasks.push(tokio::spawn(async move {
+            let stream = TcpStream::connect(addr).await.expect("connect");
+            stream.set_nodelay(true).ok();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .expect("handshake");
+            tokio::spawn(conn);
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < max_requests
+            {
+                let mut req = Request::builder()
+                    .uri(path.as_str())
+                    .header("host", "127.0.0.1");
+                if let Some(t) = &token {
+                    req = req.header("authorization", format!("Bearer {t}"));
+                }
+                let req = req.body(Empty::<Bytes>::new()).unwrap();
+                let t0 = Instant::now();
+                if sender.ready().await.is_err() {
+                    errors += 1;
+                    break;
+                }
+                match sender.send_request(req).await {
+                    Ok(resp) => {
+                        let ok = resp.status().is_success();
+                        let body = resp.into_body().collect().await;
+                        if ok && body.is_ok() {
+                            lat.push(t0.elapsed());
+                        } else {
+                            errors += 1;
+                        }
+                    }
+                    Err(_) => {
+                        errors += 1;
+                        break;
+                    }
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut result = LoadResult {
+        requests: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+        lat: Vec::new(),
+    };
+    for t in tasks {
+        let (lat, errors) = t.await.unwrap();
+        result.requests += lat.len();
+        result.errors += errors;
+        result.lat.extend(lat);
+    }
+    result.elapsed = started.elapsed();
+    result.lat.sort();
+    result
+}
+
+// ---------------------------------------------------------------------------------------------
+// http
+
+async fn http_scenario() {
+    const CONNS: usize = 16;
+    const DURATION: Duration = Duration::from_secs(3);
+    const MAX: usize = 200_000;
+    println!(
+        "\n# http: {CONNS} keep-alive HTTP/1.1 connections, closed loop, {}s or {MAX} requests per row",
+        DURATION.as_secs()
+    );
+    let (feed, _) = broadcast::channel(16);
+    let base_addr = baseline_server(feed).await;
+    let server = Server::start(false).await;
+    let token = server.user("bench", false).await;
+    let addr = server.api.addr;
+
+    let mut results: Vec<(&str, LoadResult)> = Vec::new();
+    let targets: [(&str, SocketAddr, &str, Option<&str>); 4] = [
+        ("baseline: bare hyper `GET /`", base_addr, "/", None),
+        ("GET /version", addr, "/version", None),
+        ("GET /healthz", addr, "/healthz", None),
+        ("GET /api/user (token)", addr, "/api/user", Some(&token)),
+    ];
+    for (name, a, path, tok) in targets {
+        // Warm-up (connections, caches, prepared statements), then the measured run.
+        load(a, path, tok, CONNS, Duration::from_millis(300), MAX).await;
+        let r = load(a, path, tok, CONNS, DURATION, MAX).await;
+        results.push((name, r));
+    }
+    let base_rps = results[0].1.rps();
+    let base_p50 = pct(&results[0].1.lat, 0.5).as_secs_f64();
+    let base_p99 = pct(&results[0].1.lat, 0.99).as_secs_f64();
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|(name, r)| {
+            let (p50, p99) = (pct(&r.lat, 0.5), pct(&r.lat, 0.99));
+            vec![
+                name.to_string(),
+                r.requests.to_string(),
+                r.errors.to_string(),
+                format!("{:.0}", r.rps()),
+                ratio(r.rps(), base_rps),
+                ms(p50),
+                ms(p99),
+                ratio(p50.as_secs_f64(), base_p50),
+                ratio(p99.as_secs_f64(), base_p99),
+            ]
+        })
+        .collect();
+    table(
+        "http: throughput and latency vs bare hyper",
+        &[
+            "endpoint",
+            "requests",
+            "errors",
+            "req/s",
+            "req/s ÷ base",
+            "p50 ms",
+            "p99 ms",
+            "p50 ÷ base",
+            "p99 ÷ base",
+        ],
+        &rows,
+    );
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// events
+
+/// Appends seeded `users.updated` events until the outbox holds `target` rows, in large
+/// transactions on the writer thread (raw SQL with the outbox's own column layout). The
+/// seeded events belong to organisations nobody in the bench belongs to.
+async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
+    let started = Instant::now();
+    let have: i64 = server
+        .state
+        .store
+        .read(|c| Ok(c.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    let mut left = target - have;
+    let inserted = left.max(0);
+    while left > 0 {
+        let n = left.min(100_000);
+        left -= n;
+        server
+            .state
+            .store
+            .write(move |c| {
+                let now = woodlark::store::now_unix_ms();
+                let mut stmt = c.prepare_cached(
+                    "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
+                     VALUES (?1, 'users', 'updated', ?2, ?3, ?4, ?5, NULL)",
+                )?;
+                for i in 0..n {
+                    let id = 1_000_000 + i;
+                    let object = format!(
+                        r#"{{"id":{id},"login":"seed{id}","email":"seed{id}@example.com","avatar_url":"","admin":false,"active":true,"org_id":{org}}}"#,
+                        org = 1_000_000 + i % 50
+                    );
+                    stmt.execute(rusqlite::params![
+                        now,
+                        id.to_string(),
+                        object,
+                        r#"{"email":""}"#,
+                        1_000_000 + i % 50
+                    ])?;
+                }
+                Ok(())
+            })
+            .await
+            .expect("seed events");
+    }
+    (inserted, started.elapsed())
+}
+
+async fn max_seq(server: &Server) -> i64 {
+    server
+        .state
+        .store
+        .read(|c| Ok(c.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))?))
+        .await
+        .unwrap()
+}
+
+/// Sequential latency of one request: up to `max_reps` or `budget`, at least 5.
+async fn latency(
+    api: &Api,
+    path: &str,
+    token: Option<&str>,
+    max_reps: usize,
+    budget: Duration,
+) -> (Vec<Duration>, usize) {
+    let (status, body) = api.send("GET", path, token, None).await; // warm-up
+    assert!(
+        status.is_success(),
+        "GET {path}: {status} {}",
+        String::from_utf8_lossy(&body)
+    );
+    let items = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["data"].as_array().map(Vec::len))
+        .unwrap_or(0);
+    let started = Instant::now();
+    let mut lat = Vec::new();
+    while lat.len() < max_reps && (lat.len() < 5 || started.elapsed() < budget) {
+        let t0 = Instant::now();
+        let (status, _) = api.send("GET", path, token, None).await;
+        lat.push(t0.elapsed());
+        assert!(status.is_success());
+    }
+    lat.sort();
+    (lat, items)
+}
+
+struct EventsRun {
+    rows: Vec<(String, Vec<Duration>, usize)>,
+    healthz_cpu: Duration,
+}
+
+async fn events_measure(server: &Server, admin: &str, alice: &str) -> EventsRun {
+    let top = max_seq(server).await;
+    let id = woodlark::store::events::format_id;
+    let mid = id(top / 2);
+    let near_end = id(top - 150);
+    let queries: Vec<(String, String, &str)> = vec![
+        ("GET /version (floor)".into(), "/version".into(), admin),
+        (
+            "first page (admin)".into(),
+            "/events?limit=100".into(),
+            admin,
+        ),
+        (
+            "starting_after=middle (admin)".into(),
+            format!("/events?starting_after={mid}&limit=100"),
+            admin,
+        ),
+        (
+            "starting_after=end-150 (admin)".into(),
+            format!("/events?starting_after={near_end}&limit=100"),
+            admin,
+        ),
+        (
+            "ending_before=middle (admin)".into(),
+            format!("/events?ending_before={mid}&limit=100"),
+            admin,
+        ),
+        (
+            "record_type=users, after middle (dense)".into(),
+            format!("/events?record_type=users&starting_after={mid}&limit=100"),
+            admin,
+        ),
+        (
+            "record_type=repos (sparse)".into(),
+            "/events?record_type=repos&limit=100".into(),
+            admin,
+        ),
+        (
+            "school=<alice's org> (sparse)".into(),
+            "/events?school=alice&limit=100".into(),
+            admin,
+        ),
+        (
+            "first page (non-admin: visibility filter)".into(),
+            "/events?limit=100".into(),
+            alice,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (name, path, token) in queries {
+        let (lat, items) =
+            latency(&server.api, &path, Some(token), 200, Duration::from_secs(3)).await;
+        rows.push((name, lat, items));
+    }
+    // Process CPU per isolated committed write: `/healthz` commits an (empty) write
+    // transaction, and every commit wakes the readers of the outbox (the `/stream/events`
+    // tailer). One write per second, so the work each one causes is not coalesced.
+    let n = 4;
+    let cpu0 = cpu_time();
+    for _ in 0..n {
+        server.api.expect("GET", "/healthz", None, None, 204).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let healthz_cpu = (cpu_time() - cpu0) / n;
+    EventsRun { rows, healthz_cpu }
+}
+
+async fn events_scenario() {
+    println!("\n# events: GET /events page latency at 10 thousand and at 1 million events");
+    let server = Server::start(false).await;
+    let admin = server.user("root", true).await;
+    let alice = server.user("alice", false).await;
+    // A few real events besides the seeded ones: a forge, a repository, users.
+    server
+        .git_repo(&admin, &alice, "alice/app", &[("a.txt", "a")])
+        .await;
+
+    let (n, took) = seed_events(&server, 10_000).await;
+    println!(
+        "seeded {n} events in {:.2} s; outbox max seq {}",
+        took.as_secs_f64(),
+        max_seq(&server).await
+    );
+    let small = events_measure(&server, &admin, &alice).await;
+    let (n, took) = seed_events(&server, 1_000_000).await;
+    println!(
+        "seeded {n} events in {:.2} s ({:.0} rows/s); outbox max seq {}",
+        took.as_secs_f64(),
+        n as f64 / took.as_secs_f64(),
+        max_seq(&server).await
+    );
+    let large = events_measure(&server, &admin, &alice).await;
+
+    let floor_large = pct(&large.rows[0].1, 0.5).as_secs_f64();
+    let rows: Vec<Vec<String>> = small
+        .rows
+        .iter()
+        .zip(&large.rows)
+        .map(|((name, a, items), (_, b, _))| {
+            let (a50, b50) = (pct(a, 0.5), pct(b, 0.5));
+            vec![
+                name.clone(),
+                items.to_string(),
+                format!("{}", a.len()),
+                ms(a50),
+                ms(pct(a, 0.99)),
+                format!("{}", b.len()),
+                ms(b50),
+                ms(pct(b, 0.99)),
+                ratio(b50.as_secs_f64(), a50.as_secs_f64()),
+                ratio(b50.as_secs_f64(), floor_large),
+            ]
+        })
+        .collect();
+    table(
+        "events: sequential page latency (limit=100), 10k → 1M events",
+        &[
+            "query",
+            "items",
+            "n@10k",
+            "p50 ms @10k",
+            "p99 ms @10k",
+            "n@1M",
+            "p50 ms @1M",
+            "p99 ms @1M",
+            "1M ÷ 10k (p50)",
+            "@1M ÷ /version",
+        ],
+        &rows,
+    );
+    table(
+        "events: process CPU per isolated committed write (one GET /healthz per second), 10k → 1M events",
+        &["metric", "@10k", "@1M", "1M ÷ 10k"],
+        &[vec![
+            "process CPU ms per write".into(),
+            ms(small.healthz_cpu),
+            ms(large.healthz_cpu),
+            ratio(
+                large.healthz_cpu.as_secs_f64(),
+                small.healthz_cpu.as_secs_f64(),
+            ),
+        ]],
+    );
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// queue
+
+const ECHO: &str = "steps:\n  - name: echo\n    image: sh\n    commands: [\"echo hello\"]\n";
+const ECHO_NO_CLONE: &str =
+    "skip_clone: true\nsteps:\n  - name: echo\n    image: sh\n    commands: [\"echo hello\"]\n";
+
+/// Pipelines of a repository by status.
+async fn statuses(server: &Server, repo: i64) -> (i64, i64) {
+    server
+        .state
+        .store
+        .read(move |c| {
+            Ok(c.query_row(
+                "SELECT count(*) FILTER (WHERE status = 'success'),
+                        count(*) FILTER (WHERE status IN ('failure', 'error', 'killed', 'canceled', 'declined'))
+                 FROM pipelines WHERE repo_id = ?1",
+                [repo],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?)
+        })
+        .await
+        .unwrap()
+}
+
+struct QueueRun {
+    n: usize,
+    submitted: Duration,
+    elapsed: Duration,
+    failed: i64,
+}
+
+/// Fires `n` triggers (4 in flight) and waits until `n` more pipelines of `repo` are
+/// finished than before.
+async fn queue_run<F, Fut>(server: &Server, repo: i64, n: usize, trigger: F) -> QueueRun
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let (ok0, failed0) = statuses(server, repo).await;
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        let (next, trigger) = (next.clone(), trigger.clone());
+        senders.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < n {
+                trigger().await;
+            }
+        }));
+    }
+    for s in senders {
+        s.await.unwrap();
+    }
+    let submitted = started.elapsed();
+    let deadline = started + Duration::from_secs(120);
+    loop {
+        let (ok, failed) = statuses(server, repo).await;
+        let (ok, failed) = (ok - ok0, failed - failed0);
+        if ok + failed >= n as i64 || Instant::now() > deadline {
+            return QueueRun {
+                n: ok as usize,
+                submitted,
+                elapsed: started.elapsed(),
+                failed,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The same processes the runner starts, run directly, two at a time.
+async fn baseline_jobs(n: usize, clone: Option<(PathBuf, String)>) -> Duration {
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let root = tempfile::tempdir().unwrap();
+    let mut workers = Vec::new();
+    for w in 0..2 {
+        let (next, clone, root) = (next.clone(), clone.clone(), root.path().to_path_buf());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let dir = root.join(format!("{w}-{i}"));
+                tokio::fs::create_dir_all(&dir).await.unwrap();
+                if let Some((bare, sha)) = &clone {
+                    let script = format!(
+                        "git clone --quiet --no-checkout {} . && git -c advice.detachedHead=false checkout --quiet {sha}",
+                        bare.display()
+                    );
+                    let st = tokio::process::Command::new("sh")
+                        .args(["-e", "-c", &script])
+                        .current_dir(&dir)
+                        .output()
+                        .await
+                        .unwrap();
+                    assert!(st.status.success());
+                }
+                let st = tokio::process::Command::new("sh")
+                    .args(["-e", "-c", "echo hello"])
+                    .current_dir(&dir)
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(st.status.success());
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    started.elapsed()
+}
+
+async fn queue_scenario() {
+    const N: usize = 60;
+    println!(
+        "\n# queue: {N} one-step `echo` pipelines per row, local runner with capacity 2, until all are `success`"
+    );
+    let server = Server::start(true).await;
+    let admin = server.user("root", true).await;
+    let alice = server.user("alice", false).await;
+    let (with_clone, bare) = server
+        .git_repo(&admin, &alice, "alice/clone", &[(".woodpecker.yaml", ECHO)])
+        .await;
+    let (hooked, hooked_bare) = server
+        .git_repo(&admin, &alice, "alice/hook", &[(".woodpecker.yaml", ECHO)])
+        .await;
+    let (no_clone, _) = server
+        .git_repo(
+            &admin,
+            &alice,
+            "alice/noclone",
+            &[(".woodpecker.yaml", ECHO_NO_CLONE)],
+        )
+        .await;
+    let sha = git(&bare, &["rev-parse", "main"]).trim().to_string();
+
+    // The hook URL the post-receive script posts to (the repository's own hook token).
+    let script = std::fs::read_to_string(hooked_bare.join("hooks/post-receive")).unwrap();
+    let url = script
+        .lines()
+        .find_map(|l| l.strip_prefix("url='"))
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("hook url")
+        .to_string();
+    let hook_path = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+        .expect("hook path");
+    let hook_sha = git(&hooked_bare, &["rev-parse", "main"]).trim().to_string();
+    let hook_body = format!("{} {hook_sha} refs/heads/main\n", "0".repeat(40));
+
+    let manual = |api: &Api, repo: i64| {
+        let (api, alice) = (api.clone(), alice.clone());
+        move || {
+            let (api, alice) = (api.clone(), alice.clone());
+            async move {
+                api.expect(
+                    "POST",
+                    &format!("/api/repos/{repo}/pipelines"),
+                    Some(&alice),
+                    Some(r#"{"branch":"main"}"#),
+                    200,
+                )
+                .await;
+            }
+        }
+    };
+    let hook = {
+        let (api, path, body) = (server.api.clone(), hook_path.clone(), hook_body.clone());
+        move || {
+            let (api, path, body) = (api.clone(), path.clone(), body.clone());
+            async move {
+                let (status, text) = api.send("POST", &path, None, Some(&body)).await;
+                assert_eq!(
+                    status,
+                    StatusCode::OK,
+                    "hook: {}",
+                    String::from_utf8_lossy(&text)
+                );
+            }
+        }
+    };
+    // Warm-up: one pipeline of each kind (first clone, first process spawns).
+    queue_run(&server, hooked, 1, hook.clone()).await;
+    queue_run(&server, with_clone, 1, manual(&server.api, with_clone)).await;
+    queue_run(&server, no_clone, 1, manual(&server.api, no_clone)).await;
+
+    let hook_run = queue_run(&server, hooked, N, hook).await;
+    let clone_run = queue_run(&server, with_clone, N, manual(&server.api, with_clone)).await;
+    let bare_run = queue_run(&server, no_clone, N, manual(&server.api, no_clone)).await;
+    // Baselines while the server's data dir (and so the bare repository) still exists.
+    let base_clone = baseline_jobs(N, Some((bare.clone(), sha))).await;
+    let base_echo = baseline_jobs(N, None).await;
+    server.stop().await;
+
+    // The same skip_clone run with `storage.synchronous = "normal"` (no fsync per commit).
+    let normal = Server::start_with(true, "[storage]\nsynchronous = \"normal\"\n").await;
+    let admin = normal.user("root", true).await;
+    let alice = normal.user("alice", false).await;
+    let (normal_repo, _) = normal
+        .git_repo(
+            &admin,
+            &alice,
+            "alice/noclone",
+            &[(".woodpecker.yaml", ECHO_NO_CLONE)],
+        )
+        .await;
+    let manual_normal = {
+        let (api, alice) = (normal.api.clone(), alice.clone());
+        move || {
+            let (api, alice) = (api.clone(), alice.clone());
+            async move {
+                api.expect(
+                    "POST",
+                    &format!("/api/repos/{normal_repo}/pipelines"),
+                    Some(&alice),
+                    Some(r#"{"branch":"main"}"#),
+                    200,
+                )
+                .await;
+            }
+        }
+    };
+    queue_run(&normal, normal_repo, 1, manual_normal.clone()).await;
+    let normal_run = queue_run(&normal, normal_repo, N, manual_normal).await;
+    normal.stop().await;
+
+    let per_s = |n: usize, d: Duration| n as f64 / d.as_secs_f64();
+    let rows = [
+        ("hook → success (clone + echo)", &hook_run, base_clone),
+        (
+            "manual run → success (clone + echo)",
+            &clone_run,
+            base_clone,
+        ),
+        (
+            "manual run → success (skip_clone, echo)",
+            &bare_run,
+            base_echo,
+        ),
+        ("same, storage.synchronous = normal", &normal_run, base_echo),
+    ];
+    let table_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(name, r, base)| {
+            let rate = per_s(r.n, r.elapsed);
+            let base_rate = per_s(N, *base);
+            vec![
+                name.to_string(),
+                format!("{}", r.n),
+                format!("{}", r.failed),
+                format!("{:.2}", r.submitted.as_secs_f64()),
+                format!("{:.2}", r.elapsed.as_secs_f64()),
+                format!("{rate:.1}"),
+                format!("{:.1}", 1000.0 / rate),
+                format!("{base_rate:.1}"),
+                ratio(rate, base_rate),
+            ]
+        })
+        .collect();
+    table(
+        "queue: pipelines/s until all `success` vs the same processes run directly (2 at a time)",
+        &[
+            "trigger → status",
+            "pipelines",
+            "failed",
+            "submit s",
+            "total s",
+            "pipelines/s",
+            "ms/pipeline",
+            "baseline jobs/s",
+            "÷ baseline",
+        ],
+        &table_rows,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// logs
+
+const LINES: i64 = 200_000;
+
+async fn logs_scenario() {
+    println!("\n# logs: one step printing {LINES} lines (`seq 1 {LINES}`), local runner");
+    let server = Server::start(true).await;
+    let admin = server.user("root", true).await;
+    let alice = server.user("alice", false).await;
+    let config = format!(
+        "skip_clone: true\nsteps:\n  - name: lines\n    image: sh\n    commands: [\"seq 1 {LINES}\"]\n"
+    );
+    let (repo, _) = server
+        .git_repo(
+            &admin,
+            &alice,
+            "alice/logs",
+            &[(".woodpecker.yaml", &config)],
+        )
+        .await;
+
+    let t0 = Instant::now();
+    let created = server
+        .api
+        .expect(
+            "POST",
+            &format!("/api/repos/{repo}/pipelines"),
+            Some(&alice),
+            Some(r#"{"branch":"main"}"#),
+            200,
+        )
+        .await;
+    let number = created["number"].as_i64().unwrap();
+    let step_id = loop {
+        let p = server
+            .api
+            .expect(
+                "GET",
+                &format!("/api/repos/{repo}/pipelines/{number}"),
+                Some(&alice),
+                None,
+                200,
+            )
+            .await;
+        let id = p["workflows"].as_array().and_then(|w| {
+            w.iter()
+                .flat_map(|w| w["children"].as_array().cloned().unwrap_or_default())
+                .find(|s| s["name"] == "lines")
+                .and_then(|s| s["id"].as_i64())
+        });
+        if let Some(id) = id {
+            break id;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let count = |server: &Server| {
+        let logs = server.state.logs.clone();
+        async move {
+            logs.read(move |c| {
+                Ok(c.query_row(
+                    "SELECT count(*) FROM log_entries WHERE step_id = ?1",
+                    [step_id],
+                    |r| r.get::<_, i64>(0),
+                )?)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let mut first_line = None;
+    let all_lines;
+    loop {
+        let n = count(&server).await;
+        if n > 0 && first_line.is_none() {
+            first_line = Some(t0.elapsed());
+        }
+        if n >= LINES {
+            all_lines = t0.elapsed();
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "logs: only {n} lines stored"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let done = loop {
+        let (ok, failed) = statuses(&server, repo).await;
+        assert_eq!(failed, 0, "the log pipeline failed");
+        if ok == 1 {
+            break t0.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stored = count(&server).await;
+    let first_line = first_line.unwrap_or_default();
+    let ingest = all_lines.saturating_sub(first_line);
+
+    // Read back through the API (one request, every line as a base64 LogEntry).
+    let t = Instant::now();
+    let (status, body) = server
+        .api
+        .send(
+            "GET",
+            &format!("/api/repos/{repo}/logs/{number}/{step_id}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    let read_back = t.elapsed();
+    assert!(status.is_success());
+    let entries = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.as_array().map(Vec::len))
+        .unwrap_or(0);
+
+    // Baseline 1: the same output read line by line from a pipe.
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-e", "-c", &format!("seq 1 {LINES}")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut piped = 0i64;
+    let mut line = String::new();
+    while tokio::io::AsyncBufReadExt::read_line(&mut reader, &mut line)
+        .await
+        .unwrap()
+        > 0
+    {
+        piped += 1;
+        line.clear();
+    }
+    child.wait().await.unwrap();
+    let pipe_time = t.elapsed();
+
+    // Baseline 2: SQLite alone, same schema, 200-line transactions, synchronous = FULL.
+    let sqlite_time = tokio::task::spawn_blocking(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let c = rusqlite::Connection::open(dir.path().join("logs.db")).unwrap();
+        c.pragma_update(None, "journal_mode", "WAL").unwrap();
+        c.pragma_update(None, "synchronous", "FULL").unwrap();
+        c.execute_batch(
+            "CREATE TABLE log_entries (
+                id INTEGER PRIMARY KEY, step_id INTEGER NOT NULL, line INTEGER NOT NULL,
+                time INTEGER NOT NULL, type INTEGER NOT NULL, data BLOB NOT NULL,
+                created_ms INTEGER NOT NULL, UNIQUE (step_id, line));
+             CREATE INDEX log_entries_created ON log_entries (created_ms);",
+        )
+        .unwrap();
+        let t = Instant::now();
+        let mut n = 0i64;
+        while n < LINES {
+            c.execute_batch("BEGIN IMMEDIATE").unwrap();
+            {
+                let mut stmt = c
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO log_entries (step_id, line, time, type, data, created_ms)
+                         VALUES (1, ?1, 0, 0, ?2, 0)",
+                    )
+                    .unwrap();
+                for _ in 0..200 {
+                    n += 1;
+                    stmt.execute(rusqlite::params![n, n.to_string().as_bytes()])
+                        .unwrap();
+                }
+            }
+            c.execute_batch("COMMIT").unwrap();
+        }
+        t.elapsed()
+    })
+    .await
+    .unwrap();
+
+    let rate = |n: i64, d: Duration| n as f64 / d.as_secs_f64();
+    let ingest_rate = rate(LINES, ingest);
+    let e2e_rate = rate(LINES, done);
+    let rows = vec![
+        vec![
+            "woodlark: first stored → all stored".into(),
+            format!("{stored}"),
+            format!("{:.2}", ingest.as_secs_f64()),
+            format!("{ingest_rate:.0}"),
+            ratio(ingest_rate, rate(piped, pipe_time)),
+            ratio(ingest_rate, rate(LINES, sqlite_time)),
+        ],
+        vec![
+            "woodlark: manual run → `success`".into(),
+            format!("{stored}"),
+            format!("{:.2}", done.as_secs_f64()),
+            format!("{e2e_rate:.0}"),
+            ratio(e2e_rate, rate(piped, pipe_time)),
+            ratio(e2e_rate, rate(LINES, sqlite_time)),
+        ],
+        vec![
+            "woodlark: GET …/logs/{n}/{step} (read back)".into(),
+            format!("{entries}"),
+            format!("{:.2}", read_back.as_secs_f64()),
+            format!("{:.0}", rate(entries as i64, read_back)),
+            "-".into(),
+            "-".into(),
+        ],
+        vec![
+            "baseline: pipe, read line by line".into(),
+            format!("{piped}"),
+            format!("{:.2}", pipe_time.as_secs_f64()),
+            format!("{:.0}", rate(piped, pipe_time)),
+            "1.00x".into(),
+            "-".into(),
+        ],
+        vec![
+            "baseline: SQLite, 200-line txns, FULL sync".into(),
+            format!("{LINES}"),
+            format!("{:.2}", sqlite_time.as_secs_f64()),
+            format!("{:.0}", rate(LINES, sqlite_time)),
+            "-".into(),
+            "1.00x".into(),
+        ],
+    ];
+    table(
+        "logs: lines/s stored vs a bare pipe and bare SQLite",
+        &[
+            "measurement",
+            "lines",
+            "seconds",
+            "lines/s",
+            "÷ pipe",
+            "÷ SQLite",
+        ],
+        &rows,
+    );
+    println!(
+        "(first line stored {:.0} ms after the POST; {} bytes of JSON read back)",
+        first_line.as_secs_f64() * 1000.0,
+        body.len()
+    );
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// sse
+
+const CLIENTS: usize = 1_000;
+const WAVES: usize = 20;
+
+/// What each SSE client saw: when it was ready (`: ping`) and when each `data:` arrived.
+#[derive(Default)]
+struct Seen {
+    arrivals: Mutex<Vec<Instant>>,
+}
+
+/// A raw HTTP/1.1 SSE client; counts `data: ` frames as they arrive.
+async fn sse_client(
+    addr: SocketAddr,
+    path: String,
+    token: Option<String>,
+    seen: Arc<Seen>,
+    ready: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+) {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        closed.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    stream.set_nodelay(true).ok();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n{auth}\r\n"
+    );
+    if stream.write_all(req.as_bytes()).await.is_err() {
+        closed.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let mut buf = vec![0u8; 4096];
+    let mut carry: Vec<u8> = Vec::with_capacity(4096 + 8);
+    let mut is_ready = false;
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let now = Instant::now();
+        carry.extend_from_slice(&buf[..n]);
+        if !is_ready && find(&carry, b": ping").is_some() {
+            is_ready = true;
+            ready.fetch_add(1, Ordering::Relaxed);
+        }
+        let frames = count(&carry, b"data: ");
+        if frames > 0 {
+            let mut a = seen.arrivals.lock().unwrap();
+            a.extend(std::iter::repeat_n(now, frames));
+        }
+        // Keep the last 5 bytes: a 6-byte pattern may straddle two reads, and 5 bytes cannot
+        // hold one already counted.
+        let keep = carry.len().min(5);
+        carry.drain(..carry.len() - keep);
+    }
+    closed.fetch_add(1, Ordering::Relaxed);
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// Runs one side of the SSE benchmark in this (child) process and prints one JSON line.
+async fn sse_child(kind: &str) {
+    let (feed, _) = broadcast::channel::<Bytes>(4096);
+    let mut server = None;
+    let (addr, path, token, trigger): (SocketAddr, String, Option<String>, Trigger) =
+        if kind == "baseline" {
+            let addr = baseline_server(feed.clone()).await;
+            let feed = feed.clone();
+            let frame = Bytes::from(format!(
+                "data: {}\n\n",
+                json!({"pipeline": {"status": "x".repeat(2000)}})
+            ));
+            let trigger: Trigger = Arc::new(move |_| -> BoxFuture {
+                let (feed, frame) = (feed.clone(), frame.clone());
+                Box::pin(async move {
+                    let _ = feed.send(frame);
+                })
+            });
+            (addr, "/sse".into(), None, trigger)
+        } else {
+            let s = Server::start(false).await;
+            let admin = s.user("root", true).await;
+            let alice = s.user("alice", false).await;
+            let (repo, _) = s
+                .git_repo(&admin, &alice, "alice/app", &[(".woodpecker.yaml", ECHO)])
+                .await;
+            let (api, tok) = (s.api.clone(), alice.clone());
+            let last = Arc::new(Mutex::new(0i64));
+            // Even waves create a pipeline (pending: the runner is off), odd waves cancel it.
+            let trigger: Trigger = Arc::new(move |wave| -> BoxFuture {
+                let (api, tok, last) = (api.clone(), tok.clone(), last.clone());
+                Box::pin(async move {
+                    if wave % 2 == 0 {
+                        let p = api
+                            .expect(
+                                "POST",
+                                &format!("/api/repos/{repo}/pipelines"),
+                                Some(&tok),
+                                Some(r#"{"branch":"main"}"#),
+                                200,
+                            )
+                            .await;
+                        *last.lock().unwrap() = p["number"].as_i64().unwrap();
+                    } else {
+                        let n = *last.lock().unwrap();
+                        api.expect(
+                            "POST",
+                            &format!("/api/repos/{repo}/pipelines/{n}/cancel"),
+                            Some(&tok),
+                            Some(""),
+                            204,
+                        )
+                        .await;
+                    }
+                })
+            });
+            let addr = s.api.addr;
+            server = Some(s);
+            (addr, "/api/stream/events".into(), Some(alice), trigger)
+        };
+
+    // Warm-up: one client through one full create/cancel cycle.
+    {
+        let (seen, ready, closed) = (
+            Arc::new(Seen::default()),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let h = tokio::spawn(sse_client(
+            addr,
+            path.clone(),
+            token.clone(),
+            seen.clone(),
+            ready.clone(),
+            closed.clone(),
+        ));
+        wait_until(
+            || ready.load(Ordering::Relaxed) == 1,
+            Duration::from_secs(10),
+        )
+        .await;
+        for w in 0..2 {
+            trigger(w).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        h.abort();
+        let _ = h.await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before = rss_bytes();
+
+    // Connect all clients, 50 connection attempts in flight at a time.
+    let ready = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicUsize::new(0));
+    let seen: Vec<Arc<Seen>> = (0..CLIENTS).map(|_| Arc::new(Seen::default())).collect();
+    let connect_started = Instant::now();
+    let mut handles = Vec::with_capacity(CLIENTS);
+    for (i, s) in seen.iter().enumerate() {
+        handles.push(tokio::spawn(sse_client(
+            addr,
+            path.clone(),
+            token.clone(),
+            s.clone(),
+            ready.clone(),
+            closed.clone(),
+        )));
+        if i % 50 == 49 {
+            let want = i + 1;
+            wait_until(
+                || ready.load(Ordering::Relaxed) + closed.load(Ordering::Relaxed) >= want,
+                Duration::from_secs(30),
+            )
+            .await;
+        }
+    }
+    wait_until(
+        || ready.load(Ordering::Relaxed) + closed.load(Ordering::Relaxed) >= CLIENTS,
+        Duration::from_secs(60),
+    )
+    .await;
+    let connect_time = connect_started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after = rss_bytes();
+    let connected = ready.load(Ordering::Relaxed);
+
+    // Waves: trigger, then wait until every live client has a frame newer than the trigger.
+    let mut first_wave = Vec::new();
+    let mut lags = Vec::new();
+    let mut all_received = Vec::new();
+    let mut missed = 0usize;
+    let mut trigger_times = Vec::new();
+    for wave in 0..WAVES {
+        let t0 = Instant::now();
+        trigger(wave).await;
+        trigger_times.push(t0.elapsed());
+        let got = |s: &Seen| s.arrivals.lock().unwrap().iter().any(|a| *a >= t0);
+        wait_until(
+            || seen.iter().filter(|s| got(s)).count() >= connected,
+            Duration::from_secs(15),
+        )
+        .await;
+        let mut wave_lags: Vec<Duration> = seen
+            .iter()
+            .filter_map(|s| {
+                s.arrivals
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|a| **a >= t0)
+                    .map(|a| *a - t0)
+            })
+            .collect();
+        missed += connected.saturating_sub(wave_lags.len());
+        wave_lags.sort();
+        if let Some(max) = wave_lags.last() {
+            all_received.push(*max);
+        }
+        if wave == 0 {
+            first_wave = wave_lags;
+        } else {
+            lags.extend(wave_lags);
+        }
+        // Let trailing frames of this change (steps, workflows) pass before the next one.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    lags.sort();
+    all_received.sort();
+    trigger_times.sort();
+    let frames_client0 = seen[0].arrivals.lock().unwrap().len();
+    let disconnected = closed.load(Ordering::Relaxed);
+    for h in &handles {
+        h.abort();
+    }
+    if let Some(s) = server {
+        s.stop().await;
+    }
+    let us = |d: Duration| d.as_micros() as u64;
+    println!(
+        "RESULT {}",
+        json!({
+            "kind": kind,
+            "clients": connected,
+            "disconnected": disconnected,
+            "connect_ms": connect_time.as_millis() as u64,
+            "rss_before": rss_before,
+            "rss_after": rss_after,
+            "frames_client0": frames_client0,
+            "missed": missed,
+            "first_p50_us": us(pct(&first_wave, 0.5)),
+            "first_max_us": us(first_wave.last().copied().unwrap_or_default()),
+            "p50_us": us(pct(&lags, 0.5)),
+            "p99_us": us(pct(&lags, 0.99)),
+            "max_us": us(lags.last().copied().unwrap_or_default()),
+            "all_p50_us": us(pct(&all_received, 0.5)),
+            "trigger_p50_us": us(pct(&trigger_times, 0.5)),
+        })
+    );
+}
+
+type BoxFuture = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// Makes the change that the clients should see (the argument is the wave number).
+type Trigger = Arc<dyn Fn(usize) -> BoxFuture + Send + Sync>;
+
+async fn wait_until(mut cond: impl FnMut() -> bool, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    true
+}
+
+fn sse_scenario() {
+    println!(
+        "\n# sse: {CLIENTS} concurrent HTTP/1.1 clients on one stream endpoint; each side in its own process"
+    );
+    let mut results = Vec::new();
+    for kind in ["baseline", "woodlark"] {
+        let exe = std::env::current_exe().expect("current exe");
+        let out = Command::new(exe)
+            .args(["__sse_child", kind])
+            .output()
+            .expect("run the sse child");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let Some(v) = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .and_then(|j| serde_json::from_str::<Value>(j).ok())
+        else {
+            eprintln!(
+                "sse child {kind} failed ({}):\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            break;
+        };
+        results.push(v);
+    }
+    if results.len() != 2 {
+        return;
+    }
+    let (b, w) = (&results[0], &results[1]);
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let per_client =
+        |v: &Value| (f(v, "rss_after") - f(v, "rss_before")) / f(v, "clients").max(1.0);
+    let kib = |x: f64| format!("{:.1}", x / 1024.0);
+    let msf = |us: f64| format!("{:.2}", us / 1000.0);
+    let row = |name: &str, key: &str, fmt: &dyn Fn(f64) -> String| {
+        vec![
+            name.to_string(),
+            fmt(f(b, key)),
+            fmt(f(w, key)),
+            ratio(f(w, key), f(b, key)),
+        ]
+    };
+    let plain = |x: f64| format!("{x:.0}");
+    let mut rows = vec![
+        row("clients connected", "clients", &plain),
+        row("clients disconnected by the server", "disconnected", &plain),
+        row("time to connect all (ms)", "connect_ms", &plain),
+        vec![
+            "RSS before clients (MiB)".into(),
+            format!("{:.1}", f(b, "rss_before") / 1048576.0),
+            format!("{:.1}", f(w, "rss_before") / 1048576.0),
+            ratio(f(w, "rss_before"), f(b, "rss_before")),
+        ],
+        vec![
+            "RSS with all clients (MiB)".into(),
+            format!("{:.1}", f(b, "rss_after") / 1048576.0),
+            format!("{:.1}", f(w, "rss_after") / 1048576.0),
+            ratio(f(w, "rss_after"), f(b, "rss_after")),
+        ],
+        vec![
+            "RSS per client, client side included (KiB)".into(),
+            kib(per_client(b)),
+            kib(per_client(w)),
+            ratio(per_client(w), per_client(b)),
+        ],
+    ];
+    rows.push(vec![
+        "  of which above the baseline (KiB)".into(),
+        "-".into(),
+        kib(per_client(w) - per_client(b)),
+        "-".into(),
+    ]);
+    rows.extend([
+        row("wave 1 (cold): lag p50 (ms)", "first_p50_us", &msf),
+        row("wave 1 (cold): lag max (ms)", "first_max_us", &msf),
+        row(&format!("waves 2..{WAVES}: lag p50 (ms)"), "p50_us", &msf),
+        row(&format!("waves 2..{WAVES}: lag p99 (ms)"), "p99_us", &msf),
+        row(&format!("waves 2..{WAVES}: lag max (ms)"), "max_us", &msf),
+        row(
+            "median time until all clients had it (ms)",
+            "all_p50_us",
+            &msf,
+        ),
+        row("client-waves without a frame", "missed", &plain),
+        row(
+            "trigger round trip p50 (ms; POST reply / broadcast send)",
+            "trigger_p50_us",
+            &msf,
+        ),
+    ]);
+    table(
+        "sse: 1,000 concurrent stream clients, woodlark vs bare hyper broadcaster",
+        &["metric", "baseline", "woodlark", "woodlark ÷ base"],
+        &rows,
+    );
+    println!(
+        "(lag = from sending the POST that changes a pipeline — or, for the baseline, from the \
+         broadcast send — to the first frame read by each client; {} frames reached client 0)",
+        f(w, "frames_client0")
+    );
+}
