@@ -527,3 +527,114 @@ async fn secrets_and_registry_logins_come_from_plugin_backends() {
         s.http.get("/healthz", None).await.expect(204);
     }
 }
+
+#[test]
+fn run_hook_prints_the_parsed_outcome() {
+    let dist = first_party_plugins();
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("push.json");
+    std::fs::write(&body, include_str!("fixtures/github-push.json")).unwrap();
+    let run = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(crate::util::BIN);
+        cmd.args(["plugin", "run-hook", "--plugin"])
+            .arg(dist.join("forge-github.wasm"))
+            .arg("--body")
+            .arg(&body)
+            .args(extra);
+        cmd.output().unwrap()
+    };
+    let out = run(&[
+        "--header",
+        "X-GitHub-Event: push",
+        "--header",
+        "Content-Type: application/json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["build"]["pipeline"]["event"], "push");
+    assert_eq!(v["build"]["pipeline"]["branch"], "main");
+    assert_eq!(v["build"]["repo"]["full_name"], "octocat/hello-world");
+    assert_eq!(v["build"]["signature_verified"], false);
+    let ignored = run(&["--header", "X-GitHub-Event: watch"]);
+    assert!(ignored.status.success());
+    let v: Value = serde_json::from_slice(&ignored.stdout).unwrap();
+    assert!(v["ignored"].is_string(), "{v}");
+    // A signature is required once a hook secret is configured: a bad one is an error (exit 1).
+    let bad = run(&[
+        "--header",
+        "X-GitHub-Event: push",
+        "--header",
+        "X-Hub-Signature-256: sha256=00",
+        "--secret",
+        "hook=s3cret",
+        "--set",
+        "hook-secret=hook",
+    ]);
+    assert!(!bad.status.success());
+    assert!(!bad.stderr.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_a_plugin_under_load_fails_no_request() {
+    let dist = first_party_plugins();
+    let dir = tempfile::tempdir().unwrap();
+    // "hooks.wasm" starts as the Gitea adapter: a GitHub ping is not recognised (400).
+    std::fs::copy(dist.join("forge-gitea.wasm"), dir.path().join("hooks.wasm")).unwrap();
+    let s = TestServer::start_with_tables(&plugins_table(dir.path(), true, "")).await;
+    let ping = |http: crate::util::Http| async move {
+        http.send(
+            "POST",
+            "/api/hook",
+            None,
+            Some(b"{\"zen\":\"hi\"}"),
+            &[("x-github-event", "ping")],
+        )
+        .await
+        .status
+        .as_u16()
+    };
+    assert_eq!(ping(s.http.clone()).await, 400);
+
+    // Requests flow while the file is replaced (write, then rename) by the GitHub adapter.
+    let http = s.http.clone();
+    let flow = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let until = Instant::now() + Duration::from_secs(6);
+        while Instant::now() < until {
+            seen.push((Instant::now(), ping(http.clone()).await));
+        }
+        seen
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tmp = dir.path().join("hooks.wasm.tmp");
+    std::fs::copy(dist.join("forge-github.wasm"), &tmp).unwrap();
+    let replaced = Instant::now();
+    std::fs::rename(&tmp, dir.path().join("hooks.wasm")).unwrap();
+    let seen = flow.await.unwrap();
+    assert!(
+        seen.iter().all(|(_, st)| *st == 400 || *st == 200),
+        "no request fails: {:?}",
+        seen.iter().map(|(_, s)| s).collect::<Vec<_>>()
+    );
+    let first_new = seen
+        .iter()
+        .find(|(_, st)| *st == 200)
+        .map(|(at, _)| *at)
+        .expect("the new adapter answered");
+    assert!(
+        first_new.duration_since(replaced) < Duration::from_secs(2),
+        "visible after {:?}",
+        first_new.duration_since(replaced)
+    );
+    assert!(
+        seen.iter()
+            .filter(|(at, _)| *at > first_new)
+            .all(|(_, st)| *st == 200),
+        "and stays"
+    );
+    s.http.get("/healthz", None).await.expect(204);
+}
