@@ -9,6 +9,7 @@
 
 mod util;
 
+mod browser;
 mod events;
 mod glance;
 mod http_core;
