@@ -213,7 +213,7 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
 
     let forge = s
         .http
-        .post("/api/forges", Some(&p.admin), r#"{"type":"github","url":"https://github.com","additional_options":{"plugin":"github"}}"#)
+        .post("/api/forges", Some(&p.admin), r#"{"type":"github","url":"https://github.com","oauth_client_secret":"gh-api-token","additional_options":{"plugin":"github"}}"#)
         .await
         .expect(200)
         .json();

@@ -244,10 +244,49 @@ impl Queue {
             clone_url: repo.repo.clone_url.clone(),
             commit: row.pipeline.commit.clone(),
             git_ref: row.pipeline.git_ref.clone(),
-            netrc: None,
+            netrc: self.netrc_for(ctx, &repo.repo).await,
             workflow,
             steps,
             log_offsets: offsets,
+        })
+    }
+
+    /// Clone credentials for a repository of a plugin-served forge: its API token (the
+    /// forge's `oauth_client_secret`) for the clone URL's host. The git forge needs none.
+    async fn netrc_for(
+        &self,
+        ctx: &Ctx,
+        repo: &crate::store::repos::Repo,
+    ) -> Option<crate::runner::protocol::Netrc> {
+        let forge_id = repo.forge_id;
+        let row = ctx
+            .store
+            .read(move |c| crate::store::forges::by_id(c, forge_id))
+            .await
+            .ok()?;
+        if row.forge.kind == "git" || row.sealed_client_secret.is_empty() {
+            return None;
+        }
+        let token = ctx
+            .seal
+            .open(
+                crate::modules::ci::forges::SEAL_CLIENT_SECRET,
+                &row.sealed_client_secret,
+            )
+            .ok()?;
+        let host = repo
+            .clone_url
+            .split("://")
+            .nth(1)?
+            .split(['/', '@'])
+            .next()?
+            .split(':')
+            .next()?
+            .to_string();
+        Some(crate::runner::protocol::Netrc {
+            machine: host,
+            login: "oauth2".into(),
+            password: String::from_utf8_lossy(&token).into_owned(),
         })
     }
 
