@@ -1020,3 +1020,35 @@ async fn steps_get_docker_config_for_their_image_registry() {
         "registry passwords are masked: {lines:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_cancel_step_cancels_the_whole_pipeline() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    // Two workflows: `gate` fails with `failure: cancel`; `slow` would run for a minute.
+    push(
+        &s,
+        "alice/app",
+        &[
+            (".woodpecker/gate.yaml", "steps:\n  - name: check\n    image: sh\n    commands: [\"sleep 1\", \"exit 4\"]\n    failure: cancel\n"),
+            (".woodpecker/slow.yaml", "steps:\n  - name: wait\n    image: sh\n    commands: [\"sleep 60\"]\n"),
+        ],
+        "gate",
+    )
+    .await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 30, |p| {
+        p["status"] == "killed"
+            && p["workflows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|w| w["state"] != "running" && w["state"] != "pending")
+    })
+    .await;
+    assert_eq!(done["cancel_info"]["canceled_by_step"], "check");
+    assert_eq!(step(&done, "check")["state"], "failure");
+    assert_eq!(step(&done, "check")["exit_code"], 4);
+    assert_eq!(step(&done, "wait")["state"], "killed");
+}

@@ -322,6 +322,7 @@ async fn execute<A: AgentApi>(
                         error: String::new(),
                         started: 0,
                         finished: 0,
+                        cancel_pipeline: false,
                     },
                 )
                 .await;
@@ -371,6 +372,7 @@ async fn execute<A: AgentApi>(
                                 error: "dependencies cannot be met".into(),
                                 started: 0,
                                 finished: 0,
+                                cancel_pipeline: false,
                             },
                         )
                         .await;
@@ -474,6 +476,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
             error: String::new(),
             started,
             finished: 0,
+            cancel_pipeline: false,
         },
     )
     .await;
@@ -636,6 +639,7 @@ async fn finish<A: AgentApi>(
             error,
             started,
             finished: now(),
+            cancel_pipeline: state == "failure" && ctx.step.failure == OnFailure::Cancel,
         },
     )
     .await;

@@ -62,6 +62,9 @@ pub struct StepUpdate {
     pub started: i64,
     #[serde(default)]
     pub finished: i64,
+    /// The step failed and has `failure: cancel`: the server cancels the whole pipeline.
+    #[serde(default)]
+    pub cancel_pipeline: bool,
 }
 
 /// One captured output line (secrets already masked).

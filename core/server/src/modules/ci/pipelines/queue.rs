@@ -345,16 +345,17 @@ impl Queue {
             )));
         }
         self.touch(agent, true);
+        let cancel = update.cancel_pipeline && update.state == FAILURE;
         let ok = ctx
             .store
             .write(move |c| {
                 if !Self::holds(c, id, agent)? {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 let step = pipelines::step(c, update.step_id)?;
                 let (_, wf) = pipelines::step_by_uuid(c, &step.uuid)?;
                 if wf != id {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 pipelines::update_step(c, step.id, |s| {
                     s.state = update.state.clone();
@@ -367,7 +368,7 @@ impl Queue {
                         s.finished = update.finished;
                     }
                 })?;
-                Ok(true)
+                Ok(Some((step.pipeline_id, step.name)))
             })
             .await
             .map_err(|e| match e {
@@ -375,11 +376,24 @@ impl Queue {
                 other => other.into(),
             })?;
         self.changes.notify_waiters();
-        if ok {
-            Ok(())
-        } else {
-            Err(refused("this agent does not hold that workflow"))
+        let Some((pipeline_id, step_name)) = ok else {
+            return Err(refused("this agent does not hold that workflow"));
+        };
+        if cancel {
+            // `failure: cancel`: the whole pipeline stops, recording which step asked.
+            if self.cancel(ctx, pipeline_id, "").await.is_ok() {
+                ctx.store
+                    .write(move |c| {
+                        pipelines::update(c, pipeline_id, |p| {
+                            if let Some(info) = &mut p.cancel_info {
+                                info.canceled_by_step = step_name.clone();
+                            }
+                        })
+                    })
+                    .await?;
+            }
         }
+        Ok(())
     }
 
     /// Stores log lines of the workflow's steps (each line once, however often re-sent).
