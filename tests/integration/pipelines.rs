@@ -808,6 +808,9 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
         .await
         .json();
     assert!(a["last_contact"].as_i64().unwrap() > 0);
+    assert_eq!(a["backend"], "local", "the agent's own details are stored");
+    assert!(a["platform"].as_str().unwrap().contains('/'), "{a}");
+    assert_eq!(a["capacity"], 1);
     assert!(a["last_work"].as_i64().unwrap() > 0);
 }
 

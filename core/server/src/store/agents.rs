@@ -235,6 +235,41 @@ pub fn update(conn: &Connection, id: i64, change: &AgentChange) -> StoreResult<A
     Ok(after)
 }
 
+/// Stores what an agent reports about itself. Writes (and records `agents.updated`) only when
+/// something changed, so polling agents cost no writes.
+pub fn report(
+    conn: &Connection,
+    id: i64,
+    platform: &str,
+    backend: &str,
+    capacity: i64,
+    version: &str,
+) -> StoreResult<()> {
+    let before = by_id(conn, id)?;
+    let a = &before.agent;
+    if a.platform == platform
+        && a.backend == backend
+        && a.capacity == capacity
+        && a.version == version
+    {
+        return Ok(());
+    }
+    conn.execute(
+        "UPDATE agents SET platform = ?2, backend = ?3, capacity = ?4, version = ?5, updated = ?6 WHERE id = ?1",
+        params![id, platform, backend, capacity, version, now_unix()],
+    )?;
+    let after = by_id(conn, id)?;
+    events::append_update(
+        conn,
+        RECORD_TYPE,
+        id,
+        &before.agent,
+        &after.agent,
+        owner(&after.agent),
+    )?;
+    Ok(())
+}
+
 /// Deletes an agent. Records `agents.deleted`.
 pub fn delete(conn: &Connection, id: i64) -> StoreResult<Agent> {
     let row = by_id(conn, id)?;

@@ -57,11 +57,39 @@ async fn next(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         req.json()?
     };
+    record_info(&ctx, &row, &info).await?;
     let ident = AgentIdent::new(&row, &info);
     match ctx.queue.next(&ctx, &ident).await? {
         Some(work) => Ok(Response::json(&work)),
         None => Ok(Response::empty(StatusCode::NO_CONTENT)),
     }
+}
+
+/// Keeps the agent record's platform, backend, capacity and version up to date (a write only
+/// when they change).
+pub async fn record_info(ctx: &Ctx, row: &AgentRow, info: &AgentInfo) -> Result<(), ApiError> {
+    let a = &row.agent;
+    if a.platform == info.platform
+        && a.backend == info.backend
+        && a.capacity == info.capacity
+        && a.version == info.version
+    {
+        return Ok(());
+    }
+    let (id, info) = (a.id, info.clone());
+    ctx.store
+        .write(move |c| {
+            agents::report(
+                c,
+                id,
+                &info.platform,
+                &info.backend,
+                info.capacity,
+                &info.version,
+            )
+        })
+        .await?;
+    Ok(())
 }
 
 fn workflow_id(req: &Request) -> Result<i64, ApiError> {

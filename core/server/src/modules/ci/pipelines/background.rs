@@ -114,6 +114,9 @@ async fn run_local(ctx: Ctx) {
         Err(err) => tracing::warn!(%err, "could not re-queue the local agent's workflows"),
     }
     let info = local_info(ctx.config.runner.capacity);
+    if let Err(err) = super::agent_rpc::record_info(&ctx, &row, &info).await {
+        tracing::warn!(error = %err.message, "could not record the local agent's details");
+    }
     let api = LocalAgent::new(ctx.clone(), &row, &info);
     let config = RunnerConfig {
         capacity: ctx.config.runner.capacity,
