@@ -638,3 +638,116 @@ async fn replacing_a_plugin_under_load_fails_no_request() {
     );
     s.http.get("/healthz", None).await.expect(204);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_plugins_are_contained_and_the_server_stays_healthy() {
+    let dist = first_party_plugins();
+    let testing = dist.join("testing");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        testing.join("forge-hostile.wasm"),
+        dir.path().join("hostile.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(
+        testing.join("forge-extra-import.wasm"),
+        dir.path().join("extra-import.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(
+        dist.join("forge-github.wasm"),
+        dir.path().join("github.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(
+        dist.join("forge-github.wasm"),
+        dir.path().join("wrong-world.wasm"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("garbage.wasm"), b"\0asm garbage bytes").unwrap();
+    let instances = "[plugins.defaults]\ntimeout_ms = 500\nmemory_mb = 32\n\n[plugins.instances.wrong-world]\nfile = \"wrong-world.wasm\"\nworld = \"secret-backend\"\n";
+    let s = TestServer::start_with_tables(&plugins_table(dir.path(), false, instances)).await;
+    let p = s.principals().await;
+
+    // Loading: broken files are reported, never fatal.
+    let list = s
+        .http
+        .get("/api/plugins", Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    let by_name = |n: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == n)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    for broken in ["garbage", "extra-import", "wrong-world"] {
+        let pl = by_name(broken);
+        assert_eq!(pl["loaded"], false, "{broken}: {pl}");
+        assert!(
+            pl["last_error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{broken}: {pl}"
+        );
+    }
+    assert_eq!(by_name("hostile")["loaded"], true);
+    assert_eq!(by_name("github")["loaded"], true);
+
+    // Each misbehaviour fails its own request with a clear error, quickly.
+    for mode in ["loop", "bomb", "trap", "huge"] {
+        let started = Instant::now();
+        let r = s
+            .http
+            .send(
+                "POST",
+                "/api/hook",
+                None,
+                Some(b"{}"),
+                &[("x-hostile-mode", mode)],
+            )
+            .await;
+        assert!(
+            r.status.as_u16() == 502 || r.status.as_u16() == 400,
+            "{mode}: {} {}",
+            r.status,
+            r.text()
+        );
+        assert!(r.text().contains("hostile"), "{mode}: {}", r.text());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{mode} took {:?}",
+            started.elapsed()
+        );
+        s.http.get("/healthz", None).await.expect(204);
+        // Other plugins keep working.
+        let ping = s
+            .http
+            .send(
+                "POST",
+                "/api/hook",
+                None,
+                Some(b"{\"zen\":\"hi\"}"),
+                &[("x-github-event", "ping")],
+            )
+            .await
+            .expect(200);
+        assert!(ping.text().contains("ignored"));
+    }
+    let calm = s
+        .http
+        .send(
+            "POST",
+            "/api/hook",
+            None,
+            Some(b"{}"),
+            &[("x-hostile-mode", "calm")],
+        )
+        .await
+        .expect(200);
+    assert!(
+        calm.text().contains("hostile: calm"),
+        "the hostile plugin itself still answers"
+    );
+}
