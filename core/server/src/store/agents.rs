@@ -160,7 +160,7 @@ pub fn by_token(conn: &Connection, token: &str) -> StoreResult<Option<AgentRow>>
 
 /// One page of every agent (global and organisation ones), by id.
 pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<AgentRow>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM agents ORDER BY id LIMIT ?1 OFFSET ?2"
     ))?;
@@ -175,7 +175,7 @@ pub fn list_for_org(
     page: u32,
     per_page: u32,
 ) -> StoreResult<Vec<AgentRow>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM agents WHERE org_id = ?1 ORDER BY id LIMIT ?2 OFFSET ?3"
     ))?;

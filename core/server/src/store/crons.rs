@@ -301,7 +301,7 @@ pub fn find(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
 
 /// One page of a repository's crons, by name.
 pub fn list(conn: &Connection, repo_id: i64, page: u32, per_page: u32) -> StoreResult<Vec<Cron>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 ORDER BY name, id LIMIT ?2 OFFSET ?3"
     ))?;

@@ -161,12 +161,14 @@ pub fn previous_attributes(before: &Value, after: &Value) -> Option<Value> {
 
 /// Events with `seq > after`, oldest first.
 pub fn list_after(conn: &Connection, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, created_ms, record_type, action, record_id, object, previous, org_id, repo_id
-         FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![after, limit as i64], read_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    page(
+        conn,
+        after,
+        i64::MAX,
+        &Filter::default(),
+        Direction::Forward,
+        limit,
+    )
 }
 
 /// What a feed query selects besides the cursor range.

@@ -132,7 +132,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<ForgeRow> {
 }
 
 pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Forge>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM forges ORDER BY id LIMIT ?1 OFFSET ?2"
     ))?;

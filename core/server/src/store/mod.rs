@@ -351,6 +351,18 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) {
     }
 }
 
+/// Rows to skip for a 1-based `page` of `per_page` rows.
+pub fn page_offset(page: u32, per_page: u32) -> i64 {
+    i64::from(page.saturating_sub(1)) * i64::from(per_page)
+}
+
+/// `WHERE` clause of the rows a pipeline of repository `?2` in organisation `?1` may use:
+/// repository, organisation and global scope. Order by key, then `repo_id DESC, org_id DESC`
+/// and keep the first row per key for upstream's precedence (repo > org > global).
+pub const PIPELINE_SCOPES: &str =
+    "(org_id = 0 AND repo_id = ?2) OR (org_id = ?1 AND repo_id = 0 AND ?1 != 0)
+            OR (org_id = 0 AND repo_id = 0)";
+
 /// Seconds since the Unix epoch (the API's timestamp unit).
 pub fn now_unix() -> i64 {
     std::time::SystemTime::now()

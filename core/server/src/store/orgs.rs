@@ -119,7 +119,7 @@ pub fn by_any_name(conn: &Connection, name: &str) -> StoreResult<Org> {
 }
 
 pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Org>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM orgs ORDER BY name, id LIMIT ?1 OFFSET ?2"
     ))?;

@@ -303,7 +303,7 @@ pub fn list(
     page: u32,
     per_page: u32,
 ) -> StoreResult<Vec<Pipeline>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let events = (!filter.events.is_empty()).then(|| serde_json::json!(filter.events).to_string());
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {PIPELINE_COLUMNS} FROM pipelines

@@ -143,7 +143,7 @@ pub fn list(
     page: u32,
     per_page: u32,
 ) -> StoreResult<Vec<Repo>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM repos WHERE (?1 IS NULL OR active = ?1)
          ORDER BY full_name, id LIMIT ?2 OFFSET ?3"

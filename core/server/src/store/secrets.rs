@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
-use super::{StoreError, StoreResult};
+use super::{PIPELINE_SCOPES, StoreError, StoreResult};
 
 pub const RECORD_TYPE: &str = "secrets";
 
@@ -267,7 +267,7 @@ pub fn list(
     page: u32,
     per_page: u32,
 ) -> StoreResult<Vec<Secret>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM secrets WHERE org_id = ?1 AND repo_id = ?2
          ORDER BY name LIMIT ?3 OFFSET ?4"
@@ -286,19 +286,13 @@ pub fn list(
 pub fn for_pipeline(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult<Vec<SecretRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM secrets
-         WHERE (org_id = 0 AND repo_id = ?2) OR (org_id = ?1 AND repo_id = 0 AND ?1 != 0)
-            OR (org_id = 0 AND repo_id = 0)
+         WHERE {PIPELINE_SCOPES}
          ORDER BY name, repo_id DESC, org_id DESC"
     ))?;
     let rows = stmt.query_map(params![org_id, repo_id], from_row)?;
-    let mut out: Vec<SecretRow> = Vec::new();
-    for row in rows {
-        let row = row?;
-        if out.last().is_some_and(|l| l.secret.name == row.secret.name) {
-            continue;
-        }
-        out.push(row);
-    }
+    let mut out = rows.collect::<Result<Vec<SecretRow>, _>>()?;
+    // Sorted by key with the most specific scope first: keep the first of each key.
+    out.dedup_by(|later, first| later.secret.name == first.secret.name);
     Ok(out)
 }
 

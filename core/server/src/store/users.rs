@@ -142,7 +142,7 @@ pub fn list(
     page: u32,
     per_page: u32,
 ) -> StoreResult<Vec<User>> {
-    let offset = i64::from(page.saturating_sub(1)) * i64::from(per_page);
+    let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM users ORDER BY login LIMIT ?1 OFFSET ?2"
     ))?;

@@ -280,7 +280,7 @@ async fn plugin_hook(
 
 /// The pipeline trigger of one pushed ref: a branch push or a tag.
 async fn trigger_for(ctx: &Ctx, row: &RepoRow, update: &RefUpdate) -> Result<Trigger, ApiError> {
-    let driver = create::driver_of(ctx, row.repo.forge_id).await?;
+    let driver = super::forge::driver(ctx, row.repo.forge_id).await?;
     let (repo, new, old) = (row.repo.clone(), update.new.clone(), update.old.clone());
     let (commit, changed) = run_blocking(move || {
         let commit = driver.commit(&repo, &new)?;

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::access::{self, RepoAccess, must_admin, must_user, org_perm, repo_by};
-use super::forge::{self, ForgeDriver, RemoteRepo, run_blocking};
+use super::forge::{self, RemoteRepo, run_blocking};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
@@ -436,11 +436,6 @@ fn set<T>(field: &mut T, value: Option<T>) {
     }
 }
 
-/// The forge driver of a stored repository.
-async fn driver_of(ctx: &Ctx, repo: &Repo) -> Result<std::sync::Arc<dyn ForgeDriver>, ApiError> {
-    forge::driver(ctx, repo.forge_id).await
-}
-
 /// `DELETE /repos/{id}` (repo admin): deactivates (removes the hook) and returns the repo;
 /// with `?remove=true` also deletes it and everything that belongs to it.
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
@@ -451,7 +446,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         Some(other) => return Err(ApiError::bad_request(format!("invalid remove {other:?}"))),
     };
     let mut repo = access.row.repo.clone();
-    if let Ok(driver) = driver_of(&ctx, &repo).await {
+    if let Ok(driver) = forge::driver(&ctx, repo.forge_id).await {
         let r = repo.clone();
         if let Err(err) = run_blocking(move || driver.deactivate(&r)).await {
             tracing::warn!(repo = repo.full_name, error = %err.message, "could not remove the hook");
@@ -476,7 +471,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = driver_of(&ctx, &access.row.repo).await?;
+    let driver = forge::driver(&ctx, access.row.repo.forge_id).await?;
     let repo = access.row.repo.clone();
     let all = run_blocking(move || driver.branches(&repo)).await?;
     Ok(Response::json(&paginate(all, page)))
@@ -486,7 +481,7 @@ async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = driver_of(&ctx, &access.row.repo).await?;
+    let driver = forge::driver(&ctx, access.row.repo.forge_id).await?;
     let repo = access.row.repo.clone();
     let all = run_blocking(move || driver.pull_requests(&repo)).await?;
     Ok(Response::json(&paginate(all, page)))
@@ -518,7 +513,7 @@ async fn chown(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// Re-reads a repository from its forge, re-installs its hook and stores the result.
 async fn repair_one(ctx: &Ctx, row: RepoRow) -> Result<(), ApiError> {
-    let driver = driver_of(ctx, &row.repo).await?;
+    let driver = forge::driver(ctx, row.repo.forge_id).await?;
     let d = driver.clone();
     let rid = row.repo.forge_remote_id.clone();
     let remote = run_blocking(move || d.repo(&rid)).await?;
@@ -594,7 +589,7 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::bad_request("to is required (the new owner/name)"))?;
     let RepoAccess { row, .. } = access;
-    let driver = driver_of(&ctx, &row.repo).await?;
+    let driver = forge::driver(&ctx, row.repo.forge_id).await?;
     let d = driver.clone();
     let target = to.clone();
     let remote = run_blocking(move || d.repo(&target)).await?;

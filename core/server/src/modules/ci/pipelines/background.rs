@@ -175,7 +175,7 @@ pub async fn run_cron(ctx: &Ctx, cron: &crons::Cron) -> Result<Created, crate::h
     } else {
         cron.branch.clone()
     };
-    let driver = create::driver_of(ctx, repo.repo.forge_id).await?;
+    let driver = crate::modules::ci::forge::driver(ctx, repo.repo.forge_id).await?;
     let (r, b) = (repo.repo.clone(), branch.clone());
     let head = crate::modules::ci::forge::run_blocking(move || driver.branch_head(&r, &b)).await?;
     let trigger = Trigger {

@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use super::queue::SEAL_PAYLOAD;
 use crate::app::Ctx;
 use crate::http::ApiError;
-use crate::modules::ci::forge::{self, ForgeDriver, run_blocking};
+use crate::modules::ci::forge::{self, run_blocking};
 use crate::pipeline::registry;
 use crate::pipeline::status::*;
 use crate::pipeline::types::{
@@ -68,14 +68,6 @@ pub enum Created {
     NoConfig,
 }
 
-/// The driver of a repository's forge.
-pub async fn driver_of(
-    ctx: &Ctx,
-    forge_id: i64,
-) -> Result<std::sync::Arc<dyn ForgeDriver>, ApiError> {
-    forge::driver(ctx, forge_id).await
-}
-
 /// Reads the config files at the trigger's commit and creates the pipeline.
 pub async fn from_forge(ctx: &Ctx, repo: &RepoRow, trigger: Trigger) -> Result<Created, ApiError> {
     if matches!(trigger.event.as_str(), "push" | "pull_request")
@@ -83,7 +75,7 @@ pub async fn from_forge(ctx: &Ctx, repo: &RepoRow, trigger: Trigger) -> Result<C
     {
         return Ok(Created::SkipCi);
     }
-    let driver = driver_of(ctx, repo.repo.forge_id).await?;
+    let driver = forge::driver(ctx, repo.repo.forge_id).await?;
     let (r, commit) = (repo.repo.clone(), trigger.commit.clone());
     let files = run_blocking(move || driver.config_files(&r, &commit)).await?;
     if files.is_empty() {

@@ -207,7 +207,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         opts.branch.clone()
     };
-    let driver = create::driver_of(&ctx, repo.repo.forge_id).await?;
+    let driver = crate::modules::ci::forge::driver(&ctx, repo.repo.forge_id).await?;
     let (r, b) = (repo.repo.clone(), branch.clone());
     let head = forge_call(move || driver.branch_head(&r, &b)).await?;
     let user = access.user()?.user.clone();
