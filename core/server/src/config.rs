@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::logging::LogLevel;
 
@@ -46,7 +46,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration. Field docs are the reference; `config.toml` repeats them as comments.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -65,7 +65,7 @@ pub struct Config {
     pub source: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address the HTTP server binds, `host:port`.
@@ -90,7 +90,7 @@ pub struct ServerConfig {
     pub tls_key: PathBuf,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
     /// Number of read-only SQLite connections (the single writer is separate).
@@ -103,7 +103,7 @@ pub struct StorageConfig {
     pub log_retention_days: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[derive(Default)]
 pub struct AuthConfig {
@@ -111,7 +111,7 @@ pub struct AuthConfig {
     pub admins: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModuleConfig {
     /// Serve this interface at all.
@@ -121,7 +121,7 @@ pub struct ModuleConfig {
 }
 
 /// `[pipeline]`: where pipelines get secrets and registry logins besides the API-managed ones.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
     /// Secret-backend plugin instances asked after the built-in store, in order; a name one
@@ -133,8 +133,8 @@ pub struct PipelineConfig {
 }
 
 /// `[events]`: the events feed and the retention of the outbox behind it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(from = "EventsToml")]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "EventsToml", into = "EventsToml")]
 pub struct EventsConfig {
     /// `enabled` and `mount`, as for the other interfaces.
     pub module: ModuleConfig,
@@ -147,7 +147,7 @@ pub struct EventsConfig {
 }
 
 /// The `[events]` table as written in the file.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct EventsToml {
     enabled: bool,
@@ -183,6 +183,18 @@ impl From<EventsToml> for EventsConfig {
     }
 }
 
+impl From<EventsConfig> for EventsToml {
+    fn from(c: EventsConfig) -> Self {
+        EventsToml {
+            enabled: c.module.enabled,
+            mount: c.module.mount,
+            retention_days: c.retention_days,
+            max_events: c.max_events,
+            prune_interval_secs: c.prune_interval_secs,
+        }
+    }
+}
+
 impl Default for EventsConfig {
     fn default() -> Self {
         EventsToml::default().into()
@@ -190,8 +202,8 @@ impl Default for EventsConfig {
 }
 
 /// `[participation]`: the algod-compatible participation-key interface.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(from = "ParticipationToml")]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "ParticipationToml", into = "ParticipationToml")]
 pub struct ParticipationConfig {
     /// `enabled` and `mount`, as for the other interfaces.
     pub module: ModuleConfig,
@@ -201,7 +213,7 @@ pub struct ParticipationConfig {
 }
 
 /// The `[participation]` table as written in the file.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct ParticipationToml {
     enabled: bool,
@@ -231,6 +243,16 @@ impl From<ParticipationToml> for ParticipationConfig {
     }
 }
 
+impl From<ParticipationConfig> for ParticipationToml {
+    fn from(c: ParticipationConfig) -> Self {
+        ParticipationToml {
+            enabled: c.module.enabled,
+            mount: c.module.mount,
+            admin_token: c.admin_token,
+        }
+    }
+}
+
 impl Default for ParticipationConfig {
     fn default() -> Self {
         ParticipationToml::default().into()
@@ -239,8 +261,8 @@ impl Default for ParticipationConfig {
 
 /// `[web]`: the browser surface: a web UI directory, `/web-config.js`, `/authorize` and
 /// `/logout`. Mounted like an interface, with `root_path` as its mount.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(from = "WebToml")]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "WebToml", into = "WebToml")]
 pub struct WebConfig {
     /// `enabled`, and `root_path` as the mount.
     pub module: ModuleConfig,
@@ -254,7 +276,7 @@ pub struct WebConfig {
 }
 
 /// The `[web]` table as written in the file.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct WebToml {
     enabled: bool,
@@ -293,6 +315,19 @@ impl From<WebToml> for WebConfig {
     }
 }
 
+impl From<WebConfig> for WebToml {
+    fn from(c: WebConfig) -> Self {
+        WebToml {
+            enabled: c.module.enabled,
+            root_path: c.module.mount,
+            dir: c.dir,
+            custom_js: c.custom_js,
+            custom_css: c.custom_css,
+            session_hours: c.session_hours,
+        }
+    }
+}
+
 impl Default for WebConfig {
     fn default() -> Self {
         WebToml::default().into()
@@ -306,7 +341,7 @@ impl WebConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunnerConfig {
     /// Run the embedded local agent inside the server.
@@ -646,6 +681,24 @@ impl Config {
         self.auth.admins.iter().any(|a| a == login)
     }
 
+    /// The effective configuration (defaults, then the file, then `WOODLARK_*`) with every
+    /// secret value replaced by [`REDACTED`]: the tokens of `[server]` and `[participation]`,
+    /// and plugin `config` values whose key names a secret ([`names_secret`]). Empty values
+    /// stay empty, so "not set" remains visible. Serialized, it reads back as a config file.
+    pub fn redacted(&self) -> Config {
+        let mut config = self.clone();
+        redact(&mut config.server.metrics_token);
+        redact(&mut config.participation.admin_token);
+        for instance in config.plugins.instances.values_mut() {
+            for (key, value) in instance.config.iter_mut() {
+                if names_secret(key) {
+                    redact(value);
+                }
+            }
+        }
+        config
+    }
+
     /// Where the secrets encryption key lives.
     pub fn secret_key_path(&self) -> PathBuf {
         if self.storage.secret_key_file.as_os_str().is_empty() {
@@ -654,6 +707,32 @@ impl Config {
             self.storage.secret_key_file.clone()
         }
     }
+}
+
+/// What [`Config::redacted`] puts in place of a secret value.
+pub const REDACTED: &str = "<redacted>";
+
+fn redact(value: &mut String) {
+    if !value.is_empty() {
+        *value = REDACTED.to_string();
+    }
+}
+
+/// Whether a plugin `config` key names secret material (`hook-secret`, `api_token`,
+/// `password`, `apiKey`, …). Plugin configs are opaque to the server, so the name decides.
+pub fn names_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase().replace(['-', '_', '.'], "");
+    [
+        "secret",
+        "token",
+        "password",
+        "passwd",
+        "credential",
+        "privatekey",
+        "apikey",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -700,6 +779,64 @@ mod tests {
 
     fn load(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(text, "test.toml", &[])
+    }
+
+    #[test]
+    fn redacted_config_hides_secrets_and_reads_back() {
+        let text = r#"
+[server]
+metrics_token = "metrics-secret-1"
+[participation]
+admin_token = "admin-secret-2-0123456789012345678901234567890123456789012345678901234"
+[plugins.instances.github]
+file = "forge-github.wasm"
+config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https://api.github.com" }
+"#;
+        let env = [("WOODLARK_LISTEN".to_string(), "127.0.0.1:9".to_string())];
+        let config = Config::from_toml(text, "test.toml", &env).unwrap();
+        let shown = serde_json::to_string(&config.redacted()).unwrap();
+        for secret in [
+            "metrics-secret-1",
+            "admin-secret-2",
+            "hook-secret-3",
+            "tok-4",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(v["server"]["listen"], "127.0.0.1:9");
+        assert_eq!(v["server"]["metrics_token"], REDACTED);
+        assert_eq!(v["participation"]["admin_token"], REDACTED);
+        assert_eq!(v["participation"]["enabled"], true);
+        assert_eq!(v["web"]["root_path"], "");
+        let github = &v["plugins"]["instances"]["github"]["config"];
+        assert_eq!(github["api-url"], "https://api.github.com");
+        assert_eq!(github["hook-secret"], REDACTED);
+        // Unset secrets stay visibly unset.
+        let defaults = serde_json::to_value(Config::default().redacted()).unwrap();
+        assert_eq!(defaults["server"]["metrics_token"], "");
+        // The JSON has the file's shape: it deserializes to the same configuration.
+        let back: Config = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&back).unwrap(), v);
+        // Sections come in the file's order.
+        assert!(shown.starts_with("{\"server\":{\"listen\":"), "{shown}");
+    }
+
+    #[test]
+    fn secret_names() {
+        for key in [
+            "hook-secret",
+            "api_token",
+            "Password",
+            "apiKey",
+            "private-key",
+            "TOKEN",
+        ] {
+            assert!(names_secret(key), "{key}");
+        }
+        for key in ["api-url", "namespace", "username", "cache-seconds", "names"] {
+            assert!(!names_secret(key), "{key}");
+        }
     }
 
     #[test]

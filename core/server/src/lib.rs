@@ -8,6 +8,7 @@
 //! - [`modules`]: one folder per interface (`ci`, …), each registering routes under its mount.
 //! - [`pipeline`]: pipeline configs → compiled workflows (shared with the runner).
 //! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
+//! - [`profiler`]: the process-wide CPU sampler behind `/debug/settings/pprof`.
 //! - [`runner`]: runs workflows (embedded agent and `woodlark agent`).
 //! - [`store`]: SQLite (one writer thread, reader pool, migrations, event outbox).
 //! - [`auth`]: tokens, random secrets, the server's signing key.
@@ -23,6 +24,7 @@ pub mod logging;
 pub mod modules;
 pub mod pipeline;
 pub mod plugin_services;
+pub mod profiler;
 pub mod runner;
 pub mod store;
 pub mod timefmt;

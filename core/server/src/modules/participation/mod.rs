@@ -11,6 +11,7 @@
 //! | `GET`, `DELETE`, `POST /v2/participation/{participation-id}` | [`handlers::get`], [`handlers::delete`], [`handlers::append_keys`] |
 //! | `GET`, `PUT /debug/settings/pprof` | [`debug::get_pprof`], [`debug::put_pprof`] |
 //! | `GET /debug/settings/config` | [`debug::get_config`] |
+//! | `GET /debug/pprof/profile` (Woodlark's: the CPU profile, pprof protobuf) | [`debug::get_profile`] |
 //!
 //! Layout: [`ids`] (addresses, participation ids), [`msgpack`] (algod's canonical msgpack),
 //! [`keys`] (key material shapes), [`keygen`] (generation), [`partfile`] (the SQLite partkey
@@ -29,7 +30,6 @@ pub mod partfile;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
 
@@ -65,6 +65,7 @@ impl super::Module for Participation {
             .get("/debug/settings/pprof", debug::get_pprof)
             .put("/debug/settings/pprof", debug::put_pprof)
             .get("/debug/settings/config", debug::get_config)
+            .get("/debug/pprof/profile", debug::get_profile)
             .get("/v2/participation", handlers::list)
             .route_with_limit(Method::POST, "/v2/participation", upload, handlers::add)
             .post("/v2/participation/generate/{address}", handlers::generate)
@@ -86,10 +87,10 @@ pub struct State {
     pub(crate) work_dir: PathBuf,
     /// One key generation at a time (algod's `KeygenLimiter`).
     pub(crate) keygen: Arc<tokio::sync::Semaphore>,
-    pub(crate) mutex_rate: AtomicU64,
-    pub(crate) block_rate: AtomicU64,
+    /// `/debug/settings/pprof`'s rates, which switch the CPU profiler.
+    pub(crate) pprof: debug::PprofSettings,
     /// `GET /debug/settings/config`, rendered once.
-    pub(crate) node_config: Bytes,
+    pub(crate) config_json: Bytes,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +118,7 @@ pub fn valid_token(token: &str) -> bool {
 impl State {
     /// Loads or creates the admin token (config first, else `<data_dir>/algod.admin.token`,
     /// generated as 64 hex characters with mode 0600 when missing or invalid, as algod does)
-    /// and renders the node configuration.
+    /// and renders the configuration `GET /debug/settings/config` shows.
     pub fn init(config: &Config) -> Result<State, InitError> {
         let settings = &config.participation;
         let admin_token = if !settings.admin_token.is_empty() {
@@ -131,9 +132,8 @@ impl State {
             admin_token,
             work_dir: config.server.data_dir.clone(),
             keygen: Arc::new(tokio::sync::Semaphore::new(1)),
-            mutex_rate: AtomicU64::new(0),
-            block_rate: AtomicU64::new(0),
-            node_config: debug::render_node_config(config),
+            pprof: debug::PprofSettings::default(),
+            config_json: debug::render_config(config),
         })
     }
 
@@ -214,9 +214,8 @@ mod tests {
             admin_token: token.into(),
             work_dir: PathBuf::new(),
             keygen: Arc::new(tokio::sync::Semaphore::new(1)),
-            mutex_rate: AtomicU64::new(0),
-            block_rate: AtomicU64::new(0),
-            node_config: Bytes::new(),
+            pprof: debug::PprofSettings::default(),
+            config_json: Bytes::new(),
         }
     }
 
