@@ -319,6 +319,49 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     )
     .await;
     assert_eq!(done["status"], "success", "{done:#}");
+
+    // A manual run: the plugin forge's branch head comes from the git remote.
+    let manual = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.admin),
+            r#"{"branch":"main"}"#,
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(manual["event"], "manual");
+    assert_eq!(manual["commit"], sha.as_str());
+    let done = wait_for(
+        &s.http,
+        &p.admin,
+        id,
+        manual["number"].as_i64().unwrap(),
+        60,
+        |p| matches!(p["status"].as_str(), Some("success" | "failure" | "error")),
+    )
+    .await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let missing = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.admin),
+            r#"{"branch":"nope"}"#,
+        )
+        .await
+        .expect(404);
+    assert!(missing.text().contains("branch nope"), "{}", missing.text());
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.admin),
+            r#"{"branch":"-x"}"#,
+        )
+        .await
+        .expect(422);
+
     let list = s.http.get("/api/plugins", Some(&p.admin)).await.json();
     let gh = list
         .as_array()

@@ -104,6 +104,16 @@ pub fn command_for(step: &CompiledStep) -> Result<(String, Vec<String>), String>
     }
 }
 
+/// SIGKILLs process group `pgid` (a child started with `process_group(0)`); 0 or less: no-op.
+pub fn kill_process_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
 /// A running process group.
 pub struct Running {
     child: tokio::process::Child,
@@ -113,12 +123,7 @@ pub struct Running {
 impl Running {
     /// Kills the whole process group.
     pub fn kill(&self) {
-        if self.pgid > 0 {
-            // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
-            unsafe {
-                libc::kill(-self.pgid, libc::SIGKILL);
-            }
-        }
+        kill_process_group(self.pgid);
     }
 
     pub async fn wait(&mut self) -> Exit {

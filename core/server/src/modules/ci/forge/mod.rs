@@ -11,6 +11,7 @@
 
 pub mod git;
 pub mod plugin;
+pub mod remote_head;
 
 use std::sync::Arc;
 

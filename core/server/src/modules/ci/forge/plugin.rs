@@ -4,7 +4,8 @@
 //! forge adapter named like the forge type (`github`) or `forge-<type>` (the file name of
 //! the first-party builds). Calls to the forge's API (repository look-up, config files at a
 //! commit, branches) go through the plugin's allow-listed HTTP client, authenticated with the
-//! forge's `oauth_client_secret` used as an API token (Woodlark has no OAuth login). Plain
+//! forge's `oauth_client_secret` used as an API token (Woodlark has no OAuth login). A branch's
+//! head (manual runs, cron) comes from the git remote with the same token ([`super::remote_head`]). Plain
 //! WIT has no "create webhook" call: point the forge's webhook at `<server>/api/hook`, with the
 //! secret shown by `GET /api/forges/{id}` (`webhook_secret`), granted to the plugin as
 //! `forge:<id>`.
@@ -126,11 +127,19 @@ impl ForgeDriver for PluginForge {
         Ok(())
     }
 
+    /// From the git remote itself (the WIT has no branch-head call); only the commit id is
+    /// known, message and author stay empty.
     fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
-        Err(ForgeError::Invalid(format!(
-            "{}: the {} plugin cannot look up the head of branch {branch}; push to start a pipeline",
-            repo.full_name, self.plugin
-        )))
+        let sha = super::remote_head::branch_head(
+            &repo.clone_url,
+            &self.api.token,
+            branch,
+            super::remote_head::TIMEOUT,
+        )?;
+        Ok(CommitInfo {
+            sha,
+            ..CommitInfo::default()
+        })
     }
 
     fn commit(&self, _repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
