@@ -281,6 +281,9 @@ async fn push_runs_the_pipeline_with_statuses_exit_codes_and_masked_logs() {
         .json();
     assert_eq!(meta["curr"]["number"], number);
     assert_eq!(meta["repo"]["name"], "app");
+    assert!(meta["repo"]["org_id"].is_i64());
+    // The swagger's `id` is a string; upstream leaves it out.
+    assert!(meta.get("id").is_none(), "{meta}");
 
     // Reads need pull permission: bob gets 404, anonymous 401.
     s.http

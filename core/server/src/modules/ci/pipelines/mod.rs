@@ -555,10 +555,11 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await
         .map(|f| f.forge.kind)
         .unwrap_or_default();
+    // Upstream's `id` is an optional string it leaves empty (so absent); not sent.
     let meta = json!({
-        "id": r.id,
         "repo": {
             "id": r.id,
+            "org_id": r.org_id,
             "name": r.name,
             "owner": r.owner,
             "remote_id": r.forge_remote_id,
