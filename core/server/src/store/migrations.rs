@@ -154,6 +154,8 @@ const MIGRATIONS: &[&str] = &[
     crate::plugin_services::SCHEMA,
     // 7: events of one repository (the feed's visibility filter for non-admins).
     "CREATE INDEX events_repo ON events (repo_id, seq);",
+    // 8: repository-less events of one organisation (the other half of that filter).
+    "CREATE INDEX events_org_only ON events (org_id, seq) WHERE repo_id IS NULL;",
 ];
 
 /// The schema version this build writes.
