@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Extracts the participation interface from algod's OpenAPI 2 spec.
+"""Extracts the operations Woodlark serves from an upstream OpenAPI 2 spec (JSON or YAML).
 
-Usage: extract_spec.py FULL_SPEC > algod-participation.oas2.json
+Usage: extract_spec.py FULL_SPEC PATH_PREFIX... > extract.json
+  algod:  extract_spec.py algod.oas2.json /v2/participation /debug/settings/
+  Clever: extract_spec.py clever-v3.yml /events
 
-Keeps the nine operations Woodlark serves (/v2/participation*, /debug/settings/*), every
-definition, parameter and response they reference (transitively), and the document-level
-settings (security, consumes, produces). The output is what the conformance run tests
-against; `run.sh` re-extracts and compares when the full spec is beside the repository.
+Keeps the paths starting with a prefix, every definition, parameter and response they
+reference (transitively), and the document-level settings (security, consumes, produces).
+The output is what the conformance run tests against; `run.sh` re-extracts and compares when
+the full specs are beside the repository.
 """
 import json
 import sys
 
-PREFIXES = ("/v2/participation", "/debug/settings/")
 TOP_LEVEL = ("swagger", "info", "host", "basePath", "schemes", "consumes", "produces",
              "securityDefinitions", "security")
 
@@ -30,10 +31,16 @@ def refs(node, out):
 
 
 def main():
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
+    path, prefixes = sys.argv[1], tuple(sys.argv[2:])
+    with open(path) as f:
+        if path.endswith((".yml", ".yaml")):
+            import yaml  # PyYAML, a schemathesis dependency
+
+            spec = yaml.safe_load(f)
+        else:
+            spec = json.load(f)
     out = {key: spec[key] for key in TOP_LEVEL if key in spec}
-    out["paths"] = {p: ops for p, ops in spec["paths"].items() if p.startswith(PREFIXES)}
+    out["paths"] = {p: ops for p, ops in spec["paths"].items() if p.startswith(prefixes)}
     seen, todo = set(), set()
     refs(out["paths"], todo)
     while todo:

@@ -3,7 +3,8 @@
 # the upstream API descriptions, on the real server binary with a fresh data dir and seeded data:
 #   1. the participation interface against algod's OpenAPI spec (every check; algod.toml lists
 #      the deliberate deviations, each one algod's own behaviour);
-#   2. the CI API against Woodpecker's swagger (no 5xx, responses match their schemas;
+#   2. the events feed against Clever's spec (every check; clever.toml);
+#   3. the CI API against Woodpecker's swagger (no 5xx, responses match their schemas;
 #      woodpecker.toml lists where the swagger is wrong about upstream).
 # Exits non-zero on any other failure.
 #
@@ -15,22 +16,6 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 bin="${1:-$target/debug/woodlark}"
 version="4.32.5"
 venv="$target/conformance-venv"
-
-# The vendored descriptions must match the references when those are beside the repository.
-reference="$root/../shared/reference"
-if [ -f "$reference/algod.oas2.json" ]; then
-  python3 "$here/extract_spec.py" "$reference/algod.oas2.json" |
-    cmp -s - "$here/algod-participation.oas2.json" || {
-    echo "conformance: algod-participation.oas2.json is stale; re-run extract_spec.py" >&2
-    exit 1
-  }
-fi
-if [ -f "$reference/woodpecker-swagger.json" ]; then
-  cmp -s "$reference/woodpecker-swagger.json" "$here/woodpecker-swagger.json" || {
-    echo "conformance: woodpecker-swagger.json differs from $reference" >&2
-    exit 1
-  }
-fi
 
 if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$version"; then
   need=()
@@ -46,6 +31,22 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$version"; then
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
+fi
+
+# The vendored descriptions must match the references when those are beside the repository.
+reference="$root/../shared/reference"
+stale() { # VENDORED COMMAND...
+  local vendored="$1"
+  shift
+  "$@" | cmp -s - "$here/$vendored" ||
+    { echo "conformance: $vendored does not match $reference; regenerate it" >&2; exit 1; }
+}
+if [ -d "$reference" ]; then
+  stale algod-participation.oas2.json \
+    "$venv/bin/python" "$here/extract_spec.py" "$reference/algod.oas2.json" /v2/participation /debug/settings/
+  stale clever-v3-events.json \
+    "$venv/bin/python" "$here/extract_spec.py" "$reference/clever-v3.yml" /events
+  stale woodpecker-swagger.json cat "$reference/woodpecker-swagger.json"
 fi
 
 work="$(mktemp -d)"
@@ -124,6 +125,9 @@ st() { # CONFIG SPEC URL ARGS...
 echo "conformance: participation interface vs algod's spec" >&2
 st algod.toml algod-participation.oas2.json "$url" -H "X-Algo-API-Token: $algod_token"
 
+echo "conformance: events feed vs Clever's spec" >&2
+st clever.toml clever-v3-events.json "$url" -H "Authorization: Bearer $admin"
+
 # Not run: the SSE streams (they never end), upstream's Go runtime /debug/pprof pages (not
 # served), token rotation (it would revoke the run's own credential), and DELETE (it would
 # remove the seeded data the other operations need; the integration tests cover deletes).
@@ -131,4 +135,4 @@ echo "conformance: CI API vs Woodpecker's swagger" >&2
 WOODLARK_TOKEN="$admin" st woodpecker.toml woodpecker-swagger.json "$url/api" \
   --exclude-path-regex '^/(stream/|debug/pprof|user/token)' --exclude-method DELETE
 
-echo "conformance: both interfaces match their upstream descriptions (deviations: algod.toml, woodpecker.toml)"
+echo "conformance: all three interfaces match their upstream descriptions (deviations: *.toml)"
