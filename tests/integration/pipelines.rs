@@ -765,7 +765,8 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
         .expect(401);
 
     let workdir = s.dir.path().join("remote-runs");
-    let mut child = Command::new(BIN)
+    let agent_log = s.dir.path().join("agent.log");
+    let child = Command::new(BIN)
         .args([
             "agent",
             "--server",
@@ -775,10 +776,20 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
             "--workdir",
         ])
         .arg(&workdir)
+        .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&agent_log).unwrap())
         .spawn()
         .unwrap();
+    // Killed however the test ends.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = KillOnDrop(child);
     push(
         &s,
         "alice/app",
@@ -789,9 +800,24 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
         "remote",
     )
     .await;
-    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
-    let _ = child.kill();
-    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let p = s
+            .http
+            .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+            .await
+            .json();
+        if finished(&p) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the remote agent did not run the pipeline: {p:#}\nagent log:\n{}",
+            std::fs::read_to_string(&agent_log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    drop(child);
     assert_eq!(done["status"], "success", "{done:#}");
     assert_eq!(done["workflows"][0]["agent_id"], agent["id"]);
     let lines = log_text(
@@ -1057,4 +1083,37 @@ async fn a_failing_cancel_step_cancels_the_whole_pipeline() {
     assert_eq!(step(&done, "check")["state"], "failure");
     assert_eq!(step(&done, "check")["exit_code"], 4);
     assert_eq!(step(&done, "wait")["state"], "killed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_output_and_an_endless_line_are_stored_whole() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    // 30,000 lines at once, then 300,000 bytes without a newline.
+    let config = "steps:\n  - name: loud\n    image: sh\n    commands:\n      - seq 1 30000\n      - head -c 300000 /dev/zero | tr '\\0' x\n";
+    push(&s, "alice/app", &[(".woodpecker.yaml", config)], "loud").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let step_id = step(&done, "loud")["id"].as_i64().unwrap();
+    let lines = log_text(&s.http, &p.alice, id, 1, step_id).await;
+    let numbers: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.bytes().all(|b| b.is_ascii_digit()) && !l.is_empty())
+        .collect();
+    assert_eq!(numbers.len(), 30_000, "every line of the flood");
+    assert!(
+        numbers
+            .iter()
+            .enumerate()
+            .all(|(i, l)| **l == (i + 1).to_string())
+    );
+    let xs: Vec<&String> = lines
+        .iter()
+        .filter(|l| !l.is_empty() && l.bytes().all(|b| b == b'x'))
+        .collect();
+    assert!(xs.len() >= 5, "the endless line is split: {}", xs.len());
+    assert!(xs.iter().all(|l| l.len() <= 64 * 1024));
+    assert_eq!(xs.iter().map(|l| l.len()).sum::<usize>(), 300_000);
 }

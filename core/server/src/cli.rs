@@ -190,7 +190,10 @@ fn serve(config_path: PathBuf) -> anyhow::Result<()> {
 /// Resolves on SIGINT or SIGTERM.
 async fn shutdown_signal() {
     let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
+        // A handler that cannot be installed must not read as a signal (and stop at once).
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     };
     #[cfg(unix)]
     let term = async {

@@ -150,6 +150,13 @@ fn now() -> i64 {
 
 /// Longest a captured line waits before it is sent.
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// A batch is sent once it has this many lines (or after [`FLUSH_EVERY`])...
+const BATCH_LINES: usize = 200;
+/// ...first taking in output that is already waiting, up to these bounds: under a burst the
+/// batch grows instead of paying one durable commit per [`BATCH_LINES`]. The byte bound keeps
+/// a batch far below the 8 MiB upload limit even if every byte needs JSON escaping.
+const MAX_BATCH_LINES: usize = 10_000;
+const MAX_BATCH_BYTES: usize = 1024 * 1024;
 
 /// The outcome of one step, for scheduling the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -431,12 +438,14 @@ struct LogShipper<A> {
     step_id: i64,
     next_line: i64,
     batch: Vec<LogLine>,
+    batch_bytes: usize,
     last_flush: Instant,
 }
 
 impl<A: AgentApi> LogShipper<A> {
     fn push(&mut self, time: i64, kind: i64, data: String) {
         self.next_line += 1;
+        self.batch_bytes += data.len();
         self.batch.push(LogLine {
             step_id: self.step_id,
             line: self.next_line,
@@ -447,8 +456,23 @@ impl<A: AgentApi> LogShipper<A> {
     }
 
     fn due(&self) -> bool {
-        self.batch.len() >= 200
+        self.batch.len() >= BATCH_LINES
+            || self.batch_bytes >= MAX_BATCH_BYTES
             || (!self.batch.is_empty() && self.last_flush.elapsed() >= FLUSH_EVERY)
+    }
+
+    fn full(&self) -> bool {
+        self.batch.len() >= MAX_BATCH_LINES || self.batch_bytes >= MAX_BATCH_BYTES
+    }
+
+    /// Moves output that is already waiting into the batch, until it is full.
+    fn take_waiting(&mut self, rx: &mut mpsc::UnboundedReceiver<(i64, String)>) {
+        while !self.full() {
+            match rx.try_recv() {
+                Ok((time, text)) => self.push(time, 0, text),
+                Err(_) => break,
+            }
+        }
     }
 
     async fn flush(&mut self) {
@@ -456,6 +480,7 @@ impl<A: AgentApi> LogShipper<A> {
         if self.batch.is_empty() {
             return;
         }
+        self.batch_bytes = 0;
         let lines = std::mem::take(&mut self.batch);
         let id = self.workflow_id;
         if let Err(err) = retry(|| self.api.logs(id, lines.clone())).await {
@@ -486,6 +511,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         step_id: ctx.step_id,
         next_line: ctx.first_line,
         batch: Vec::new(),
+        batch_bytes: 0,
         last_flush: Instant::now(),
     };
 
@@ -573,6 +599,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
                 Some((time, text)) => {
                     shipper.push(time, 0, text);
                     if shipper.due() {
+                        shipper.take_waiting(&mut rx);
                         shipper.flush().await;
                     }
                 }
@@ -596,9 +623,13 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
             }
         }
     };
-    // Output may still be buffered after the process ended.
-    while let Ok((time, text)) = rx.try_recv() {
-        shipper.push(time, 0, text);
+    // Output may still be buffered after the process ended (sent in bounded batches).
+    loop {
+        shipper.take_waiting(&mut rx);
+        if !shipper.full() {
+            break;
+        }
+        shipper.flush().await;
     }
     let (state, code, error) = match (exit, killed_reason) {
         (_, Some("canceled")) => ("killed", 137, String::new()),
@@ -649,5 +680,83 @@ async fn finish<A: AgentApi>(
         _ => Outcome::Failure {
             ignored: ctx.step.failure == OnFailure::Ignore,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Records the size of every log batch; everything else is a no-op.
+    #[derive(Clone, Default)]
+    struct Batches(Arc<Mutex<Vec<(usize, usize)>>>);
+
+    impl AgentApi for Batches {
+        async fn next(&self, _: &AgentInfo) -> Result<Option<Work>, RunnerError> {
+            Ok(None)
+        }
+        async fn init(&self, _: i64) -> Result<(), RunnerError> {
+            Ok(())
+        }
+        async fn step(&self, _: i64, _: StepUpdate) -> Result<(), RunnerError> {
+            Ok(())
+        }
+        async fn logs(&self, _: i64, lines: Vec<LogLine>) -> Result<(), RunnerError> {
+            let bytes = lines.iter().map(|l| l.data.len()).sum();
+            self.0.lock().unwrap().push((lines.len(), bytes));
+            Ok(())
+        }
+        async fn extend(&self, _: i64) -> Result<(), RunnerError> {
+            Ok(())
+        }
+        async fn wait_canceled(&self, _: i64) -> Result<bool, RunnerError> {
+            Ok(false)
+        }
+        async fn done(&self, _: i64, _: WorkflowDone) -> Result<(), RunnerError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_grow_with_waiting_output_within_bounds() {
+        let api = Batches::default();
+        let mut shipper = LogShipper {
+            api: api.clone(),
+            workflow_id: 1,
+            step_id: 1,
+            next_line: 0,
+            batch: Vec::new(),
+            batch_bytes: 0,
+            last_flush: Instant::now(),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        // A burst: 25,000 short lines and 40 lines of 64 KiB already waiting.
+        for i in 0..25_000 {
+            tx.send((0, format!("line {i}"))).unwrap();
+        }
+        for _ in 0..40 {
+            tx.send((0, "x".repeat(process::MAX_LINE_BYTES))).unwrap();
+        }
+        drop(tx);
+        loop {
+            shipper.take_waiting(&mut rx);
+            if shipper.batch.is_empty() {
+                break;
+            }
+            shipper.flush().await;
+        }
+        let batches = api.0.lock().unwrap().clone();
+        let lines: usize = batches.iter().map(|b| b.0).sum();
+        assert_eq!(lines, 25_040, "no line lost");
+        assert_eq!(
+            batches[0].0, MAX_BATCH_LINES,
+            "the first batch takes the backlog"
+        );
+        for (n, bytes) in &batches {
+            assert!(*n <= MAX_BATCH_LINES);
+            assert!(*bytes < MAX_BATCH_BYTES + process::MAX_LINE_BYTES);
+        }
+        assert!(batches.len() <= 6, "{batches:?}");
     }
 }

@@ -27,17 +27,106 @@ pub enum Exit {
     StartFailed(String),
 }
 
+/// The pieces of the secrets that are masked: each line of a value, if at least 2 bytes.
+fn mask_parts(secrets: &[String]) -> impl Iterator<Item = &str> {
+    secrets
+        .iter()
+        .flat_map(|s| s.lines())
+        .filter(|p| p.len() >= 2)
+}
+
 /// Replaces every secret value in `line` with `********`.
 pub fn mask(line: &str, secrets: &[String]) -> String {
     let mut out = line.to_string();
-    for secret in secrets {
-        for part in secret.lines().filter(|p| p.len() >= 2) {
-            if out.contains(part) {
-                out = out.replace(part, "********");
-            }
+    for part in mask_parts(secrets) {
+        if out.contains(part) {
+            out = out.replace(part, "********");
         }
     }
     out
+}
+
+/// Longest log line handed on; longer output without a newline becomes several lines (so one
+/// endless line can neither exhaust memory nor exceed the log upload limit).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Where to cut an over-long line `buf`: as late as possible, but never inside an occurrence
+/// of a secret (each half would escape masking) nor inside a UTF-8 character. The tail from
+/// the cut on is carried into the next line.
+fn split_point(buf: &[u8], secrets: &[String]) -> usize {
+    let parts: Vec<&[u8]> = mask_parts(secrets).map(str::as_bytes).collect();
+    let longest = parts.iter().map(|p| p.len()).max().unwrap_or(1);
+    // Keep back enough that a secret starting near the end is seen whole next time.
+    let mut cut = buf.len() - (longest - 1).min(buf.len() / 2);
+    loop {
+        let straddled = parts.iter().find_map(|part| {
+            let from = cut.saturating_sub(part.len() - 1);
+            let window = &buf[from..(cut + part.len() - 1).min(buf.len())];
+            window
+                .windows(part.len())
+                .position(|w| w == *part)
+                .map(|i| from + i)
+                .filter(|&start| start < cut && start + part.len() > cut)
+        });
+        match straddled {
+            Some(start) => cut = start,
+            None => break,
+        }
+    }
+    let continuation = |b: u8| (b & 0b1100_0000) == 0b1000_0000;
+    if cut == buf.len() {
+        // Cutting at the end: step back over a character whose last bytes are still unread.
+        let start = (0..buf.len())
+            .rev()
+            .take(4)
+            .find(|&i| !continuation(buf[i]))
+            .unwrap_or(buf.len());
+        let width = match buf.get(start) {
+            Some(b) if *b >= 0xF0 => 4,
+            Some(b) if *b >= 0xE0 => 3,
+            Some(b) if *b >= 0xC0 => 2,
+            _ => 1,
+        };
+        if start + width > buf.len() {
+            cut = start;
+        }
+    }
+    while cut > 0 && cut < buf.len() && continuation(buf[cut]) {
+        cut -= 1;
+    }
+    if cut == 0 { buf.len() } else { cut }
+}
+
+/// Reads `reader` line by line (lines of at most [`MAX_LINE_BYTES`]), masks each and calls
+/// `emit` until it returns false or the input ends.
+fn read_lines(
+    reader: impl std::io::Read,
+    secrets: &[String],
+    mut emit: impl FnMut(String) -> bool,
+) {
+    let mut reader = BufReader::new(reader);
+    let mut buf = Vec::new();
+    let mut carried = Vec::new();
+    loop {
+        buf.clear();
+        buf.append(&mut carried);
+        let room = MAX_LINE_BYTES.saturating_sub(buf.len()).max(1) as u64;
+        let read = std::io::Read::take(&mut reader, room).read_until(b'\n', &mut buf);
+        match read {
+            Err(_) => break,
+            Ok(0) if buf.is_empty() => break,
+            Ok(_) => {}
+        }
+        if buf.last() != Some(&b'\n') && buf.len() >= MAX_LINE_BYTES {
+            carried = buf.split_off(split_point(&buf, secrets));
+        }
+        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            buf.pop();
+        }
+        if !emit(mask(&String::from_utf8_lossy(&buf), secrets)) {
+            break;
+        }
+    }
 }
 
 /// Quotes `s` for a POSIX shell.
@@ -175,27 +264,11 @@ pub fn spawn(
     std::thread::Builder::new()
         .name("woodlark-step-output".into())
         .spawn(move || {
-            let mut reader = BufReader::new(reader);
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                match reader.read_until(b'\n', &mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                            buf.pop();
-                        }
-                        let text = String::from_utf8_lossy(&buf);
-                        let line = mask(&text, &secrets);
-                        if lines
-                            .send((started.elapsed().as_secs() as i64, line))
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
-                }
-            }
+            read_lines(reader, &secrets, |line| {
+                lines
+                    .send((started.elapsed().as_secs() as i64, line))
+                    .is_ok()
+            });
         })
         .map_err(|e| format!("cannot start the output reader: {e}"))?;
     Ok(Running { child, pgid })
@@ -204,6 +277,45 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lines_of(input: &[u8], secrets: &[&str]) -> Vec<String> {
+        let secrets: Vec<String> = secrets.iter().map(|s| s.to_string()).collect();
+        let mut out = Vec::new();
+        read_lines(input, &secrets, |l| {
+            out.push(l);
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn long_lines_are_split_without_losing_bytes_or_unmasking() {
+        assert_eq!(lines_of(b"a\nb\r\n\nlast", &[]), ["a", "b", "", "last"]);
+        // An endless line becomes bounded lines that add up to the input.
+        let long = "x".repeat(MAX_LINE_BYTES * 2 + 10);
+        let got = lines_of(format!("{long}\nend\n").as_bytes(), &[]);
+        assert!(got.iter().all(|l| l.len() <= MAX_LINE_BYTES));
+        assert_eq!(got[..got.len() - 1].concat(), long);
+        assert_eq!(got.last().unwrap(), "end");
+        // A secret across every possible cut is masked whole.
+        let secret = "s3cr3t-v4lue";
+        for offset in 0..secret.len() + 2 {
+            let mut line = "y".repeat(MAX_LINE_BYTES - offset);
+            line.push_str(secret);
+            line.push_str("zz");
+            let got = lines_of(line.as_bytes(), &[secret]);
+            let all = got.concat();
+            assert!(!all.contains("s3cr"), "offset {offset}");
+            assert!(!all.contains("v4lue"), "offset {offset}");
+            assert!(all.contains("********"), "offset {offset}");
+        }
+        // Multi-byte characters are not cut in half.
+        // (one ASCII byte first, so the byte limit falls inside a character)
+        let wide = format!("a{}", "é".repeat(MAX_LINE_BYTES));
+        let got = lines_of(wide.as_bytes(), &[]);
+        assert!(got.iter().all(|l| !l.contains('\u{FFFD}')));
+        assert_eq!(got.concat(), wide);
+    }
 
     #[test]
     fn masking() {
