@@ -142,34 +142,76 @@ async fn the_plugin_directory_is_hot_reloaded() {
     s.http.get("/healthz", None).await.expect(204);
 }
 
-/// A fake GitHub API for `octo/app`: repository info and the config file at any commit.
-async fn fake_github(clone_url: String, config: &'static str) -> std::net::SocketAddr {
+/// The webhooks a [`fake_github`] holds, as GitHub lists them.
+type FakeHooks = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+/// Webhook ids, never reused (as on GitHub).
+static NEXT_HOOK_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+
+/// A fake GitHub API for `octo/app`: repository info, the config file at any commit, branch
+/// `main` at `head`, and the repository's webhooks (list, create, delete).
+async fn fake_github(
+    clone_url: String,
+    config: &'static str,
+    head: String,
+) -> (std::net::SocketAddr, FakeHooks) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let hooks = FakeHooks::default();
+    let state = hooks.clone();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let clone_url = clone_url.clone();
+            let (clone_url, head, hooks) = (clone_url.clone(), head.clone(), state.clone());
             tokio::spawn(async move {
                 let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let clone_url = clone_url.clone();
+                    let (clone_url, head, hooks) = (clone_url.clone(), head.clone(), hooks.clone());
                     async move {
+                        let method = req.method().clone();
                         let path = req.uri().path().to_string();
-                        let (status, body) = match path.as_str() {
-                            "/repos/octo/app" => (200, json!({
+                        let body = http_body_util::BodyExt::collect(req.into_body())
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let (status, reply) = match (method.as_str(), path.as_str()) {
+                            ("GET", "/repos/octo/app") => (200, json!({
                                 "id": 42, "name": "app", "full_name": "octo/app", "private": true,
                                 "owner": {"login": "octo"}, "html_url": "https://github.com/octo/app",
                                 "clone_url": clone_url, "default_branch": "main",
                             }).to_string()),
-                            "/repos/octo/app/contents/.woodpecker.yaml" => (200, config.to_string()),
+                            ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => (200, config.to_string()),
+                            ("GET", "/repos/octo/app/branches/main") => (200, json!({
+                                "name": "main",
+                                "commit": {
+                                    "sha": head,
+                                    "html_url": format!("https://github.com/octo/app/commit/{head}"),
+                                    "commit": {
+                                        "message": "hello from github",
+                                        "author": {"name": "Octo Cat", "email": "octo@example.com", "date": "2026-11-20T10:00:00Z"},
+                                    },
+                                    "author": {"avatar_url": "https://avatars.example.com/octo.png"},
+                                },
+                            }).to_string()),
+                            ("GET", "/repos/octo/app/hooks") => (200, Value::Array(hooks.lock().unwrap().clone()).to_string()),
+                            ("POST", "/repos/octo/app/hooks") => {
+                                let mut hook: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                                let mut all = hooks.lock().unwrap();
+                                hook["id"] = json!(NEXT_HOOK_ID.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+                                all.push(hook.clone());
+                                (201, hook.to_string())
+                            }
+                            ("DELETE", p) if p.starts_with("/repos/octo/app/hooks/") => {
+                                let id: u64 = p.rsplit('/').next().unwrap_or("").parse().unwrap_or(0);
+                                hooks.lock().unwrap().retain(|h| h["id"].as_u64() != Some(id));
+                                (204, String::new())
+                            }
                             _ => (404, "{\"message\":\"Not Found\"}".to_string()),
                         };
                         Ok::<_, Infallible>(
                             hyper::Response::builder()
                                 .status(status)
-                                .body(Full::new(Bytes::from(body)))
+                                .body(Full::new(Bytes::from(reply)))
                                 .unwrap(),
                         )
                     }
@@ -180,7 +222,7 @@ async fn fake_github(clone_url: String, config: &'static str) -> std::net::Socke
             });
         }
     });
-    addr
+    (addr, hooks)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +245,7 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     let sha = git(&work, &["rev-parse", "HEAD"]).trim().to_string();
 
     let config = "steps:\n  - name: hi\n    image: sh\n    commands: [\"echo from a github push\", \"test -f README.md\"]\n";
-    let api = fake_github(format!("file://{}", bare.display()), config).await;
+    let (api, hooks) = fake_github(format!("file://{}", bare.display()), config, sha.clone()).await;
     let instance = format!(
         "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:1\"]\nconfig = {{ hook-secret = \"forge:1\", api-url = \"http://{api}\" }}\n"
     );
@@ -235,6 +277,28 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     );
     assert_eq!(repo["full_name"], "octo/app");
     let id = repo["id"].as_i64().unwrap();
+
+    // Activation created the webhook: the plain hook endpoint, signed with the forge's secret.
+    let created = hooks.lock().unwrap().clone();
+    assert_eq!(created.len(), 1, "{created:?}");
+    let hook_url = created[0]["config"]["url"].as_str().unwrap().to_string();
+    assert!(hook_url.ends_with("/api/hook"), "{hook_url}");
+    assert_eq!(created[0]["config"]["secret"], secret.as_str());
+    assert_eq!(created[0]["config"]["content_type"], "json");
+    assert!(
+        created[0]["events"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("push"))
+    );
+    // Repair replaces it instead of adding a second one.
+    s.http
+        .post(&format!("/api/repos/{id}/repair"), Some(&p.admin), "")
+        .await
+        .expect(204);
+    let again = hooks.lock().unwrap().clone();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_ne!(again[0]["id"], created[0]["id"]);
 
     // GitHub's push payload for that commit, signed with the forge's webhook secret.
     let mut payload: Value =
@@ -333,6 +397,10 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         .json();
     assert_eq!(manual["event"], "manual");
     assert_eq!(manual["commit"], sha.as_str());
+    // The commit's details come from the adapter's branch-head.
+    assert_eq!(manual["message"], "hello from github");
+    assert_eq!(manual["author"], "Octo Cat");
+    assert_eq!(manual["author_email"], "octo@example.com");
     let done = wait_for(
         &s.http,
         &p.admin,
@@ -370,6 +438,13 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         .find(|p| p["name"] == "github")
         .unwrap();
     assert!(gh["calls"].to_string().contains('1'), "{gh}");
+
+    // Deactivation removes the webhook.
+    s.http
+        .delete(&format!("/api/repos/{id}"), Some(&p.admin))
+        .await
+        .expect(200);
+    assert!(hooks.lock().unwrap().is_empty());
 }
 
 /// A fake HTTP service answering every request with `answer(path, headers)`.

@@ -59,6 +59,28 @@ pub trait ForgeAdapter: Send + Sync {
         commit: &'a str,
         status: CommitStatus,
     ) -> BoxFuture<'a, Result<(), PluginError>>;
+    fn branch_head<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        branch: &'a str,
+    ) -> BoxFuture<'a, Result<CommitInfo, PluginError>>;
+    fn create_hook<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        url: &'a str,
+        secret: &'a str,
+    ) -> BoxFuture<'a, Result<(), PluginError>>;
+    fn delete_hook<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        url: &'a str,
+    ) -> BoxFuture<'a, Result<(), PluginError>>;
 }
 
 pub trait SecretBackend: Send + Sync {
@@ -146,6 +168,38 @@ impl ForgeAdapter for PluginHost {
         Box::pin(PluginHost::post_status(
             self, plugin, ctx, full_name, commit, status,
         ))
+    }
+    fn branch_head<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        branch: &'a str,
+    ) -> BoxFuture<'a, Result<CommitInfo, PluginError>> {
+        Box::pin(PluginHost::branch_head(
+            self, plugin, ctx, full_name, branch,
+        ))
+    }
+    fn create_hook<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        url: &'a str,
+        secret: &'a str,
+    ) -> BoxFuture<'a, Result<(), PluginError>> {
+        Box::pin(PluginHost::create_hook(
+            self, plugin, ctx, full_name, url, secret,
+        ))
+    }
+    fn delete_hook<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        url: &'a str,
+    ) -> BoxFuture<'a, Result<(), PluginError>> {
+        Box::pin(PluginHost::delete_hook(self, plugin, ctx, full_name, url))
     }
 }
 

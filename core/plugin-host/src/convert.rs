@@ -114,6 +114,18 @@ pub(crate) fn api_context(c: ApiContext) -> f::ApiContext {
     }
 }
 
+pub(crate) fn commit_info(c: f::CommitInfo) -> CommitInfo {
+    CommitInfo {
+        sha: c.sha,
+        message: c.message,
+        author: c.author,
+        author_email: c.author_email,
+        author_avatar: c.author_avatar,
+        timestamp: c.timestamp,
+        forge_url: c.forge_url,
+    }
+}
+
 pub(crate) fn commit_status(c: CommitStatus) -> f::CommitStatus {
     f::CommitStatus {
         state: match c.state {

@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use wasmtime::{Engine, Store, Trap};
 
 use crate::bindings::caps::woodlark::host::types::PluginError as WitError;
+use crate::bindings::forge_v0_1::exports::woodlark::forge::forge::Guest as ForgeExports;
 use crate::cache::ComponentCache;
 use crate::config::{InstanceConfig, PluginsConfig};
 use crate::convert;
@@ -298,13 +299,8 @@ impl PluginHost {
         }
         let req = convert::hook_request(req);
         let out = self
-            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-                let WorldPre::ForgeV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_forge_forge()
-                    .call_parse_hook(&mut *store, &req)
+            .call_forge(plugin, move |forge, store| {
+                forge.call_parse_hook(store, &req)
             })
             .await?;
         let out = convert::outcome(out);
@@ -318,14 +314,8 @@ impl PluginHost {
         for name in self.names(WorldKind::ForgeAdapter) {
             let hs = wit_headers.clone();
             let r = self
-                .call(&name, WorldKind::ForgeAdapter, move |pre, store| {
-                    let WorldPre::ForgeV0_1(pre) = pre else {
-                        unreachable!("world checked")
-                    };
-                    let inst = pre.instantiate(&mut *store)?;
-                    inst.woodlark_forge_forge()
-                        .call_recognize(&mut *store, &hs)
-                        .map(Ok::<bool, WitError>)
+                .call_forge(&name, move |forge, store| {
+                    forge.call_recognize(store, &hs).map(Ok::<bool, WitError>)
                 })
                 .await;
             if let Ok(true) = r {
@@ -357,13 +347,8 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-                let WorldPre::ForgeV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_forge_forge()
-                    .call_repo_info(&mut *store, &ctx, &full)
+            .call_forge(plugin, move |forge, store| {
+                forge.call_repo_info(store, &ctx, &full)
             })
             .await?;
         let r = convert::repo(r);
@@ -382,13 +367,8 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
-            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-                let WorldPre::ForgeV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_forge_forge()
-                    .call_file_at(&mut *store, &ctx, &full, &commit, &path)
+            .call_forge(plugin, move |forge, store| {
+                forge.call_file_at(store, &ctx, &full, &commit, &path)
             })
             .await?;
         let size = r.as_ref().map_or(0, |b| b.len() as u64);
@@ -413,13 +393,8 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
-            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-                let WorldPre::ForgeV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_forge_forge()
-                    .call_dir_at(&mut *store, &ctx, &full, &commit, &path)
+            .call_forge(plugin, move |forge, store| {
+                forge.call_dir_at(store, &ctx, &full, &commit, &path)
             })
             .await?;
         self.check_output(plugin, &r)?;
@@ -435,13 +410,8 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-                let WorldPre::ForgeV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_forge_forge()
-                    .call_branches(&mut *store, &ctx, &full)
+            .call_forge(plugin, move |forge, store| {
+                forge.call_branches(store, &ctx, &full)
             })
             .await?;
         self.check_output(plugin, &r)?;
@@ -459,13 +429,61 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, commit) = (full_name.to_string(), commit.to_string());
         let status = convert::commit_status(status);
-        self.call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-            let WorldPre::ForgeV0_1(pre) = pre else {
-                unreachable!("world checked")
-            };
-            let inst = pre.instantiate(&mut *store)?;
-            inst.woodlark_forge_forge()
-                .call_post_status(&mut *store, &ctx, &full, &commit, &status)
+        self.call_forge(plugin, move |forge, store| {
+            forge.call_post_status(store, &ctx, &full, &commit, &status)
+        })
+        .await
+    }
+
+    /// The commit `branch` of `full_name` points at.
+    pub async fn branch_head(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        branch: &str,
+    ) -> Result<CommitInfo, PluginError> {
+        let ctx = convert::api_context(ctx);
+        let (full, branch) = (full_name.to_string(), branch.to_string());
+        let r = self
+            .call_forge(plugin, move |forge, store| {
+                forge.call_branch_head(store, &ctx, &full, &branch)
+            })
+            .await?;
+        let r = convert::commit_info(r);
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// Makes the forge call `url` for `full_name`'s events, signed with `secret`.
+    pub async fn create_hook(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        url: &str,
+        secret: &str,
+    ) -> Result<(), PluginError> {
+        let ctx = convert::api_context(ctx);
+        let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
+        self.call_forge(plugin, move |forge, store| {
+            forge.call_create_hook(store, &ctx, &full, &url, &secret)
+        })
+        .await
+    }
+
+    /// Removes `full_name`'s hooks that call `url`.
+    pub async fn delete_hook(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        url: &str,
+    ) -> Result<(), PluginError> {
+        let ctx = convert::api_context(ctx);
+        let (full, url) = (full_name.to_string(), url.to_string());
+        self.call_forge(plugin, move |forge, store| {
+            forge.call_delete_hook(store, &ctx, &full, &url)
         })
         .await
     }
@@ -611,6 +629,24 @@ impl PluginHost {
             return self.fault_output(plugin, size, limit);
         }
         Ok(())
+    }
+
+    /// Runs one export of a forge adapter on a fresh instance (see [`Self::call`]).
+    async fn call_forge<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ForgeExports, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>
+            + Send
+            + 'static,
+    {
+        self.call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+            let WorldPre::ForgeV0_1(pre) = pre else {
+                unreachable!("world checked")
+            };
+            let inst = pre.instantiate(&mut *store)?;
+            f(inst.woodlark_forge_forge(), store)
+        })
+        .await
     }
 
     /// Runs `f` on a fresh store of `plugin`'s current version, under its limits.

@@ -187,6 +187,19 @@ pub struct CommitStatus {
     pub target_url: String,
 }
 
+/// A commit as a forge adapter's `branch-head` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitInfo {
+    pub sha: String,
+    pub message: String,
+    pub author: String,
+    pub author_email: String,
+    pub author_avatar: String,
+    /// Unix seconds; 0 when unknown.
+    pub timestamp: i64,
+    pub forge_url: String,
+}
+
 /// Whose secrets a secret backend is asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecretScope {

@@ -155,12 +155,79 @@ impl ForgeAdapter for Bitbucket {
         });
         http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
     }
+
+    fn branch_head(
+        ctx: ApiContext,
+        full_name: String,
+        branch: String,
+    ) -> Result<CommitInfo, PluginError> {
+        let url = format!(
+            "{}/repositories/{}/refs/branches/{}",
+            api(),
+            full_name,
+            http::encode(&branch)
+        );
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
+            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        // `author.raw` is "Name <email>".
+        let raw = str_at(&v, "/target/author/raw");
+        let (name, email) = match raw.split_once(" <") {
+            Some((n, e)) => (n.to_string(), e.trim_end_matches('>').to_string()),
+            None => (raw.clone(), String::new()),
+        };
+        let display = str_at(&v, "/target/author/user/display_name");
+        Ok(CommitInfo {
+            sha: str_at(&v, "/target/hash"),
+            message: str_at(&v, "/target/message"),
+            author: if display.is_empty() { name } else { display },
+            author_email: email,
+            author_avatar: str_at(&v, "/target/author/user/links/avatar/href"),
+            timestamp: rfc3339_to_unix(&str_at(&v, "/target/date")),
+            forge_url: str_at(&v, "/target/links/html/href"),
+        })
+    }
+
+    /// Bitbucket signs deliveries with the hook's secret (`X-Hub-Signature`).
+    fn create_hook(
+        ctx: ApiContext,
+        full_name: String,
+        url: String,
+        secret: String,
+    ) -> Result<(), PluginError> {
+        let body = json!({
+            "description": "woodlark",
+            "url": url,
+            "active": true,
+            "secret": secret,
+            "events": [
+                "repo:push",
+                "pullrequest:created",
+                "pullrequest:updated",
+                "pullrequest:fulfilled",
+                "pullrequest:rejected",
+            ],
+        });
+        hooks(&ctx, &full_name).replace(&url, Some(&body))
+    }
+
+    fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+        hooks(&ctx, &full_name).replace(&url, None)
+    }
 }
 
 fn api() -> String {
     config::get("api-url")
         .map(|u| u.trim_end_matches('/').to_string())
         .unwrap_or_else(|| "https://api.bitbucket.org/2.0".to_string())
+}
+
+/// The repository's webhooks (a paged `{"values": [{"uuid", "url"}]}` list).
+fn hooks(ctx: &ApiContext, full_name: &str) -> HookApi {
+    let list_url = format!("{}/repositories/{}/hooks", api(), full_name);
+    HookApi::new(list_url, auth_header(ctx, "Bearer"))
+        .items_at("/values")
+        .url_at("/url")
+        .id_at("/uuid")
 }
 
 fn repo_of(r: &Value) -> Repo {

@@ -60,4 +60,25 @@ impl ForgeAdapter for Forgejo {
     ) -> Result<(), PluginError> {
         gitea_hooks::post_status(ctx, full_name, commit, status)
     }
+
+    fn branch_head(
+        ctx: ApiContext,
+        full_name: String,
+        branch: String,
+    ) -> Result<CommitInfo, PluginError> {
+        gitea_hooks::branch_head(ctx, full_name, branch)
+    }
+
+    fn create_hook(
+        ctx: ApiContext,
+        full_name: String,
+        url: String,
+        secret: String,
+    ) -> Result<(), PluginError> {
+        gitea_hooks::set_hook(&ctx, &full_name, &url, Some(("forgejo", &secret)))
+    }
+
+    fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+        gitea_hooks::set_hook(&ctx, &full_name, &url, None)
+    }
 }

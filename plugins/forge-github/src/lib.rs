@@ -16,9 +16,13 @@
 //! Everything else (ping, branch deletion, other actions) is ignored with a reason.
 //! Signature: `X-Hub-Signature-256` (HMAC-SHA256) when the instance config names a
 //! `hook-secret`. Config keys: `hook-secret`, `api-url` (default `https://api.github.com`).
+//!
+//! API: repository info, files and folders at a commit, branches and their heads, commit
+//! statuses, and webhooks (`create-hook` replaces a hook with the same URL; the hook's secret is
+//! the forge's webhook secret, checked again by `parse-hook`).
 
 use woodlark_plugin_sdk::forge::*;
-use woodlark_plugin_sdk::json::{array_at, str_at};
+use woodlark_plugin_sdk::json::{array_at, rfc3339_to_unix, str_at};
 use woodlark_plugin_sdk::serde_json::{Value, json};
 use woodlark_plugin_sdk::{config, http};
 
@@ -147,6 +151,55 @@ impl ForgeAdapter for GitHub {
         });
         http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
     }
+
+    fn branch_head(
+        ctx: ApiContext,
+        full_name: String,
+        branch: String,
+    ) -> Result<CommitInfo, PluginError> {
+        let url = format!(
+            "{}/repos/{}/branches/{}",
+            api_url(&ctx),
+            full_name,
+            http::encode(&branch)
+        );
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
+            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        Ok(CommitInfo {
+            sha: str_at(&v, "/commit/sha"),
+            message: str_at(&v, "/commit/commit/message"),
+            author: str_at(&v, "/commit/commit/author/name"),
+            author_email: str_at(&v, "/commit/commit/author/email"),
+            author_avatar: str_at(&v, "/commit/author/avatar_url"),
+            timestamp: rfc3339_to_unix(&str_at(&v, "/commit/commit/author/date")),
+            forge_url: str_at(&v, "/commit/html_url"),
+        })
+    }
+
+    fn create_hook(
+        ctx: ApiContext,
+        full_name: String,
+        url: String,
+        secret: String,
+    ) -> Result<(), PluginError> {
+        let body = json!({
+            "name": "web",
+            "active": true,
+            "events": ["push", "pull_request", "create", "delete", "release", "deployment"],
+            "config": {"url": url, "content_type": "json", "secret": secret, "insecure_ssl": "0"},
+        });
+        hooks(&ctx, &full_name).replace(&url, Some(&body))
+    }
+
+    fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+        hooks(&ctx, &full_name).replace(&url, None)
+    }
+}
+
+/// The repository's webhooks.
+fn hooks(ctx: &ApiContext, full_name: &str) -> HookApi {
+    let list_url = format!("{}/repos/{}/hooks", api_url(ctx), full_name);
+    HookApi::new(list_url, auth_header(ctx, "Bearer"))
 }
 
 /// The REST API root: `api-url` from config, else derived from the forge URL

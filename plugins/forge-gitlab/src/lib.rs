@@ -145,10 +145,67 @@ impl ForgeAdapter for GitLab {
         });
         http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
     }
+
+    fn branch_head(
+        ctx: ApiContext,
+        full_name: String,
+        branch: String,
+    ) -> Result<CommitInfo, PluginError> {
+        let url = format!(
+            "{}/projects/{}/repository/branches/{}",
+            api(&ctx),
+            http::encode(&full_name),
+            http::encode(&branch)
+        );
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
+            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        Ok(CommitInfo {
+            sha: str_at(&v, "/commit/id"),
+            message: str_at(&v, "/commit/message"),
+            author: str_at(&v, "/commit/author_name"),
+            author_email: str_at(&v, "/commit/author_email"),
+            author_avatar: String::new(),
+            timestamp: rfc3339_to_unix(&first_str(
+                &v,
+                &["/commit/committed_date", "/commit/authored_date"],
+            )),
+            forge_url: str_at(&v, "/commit/web_url"),
+        })
+    }
+
+    /// GitLab sends the secret back as `X-Gitlab-Token`, which `parse-hook` compares.
+    fn create_hook(
+        ctx: ApiContext,
+        full_name: String,
+        url: String,
+        secret: String,
+    ) -> Result<(), PluginError> {
+        let body = json!({
+            "url": url,
+            "token": secret,
+            "push_events": true,
+            "tag_push_events": true,
+            "merge_requests_events": true,
+            "releases_events": true,
+            "deployment_events": true,
+            "enable_ssl_verification": true,
+        });
+        hooks(&ctx, &full_name).replace(&url, Some(&body))
+    }
+
+    fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+        hooks(&ctx, &full_name).replace(&url, None)
+    }
 }
 
 fn api(ctx: &ApiContext) -> String {
     format!("{}/api/v4", ctx.forge_url.trim_end_matches('/'))
+}
+
+/// The project's webhooks (`{"id", "url"}` items).
+fn hooks(ctx: &ApiContext, full_name: &str) -> HookApi {
+    let list_url = format!("{}/projects/{}/hooks", api(ctx), http::encode(full_name));
+    HookApi::new(list_url, auth_header(ctx, "Bearer")).url_at("/url")
 }
 
 /// A GitLab `project` object (webhook or API shape).

@@ -304,3 +304,48 @@ pub fn post_status(
     });
     http::send_json("POST", &url, auth_header(&ctx, "token").as_deref(), &body).map(|_| ())
 }
+
+pub fn branch_head(
+    ctx: ApiContext,
+    full_name: String,
+    branch: String,
+) -> Result<CommitInfo, PluginError> {
+    let url = format!(
+        "{}/repos/{}/branches/{}",
+        api(&ctx),
+        full_name,
+        http::encode(&branch)
+    );
+    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?
+        .ok_or_else(|| no_branch(&full_name, &branch))?;
+    Ok(CommitInfo {
+        sha: str_at(&v, "/commit/id"),
+        message: str_at(&v, "/commit/message"),
+        author: first_str(&v, &["/commit/author/name", "/commit/author/username"]),
+        author_email: str_at(&v, "/commit/author/email"),
+        author_avatar: String::new(),
+        timestamp: rfc3339_to_unix(&str_at(&v, "/commit/timestamp")),
+        forge_url: str_at(&v, "/commit/url"),
+    })
+}
+
+/// Creates (replacing one with the same URL) or, without `create`, deletes the repository's
+/// webhook calling `url`. `kind` is the hook type the forge expects (`gitea`, `forgejo`).
+pub fn set_hook(
+    ctx: &ApiContext,
+    full_name: &str,
+    url: &str,
+    create: Option<(&str, &str)>,
+) -> Result<(), PluginError> {
+    let list_url = format!("{}/repos/{}/hooks", api(ctx), full_name);
+    let body = create.map(|(kind, secret)| {
+        json!({
+            "type": kind,
+            "active": true,
+            "branch_filter": "*",
+            "events": ["push", "create", "delete", "pull_request", "release"],
+            "config": {"url": url, "content_type": "json", "secret": secret},
+        })
+    });
+    HookApi::new(list_url, auth_header(ctx, "token")).replace(url, body.as_ref())
+}

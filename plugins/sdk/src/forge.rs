@@ -6,16 +6,19 @@
 //! ([`ForgeAdapter::parse_hook`]: a [`Repo`] plus a [`Pipeline`], or ignored with a reason).
 //! The forge-API functions have defaults that answer `unavailable`.
 //!
-//! Webhook secrets never enter the plugin: the operator names a secret in the instance's
-//! config (`hook-secret = "<name>"`, and grants it in `secrets = [...]`); [`verify_hmac`] and
-//! [`verify_token`] ask the host to compare.
+//! Verifying a webhook never needs the secret's value: the operator names a secret in the
+//! instance's config (`hook-secret = "<name>"`, and grants it in `secrets = [...]`);
+//! [`verify_hmac`] and [`verify_token`] ask the host to compare. The forge-API calls are
+//! different by nature: they carry the forge's API token ([`ApiContext`]), and `create_hook`
+//! receives the webhook secret it must register with the forge ([`HookApi::replace`] does the
+//! list-delete-create dance).
 
 use crate::forge_bindings::exports::woodlark::forge::forge as wit;
 pub use crate::forge_bindings::woodlark::host::signing::Algorithm;
 pub use crate::{Header, PluginError, denied, header, invalid, unavailable};
 pub use wit::{
-    ApiContext, CommitStatus, Event, HookBuild, HookRequest, Outcome, Pipeline, ReleaseInfo, Repo,
-    StatusState,
+    ApiContext, CommitInfo, CommitStatus, Event, HookBuild, HookRequest, Outcome, Pipeline,
+    ReleaseInfo, Repo, StatusState,
 };
 
 /// A forge adapter. Only `recognize` and `parse_hook` are required.
@@ -70,6 +73,36 @@ pub trait ForgeAdapter {
         let _ = (ctx, full_name, commit, status);
         Err(unavailable("post-status is not supported by this adapter"))
     }
+
+    /// The commit a branch points at. Without it the server asks the git remote for the
+    /// commit id alone.
+    fn branch_head(
+        ctx: ApiContext,
+        full_name: String,
+        branch: String,
+    ) -> Result<CommitInfo, PluginError> {
+        let _ = (ctx, full_name, branch);
+        Err(unavailable("branch-head is not supported by this adapter"))
+    }
+
+    /// Makes the forge call `url` for the repository's events, signed with `secret` the way
+    /// `parse_hook` verifies; replaces an existing hook with the same URL. Without it the
+    /// operator creates the webhook by hand.
+    fn create_hook(
+        ctx: ApiContext,
+        full_name: String,
+        url: String,
+        secret: String,
+    ) -> Result<(), PluginError> {
+        let _ = (ctx, full_name, url, secret);
+        Err(unavailable("create-hook is not supported by this adapter"))
+    }
+
+    /// Removes the repository's hooks that call `url` (none: not an error).
+    fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+        let _ = (ctx, full_name, url);
+        Err(unavailable("delete-hook is not supported by this adapter"))
+    }
 }
 
 /// Glue between a [`ForgeAdapter`] and the generated bindings; used by [`forge_adapter!`](crate::forge_adapter).
@@ -112,6 +145,24 @@ impl<T: ForgeAdapter> wit::Guest for Bridge<T> {
         status: CommitStatus,
     ) -> Result<(), PluginError> {
         T::post_status(ctx, full_name, commit, status)
+    }
+    fn branch_head(
+        ctx: ApiContext,
+        full_name: String,
+        branch: String,
+    ) -> Result<CommitInfo, PluginError> {
+        T::branch_head(ctx, full_name, branch)
+    }
+    fn create_hook(
+        ctx: ApiContext,
+        full_name: String,
+        url: String,
+        secret: String,
+    ) -> Result<(), PluginError> {
+        T::create_hook(ctx, full_name, url, secret)
+    }
+    fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+        T::delete_hook(ctx, full_name, url)
     }
 }
 
@@ -308,6 +359,76 @@ pub fn changed_files(commits: &[serde_json::Value]) -> Vec<String> {
 /// The `Authorization` value for a token (`token` scheme for Gitea-like APIs, `Bearer` else).
 pub fn auth_header(ctx: &ApiContext, scheme: &str) -> Option<String> {
     (!ctx.token.is_empty()).then(|| format!("{scheme} {}", ctx.token))
+}
+
+/// A repository's webhooks on a forge's API: listed with GET on the collection, created with
+/// POST to it, deleted with DELETE on `<collection>/<id>`. The defaults read GitHub's and
+/// Gitea's shape (a JSON array of `{"id", "config": {"url"}}`).
+pub struct HookApi {
+    list_url: String,
+    authorization: Option<String>,
+    items: &'static str,
+    url: &'static str,
+    id: &'static str,
+}
+
+impl HookApi {
+    pub fn new(list_url: String, authorization: Option<String>) -> HookApi {
+        HookApi {
+            list_url,
+            authorization,
+            items: "",
+            url: "/config/url",
+            id: "/id",
+        }
+    }
+
+    /// JSON pointer to the array of hooks in the list reply (default: the reply itself).
+    pub fn items_at(mut self, ptr: &'static str) -> HookApi {
+        self.items = ptr;
+        self
+    }
+
+    /// JSON pointer to a hook's target URL (default `/config/url`).
+    pub fn url_at(mut self, ptr: &'static str) -> HookApi {
+        self.url = ptr;
+        self
+    }
+
+    /// JSON pointer to a hook's id, number or string (default `/id`).
+    pub fn id_at(mut self, ptr: &'static str) -> HookApi {
+        self.id = ptr;
+        self
+    }
+
+    /// Deletes the hooks that call `hook_url` (from the first page of the list), then creates
+    /// `create` if given: create-or-replace, and delete, in one.
+    pub fn replace(
+        &self,
+        hook_url: &str,
+        create: Option<&serde_json::Value>,
+    ) -> Result<(), PluginError> {
+        let auth = self.authorization.as_deref();
+        let list = crate::http::get_json(&self.list_url, auth)?
+            .ok_or_else(|| invalid(format!("{}: not found", self.list_url)))?;
+        for hook in crate::json::array_at(&list, self.items) {
+            let id = crate::json::str_at(hook, self.id);
+            if crate::json::str_at(hook, self.url) != hook_url || id.is_empty() {
+                continue;
+            }
+            let url = format!("{}/{}", self.list_url, crate::http::encode(&id));
+            crate::http::delete(&url, auth)?;
+        }
+        if let Some(body) = create {
+            crate::http::send_json("POST", &self.list_url, auth, body)?;
+        }
+        Ok(())
+    }
+}
+
+/// `not found` for a branch, as `branch-head` reports it.
+pub fn no_branch(full_name: &str, branch: &str) -> PluginError {
+    invalid(format!("{full_name}: branch {branch} not found"))
 }
 
 #[cfg(test)]

@@ -66,6 +66,19 @@ pub fn send_json(
     }
 }
 
+/// DELETE `url`; 2xx and 404 (already gone) are success, anything else `Unavailable`.
+pub fn delete(url: &str, authorization: Option<&str>) -> Result<(), PluginError> {
+    let mut hs = vec![headers::text("accept", "application/json")];
+    if let Some(auth) = authorization {
+        hs.push(headers::text("authorization", auth));
+    }
+    let resp = send(&request("DELETE", url, hs))?;
+    match resp.status {
+        200..=299 | 404 => Ok(()),
+        s => Err(crate::unavailable(format!("{url}: HTTP {s}"))),
+    }
+}
+
 /// Percent-encodes one path segment or query value.
 pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

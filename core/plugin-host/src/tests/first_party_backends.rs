@@ -2,108 +2,12 @@
 //! `secrets-static`, `registry-static`, `registry-token`) against small in-test HTTP servers
 //! on 127.0.0.1: a Vault KV v2 read endpoint and a registry token endpoint.
 
-use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-
+use super::fake_http::{Seen, fake_server};
 use super::*;
 use crate::error::{ErrorKind, PluginError};
 use crate::types::*;
-
-// ---- a tiny HTTP server ----
-
-/// One request as the fake server saw it (header names lower-case, query decoded).
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
-    query: HashMap<String, String>,
-    headers: HashMap<String, String>,
-}
-
-type Handler = dyn Fn(&Seen) -> (u16, String) + Send + Sync;
-
-/// An HTTP/1 server on 127.0.0.1 answering with `handler`; returns its origin and the log of
-/// requests it received.
-async fn fake_server(
-    handler: impl Fn(&Seen) -> (u16, String) + Send + Sync + 'static,
-) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = format!("http://{}", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let handler: Arc<Handler> = Arc::new(handler);
-    let log = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let (handler, log) = (handler.clone(), log.clone());
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let s = Seen {
-                        method: req.method().to_string(),
-                        path: req.uri().path().to_string(),
-                        query: req
-                            .uri()
-                            .query()
-                            .unwrap_or_default()
-                            .split('&')
-                            .filter_map(|kv| kv.split_once('='))
-                            .map(|(k, v)| (percent_decode(k), percent_decode(v)))
-                            .collect(),
-                        headers: req
-                            .headers()
-                            .iter()
-                            .map(|(n, v)| {
-                                (
-                                    n.as_str().to_string(),
-                                    v.to_str().unwrap_or_default().to_string(),
-                                )
-                            })
-                            .collect(),
-                    };
-                    let (status, body) = handler(&s);
-                    log.lock().unwrap().push(s);
-                    let resp = hyper::Response::builder()
-                        .status(status)
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from(body)))
-                        .unwrap();
-                    async move { Ok::<_, Infallible>(resp) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    (origin, seen)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(v) = u8::from_str_radix(hex, 16)
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
-    }
-    String::from_utf8(out).unwrap()
-}
 
 fn base64(input: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -7,10 +7,13 @@
 //! - `reload`: hot reload through the watched directory, in-flight calls, the cache;
 //! - `worlds`: the secret-backend and registry-auth worlds, kv, world mismatches;
 //! - `first_party_backends`: the Vault, static-secrets, static-registry and token-exchange
-//!   plugins against in-test HTTP servers.
+//!   plugins against in-test HTTP servers (`fake_http`);
+//! - `forge_api`: the forge adapters' API calls (branch heads, webhooks) against fake forges.
 
 mod events;
+mod fake_http;
 mod first_party_backends;
+mod forge_api;
 mod forges;
 mod hostile;
 mod reload;

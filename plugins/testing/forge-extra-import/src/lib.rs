@@ -59,4 +59,13 @@ impl Guest for ExtraImport {
     ) -> Result<(), PluginError> {
         Err(nope())
     }
+    fn branch_head(_: ApiContext, _: String, _: String) -> Result<CommitInfo, PluginError> {
+        Err(nope())
+    }
+    fn create_hook(_: ApiContext, _: String, _: String, _: String) -> Result<(), PluginError> {
+        Err(nope())
+    }
+    fn delete_hook(_: ApiContext, _: String, _: String) -> Result<(), PluginError> {
+        Err(nope())
+    }
 }

@@ -511,11 +511,13 @@ async fn chown(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::json(&row.repo))
 }
 
-/// Re-reads a repository from its forge, re-installs its hook and stores the result.
+/// Re-reads a repository from its forge, re-installs its hook and stores the result. Looked
+/// up by full name, which every driver takes (a plugin forge's remote id is the forge's own
+/// numeric id, which its `repo-info` does not accept).
 async fn repair_one(ctx: &Ctx, row: RepoRow) -> Result<(), ApiError> {
     let driver = forge::driver(ctx, row.repo.forge_id).await?;
     let d = driver.clone();
-    let rid = row.repo.forge_remote_id.clone();
+    let rid = row.repo.full_name.clone();
     let remote = run_blocking(move || d.repo(&rid)).await?;
     let mut repo = row.repo.clone();
     refresh_from_forge(&mut repo, &remote);

@@ -3,12 +3,16 @@
 //! Which plugin serves a forge: the forge's `additional_options.plugin` if set, else a loaded
 //! forge adapter named like the forge type (`github`) or `forge-<type>` (the file name of
 //! the first-party builds). Calls to the forge's API (repository look-up, config files at a
-//! commit, branches) go through the plugin's allow-listed HTTP client, authenticated with the
-//! forge's `oauth_client_secret` used as an API token (Woodlark has no OAuth login). A branch's
-//! head (manual runs, cron) comes from the git remote with the same token ([`super::remote_head`]). Plain
-//! WIT has no "create webhook" call: point the forge's webhook at `<server>/api/hook`, with the
-//! secret shown by `GET /api/forges/{id}` (`webhook_secret`), granted to the plugin as
-//! `forge:<id>`.
+//! commit, branches and their heads, webhooks) go through the plugin's allow-listed HTTP
+//! client, authenticated with the forge's `oauth_client_secret` used as an API token (Woodlark
+//! has no OAuth login).
+//!
+//! Activation asks the adapter to create the forge's webhook: it calls `<public_url>/api/hook`
+//! (no token in the URL; the adapter recognises the forge and checks the signature), signed
+//! with the forge's `webhook_secret`, which the operator grants to the plugin as `forge:<id>`.
+//! An adapter that cannot (or a token without the permission) only costs a warning: the
+//! webhook can be created by hand. A branch's head (manual runs, cron) comes from the adapter,
+//! else from the git remote with the same token ([`super::remote_head`]).
 
 use tokio::runtime::Handle;
 use woodlark_plugin_host::{ApiContext, PluginError, PluginHost, WorldKind};
@@ -17,7 +21,7 @@ use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
 };
 use crate::app::Ctx;
-use crate::modules::ci::forges::SEAL_CLIENT_SECRET;
+use crate::modules::ci::forges::{SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET};
 use crate::pipeline::types::ConfigFile;
 use crate::store::forges::{Forge, ForgeRow};
 use crate::store::repos::Repo;
@@ -40,6 +44,9 @@ pub struct PluginForge {
     host: PluginHost,
     plugin: String,
     api: ApiContext,
+    /// The endpoint the forge's webhook calls, and the secret it signs deliveries with.
+    hook_endpoint: String,
+    webhook_secret: String,
     handle: Handle,
 }
 
@@ -47,21 +54,24 @@ impl PluginForge {
     pub fn new(ctx: &Ctx, row: &ForgeRow) -> Result<PluginForge, ForgeError> {
         let plugin = plugin_for(&ctx.plugins, &row.forge)
             .ok_or_else(|| ForgeError::NoDriver(row.forge.kind.clone()))?;
-        let token = if row.sealed_client_secret.is_empty() {
-            String::new()
-        } else {
+        let open = |purpose: &str, sealed: &str| -> Result<String, ForgeError> {
+            if sealed.is_empty() {
+                return Ok(String::new());
+            }
             ctx.seal
-                .open(SEAL_CLIENT_SECRET, &row.sealed_client_secret)
+                .open(purpose, sealed)
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .map_err(|e| ForgeError::Failed(e.to_string()))?
+                .map_err(|e| ForgeError::Failed(e.to_string()))
         };
         Ok(PluginForge {
             host: ctx.plugins.clone(),
             plugin,
             api: ApiContext {
                 forge_url: row.forge.url.clone(),
-                token,
+                token: open(SEAL_CLIENT_SECRET, &row.sealed_client_secret)?,
             },
+            hook_endpoint: format!("{}{}/hook", ctx.public_url(), ctx.config.ci.mount),
+            webhook_secret: open(SEAL_WEBHOOK_SECRET, &row.sealed_webhook_secret)?,
             handle: Handle::current(),
         })
     }
@@ -114,32 +124,84 @@ impl ForgeDriver for PluginForge {
         Ok(Vec::new())
     }
 
+    /// Creates the forge's webhook (see the module docs); `_hook_url` is the built-in git
+    /// forge's per-repository URL, which plugin forges do not use.
     fn activate(&self, repo: &Repo, _hook_url: &str) -> Result<(), ForgeError> {
-        tracing::info!(
-            repo = repo.full_name,
-            plugin = self.plugin,
-            "activated; the forge's webhook must point at the hook endpoint"
-        );
+        let created = self.call(self.host.create_hook(
+            &self.plugin,
+            self.api.clone(),
+            &repo.full_name,
+            &self.hook_endpoint,
+            &self.webhook_secret,
+        ));
+        match created {
+            Ok(()) => {
+                tracing::info!(
+                    repo = repo.full_name,
+                    plugin = self.plugin,
+                    url = self.hook_endpoint,
+                    "webhook created"
+                );
+                Ok(())
+            }
+            Err(ForgeError::Invalid(reason)) => {
+                tracing::warn!(
+                    repo = repo.full_name,
+                    plugin = self.plugin,
+                    %reason,
+                    url = self.hook_endpoint,
+                    "webhook not created; create it on the forge by hand"
+                );
+                Ok(())
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
+        if let Err(err) = self.call(self.host.delete_hook(
+            &self.plugin,
+            self.api.clone(),
+            &repo.full_name,
+            &self.hook_endpoint,
+        )) {
+            tracing::warn!(repo = repo.full_name, plugin = self.plugin, error = %err, "webhook not removed");
+        }
         Ok(())
     }
 
-    fn deactivate(&self, _repo: &Repo) -> Result<(), ForgeError> {
-        Ok(())
-    }
-
-    /// From the git remote itself (the WIT has no branch-head call); only the commit id is
-    /// known, message and author stay empty.
+    /// From the adapter; if it cannot answer, from the git remote (commit id only).
     fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
-        let sha = super::remote_head::branch_head(
-            &repo.clone_url,
-            &self.api.token,
+        let asked = self.call(self.host.branch_head(
+            &self.plugin,
+            self.api.clone(),
+            &repo.full_name,
             branch,
-            super::remote_head::TIMEOUT,
-        )?;
-        Ok(CommitInfo {
-            sha,
-            ..CommitInfo::default()
-        })
+        ));
+        match asked {
+            Ok(c) if !c.sha.is_empty() => Ok(CommitInfo {
+                sha: c.sha,
+                message: c.message,
+                author: c.author,
+                author_email: c.author_email,
+                timestamp: c.timestamp,
+            }),
+            other => {
+                if let Err(err) = other {
+                    tracing::debug!(repo = repo.full_name, plugin = self.plugin, error = %err, "branch head from the git remote");
+                }
+                let sha = super::remote_head::branch_head(
+                    &repo.clone_url,
+                    &self.api.token,
+                    branch,
+                    super::remote_head::TIMEOUT,
+                )?;
+                Ok(CommitInfo {
+                    sha,
+                    ..CommitInfo::default()
+                })
+            }
+        }
     }
 
     fn commit(&self, _repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
