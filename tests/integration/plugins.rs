@@ -154,74 +154,47 @@ async fn fake_github(
     config: &'static str,
     head: String,
 ) -> (std::net::SocketAddr, FakeHooks) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let hooks = FakeHooks::default();
     let state = hooks.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let (clone_url, head, hooks) = (clone_url.clone(), head.clone(), state.clone());
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (clone_url, head, hooks) = (clone_url.clone(), head.clone(), hooks.clone());
-                    async move {
-                        let method = req.method().clone();
-                        let path = req.uri().path().to_string();
-                        let body = http_body_util::BodyExt::collect(req.into_body())
-                            .await
-                            .map(|b| b.to_bytes())
-                            .unwrap_or_default();
-                        let (status, reply) = match (method.as_str(), path.as_str()) {
-                            ("GET", "/repos/octo/app") => (200, json!({
-                                "id": 42, "name": "app", "full_name": "octo/app", "private": true,
-                                "owner": {"login": "octo"}, "html_url": "https://github.com/octo/app",
-                                "clone_url": clone_url, "default_branch": "main",
-                            }).to_string()),
-                            ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => (200, config.to_string()),
-                            ("GET", "/repos/octo/app/branches/main") => (200, json!({
-                                "name": "main",
-                                "commit": {
-                                    "sha": head,
-                                    "html_url": format!("https://github.com/octo/app/commit/{head}"),
-                                    "commit": {
-                                        "message": "hello from github",
-                                        "author": {"name": "Octo Cat", "email": "octo@example.com", "date": "2026-11-20T10:00:00Z"},
-                                    },
-                                    "author": {"avatar_url": "https://avatars.example.com/octo.png"},
-                                },
-                            }).to_string()),
-                            ("GET", "/repos/octo/app/hooks") => (200, Value::Array(hooks.lock().unwrap().clone()).to_string()),
-                            ("POST", "/repos/octo/app/hooks") => {
-                                let mut hook: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                                let mut all = hooks.lock().unwrap();
-                                hook["id"] = json!(NEXT_HOOK_ID.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
-                                all.push(hook.clone());
-                                (201, hook.to_string())
-                            }
-                            ("DELETE", p) if p.starts_with("/repos/octo/app/hooks/") => {
-                                let id: u64 = p.rsplit('/').next().unwrap_or("").parse().unwrap_or(0);
-                                hooks.lock().unwrap().retain(|h| h["id"].as_u64() != Some(id));
-                                (204, String::new())
-                            }
-                            _ => (404, "{\"message\":\"Not Found\"}".to_string()),
-                        };
-                        Ok::<_, Infallible>(
-                            hyper::Response::builder()
-                                .status(status)
-                                .body(Full::new(Bytes::from(reply)))
-                                .unwrap(),
-                        )
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+    let addr = fake_service(move |r| {
+        let reply = match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/repos/octo/app") => (200, json!({
+                "id": 42, "name": "app", "full_name": "octo/app", "private": true,
+                "owner": {"login": "octo"}, "html_url": "https://github.com/octo/app",
+                "clone_url": clone_url, "default_branch": "main",
+            }).to_string()),
+            ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => (200, config.to_string()),
+            ("GET", "/repos/octo/app/branches/main") => (200, json!({
+                "name": "main",
+                "commit": {
+                    "sha": head,
+                    "html_url": format!("https://github.com/octo/app/commit/{head}"),
+                    "commit": {
+                        "message": "hello from github",
+                        "author": {"name": "Octo Cat", "email": "octo@example.com", "date": "2026-11-20T10:00:00Z"},
+                    },
+                    "author": {"avatar_url": "https://avatars.example.com/octo.png"},
+                },
+            }).to_string()),
+            ("GET", "/repos/octo/app/hooks") => {
+                (200, Value::Array(state.lock().unwrap().clone()).to_string())
+            }
+            ("POST", "/repos/octo/app/hooks") => {
+                let mut hook: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+                hook["id"] = json!(NEXT_HOOK_ID.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+                state.lock().unwrap().push(hook.clone());
+                (201, hook.to_string())
+            }
+            ("DELETE", p) if p.starts_with("/repos/octo/app/hooks/") => {
+                let id: u64 = p.rsplit('/').next().unwrap_or("").parse().unwrap_or(0);
+                state.lock().unwrap().retain(|h| h["id"].as_u64() != Some(id));
+                (204, String::new())
+            }
+            _ => (404, "{\"message\":\"Not Found\"}".to_string()),
+        };
+        Some(reply)
+    })
+    .await;
     (addr, hooks)
 }
 
@@ -447,10 +420,18 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     assert!(hooks.lock().unwrap().is_empty());
 }
 
-/// A fake HTTP service answering every request with `answer(path, headers)`.
+/// One request as a [`fake_service`] sees it.
+struct FakeRequest {
+    method: String,
+    path: String,
+    headers: hyper::HeaderMap,
+    body: Bytes,
+}
+
+/// A fake HTTP service answering every request with `answer(request)`; `None` never answers.
 async fn fake_service<F>(answer: F) -> std::net::SocketAddr
 where
-    F: Fn(&str, &hyper::HeaderMap) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
+    F: Fn(&FakeRequest) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -462,9 +443,19 @@ where
             let answer = answer.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let reply = answer(req.uri().path(), req.headers());
+                    let answer = answer.clone();
                     async move {
-                        let Some((status, body)) = reply else {
+                        let (parts, body) = req.into_parts();
+                        let request = FakeRequest {
+                            method: parts.method.to_string(),
+                            path: parts.uri.path().to_string(),
+                            headers: parts.headers,
+                            body: http_body_util::BodyExt::collect(body)
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default(),
+                        };
+                        let Some((status, reply)) = answer(&request) else {
                             // Hang: never answer.
                             std::future::pending::<()>().await;
                             unreachable!()
@@ -472,7 +463,7 @@ where
                         Ok::<_, Infallible>(
                             hyper::Response::builder()
                                 .status(status)
-                                .body(Full::new(Bytes::from(body)))
+                                .body(Full::new(Bytes::from(reply)))
                                 .unwrap(),
                         )
                     }
@@ -516,11 +507,11 @@ config = {{ registry = "registry.example.com", token-url = "http://{token}/token
 async fn secrets_and_registry_logins_come_from_plugin_backends() {
     let dist = first_party_plugins();
     // Vault answers per repository path; alice/broken gets garbage, alice/slow hangs.
-    let vault = fake_service(|path, headers| {
-        if headers.get("x-vault-token").and_then(|v| v.to_str().ok()) != Some("vault-token-1") {
+    let vault = fake_service(|r| {
+        if r.headers.get("x-vault-token").and_then(|v| v.to_str().ok()) != Some("vault-token-1") {
             return Some((403, r#"{"errors":["permission denied"]}"#.into()));
         }
-        match path {
+        match r.path.as_str() {
             "/v1/secret/data/woodpecker/alice/app" => Some((
                 200,
                 r#"{"data":{"data":{"vault_one":"from-vault-123"},"metadata":{}}}"#.into(),
@@ -534,12 +525,13 @@ async fn secrets_and_registry_logins_come_from_plugin_backends() {
         }
     })
     .await;
-    let token = fake_service(|path, headers| {
-        let basic = headers
+    let token = fake_service(|r| {
+        let basic = r
+            .headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        (path == "/token").then(|| {
+        (r.path == "/token").then(|| {
             if basic
                 == format!(
                     "Basic {}",

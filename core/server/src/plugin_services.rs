@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use woodlark_plugin_host::{KvError, KvStore, SecretSource};
 
 use crate::auth::sealing::SealKey;
-use crate::modules::ci::forges::SEAL_WEBHOOK_SECRET;
+use crate::modules::ci::forges::webhook_secret;
 use crate::store::{Store, forges, now_unix_ms, secrets};
 
 /// Schema of the plugins' key-value storage (a main-database migration).
@@ -107,10 +107,9 @@ impl SecretSource for StoreSecrets {
                 .handle
                 .block_on(self.store.read(move |c| forges::by_id(c, id)))
                 .ok()?;
-            return self
-                .seal
-                .open(SEAL_WEBHOOK_SECRET, &row.sealed_webhook_secret)
-                .ok();
+            return webhook_secret(&self.seal, &row)
+                .ok()
+                .map(String::into_bytes);
         }
         let n = name.to_string();
         let row = self

@@ -9,9 +9,10 @@ use super::forge::{FORGE_TYPES, git};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::random_secret;
+use crate::auth::sealing::{SealError, SealKey};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::store::StoreError;
-use crate::store::forges::{self, Forge};
+use crate::store::forges::{self, Forge, ForgeRow};
 
 /// Sealing purposes (bound into the ciphertext).
 pub const SEAL_CLIENT_SECRET: &str = "forge-client-secret";
@@ -52,11 +53,30 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if !admin {
         return Ok(Response::json(&row.forge.public()));
     }
-    let secret = ctx
-        .seal
-        .open(SEAL_WEBHOOK_SECRET, &row.sealed_webhook_secret)
-        .map_err(ApiError::internal)?;
-    Ok(Response::json(&with_webhook_secret(&row.forge, &secret)))
+    let secret = webhook_secret(&ctx.seal, &row).map_err(ApiError::internal)?;
+    Ok(Response::json(&with_webhook_secret(
+        &row.forge,
+        secret.as_bytes(),
+    )))
+}
+
+/// A sealed forge secret in clear, `""` when none was set.
+fn open_secret(seal: &SealKey, purpose: &str, sealed: &str) -> Result<String, SealError> {
+    if sealed.is_empty() {
+        return Ok(String::new());
+    }
+    seal.open(purpose, sealed)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The forge's API token (its `oauth_client_secret`), `""` when none was set.
+pub fn api_token(seal: &SealKey, row: &ForgeRow) -> Result<String, SealError> {
+    open_secret(seal, SEAL_CLIENT_SECRET, &row.sealed_client_secret)
+}
+
+/// The secret the forge signs webhook deliveries with.
+pub fn webhook_secret(seal: &SealKey, row: &ForgeRow) -> Result<String, SealError> {
+    open_secret(seal, SEAL_WEBHOOK_SECRET, &row.sealed_webhook_secret)
 }
 
 /// Admins see the webhook secret (they configure it on the forge) next to the forge.

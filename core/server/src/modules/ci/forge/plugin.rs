@@ -21,7 +21,8 @@ use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
 };
 use crate::app::Ctx;
-use crate::modules::ci::forges::{SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET};
+use crate::auth::sealing::SealError;
+use crate::modules::ci::forges;
 use crate::pipeline::types::ConfigFile;
 use crate::store::forges::{Forge, ForgeRow};
 use crate::store::repos::Repo;
@@ -54,24 +55,16 @@ impl PluginForge {
     pub fn new(ctx: &Ctx, row: &ForgeRow) -> Result<PluginForge, ForgeError> {
         let plugin = plugin_for(&ctx.plugins, &row.forge)
             .ok_or_else(|| ForgeError::NoDriver(row.forge.kind.clone()))?;
-        let open = |purpose: &str, sealed: &str| -> Result<String, ForgeError> {
-            if sealed.is_empty() {
-                return Ok(String::new());
-            }
-            ctx.seal
-                .open(purpose, sealed)
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .map_err(|e| ForgeError::Failed(e.to_string()))
-        };
+        let unsealed = |e: SealError| ForgeError::Failed(e.to_string());
         Ok(PluginForge {
             host: ctx.plugins.clone(),
             plugin,
             api: ApiContext {
                 forge_url: row.forge.url.clone(),
-                token: open(SEAL_CLIENT_SECRET, &row.sealed_client_secret)?,
+                token: forges::api_token(&ctx.seal, row).map_err(unsealed)?,
             },
             hook_endpoint: format!("{}{}/hook", ctx.public_url(), ctx.config.ci.mount),
-            webhook_secret: open(SEAL_WEBHOOK_SECRET, &row.sealed_webhook_secret)?,
+            webhook_secret: forges::webhook_secret(&ctx.seal, row).map_err(unsealed)?,
             handle: Handle::current(),
         })
     }

@@ -264,16 +264,12 @@ impl Queue {
             .read(move |c| crate::store::forges::by_id(c, forge_id))
             .await
             .ok()?;
-        if row.forge.kind == "git" || row.sealed_client_secret.is_empty() {
+        if row.forge.kind == "git" {
             return None;
         }
-        let token = ctx
-            .seal
-            .open(
-                crate::modules::ci::forges::SEAL_CLIENT_SECRET,
-                &row.sealed_client_secret,
-            )
-            .ok()?;
+        let token = crate::modules::ci::forges::api_token(&ctx.seal, &row)
+            .ok()
+            .filter(|t| !t.is_empty())?;
         let host = repo
             .clone_url
             .split("://")
@@ -286,7 +282,7 @@ impl Queue {
         Some(crate::runner::protocol::Netrc {
             machine: host,
             login: "oauth2".into(),
-            password: String::from_utf8_lossy(&token).into_owned(),
+            password: token,
         })
     }
 
