@@ -213,8 +213,8 @@ pub struct Visible {
 }
 
 impl Visible {
-    /// The rule in one place: an event of a visible repository, or a repository-less event of a
-    /// visible organisation.
+    /// Whether one event is visible: it belongs to a visible repository, or has no repository
+    /// and belongs to a visible organisation (the rule `filter_sql` applies key by key).
     fn allows(&self, e: &StoredEvent) -> bool {
         match e.repo_id {
             Some(repo) => self.repo_ids.contains(&repo),
