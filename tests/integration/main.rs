@@ -21,5 +21,6 @@ mod repos;
 mod resources;
 mod streams;
 mod system;
+mod tenancy;
 mod users;
 mod web;

@@ -87,6 +87,22 @@ async fn user_add_prints_only_a_working_token() {
     let t2 = String::from_utf8(second.stdout).unwrap();
     http.get("/api/user", Some(t2.trim())).await.expect(200);
     http.get("/api/users", Some(t2.trim())).await.expect(403);
+
+    // `user token` prints the current token again (e.g. after an upgrade revoked old ones).
+    let shown = std::process::Command::new(BIN)
+        .args(["user", "token", "first", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(shown.status.success());
+    assert_eq!(String::from_utf8(shown.stdout).unwrap().trim(), token);
+    let missing = std::process::Command::new(BIN)
+        .args(["user", "token", "nobody", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no user \"nobody\""));
 }
 
 #[tokio::test]

@@ -252,7 +252,7 @@ impl TestServer {
         let new = NewUser {
             login: login.into(),
             admin,
-            hash: woodlark::auth::random_secret(),
+            token_seed: woodlark::auth::random_secret(),
             ..NewUser::default()
         };
         let account = self
@@ -261,7 +261,7 @@ impl TestServer {
             .write(move |c| users::create(c, &env, &new))
             .await
             .expect("create user");
-        woodlark::auth::token::user_token(account.user.id, &account.hash)
+        woodlark::auth::token::user_token(account.user.id, &self.app_state.token_key(&account))
     }
 
     /// Stops the server gracefully and returns the data dir.

@@ -384,7 +384,7 @@ impl Server {
         let new = NewUser {
             login: login.into(),
             admin,
-            hash: woodlark::auth::random_secret(),
+            token_seed: woodlark::auth::random_secret(),
             ..NewUser::default()
         };
         let account = self
@@ -393,7 +393,7 @@ impl Server {
             .write(move |c| users::create(c, &env, &new))
             .await
             .expect("create user");
-        woodlark::auth::token::user_token(account.user.id, &account.hash)
+        woodlark::auth::token::user_token(account.user.id, &self.state.token_key(&account))
     }
 
     fn forge_dir(&self) -> PathBuf {

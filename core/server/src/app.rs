@@ -20,7 +20,7 @@ use crate::http::server::{self, Dispatcher, ServerOptions};
 use crate::http::{ErrorStyle, Router};
 use crate::logging::LogControl;
 use crate::modules;
-use crate::store::users::EnvAdmins;
+use crate::store::users::{Account, EnvAdmins};
 use crate::store::{Store, StoreError, StoreOptions};
 
 /// Shared by every handler.
@@ -52,6 +52,11 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The key that signs and verifies `account`'s tokens (personal, session, CSRF, login link).
+    pub fn token_key(&self, account: &Account) -> String {
+        crate::auth::user_token_key(&self.seal, account)
+    }
+
     /// The public base URL without a trailing slash.
     pub fn public_url(&self) -> String {
         self.public_url
@@ -93,10 +98,22 @@ pub struct App {
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "woodlark.db";
 
+/// Creates the data dir (and missing parents) and makes it accessible to its owner only
+/// (0700), also when it exists already: it holds the databases, the keys and the plugin cache.
+fn make_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Opens the store of `config`'s data dir (creating the dir), as the server and CLI both do.
 pub fn open_store(config: &Config) -> Result<Store, AppError> {
     let dir = &config.server.data_dir;
-    std::fs::create_dir_all(dir).map_err(|source| AppError::DataDir {
+    make_private_dir(dir).map_err(|source| AppError::DataDir {
         path: dir.clone(),
         source,
     })?;

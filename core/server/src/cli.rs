@@ -7,7 +7,8 @@ use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use crate::app::{App, open_store};
-use crate::auth::{random_secret, token};
+use crate::auth::sealing::SealKey;
+use crate::auth::{random_secret, token, user_token_key};
 use crate::config::Config;
 use crate::logging::{LogControl, LogLevel};
 use crate::store::StoreError;
@@ -104,6 +105,13 @@ enum UserCommand {
         #[arg(long, default_value = "config.toml")]
         config: PathBuf,
     },
+    /// Print the user's current personal access token (alone on stdout).
+    Token {
+        login: String,
+        /// Configuration file (its data dir and secret key are used).
+        #[arg(long, default_value = "config.toml")]
+        config: PathBuf,
+    },
     /// Print a one-time URL that signs the user in to the web UI (valid for 10 minutes).
     LoginLink {
         login: String,
@@ -146,6 +154,9 @@ pub fn main() -> ExitCode {
                     config,
                 },
         } => user_add(config, login, admin, email),
+        Command::User {
+            command: UserCommand::Token { login, config },
+        } => user_token(config, login),
         Command::User {
             command: UserCommand::LoginLink { login, config },
         } => user_login_link(config, login),
@@ -344,14 +355,43 @@ fn user_add(config_path: PathBuf, login: String, admin: bool, email: String) -> 
         login,
         email,
         admin,
-        hash: random_secret(),
+        token_seed: random_secret(),
         ..NewUser::default()
     };
     let account = runtime()?.block_on(store.write(move |c| users::create(c, &env, &new)));
     store.close();
     let account = account?;
-    println!("{}", token::user_token(account.user.id, &account.hash));
+    let key = user_token_key(
+        &SealKey::load_or_create(&config.secret_key_path())?,
+        &account,
+    );
+    println!("{}", token::user_token(account.user.id, &key));
     Ok(())
+}
+
+fn user_token(config_path: PathBuf, login: String) -> anyhow::Result<()> {
+    let config = load(&config_path)?;
+    LogControl::install(LogLevel::Warn);
+    let account = existing_account(&config, login)?;
+    let key = user_token_key(
+        &SealKey::load_or_create(&config.secret_key_path())?,
+        &account,
+    );
+    println!("{}", token::user_token(account.user.id, &key));
+    Ok(())
+}
+
+/// The account `login` of the config's data dir, or a clear error.
+fn existing_account(config: &Config, login: String) -> anyhow::Result<users::Account> {
+    let store = open_store(config)?;
+    let env = EnvAdmins(config.auth.admins.clone());
+    let name = login.clone();
+    let found = runtime()?.block_on(store.read(move |c| users::by_login(c, &env, &name)));
+    store.close();
+    match found {
+        Err(StoreError::NotFound) => anyhow::bail!("no user {login:?}"),
+        other => Ok(other?),
+    }
 }
 
 fn user_login_link(config_path: PathBuf, login: String) -> anyhow::Result<()> {
@@ -360,17 +400,13 @@ fn user_login_link(config_path: PathBuf, login: String) -> anyhow::Result<()> {
     if !config.web.module.enabled {
         anyhow::bail!("the web module is disabled ([web] enabled = false)");
     }
-    let store = open_store(&config)?;
-    let env = EnvAdmins(config.auth.admins.clone());
-    let name = login.clone();
-    let found = runtime()?.block_on(store.read(move |c| users::by_login(c, &env, &name)));
-    store.close();
-    let account = match found {
-        Err(StoreError::NotFound) => anyhow::bail!("no user {login:?}"),
-        other => other?,
-    };
+    let account = existing_account(&config, login)?;
     let now = crate::store::now_unix();
-    let url = crate::modules::web::login::login_link(&config, account.user.id, &account.hash, now);
+    let key = user_token_key(
+        &SealKey::load_or_create(&config.secret_key_path())?,
+        &account,
+    );
+    let url = crate::modules::web::login::login_link(&config, account.user.id, &key, now);
     println!("{url}");
     Ok(())
 }

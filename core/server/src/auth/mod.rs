@@ -24,6 +24,15 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
     buf
 }
 
+/// Sealing purpose under which user token keys are derived.
+const USER_TOKEN_KEY: &str = "user-token-key";
+
+/// The key that signs `account`'s tokens: derived from its stored seed and the server's secret
+/// key, so that reading the database is not enough to forge a token.
+pub fn user_token_key(seal: &sealing::SealKey, account: &crate::store::users::Account) -> String {
+    seal.derive(USER_TOKEN_KEY, &account.token_seed)
+}
+
 /// A 256-bit random secret as URL-safe text (user hashes, agent tokens, webhook secrets).
 pub fn random_secret() -> String {
     URL_SAFE_NO_PAD.encode(random_bytes(32))

@@ -35,6 +35,9 @@ pub enum SealError {
 #[derive(Clone)]
 pub struct SealKey {
     cipher: XChaCha20Poly1305,
+    /// Key for [`SealKey::derive`], itself derived from the file's key (never the same bytes
+    /// used for two algorithms).
+    derive_key: [u8; 32],
 }
 
 impl SealKey {
@@ -66,7 +69,22 @@ impl SealKey {
     pub fn from_bytes(key: &[u8]) -> SealKey {
         SealKey {
             cipher: XChaCha20Poly1305::new(chacha20poly1305::Key::from_slice(key)),
+            derive_key: hmac_sha256(key, b"woodlark key derivation v1"),
         }
+    }
+
+    /// A key for `purpose` derived from `seed` and this secret key (HMAC-SHA256, hex). A
+    /// database row holds only the seed, so a copy of the database cannot be used to compute
+    /// the key: user tokens are signed this way.
+    pub fn derive(&self, purpose: &str, seed: &str) -> String {
+        let mut input = Vec::with_capacity(purpose.len() + 1 + seed.len());
+        input.extend_from_slice(purpose.as_bytes());
+        input.push(0);
+        input.extend_from_slice(seed.as_bytes());
+        hmac_sha256(&self.derive_key, &input)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// Encrypts `plaintext` for `purpose`; the result is printable text.
@@ -108,6 +126,15 @@ impl SealKey {
     }
 }
 
+fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    use hmac::{Hmac, Mac};
+    // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    mac.update(data);
+    mac.finalize().into_bytes().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +158,21 @@ mod tests {
         );
         assert!(k.open("secret", "v1:AAAA").is_err());
         assert!(k.open("secret", "garbage").is_err());
+    }
+
+    #[test]
+    fn derived_keys_depend_on_key_purpose_and_seed() {
+        let k = SealKey::from_bytes(&[7u8; 32]);
+        let a = k.derive("user-token", "seed");
+        assert_eq!(a.len(), 64);
+        assert_eq!(a, k.derive("user-token", "seed"), "deterministic");
+        assert_ne!(a, k.derive("user-token", "seed2"));
+        assert_ne!(a, k.derive("other", "seed"));
+        assert_ne!(
+            a,
+            SealKey::from_bytes(&[8u8; 32]).derive("user-token", "seed")
+        );
+        assert!(!a.contains("seed"));
     }
 
     #[test]

@@ -16,7 +16,8 @@ use super::{StoreResult, migrations, now_unix_ms};
 /// The logs database file inside the data dir.
 pub const LOGS_FILE: &str = "logs.db";
 
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[migrations::Step] = &[migrations::Step::Sql(
+    r#"
     CREATE TABLE log_entries (
         id          INTEGER PRIMARY KEY,
         step_id     INTEGER NOT NULL,
@@ -28,7 +29,8 @@ const MIGRATIONS: &[&str] = &[r#"
         UNIQUE (step_id, line)
     );
     CREATE INDEX log_entries_created ON log_entries (created_ms);
-    "#];
+    "#,
+)];
 
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
     migrations::migrate_with(conn, MIGRATIONS)
@@ -133,6 +135,17 @@ pub fn last_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
     )?)
 }
 
+/// Distinct step ids that have lines, above `after`, ascending, at most `limit` (the orphan
+/// sweep walks them in pages).
+pub fn step_ids_after(conn: &Connection, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT step_id FROM log_entries WHERE step_id > ?1 ORDER BY step_id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![after, limit as i64], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Removes every line of the given steps.
 pub fn delete_steps(conn: &Connection, step_ids: &[i64]) -> StoreResult<usize> {
     let mut stmt = conn.prepare_cached("DELETE FROM log_entries WHERE step_id = ?1")?;
     let mut removed = 0;

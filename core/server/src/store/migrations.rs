@@ -7,10 +7,20 @@ use rusqlite::Connection;
 
 use super::{StoreError, StoreResult};
 
+/// One schema change.
+pub enum Step {
+    Sql(&'static str),
+    /// A change SQL alone cannot express (rebuilding tables from their stored definitions).
+    /// It runs inside the migration's transaction, with foreign-key enforcement off.
+    Code(fn(&Connection) -> rusqlite::Result<()>),
+}
+
+use Step::{Code, Sql};
+
 /// Migration `i` brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
+const MIGRATIONS: &[Step] = &[
     // 1: users, their organisations, and the event outbox.
-    r#"
+    Sql(r#"
     CREATE TABLE orgs (
         id        INTEGER PRIMARY KEY,
         forge_id  INTEGER NOT NULL DEFAULT 0,
@@ -48,11 +58,11 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX events_record_type ON events (record_type, seq);
     CREATE INDEX events_org ON events (org_id, seq);
-    "#,
+    "#),
     // 2: the CI resources: forges, repositories and permissions, secrets, registries,
     //    agents, cron jobs. Records with many settings keep them as a JSON document in
     //    `data` (the API rendering minus the indexed columns).
-    r#"
+    Sql(r#"
     CREATE TABLE forges (
         id              INTEGER PRIMARY KEY,
         type            TEXT    NOT NULL,
@@ -143,19 +153,24 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (repo_id, name)
     );
     CREATE INDEX crons_next ON crons (enabled, next_exec);
-    "#,
+    "#),
     // 3: participation keys (algod-compatible).
-    super::partkeys::SCHEMA,
+    Sql(super::partkeys::SCHEMA),
     // 4: pipelines, workflows, steps, configs and the queue.
-    super::pipelines::SCHEMA,
+    Sql(super::pipelines::SCHEMA),
     // 5: one-time ids of used login links (web sign-in).
-    super::used_tokens::SCHEMA,
+    Sql(super::used_tokens::SCHEMA),
     // 6: the plugins' key-value storage.
-    crate::plugin_services::SCHEMA,
+    Sql(crate::plugin_services::SCHEMA),
     // 7: events of one repository (the feed's visibility filter for non-admins).
-    "CREATE INDEX events_repo ON events (repo_id, seq);",
+    Sql("CREATE INDEX events_repo ON events (repo_id, seq);"),
     // 8: repository-less events of one organisation (the other half of that filter).
-    "CREATE INDEX events_org_only ON events (org_id, seq) WHERE repo_id IS NULL;",
+    Sql("CREATE INDEX events_org_only ON events (org_id, seq) WHERE repo_id IS NULL;"),
+    // 9: rows left behind by deletes of earlier versions (a removed repository's pipelines,
+    //    a deleted user's permissions) are removed, so nobody can inherit them.
+    Code(super::integrity::remove_orphans),
+    // 10: ids are never reused: every table whose id the API shows gets AUTOINCREMENT.
+    Code(super::integrity::ids_never_reused),
 ];
 
 /// The schema version this build writes.
@@ -166,8 +181,18 @@ pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
     migrate_with(conn, MIGRATIONS)
 }
 
+/// Brings the main database to `version` only (tests of later migrations).
+#[cfg(test)]
+pub fn migrate_to(conn: &mut Connection, version: usize) -> StoreResult<()> {
+    migrate_with(conn, &MIGRATIONS[..version])
+}
+
 /// Applies the steps of `list` that `conn` has not seen yet (any database: main or logs).
-pub fn migrate_with(conn: &mut Connection, list: &[&str]) -> StoreResult<()> {
+///
+/// Foreign-key enforcement is off while they run (a rebuilt table must be droppable without
+/// cascading into the tables that reference it; SQLite ignores the pragma inside a
+/// transaction) and each step must leave no violation behind.
+pub fn migrate_with(conn: &mut Connection, list: &[Step]) -> StoreResult<()> {
     let current = list.len() as i64;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > current {
@@ -176,11 +201,35 @@ pub fn migrate_with(conn: &mut Connection, list: &[&str]) -> StoreResult<()> {
              upgrade woodlark or use another data_dir"
         )));
     }
-    for (index, sql) in list.iter().enumerate().skip(version as usize) {
+    if version == current {
+        return Ok(());
+    }
+    let enforced: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+    conn.pragma_update(None, "foreign_keys", false)?;
+    let result = apply(conn, list, version);
+    conn.pragma_update(None, "foreign_keys", enforced)?;
+    result
+}
+
+fn apply(conn: &mut Connection, list: &[Step], from: i64) -> StoreResult<()> {
+    for (index, step) in list.iter().enumerate().skip(from as usize) {
         let next = index as i64 + 1;
+        let failed = |e: rusqlite::Error| StoreError::Migration(format!("step {next}: {e}"));
         let tx = conn.transaction()?;
-        tx.execute_batch(sql)
-            .map_err(|e| StoreError::Migration(format!("step {next}: {e}")))?;
+        match step {
+            Sql(sql) => tx.execute_batch(sql).map_err(failed)?,
+            Code(run) => run(&tx).map_err(failed)?,
+        }
+        let violations: i64 = tx
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .map_err(failed)?;
+        if violations > 0 {
+            return Err(StoreError::Migration(format!(
+                "step {next} left {violations} foreign-key violations"
+            )));
+        }
         tx.pragma_update(None, "user_version", next)?;
         tx.commit()?;
         tracing::info!(version = next, "database migrated");

@@ -16,6 +16,7 @@ pub mod agents;
 pub mod crons;
 pub mod events;
 pub mod forges;
+pub mod integrity;
 pub mod logs;
 pub mod migrations;
 pub mod orgs;
@@ -54,6 +55,11 @@ pub enum StoreError {
     Open {
         path: PathBuf,
         source: rusqlite::Error,
+    },
+    #[error("cannot make database {path} private: {source}")]
+    Private {
+        path: PathBuf,
+        source: std::io::Error,
     },
     #[error("the storage thread has stopped")]
     Closed,
@@ -105,6 +111,31 @@ impl Default for StoreOptions {
     }
 }
 
+/// Creates the database file readable by its owner only, and narrows an existing one (and its
+/// WAL and shared-memory files) to that. SQLite gives the WAL and `-shm` files it creates
+/// later the database file's mode, so this covers them too. The file holds token-signing
+/// seeds and sealed secrets: nobody else on the machine has any business reading it.
+fn make_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            match std::fs::set_permissions(&name, std::fs::Permissions::from_mode(0o600)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) the main database at `path` and migrates it.
     pub fn open(path: &Path, options: &StoreOptions) -> StoreResult<Store> {
@@ -121,6 +152,10 @@ impl Store {
             path: path.to_path_buf(),
             source,
         };
+        make_private(path).map_err(|source| StoreError::Private {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let mut writer = Connection::open(path).map_err(open_err)?;
         configure(&writer, true, options.full_sync).map_err(open_err)?;
         migrate(&mut writer)?;

@@ -731,6 +731,18 @@ pub fn delete(conn: &Connection, id: i64) -> StoreResult<Vec<i64>> {
     Ok(step_ids)
 }
 
+/// Which of `ids` are steps that exist.
+pub fn existing_step_ids(conn: &Connection, ids: &[i64]) -> StoreResult<Vec<i64>> {
+    let mut stmt = conn.prepare_cached("SELECT 1 FROM steps WHERE id = ?1")?;
+    let mut out = Vec::new();
+    for id in ids {
+        if stmt.exists([id])? {
+            out.push(*id);
+        }
+    }
+    Ok(out)
+}
+
 /// Step ids of every pipeline of a repository (for log clean-up when it is removed).
 pub fn step_ids_of_repo(conn: &Connection, repo_id: i64) -> StoreResult<Vec<i64>> {
     let mut stmt = conn.prepare_cached(

@@ -227,10 +227,17 @@ pub fn update(conn: &Connection, repo: &Repo, user_id: Option<i64>) -> StoreResu
     Ok(after)
 }
 
-/// Deletes a repository and everything that belongs only to it (permissions, secrets,
-/// registries, cron jobs). Records `repos.deleted`.
-pub fn delete(conn: &Connection, id: i64) -> StoreResult<Repo> {
+/// Deletes a repository and everything that belongs only to it (pipelines with their
+/// workflows, steps, queue entries and configs; permissions, secrets, registries, cron jobs),
+/// recording the events of each in this same transaction. Step logs live in the logs database:
+/// the caller deletes [`Removed::step_ids`] there (the sweep catches them after a crash).
+pub fn delete(conn: &Connection, id: i64) -> StoreResult<Removed> {
     let row = by_id(conn, id)?;
+    let mut step_ids = Vec::new();
+    for pipeline in super::pipelines::ids_of_repo(conn, id)? {
+        step_ids.extend(super::pipelines::delete(conn, pipeline)?);
+    }
+    conn.execute("DELETE FROM configs WHERE repo_id = ?1", [id])?;
     conn.execute("DELETE FROM perms WHERE repo_id = ?1", [id])?;
     super::crons::delete_scope(conn, id)?;
     super::secrets::delete_scope(conn, 0, id)?;
@@ -244,7 +251,17 @@ pub fn delete(conn: &Connection, id: i64) -> StoreResult<Repo> {
         &row.repo,
         owner_of(&row.repo),
     )?;
-    Ok(row.repo)
+    Ok(Removed {
+        repo: row.repo,
+        step_ids,
+    })
+}
+
+/// A deleted repository and the steps whose logs (in the logs database) are to go too.
+#[derive(Debug)]
+pub struct Removed {
+    pub repo: Repo,
+    pub step_ids: Vec<i64>,
 }
 
 /// Woodpecker's `Perm`.

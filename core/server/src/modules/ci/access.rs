@@ -11,8 +11,12 @@
 //! instance admins may do everything; a user is admin of every repository in their own
 //! namespace (their personal org); the user who activated a repository is its admin (a
 //! `perms` row); public repositories can be pulled by anyone, internal ones by any signed-in
-//! user. Org membership: own namespace → admin; push on any repository of the org → member;
-//! admin on any repository of the org → org admin.
+//! user. Org membership: own namespace → admin; push or admin on any repository of the org →
+//! member. **Org admin is never derived from a permission on one repository**: such a row can
+//! come from activating or moving a single repository, and org admins read and overwrite the
+//! org's secrets and register agents that receive every workflow of the org. Only instance
+//! admins and the namespace's own user administer an organisation; the same right is needed
+//! to activate a repository in it or move one into it ([`may_activate_in`]).
 
 use rusqlite::Connection;
 use serde::Serialize;
@@ -50,10 +54,11 @@ pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiErr
         Err(err) => return Err(err.into()),
     };
     let now = now_unix();
-    let Some(claims) = token::verify(&raw, account.hash.as_bytes(), now) else {
+    let key = ctx.token_key(&account);
+    let Some(claims) = token::verify(&raw, key.as_bytes(), now) else {
         return Ok(None);
     };
-    if session && !session::csrf_ok(req, &claims, user_id, &account.hash, now) {
+    if session && !session::csrf_ok(req, &claims, user_id, &key, now) {
         return Err(ApiError::unauthorized());
     }
     Ok(Some(account))
@@ -122,7 +127,25 @@ pub fn org_perm(conn: &Connection, user: Option<&User>, org: &Org) -> StoreResul
     let best = repos::best_perm_in_org(conn, user.id, org.id)?;
     Ok(OrgPerm {
         member: best.push || best.admin,
-        admin: best.admin,
+        admin: false,
+    })
+}
+
+/// Whether `user` may put repositories into namespace `owner` of forge `forge_id` (activate
+/// one there, or move one there): instance admins, the user the namespace is named after, and
+/// admins of its organisation.
+pub fn may_activate_in(
+    conn: &Connection,
+    user: &User,
+    forge_id: i64,
+    owner: &str,
+) -> StoreResult<bool> {
+    if user.admin || owner == user.login {
+        return Ok(true);
+    }
+    Ok(match orgs::by_name(conn, forge_id, owner)? {
+        Some(org) => org_perm(conn, Some(user), &org)?.admin,
+        None => false,
     })
 }
 
@@ -259,7 +282,7 @@ mod tests {
         let app = App::build(config, LogControl::detached(LogLevel::Warn)).unwrap();
         let new = NewUser {
             login: "alice".into(),
-            hash: auth::random_secret(),
+            token_seed: auth::random_secret(),
             ..NewUser::default()
         };
         let account = app
@@ -295,7 +318,8 @@ mod tests {
     async fn sessions_need_csrf_on_writes_and_pats_do_not() {
         let (_dir, app, account) = app_with_user().await;
         let ctx = app.state();
-        let (id, hash) = (account.user.id, account.hash.as_str());
+        let key = ctx.token_key(&account);
+        let (id, hash) = (account.user.id, key.as_str());
         let sess = session::session_token(id, hash, now_unix(), 3600);
         let csrf = session::csrf_token(&sess, id, hash);
         let alice = Ok(Some("alice".to_string()));

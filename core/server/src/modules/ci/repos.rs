@@ -2,13 +2,14 @@
 
 use serde::Deserialize;
 
-use super::access::{self, RepoAccess, must_admin, must_user, org_perm, repo_by};
+use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
 use super::forge::{self, RemoteRepo, run_blocking};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::store::forges::{self, ForgeRow};
+use crate::store::logs;
 use crate::store::orgs;
 use crate::store::repos::{
     self, APPROVAL_MODES, DEFAULT_TIMEOUT, Perm, Repo, RepoRow, Trusted, VISIBILITIES,
@@ -196,23 +197,12 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .store
         .read(move |c| {
             let existing = repos::by_remote_id(c, forge_id, &rid)?;
-            let allowed = user.admin
-                || owner == user.login
-                || match orgs::by_name(c, forge_id, &owner)? {
-                    Some(org) => org_perm(c, Some(&user), &org)?.admin,
-                    None => false,
-                };
+            let allowed = may_activate_in(c, &user, forge_id, &owner)?;
             Ok((existing, allowed))
         })
         .await?;
     if !allowed {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Access denied: only admins of {:?} may activate its repositories",
-                remote.owner
-            ),
-        ));
+        return Err(namespace_denied(&remote.owner));
     }
     if existing.as_ref().is_some_and(|row| row.repo.active) {
         return Err(ApiError::conflict("Repository is already active."));
@@ -454,17 +444,30 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     }
     repo.active = false;
     let r = repo.clone();
-    ctx.store
+    let step_ids = ctx
+        .store
         .write(move |c| {
             if remove {
-                repos::delete(c, r.id).map(|_| ())
+                repos::delete(c, r.id).map(|removed| removed.step_ids)
             } else {
-                repos::update(c, &r, None).map(|_| ())
+                repos::update(c, &r, None).map(|_| Vec::new())
             }
         })
         .await?;
+    if !step_ids.is_empty() {
+        ctx.logs
+            .write(move |c| logs::delete_steps(c, &step_ids))
+            .await?;
+    }
     tracing::info!(repo = repo.full_name, remove, "repository deactivated");
     Ok(Response::json(&repo))
+}
+
+fn namespace_denied(owner: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!("Access denied: only admins of {owner:?} may put repositories there"),
+    )
 }
 
 /// `GET /repos/{id}/branches`: branch names from the forge, paginated.
@@ -582,24 +585,34 @@ async fn repair_all(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     }
 }
 
-/// `POST /repos/{id}/move?to=owner/name` (repo admin): the repository now lives at `to` on
-/// its forge; names, URLs and the hook follow. 204.
+/// `POST /repos/{id}/move?to=owner/name` (repo admin, and allowed to activate repositories in
+/// the target namespace: 403 otherwise): the repository now lives at `to` on its forge; names,
+/// URLs and the hook follow. 204.
 async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let to = req
         .query("to")
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::bad_request("to is required (the new owner/name)"))?;
-    let RepoAccess { row, .. } = access;
+    let RepoAccess { row, user, .. } = access;
+    let user = user.ok_or_else(ApiError::unauthorized)?.user;
     let driver = forge::driver(&ctx, row.repo.forge_id).await?;
     let d = driver.clone();
     let target = to.clone();
     let remote = run_blocking(move || d.repo(&target)).await?;
     let forge_id = row.repo.forge_id;
-    let taken = ctx
+    let owner = remote.owner.clone();
+    let remote_id = remote.forge_remote_id.clone();
+    let (taken, allowed) = ctx
         .store
-        .read(move |c| repos::by_remote_id(c, forge_id, &to))
+        .read(move |c| {
+            let taken = repos::by_remote_id(c, forge_id, &remote_id)?;
+            Ok((taken, may_activate_in(c, &user, forge_id, &owner)?))
+        })
         .await?;
+    if !allowed {
+        return Err(namespace_denied(&remote.owner));
+    }
     if taken.is_some_and(|other| other.repo.id != row.repo.id) {
         return Err(ApiError::conflict(
             "another repository is already registered there",

@@ -24,7 +24,7 @@ pub async fn current(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// `POST /user/token`: the caller's current personal access token, as plain text.
 pub async fn token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
-    let t = token::user_token(account.user.id, &account.hash);
+    let t = token::user_token(account.user.id, &ctx.token_key(&account));
     Ok(Response::text(StatusCode::OK, t))
 }
 
@@ -34,13 +34,13 @@ pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
     let account = must_user(&ctx, &req).await?;
     let env = ctx.env_admins.clone();
     let id = account.user.id;
-    let hash = random_secret();
+    let seed = random_secret();
     let account = ctx
         .store
-        .write(move |c| users::set_hash(c, &env, id, &hash))
+        .write(move |c| users::set_token_seed(c, &env, id, &seed))
         .await?;
     tracing::info!(user = account.user.login, "personal access token rotated");
-    let t = token::user_token(account.user.id, &account.hash);
+    let t = token::user_token(account.user.id, &ctx.token_key(&account));
     Ok(Response::text(StatusCode::OK, t))
 }
 
@@ -170,7 +170,7 @@ pub async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         admin: body.admin,
         forge_id: body.forge_id,
         forge_remote_id: body.forge_remote_id,
-        hash: random_secret(),
+        token_seed: random_secret(),
     };
     let env = ctx.env_admins.clone();
     let account = ctx

@@ -26,7 +26,7 @@ pub async fn render(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             let raw = auth::bearer(&req).unwrap_or_default();
             (
                 serde_json::to_value(&account.user).map_err(ApiError::internal)?,
-                session::csrf_token(&raw, account.user.id, &account.hash),
+                session::csrf_token(&raw, account.user.id, &ctx.token_key(account)),
             )
         }
         None => (Value::Null, String::new()),

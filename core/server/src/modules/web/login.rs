@@ -148,7 +148,7 @@ async fn sign_in_with_link(ctx: &Ctx, req: &Request, link: &str) -> Result<Respo
     let Some(account) = account_by_id(ctx, user_id).await? else {
         return Ok(invalid(ctx));
     };
-    let Some((jti, exp)) = session::verify_login_link(link, &account.hash, now) else {
+    let Some((jti, exp)) = session::verify_login_link(link, &ctx.token_key(&account), now) else {
         return Ok(invalid(ctx));
     };
     let fresh = ctx
@@ -176,7 +176,7 @@ async fn account_for_pat(ctx: &Ctx, pat: &str, now: i64) -> Result<Option<Accoun
         return Ok(None);
     };
     let account = account_by_id(ctx, id).await?;
-    Ok(account.filter(|a| token::verify(pat, a.hash.as_bytes(), now).is_some()))
+    Ok(account.filter(|a| token::verify(pat, ctx.token_key(a).as_bytes(), now).is_some()))
 }
 
 /// Sets the session cookie, drops the form cookie and sends the browser to the root.
@@ -185,7 +185,7 @@ fn signed_in(ctx: &Ctx, req: &Request, account: &Account, now: i64, how: &str) -
     let lifetime = i64::try_from(ctx.config.web.session_hours)
         .unwrap_or(1)
         .saturating_mul(3600);
-    let token = session::session_token(account.user.id, &account.hash, now, lifetime);
+    let token = session::session_token(account.user.id, &ctx.token_key(account), now, lifetime);
     let root = ctx.config.web.root_path();
     let mut response = redirect(&home(&ctx.config));
     set_cookie(

@@ -10,7 +10,7 @@ use super::local::{self, LocalAgent};
 use crate::app::Ctx;
 use crate::runner::protocol::AgentInfo;
 use crate::runner::{self, RunnerConfig};
-use crate::store::{crons, logs, now_unix, now_unix_ms, repos};
+use crate::store::{crons, logs, now_unix, now_unix_ms, pipelines, repos};
 
 /// Starts every background task of the CI module.
 pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
@@ -41,6 +41,17 @@ pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
             },
         )),
     ];
+    tasks.push(tokio::spawn(every(
+        ctx.clone(),
+        Duration::from_secs(600),
+        |ctx| async move {
+            match sweep_orphan_logs(&ctx).await {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(removed, "removed log lines of deleted steps"),
+                Err(err) => tracing::warn!(%err, "log sweep failed"),
+            }
+        },
+    )));
     let days = ctx.config.storage.log_retention_days;
     if days > 0 {
         tasks.push(tokio::spawn(every(
@@ -65,6 +76,43 @@ pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
         tasks.push(tokio::spawn(run_local(ctx.clone())));
     }
     tasks
+}
+
+/// Removes the log lines of steps that no longer exist (at start and every ten minutes).
+///
+/// Deleting a pipeline or repository removes its steps in the main database and then their
+/// lines in the logs database; the two cannot share a transaction, so a crash between them
+/// leaves lines nobody can reach (step ids are never reused). Step ids are read from the
+/// logs first and checked afterwards, so a step created meanwhile is never mistaken for a
+/// deleted one. Returns the number of lines removed.
+pub async fn sweep_orphan_logs(ctx: &Ctx) -> Result<usize, crate::store::StoreError> {
+    let mut after = 0;
+    let mut removed = 0;
+    loop {
+        let ids = ctx
+            .logs
+            .read(move |c| logs::step_ids_after(c, after, 500))
+            .await?;
+        let Some(&last) = ids.last() else {
+            return Ok(removed);
+        };
+        let probe = ids.clone();
+        let existing = ctx
+            .store
+            .read(move |c| pipelines::existing_step_ids(c, &probe))
+            .await?;
+        let gone: Vec<i64> = ids
+            .into_iter()
+            .filter(|id| !existing.contains(id))
+            .collect();
+        if !gone.is_empty() {
+            removed += ctx
+                .logs
+                .write(move |c| logs::delete_steps(c, &gone))
+                .await?;
+        }
+        after = last;
+    }
 }
 
 /// Runs `f` every `period`, forever.
