@@ -135,6 +135,71 @@ async fn slow_headers_are_cut_off() {
 }
 
 #[tokio::test]
+async fn a_trickled_body_is_cut_off_with_408_even_anonymously() {
+    let s = TestServer::start_with("body_read_timeout_ms = 400").await;
+    let mut stream = TcpStream::connect(s.http.addr).await.unwrap();
+    stream
+        .write_all(
+            b"POST /api/hook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = vec![0u8; 1024];
+        loop {
+            // One byte every 100 ms: the body would take 100 s.
+            let _ = stream.write_all(b" ").await;
+            tokio::select! {
+                n = stream.read(&mut buf) => match n {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+            if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer to a trickled body");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(started.elapsed() >= Duration::from_millis(350));
+    s.http.get("/version", None).await.expect(200);
+}
+
+#[tokio::test]
+async fn an_array_where_an_object_is_expected_is_400_and_creates_nothing() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let r = s
+        .http
+        .post(
+            "/api/users",
+            Some(&p.admin),
+            r#"["mallory", "m@example.com"]"#,
+        )
+        .await
+        .expect(400);
+    assert!(r.text().contains("expected an object"), "{}", r.text());
+    s.http
+        .get("/api/users/mallory", Some(&p.admin))
+        .await
+        .expect(404);
+    s.http
+        .post("/api/secrets", Some(&p.admin), r#"["n", "v"]"#)
+        .await
+        .expect(400);
+    s.http
+        .post("/api/users", Some(&p.admin), "  ")
+        .await
+        .expect(400);
+}
+
+#[tokio::test]
 async fn http2_prior_knowledge_is_served() {
     let s = TestServer::start().await;
     let stream = TcpStream::connect(s.http.addr).await.unwrap();

@@ -386,3 +386,205 @@ async fn the_data_dir_is_private_and_the_database_alone_forges_no_token() {
     s.http.get("/api/user", Some(&forged)).await.expect(401);
     s.http.get("/api/user", Some(&p.admin)).await.expect(200);
 }
+
+#[tokio::test]
+async fn a_forge_with_repositories_keeps_its_type() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/hello").await;
+    let forge = repo["forge_id"].as_i64().unwrap();
+    let r = s
+        .http
+        .patch(
+            &format!("/api/forges/{forge}"),
+            Some(&p.admin),
+            r#"{"type": "github", "url": "https://github.com"}"#,
+        )
+        .await
+        .expect(409);
+    assert!(r.text().contains("1 repositories use it"), "{}", r.text());
+    let still = s
+        .http
+        .get(&format!("/api/forges/{forge}"), Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(still["woodlark_type"], "git");
+    // The repository keeps working.
+    s.http
+        .get(
+            &format!("/api/repos/{}/branches", repo["id"]),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200);
+}
+
+/// Rows of the logs database whose step is gone from the main database.
+fn orphan_log_steps(dir: &std::path::Path) -> Vec<i64> {
+    let main = rusqlite::Connection::open(dir.join("woodlark.db")).unwrap();
+    let logs = rusqlite::Connection::open(dir.join("logs.db")).unwrap();
+    let ids: Vec<i64> = logs
+        .prepare("SELECT DISTINCT step_id FROM log_entries")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    ids.into_iter()
+        .filter(|id| {
+            !main
+                .prepare("SELECT 1 FROM steps WHERE id = ?1")
+                .unwrap()
+                .exists([id])
+                .unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_deletes_leaves_no_orphan_rows() {
+    use crate::util::{Http, Process, cli_user_add, git, with_runner, write_config};
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &with_runner(dir.path()));
+    let token = |login: &str, admin: bool| {
+        String::from_utf8(cli_user_add(&config, login, admin).stdout)
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (admin, alice) = (token("root", true), token("alice", false));
+    let mut server = Process::start(&config);
+    let mut http = Http::new(server.addr);
+    let forge_dir = dir.path().join("forge");
+    std::fs::create_dir_all(forge_dir.join("alice")).unwrap();
+    let body = serde_json::json!({"type": "git", "url": format!("file://{}", forge_dir.display())})
+        .to_string();
+    let forge = http
+        .post("/api/forges", Some(&admin), &body)
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+
+    // Repositories with finished pipelines, logs, secrets and cron jobs to delete.
+    let mut repos = Vec::new();
+    for i in 0..4 {
+        let name = format!("alice/r{i}");
+        let bare = forge_dir.join(format!("{name}.git"));
+        git(
+            &forge_dir,
+            &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
+        );
+        let work = dir.path().join(format!("w{i}"));
+        std::fs::create_dir_all(&work).unwrap();
+        git(&work, &["init", "-q", "-b", "main"]);
+        std::fs::write(
+            work.join(".woodpecker.yaml"),
+            "steps:\n  a:\n    image: sh\n    commands: [seq 1 50]\n  b:\n    image: sh\n    commands: [seq 1 50]\n",
+        )
+        .unwrap();
+        git(&work, &["add", "."]);
+        git(&work, &["commit", "-q", "-m", "ci"]);
+        git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+        let id = http
+            .post(
+                &format!("/api/repos?forge_remote_id={name}&forge_id={forge}"),
+                Some(&alice),
+                "",
+            )
+            .await
+            .expect(200)
+            .json()["id"]
+            .as_i64()
+            .unwrap();
+        for n in 1..=3 {
+            http.post(&format!("/api/repos/{id}/pipelines"), Some(&alice), "{}")
+                .await
+                .expect(200);
+            crate::pipelines::wait_for(&http, &alice, id, n, 60, |p| p["status"] == "success")
+                .await;
+        }
+        http.post(
+            &format!("/api/repos/{id}/secrets"),
+            Some(&alice),
+            r#"{"name": "s", "value": "v", "events": ["push"]}"#,
+        )
+        .await
+        .expect(200);
+        repos.push(id);
+    }
+
+    // Kill -9 at a different moment of each delete; after every crash the database must hold
+    // either the whole repository or nothing of it.
+    for (i, id) in repos.iter().enumerate() {
+        let addr = server.addr;
+        let t = alice.clone();
+        let path = format!("/api/repos/{id}?remove=true");
+        let request = tokio::spawn(async move {
+            Http::new(addr)
+                .send("DELETE", &path, Some(&t), None, &[])
+                .await
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(i as u64 * 4)).await;
+        drop(server); // SIGKILL + wait
+        let answered = request.await.ok().map(|r| r.status);
+        {
+            let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
+            let found = integrity::orphans(&db).unwrap();
+            assert!(found.is_empty(), "after kill {i}: orphaned rows {found:?}");
+            let repo_rows: i64 = db
+                .query_row("SELECT count(*) FROM repos WHERE id = ?1", [id], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            let pipelines: i64 = db
+                .query_row(
+                    "SELECT count(*) FROM pipelines WHERE repo_id = ?1",
+                    [id],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(
+                (repo_rows, pipelines) == (1, 3) || (repo_rows, pipelines) == (0, 0),
+                "after kill {i}: repo {repo_rows}, pipelines {pipelines}"
+            );
+            eprintln!("kill {i}: answer {answered:?}, repository rows left {repo_rows}");
+            if answered.is_some_and(|s| s.as_u16() == 200) {
+                assert_eq!(repo_rows, 0, "a delete that was answered is durable");
+            }
+        }
+        server = Process::start(&config);
+        http = Http::new(server.addr);
+        // Logs of deleted steps are swept at start.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let left = orphan_log_steps(dir.path());
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after kill {i}: logs of deleted steps remain: {left:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    // What survived a crash can still be deleted completely.
+    for id in &repos {
+        let r = http
+            .delete(&format!("/api/repos/{id}?remove=true"), Some(&alice))
+            .await;
+        assert!(matches!(r.status.as_u16(), 200 | 404), "{}", r.status);
+    }
+    drop(server);
+    let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
+    assert!(integrity::orphans(&db).unwrap().is_empty());
+    let left: i64 = db
+        .query_row("SELECT count(*) FROM pipelines", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, 0);
+    assert!(orphan_log_steps(dir.path()).is_empty());
+    let _ = http;
+}

@@ -174,6 +174,7 @@ impl App {
             dispatcher: Arc::new(Dispatcher {
                 router,
                 metrics: state.metrics.clone(),
+                body_read_timeout: Duration::from_millis(state.config.server.body_read_timeout_ms),
                 state,
             }),
             options,

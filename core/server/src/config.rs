@@ -80,6 +80,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// A client must finish sending request headers within this many milliseconds.
     pub header_read_timeout_ms: u64,
+    /// A client must finish sending a request body within this many milliseconds (408).
+    pub body_read_timeout_ms: u64,
     /// On SIGINT/SIGTERM, open connections get this long to finish.
     pub shutdown_grace_ms: u64,
     /// If set, `GET /metrics` requires `Authorization: Bearer <token>`.
@@ -379,6 +381,7 @@ impl Default for ServerConfig {
             public_url: String::new(),
             max_body_bytes: 2 * 1024 * 1024,
             header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
             metrics_token: String::new(),
             tls_cert: PathBuf::new(),
@@ -540,6 +543,12 @@ impl Config {
         if self.server.header_read_timeout_ms == 0 {
             return Err(invalid(
                 "server.header_read_timeout_ms",
+                "must be greater than 0".into(),
+            ));
+        }
+        if self.server.body_read_timeout_ms == 0 {
+            return Err(invalid(
+                "server.body_read_timeout_ms",
                 "must be greater than 0".into(),
             ));
         }

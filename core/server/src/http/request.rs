@@ -80,13 +80,30 @@ impl Request {
     }
 
     /// The body parsed as JSON; malformed JSON or wrong field types are 400.
+    ///
+    /// The body must be a JSON **object**: serde would also read a struct from an array of
+    /// its fields in order (`["x", 1]`), which no client means and which would create records
+    /// from garbage. Bodies that are lists use [`Request::json_list`].
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
-        if self.body.is_empty() {
-            return Err(ApiError::bad_request(
+        self.json_shaped(b'{', "an object")
+    }
+
+    /// The body as a JSON array of `T`.
+    pub fn json_list<T: DeserializeOwned>(&self) -> Result<Vec<T>, ApiError> {
+        self.json_shaped(b'[', "an array")
+    }
+
+    fn json_shaped<T: DeserializeOwned>(&self, open: u8, what: &str) -> Result<T, ApiError> {
+        let first = self.body.iter().find(|b| !b.is_ascii_whitespace());
+        match first {
+            None => Err(ApiError::bad_request(
                 "request body is empty: expected JSON",
-            ));
+            )),
+            Some(&b) if b != open => Err(ApiError::bad_request(format!(
+                "invalid JSON body: expected {what}"
+            ))),
+            Some(_) => serde_json::from_slice(&self.body)
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}"))),
         }
-        serde_json::from_slice(&self.body)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
     }
 }

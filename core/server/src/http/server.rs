@@ -104,6 +104,9 @@ pub struct Dispatcher<S> {
     pub router: Router<S>,
     pub state: S,
     pub metrics: Arc<Metrics>,
+    /// A request body must arrive completely within this time (else 408), so that a client
+    /// trickling bytes cannot hold a connection and a task forever.
+    pub body_read_timeout: Duration,
 }
 
 /// Serves `listener` until `shutdown` resolves, then drains connections for up to the grace.
@@ -243,8 +246,18 @@ where
                 status = tracing::field::Empty,
             );
             let response = async {
-                let response = match read_request(req, params, route.body_limit, remote, tls).await
-                {
+                let read = read_request(req, params, route.body_limit, remote, tls);
+                let read = match tokio::time::timeout(dispatcher.body_read_timeout, read).await {
+                    Ok(read) => read,
+                    Err(_) => Err(ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!(
+                            "the request body did not arrive within {} ms",
+                            dispatcher.body_read_timeout.as_millis()
+                        ),
+                    )),
+                };
+                let response = match read {
                     Ok(request) => {
                         run_handler(
                             &route.handler,

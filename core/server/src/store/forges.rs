@@ -188,12 +188,24 @@ pub fn create(
 }
 
 /// Replaces a forge's settings (and the client secret when `Some`). Records `forges.updated`.
+/// The type of a forge that repositories use cannot change (409): their remote ids and hooks
+/// are the old type's.
 pub fn update(
     conn: &Connection,
     forge: &Forge,
     sealed_client_secret: Option<&str>,
 ) -> StoreResult<Forge> {
     let before = by_id(conn, forge.id)?.forge;
+    if before.kind != forge.kind {
+        let repos = repo_count(conn, forge.id)?;
+        if repos > 0 {
+            return Err(StoreError::Conflict(format!(
+                "cannot change the type of forge {} from {:?} to {:?}: {repos} repositories \
+                 use it (their ids and hooks belong to the {:?} forge); add a new forge instead",
+                forge.id, before.kind, forge.kind, before.kind
+            )));
+        }
+    }
     conn.execute(
         "UPDATE forges SET type = ?2, url = ?3, data = ?4, client_secret = coalesce(?5, client_secret)
          WHERE id = ?1",
@@ -204,14 +216,18 @@ pub fn update(
     Ok(after)
 }
 
+fn repo_count(conn: &Connection, forge_id: i64) -> StoreResult<i64> {
+    Ok(conn.query_row(
+        "SELECT count(*) FROM repos WHERE forge_id = ?1",
+        [forge_id],
+        |r| r.get(0),
+    )?)
+}
+
 /// Deletes a forge that no repository uses any more (409 otherwise).
 pub fn delete(conn: &Connection, id: i64) -> StoreResult<()> {
     let forge = by_id(conn, id)?.forge;
-    let repos: i64 = conn.query_row(
-        "SELECT count(*) FROM repos WHERE forge_id = ?1",
-        [id],
-        |r| r.get(0),
-    )?;
+    let repos = repo_count(conn, id)?;
     if repos > 0 {
         return Err(StoreError::Conflict(format!(
             "forge {id} still has {repos} repositories; delete them first"

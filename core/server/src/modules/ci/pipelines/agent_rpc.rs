@@ -115,7 +115,7 @@ async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
-    let lines: Vec<LogLine> = req.json()?;
+    let lines: Vec<LogLine> = req.json_list()?;
     ctx.queue
         .logs(&ctx, row.agent.id, workflow_id(&req)?, lines)
         .await?;
