@@ -6,6 +6,8 @@
 //! - `system`: health, version, log level, signing key.
 //! - `process`: the `woodlark` binary: bad configs, `user add`, SIGTERM, kill -9 durability.
 //! - `web`: UI files, `/web-config.js`, browser sign-in, sessions with CSRF, logout.
+//! - `sandbox`: pipeline steps under bubblewrap cannot see the server's files; start-up
+//!   refuses a missing bwrap.
 
 mod util;
 
@@ -19,6 +21,7 @@ mod plugins;
 mod process;
 mod repos;
 mod resources;
+mod sandbox;
 mod streams;
 mod system;
 mod tenancy;

@@ -82,7 +82,7 @@ pub async fn wait_for(
     }
 }
 
-fn finished(p: &Value) -> bool {
+pub fn finished(p: &Value) -> bool {
     matches!(
         p["status"].as_str(),
         Some("success" | "failure" | "killed" | "error" | "canceled")
@@ -99,7 +99,14 @@ fn step<'a>(p: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no step {name} in {p:#}"))
 }
 
-async fn log_text(http: &Http, token: &str, repo: i64, number: i64, step_id: i64) -> Vec<String> {
+/// A step's output lines (exit-code entries left out).
+pub async fn log_text(
+    http: &Http,
+    token: &str,
+    repo: i64,
+    number: i64,
+    step_id: i64,
+) -> Vec<String> {
     let entries = http
         .get(
             &format!("/api/repos/{repo}/logs/{number}/{step_id}"),
@@ -435,10 +442,11 @@ async fn cancel_kills_a_running_step_within_two_seconds() {
     let p = s.principals().await;
     let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
     let id = repo["id"].as_i64().unwrap();
-    let marker = s.dir.path().join("sleeper.pid");
+    // Steps run sandboxed (their own PID namespace, no view of the data dir): the test finds
+    // the step's process by a sleep duration nothing else uses.
+    let marker = format!("600.{}", std::process::id());
     let config = format!(
-        "steps:\n  - name: sleepy\n    image: sh\n    commands:\n      - echo $$$$ > {}\n      - sleep 600\n",
-        marker.display()
+        "steps:\n  - name: sleepy\n    image: sh\n    commands:\n      - sleep {marker} & sleep {marker}; wait\n"
     );
     push(&s, "alice/app", &[(".woodpecker.yaml", &config)], "sleep").await;
     wait_for(&s.http, &p.alice, id, 1, 60, |p| {
@@ -447,15 +455,10 @@ async fn cancel_kills_a_running_step_within_two_seconds() {
     })
     .await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !marker.exists() {
-        assert!(Instant::now() < deadline);
+    while sleepers(&marker).len() < 2 {
+        assert!(Instant::now() < deadline, "the step's sleeps never started");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let pid: i32 = std::fs::read_to_string(&marker)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
 
     s.http
         .post(
@@ -485,13 +488,16 @@ async fn cancel_kills_a_running_step_within_two_seconds() {
     );
     assert_eq!(done["status"], "killed");
     assert_eq!(done["cancel_info"]["canceled_by_user"], "alice");
-    // The shell's process group (and its sleep) is gone.
-    let alive = Command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(!alive, "step process {pid} survived the cancel");
+    // The step's processes (the shell's and the sandbox's) are gone.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !sleepers(&marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "step processes {:?} survived the cancel",
+            sleepers(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Canceling again is a clear 400.
     s.http
         .post(
@@ -501,6 +507,28 @@ async fn cancel_kills_a_running_step_within_two_seconds() {
         )
         .await
         .expect(400);
+}
+
+/// Pids of the live (not zombie) processes running `sleep <duration>`.
+pub fn sleepers(duration: &str) -> Vec<String> {
+    let wanted = format!("sleep\0{duration}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let dir = e.ok()?.path();
+            let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_string();
+            (cmdline == wanted.as_bytes() && state != "Z")
+                .then(|| dir.file_name()?.to_str().map(String::from))
+                .flatten()
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1015,21 +1043,21 @@ async fn steps_get_docker_config_for_their_image_registry() {
         )
         .await
         .expect(200);
-    let out = s.dir.path().join("docker-config.json");
-    let config = format!(
-        "steps:\n  - name: build\n    image: registry.example.com/tools/builder:1\n    commands:\n      - cp $${{DOCKER_CONFIG}}/config.json {}\n      - echo r-pass-123\n  - name: plain\n    image: sh\n    commands:\n      - test -z \"$${{DOCKER_CONFIG}}\"\n",
-        out.display()
-    );
-    push_files(
-        &s,
-        "alice/app",
-        &[(".woodpecker.yaml", &config)],
-        "registry",
-    )
-    .await;
+    // The step shows its config.json in the log (base64, so masking leaves it whole): the
+    // sandbox lets it write nowhere the test could read but its own workspace.
+    let config = "steps:\n  - name: build\n    image: registry.example.com/tools/builder:1\n    commands:\n      - echo docker-config=$$(base64 -w0 $${DOCKER_CONFIG}/config.json)\n      - echo r-pass-123\n  - name: plain\n    image: sh\n    commands:\n      - test -z \"$${DOCKER_CONFIG}\"\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "registry").await;
     let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
     assert_eq!(done["status"], "success", "{done:#}");
-    let written: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let lines = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        1,
+        step(&done, "build")["id"].as_i64().unwrap(),
+    )
+    .await;
+    let written: Value = serde_json::from_slice(&docker_config_from(&lines)).unwrap();
     let auths = written["auths"].as_object().unwrap();
     assert_eq!(auths.len(), 1, "{written}");
     let auth = auths["registry.example.com"]["auth"].as_str().unwrap();
@@ -1039,18 +1067,21 @@ async fn steps_get_docker_config_for_their_image_registry() {
             .unwrap(),
         b"robot:r-pass-123"
     );
-    let lines = log_text(
-        &s.http,
-        &p.alice,
-        id,
-        1,
-        step(&done, "build")["id"].as_i64().unwrap(),
-    )
-    .await;
     assert!(
         lines.contains(&"********".to_string()),
         "registry passwords are masked: {lines:?}"
     );
+}
+
+/// The config.json a step printed as `docker-config=<base64>`.
+pub fn docker_config_from(lines: &[String]) -> Vec<u8> {
+    let encoded = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("docker-config="))
+        .unwrap_or_else(|| panic!("no docker-config= line in {lines:?}"));
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -562,18 +562,10 @@ async fn secrets_and_registry_logins_come_from_plugin_backends() {
         )
         .await
         .expect(200);
-    let out = s.dir.path().join("plugin-docker.json");
-    let config = format!(
-        "steps:\n  - name: show\n    image: registry.example.com/team/builder:2\n    environment:\n      A: {{from_secret: api_one}}\n      V: {{from_secret: vault_one}}\n      S: {{from_secret: static_one}}\n    commands:\n      - echo \"a=$${{A}} v=$${{V}} s=$${{S}}\"\n      - test \"$${{V}}\" = from-vault-123 && test \"$${{S}}\" = from-static-456 && test \"$${{A}}\" = from-api-000\n      - cp $${{DOCKER_CONFIG}}/config.json {}\n",
-        out.display()
-    );
-    crate::pipelines::push_files(
-        &s,
-        "alice/app",
-        &[(".woodpecker.yaml", &config)],
-        "backends",
-    )
-    .await;
+    // The step prints its config.json (base64): sandboxed, it can write only its workspace.
+    let config = "steps:\n  - name: show\n    image: registry.example.com/team/builder:2\n    environment:\n      A: {from_secret: api_one}\n      V: {from_secret: vault_one}\n      S: {from_secret: static_one}\n    commands:\n      - echo \"a=$${A} v=$${V} s=$${S}\"\n      - test \"$${V}\" = from-vault-123 && test \"$${S}\" = from-static-456 && test \"$${A}\" = from-api-000\n      - echo docker-config=$$(base64 -w0 $${DOCKER_CONFIG}/config.json)\n";
+    crate::pipelines::push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "backends")
+        .await;
     let done = wait_for(&s.http, &p.alice, id, 1, 60, |p| {
         matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
     })
@@ -601,7 +593,9 @@ async fn secrets_and_registry_logins_come_from_plugin_backends() {
             "{value} is masked"
         );
     }
-    let docker: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let lines = crate::pipelines::log_text(&s.http, &p.alice, id, 1, step_id).await;
+    let docker: Value =
+        serde_json::from_slice(&crate::pipelines::docker_config_from(&lines)).unwrap();
     let auth = docker["auths"]["registry.example.com"]["auth"]
         .as_str()
         .unwrap();

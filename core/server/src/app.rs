@@ -88,6 +88,9 @@ pub enum AppError {
     Plugins(#[from] woodlark_plugin_host::HostError),
     #[error("route table: {0}")]
     Route(#[from] RouteError),
+    /// The local runner cannot run steps as configured (`runner.sandbox`).
+    #[error("{0}")]
+    Runner(String),
 }
 
 pub struct App {
@@ -152,6 +155,9 @@ impl App {
             tls,
         };
         let plugins = start_plugins(&config, &store, &seal)?;
+        if config.ci.enabled && config.runner.enabled {
+            modules::ci::pipelines::background::check_sandbox(&config).map_err(AppError::Runner)?;
+        }
         let router = build_router(&config)?;
         let state = Arc::new(AppState {
             env_admins: EnvAdmins(config.auth.admins.clone()),

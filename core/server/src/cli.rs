@@ -58,6 +58,10 @@ enum Command {
         /// Extra labels, `key=value`, repeatable.
         #[arg(long = "label")]
         labels: Vec<String>,
+        /// Run each step in a bubblewrap sandbox (`bwrap`), or directly on the host (`none`:
+        /// trusted code only).
+        #[arg(long, default_value = "bwrap", value_parser = ["bwrap", "none"])]
+        sandbox: String,
     },
     /// Manage users.
     User {
@@ -144,7 +148,16 @@ pub fn main() -> ExitCode {
             capacity,
             workdir,
             labels,
-        } => agent(&server, &token, &api_prefix, capacity, workdir, &labels),
+            sandbox,
+        } => agent(
+            &server,
+            &token,
+            &api_prefix,
+            capacity,
+            workdir,
+            &labels,
+            &sandbox,
+        ),
         Command::User {
             command:
                 UserCommand::Add {
@@ -307,6 +320,7 @@ fn agent(
     capacity: usize,
     workdir: PathBuf,
     labels: &[String],
+    sandbox: &str,
 ) -> anyhow::Result<()> {
     use crate::runner::{self, RunnerConfig, http::HttpAgent};
     LogControl::install(LogLevel::Info);
@@ -323,6 +337,16 @@ fn agent(
             .ok_or_else(|| anyhow::anyhow!("--label {label:?} must be key=value"))?;
         info.labels.insert(k.to_string(), v.to_string());
     }
+    // An agent has no files of its own to hide (its token is in its arguments and
+    // environment, which steps see neither of); the sandbox still keeps steps out of the
+    // host's /tmp, other workflows' directories and the agent's process.
+    let sandbox = if sandbox == "none" {
+        tracing::warn!("--sandbox none: {}", runner::sandbox::UNSANDBOXED_WARNING);
+        None
+    } else {
+        let opt_out = "pass --sandbox none (trusted pipelines only)";
+        Some(runner::sandbox::checked(Vec::new(), opt_out).map_err(anyhow::Error::msg)?)
+    };
     let api = HttpAgent::new(server, api_prefix, token);
     runtime()?.block_on(async move {
         let (stop, shutdown) = tokio::sync::watch::channel(false);
@@ -337,6 +361,7 @@ fn agent(
                 capacity,
                 workdir,
                 info,
+                sandbox,
             },
             shutdown,
         )

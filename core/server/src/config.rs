@@ -352,6 +352,10 @@ pub struct RunnerConfig {
     pub capacity: usize,
     /// Parent directory of per-workflow workspaces ("" = the system temp dir).
     pub workdir: PathBuf,
+    /// How steps are isolated from the host: "bwrap" (each step in a bubblewrap sandbox that
+    /// hides the data dir, the secrets key, the plugin cache, this file and the TLS key) or
+    /// "none" (steps read whatever the server's user can: trusted code only).
+    pub sandbox: String,
 }
 
 impl Default for Config {
@@ -422,6 +426,7 @@ impl Default for RunnerConfig {
             enabled: true,
             capacity: 2,
             workdir: PathBuf::new(),
+            sandbox: "bwrap".into(),
         }
     }
 }
@@ -626,6 +631,12 @@ impl Config {
         })?;
         if self.runner.capacity == 0 {
             return Err(invalid("runner.capacity", "must be at least 1".into()));
+        }
+        if !matches!(self.runner.sandbox.as_str(), "bwrap" | "none") {
+            return Err(invalid(
+                "runner.sandbox",
+                format!("{:?} is not \"bwrap\" or \"none\"", self.runner.sandbox),
+            ));
         }
         self.validate_web()
     }
@@ -968,6 +979,24 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
             let err = load(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn runner_sandbox() {
+        let c = load("").unwrap();
+        assert_eq!(c.runner.sandbox, "bwrap", "sandboxed by default");
+        let c = load("[runner]\nsandbox = \"none\"\n").unwrap();
+        assert_eq!(c.runner.sandbox, "none");
+        let err = load("[runner]\nsandbox = \"docker\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("test.toml: runner.sandbox: "), "{err}");
+        assert!(
+            err.contains("\"docker\" is not \"bwrap\" or \"none\""),
+            "{err}"
+        );
+        let shown = serde_json::to_value(c.redacted()).unwrap();
+        assert_eq!(shown["runner"]["sandbox"], "none");
     }
 
     #[test]

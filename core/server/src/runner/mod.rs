@@ -10,10 +10,16 @@
 //! matches its `when.status` (success unless a non-ignored step failed); otherwise it is
 //! skipped. Cancellation (the server says so through `wait_canceled`) and the repository's
 //! timeout kill the running process groups.
+//!
+//! Steps run as host processes, so this backend is for trusted code only. By default each
+//! step runs inside bubblewrap ([`sandbox`]): it cannot see the server's data dir, secrets
+//! key or configuration, nor other workflows' directories; `runner.sandbox = "none"` (or
+//! `woodlark agent --sandbox none`) runs it with everything the runner's user can read.
 
 pub mod http;
 pub mod process;
 pub mod protocol;
+pub mod sandbox;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -75,6 +81,9 @@ pub struct RunnerConfig {
     /// Parent of per-workflow directories ("" = the system temp dir).
     pub workdir: PathBuf,
     pub info: AgentInfo,
+    /// Run every step inside this bubblewrap sandbox; `None` runs steps directly on the host
+    /// (`runner.sandbox = "none"`), able to read whatever the runner's user can.
+    pub sandbox: Option<sandbox::Sandbox>,
 }
 
 /// Runs `capacity` workers until `shutdown` fires.
@@ -102,7 +111,7 @@ pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch:
                             repo = work.repo,
                             "workflow started"
                         );
-                        run_workflow(&api, work, &config.workdir).await;
+                        run_workflow(&api, work, &config.workdir, config.sandbox.as_ref()).await;
                         tracing::info!(worker = n, workflow = id, "workflow finished");
                     }
                     Ok(None) => backoff = Duration::from_millis(200),
@@ -168,7 +177,12 @@ enum Outcome {
 }
 
 /// Runs one workflow to the end and reports it. Never panics on bad work.
-pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, workdir: &Path) {
+pub async fn run_workflow<A: AgentApi>(
+    api: &A,
+    work: Work,
+    workdir: &Path,
+    sandbox: Option<&sandbox::Sandbox>,
+) {
     let id = work.workflow_id;
     if let Err(err) = retry(|| api.init(id)).await {
         tracing::warn!(workflow = id, %err, "init refused; dropping the workflow");
@@ -200,7 +214,7 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, workdir: &Path) {
         })
     };
 
-    let result = execute(api, &work, workdir, cancel_rx).await;
+    let result = execute(api, &work, workdir, sandbox, cancel_rx).await;
     watcher.abort();
     extender.abort();
     let done = match result {
@@ -253,6 +267,11 @@ impl Workspace {
         self.root.join("workspace")
     }
 
+    /// The workflow's directory: the workspace and its home (what a sandboxed step may write).
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
     fn home(&self) -> PathBuf {
         self.root.join("home")
     }
@@ -263,9 +282,11 @@ async fn execute<A: AgentApi>(
     api: &A,
     work: &Work,
     workdir: &Path,
+    sandbox: Option<&sandbox::Sandbox>,
     cancel: watch::Receiver<bool>,
 ) -> Result<&'static str, String> {
     let ws = Workspace::create(workdir, work.workflow_id)?;
+    let sandbox = sandbox.map(|s| Arc::new(s.clone()));
     if let Some(netrc) = &work.netrc {
         let text = format!(
             "machine {}\nlogin {}\npassword {}\n",
@@ -348,6 +369,8 @@ async fn execute<A: AgentApi>(
                 step: step.clone(),
                 dir: ws.dir(),
                 home: ws.home(),
+                root: ws.root().to_path_buf(),
+                sandbox: sandbox.clone(),
                 clone_url: work.clone_url.clone(),
                 commit: work.commit.clone(),
                 cancel: cancel.clone(),
@@ -423,6 +446,9 @@ struct StepContext<A> {
     step: CompiledStep,
     dir: PathBuf,
     home: PathBuf,
+    /// The workflow's directory (parent of `dir` and `home`).
+    root: PathBuf,
+    sandbox: Option<Arc<sandbox::Sandbox>>,
     clone_url: String,
     commit: String,
     cancel: watch::Receiver<bool>,
@@ -566,6 +592,22 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         }
     }
     env.insert("CI_WORKSPACE".into(), ctx.dir.display().to_string());
+    let (program, args) = match &ctx.sandbox {
+        Some(sandbox) => {
+            // The clone step alone sees the local repository it clones from (which may lie
+            // in a covered directory, such as a `git` forge inside the data dir), and only if
+            // it is one: a clone URL cannot uncover any other directory.
+            let readonly: Vec<PathBuf> = match ctx.step.kind {
+                StepKind::Clone => local_repo(&ctx.clone_url)
+                    .filter(|p| p.join("HEAD").is_file() || p.join(".git").exists())
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
+            };
+            sandbox.wrap(&ctx.root, &readonly, &workdir, &program, &args)
+        }
+        None => (program, args),
+    };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut proc = match process::spawn(
         &program,
@@ -649,6 +691,12 @@ fn process_exit_kind() -> i64 {
     2
 }
 
+/// The directory of a clone URL that names a local repository (`file:///…` or `/…`).
+fn local_repo(url: &str) -> Option<PathBuf> {
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    path.starts_with('/').then(|| PathBuf::from(path))
+}
+
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
@@ -716,6 +764,18 @@ mod tests {
         async fn done(&self, _: i64, _: WorkflowDone) -> Result<(), RunnerError> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn local_clone_urls_name_their_directory() {
+        assert_eq!(
+            local_repo("file:///srv/git/alice/app.git"),
+            Some(PathBuf::from("/srv/git/alice/app.git"))
+        );
+        assert_eq!(local_repo("/srv/git/a"), Some(PathBuf::from("/srv/git/a")));
+        assert_eq!(local_repo("https://example.com/a.git"), None);
+        assert_eq!(local_repo("git@example.com:a.git"), None);
+        assert_eq!(local_repo("file://relative"), None);
     }
 
     #[tokio::test]

@@ -236,6 +236,13 @@ pub fn spawn(
     secrets: Vec<String>,
     lines: mpsc::UnboundedSender<(i64, String)>,
 ) -> Result<Running, String> {
+    // Said first: otherwise the failed chdir reads as the program (bwrap) being missing.
+    if !dir.is_dir() {
+        return Err(format!(
+            "the step's directory {} does not exist",
+            dir.display()
+        ));
+    }
     let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
     let writer2 = writer
         .try_clone()

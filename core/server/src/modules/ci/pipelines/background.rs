@@ -8,7 +8,9 @@ use tokio::task::JoinHandle;
 use super::create::{self, Created, Trigger};
 use super::local::{self, LocalAgent};
 use crate::app::Ctx;
+use crate::config::Config;
 use crate::runner::protocol::AgentInfo;
+use crate::runner::sandbox::Sandbox;
 use crate::runner::{self, RunnerConfig};
 use crate::store::{crons, logs, now_unix, now_unix_ms, pipelines, repos};
 
@@ -166,18 +168,72 @@ async fn run_local(ctx: Ctx) {
         tracing::warn!(error = %err.message, "could not record the local agent's details");
     }
     let api = LocalAgent::new(ctx.clone(), &row, &info);
+    let sandbox = match local_sandbox(&ctx.config) {
+        Ok(sandbox) => sandbox,
+        Err(err) => {
+            tracing::error!(%err, "the local runner is off");
+            return;
+        }
+    };
     let config = RunnerConfig {
         capacity: ctx.config.runner.capacity,
         workdir: ctx.config.runner.workdir.clone(),
         info,
+        sandbox,
     };
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     tracing::info!(
         agent = api.id(),
         capacity = config.capacity,
+        sandbox = ctx.config.runner.sandbox,
         "local runner started"
     );
     runner::run(api, config, shutdown).await;
+}
+
+/// What steps of the embedded runner must not see: the data dir (databases, signing keys,
+/// `secrets.key`, `algod.admin.token`, the default plugin cache), and the files the
+/// configuration may place outside it: the secrets key, the plugin cache, the configuration
+/// file itself (tokens, plugin secrets) and the TLS key.
+fn sandbox_hidden(config: &Config) -> Vec<std::path::PathBuf> {
+    let mut hidden = vec![
+        config.server.data_dir.clone(),
+        config.secret_key_path(),
+        config.plugins.cache_dir.clone(),
+        config.server.tls_key.clone(),
+    ];
+    let file = std::path::Path::new(&config.source);
+    if file.is_file() {
+        hidden.push(file.to_path_buf());
+    }
+    hidden
+}
+
+/// The sandbox of the embedded runner's steps (`runner.sandbox`); `None` for `"none"`.
+pub fn local_sandbox(config: &Config) -> Result<Option<Sandbox>, String> {
+    if config.runner.sandbox == "none" {
+        return Ok(None);
+    }
+    Sandbox::new(sandbox_hidden(config)).map(Some)
+}
+
+/// The start-up check of `runner.sandbox` (with the local runner on): `"bwrap"` must be
+/// installed and work here, else the server does not start; `"none"` is said loudly.
+pub fn check_sandbox(config: &Config) -> Result<(), String> {
+    if config.runner.sandbox == "none" {
+        tracing::warn!(
+            "runner.sandbox = \"none\": {}",
+            runner::sandbox::UNSANDBOXED_WARNING
+        );
+        return Ok(());
+    }
+    let opt_out = format!(
+        "set runner.sandbox = \"none\" in {} (trusted pipelines only)",
+        config.source
+    );
+    runner::sandbox::checked(sandbox_hidden(config), &opt_out)
+        .map(drop)
+        .map_err(|err| format!("{}: runner.sandbox: {err}", config.source))
 }
 
 /// Starts a pipeline for every cron job that is due (each job once per due time, even with
@@ -242,4 +298,50 @@ pub async fn run_cron(ctx: &Ctx, cron: &crons::Cron) -> Result<Created, crate::h
         ..Trigger::default()
     };
     create::from_forge(ctx, &repo, trigger).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_do_not_see_the_servers_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let text = r#"
+[server]
+data_dir = "/srv/woodlark/data"
+tls_cert = "/etc/woodlark/cert.pem"
+tls_key = "/etc/woodlark/key.pem"
+[storage]
+secret_key_file = "/etc/woodlark/secrets.key"
+[plugins]
+cache_dir = "/var/cache/woodlark"
+"#;
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load(&path).unwrap();
+        let hidden = sandbox_hidden(&config);
+        for p in [
+            "/srv/woodlark/data",
+            "/etc/woodlark/secrets.key",
+            "/var/cache/woodlark",
+            "/etc/woodlark/key.pem",
+        ] {
+            assert!(hidden.contains(&p.into()), "{p} not in {hidden:?}");
+        }
+        assert!(hidden.contains(&path), "the configuration file itself");
+        // The defaults: the key and the plugin cache live in the data dir; no file, no TLS.
+        let hidden = sandbox_hidden(&Config::default());
+        assert_eq!(
+            hidden,
+            [
+                std::path::PathBuf::from("data"),
+                std::path::PathBuf::from("data/secrets.key"),
+                std::path::PathBuf::new(),
+                std::path::PathBuf::new(),
+            ]
+        );
+        let none = Config::from_toml("[runner]\nsandbox = \"none\"\n", "t", &[]).unwrap();
+        assert!(local_sandbox(&none).unwrap().is_none());
+    }
 }

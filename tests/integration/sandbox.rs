@@ -1,0 +1,254 @@
+//! The local runner's sandbox (`runner.sandbox`), tested as the attack it stops: pipeline
+//! steps that try to read or change the server's files. And start-up: no working bwrap, no
+//! server (unless `runner.sandbox = "none"`, which is said loudly).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::pipelines::{finished, log_text, push_files, step_of, wait_for};
+use crate::util::{BIN, TestServer, write_config};
+
+/// Outside /tmp (which every step gets fresh and empty anyway), so that only the cover over
+/// each sensitive path can hide it.
+fn outside_tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_cannot_read_or_change_the_servers_files() {
+    let data = outside_tmp();
+    let elsewhere = outside_tmp();
+    let d = data.path().canonicalize().unwrap();
+    let key = elsewhere.path().canonicalize().unwrap().join("secrets.key");
+    let cache = elsewhere
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("plugin-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::write(cache.join("forge.cwasm"), "compiled").unwrap();
+    // The runner's defaults (sandbox "bwrap", workspaces in the system temp dir); the secrets
+    // key and the plugin cache outside the data dir.
+    let tables = format!(
+        "#runner\n[runner]\nenabled = true\n[storage]\nsecret_key_file = {key:?}\n\
+         #plugins\n[plugins]\ndir = {plugins:?}\nwatch = false\ncache_dir = {cache:?}\n",
+        key = key.display().to_string(),
+        plugins = d.join("plugins").display().to_string(),
+        cache = cache.display().to_string(),
+    );
+    let s = TestServer::start_in_with_tables(data, "", &tables).await;
+    assert_eq!(s.app_state.config.runner.sandbox, "bwrap");
+    let db = d.join(woodlark::app::DB_FILE);
+    assert!(db.is_file() && key.is_file());
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+
+    let (d_, db_, key_, cache_) = (d.display(), db.display(), key.display(), cache.display());
+    let config = format!(
+        r#"
+steps:
+  - name: peek-db
+    image: sh
+    commands:
+      - cat {db_}
+    failure: ignore
+  - name: peek-key
+    image: sh
+    commands:
+      - cat {key_}
+    failure: ignore
+  - name: list
+    image: sh
+    commands:
+      - ls -A {d_}
+      - ls -A {cache_}
+      - echo listed
+  - name: plant
+    image: sh
+    commands:
+      - echo owned > {d_}/planted
+    failure: ignore
+  - name: open-files
+    image: sh
+    commands:
+      - ls -l /proc/self/fd/
+  - name: write
+    image: sh
+    commands:
+      - echo carried from step to step > carried.txt
+  - name: read
+    image: sh
+    commands:
+      - cat carried.txt
+      - test -f README.md
+"#
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "attack").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    let log = |name: &str| {
+        let step_id = step_of(&done, name)["id"].as_i64().unwrap();
+        log_text(&s.http, &p.alice, id, 1, step_id)
+    };
+
+    // Reading the database fails: the data dir is empty to the step.
+    assert_eq!(step_of(&done, "peek-db")["state"], "failure", "{done:#}");
+    assert_eq!(step_of(&done, "peek-db")["exit_code"], 1);
+    let lines = log("peek-db").await;
+    assert_eq!(
+        lines,
+        [
+            format!("+ cat {db_}"),
+            format!("cat: {db_}: No such file or directory")
+        ]
+    );
+    // The secrets key outside the data dir is covered too.
+    assert_eq!(step_of(&done, "peek-key")["state"], "failure");
+    assert_eq!(step_of(&done, "peek-key")["exit_code"], 1);
+    let lines = log("peek-key").await;
+    assert_eq!(
+        lines,
+        [
+            format!("+ cat {key_}"),
+            format!("cat: {key_}: Permission denied")
+        ]
+    );
+    // Listing shows nothing of the data dir nor of the plugin cache.
+    assert_eq!(step_of(&done, "list")["state"], "success");
+    assert_eq!(
+        log("list").await,
+        [
+            format!("+ ls -A {d_}"),
+            format!("+ ls -A {cache_}"),
+            "+ echo listed".to_string(),
+            "listed".to_string()
+        ]
+    );
+    // Nothing can be written there either.
+    assert_eq!(step_of(&done, "plant")["state"], "failure");
+    assert!(
+        log("plant").await[1].contains("Read-only file system"),
+        "{:?}",
+        log("plant").await
+    );
+    assert!(!d.join("planted").exists());
+    // No descriptor of the server's files leaks into the step.
+    assert_eq!(step_of(&done, "open-files")["state"], "success");
+    let fds = log("open-files").await;
+    assert!(
+        !fds.iter()
+            .any(|l| l.contains(".db") || l.contains(&d_.to_string())),
+        "{fds:?}"
+    );
+    // The workspace (with the clone) still carries files from step to step.
+    assert_eq!(step_of(&done, "clone")["state"], "success");
+    assert_eq!(step_of(&done, "write")["state"], "success");
+    assert_eq!(step_of(&done, "read")["state"], "success");
+    assert!(
+        log("read")
+            .await
+            .contains(&"carried from step to step".to_string())
+    );
+    assert_eq!(done["status"], "success", "{done:#}");
+}
+
+/// How `woodlark serve` went.
+#[derive(Debug)]
+enum Start {
+    /// It exited (success, stderr).
+    Exited(bool, String),
+    /// It listened (and was stopped); its stderr so far.
+    Listened(String),
+}
+
+/// Runs `woodlark serve --config CONFIG` with `PATH` as given until it exits or listens.
+fn serve_with_path(config: &std::path::Path, path: &str) -> Start {
+    let log = config.with_extension(format!("stderr.{}", std::process::id()));
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("PATH", path)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(status) = child.try_wait().unwrap() {
+            return Start::Exited(
+                status.success(),
+                std::fs::read_to_string(&log).unwrap_or_default(),
+            );
+        }
+        if stderr.contains("woodlark listening") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Start::Listened(stderr);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "neither exited nor listened: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn without_a_working_bwrap_the_server_refuses_to_start_and_says_how_to_fix_it() {
+    let data = tempfile::tempdir().unwrap();
+    let config = write_config(data.path(), "#runner\n[runner]\nenabled = true\n");
+    // A PATH without bwrap.
+    let bin = tempfile::tempdir().unwrap();
+    let Start::Exited(false, stderr) = serve_with_path(&config, &bin.path().display().to_string())
+    else {
+        panic!("the server started without bwrap");
+    };
+    // The start-up log, then the error on one line.
+    let line = stderr.trim().lines().last().unwrap_or_default();
+    assert!(
+        line.starts_with(&format!("woodlark: {}: runner.sandbox: ", config.display())),
+        "{line}"
+    );
+    assert!(line.contains("apt-get install bubblewrap"), "{line}");
+    assert!(line.contains("runner.sandbox = \"none\""), "{line}");
+
+    // An unusable bwrap (here: one that always fails as a kernel without user namespaces
+    // makes it fail) is refused the same way, with bwrap's reason.
+    let fake = bin.path().join("bwrap");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.path().display());
+    let Start::Exited(false, stderr) = serve_with_path(&config, &path) else {
+        panic!("the server started with a broken bwrap");
+    };
+    assert!(
+        stderr.contains("does not work here: bwrap: No permissions to create new namespace"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("runner.sandbox = \"none\""), "{stderr}");
+
+    // With the runner off, bwrap is not needed.
+    let off = write_config(data.path(), "");
+    let started = serve_with_path(&off, &bin.path().display().to_string());
+    assert!(matches!(started, Start::Listened(_)), "{started:?}");
+}
+
+#[test]
+fn sandbox_none_starts_with_a_loud_warning() {
+    let data = tempfile::tempdir().unwrap();
+    let config = write_config(
+        data.path(),
+        "#runner\n[runner]\nenabled = true\nsandbox = \"none\"\n",
+    );
+    let Start::Listened(stderr) = serve_with_path(&config, &std::env::var("PATH").unwrap()) else {
+        panic!("the server did not start");
+    };
+    assert!(stderr.contains("NOT sandboxed"), "{stderr}");
+    assert!(stderr.contains("runner.sandbox"), "{stderr}");
+}
