@@ -12,6 +12,7 @@
 mod util;
 
 mod browser;
+mod docker;
 mod events;
 mod glance;
 mod http_core;

@@ -801,6 +801,8 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
             &format!("http://{}", s.http.addr),
             "--token",
             &token,
+            "--backend",
+            "local",
             "--workdir",
         ])
         .arg(&workdir)

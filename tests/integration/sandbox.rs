@@ -30,7 +30,7 @@ async fn steps_cannot_read_or_change_the_servers_files() {
     // The runner's defaults (sandbox "bwrap", workspaces in the system temp dir); the secrets
     // key and the plugin cache outside the data dir.
     let tables = format!(
-        "#runner\n[runner]\nenabled = true\n[storage]\nsecret_key_file = {key:?}\n\
+        "#runner\n[runner]\nenabled = true\nbackend = \"local\"\n[storage]\nsecret_key_file = {key:?}\n\
          #plugins\n[plugins]\ndir = {plugins:?}\nwatch = false\ncache_dir = {cache:?}\n",
         key = key.display().to_string(),
         plugins = d.join("plugins").display().to_string(),
@@ -198,7 +198,10 @@ fn serve_with_path(config: &std::path::Path, path: &str) -> Start {
 #[test]
 fn without_a_working_bwrap_the_server_refuses_to_start_and_says_how_to_fix_it() {
     let data = tempfile::tempdir().unwrap();
-    let config = write_config(data.path(), "#runner\n[runner]\nenabled = true\n");
+    let config = write_config(
+        data.path(),
+        "#runner\n[runner]\nenabled = true\nbackend = \"local\"\n",
+    );
     // A PATH without bwrap.
     let bin = tempfile::tempdir().unwrap();
     let Start::Exited(false, stderr) = serve_with_path(&config, &bin.path().display().to_string())
@@ -244,7 +247,7 @@ fn sandbox_none_starts_with_a_loud_warning() {
     let data = tempfile::tempdir().unwrap();
     let config = write_config(
         data.path(),
-        "#runner\n[runner]\nenabled = true\nsandbox = \"none\"\n",
+        "#runner\n[runner]\nenabled = true\nbackend = \"local\"\nsandbox = \"none\"\n",
     );
     let Start::Listened(stderr) = serve_with_path(&config, &std::env::var("PATH").unwrap()) else {
         panic!("the server did not start");

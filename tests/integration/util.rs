@@ -180,7 +180,7 @@ pub fn first_party_plugins() -> PathBuf {
 /// `extra` for [`config_text`] that turns the local runner on (workspaces in the data dir).
 pub fn with_runner(data_dir: &Path) -> String {
     format!(
-        "#runner\n[runner]\nenabled = true\ncapacity = 2\nworkdir = {:?}\n",
+        "#runner\n[runner]\nenabled = true\nbackend = \"local\"\ncapacity = 2\nworkdir = {:?}\n",
         data_dir.join("runs").display().to_string()
     )
 }

@@ -349,7 +349,7 @@ impl Server {
         let dir = tempfile::tempdir().unwrap();
         let runner_table = if runner {
             format!(
-                "[runner]\nenabled = true\ncapacity = 2\nworkdir = {:?}\n",
+                "[runner]\nenabled = true\nbackend = \"local\"\ncapacity = 2\nworkdir = {:?}\n",
                 dir.path().join("runs").display().to_string()
             )
         } else {

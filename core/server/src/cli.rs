@@ -53,8 +53,8 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         capacity: usize,
         /// Parent directory of workspaces (default: the system temp dir).
-        #[arg(long, default_value = "")]
-        workdir: PathBuf,
+        #[arg(long)]
+        workdir: Option<PathBuf>,
         /// Extra labels, `key=value`, repeatable.
         #[arg(long = "label")]
         labels: Vec<String>,
@@ -62,6 +62,10 @@ enum Command {
         /// trusted code only).
         #[arg(long, default_value = "bwrap", value_parser = ["bwrap", "none"])]
         sandbox: String,
+        /// Where steps run: `docker` (containers on the engine at DOCKER_HOST or the local
+        /// socket), `local` (host processes) or `auto` (docker when an engine answers).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "docker", "local"])]
+        backend: String,
     },
     /// Manage users.
     User {
@@ -149,15 +153,17 @@ pub fn main() -> ExitCode {
             workdir,
             labels,
             sandbox,
-        } => agent(
-            &server,
-            &token,
-            &api_prefix,
+            backend,
+        } => agent(AgentOptions {
+            server: &server,
+            token: &token,
+            api_prefix: &api_prefix,
             capacity,
-            workdir,
-            &labels,
-            &sandbox,
-        ),
+            workdir: workdir.unwrap_or_default(),
+            labels: &labels,
+            sandbox: &sandbox,
+            backend: &backend,
+        }),
         Command::User {
             command:
                 UserCommand::Add {
@@ -313,16 +319,30 @@ fn run_hook(
     })
 }
 
-fn agent(
-    server: &str,
-    token: &str,
-    api_prefix: &str,
+/// What `woodlark agent` was asked to do.
+struct AgentOptions<'a> {
+    server: &'a str,
+    token: &'a str,
+    api_prefix: &'a str,
     capacity: usize,
     workdir: PathBuf,
-    labels: &[String],
-    sandbox: &str,
-) -> anyhow::Result<()> {
+    labels: &'a [String],
+    sandbox: &'a str,
+    backend: &'a str,
+}
+
+fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
     use crate::runner::{self, RunnerConfig, http::HttpAgent};
+    let AgentOptions {
+        server,
+        token,
+        api_prefix,
+        capacity,
+        workdir,
+        labels,
+        sandbox,
+        backend,
+    } = options;
     LogControl::install(LogLevel::Info);
     if !(server.starts_with("http://") || server.starts_with("https://")) {
         anyhow::bail!("--server {server:?} must be an http:// URL");
@@ -354,7 +374,18 @@ fn agent(
             shutdown_signal().await;
             let _ = stop.send(true);
         });
-        tracing::info!(server, capacity, "agent started");
+        // The owner key labels this agent's containers: the same server and token after a
+        // restart sweep what the crashed run left behind.
+        let owner = format!(
+            "agent-{}",
+            &crate::store::agents::token_hash(&format!("{server}\n{token}"))[..16]
+        );
+        let engine = runner::choose_backend(backend, &owner)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let mut info = info;
+        info.backend = if engine.is_some() { "docker" } else { "local" }.into();
+        tracing::info!(server, capacity, backend = info.backend, "agent started");
         runner::run(
             api,
             RunnerConfig {
@@ -362,6 +393,7 @@ fn agent(
                 workdir,
                 info,
                 sandbox,
+                docker: engine,
             },
             shutdown,
         )

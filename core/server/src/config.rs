@@ -26,6 +26,7 @@ pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("WOODLARK_ADMINS", "auth.admins"),
     ("WOODLARK_PLUGINS_DIR", "plugins.dir"),
     ("WOODLARK_RUNNER_ENABLED", "runner.enabled"),
+    ("WOODLARK_RUNNER_BACKEND", "runner.backend"),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +133,9 @@ pub struct PipelineConfig {
     /// Registry-auth plugin instances asked, in order, for a step image's registry when no
     /// registry configured through the API matches.
     pub registry_auth: Vec<String>,
+    /// Plugin images that may run `privileged: true` in any repository (docker backend);
+    /// everything else needs a repository trusted for security.
+    pub privileged_plugins: Vec<String>,
 }
 
 /// `[events]`: the events feed and the retention of the outbox behind it.
@@ -356,6 +360,10 @@ pub struct RunnerConfig {
     /// hides the data dir, the secrets key, the plugin cache, this file and the TLS key) or
     /// "none" (steps read whatever the server's user can: trusted code only).
     pub sandbox: String,
+    /// Where steps run: "docker" (each step in a container of its image, on the engine at
+    /// `DOCKER_HOST` or the local socket), "local" (host processes) or "auto" (docker when an
+    /// engine answers at start-up, else local with a warning).
+    pub backend: String,
 }
 
 impl Default for Config {
@@ -427,6 +435,7 @@ impl Default for RunnerConfig {
             capacity: 2,
             workdir: PathBuf::new(),
             sandbox: "bwrap".into(),
+            backend: "auto".into(),
         }
     }
 }
@@ -485,6 +494,7 @@ impl Config {
                         .collect()
                 }
                 "WOODLARK_PLUGINS_DIR" => self.plugins.dir = value.into(),
+                "WOODLARK_RUNNER_BACKEND" => self.runner.backend = value.clone(),
                 "WOODLARK_RUNNER_ENABLED" => {
                     self.runner.enabled = match value.as_str() {
                         "1" | "true" => true,
@@ -631,6 +641,15 @@ impl Config {
         })?;
         if self.runner.capacity == 0 {
             return Err(invalid("runner.capacity", "must be at least 1".into()));
+        }
+        if !matches!(self.runner.backend.as_str(), "auto" | "docker" | "local") {
+            return Err(invalid(
+                "runner.backend",
+                format!(
+                    "{:?} is not \"auto\", \"docker\" or \"local\"",
+                    self.runner.backend
+                ),
+            ));
         }
         if !matches!(self.runner.sandbox.as_str(), "bwrap" | "none") {
             return Err(invalid(
@@ -997,6 +1016,17 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
         );
         let shown = serde_json::to_value(c.redacted()).unwrap();
         assert_eq!(shown["runner"]["sandbox"], "none");
+    }
+
+    #[test]
+    fn runner_backend() {
+        assert_eq!(load("").unwrap().runner.backend, "auto");
+        let c = load("[runner]\nbackend = \"docker\"\n").unwrap();
+        assert_eq!(c.runner.backend, "docker");
+        let err = load("[runner]\nbackend = \"kubernetes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("test.toml: runner.backend: "), "{err}");
     }
 
     #[test]

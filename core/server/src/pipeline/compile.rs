@@ -402,9 +402,11 @@ fn build_step(
             Err(e) => issues.push(e),
         }
     }
+    issues.extend(untrusted_options(input, s, is_plugin));
     if !issues.is_empty() {
         return Err(issues);
     }
+    let c = &s.container;
     Ok(CompiledStep {
         name: s.name.clone(),
         kind,
@@ -419,7 +421,64 @@ fn build_step(
         detach: service || s.detach,
         directory: s.directory.clone(),
         registries: Vec::new(),
+        pull: c.pull,
+        privileged: c.privileged,
+        volumes: c.volumes.clone(),
+        devices: c.devices.clone(),
+        network_mode: c.network_mode.clone(),
+        dns: c.dns.clone(),
+        dns_search: c.dns_search.clone(),
+        extra_hosts: c.extra_hosts.clone(),
+        tmpfs: c.tmpfs.clone(),
+        user: c.user.clone(),
     })
+}
+
+/// Options that reach the host need the repository's matching trust (set by an instance
+/// admin): `privileged` and `devices` need `trusted.security` (or, for `privileged`, a plugin
+/// image the admin listed in `pipeline.privileged_plugins`), host `volumes` need
+/// `trusted.volumes`, `network_mode` needs `trusted.network`. Otherwise the pipeline errors
+/// before anything runs.
+fn untrusted_options(input: &CompileInput, s: &StepSpec, is_plugin: bool) -> Vec<Issue> {
+    let c = &s.container;
+    let trust = input.trust;
+    let privileged_plugin = is_plugin && privileged_image(&input.privileged_plugins, &s.image);
+    let mut found = Vec::new();
+    let mut refuse = |key: &str, flag: &str| {
+        found.push(Issue::linter(
+            field(&s.field, key),
+            format!(
+                "`{key}` needs a repository trusted for {flag} (an instance admin sets \
+                 `trusted.{flag}` on the repository)"
+            ),
+        ));
+    };
+    if c.privileged && !trust.security && !privileged_plugin {
+        refuse("privileged", "security");
+    }
+    if !c.devices.is_empty() && !trust.security {
+        refuse("devices", "security");
+    }
+    if !c.volumes.is_empty() && !trust.volumes {
+        refuse("volumes", "volumes");
+    }
+    if !c.network_mode.is_empty() && !trust.network {
+        refuse("network_mode", "network");
+    }
+    found
+}
+
+/// Whether `image` is one of the admin's privileged plugins (compared without the tag).
+fn privileged_image(allowed: &[String], image: &str) -> bool {
+    let name = |i: &str| {
+        let last = i.rsplit('/').next().unwrap_or(i);
+        match last.find([':', '@']) {
+            Some(at) => i[..i.len() - last.len() + at].to_string(),
+            None => i.to_string(),
+        }
+    };
+    let wanted = name(image);
+    allowed.iter().any(|a| name(a) == wanted)
 }
 
 /// Cross-workflow `depends_on`: unknown names are errors, dependencies on filtered-out

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
-use crate::pipeline::types::{Metadata, SecretValue};
+use crate::pipeline::types::{Metadata, SecretValue, Trust};
 
 // ---------------------------------------------------------------------------------------
 // Builders for inputs and expected outputs.
@@ -49,6 +49,7 @@ fn run(files: &[ConfigFile], meta: Metadata, secrets: Vec<SecretValue>) -> Compi
         files: files.to_vec(),
         meta,
         secrets,
+        ..CompileInput::default()
     })
 }
 
@@ -940,4 +941,57 @@ fn step_templates_with_merge_keys_and_when_lists() {
             vec![clone("woodpecker", 1), lint, test]
         )])
     );
+}
+
+#[test]
+fn container_options_need_the_repository_trust() {
+    let config = "steps:\n  root:\n    image: busybox\n    privileged: true\n    commands: [id]\n  host:\n    image: busybox\n    volumes: [\"/etc:/host-etc\"]\n    devices: [/dev/fuse]\n    network_mode: host\n    commands: [ls]\n  plugin:\n    image: plugins/docker:1\n    privileged: true\n    pull: true\n    backend_options:\n      docker:\n        user: \"1000\"\n";
+    let files = [file(".woodpecker.yaml", config)];
+    let untrusted = run(&files, meta(), Vec::new());
+    assert!(untrusted.workflows.is_empty());
+    let fields: Vec<String> = error_keys(&untrusted)
+        .into_iter()
+        .map(|(_, _, field, _)| field)
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "steps.root.privileged",
+            "steps.host.devices",
+            "steps.host.volumes",
+            "steps.host.network_mode",
+            "steps.plugin.privileged",
+        ]
+    );
+
+    // Trusted for everything, with `plugins/docker` a privileged plugin: it compiles.
+    let trusted = compile(&CompileInput {
+        files: files.to_vec(),
+        meta: meta(),
+        secrets: Vec::new(),
+        trust: Trust {
+            security: true,
+            volumes: true,
+            network: true,
+        },
+        privileged_plugins: Vec::new(),
+    });
+    assert!(trusted.errors.is_empty(), "{:?}", trusted.errors);
+    let steps = &trusted.workflows[0].steps;
+    assert!(steps[1].privileged);
+    assert_eq!(steps[2].volumes, ["/etc:/host-etc"]);
+    assert_eq!(steps[2].network_mode, "host");
+    assert!(steps[3].pull);
+    assert_eq!(steps[3].user, "1000");
+
+    // A privileged plugin needs no trust; a commands step with the same image does.
+    let plugin_only = "steps:\n  plugin:\n    image: plugins/docker:1\n    privileged: true\n  cmds:\n    image: plugins/docker\n    privileged: true\n    commands: [id]\n";
+    let r = compile(&CompileInput {
+        files: vec![file(".woodpecker.yaml", plugin_only)],
+        meta: meta(),
+        privileged_plugins: vec!["plugins/docker".into()],
+        ..CompileInput::default()
+    });
+    let fields: Vec<String> = error_keys(&r).into_iter().map(|(_, _, f, _)| f).collect();
+    assert_eq!(fields, ["steps.cmds.privileged"]);
 }

@@ -67,6 +67,22 @@ pub struct CompileInput {
     pub files: Vec<ConfigFile>,
     pub meta: Metadata,
     pub secrets: Vec<SecretValue>,
+    /// What the repository is trusted with (set by instance admins).
+    pub trust: Trust,
+    /// Images that may run privileged without a trusted repository (admin configuration;
+    /// plugin steps only, as upstream).
+    pub privileged_plugins: Vec<String>,
+}
+
+/// The repository's `trusted` flags, as the compiler needs them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trust {
+    /// `privileged` and `devices`.
+    pub security: bool,
+    /// Host `volumes`.
+    pub volumes: bool,
+    /// `network_mode`.
+    pub network: bool,
 }
 
 /// `errors[]` of a pipeline (Woodpecker's `PipelineError`).
@@ -145,6 +161,30 @@ pub struct CompiledStep {
     /// `config.json` and points `DOCKER_CONFIG` at it). Filled by the server, not the compiler.
     #[serde(default)]
     pub registries: Vec<RegistryCredential>,
+    /// Pull the image even when the engine has it (`pull: true`).
+    #[serde(default)]
+    pub pull: bool,
+    /// The options below reach the host; the compiler lets them through only for trusted
+    /// repositories (and privileged plugins), and only the docker backend uses them.
+    #[serde(default)]
+    pub privileged: bool,
+    #[serde(default)]
+    pub volumes: Vec<String>,
+    #[serde(default)]
+    pub devices: Vec<String>,
+    #[serde(default)]
+    pub network_mode: String,
+    #[serde(default)]
+    pub dns: Vec<String>,
+    #[serde(default)]
+    pub dns_search: Vec<String>,
+    #[serde(default)]
+    pub extra_hosts: Vec<String>,
+    #[serde(default)]
+    pub tmpfs: Vec<String>,
+    /// The user the container runs as (`backend_options.docker.user`).
+    #[serde(default)]
+    pub user: String,
 }
 
 /// A registry login handed to a step.

@@ -5,11 +5,13 @@
 //! reports every problem as an [`Issue`] with the field path. It does not look at the run
 //! (filters, secrets, `CI_*`): [`super::compile`] does that with the spec.
 //!
-//! Accepted and ignored because the local backend has no use for them: `workspace`,
-//! `variables` (a holder for YAML anchors), `concurrency`, and per step `pull`, `privileged`,
-//! `volumes`, `ports`, `backend_options`, `devices`, `dns`, `dns_search`, `extra_hosts`,
-//! `network_mode`, `tmpfs`. A custom `clone:` section is accepted with a warning: the built-in
-//! git clone is used instead.
+//! The container options (`pull`, `privileged`, `volumes`, `devices`, `network_mode`, `dns`,
+//! `dns_search`, `extra_hosts`, `tmpfs`, `backend_options.docker.user`) are read here and used
+//! by the docker backend; the local backend ignores them. The ones that reach the host
+//! (`privileged`, `volumes`, `devices`, `network_mode`) are checked against the repository's
+//! trust by the compiler. Accepted and ignored: `workspace`, `variables` (a holder for YAML
+//! anchors), `concurrency`, `ports`. A custom `clone:` section is accepted with a warning: the
+//! built-in git clone is used instead.
 
 use std::collections::BTreeMap;
 
@@ -109,6 +111,24 @@ pub struct StepSpec {
     pub failure: OnFailure,
     pub detach: bool,
     pub directory: String,
+    /// The container options of the docker backend.
+    pub container: ContainerSpec,
+}
+
+/// Per-step container options (docker backend).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerSpec {
+    pub pull: bool,
+    pub privileged: bool,
+    pub volumes: Vec<String>,
+    pub devices: Vec<String>,
+    pub network_mode: String,
+    pub dns: Vec<String>,
+    pub dns_search: Vec<String>,
+    pub extra_hosts: Vec<String>,
+    pub tmpfs: Vec<String>,
+    /// `backend_options.docker.user`.
+    pub user: String,
 }
 
 impl StepSpec {
@@ -299,6 +319,7 @@ fn parse_step(
         failure: OnFailure::Fail,
         detach: false,
         directory: String::new(),
+        container: ContainerSpec::default(),
     };
     for (key, value) in entries {
         let here = field(at, key);
@@ -342,6 +363,18 @@ fn parse_step(
             }),
             "detach" => read::boolean(value, &here).map(|b| step.detach = b),
             "directory" => read::string(value, &here).map(|d| step.directory = d),
+            "pull" => read::boolean(value, &here).map(|b| step.container.pull = b),
+            "privileged" => read::boolean(value, &here).map(|b| step.container.privileged = b),
+            "volumes" => read::string_list(value, &here).map(|v| step.container.volumes = v),
+            "devices" => read::string_list(value, &here).map(|v| step.container.devices = v),
+            "network_mode" => read::string(value, &here).map(|v| step.container.network_mode = v),
+            "dns" => read::string_list(value, &here).map(|v| step.container.dns = v),
+            "dns_search" => read::string_list(value, &here).map(|v| step.container.dns_search = v),
+            "extra_hosts" => {
+                read::string_list(value, &here).map(|v| step.container.extra_hosts = v)
+            }
+            "tmpfs" => read::string_list(value, &here).map(|v| step.container.tmpfs = v),
+            "backend_options" => docker_user(value, &here).map(|u| step.container.user = u),
             _ => Ok(()),
         };
         if let Err(e) = result {
@@ -375,6 +408,29 @@ fn parse_step(
         }
     }
     Some(step)
+}
+
+/// `backend_options`: `{docker: {user: …}}` is read; other backends' options are accepted.
+fn docker_user(node: &Node, at: &str) -> Result<String, Issue> {
+    if node.is_null() {
+        return Ok(String::new());
+    }
+    read::map(node, at)?;
+    let Some(docker) = node.get("docker").filter(|d| !d.is_null()) else {
+        return Ok(String::new());
+    };
+    let here = field(at, "docker");
+    let entries = read::map(docker, &here)?;
+    if let Some(issue) = read::unknown_keys(entries, &["user"], &here)
+        .into_iter()
+        .next()
+    {
+        return Err(issue);
+    }
+    match docker.get("user") {
+        Some(user) => read::string(user, &field(&here, "user")),
+        None => Ok(String::new()),
+    }
 }
 
 /// `depends_on`: a name, a list of names, or `{name, optional}` objects (mixed allowed).

@@ -16,6 +16,7 @@
 //! key or configuration, nor other workflows' directories; `runner.sandbox = "none"` (or
 //! `woodlark agent --sandbox none`) runs it with everything the runner's user can read.
 
+pub mod docker;
 pub mod http;
 pub mod process;
 pub mod protocol;
@@ -84,6 +85,42 @@ pub struct RunnerConfig {
     /// Run every step inside this bubblewrap sandbox; `None` runs steps directly on the host
     /// (`runner.sandbox = "none"`), able to read whatever the runner's user can.
     pub sandbox: Option<sandbox::Sandbox>,
+    /// Run steps in containers on this engine (the docker backend); `None`: the local
+    /// backend (host processes). The clone runs on the host either way.
+    pub docker: Option<docker::Docker>,
+}
+
+/// The engine a runner should use for `backend` (`auto`, `docker` or `local`): `docker`
+/// fails when no engine answers; `auto` falls back to the local backend with a warning. The
+/// engine is swept of this runner's leftovers (`owner`) before any work starts.
+pub async fn choose_backend(backend: &str, owner: &str) -> Result<Option<docker::Docker>, String> {
+    if backend == "local" {
+        return Ok(None);
+    }
+    let engine = match docker::Docker::connect(owner).await {
+        Ok(engine) => engine,
+        Err(e) if backend == "auto" => {
+            tracing::warn!(
+                error = %e,
+                "no Docker engine answers: steps run as HOST PROCESSES with the local backend \
+                 (trusted code only); install and start Docker, or set runner.backend = \"local\" \
+                 to silence this"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    match engine.sweep().await {
+        Ok(swept) if swept != docker::Swept::default() => tracing::info!(
+            containers = swept.containers,
+            networks = swept.networks,
+            volumes = swept.volumes,
+            "removed containers, networks and volumes left by an earlier run"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not sweep the engine"),
+    }
+    Ok(Some(engine))
 }
 
 /// Runs `capacity` workers until `shutdown` fires.
@@ -111,7 +148,7 @@ pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch:
                             repo = work.repo,
                             "workflow started"
                         );
-                        run_workflow(&api, work, &config.workdir, config.sandbox.as_ref()).await;
+                        run_workflow(&api, work, &config).await;
                         tracing::info!(worker = n, workflow = id, "workflow finished");
                     }
                     Ok(None) => backoff = Duration::from_millis(200),
@@ -177,12 +214,7 @@ enum Outcome {
 }
 
 /// Runs one workflow to the end and reports it. Never panics on bad work.
-pub async fn run_workflow<A: AgentApi>(
-    api: &A,
-    work: Work,
-    workdir: &Path,
-    sandbox: Option<&sandbox::Sandbox>,
-) {
+pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfig) {
     let id = work.workflow_id;
     if let Err(err) = retry(|| api.init(id)).await {
         tracing::warn!(workflow = id, %err, "init refused; dropping the workflow");
@@ -214,7 +246,21 @@ pub async fn run_workflow<A: AgentApi>(
         })
     };
 
-    let result = execute(api, &work, workdir, sandbox, cancel_rx).await;
+    let result = match &config.docker {
+        Some(engine) => match engine.create_workflow(work.workflow_id).await {
+            Ok(resources) => {
+                let containers = Containers {
+                    engine: engine.clone(),
+                    resources,
+                };
+                let result = execute(api, &work, config, Some(&containers), cancel_rx).await;
+                engine.remove_workflow(&containers.resources).await;
+                result
+            }
+            Err(e) => Err(e),
+        },
+        None => execute(api, &work, config, None, cancel_rx).await,
+    };
     watcher.abort();
     extender.abort();
     let done = match result {
@@ -278,15 +324,23 @@ impl Workspace {
 }
 
 /// Runs the steps; returns the workflow's final state, or an error that prevented running.
+/// A workflow's place on the docker backend.
+#[derive(Clone)]
+struct Containers {
+    engine: docker::Docker,
+    resources: docker::WorkflowResources,
+}
+
 async fn execute<A: AgentApi>(
     api: &A,
     work: &Work,
-    workdir: &Path,
-    sandbox: Option<&sandbox::Sandbox>,
+    config: &RunnerConfig,
+    containers: Option<&Containers>,
     cancel: watch::Receiver<bool>,
 ) -> Result<&'static str, String> {
-    let ws = Workspace::create(workdir, work.workflow_id)?;
-    let sandbox = sandbox.map(|s| Arc::new(s.clone()));
+    let ws = Workspace::create(&config.workdir, work.workflow_id)?;
+    let sandbox = config.sandbox.as_ref().map(|s| Arc::new(s.clone()));
+    let containers = containers.map(|c| Arc::new(c.clone()));
     if let Some(netrc) = &work.netrc {
         let text = format!(
             "machine {}\nlogin {}\npassword {}\n",
@@ -308,8 +362,8 @@ async fn execute<A: AgentApi>(
     let mut outcomes: Vec<Option<Outcome>> = vec![None; steps.len()];
     let mut started = vec![false; steps.len()];
     let mut running: JoinSet<(usize, Outcome)> = JoinSet::new();
-    let mut detached: Vec<process::Running> = Vec::new();
-    let (detached_tx, mut detached_rx) = mpsc::unbounded_channel::<process::Running>();
+    let mut detached: Vec<Handle> = Vec::new();
+    let (detached_tx, mut detached_rx) = mpsc::unbounded_channel::<Handle>();
 
     loop {
         let canceled = *cancel.borrow();
@@ -371,6 +425,7 @@ async fn execute<A: AgentApi>(
                 home: ws.home(),
                 root: ws.root().to_path_buf(),
                 sandbox: sandbox.clone(),
+                containers: containers.clone(),
                 clone_url: work.clone_url.clone(),
                 commit: work.commit.clone(),
                 cancel: cancel.clone(),
@@ -416,7 +471,7 @@ async fn execute<A: AgentApi>(
         detached.push(p);
     }
     for p in &detached {
-        p.kill();
+        p.stop().await;
     }
     let canceled = *cancel.borrow();
     let any_killed = outcomes.iter().any(|o| matches!(o, Some(Outcome::Killed)));
@@ -453,7 +508,40 @@ struct StepContext<A> {
     commit: String,
     cancel: watch::Receiver<bool>,
     deadline: Instant,
-    detached: mpsc::UnboundedSender<process::Running>,
+    detached: mpsc::UnboundedSender<Handle>,
+    /// Set on the docker backend: steps other than the clone run in containers there.
+    containers: Option<Arc<Containers>>,
+}
+
+/// A running step on either backend.
+enum Handle {
+    Process(process::Running),
+    Container(docker::Container),
+}
+
+impl Handle {
+    fn kill(&self) {
+        match self {
+            Handle::Process(p) => p.kill(),
+            Handle::Container(c) => c.kill(),
+        }
+    }
+
+    async fn wait(&mut self) -> Exit {
+        match self {
+            Handle::Process(p) => p.wait().await,
+            Handle::Container(c) => c.wait().await,
+        }
+    }
+
+    /// Kills and, for containers, waits until the engine removed it (detached steps at the
+    /// end of the workflow, before its network and volume go).
+    async fn stop(&self) {
+        match self {
+            Handle::Process(p) => p.kill(),
+            Handle::Container(c) => c.stop().await,
+        }
+    }
 }
 
 /// Sends a step's lines in batches (at most every 20 ms, or at 200 lines), numbering them:
@@ -541,82 +629,19 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         last_flush: Instant::now(),
     };
 
-    let (program, args) = match ctx.step.kind {
-        StepKind::Clone => (
-            "sh".to_string(),
-            vec![
-                "-e".into(),
-                "-c".into(),
-                format!(
-                    "echo '+ git clone'\ngit clone --quiet --no-checkout {url} .\necho '+ git checkout {commit}'\ngit -c advice.detachedHead=false checkout --quiet {commit}\n",
-                    url = shell_quote(&ctx.clone_url),
-                    commit = shell_quote(&ctx.commit)
-                ),
-            ],
-        ),
-        _ => match process::command_for(&ctx.step) {
-            Ok(cmd) => cmd,
-            Err(error) => {
-                shipper.push(0, 0, error.clone());
-                shipper.flush().await;
-                return finish(&ctx, started, "failure", 1, error).await;
-            }
-        },
-    };
-    let workdir = if ctx.step.directory.is_empty() {
-        ctx.dir.clone()
-    } else {
-        ctx.dir.join(&ctx.step.directory)
-    };
-    let mut env: BTreeMap<String, String> = ctx.step.environment.clone();
-    env.insert("HOME".into(), ctx.home.display().to_string());
-    if !ctx.step.registries.is_empty() {
-        // A Docker config dir per step, so image-building steps can log in.
-        let dir = ctx.home.join(".docker-steps").join(ctx.step_id.to_string());
-        let written = std::fs::create_dir_all(&dir).and_then(|()| {
-            crate::auth::keys::write_private(
-                &dir.join("config.json"),
-                &crate::pipeline::registry::docker_config(&ctx.step.registries),
-            )
-        });
-        match written {
-            Ok(()) => {
-                env.insert("DOCKER_CONFIG".into(), dir.display().to_string());
-            }
-            Err(e) => {
-                let error = format!("cannot write the registry logins: {e}");
-                shipper.push(0, 0, error.clone());
-                shipper.flush().await;
-                return finish(&ctx, started, "failure", 1, error).await;
-            }
-        }
-    }
-    env.insert("CI_WORKSPACE".into(), ctx.dir.display().to_string());
-    let (program, args) = match &ctx.sandbox {
-        Some(sandbox) => {
-            // The clone step alone sees the local repository it clones from (which may lie
-            // in a covered directory, such as a `git` forge inside the data dir), and only if
-            // it is one: a clone URL cannot uncover any other directory.
-            let readonly: Vec<PathBuf> = match ctx.step.kind {
-                StepKind::Clone => local_repo(&ctx.clone_url)
-                    .filter(|p| p.join("HEAD").is_file() || p.join(".git").exists())
-                    .into_iter()
-                    .collect(),
-                _ => Vec::new(),
-            };
-            sandbox.wrap(&ctx.root, &readonly, &workdir, &program, &args)
-        }
-        None => (program, args),
-    };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut proc = match process::spawn(
-        &program,
-        &args,
-        &workdir,
-        &env,
-        ctx.step.secrets.clone(),
-        tx,
-    ) {
+    let started_step = match &ctx.containers {
+        Some(c) if docker::in_container(&ctx.step) => {
+            // The compiler's environment plus the workspace path; image, network and the
+            // trusted options are the backend's.
+            c.engine
+                .start(&c.resources, &ctx.step, &ctx.step.environment, tx)
+                .await
+                .map(Handle::Container)
+        }
+        _ => start_process(&ctx, tx).map(Handle::Process),
+    };
+    let mut proc = match started_step {
         Ok(p) => p,
         Err(error) => {
             shipper.push(0, 0, error.clone());
@@ -681,9 +706,83 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         (Exit::Killed, None) => ("killed", 137, "killed by a signal".to_string()),
         (Exit::StartFailed(e), None) => ("failure", 1, e),
     };
+    if let Some(c) = &ctx.containers
+        && state == "success"
+        && ctx.step.kind == StepKind::Clone
+    {
+        c.resources.cloned_into(ctx.dir.clone()).await;
+    }
     shipper.push(now() - started, process_exit_kind(), code.to_string());
     shipper.flush().await;
     finish(&ctx, started, state, code, error).await
+}
+
+/// Starts a step as a host process (the local backend, and the clone on either backend),
+/// inside the sandbox when there is one.
+fn start_process<A>(
+    ctx: &StepContext<A>,
+    tx: mpsc::UnboundedSender<(i64, String)>,
+) -> Result<process::Running, String> {
+    let (program, args) = match ctx.step.kind {
+        StepKind::Clone => (
+            "sh".to_string(),
+            vec![
+                "-e".into(),
+                "-c".into(),
+                format!(
+                    "echo '+ git clone'\ngit clone --quiet --no-checkout {url} .\necho '+ git checkout {commit}'\ngit -c advice.detachedHead=false checkout --quiet {commit}\n",
+                    url = shell_quote(&ctx.clone_url),
+                    commit = shell_quote(&ctx.commit)
+                ),
+            ],
+        ),
+        _ => process::command_for(&ctx.step)?,
+    };
+    let workdir = if ctx.step.directory.is_empty() {
+        ctx.dir.clone()
+    } else {
+        ctx.dir.join(&ctx.step.directory)
+    };
+    let mut env: BTreeMap<String, String> = ctx.step.environment.clone();
+    env.insert("HOME".into(), ctx.home.display().to_string());
+    if !ctx.step.registries.is_empty() {
+        // A Docker config dir per step, so image-building steps can log in.
+        let dir = ctx.home.join(".docker-steps").join(ctx.step_id.to_string());
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                crate::auth::keys::write_private(
+                    &dir.join("config.json"),
+                    &crate::pipeline::registry::docker_config(&ctx.step.registries),
+                )
+            })
+            .map_err(|e| format!("cannot write the registry logins: {e}"))?;
+        env.insert("DOCKER_CONFIG".into(), dir.display().to_string());
+    }
+    env.insert("CI_WORKSPACE".into(), ctx.dir.display().to_string());
+    let (program, args) = match &ctx.sandbox {
+        Some(sandbox) => {
+            // The clone step alone sees the local repository it clones from (which may lie
+            // in a covered directory, such as a `git` forge inside the data dir), and only if
+            // it is one: a clone URL cannot uncover any other directory.
+            let readonly: Vec<PathBuf> = match ctx.step.kind {
+                StepKind::Clone => local_repo(&ctx.clone_url)
+                    .filter(|p| p.join("HEAD").is_file() || p.join(".git").exists())
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
+            };
+            sandbox.wrap(&ctx.root, &readonly, &workdir, &program, &args)
+        }
+        None => (program, args),
+    };
+    process::spawn(
+        &program,
+        &args,
+        &workdir,
+        &env,
+        ctx.step.secrets.clone(),
+        tx,
+    )
 }
 
 /// Woodpecker's LogEntry type for the exit code line.

@@ -99,7 +99,7 @@ fn split_point(buf: &[u8], secrets: &[String]) -> usize {
 
 /// Reads `reader` line by line (lines of at most [`MAX_LINE_BYTES`]), masks each and calls
 /// `emit` until it returns false or the input ends.
-fn read_lines(
+pub(crate) fn read_lines(
     reader: impl std::io::Read,
     secrets: &[String],
     mut emit: impl FnMut(String) -> bool,

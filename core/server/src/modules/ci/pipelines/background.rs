@@ -163,7 +163,23 @@ async fn run_local(ctx: Ctx) {
         Ok(_) => {}
         Err(err) => tracing::warn!(%err, "could not re-queue the local agent's workflows"),
     }
-    let info = local_info(ctx.config.runner.capacity);
+    // Containers of this server carry an owner key derived from its data dir, so a restart
+    // after a crash sweeps exactly what this server left behind.
+    let owner = format!(
+        "server-{}",
+        &crate::store::agents::token_hash(&ctx.config.server.data_dir.display().to_string())[..16]
+    );
+    let engine = match runner::choose_backend(&ctx.config.runner.backend, &owner).await {
+        Ok(engine) => engine,
+        Err(err) => {
+            tracing::error!(%err, "runner.backend = \"docker\" but no Docker engine answers; the local runner is off");
+            return;
+        }
+    };
+    let mut info = local_info(ctx.config.runner.capacity);
+    if engine.is_some() {
+        info.backend = "docker".into();
+    }
     if let Err(err) = super::agent_rpc::record_info(&ctx, &row, &info).await {
         tracing::warn!(error = %err.message, "could not record the local agent's details");
     }
@@ -180,12 +196,14 @@ async fn run_local(ctx: Ctx) {
         workdir: ctx.config.runner.workdir.clone(),
         info,
         sandbox,
+        docker: engine,
     };
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     tracing::info!(
         agent = api.id(),
         capacity = config.capacity,
         sandbox = ctx.config.runner.sandbox,
+        backend = config.info.backend,
         "local runner started"
     );
     runner::run(api, config, shutdown).await;

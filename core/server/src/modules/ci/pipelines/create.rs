@@ -284,6 +284,8 @@ pub async fn create(
             files: files.clone(),
             meta: metadata(ctx, repo, &trigger, 0, &forge_type),
             secrets: sources.secrets.clone(),
+            trust: trust_of(repo),
+            privileged_plugins: ctx.config.pipeline.privileged_plugins.clone(),
         });
         let mut images: Vec<String> = dry
             .workflows
@@ -401,6 +403,16 @@ pub struct Sources {
 }
 
 /// The run's metadata: what `when` filters and `CI_*` variables are computed from.
+/// What the repository is trusted with, for the compiler.
+fn trust_of(repo: &RepoRow) -> crate::pipeline::types::Trust {
+    let t = &repo.repo.trusted;
+    crate::pipeline::types::Trust {
+        security: t.security,
+        volumes: t.volumes,
+        network: t.network,
+    }
+}
+
 fn metadata(ctx: &Ctx, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &str) -> Metadata {
     Metadata {
         event: t.event.clone(),
@@ -521,6 +533,8 @@ fn create_in(
             files: files.to_vec(),
             meta: metadata(ctx, repo, t, number, forge_type),
             secrets: sources.secrets,
+            trust: trust_of(repo),
+            privileged_plugins: ctx.config.pipeline.privileged_plugins.clone(),
         })
     } else {
         // A secret or registry source failed: the pipeline cannot run safely without it.

@@ -1,0 +1,793 @@
+//! The docker backend: every step runs in a container of its `image`, on the Docker Engine
+//! API (the unix socket, or wherever `DOCKER_HOST` points), through bollard.
+//!
+//! Per workflow the backend creates a bridge **network** and a **volume**, both named
+//! `wl_<workflow>_<random>` and labelled with the runner's owner key ([`LABEL_OWNER`]) and the
+//! workflow ([`LABEL_WORKFLOW`]):
+//! - the volume is the workspace, mounted at [`WORKSPACE`] in every step; the clone step
+//!   checks the commit out on the runner's host (the same git and sandbox as the local
+//!   backend) and the first container step copies the tree into the volume through the
+//!   archive API, with its own image (so a failing pull is that step's error), before it
+//!   starts; the engine may be remote;
+//! - steps and services are containers named `<key>_<step>` on the network, reachable by their
+//!   step name (a network alias); `commands` become a shell script (`/bin/sh -c`), plugin
+//!   steps run the image's own entrypoint with `settings:` as `PLUGIN_*` variables;
+//! - images are pulled when missing (always with `pull: true`), with the step's registry
+//!   login as `X-Registry-Auth`;
+//! - output is read from the container's log stream and goes through the same line splitting
+//!   and secret masking as host processes ([`super::process::read_lines`]).
+//!
+//! Everything a workflow created is removed when it ends (success, failure, cancel, error).
+//! After a crash of the server or agent, [`Docker::sweep`] removes whatever carries this
+//! runner's owner label before new work starts: nothing of ours can still be running then.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use base64::Engine;
+use bollard::auth::DockerCredentials;
+use bollard::models::{
+    ContainerCreateBody, DeviceMapping, EndpointSettings, HostConfig, Mount, MountType,
+    NetworkCreateRequest, NetworkingConfig, VolumeCreateRequest,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, ListContainersOptions, ListNetworksOptions,
+    ListVolumesOptions, LogsOptions, RemoveContainerOptions, RemoveVolumeOptions,
+    UploadToContainerOptions,
+};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::process::{self, Exit};
+use crate::pipeline::registry::{normalize, registry_of};
+use crate::pipeline::types::{CompiledStep, StepKind};
+
+/// Label naming the runner that created an object (what [`Docker::sweep`] removes).
+pub const LABEL_OWNER: &str = "io.woodlark.owner";
+/// Label naming the workflow an object belongs to.
+pub const LABEL_WORKFLOW: &str = "io.woodlark.workflow";
+/// Where the workspace volume is mounted in every step (`CI_WORKSPACE`).
+pub const WORKSPACE: &str = "/woodpecker/src";
+
+/// A connection to a Docker engine, for one runner.
+#[derive(Clone)]
+pub struct Docker {
+    client: bollard::Docker,
+    /// The runner's owner key: stable across restarts of the same server or agent.
+    owner: String,
+}
+
+impl std::fmt::Debug for Docker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Docker")
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+/// The network and volume of one workflow.
+#[derive(Debug, Clone)]
+pub struct WorkflowResources {
+    /// `wl_<workflow>_<random>`: the name of the network and the volume, and the prefix of
+    /// container names.
+    pub key: String,
+    pub workflow_id: i64,
+    /// The host directory of the clone, until it is copied into the volume (by the first
+    /// container step that starts; the others wait for it).
+    pending_fill: Arc<tokio::sync::Mutex<Option<std::path::PathBuf>>>,
+}
+
+impl WorkflowResources {
+    /// The clone in `dir` is to be copied into the workspace volume before the next step.
+    pub async fn cloned_into(&self, dir: std::path::PathBuf) {
+        *self.pending_fill.lock().await = Some(dir);
+    }
+}
+
+/// What the sweep removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub containers: usize,
+    pub networks: usize,
+    pub volumes: usize,
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("docker: {what}: {e}")
+}
+
+impl Docker {
+    /// Connects to the engine (`DOCKER_HOST`, else the local socket), agrees on an API
+    /// version and checks that it answers.
+    pub async fn connect(owner: &str) -> Result<Docker, String> {
+        let client =
+            bollard::Docker::connect_with_defaults().map_err(|e| err("cannot connect", e))?;
+        let client = client
+            .with_timeout(std::time::Duration::from_secs(600))
+            .negotiate_version()
+            .await
+            .map_err(|e| err("the engine does not answer", e))?;
+        client
+            .ping()
+            .await
+            .map_err(|e| err("the engine does not answer", e))?;
+        Ok(Docker {
+            client,
+            owner: owner.to_string(),
+        })
+    }
+
+    fn labels(&self, workflow_id: i64) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_OWNER.to_string(), self.owner.clone()),
+            (LABEL_WORKFLOW.to_string(), workflow_id.to_string()),
+        ])
+    }
+
+    fn owner_filter(&self) -> HashMap<String, Vec<String>> {
+        HashMap::from([(
+            "label".to_string(),
+            vec![format!("{LABEL_OWNER}={}", self.owner)],
+        )])
+    }
+
+    /// Removes every container, network and volume carrying this runner's owner label.
+    pub async fn sweep(&self) -> Result<Swept, String> {
+        let mut swept = Swept::default();
+        let containers = self
+            .client
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(self.owner_filter()),
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| err("cannot list containers", e))?;
+        for c in containers {
+            if let Some(id) = c.id
+                && self.remove_container(&id).await
+            {
+                swept.containers += 1;
+            }
+        }
+        let networks = self
+            .client
+            .list_networks(Some(ListNetworksOptions {
+                filters: Some(self.owner_filter()),
+            }))
+            .await
+            .map_err(|e| err("cannot list networks", e))?;
+        for n in networks {
+            if let Some(name) = n.name
+                && self.client.remove_network(&name).await.is_ok()
+            {
+                swept.networks += 1;
+            }
+        }
+        let volumes = self
+            .client
+            .list_volumes(Some(ListVolumesOptions {
+                filters: Some(self.owner_filter()),
+            }))
+            .await
+            .map_err(|e| err("cannot list volumes", e))?;
+        for v in volumes.volumes.unwrap_or_default() {
+            if self
+                .client
+                .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
+                .await
+                .is_ok()
+            {
+                swept.volumes += 1;
+            }
+        }
+        Ok(swept)
+    }
+
+    async fn remove_container(&self, id: &str) -> bool {
+        self.client
+            .remove_container(
+                id,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .is_ok()
+    }
+
+    /// Creates the workflow's network and workspace volume.
+    pub async fn create_workflow(&self, workflow_id: i64) -> Result<WorkflowResources, String> {
+        let suffix: String = crate::auth::random_secret()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(8)
+            .collect::<String>()
+            .to_lowercase();
+        let key = format!("wl_{workflow_id}_{suffix}");
+        self.client
+            .create_network(NetworkCreateRequest {
+                name: key.clone(),
+                driver: Some("bridge".into()),
+                labels: Some(self.labels(workflow_id)),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| err("cannot create the workflow's network", e))?;
+        let volume = self
+            .client
+            .create_volume(VolumeCreateRequest {
+                name: Some(key.clone()),
+                labels: Some(self.labels(workflow_id)),
+                ..Default::default()
+            })
+            .await;
+        let resources = WorkflowResources {
+            key,
+            workflow_id,
+            pending_fill: Arc::default(),
+        };
+        if let Err(e) = volume {
+            self.remove_workflow(&resources).await;
+            return Err(err("cannot create the workspace volume", e));
+        }
+        Ok(resources)
+    }
+
+    /// Removes the workflow's containers, network and volume (errors are logged: the sweep
+    /// at the next start catches what is left).
+    pub async fn remove_workflow(&self, res: &WorkflowResources) {
+        let filter = HashMap::from([(
+            "label".to_string(),
+            vec![
+                format!("{LABEL_OWNER}={}", self.owner),
+                format!("{LABEL_WORKFLOW}={}", res.workflow_id),
+            ],
+        )]);
+        if let Ok(list) = self
+            .client
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(filter),
+                ..Default::default()
+            }))
+            .await
+        {
+            for c in list {
+                if let Some(id) = c.id {
+                    self.remove_container(&id).await;
+                }
+            }
+        }
+        // A container being removed concurrently (a killed step) still holds the network
+        // and the volume for a moment: retry briefly before leaving them to the sweep.
+        for attempt in 0..10 {
+            let network = match self.client.remove_network(&res.key).await {
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Ok(()),
+                other => other,
+            };
+            let volume = match self
+                .client
+                .remove_volume(&res.key, Some(RemoveVolumeOptions { force: true }))
+                .await
+            {
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Ok(()),
+                other => other,
+            };
+            match (network, volume) {
+                (Ok(()), Ok(())) => return,
+                (n, v) if attempt == 9 => {
+                    tracing::warn!(
+                        key = res.key,
+                        network = ?n.err().map(|e| e.to_string()),
+                        volume = ?v.err().map(|e| e.to_string()),
+                        "could not remove a workflow's network or volume; the next start sweeps them"
+                    );
+                }
+                _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// Pulls `step`'s image if it is missing, or always with `pull: true`.
+    pub async fn ensure_image(&self, step: &CompiledStep) -> Result<(), String> {
+        let image = step.image.trim();
+        if image.is_empty() {
+            return Err(format!("step {:?} has no image", step.name));
+        }
+        if !step.pull && self.client.inspect_image(image).await.is_ok() {
+            return Ok(());
+        }
+        let credentials = pull_credentials(step);
+        let mut progress = self.client.create_image(
+            Some(CreateImageOptions {
+                from_image: Some(image.to_string()),
+                tag: if has_tag_or_digest(image) {
+                    None
+                } else {
+                    Some("latest".into())
+                },
+                ..Default::default()
+            }),
+            None,
+            credentials,
+        );
+        while let Some(item) = progress.next().await {
+            if let Err(e) = item {
+                return Err(format!("cannot pull image {image:?}: {}", pull_error(&e)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the host directory `dir` (the cloned workspace) into the workspace volume. The
+    /// copy goes through a container of `image` (present already) that is never started.
+    async fn fill_workspace(
+        &self,
+        res: &WorkflowResources,
+        image: &CompiledStep,
+        dir: &std::path::Path,
+    ) -> Result<(), String> {
+        let out = tokio::process::Command::new("tar")
+            .arg("-C")
+            .arg(dir)
+            .args(["-cf", "-", "."])
+            .output()
+            .await
+            .map_err(|e| format!("cannot run tar: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot pack the workspace: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let name = format!("{}__workspace", res.key);
+        let created = self
+            .client
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(name),
+                    ..Default::default()
+                }),
+                ContainerCreateBody {
+                    image: Some(image.image.clone()),
+                    // Never started; the engine still wants a command for images without one.
+                    entrypoint: Some(vec!["/nonexistent".into()]),
+                    labels: Some(self.labels(res.workflow_id)),
+                    network_disabled: Some(true),
+                    host_config: Some(HostConfig {
+                        mounts: Some(vec![workspace_mount(res)]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| err("cannot create the workspace container", e))?;
+        let uploaded = self
+            .client
+            .upload_to_container(
+                &created.id,
+                Some(UploadToContainerOptions {
+                    path: WORKSPACE.into(),
+                    ..Default::default()
+                }),
+                bollard::body_full(Bytes::from(out.stdout)),
+            )
+            .await;
+        self.remove_container(&created.id).await;
+        uploaded.map_err(|e| err("cannot copy the workspace into its volume", e))
+    }
+
+    /// Creates and starts the container of `step`; its output lines (masked) go to `lines`.
+    pub async fn start(
+        &self,
+        res: &WorkflowResources,
+        step: &CompiledStep,
+        env: &BTreeMap<String, String>,
+        lines: mpsc::UnboundedSender<(i64, String)>,
+    ) -> Result<Container, String> {
+        self.ensure_image(step).await?;
+        {
+            let mut pending = res.pending_fill.lock().await;
+            if let Some(dir) = pending.take()
+                && let Err(e) = self.fill_workspace(res, step, &dir).await
+            {
+                *pending = Some(dir);
+                return Err(e);
+            }
+        }
+        let body = container_body(res, step, env, self.labels(res.workflow_id));
+        let created = self
+            .client
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(container_name(res, &step.name)),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .map_err(|e| {
+                err(
+                    &format!("cannot create the container of {:?}", step.name),
+                    e,
+                )
+            })?;
+        let id = created.id;
+        if let Err(e) = self.client.start_container(&id, None).await {
+            self.remove_container(&id).await;
+            return Err(err(&format!("cannot start {:?}", step.name), e));
+        }
+        let started = Instant::now();
+        let mut logs = self.client.logs(
+            &id,
+            Some(LogsOptions {
+                follow: true,
+                stdout: true,
+                stderr: true,
+                ..Default::default()
+            }),
+        );
+        // Chunks of output → a blocking reader → the shared line splitter and masking.
+        let (chunks_tx, chunks_rx) = std::sync::mpsc::channel::<Bytes>();
+        tokio::spawn(async move {
+            while let Some(Ok(chunk)) = logs.next().await {
+                if chunks_tx.send(chunk.into_bytes()).is_err() {
+                    break;
+                }
+            }
+        });
+        let secrets = step.secrets.clone();
+        std::thread::Builder::new()
+            .name("woodlark-container-output".into())
+            .spawn(move || {
+                let reader = ChunkReader {
+                    rx: chunks_rx,
+                    current: Bytes::new(),
+                };
+                process::read_lines(reader, &secrets, |line| {
+                    lines
+                        .send((started.elapsed().as_secs() as i64, line))
+                        .is_ok()
+                });
+            })
+            .map_err(|e| format!("cannot start the output reader: {e}"))?;
+        Ok(Container {
+            docker: self.clone(),
+            id,
+            killed: Arc::new(AtomicBool::new(false)),
+        })
+    }
+}
+
+/// A started step container.
+pub struct Container {
+    docker: Docker,
+    id: String,
+    killed: Arc<AtomicBool>,
+}
+
+impl Container {
+    /// Stops and removes the container (in the background; `wait` then reports `Killed`).
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        let docker = self.docker.clone();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            docker.remove_container(&id).await;
+        });
+    }
+
+    /// Stops and removes the container, waiting until the engine has done it.
+    pub async fn stop(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        self.docker.remove_container(&self.id).await;
+    }
+
+    /// Waits for the container to end and removes it.
+    pub async fn wait(&mut self) -> Exit {
+        let mut waiting = self.docker.client.wait_container(&self.id, None);
+        let exit = match waiting.next().await {
+            Some(Ok(response)) => Exit::Code(response.status_code as i32),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                Exit::Code(code as i32)
+            }
+            _ if self.killed.load(Ordering::SeqCst) => Exit::Killed,
+            Some(Err(e)) => Exit::StartFailed(err("lost the container", e)),
+            None => Exit::StartFailed("docker: lost the container".into()),
+        };
+        let exit = match exit {
+            _ if self.killed.load(Ordering::SeqCst) => Exit::Killed,
+            other => other,
+        };
+        self.docker.remove_container(&self.id).await;
+        exit
+    }
+}
+
+/// Reads the chunks of a container's output as one byte stream (EOF when the log ends).
+struct ChunkReader {
+    rx: std::sync::mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.recv() {
+                Ok(chunk) => self.current = chunk,
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+/// `<key>_<step>` with characters Docker refuses in names replaced.
+fn container_name(res: &WorkflowResources, step: &str) -> String {
+    let clean: String = step
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{}_{clean}", res.key)
+}
+
+fn workspace_mount(res: &WorkflowResources) -> Mount {
+    Mount {
+        target: Some(WORKSPACE.into()),
+        source: Some(res.key.clone()),
+        typ: Some(MountType::VOLUME),
+        ..Default::default()
+    }
+}
+
+/// The container of a step: image, command, environment, workspace, network and the
+/// trusted options the compiler allowed.
+fn container_body(
+    res: &WorkflowResources,
+    step: &CompiledStep,
+    env: &BTreeMap<String, String>,
+    labels: HashMap<String, String>,
+) -> ContainerCreateBody {
+    let mut env = env.clone();
+    env.insert("CI_WORKSPACE".into(), WORKSPACE.into());
+    let runs_script = !step.commands.is_empty();
+    let script = format!("set -e\n{}", process::script(&step.commands));
+    let (entrypoint, cmd) = if !step.entrypoint.is_empty() {
+        // A custom entrypoint gets the script as `CI_SCRIPT` (base64), as upstream.
+        if runs_script {
+            env.insert(
+                "CI_SCRIPT".into(),
+                base64::engine::general_purpose::STANDARD.encode(&script),
+            );
+        }
+        (Some(step.entrypoint.clone()), None)
+    } else if runs_script {
+        (
+            Some(vec!["/bin/sh".to_string(), "-c".to_string()]),
+            Some(vec![script]),
+        )
+    } else {
+        (None, None)
+    };
+    let working_dir = if step.directory.is_empty() {
+        WORKSPACE.to_string()
+    } else {
+        format!("{WORKSPACE}/{}", step.directory.trim_matches('/'))
+    };
+    let own_network = step.network_mode.is_empty();
+    let host_config = HostConfig {
+        mounts: Some(vec![workspace_mount(res)]),
+        network_mode: Some(if own_network {
+            res.key.clone()
+        } else {
+            step.network_mode.clone()
+        }),
+        privileged: Some(step.privileged),
+        binds: (!step.volumes.is_empty()).then(|| step.volumes.clone()),
+        devices: (!step.devices.is_empty())
+            .then(|| step.devices.iter().map(|d| device_mapping(d)).collect()),
+        extra_hosts: (!step.extra_hosts.is_empty()).then(|| step.extra_hosts.clone()),
+        dns: (!step.dns.is_empty()).then(|| step.dns.clone()),
+        dns_search: (!step.dns_search.is_empty()).then(|| step.dns_search.clone()),
+        tmpfs: (!step.tmpfs.is_empty()).then(|| {
+            step.tmpfs
+                .iter()
+                .map(|t| match t.split_once(':') {
+                    Some((path, opts)) => (path.to_string(), opts.to_string()),
+                    None => (t.clone(), String::new()),
+                })
+                .collect()
+        }),
+        ..Default::default()
+    };
+    let networking_config = own_network.then(|| NetworkingConfig {
+        endpoints_config: Some(HashMap::from([(
+            res.key.clone(),
+            EndpointSettings {
+                aliases: Some(vec![step.name.clone()]),
+                ..Default::default()
+            },
+        )])),
+    });
+    ContainerCreateBody {
+        image: Some(step.image.clone()),
+        env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        entrypoint,
+        cmd,
+        working_dir: Some(working_dir),
+        user: (!step.user.is_empty()).then(|| step.user.clone()),
+        labels: Some(labels),
+        host_config: Some(host_config),
+        networking_config,
+        ..Default::default()
+    }
+}
+
+/// `/dev/x[:/dev/y[:rwm]]` → a device mapping.
+fn device_mapping(spec: &str) -> DeviceMapping {
+    let mut parts = spec.splitn(3, ':');
+    let host = parts.next().unwrap_or_default().to_string();
+    let inside = parts
+        .next()
+        .map(str::to_string)
+        .unwrap_or_else(|| host.clone());
+    let perms = parts.next().unwrap_or("rwm").to_string();
+    DeviceMapping {
+        path_on_host: Some(host),
+        path_in_container: Some(inside),
+        cgroup_permissions: Some(perms),
+    }
+}
+
+/// The registry login for `step`'s image, as `X-Registry-Auth`.
+fn pull_credentials(step: &CompiledStep) -> Option<DockerCredentials> {
+    let host = registry_of(&step.image);
+    step.registries
+        .iter()
+        .find(|r| normalize(&r.address) == host)
+        .map(|r| DockerCredentials {
+            username: Some(r.username.clone()),
+            password: Some(r.password.clone()),
+            serveraddress: Some(r.address.clone()),
+            ..Default::default()
+        })
+}
+
+/// Whether an image reference names a tag or digest (`name:tag`, `name@sha256:…`); a `:`
+/// in the registry host (`localhost:5000/app`) is not a tag.
+fn has_tag_or_digest(image: &str) -> bool {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    last.contains(':') || last.contains('@')
+}
+
+/// The engine's message for a failed pull, without bollard's wrapping.
+fn pull_error(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerStreamError { error } => error.clone(),
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a step runs in a container on this backend (the clone runs on the host).
+pub fn in_container(step: &CompiledStep) -> bool {
+    step.kind != StepKind::Clone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res() -> WorkflowResources {
+        WorkflowResources {
+            key: "wl_7_abc".into(),
+            workflow_id: 7,
+            pending_fill: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn tags_and_registry_ports_are_told_apart() {
+        assert!(has_tag_or_digest("alpine:3.20"));
+        assert!(has_tag_or_digest("localhost:5000/app:1"));
+        assert!(!has_tag_or_digest("localhost:5000/app"));
+        assert!(has_tag_or_digest("app@sha256:abc"));
+        assert!(!has_tag_or_digest("golang"));
+    }
+
+    #[test]
+    fn commands_become_a_script_and_plugins_keep_their_entrypoint() {
+        let step = CompiledStep {
+            name: "build me".into(),
+            image: "busybox".into(),
+            commands: vec!["echo hi".into()],
+            directory: "sub/".into(),
+            ..CompiledStep::default()
+        };
+        let body = container_body(&res(), &step, &BTreeMap::new(), HashMap::new());
+        assert_eq!(
+            body.entrypoint.unwrap(),
+            ["/bin/sh".to_string(), "-c".to_string()]
+        );
+        assert_eq!(
+            body.cmd.unwrap(),
+            ["set -e\necho '+ echo hi'\necho hi\n".to_string()]
+        );
+        assert_eq!(body.working_dir.unwrap(), "/woodpecker/src/sub");
+        assert!(
+            body.env
+                .unwrap()
+                .contains(&"CI_WORKSPACE=/woodpecker/src".to_string())
+        );
+        let host = body.host_config.unwrap();
+        assert_eq!(host.network_mode.unwrap(), "wl_7_abc");
+        assert_eq!(host.privileged, Some(false));
+        let aliases = body.networking_config.unwrap().endpoints_config.unwrap()["wl_7_abc"]
+            .aliases
+            .clone()
+            .unwrap();
+        assert_eq!(aliases, ["build me"]);
+        assert_eq!(container_name(&res(), "build me"), "wl_7_abc_build_me");
+
+        let plugin = CompiledStep {
+            name: "publish".into(),
+            kind: StepKind::Plugin,
+            image: "plugins/x".into(),
+            ..CompiledStep::default()
+        };
+        let body = container_body(&res(), &plugin, &BTreeMap::new(), HashMap::new());
+        assert_eq!(body.entrypoint, None);
+        assert_eq!(body.cmd, None);
+    }
+
+    #[test]
+    fn registry_logins_match_the_image_host() {
+        let step = CompiledStep {
+            image: "localhost:5000/private/app:1".into(),
+            registries: vec![
+                crate::pipeline::types::RegistryCredential {
+                    address: "docker.io".into(),
+                    username: "hub".into(),
+                    password: "x".into(),
+                },
+                crate::pipeline::types::RegistryCredential {
+                    address: "http://localhost:5000".into(),
+                    username: "me".into(),
+                    password: "pw".into(),
+                },
+            ],
+            ..CompiledStep::default()
+        };
+        assert_eq!(pull_credentials(&step).unwrap().username.unwrap(), "me");
+    }
+
+    #[test]
+    fn devices() {
+        let d = device_mapping("/dev/fuse");
+        assert_eq!(d.path_in_container.unwrap(), "/dev/fuse");
+        assert_eq!(d.cgroup_permissions.unwrap(), "rwm");
+        let d = device_mapping("/dev/a:/dev/b:r");
+        assert_eq!(d.path_in_container.unwrap(), "/dev/b");
+        assert_eq!(d.cgroup_permissions.unwrap(), "r");
+    }
+}

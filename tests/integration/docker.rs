@@ -1,0 +1,634 @@
+//! The docker backend on a real Docker engine (`.ci/test` installs and starts Debian's
+//! `docker.io`; nothing is skipped when it is missing: these tests fail with the reason).
+//!
+//! Images are built here from the machine's static busybox (`docker import`), never pulled
+//! from the internet; the private-registry tests run Debian's `docker-registry` on
+//! 127.0.0.1 with htpasswd auth. Containers use only the networks the runner creates.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::pipelines::{finished, log_text, push_files, step_of, wait_for};
+use crate::util::{Http, Process, TestServer, cli_user_add, git, write_config};
+
+/// A busybox image with every applet, `/etc/passwd` and `/tmp`.
+pub const BUSYBOX: &str = "woodlark-test/busybox:latest";
+/// A plugin image: its entrypoint prints the `greeting` setting.
+const PLUGIN: &str = "woodlark-test/plugin:latest";
+
+static IMAGES: Mutex<bool> = Mutex::new(false);
+
+/// Runs `docker args…`; panics with its output when it fails.
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run docker: {e} (bash .ci/test installs docker.io)"));
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Builds the test images once per run (idempotent across runs).
+pub fn ensure_images() {
+    let mut built = IMAGES.lock().unwrap_or_else(|e| e.into_inner());
+    if *built {
+        return;
+    }
+    let info = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output();
+    match info {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "the Docker engine does not answer (bash .ci/test starts dockerd): {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!("docker is not installed (bash .ci/test installs docker.io): {e}"),
+    }
+    let busybox = Path::new("/bin/busybox");
+    assert!(
+        busybox.exists(),
+        "/bin/busybox missing (bash .ci/test installs busybox-static)"
+    );
+    let root = tempfile::tempdir().unwrap();
+    let bin = root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(busybox, bin.join("busybox")).unwrap();
+    let list = Command::new(busybox).arg("--list").output().unwrap();
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        if applet != "busybox" && !applet.is_empty() {
+            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+        }
+    }
+    for dir in ["etc", "tmp", "root"] {
+        std::fs::create_dir_all(root.path().join(dir)).unwrap();
+    }
+    std::fs::write(
+        root.path().join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.path().join("etc/group"),
+        "root:x:0:\nnogroup:x:65534:\n",
+    )
+    .unwrap();
+    let import = |tag: &str, changes: &[&str]| {
+        let mut cmd = Command::new("sh");
+        let mut script = format!("tar -C {} -c . | docker import", root.path().display());
+        for c in changes {
+            script.push_str(&format!(" --change '{c}'"));
+        }
+        script.push_str(&format!(" - {tag}"));
+        let out = cmd.args(["-c", &script]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    import(BUSYBOX, &["ENV PATH=/bin"]);
+    import(
+        PLUGIN,
+        &[
+            "ENV PATH=/bin",
+            r#"ENTRYPOINT ["/bin/sh", "-c", "echo plugin sees $PLUGIN_GREETING in $(pwd); test -n \"$PLUGIN_GREETING\""]"#,
+        ],
+    );
+    *built = true;
+}
+
+/// `[runner]` for the docker backend, workspaces in the data dir.
+fn docker_runner(data_dir: &Path) -> String {
+    format!(
+        "#runner\n[runner]\nenabled = true\nbackend = \"docker\"\ncapacity = 2\nworkdir = {:?}\n",
+        data_dir.join("runs").display().to_string()
+    )
+}
+
+/// The owner label of the server using `data_dir` (what its containers carry).
+fn owner_of(data_dir: &Path) -> String {
+    format!(
+        "server-{}",
+        &woodlark::store::agents::token_hash(&data_dir.display().to_string())[..16]
+    )
+}
+
+/// Containers, networks and volumes carrying `owner`'s label.
+fn objects_of(owner: &str) -> (usize, usize, usize) {
+    let filter = format!("label=io.woodlark.owner={owner}");
+    let count = |args: &[&str]| docker(args).lines().filter(|l| !l.is_empty()).count();
+    (
+        count(&["ps", "-aq", "--filter", &filter]),
+        count(&["network", "ls", "-q", "--filter", &filter]),
+        count(&["volume", "ls", "-q", "--filter", &filter]),
+    )
+}
+
+async fn docker_server() -> TestServer {
+    ensure_images();
+    let dir = tempfile::tempdir().unwrap();
+    let tables = docker_runner(dir.path());
+    TestServer::start_in_with_tables(dir, "", &tables).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_run_in_their_images_with_a_shared_workspace_services_and_plugins() {
+    let s = docker_server().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = format!(
+        r#"services:
+  cache:
+    image: {BUSYBOX}
+    commands:
+      - while true; do echo pong-from-cache | nc -l -p 7000; done
+steps:
+  isolated:
+    image: {BUSYBOX}
+    commands:
+      - test ! -e /etc/os-release
+      - test ! -e /usr/bin/git
+      - test "$$CI_WORKSPACE" = /woodpecker/src
+      - cat README.md
+      - echo made-in-step-one > artifact.txt
+  reads:
+    image: {BUSYBOX}
+    commands:
+      - cat artifact.txt
+  talk:
+    image: {BUSYBOX}
+    commands:
+      - for i in $(seq 1 40); do nc cache 7000 </dev/null && exit 0; sleep 0.25; done; exit 1
+  publish:
+    image: {PLUGIN}
+    settings:
+      greeting: hello-plugin
+  nobody:
+    image: {BUSYBOX}
+    backend_options:
+      docker:
+        user: "65534"
+    commands:
+      - id -u
+"#
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 120, finished).await;
+    let log = |name: &str| {
+        let step_id = step_of(&done, name)["id"].as_i64().unwrap();
+        let http = &s.http;
+        let token = p.alice.clone();
+        async move { log_text(http, &token, id, 1, step_id).await }
+    };
+    assert_eq!(
+        done["status"],
+        "success",
+        "{done:#}\n{:?}",
+        log("isolated").await
+    );
+    assert!(log("isolated").await.contains(&"hello".to_string()));
+    assert!(log("reads").await.contains(&"made-in-step-one".to_string()));
+    assert!(log("talk").await.contains(&"pong-from-cache".to_string()));
+    assert!(
+        log("publish")
+            .await
+            .contains(&"plugin sees hello-plugin in /woodpecker/src".to_string())
+    );
+    assert!(log("nobody").await.contains(&"65534".to_string()));
+    // Everything of the workflow is gone once it ended.
+    assert_none_left(&owner_of(s.dir.path())).await;
+}
+
+/// Waits (briefly) until no container, network or volume of `owner` is left.
+async fn assert_none_left(owner: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while objects_of(owner) != (0, 0, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: {:?}",
+            objects_of(owner)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_repositories_cannot_ask_for_privileges_or_host_volumes() {
+    let s = docker_server().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = format!(
+        "steps:\n  root:\n    image: {BUSYBOX}\n    privileged: true\n    commands: [id]\n  host:\n    image: {BUSYBOX}\n    volumes: [\"/etc:/host-etc\"]\n    commands: [cat /host-etc/hostname]\n"
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "error", "{done:#}");
+    let errors = done["errors"].to_string();
+    assert!(
+        errors.contains("`privileged` needs a repository trusted for security"),
+        "{errors}"
+    );
+    assert!(
+        errors.contains("`volumes` needs a repository trusted for volumes"),
+        "{errors}"
+    );
+    assert_eq!(objects_of(&owner_of(s.dir.path())), (0, 0, 0));
+
+    // Once an instance admin trusts the repository for volumes, the host volume is mounted.
+    // (`privileged` compiles then too, see the compiler's tests; this machine's engine runs
+    // inside a container that cannot grant it, so it is not run here.)
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.admin),
+            r#"{"trusted": {"volumes": true}}"#,
+        )
+        .await
+        .expect(200);
+    let host_only = format!(
+        "steps:\n  host:\n    image: {BUSYBOX}\n    volumes: [\"/etc:/host-etc:ro\"]\n    commands: [test -s /host-etc/hostname]\n"
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &host_only)], "host").await;
+    let done = wait_for(&s.http, &p.alice, id, 2, 120, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_removes_the_running_container() {
+    let s = docker_server().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = format!(
+        "steps:\n  slow:\n    image: {BUSYBOX}\n    commands:\n      - echo started\n      - sleep 600\n"
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "slow").await;
+    let running = wait_for(&s.http, &p.alice, id, 1, 60, |p| {
+        p["workflows"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty() && step_of(p, "slow")["state"] == "running")
+    })
+    .await;
+    let step_id = step_of(&running, "slow")["id"].as_i64().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !log_text(&s.http, &p.alice, id, 1, step_id)
+        .await
+        .contains(&"started".to_string())
+    {
+        assert!(std::time::Instant::now() < deadline, "no output");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let owner = owner_of(s.dir.path());
+    assert_eq!(objects_of(&owner).0, 1, "the step's container runs");
+    let t0 = std::time::Instant::now();
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+    let done = wait_for(&s.http, &p.alice, id, 1, 30, finished).await;
+    assert_eq!(done["status"], "killed", "{done:#}");
+    assert!(
+        t0.elapsed().as_secs() < 15,
+        "cancel took {:?}",
+        t0.elapsed()
+    );
+    assert_none_left(&owner).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_pipeline_leaves_nothing_after_the_next_start() {
+    ensure_images();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &docker_runner(dir.path()));
+    let token = |login: &str, admin: bool| {
+        String::from_utf8(cli_user_add(&config, login, admin).stdout)
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (admin, alice) = (token("root", true), token("alice", false));
+    let server = Process::start(&config);
+    let http = Http::new(server.addr);
+    let forge_dir = dir.path().join("forge");
+    std::fs::create_dir_all(forge_dir.join("alice")).unwrap();
+    let body = serde_json::json!({"type": "git", "url": format!("file://{}", forge_dir.display())})
+        .to_string();
+    let forge = http
+        .post("/api/forges", Some(&admin), &body)
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    let bare = forge_dir.join("alice/app.git");
+    git(
+        &forge_dir,
+        &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
+    );
+    let work = dir.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(
+        work.join(".woodpecker.yaml"),
+        format!(
+            "services:\n  db:\n    image: {BUSYBOX}\n    commands: [sleep 600]\nsteps:\n  slow:\n    image: {BUSYBOX}\n    commands: [echo started, sleep 600]\n"
+        ),
+    )
+    .unwrap();
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "slow"]);
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let id = http
+        .post(
+            &format!("/api/repos?forge_remote_id=alice/app&forge_id={forge}"),
+            Some(&alice),
+            "",
+        )
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    http.post(&format!("/api/repos/{id}/pipelines"), Some(&alice), "{}")
+        .await
+        .expect(200);
+    let owner = owner_of(dir.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (containers, networks, volumes) = objects_of(&owner);
+        if containers >= 2 && networks == 1 && volumes == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pipeline never got its containers: {:?}",
+            objects_of(&owner)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    drop(server); // SIGKILL: the containers outlive the server
+    assert!(objects_of(&owner).0 >= 2);
+
+    // The next start sweeps them before taking work.
+    let server = Process::start(&config);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        // The re-queued workflow may run again; what must not remain is the old run's.
+        let filter = format!("label=io.woodlark.owner={owner}");
+        let names = docker(&["ps", "-a", "--format", "{{.Names}}", "--filter", &filter]);
+        let networks = docker(&[
+            "network",
+            "ls",
+            "--format",
+            "{{.Name}}",
+            "--filter",
+            &filter,
+        ]);
+        // Names start with the workflow run's key `wl_<workflow>_<random>`.
+        let keys: std::collections::BTreeSet<String> = names
+            .lines()
+            .chain(networks.lines())
+            .filter(|n| !n.is_empty())
+            .map(|n| n.split('_').take(3).collect::<Vec<_>>().join("_"))
+            .collect();
+        if keys.len() <= 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "objects of the killed run remain: {keys:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // Cancel the re-run and stop: nothing is left at all.
+    let http = Http::new(server.addr);
+    let _ = http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&alice),
+            "",
+        )
+        .await;
+    wait_for(&http, &alice, id, 1, 60, finished).await;
+    assert_none_left(&owner).await;
+    drop(server);
+}
+
+/// Debian's `docker-registry` on a free port with htpasswd auth (user `ci`, `ci-pass-1`),
+/// holding `<addr>/private/busybox:1`. Killed on drop.
+struct Registry {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn private_registry() -> Registry {
+    ensure_images();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("localhost:{port}");
+    let htpasswd = dir.path().join("htpasswd");
+    let out = Command::new("htpasswd")
+        .args(["-Bbn", "ci", "ci-pass-1"])
+        .output()
+        .expect("htpasswd (bash .ci/test installs apache2-utils)");
+    std::fs::write(&htpasswd, &out.stdout).unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\nauth:\n  htpasswd:\n    realm: woodlark-test\n    path: {}\n",
+            dir.path().join("data").display(),
+            htpasswd.display()
+        ),
+    )
+    .unwrap();
+    let binary = ["/usr/bin/docker-registry", "/usr/bin/registry"]
+        .into_iter()
+        .find(|b| Path::new(b).exists())
+        .expect("docker-registry is not installed (bash .ci/test installs it)");
+    let child = Command::new(binary)
+        .arg("serve")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the registry did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let registry = Registry {
+        child,
+        addr: addr.clone(),
+        _dir: dir,
+    };
+    // Push the image with a throw-away client config, then forget it locally so that the
+    // runner has to pull it with the credentials under test.
+    let client_config = tempfile::tempdir().unwrap();
+    let cfg = client_config.path().to_str().unwrap();
+    let image = format!("{addr}/private/busybox:1");
+    docker(&["tag", BUSYBOX, &image]);
+    let login = Command::new("docker")
+        .args([
+            "--config",
+            cfg,
+            "login",
+            &addr,
+            "-u",
+            "ci",
+            "--password-stdin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"ci-pass-1")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    docker(&["--config", cfg, "push", &image]);
+    docker(&["rmi", &image]);
+    registry
+}
+
+fn private_step(addr: &str) -> String {
+    format!(
+        "steps:\n  private:\n    image: {addr}/private/busybox:1\n    commands: [echo pulled-and-ran]\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_images_are_pulled_with_api_registries_and_wrong_ones_fail_clearly() {
+    let registry = private_registry();
+    let s = docker_server().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+
+    // Wrong password first: the step fails and says why.
+    s.http
+        .post(
+            &format!("/api/repos/{id}/registries"),
+            Some(&p.alice),
+            &serde_json::json!({"address": registry.addr, "username": "ci", "password": "wrong"})
+                .to_string(),
+        )
+        .await
+        .expect(200);
+    push_files(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", &private_step(&registry.addr))],
+        "private",
+    )
+    .await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 120, finished).await;
+    assert_eq!(done["status"], "failure", "{done:#}");
+    let step = step_of(&done, "private");
+    let error = step["error"].as_str().unwrap();
+    assert!(
+        error.contains("cannot pull image") && error.contains("private/busybox"),
+        "{error}"
+    );
+    assert!(
+        !done.to_string().contains("wrong\""),
+        "no password in the answer"
+    );
+
+    // The right password: the image is pulled and the step runs.
+    s.http
+        .patch(
+            &format!(
+                "/api/repos/{id}/registries/{}",
+                registry.addr.replace(':', "%3A")
+            ),
+            Some(&p.alice),
+            &serde_json::json!({"address": registry.addr, "username": "ci", "password": "ci-pass-1"})
+                .to_string(),
+        )
+        .await
+        .expect(200);
+    s.http
+        .post(&format!("/api/repos/{id}/pipelines"), Some(&p.alice), "{}")
+        .await
+        .expect(200);
+    let done = wait_for(&s.http, &p.alice, id, 2, 120, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let lines = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        2,
+        step_of(&done, "private")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(lines.contains(&"pulled-and-ran".to_string()), "{lines:?}");
+    let _ = docker(&["rmi", &format!("{}/private/busybox:1", registry.addr)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_images_are_pulled_with_logins_from_the_registry_static_plugin() {
+    let registry = private_registry();
+    ensure_images();
+    let dist = crate::util::first_party_plugins();
+    let dir = tempfile::tempdir().unwrap();
+    let host = registry.addr.clone();
+    let tables = format!(
+        "{}\n#plugins\n[plugins]\ndir = {:?}\nwatch = false\n\n[plugins.instances.regstatic]\nfile = \"registry-static.wasm\"\nconfig = {{ \"registry.{host}\" = \"ci:ci-pass-1\" }}\n\n[pipeline]\nregistry_auth = [\"regstatic\"]\n",
+        docker_runner(dir.path()),
+        dist.display().to_string()
+    );
+    let s = TestServer::start_in_with_tables(dir, "", &tables).await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push_files(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", &private_step(&registry.addr))],
+        "private",
+    )
+    .await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 120, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let _: Value = done;
+    let _ = docker(&["rmi", &format!("{}/private/busybox:1", registry.addr)]);
+}
