@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::pipelines::{finished, log_text, push_files, step_of, wait_for};
 use crate::util::{Http, Process, TestServer, cli_user_add, git, write_config};
 
-/// A busybox image with every applet, `/etc/passwd` and `/tmp`.
+/// A busybox image with every applet, `/etc/passwd` and `/tmp` (tests/docker/images.sh).
 pub const BUSYBOX: &str = "woodlark-test/busybox:latest";
 /// A plugin image: its entrypoint prints the `greeting` setting.
 const PLUGIN: &str = "woodlark-test/plugin:latest";
@@ -53,55 +53,13 @@ pub fn ensure_images() {
         ),
         Err(e) => panic!("docker is not installed (bash .ci/test installs docker.io): {e}"),
     }
-    let busybox = Path::new("/bin/busybox");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/docker/images.sh");
+    let out = Command::new("bash").arg(&script).output().unwrap();
     assert!(
-        busybox.exists(),
-        "/bin/busybox missing (bash .ci/test installs busybox-static)"
-    );
-    let root = tempfile::tempdir().unwrap();
-    let bin = root.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::copy(busybox, bin.join("busybox")).unwrap();
-    let list = Command::new(busybox).arg("--list").output().unwrap();
-    for applet in String::from_utf8_lossy(&list.stdout).lines() {
-        if applet != "busybox" && !applet.is_empty() {
-            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
-        }
-    }
-    for dir in ["etc", "tmp", "root"] {
-        std::fs::create_dir_all(root.path().join(dir)).unwrap();
-    }
-    std::fs::write(
-        root.path().join("etc/passwd"),
-        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n",
-    )
-    .unwrap();
-    std::fs::write(
-        root.path().join("etc/group"),
-        "root:x:0:\nnogroup:x:65534:\n",
-    )
-    .unwrap();
-    let import = |tag: &str, changes: &[&str]| {
-        let mut cmd = Command::new("sh");
-        let mut script = format!("tar -C {} -c . | docker import", root.path().display());
-        for c in changes {
-            script.push_str(&format!(" --change '{c}'"));
-        }
-        script.push_str(&format!(" - {tag}"));
-        let out = cmd.args(["-c", &script]).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    import(BUSYBOX, &["ENV PATH=/bin"]);
-    import(
-        PLUGIN,
-        &[
-            "ENV PATH=/bin",
-            r#"ENTRYPOINT ["/bin/sh", "-c", "echo plugin sees $PLUGIN_GREETING in $(pwd); test -n \"$PLUGIN_GREETING\""]"#,
-        ],
+        out.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
     );
     *built = true;
 }

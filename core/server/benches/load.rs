@@ -24,6 +24,11 @@
 //!   delivery lag, against a bare hyper SSE broadcaster. Each side runs in its own child
 //!   process (this binary, re-executed) so that resident memory is measured in isolation.
 //!
+//! - `docker`: time from a manual run to `success` of a one-step pipeline on the docker
+//!   backend (sequential, the image present), against `docker run --rm` of the same image and
+//!   command, in the same run. Needs a Docker engine and the test images
+//!   (`tests/docker/images.sh`); not part of `all`.
+//!
 //! Load is bounded in requests and time; `all` finishes in a few minutes on two cores.
 
 use std::convert::Infallible;
@@ -52,7 +57,7 @@ use woodlark::app::{App, Ctx};
 use woodlark::config::Config;
 use woodlark::logging::{LogControl, LogLevel};
 
-const SCENARIOS: &[&str] = &["http", "events", "queue", "logs", "sse", "all"];
+const SCENARIOS: &[&str] = &["http", "events", "queue", "logs", "sse", "docker", "all"];
 
 fn main() {
     raise_fd_limit();
@@ -98,6 +103,9 @@ fn main() {
     }
     if run("sse") {
         sse_scenario();
+    }
+    if scenario == "docker" {
+        runtime().block_on(docker_scenario());
     }
     println!("\ndone in {:.1} s", started.elapsed().as_secs_f64());
 }
@@ -346,14 +354,18 @@ impl Server {
 
     /// Starts with `tables` (whole TOML tables) appended to the configuration.
     async fn start_with(runner: bool, tables: &str) -> Server {
+        Server::start_backend(if runner { Some("local") } else { None }, tables).await
+    }
+
+    /// Starts with the embedded runner on `backend` (capacity 2), or without a runner.
+    async fn start_backend(backend: Option<&str>, tables: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let runner_table = if runner {
-            format!(
-                "[runner]\nenabled = true\nbackend = \"local\"\ncapacity = 2\nworkdir = {:?}\n",
+        let runner_table = match backend {
+            Some(backend) => format!(
+                "[runner]\nenabled = true\nbackend = {backend:?}\ncapacity = 2\nworkdir = {:?}\n",
                 dir.path().join("runs").display().to_string()
-            )
-        } else {
-            "[runner]\nenabled = false\n".to_string()
+            ),
+            None => "[runner]\nenabled = false\n".to_string(),
         };
         let text = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n\n{runner_table}{tables}",
@@ -966,6 +978,119 @@ async fn events_scenario() {
 const ECHO: &str = "steps:\n  - name: echo\n    image: sh\n    commands: [\"echo hello\"]\n";
 const ECHO_NO_CLONE: &str =
     "skip_clone: true\nsteps:\n  - name: echo\n    image: sh\n    commands: [\"echo hello\"]\n";
+
+/// One-step pipelines on the docker backend vs `docker run --rm` of the same image/command.
+async fn docker_scenario() {
+    const N: usize = 15;
+    const IMAGE: &str = "woodlark-test/busybox:latest";
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/docker/images.sh");
+    let built = Command::new("bash").arg(&script).status().expect("bash");
+    assert!(built.success(), "{} failed", script.display());
+    println!(
+        "\n# docker: {N} one-step pipelines (`echo hello` in {IMAGE}), one at a time, docker backend, vs `docker run --rm` of the same image and command"
+    );
+    let config = format!(
+        "skip_clone: true\nsteps:\n  - name: echo\n    image: {IMAGE}\n    commands: [\"echo hello\"]\n"
+    );
+    let with_clone =
+        format!("steps:\n  - name: echo\n    image: {IMAGE}\n    commands: [\"echo hello\"]\n");
+    let server = Server::start_backend(Some("docker"), "").await;
+    let admin = server.user("root", true).await;
+    let alice = server.user("alice", false).await;
+    let (plain, _) = server
+        .git_repo(
+            &admin,
+            &alice,
+            "alice/plain",
+            &[(".woodpecker.yaml", &config)],
+        )
+        .await;
+    let (cloned, _) = server
+        .git_repo(
+            &admin,
+            &alice,
+            "alice/cloned",
+            &[(".woodpecker.yaml", &with_clone)],
+        )
+        .await;
+    let one_by_one = |repo: i64| {
+        let (api, alice) = (server.api.clone(), alice.clone());
+        async move {
+            let mut times = Vec::with_capacity(N);
+            for number in 1..=N as i64 {
+                let t = Instant::now();
+                api.expect(
+                    "POST",
+                    &format!("/api/repos/{repo}/pipelines"),
+                    Some(&alice),
+                    Some(r#"{"branch":"main"}"#),
+                    200,
+                )
+                .await;
+                loop {
+                    let p = api
+                        .expect(
+                            "GET",
+                            &format!("/api/repos/{repo}/pipelines/{number}"),
+                            Some(&alice),
+                            None,
+                            200,
+                        )
+                        .await;
+                    match p["status"].as_str() {
+                        Some("success") => break,
+                        Some("failure" | "error" | "killed") => panic!("pipeline failed: {p:#}"),
+                        _ => tokio::time::sleep(Duration::from_millis(5)).await,
+                    }
+                }
+                times.push(t.elapsed());
+            }
+            times.sort();
+            times
+        }
+    };
+    let docker_run = || {
+        let mut times = Vec::with_capacity(N);
+        for _ in 0..N {
+            let t = Instant::now();
+            let out = Command::new("docker")
+                .args(["run", "--rm", IMAGE, "/bin/sh", "-c", "echo hello"])
+                .output()
+                .expect("docker run");
+            assert!(out.status.success());
+            times.push(t.elapsed());
+        }
+        times.sort();
+        times
+    };
+    // Warm both paths once (image cache, page cache).
+    let _ = docker_run();
+    let baseline = docker_run();
+    let skip = one_by_one(plain).await;
+    let clone = one_by_one(cloned).await;
+    let base_med = pct(&baseline, 0.5);
+    let rows: Vec<Vec<String>> = [
+        ("`docker run --rm` (baseline)", &baseline),
+        ("pipeline, skip_clone", &skip),
+        ("pipeline with clone (host git + copy)", &clone),
+    ]
+    .iter()
+    .map(|(name, t)| {
+        vec![
+            name.to_string(),
+            ms(pct(t, 0.5)),
+            ms(pct(t, 0.9)),
+            ratio(pct(t, 0.5).as_secs_f64(), base_med.as_secs_f64()),
+        ]
+    })
+    .collect();
+    table(
+        "trigger → success, one pipeline at a time",
+        &["path", "median ms", "p90 ms", "÷ docker run"],
+        &rows,
+    );
+    server.stop().await;
+}
 
 /// Pipelines of a repository by status.
 async fn statuses(server: &Server, repo: i64) -> (i64, i64) {
