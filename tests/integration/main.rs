@@ -11,6 +11,7 @@
 
 mod util;
 
+mod authz;
 mod browser;
 mod docker;
 mod events;

@@ -128,6 +128,55 @@ impl Http {
     pub async fn delete(&self, path: &str, token: Option<&str>) -> Resp {
         self.send("DELETE", path, token, None, &[]).await
     }
+
+    /// Like [`Http::send`], for routes that may hold the connection open: `None` when no
+    /// response head arrives within `wait` (a long poll still waiting), and the body of an
+    /// event stream is not read (it stays empty), so only the status and headers count.
+    pub async fn send_within(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+        wait: Duration,
+    ) -> Option<Resp> {
+        let mut builder = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(format!("http://{}{}", self.addr, path));
+        if let Some(t) = token {
+            builder = builder.header("authorization", format!("Bearer {t}"));
+        }
+        if body.is_some() {
+            builder = builder.header("content-type", "application/json");
+        }
+        let req = builder
+            .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
+            .unwrap();
+        let resp = tokio::time::timeout(wait, self.client.request(req))
+            .await
+            .ok()?
+            .expect("request failed");
+        let (parts, body) = resp.into_parts();
+        let streaming = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let body = if streaming {
+            Bytes::new()
+        } else {
+            tokio::time::timeout(wait, body.collect())
+                .await
+                .ok()?
+                .expect("body")
+                .to_bytes()
+        };
+        Some(Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
 }
 
 /// A server running inside the test's tokio runtime.
@@ -135,6 +184,8 @@ pub struct TestServer {
     pub http: Http,
     pub dir: tempfile::TempDir,
     pub app_state: woodlark::app::Ctx,
+    /// The router's table (`App::routes`): every route as `METHOD /pattern`.
+    pub routes: Vec<String>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -229,6 +280,7 @@ impl TestServer {
         let config = Config::from_toml(&text, "test.toml", &[]).expect("test config");
         let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
         let app_state = app.state().clone();
+        let routes = app.routes();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -239,6 +291,7 @@ impl TestServer {
             http: Http::new(addr),
             dir,
             app_state,
+            routes,
             shutdown: Some(tx),
             task: Some(task),
         }
