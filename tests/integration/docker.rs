@@ -5,6 +5,7 @@
 //! from the internet; the private-registry tests run Debian's `docker-registry` on
 //! 127.0.0.1 with htpasswd auth. Containers use only the networks the runner creates.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -80,22 +81,118 @@ fn owner_of(data_dir: &Path) -> String {
     )
 }
 
-/// Containers, networks and volumes carrying `owner`'s label.
+/// Containers, networks and volumes carrying `owner`'s label, without the empty networks the
+/// runner keeps for its next workflows (at most `IDLE_NETWORKS`; more would be a leak).
 fn objects_of(owner: &str) -> (usize, usize, usize) {
-    let filter = format!("label=io.woodlark.owner={owner}");
-    let count = |args: &[&str]| docker(args).lines().filter(|l| !l.is_empty()).count();
+    let ids = owned(owner);
+    let idle_pool = ids
+        .networks
+        .iter()
+        .filter(|id| {
+            docker(&[
+                "network",
+                "inspect",
+                "-f",
+                &format!(
+                    "{{{{len .Containers}}}} {{{{index .Labels \"{}\"}}}}",
+                    woodlark::runner::docker::LABEL_POOL
+                ),
+                id,
+            ])
+            .trim()
+                == "0 network"
+        })
+        .count();
+    let kept = idle_pool.min(woodlark::runner::docker::IDLE_NETWORKS);
     (
-        count(&["ps", "-aq", "--filter", &filter]),
-        count(&["network", "ls", "-q", "--filter", &filter]),
-        count(&["volume", "ls", "-q", "--filter", &filter]),
+        ids.containers.len(),
+        ids.networks.len() - kept,
+        ids.volumes.len(),
     )
 }
 
-async fn docker_server() -> TestServer {
+/// The ids of everything carrying `owner`'s label.
+#[derive(Debug)]
+struct Owned {
+    containers: BTreeSet<String>,
+    networks: BTreeSet<String>,
+    volumes: BTreeSet<String>,
+}
+
+fn owned(owner: &str) -> Owned {
+    let filter = format!("label=io.woodlark.owner={owner}");
+    let list = |args: &[&str]| -> BTreeSet<String> {
+        docker(args)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    Owned {
+        containers: list(&["ps", "-aq", "--no-trunc", "--filter", &filter]),
+        networks: list(&["network", "ls", "-q", "--no-trunc", "--filter", &filter]),
+        volumes: list(&["volume", "ls", "-q", "--filter", &filter]),
+    }
+}
+
+/// A test server on the docker backend; everything its runner left in the engine (the
+/// pool's idle networks among them) is removed when it drops.
+struct DockerServer {
+    server: TestServer,
+    _cleanup: EngineCleanup,
+}
+
+impl std::ops::Deref for DockerServer {
+    type Target = TestServer;
+    fn deref(&self) -> &TestServer {
+        &self.server
+    }
+}
+
+async fn docker_server() -> DockerServer {
     ensure_images();
     let dir = tempfile::tempdir().unwrap();
     let tables = docker_runner(dir.path());
-    TestServer::start_in_with_tables(dir, "", &tables).await
+    let cleanup = EngineCleanup(owner_of(dir.path()));
+    DockerServer {
+        server: TestServer::start_in_with_tables(dir, "", &tables).await,
+        _cleanup: cleanup,
+    }
+}
+
+/// Removes every object of an owner on drop: test servers are not stopped gracefully, and
+/// their owners (derived from temporary data dirs) never start again to sweep.
+struct EngineCleanup(String);
+
+impl Drop for EngineCleanup {
+    fn drop(&mut self) {
+        let ids = owned(&self.0);
+        let run = |args: Vec<&str>| {
+            let _ = Command::new("docker")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        if !ids.containers.is_empty() {
+            run(["rm", "-f", "-v"]
+                .into_iter()
+                .chain(ids.containers.iter().map(String::as_str))
+                .collect());
+        }
+        if !ids.networks.is_empty() {
+            run(["network", "rm"]
+                .into_iter()
+                .chain(ids.networks.iter().map(String::as_str))
+                .collect());
+        }
+        if !ids.volumes.is_empty() {
+            run(["volume", "rm", "-f"]
+                .into_iter()
+                .chain(ids.volumes.iter().map(String::as_str))
+                .collect());
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,6 +423,7 @@ async fn kill_9_mid_pipeline_leaves_nothing_after_the_next_start() {
         .await
         .expect(200);
     let owner = owner_of(dir.path());
+    let _cleanup = EngineCleanup(owner.clone());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let (containers, networks, volumes) = objects_of(&owner);
@@ -339,37 +437,28 @@ async fn kill_9_mid_pipeline_leaves_nothing_after_the_next_start() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    let before = owned(&owner);
     drop(server); // SIGKILL: the containers outlive the server
     assert!(objects_of(&owner).0 >= 2);
 
-    // The next start sweeps them before taking work.
+    // The next start sweeps them (the pool's networks too) before taking work.
     let server = Process::start(&config);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         // The re-queued workflow may run again; what must not remain is the old run's.
-        let filter = format!("label=io.woodlark.owner={owner}");
-        let names = docker(&["ps", "-a", "--format", "{{.Names}}", "--filter", &filter]);
-        let networks = docker(&[
-            "network",
-            "ls",
-            "--format",
-            "{{.Name}}",
-            "--filter",
-            &filter,
-        ]);
-        // Names start with the workflow run's key `wl_<workflow>_<random>`.
-        let keys: std::collections::BTreeSet<String> = names
-            .lines()
-            .chain(networks.lines())
-            .filter(|n| !n.is_empty())
-            .map(|n| n.split('_').take(3).collect::<Vec<_>>().join("_"))
+        let now = owned(&owner);
+        let remaining: Vec<&String> = now
+            .containers
+            .intersection(&before.containers)
+            .chain(now.networks.intersection(&before.networks))
+            .chain(now.volumes.intersection(&before.volumes))
             .collect();
-        if keys.len() <= 1 {
+        if remaining.is_empty() {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "objects of the killed run remain: {keys:?}"
+            "objects of the killed run remain: {remaining:?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
@@ -384,7 +473,14 @@ async fn kill_9_mid_pipeline_leaves_nothing_after_the_next_start() {
         .await;
     wait_for(&http, &alice, id, 1, 60, finished).await;
     assert_none_left(&owner).await;
-    drop(server);
+    // A graceful stop removes the rest, the pool's idle networks included.
+    let mut server = server;
+    server.terminate(std::time::Duration::from_secs(30));
+    let left = owned(&owner);
+    assert!(
+        left.containers.is_empty() && left.networks.is_empty() && left.volumes.is_empty(),
+        "after SIGTERM: {left:?}"
+    );
 }
 
 /// Debian's `docker-registry` on a free port with htpasswd auth (user `ci`, `ci-pass-1`),

@@ -1,5 +1,5 @@
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::util::{BIN, Http, Process, cli_user_add, write_config};
 
@@ -114,24 +114,7 @@ async fn sigterm_shuts_down_gracefully() {
         .get("/healthz", None)
         .await
         .expect(204);
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            assert!(
-                status.success(),
-                "exit status {status}: {}",
-                server.stderr()
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "server did not stop");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.terminate(Duration::from_secs(10));
     assert!(server.stderr().contains("shutdown signal received"));
 }
 

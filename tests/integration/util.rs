@@ -506,6 +506,28 @@ impl Process {
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
+
+    /// Sends SIGTERM and waits (up to `within`) for a successful exit.
+    pub fn terminate(&mut self, within: Duration) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}: {}", self.stderr());
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not stop: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Process {

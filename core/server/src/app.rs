@@ -49,6 +49,9 @@ pub struct AppState {
     pub public_url: OnceLock<String>,
     /// Participation module state: admin token, key-generation slot, debug settings.
     pub participation: Arc<crate::modules::participation::State>,
+    /// The embedded runner's Docker engine, once it chose the docker backend: swept when the
+    /// server stops, as the runner's workflows end with it.
+    pub runner_engine: OnceLock<crate::runner::docker::Docker>,
 }
 
 impl AppState {
@@ -174,6 +177,7 @@ impl App {
             started: Instant::now(),
             public_url: OnceLock::new(),
             participation,
+            runner_engine: OnceLock::new(),
             plugins,
         });
         Ok(App {
@@ -214,6 +218,7 @@ impl App {
         let _ = state.public_url.set(url);
         let store = state.store.clone();
         let logs = state.logs.clone();
+        let runner_state = state.clone();
         if state.config.plugins.watch
             && let Err(err) = state.plugins.watch()
         {
@@ -226,6 +231,19 @@ impl App {
         server::serve(listener, self.dispatcher, self.options, shutdown).await;
         for task in background {
             task.abort();
+        }
+        if let Some(engine) = runner_state.runner_engine.get() {
+            match engine.sweep().await {
+                Ok(swept) => tracing::info!(
+                    containers = swept.containers,
+                    networks = swept.networks,
+                    volumes = swept.volumes,
+                    "removed the runner's containers, networks and volumes"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not clean the Docker engine up; the next start sweeps")
+                }
+            }
         }
         tokio::task::spawn_blocking(move || {
             store.close();

@@ -1,9 +1,14 @@
 //! The docker backend: every step runs in a container of its `image`, on the Docker Engine
 //! API (the unix socket, or wherever `DOCKER_HOST` points), through bollard.
 //!
-//! Per workflow the backend creates a bridge **network** and a **volume**, both named
-//! `wl_<workflow>_<random>` and labelled with the runner's owner key ([`LABEL_OWNER`]) and the
-//! workflow ([`LABEL_WORKFLOW`]):
+//! Per workflow the backend takes a bridge **network** of its own and creates a **volume**
+//! named `wl_<workflow>_<random>`; both are labelled with the runner's owner key
+//! ([`LABEL_OWNER`]), the volume also with the workflow ([`LABEL_WORKFLOW`]):
+//! - creating and removing a bridge network costs the engine ~300 ms (iptables, a bridge
+//!   device), as much as the whole `docker run` of a small step, so networks come from a small
+//!   pool ([`LABEL_POOL`]): a workflow takes an idle one (or creates one), and once every
+//!   container of the workflow is removed an empty network goes back to the pool, up to
+//!   [`IDLE_NETWORKS`]; a network is never shared by two workflows at once;
 //! - the volume is the workspace, mounted at [`WORKSPACE`] in every step; the clone step
 //!   checks the commit out on the runner's host (the same git and sandbox as the local
 //!   backend) and the first container step copies the tree into the volume through the
@@ -47,6 +52,10 @@ use crate::pipeline::types::{CompiledStep, StepKind};
 
 /// Label naming the runner that created an object (what [`Docker::sweep`] removes).
 pub const LABEL_OWNER: &str = "io.woodlark.owner";
+/// Label marking a network of the runner's pool (not tied to one workflow).
+pub const LABEL_POOL: &str = "io.woodlark.pool";
+/// How many empty networks a runner keeps for the next workflows.
+pub const IDLE_NETWORKS: usize = 2;
 /// Label naming the workflow an object belongs to.
 pub const LABEL_WORKFLOW: &str = "io.woodlark.workflow";
 /// Where the workspace volume is mounted in every step (`CI_WORKSPACE`).
@@ -58,6 +67,8 @@ pub struct Docker {
     client: bollard::Docker,
     /// The runner's owner key: stable across restarts of the same server or agent.
     owner: String,
+    /// Empty networks ready for the next workflow (names).
+    idle_networks: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for Docker {
@@ -71,9 +82,10 @@ impl std::fmt::Debug for Docker {
 /// The network and volume of one workflow.
 #[derive(Debug, Clone)]
 pub struct WorkflowResources {
-    /// `wl_<workflow>_<random>`: the name of the network and the volume, and the prefix of
-    /// container names.
+    /// `wl_<workflow>_<random>`: the name of the volume and the prefix of container names.
     pub key: String,
+    /// The workflow's network (from the pool), where steps reach each other by name.
+    pub network: String,
     pub workflow_id: i64,
     /// The host directory of the clone, until it is copied into the volume (by the first
     /// container step that starts; the others wait for it).
@@ -93,6 +105,16 @@ pub struct Swept {
     pub containers: usize,
     pub networks: usize,
     pub volumes: usize,
+}
+
+/// Eight lowercase alphanumerics: keeps names of two runs of one workflow apart.
+fn random_suffix() -> String {
+    crate::auth::random_secret()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(8)
+        .collect::<String>()
+        .to_lowercase()
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> String {
@@ -117,6 +139,7 @@ impl Docker {
         Ok(Docker {
             client,
             owner: owner.to_string(),
+            idle_networks: Arc::default(),
         })
     }
 
@@ -134,9 +157,14 @@ impl Docker {
         )])
     }
 
-    /// Removes every container, network and volume carrying this runner's owner label.
+    /// Removes every container, network and volume carrying this runner's owner label,
+    /// the pool's idle networks included.
     pub async fn sweep(&self) -> Result<Swept, String> {
         let mut swept = Swept::default();
+        self.idle_networks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         let containers = self
             .client
             .list_containers(Some(ListContainersOptions {
@@ -203,22 +231,8 @@ impl Docker {
 
     /// Creates the workflow's network and workspace volume.
     pub async fn create_workflow(&self, workflow_id: i64) -> Result<WorkflowResources, String> {
-        let suffix: String = crate::auth::random_secret()
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(8)
-            .collect::<String>()
-            .to_lowercase();
-        let key = format!("wl_{workflow_id}_{suffix}");
-        self.client
-            .create_network(NetworkCreateRequest {
-                name: key.clone(),
-                driver: Some("bridge".into()),
-                labels: Some(self.labels(workflow_id)),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| err("cannot create the workflow's network", e))?;
+        let key = format!("wl_{workflow_id}_{}", random_suffix());
+        let network = self.take_network().await?;
         let volume = self
             .client
             .create_volume(VolumeCreateRequest {
@@ -229,6 +243,7 @@ impl Docker {
             .await;
         let resources = WorkflowResources {
             key,
+            network,
             workflow_id,
             pending_fill: Arc::default(),
         };
@@ -237,6 +252,62 @@ impl Docker {
             return Err(err("cannot create the workspace volume", e));
         }
         Ok(resources)
+    }
+
+    /// An empty network for a workflow: an idle one of the pool, else a new one.
+    async fn take_network(&self) -> Result<String, String> {
+        let idle = self
+            .idle_networks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        if let Some(name) = idle {
+            return Ok(name);
+        }
+        let name = format!("wl_net_{}", random_suffix());
+        let labels = HashMap::from([
+            (LABEL_OWNER.to_string(), self.owner.clone()),
+            (LABEL_POOL.to_string(), "network".to_string()),
+        ]);
+        self.client
+            .create_network(NetworkCreateRequest {
+                name: name.clone(),
+                driver: Some("bridge".into()),
+                labels: Some(labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| err("cannot create the workflow's network", e))?;
+        Ok(name)
+    }
+
+    /// Returns a workflow's network to the pool when nothing is attached to it any more and
+    /// the pool has room. `false`: the caller removes it.
+    async fn give_back_network(&self, name: &str) -> bool {
+        let empty = match self.client.inspect_network(name, None).await {
+            Ok(n) => n.containers.is_none_or(|c| c.is_empty()),
+            Err(_) => false,
+        };
+        if !empty {
+            return false;
+        }
+        let mut idle = self.idle_networks.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() >= IDLE_NETWORKS {
+            return false;
+        }
+        idle.push(name.to_string());
+        true
+    }
+
+    /// Removes the pool's idle networks (when the runner stops).
+    pub async fn drain_pool(&self) {
+        let idle =
+            std::mem::take(&mut *self.idle_networks.lock().unwrap_or_else(|e| e.into_inner()));
+        for name in idle {
+            if let Err(e) = self.client.remove_network(&name).await {
+                tracing::warn!(network = name, error = %e, "could not remove an idle network; the next start sweeps it");
+            }
+        }
     }
 
     /// Removes the workflow's containers, network and volume (errors are logged: the sweep
@@ -264,15 +335,22 @@ impl Docker {
                 }
             }
         }
+        let mut network_done = self.give_back_network(&res.network).await;
         // A container being removed concurrently (a killed step) still holds the network
         // and the volume for a moment: retry briefly before leaving them to the sweep.
         for attempt in 0..10 {
-            let network = match self.client.remove_network(&res.key).await {
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => Ok(()),
-                other => other,
+            let network = if network_done {
+                Ok(())
+            } else {
+                match self.client.remove_network(&res.network).await {
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => Ok(()),
+                    other => other,
+                }
             };
+            network_done = network.is_ok();
             let volume = match self
                 .client
                 .remove_volume(&res.key, Some(RemoveVolumeOptions { force: true }))
@@ -288,6 +366,7 @@ impl Docker {
                 (n, v) if attempt == 9 => {
                     tracing::warn!(
                         key = res.key,
+                        network_name = res.network,
                         network = ?n.err().map(|e| e.to_string()),
                         volume = ?v.err().map(|e| e.to_string()),
                         "could not remove a workflow's network or volume; the next start sweeps them"
@@ -598,7 +677,7 @@ fn container_body(
     let host_config = HostConfig {
         mounts: Some(vec![workspace_mount(res)]),
         network_mode: Some(if own_network {
-            res.key.clone()
+            res.network.clone()
         } else {
             step.network_mode.clone()
         }),
@@ -622,7 +701,7 @@ fn container_body(
     };
     let networking_config = own_network.then(|| NetworkingConfig {
         endpoints_config: Some(HashMap::from([(
-            res.key.clone(),
+            res.network.clone(),
             EndpointSettings {
                 aliases: Some(vec![step.name.clone()]),
                 ..Default::default()
@@ -701,6 +780,7 @@ mod tests {
     fn res() -> WorkflowResources {
         WorkflowResources {
             key: "wl_7_abc".into(),
+            network: "wl_net_abc".into(),
             workflow_id: 7,
             pending_fill: Arc::default(),
         }
@@ -740,9 +820,9 @@ mod tests {
                 .contains(&"CI_WORKSPACE=/woodpecker/src".to_string())
         );
         let host = body.host_config.unwrap();
-        assert_eq!(host.network_mode.unwrap(), "wl_7_abc");
+        assert_eq!(host.network_mode.unwrap(), "wl_net_abc");
         assert_eq!(host.privileged, Some(false));
-        let aliases = body.networking_config.unwrap().endpoints_config.unwrap()["wl_7_abc"]
+        let aliases = body.networking_config.unwrap().endpoints_config.unwrap()["wl_net_abc"]
             .aliases
             .clone()
             .unwrap();

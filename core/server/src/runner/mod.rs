@@ -166,6 +166,9 @@ pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch:
     }
     let _ = shutdown.changed().await;
     workers.shutdown().await;
+    if let Some(engine) = &config.docker {
+        engine.drain_pool().await;
+    }
 }
 
 /// Retries an API call a few times (transport errors only).

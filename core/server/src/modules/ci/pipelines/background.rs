@@ -177,7 +177,8 @@ async fn run_local(ctx: Ctx) {
         }
     };
     let mut info = local_info(ctx.config.runner.capacity);
-    if engine.is_some() {
+    if let Some(engine) = &engine {
+        let _ = ctx.runner_engine.set(engine.clone());
         info.backend = "docker".into();
     }
     if let Err(err) = super::agent_rpc::record_info(&ctx, &row, &info).await {
