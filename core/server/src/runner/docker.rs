@@ -299,17 +299,6 @@ impl Docker {
         true
     }
 
-    /// Removes the pool's idle networks (when the runner stops).
-    pub async fn drain_pool(&self) {
-        let idle =
-            std::mem::take(&mut *self.idle_networks.lock().unwrap_or_else(|e| e.into_inner()));
-        for name in idle {
-            if let Err(e) = self.client.remove_network(&name).await {
-                tracing::warn!(network = name, error = %e, "could not remove an idle network; the next start sweeps it");
-            }
-        }
-    }
-
     /// Removes the workflow's containers, network and volume (errors are logged: the sweep
     /// at the next start catches what is left).
     pub async fn remove_workflow(&self, res: &WorkflowResources) {

@@ -166,8 +166,11 @@ pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch:
     }
     let _ = shutdown.changed().await;
     workers.shutdown().await;
-    if let Some(engine) = &config.docker {
-        engine.drain_pool().await;
+    // The workflows ended with the workers: remove their containers and the idle networks.
+    if let Some(engine) = &config.docker
+        && let Err(e) = engine.sweep().await
+    {
+        tracing::warn!(error = %e, "could not clean the Docker engine up; the next start sweeps");
     }
 }
 
