@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use wasmtime::{Config, Engine};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::error::HostError;
 
@@ -17,13 +17,33 @@ pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Native stack a guest may use (deep recursion traps instead of crashing the server).
 const MAX_WASM_STACK: usize = 1 << 20;
 
+/// Component instances alive at once across all plugins (calls in flight; each plugin's
+/// `max_concurrency` bounds its share). A call beyond it fails rather than waits.
+const POOLED_COMPONENTS: u32 = 256;
+
+/// Every call instantiates afresh, so instances come from a pool: their memories and tables
+/// are slots reserved once and reset copy-on-write between calls, instead of a fresh
+/// `mmap` + initialisation + `munmap` per call. Slots are sized for the largest memory a
+/// plugin may be granted (`memory_mb` ≤ 4096; the store limiter enforces each plugin's own
+/// limit); the reservation is address space, not memory.
+fn pooling() -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(POOLED_COMPONENTS)
+        .total_core_instances(POOLED_COMPONENTS * 4)
+        .total_memories(POOLED_COMPONENTS * 2)
+        .total_tables(POOLED_COMPONENTS * 4)
+        .max_memory_size(4096 << 20);
+    pool
+}
+
 pub(crate) fn new_engine() -> Result<Engine, HostError> {
     let mut config = Config::new();
     config
         .wasm_component_model(true)
         .epoch_interruption(true)
         .max_wasm_stack(MAX_WASM_STACK)
-        .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        .cranelift_opt_level(wasmtime::OptLevel::Speed)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
     let engine = Engine::new(&config).map_err(|e| HostError::Engine(e.to_string()))?;
     let weak = engine.weak();
     std::thread::Builder::new()

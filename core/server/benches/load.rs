@@ -679,14 +679,54 @@ async fn http_scenario() {
     let base_addr = baseline_server(feed).await;
     let server = Server::start(false).await;
     let token = server.user("bench", false).await;
+    let admin = server.user("root", true).await;
     let addr = server.api.addr;
+    // A repository of the bench user with five (pending) pipelines of one step each.
+    let config = "steps:\n  build:\n    image: sh\n    commands: [echo hello]\n";
+    let (repo, _) = server
+        .git_repo(&admin, &token, "bench/app", &[(".woodpecker.yaml", config)])
+        .await;
+    for _ in 0..5 {
+        server
+            .api
+            .expect(
+                "POST",
+                &format!("/api/repos/{repo}/pipelines"),
+                Some(&token),
+                Some("{}"),
+                200,
+            )
+            .await;
+    }
+    let pipelines = format!("/api/repos/{repo}/pipelines");
+    let pipeline = format!("/api/repos/{repo}/pipelines/5");
+    let repo_path = format!("/api/repos/{repo}");
 
     let mut results: Vec<(&str, LoadResult)> = Vec::new();
-    let targets: [(&str, SocketAddr, &str, Option<&str>); 4] = [
+    let targets: [(&str, SocketAddr, &str, Option<&str>); 8] = [
         ("baseline: bare hyper `GET /`", base_addr, "/", None),
         ("GET /version", addr, "/version", None),
         ("GET /healthz", addr, "/healthz", None),
         ("GET /api/user (token)", addr, "/api/user", Some(&token)),
+        (
+            "GET /api/repos/{id} (token)",
+            addr,
+            &repo_path,
+            Some(&token),
+        ),
+        ("GET …/pipelines (token, 5)", addr, &pipelines, Some(&token)),
+        (
+            "GET …/pipelines/5 (token, steps)",
+            addr,
+            &pipeline,
+            Some(&token),
+        ),
+        (
+            "GET /events?limit=20 (token)",
+            addr,
+            "/events?limit=20",
+            Some(&token),
+        ),
     ];
     for (name, a, path, tok) in targets {
         // Warm-up (connections, caches, prepared statements), then the measured run.

@@ -10,6 +10,7 @@
 //!   `GET /api/forges/<id>`), the usual choice for verifying a forge's webhook signatures;
 //! - any other name: the instance-wide CI secret of that name (`/api/secrets`).
 
+use crate::store::CachedRow;
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
@@ -45,7 +46,7 @@ impl KvStore for StoreKv {
         let (ns, k) = (namespace.to_string(), key.to_string());
         self.handle
             .block_on(self.store.read(move |c| {
-                Ok(c.query_row(
+                Ok(c.cached_row(
                     "SELECT value FROM plugin_kv WHERE namespace = ?1 AND key = ?2
                      AND (expires_ms IS NULL OR expires_ms > ?3)",
                     params![ns, k, now_unix_ms()],
@@ -67,7 +68,7 @@ impl KvStore for StoreKv {
         let expires = ttl.map(|t| now_unix_ms() + t.as_millis() as i64);
         self.handle
             .block_on(self.store.write(move |c| {
-                c.execute(
+                c.cached_exec(
                     "INSERT INTO plugin_kv (namespace, key, value, expires_ms) VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_ms = excluded.expires_ms",
                     params![ns, k, v, expires],
@@ -81,7 +82,7 @@ impl KvStore for StoreKv {
         let (ns, k) = (namespace.to_string(), key.to_string());
         self.handle
             .block_on(self.store.write(move |c| {
-                c.execute(
+                c.cached_exec(
                     "DELETE FROM plugin_kv WHERE namespace = ?1 AND key = ?2",
                     params![ns, k],
                 )?;

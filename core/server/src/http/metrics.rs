@@ -1,12 +1,15 @@
 //! Request metrics in the Prometheus text format (`GET /metrics`).
 //!
 //! Counted per route *pattern* (never the raw path, which would give one series per id) and
-//! status. A single mutex is enough: recording is a hash lookup and a few additions.
+//! status. A single mutex is enough: recording is a hash lookup and a few additions, with
+//! keys that are cloned without allocating (the route's shared pattern, the method).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use http::Method;
 
 /// Latency bucket upper bounds in seconds.
 const BUCKETS: [f64; 12] = [
@@ -21,9 +24,9 @@ pub struct Metrics {
 #[derive(Default)]
 struct Inner {
     /// (route, method, status) → count.
-    requests: BTreeMap<(String, String, u16), u64>,
+    requests: HashMap<(Arc<str>, Method, u16), u64>,
     /// route → latency histogram.
-    latency: BTreeMap<String, Histogram>,
+    latency: HashMap<Arc<str>, Histogram>,
 }
 
 #[derive(Default)]
@@ -34,14 +37,14 @@ struct Histogram {
 }
 
 impl Metrics {
-    pub fn record(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
+    pub fn record(&self, route: &Arc<str>, method: &Method, status: u16, elapsed: Duration) {
         let secs = elapsed.as_secs_f64();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         *inner
             .requests
-            .entry((route.to_string(), method.to_string(), status))
+            .entry((route.clone(), method.clone(), status))
             .or_default() += 1;
-        let h = inner.latency.entry(route.to_string()).or_default();
+        let h = inner.latency.entry(route.clone()).or_default();
         h.count += 1;
         h.sum += secs;
         for (i, bound) in BUCKETS.iter().enumerate() {
@@ -59,19 +62,24 @@ impl Metrics {
             "# HELP woodlark_http_requests_total HTTP requests by route, method and status.\n",
         );
         out.push_str("# TYPE woodlark_http_requests_total counter\n");
-        for ((route, method, status), n) in &inner.requests {
+        let mut requests: Vec<_> = inner.requests.iter().collect();
+        requests
+            .sort_by(|(a, _), (b, _)| (&a.0, a.1.as_str(), a.2).cmp(&(&b.0, b.1.as_str(), b.2)));
+        for ((route, method, status), n) in requests {
             let _ = writeln!(
                 out,
                 "woodlark_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{status}\"}} {n}",
                 escape(route),
-                escape(method)
+                escape(method.as_str())
             );
         }
         out.push_str(
             "# HELP woodlark_http_request_duration_seconds HTTP request latency by route.\n",
         );
         out.push_str("# TYPE woodlark_http_request_duration_seconds histogram\n");
-        for (route, h) in &inner.latency {
+        let mut latency: Vec<_> = inner.latency.iter().collect();
+        latency.sort_by(|a, b| a.0.cmp(b.0));
+        for (route, h) in latency {
             let route = escape(route);
             for (bound, n) in BUCKETS.iter().zip(h.buckets) {
                 let _ = writeln!(
@@ -118,9 +126,10 @@ mod tests {
     #[test]
     fn counts_and_buckets() {
         let m = Metrics::default();
-        m.record("/api/users", "GET", 200, Duration::from_micros(700));
-        m.record("/api/users", "GET", 200, Duration::from_millis(30));
-        m.record("/api/users", "GET", 401, Duration::from_millis(2));
+        let users: Arc<str> = Arc::from("/api/users");
+        m.record(&users, &Method::GET, 200, Duration::from_micros(700));
+        m.record(&users, &Method::GET, 200, Duration::from_millis(30));
+        m.record(&users, &Method::GET, 401, Duration::from_millis(2));
         let text = m.render(&[("woodlark_up", "Always 1.", 1.0)]);
         assert!(text.contains(
             "woodlark_http_requests_total{route=\"/api/users\",method=\"GET\",status=\"200\"} 2"

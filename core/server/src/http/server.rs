@@ -8,7 +8,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -196,6 +196,10 @@ pub async fn serve<S>(
     }
 }
 
+/// Metric names of requests that match no route, and of `OPTIONS` answers.
+static UNMATCHED: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from("<unmatched>"));
+static OPTIONS: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from("<options>"));
+
 /// Routes one request and turns the outcome into a hyper response. Never fails.
 pub async fn dispatch<S>(
     dispatcher: &Dispatcher<S>,
@@ -213,7 +217,7 @@ where
 
     let (route_name, response) = match dispatcher.router.lookup(&method, &path) {
         Lookup::NotFound { style } => (
-            "<unmatched>".into(),
+            UNMATCHED.clone(),
             ApiError::not_found(format!("no route for {path}")).render(style),
         ),
         Lookup::MethodNotAllowed { allow, style } => {
@@ -223,7 +227,7 @@ where
             )
             .render(style);
             resp.headers.insert(header::ALLOW, allow);
-            ("<unmatched>".into(), resp)
+            (UNMATCHED.clone(), resp)
         }
         Lookup::Options { allow } => {
             let resp = Response::empty(StatusCode::OK)
@@ -235,7 +239,7 @@ where
                         "Authorization, Content-Type, X-CSRF-TOKEN, X-Algo-API-Token, Last-Event-ID",
                     ),
                 );
-            ("<options>".into(), resp)
+            (OPTIONS.clone(), resp)
         }
         Lookup::Found(route, params) => {
             let route = route.clone();
@@ -246,8 +250,15 @@ where
                 status = tracing::field::Empty,
             );
             let response = async {
+                // A request without a body (most GETs) needs no read timer.
+                let no_body = hyper::body::Body::is_end_stream(req.body());
                 let read = read_request(req, params, route.body_limit, remote, tls);
-                let read = match tokio::time::timeout(dispatcher.body_read_timeout, read).await {
+                let read = if no_body {
+                    Ok(read.await)
+                } else {
+                    tokio::time::timeout(dispatcher.body_read_timeout, read).await
+                };
+                let read = match read {
                     Ok(read) => read,
                     Err(_) => Err(ApiError::new(
                         StatusCode::REQUEST_TIMEOUT,
@@ -275,13 +286,13 @@ where
             }
             .instrument(span)
             .await;
-            (route.pattern.to_string(), response)
+            (route.pattern.clone(), response)
         }
     };
 
     dispatcher.metrics.record(
         &route_name,
-        method.as_str(),
+        &method,
         response.status.as_u16(),
         started.elapsed(),
     );
@@ -294,13 +305,37 @@ async fn run_handler<S: Clone + Send + Sync + 'static>(
     request: Request,
     style: ErrorStyle,
 ) -> Response {
-    // Spawned so that a panic in a handler becomes a 500 for this request only.
-    let fut = handler(state, request);
-    match tokio::spawn(fut.in_current_span()).await {
+    // A panic in a handler becomes a 500 for this request only. Reads (GET, HEAD) run in
+    // place: no hand-off to another task on the hot path, and a client that goes away may
+    // cancel them. Anything else runs in a task of its own, so it finishes all its steps even
+    // when the client disconnects halfway.
+    let outcome = if request.method == Method::GET || request.method == Method::HEAD {
+        let fut = std::panic::AssertUnwindSafe(handler(state, request));
+        futures_util::FutureExt::catch_unwind(fut)
+            .await
+            .map_err(|panic| panic_message(panic.as_ref()))
+    } else {
+        tokio::spawn(handler(state, request).in_current_span())
+            .await
+            .map_err(|join| match join.try_into_panic() {
+                Ok(panic) => panic_message(panic.as_ref()),
+                Err(join) => join.to_string(),
+            })
+    };
+    match outcome {
         Ok(Ok(response)) => response,
         Ok(Err(err)) => err.render(style),
-        Err(join) => ApiError::internal(format!("handler failed: {join}")).render(style),
+        Err(what) => ApiError::internal(format!("handler panicked: {what}")).render(style),
     }
+}
+
+/// The text of a panic payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 async fn read_request(
@@ -368,4 +403,61 @@ fn into_hyper(response: Response, is_head: bool) -> hyper::Response<ResponseBody
             .or_insert(HeaderValue::from_static(value));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: Method) -> Request {
+        Request {
+            method,
+            path: "/boom".into(),
+            query: String::new(),
+            headers: http::HeaderMap::new(),
+            params: Vec::new(),
+            body: Bytes::new(),
+            remote: None,
+            tls: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_a_500_for_its_request_only() {
+        let handler: super::super::router::Handler<()> =
+            Arc::new(|_, _| Box::pin(async { panic!("kaboom") }));
+        for method in [Method::GET, Method::POST] {
+            let response =
+                run_handler(&handler, (), request(method.clone()), ErrorStyle::PlainText).await;
+            assert_eq!(
+                response.status,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{method}"
+            );
+            // The cause is logged, not shown.
+            assert_eq!(&response.body[..], b"internal server error", "{method}");
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_finish_when_the_client_goes_away() {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let handler: super::super::router::Handler<()> = Arc::new(move |_, _| {
+            let flag = flag.clone();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(Response::empty(StatusCode::NO_CONTENT))
+            })
+        });
+        // The caller gives up (the connection closed) before the handler is done.
+        let _ = tokio::time::timeout(
+            Duration::from_millis(5),
+            run_handler(&handler, (), request(Method::POST), ErrorStyle::PlainText),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst));
+    }
 }

@@ -8,6 +8,7 @@
 //! except in [`by_token`], and the rendering it returns (also what events record) has an empty
 //! `token`; handlers fill it in after opening the sealed value.
 
+use crate::store::CachedRow;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -135,7 +136,7 @@ fn owner(agent: &Agent) -> Owner {
 }
 
 pub fn by_id(conn: &Connection, id: i64) -> StoreResult<AgentRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM agents WHERE id = ?1"),
         [id],
         from_row,
@@ -150,7 +151,7 @@ pub fn by_token(conn: &Connection, token: &str) -> StoreResult<Option<AgentRow>>
         return Ok(None);
     }
     Ok(conn
-        .query_row(
+        .cached_row(
             &format!("SELECT {COLUMNS} FROM agents WHERE token_hash = ?1"),
             [token_hash(token)],
             from_row,
@@ -186,7 +187,7 @@ pub fn list_for_org(
 /// Creates an agent. Records `agents.created` (without the token).
 pub fn create(conn: &Connection, new: &NewAgent) -> StoreResult<AgentRow> {
     let now = now_unix();
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO agents (created, updated, name, owner_id, org_id, token_hash, token, no_schedule)
          VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
@@ -219,7 +220,7 @@ pub fn update(conn: &Connection, id: i64, change: &AgentChange) -> StoreResult<A
     if *name == before.agent.name && no_schedule == before.agent.no_schedule {
         return Ok(before);
     }
-    conn.execute(
+    conn.cached_exec(
         "UPDATE agents SET name = ?2, no_schedule = ?3, updated = ?4 WHERE id = ?1",
         params![id, name, no_schedule, now_unix()],
     )?;
@@ -254,7 +255,7 @@ pub fn report(
     {
         return Ok(());
     }
-    conn.execute(
+    conn.cached_exec(
         "UPDATE agents SET platform = ?2, backend = ?3, capacity = ?4, version = ?5, updated = ?6 WHERE id = ?1",
         params![id, platform, backend, capacity, version, now_unix()],
     )?;
@@ -273,7 +274,7 @@ pub fn report(
 /// Deletes an agent. Records `agents.deleted`.
 pub fn delete(conn: &Connection, id: i64) -> StoreResult<Agent> {
     let row = by_id(conn, id)?;
-    conn.execute("DELETE FROM agents WHERE id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM agents WHERE id = ?1", [id])?;
     events::append(
         conn,
         RECORD_TYPE,

@@ -17,6 +17,7 @@
 //! **Scheduler hooks**: [`due`] lists enabled crons whose `next_exec` has passed; [`claim`]
 //! moves a cron's `next_exec` forward only if nobody else did (upstream's `CronGetLock`).
 
+use crate::store::CachedRow;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
@@ -290,7 +291,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Cron> {
 
 /// A cron of a repository by id.
 pub fn find(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 AND id = ?2"),
         params![repo_id, id],
         from_row,
@@ -320,7 +321,7 @@ pub fn due(conn: &Connection, now: i64, limit: u32) -> StoreResult<Vec<Cron>> {
 }
 
 fn name_taken(conn: &Connection, repo_id: i64, name: &str, except: i64) -> StoreResult<bool> {
-    Ok(conn.query_row(
+    Ok(conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM crons WHERE repo_id = ?1 AND name = ?2 AND id != ?3)",
         params![repo_id, name, except],
         |r| r.get(0),
@@ -343,7 +344,7 @@ pub fn create(conn: &Connection, new: &NewCron) -> StoreResult<Cron> {
     if name_taken(conn, new.repo_id, &new.name, 0)? {
         return Err(duplicate(&new.name));
     }
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO crons (name, repo_id, creator_id, next_exec, schedule, timezone, created,
                             branch, enabled, variables)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -385,7 +386,7 @@ pub fn update(conn: &Connection, repo_id: i64, id: i64, change: &CronChange) -> 
         .as_ref()
         .map(serde_json::to_string)
         .transpose()?;
-    conn.execute(
+    conn.cached_exec(
         "UPDATE crons SET
             name = coalesce(?2, name),
             creator_id = coalesce(?3, creator_id),
@@ -424,7 +425,7 @@ pub fn update(conn: &Connection, repo_id: i64, id: i64, change: &CronChange) -> 
 /// Returns whether this caller won. Records `crons.updated` when it did.
 pub fn claim(conn: &Connection, id: i64, expected: i64, next: i64) -> StoreResult<bool> {
     let Some(before) = conn
-        .query_row(
+        .cached_row(
             &format!("SELECT {COLUMNS} FROM crons WHERE id = ?1"),
             [id],
             from_row,
@@ -433,7 +434,7 @@ pub fn claim(conn: &Connection, id: i64, expected: i64, next: i64) -> StoreResul
     else {
         return Ok(false);
     };
-    let n = conn.execute(
+    let n = conn.cached_exec(
         "UPDATE crons SET next_exec = ?3 WHERE id = ?1 AND next_exec = ?2",
         params![id, expected, next],
     )?;
@@ -456,7 +457,7 @@ pub fn claim(conn: &Connection, id: i64, expected: i64, next: i64) -> StoreResul
 pub fn delete(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
     let cron = find(conn, repo_id, id)?;
     let owner = owner(conn, repo_id)?;
-    conn.execute("DELETE FROM crons WHERE id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM crons WHERE id = ?1", [id])?;
     events::append(conn, RECORD_TYPE, Action::Deleted, id, &cron, owner)?;
     Ok(cron)
 }

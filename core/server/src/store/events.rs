@@ -6,8 +6,10 @@
 //! Event ids are the outbox sequence rendered as a fixed-width hex string, so they sort as
 //! strings in the same order as numbers.
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, params};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{StoreResult, now_unix_ms};
@@ -38,19 +40,42 @@ pub struct Owner {
 
 /// One stored event.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
+pub struct StoredEvent<B = Value> {
     pub seq: i64,
     pub created_ms: i64,
     pub record_type: String,
     pub action: String,
     pub record_id: String,
-    pub object: Value,
-    pub previous: Option<Value>,
+    pub object: B,
+    pub previous: Option<B>,
     pub org_id: Option<i64>,
     pub repo_id: Option<i64>,
 }
 
-impl StoredEvent {
+/// An event whose record snapshots stay the stored JSON text: served to clients as they are,
+/// without decoding them into maps and encoding them again.
+pub type RawEvent = StoredEvent<Box<RawValue>>;
+
+/// How a stored JSON snapshot is read: decoded ([`Value`]) or kept as text ([`RawValue`]).
+pub trait EventBody: Sized {
+    fn from_stored(text: String) -> Self;
+}
+
+impl EventBody for Value {
+    fn from_stored(text: String) -> Value {
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+}
+
+impl EventBody for Box<RawValue> {
+    fn from_stored(text: String) -> Box<RawValue> {
+        RawValue::from_string(text).unwrap_or_else(|_| {
+            RawValue::from_string("null".into()).unwrap_or_else(|_| unreachable!("valid JSON"))
+        })
+    }
+}
+
+impl<B> StoredEvent<B> {
     /// The public id: 24 hex digits, zero-padded (same width as Clever's ObjectIDs).
     pub fn id(&self) -> String {
         format_id(self.seq)
@@ -123,7 +148,7 @@ fn insert(
     previous: Option<&Value>,
     owner: Owner,
 ) -> StoreResult<i64> {
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -215,7 +240,7 @@ pub struct Visible {
 impl Visible {
     /// Whether one event is visible: it belongs to a visible repository, or has no repository
     /// and belongs to a visible organisation (the rule `filter_sql` applies key by key).
-    fn allows(&self, e: &StoredEvent) -> bool {
+    fn allows<B>(&self, e: &StoredEvent<B>) -> bool {
         match e.repo_id {
             Some(repo) => self.repo_ids.contains(&repo),
             None => e.org_id.is_some_and(|org| self.org_ids.contains(&org)),
@@ -284,7 +309,7 @@ fn with_range(
     all
 }
 
-fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+fn read_row<B: EventBody>(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent<B>> {
     let object: String = r.get(5)?;
     let previous: Option<String> = r.get(6)?;
     Ok(StoredEvent {
@@ -293,8 +318,8 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
         record_type: r.get(2)?,
         action: r.get(3)?,
         record_id: r.get(4)?,
-        object: serde_json::from_str(&object).unwrap_or(Value::Null),
-        previous: previous.and_then(|p| serde_json::from_str(&p).ok()),
+        object: B::from_stored(object),
+        previous: previous.map(B::from_stored),
         org_id: r.get(7)?,
         repo_id: r.get(8)?,
     })
@@ -305,19 +330,19 @@ const SELECT: &str = "SELECT seq, created_ms, record_type, action, record_id, ob
 /// One page of events strictly between `after` and `before` (exclusive bounds), matching
 /// `filter`, at most `limit`, always returned oldest first. Index-backed on `seq`: cost does
 /// not grow with the number of older events (no OFFSET).
-pub fn page(
+pub fn page<B: EventBody>(
     conn: &Connection,
     after: i64,
     before: i64,
     filter: &Filter,
     direction: Direction,
     limit: usize,
-) -> StoreResult<Vec<StoredEvent>> {
+) -> StoreResult<Vec<StoredEvent<B>>> {
     let order = match direction {
         Direction::Forward => "ASC",
         Direction::Backward => "DESC",
     };
-    let mut out: Vec<StoredEvent> = Vec::new();
+    let mut out: Vec<StoredEvent<B>> = Vec::new();
     for key in filter.keys() {
         let (cond, args) = filter_sql(filter, key);
         let sql = format!(
@@ -355,7 +380,7 @@ pub fn any_between(
     for key in filter.keys() {
         let (cond, args) = filter_sql(filter, key);
         let sql = format!("SELECT EXISTS ({SELECT} WHERE seq > ?1 AND seq < ?2{cond})");
-        let found: bool = conn.query_row(
+        let found: bool = conn.cached_row(
             &sql,
             rusqlite::params_from_iter(with_range(after, before, args)),
             |r| r.get(0),
@@ -368,13 +393,17 @@ pub fn any_between(
 }
 
 /// One event by sequence number, if it still exists and matches `filter`.
-pub fn get(conn: &Connection, seq: i64, filter: &Filter) -> StoreResult<Option<StoredEvent>> {
+pub fn get<B: EventBody>(
+    conn: &Connection,
+    seq: i64,
+    filter: &Filter,
+) -> StoreResult<Option<StoredEvent<B>>> {
     // The range `seq - 1 < seq < seq + 1` keeps the filter's parameter numbers as in `page`.
     let (cond, args) = filter_sql(filter, None);
     let sql = format!("{SELECT} WHERE seq > ?1 AND seq < ?2{cond}");
     use rusqlite::OptionalExtension;
     let event = conn
-        .query_row(
+        .cached_row(
             &sql,
             rusqlite::params_from_iter(with_range(seq - 1, seq + 1, args)),
             read_row,
@@ -392,7 +421,7 @@ pub enum Cursor {
 }
 
 pub fn cursor(conn: &Connection, seq: i64) -> StoreResult<Cursor> {
-    let exists: bool = conn.query_row(
+    let exists: bool = conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM events WHERE seq = ?1)",
         [seq],
         |r| r.get(0),
@@ -402,7 +431,7 @@ pub fn cursor(conn: &Connection, seq: i64) -> StoreResult<Cursor> {
     }
     // AUTOINCREMENT keeps the highest sequence ever issued in sqlite_sequence.
     let issued: i64 = conn
-        .query_row(
+        .cached_row(
             "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
             [],
             |r| r.get(0),
@@ -425,13 +454,13 @@ pub fn prune(
 ) -> StoreResult<usize> {
     let mut removed = 0;
     if let Some(cutoff) = older_than_ms {
-        removed += conn.execute(
+        removed += conn.cached_exec(
             "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_ms < ?1 ORDER BY seq LIMIT ?2)",
             params![cutoff, batch as i64],
         )?;
     }
     if let Some(keep) = keep {
-        removed += conn.execute(
+        removed += conn.cached_exec(
             "DELETE FROM events WHERE seq IN (
                 SELECT seq FROM events
                 WHERE seq <= (SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET ?1)
@@ -483,21 +512,21 @@ mod tests {
     fn pages_forward_backward_and_filtered() {
         let c = seeded(10);
         let all = Filter::default();
-        let p = page(&c, 0, i64::MAX, &all, Direction::Forward, 3).unwrap();
+        let p = page::<Value>(&c, 0, i64::MAX, &all, Direction::Forward, 3).unwrap();
         assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
-        let p = page(&c, 0, 8, &all, Direction::Backward, 3).unwrap();
+        let p = page::<Value>(&c, 0, 8, &all, Direction::Backward, 3).unwrap();
         assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [5, 6, 7]);
         let users = Filter {
             record_types: vec!["users".into()],
             ..Filter::default()
         };
-        let p = page(&c, 2, i64::MAX, &users, Direction::Forward, 10).unwrap();
+        let p = page::<Value>(&c, 2, i64::MAX, &users, Direction::Forward, 10).unwrap();
         assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 5, 7, 9]);
         let org = Filter {
             org_id: Some(0),
             ..Filter::default()
         };
-        let p = page(&c, 0, i64::MAX, &org, Direction::Forward, 10).unwrap();
+        let p = page::<Value>(&c, 0, i64::MAX, &org, Direction::Forward, 10).unwrap();
         assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 6, 9]);
         let visible = Filter {
             visible: Some(Visible {
@@ -506,13 +535,13 @@ mod tests {
             }),
             ..Filter::default()
         };
-        let p = page(&c, 0, i64::MAX, &visible, Direction::Forward, 10).unwrap();
+        let p = page::<Value>(&c, 0, i64::MAX, &visible, Direction::Forward, 10).unwrap();
         // seq 4 by repo; users (no repo) in org 1: 1 and 7.
         assert_eq!(p.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 4, 7]);
         assert!(any_between(&c, 9, i64::MAX, &all).unwrap());
         assert!(!any_between(&c, 10, i64::MAX, &all).unwrap());
-        assert!(get(&c, 4, &visible).unwrap().is_some());
-        assert!(get(&c, 2, &visible).unwrap().is_none());
+        assert!(get::<Value>(&c, 4, &visible).unwrap().is_some());
+        assert!(get::<Value>(&c, 2, &visible).unwrap().is_none());
     }
 
     #[test]
@@ -550,12 +579,12 @@ mod tests {
             ..Filter::default()
         };
         assert!(
-            page(&c, 0, i64::MAX, &nobody, Direction::Forward, 10)
+            page::<Value>(&c, 0, i64::MAX, &nobody, Direction::Forward, 10)
                 .unwrap()
                 .is_empty()
         );
         assert!(!any_between(&c, 0, i64::MAX, &nobody).unwrap());
-        assert!(get(&c, 1, &nobody).unwrap().is_none());
+        assert!(get::<Value>(&c, 1, &nobody).unwrap().is_none());
     }
 
     #[test]
@@ -585,7 +614,8 @@ mod tests {
     fn prune_by_count_and_cursor_states() {
         let c = seeded(10);
         assert_eq!(prune(&c, None, Some(4), 1000).unwrap(), 6);
-        let left = page(&c, 0, i64::MAX, &Filter::default(), Direction::Forward, 100).unwrap();
+        let left =
+            page::<Value>(&c, 0, i64::MAX, &Filter::default(), Direction::Forward, 100).unwrap();
         assert_eq!(
             left.iter().map(|e| e.seq).collect::<Vec<_>>(),
             [7, 8, 9, 10]

@@ -1,6 +1,7 @@
 //! Forges: where repositories live (a local `git` directory, or GitHub, Gitea, … through
 //! forge-adapter plugins). Each has a random webhook secret, sealed at rest.
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -122,7 +123,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<ForgeRow> {
 const COLUMNS: &str = "id, type, url, data, client_secret, webhook_secret";
 
 pub fn by_id(conn: &Connection, id: i64) -> StoreResult<ForgeRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM forges WHERE id = ?1"),
         [id],
         from_row,
@@ -141,7 +142,7 @@ pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Forg
 }
 
 pub fn count(conn: &Connection) -> StoreResult<i64> {
-    Ok(conn.query_row("SELECT count(*) FROM forges", [], |r| r.get(0))?)
+    Ok(conn.cached_row("SELECT count(*) FROM forges", [], |r| r.get(0))?)
 }
 
 fn data_of(forge: &Forge) -> StoreResult<String> {
@@ -165,7 +166,7 @@ pub fn create(
     sealed_client_secret: &str,
     sealed_webhook_secret: &str,
 ) -> StoreResult<Forge> {
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO forges (type, url, data, client_secret, webhook_secret) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![
             forge.kind,
@@ -206,7 +207,7 @@ pub fn update(
             )));
         }
     }
-    conn.execute(
+    conn.cached_exec(
         "UPDATE forges SET type = ?2, url = ?3, data = ?4, client_secret = coalesce(?5, client_secret)
          WHERE id = ?1",
         params![forge.id, forge.kind, forge.url, data_of(forge)?, sealed_client_secret],
@@ -217,7 +218,7 @@ pub fn update(
 }
 
 fn repo_count(conn: &Connection, forge_id: i64) -> StoreResult<i64> {
-    Ok(conn.query_row(
+    Ok(conn.cached_row(
         "SELECT count(*) FROM repos WHERE forge_id = ?1",
         [forge_id],
         |r| r.get(0),
@@ -233,7 +234,7 @@ pub fn delete(conn: &Connection, id: i64) -> StoreResult<()> {
             "forge {id} still has {repos} repositories; delete them first"
         )));
     }
-    conn.execute("DELETE FROM forges WHERE id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM forges WHERE id = ?1", [id])?;
     events::append(conn, RECORD_TYPE, Action::Deleted, id, &forge, owner())?;
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! complaint). Lines are keyed by `(step_id, line)`, so a batch an agent re-sends after a
 //! lost reply is stored once. Retention removes old lines by age.
 
+use crate::store::CachedRow;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use rusqlite::{Connection, params};
@@ -128,7 +129,7 @@ pub fn text(conn: &Connection, step_id: i64) -> StoreResult<Vec<u8>> {
 
 /// The highest line number stored for a step (0 when none).
 pub fn last_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
-    Ok(conn.query_row(
+    Ok(conn.cached_row(
         "SELECT coalesce(max(line), 0) FROM log_entries WHERE step_id = ?1",
         [step_id],
         |r| r.get(0),
@@ -157,7 +158,7 @@ pub fn delete_steps(conn: &Connection, step_ids: &[i64]) -> StoreResult<usize> {
 
 /// Removes lines stored before `cutoff_ms`, at most `batch` per call.
 pub fn prune(conn: &Connection, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
-    Ok(conn.execute(
+    Ok(conn.cached_exec(
         "DELETE FROM log_entries WHERE id IN
            (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2)",
         params![cutoff_ms, batch as i64],

@@ -230,8 +230,28 @@ impl Store {
         }
     }
 
-    /// Runs `f` on a read-only connection on the blocking pool.
+    /// Runs `f` on a read-only connection, on the calling thread when a reader is free.
+    ///
+    /// For the short, indexed reads of a request (a row by key, one bounded page): a hop to
+    /// the blocking pool costs more than the query itself. Reads that may take milliseconds
+    /// (a whole log, sweeps over a table) go through [`Store::read_blocking`] instead. A
+    /// panicking `f` becomes an error and its connection goes back to the pool.
     pub async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let permit = match self.inner.reader_slots.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(StoreError::Closed),
+            // Every reader is busy: wait on the blocking pool rather than here.
+            Err(tokio::sync::TryAcquireError::NoPermits) => return self.read_blocking(f).await,
+        };
+        run_read(&self.inner, permit, f)
+    }
+
+    /// Runs `f` on a read-only connection on the blocking pool (long reads).
+    pub async fn read_blocking<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
@@ -244,28 +264,9 @@ impl Store {
             .await
             .map_err(|_| StoreError::Closed)?;
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let conn = ReaderGuard {
-                inner: &inner,
-                conn: Some(
-                    inner
-                        .readers
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .pop()
-                        .ok_or_else(|| {
-                            StoreError::Unavailable("no reader connection free".into())
-                        })?,
-                ),
-            };
-            f(conn
-                .conn
-                .as_ref()
-                .unwrap_or_else(|| unreachable!("set above")))
-        })
-        .await
-        .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
+        tokio::task::spawn_blocking(move || run_read(&inner, permit, f))
+            .await
+            .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
     }
 
     /// A cheap query that proves the database is usable (for `/healthz`).
@@ -300,6 +301,31 @@ impl Store {
     }
 }
 
+/// Runs a read on a pooled connection under `permit`; a panic in `f` is an error.
+fn run_read<T, F>(inner: &Inner, permit: tokio::sync::OwnedSemaphorePermit, f: F) -> StoreResult<T>
+where
+    F: FnOnce(&Connection) -> StoreResult<T>,
+{
+    let _permit = permit;
+    let guard = ReaderGuard {
+        inner,
+        conn: Some(
+            inner
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop()
+                .ok_or_else(|| StoreError::Unavailable("no reader connection free".into()))?,
+        ),
+    };
+    let conn = guard
+        .conn
+        .as_ref()
+        .unwrap_or_else(|| unreachable!("set above"));
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
+        .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
+}
+
 /// Returns a reader connection to the pool when the read ends, even by panic.
 struct ReaderGuard<'a> {
     inner: &'a Inner,
@@ -318,8 +344,38 @@ impl Drop for ReaderGuard<'_> {
     }
 }
 
+/// Statements each connection keeps prepared: every query of the store fits, so a hot
+/// request never parses SQL (rusqlite's default keeps 16).
+const STATEMENT_CACHE: usize = 256;
+
+/// `query_row` and `execute` through the connection's statement cache (the `Connection`
+/// methods prepare, and so parse, their SQL on every call).
+pub trait CachedRow {
+    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+
+    fn cached_exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+}
+
+impl CachedRow for Connection {
+    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    fn cached_exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+}
+
 fn configure(conn: &Connection, writer: bool, full_sync: bool) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(10))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     if writer {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(

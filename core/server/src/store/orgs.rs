@@ -1,5 +1,6 @@
 //! Organisations: namespaces that own repositories. Every user has one of its own (`is_user`).
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -36,7 +37,7 @@ fn owner(org: &Org) -> Owner {
 }
 
 pub fn by_id(conn: &Connection, id: i64) -> StoreResult<Org> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM orgs WHERE id = ?1"),
         [id],
         from_row,
@@ -47,7 +48,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<Org> {
 
 pub fn by_name(conn: &Connection, forge_id: i64, name: &str) -> StoreResult<Option<Org>> {
     Ok(conn
-        .query_row(
+        .cached_row(
             &format!("SELECT {COLUMNS} FROM orgs WHERE forge_id = ?1 AND name = ?2"),
             params![forge_id, name],
             from_row,
@@ -63,7 +64,7 @@ pub fn create_for_user(conn: &Connection, forge_id: i64, login: &str) -> StoreRe
             existing.name, existing.id
         )));
     }
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, 1)",
         params![forge_id, login],
     )?;
@@ -91,7 +92,7 @@ pub fn find_or_create(conn: &Connection, forge_id: i64, name: &str) -> StoreResu
     {
         return Ok(org);
     }
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, 0)",
         params![forge_id, name],
     )?;
@@ -109,7 +110,7 @@ pub fn find_or_create(conn: &Connection, forge_id: i64, name: &str) -> StoreResu
 
 /// By name on any forge (lowest id first), for look-ups by full name.
 pub fn by_any_name(conn: &Connection, name: &str) -> StoreResult<Org> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM orgs WHERE name = ?1 ORDER BY id LIMIT 1"),
         [name],
         from_row,
@@ -130,9 +131,10 @@ pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Org>
 /// Deletes an organisation that owns no repositories (409 otherwise), together with what
 /// belongs only to it. Records `orgs.deleted`.
 pub fn delete_with_contents(conn: &Connection, id: i64) -> StoreResult<()> {
-    let repos: i64 = conn.query_row("SELECT count(*) FROM repos WHERE org_id = ?1", [id], |r| {
-        r.get(0)
-    })?;
+    let repos: i64 =
+        conn.cached_row("SELECT count(*) FROM repos WHERE org_id = ?1", [id], |r| {
+            r.get(0)
+        })?;
     if repos > 0 {
         return Err(StoreError::Conflict(format!(
             "organization {id} still owns {repos} repositories; delete them first"
@@ -147,7 +149,7 @@ pub fn delete_with_contents(conn: &Connection, id: i64) -> StoreResult<()> {
 /// Deletes an organisation, recording `orgs.deleted`.
 pub fn delete(conn: &Connection, id: i64) -> StoreResult<()> {
     let org = by_id(conn, id)?;
-    conn.execute("DELETE FROM orgs WHERE id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM orgs WHERE id = ?1", [id])?;
     events::append(
         conn,
         RECORD_TYPE,

@@ -8,6 +8,7 @@
 //! Every change appends its `participation_keys.*` event in the same transaction; the event
 //! object is the key as `GET /v2/participation/{id}` renders it.
 
+use crate::store::CachedRow;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -169,7 +170,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<ParticipationKey> {
 }
 
 fn seq_of(conn: &Connection, id: &str) -> StoreResult<i64> {
-    conn.query_row(
+    conn.cached_row(
         "SELECT seq FROM participation_keys WHERE id = ?1",
         [id],
         |r| r.get(0),
@@ -181,7 +182,7 @@ fn seq_of(conn: &Connection, id: &str) -> StoreResult<i64> {
 /// Installs a key; `Conflict(DUPLICATE)` if a key with the same id is installed.
 pub fn insert(conn: &Connection, new: &NewPartKey) -> StoreResult<ParticipationKey> {
     let exists: Option<i64> = conn
-        .query_row(
+        .cached_row(
             "SELECT seq FROM participation_keys WHERE id = ?1",
             [&new.id],
             |r| r.get(0),
@@ -190,7 +191,7 @@ pub fn insert(conn: &Connection, new: &NewPartKey) -> StoreResult<ParticipationK
     if exists.is_some() {
         return Err(StoreError::Conflict(DUPLICATE.into()));
     }
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO participation_keys (id, address, first_valid, last_valid, key_dilution,
              selection_key, vote_key, state_proof_key, vrf_secrets, voting_secrets,
              state_proof_data, created)
@@ -254,7 +255,7 @@ pub fn list(conn: &Connection) -> StoreResult<Vec<ParticipationKey>> {
 }
 
 pub fn get(conn: &Connection, id: &str) -> StoreResult<ParticipationKey> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM participation_keys WHERE id = ?1"),
         [id],
         from_row,
@@ -267,11 +268,11 @@ pub fn get(conn: &Connection, id: &str) -> StoreResult<ParticipationKey> {
 pub fn delete(conn: &Connection, id: &str) -> StoreResult<ParticipationKey> {
     let key = get(conn, id)?;
     let seq = seq_of(conn, id)?;
-    conn.execute(
+    conn.cached_exec(
         "DELETE FROM participation_state_proof_keys WHERE key_seq = ?1",
         [seq],
     )?;
-    conn.execute("DELETE FROM participation_keys WHERE seq = ?1", [seq])?;
+    conn.cached_exec("DELETE FROM participation_keys WHERE seq = ?1", [seq])?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -309,7 +310,7 @@ pub fn append_state_proof_keys(
 /// The sealed material of a key, for writing it back out as a partkey file.
 pub fn secrets(conn: &Connection, id: &str) -> StoreResult<Secrets> {
     let key = get(conn, id)?;
-    let (seq, sealed_vrf, sealed_voting, state_proof_data) = conn.query_row(
+    let (seq, sealed_vrf, sealed_voting, state_proof_data) = conn.cached_row(
         "SELECT seq, vrf_secrets, voting_secrets, state_proof_data FROM participation_keys WHERE id = ?1",
         [id],
         |r| {
@@ -341,7 +342,7 @@ pub fn secrets(conn: &Connection, id: &str) -> StoreResult<Secrets> {
 /// Number of state-proof keys installed for a key.
 pub fn state_proof_key_count(conn: &Connection, id: &str) -> StoreResult<u64> {
     let seq = seq_of(conn, id)?;
-    let n: i64 = conn.query_row(
+    let n: i64 = conn.cached_row(
         "SELECT count(*) FROM participation_state_proof_keys WHERE key_seq = ?1",
         [seq],
         |r| r.get(0),
@@ -358,7 +359,7 @@ mod tests {
         super::super::migrations::migrate(&mut conn).unwrap();
         // Until the lead adds SCHEMA as a migration, apply it here when it is missing.
         let present: i64 = conn
-            .query_row(
+            .cached_row(
                 "SELECT count(*) FROM sqlite_master WHERE name = 'participation_keys'",
                 [],
                 |r| r.get(0),
@@ -425,7 +426,7 @@ mod tests {
         assert!(matches!(get(&c, "A"), Err(StoreError::NotFound)));
         assert!(matches!(delete(&c, "A"), Err(StoreError::NotFound)));
         let left: i64 = c
-            .query_row(
+            .cached_row(
                 "SELECT count(*) FROM participation_state_proof_keys",
                 [],
                 |r| r.get(0),
@@ -451,7 +452,7 @@ mod tests {
     fn effective_first_zero_rule() {
         let c = conn();
         insert(&c, &new_key("A")).unwrap();
-        c.execute(
+        c.cached_exec(
             "UPDATE participation_keys SET effective_last = 50, last_vote = 7",
             [],
         )

@@ -7,6 +7,7 @@
 //! so the database never contains a secret in clear. Every create, update and delete records
 //! an event (`pipelines.*`, `workflows.*`, `steps.*`) in the same transaction.
 
+use crate::store::CachedRow;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -209,7 +210,7 @@ fn owner(repo_id: i64, org_id: i64) -> Owner {
 
 fn org_of(conn: &Connection, repo_id: i64) -> StoreResult<i64> {
     Ok(conn
-        .query_row("SELECT org_id FROM repos WHERE id = ?1", [repo_id], |r| {
+        .cached_row("SELECT org_id FROM repos WHERE id = ?1", [repo_id], |r| {
             r.get(0)
         })
         .optional()?
@@ -243,7 +244,7 @@ fn pipeline_from_row(r: &Row<'_>) -> rusqlite::Result<PipelineRow> {
 }
 
 pub fn by_id(conn: &Connection, id: i64) -> StoreResult<PipelineRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = ?1"),
         [id],
         pipeline_from_row,
@@ -253,7 +254,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<PipelineRow> {
 }
 
 pub fn by_number(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2"),
         params![repo_id, number],
         pipeline_from_row,
@@ -269,7 +270,7 @@ pub fn latest(
     branch: Option<&str>,
     event: Option<&str>,
 ) -> StoreResult<PipelineRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines
              WHERE repo_id = ?1 AND (?2 IS NULL OR branch = ?2) AND (?3 IS NULL OR event = ?3)
@@ -388,7 +389,7 @@ fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Step> {
 
 pub fn workflow(conn: &Connection, id: i64) -> StoreResult<Workflow> {
     let mut wf = conn
-        .query_row(
+        .cached_row(
             &format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"),
             [id],
             workflow_from_row,
@@ -401,7 +402,7 @@ pub fn workflow(conn: &Connection, id: i64) -> StoreResult<Workflow> {
 
 /// The sealed compiled form of a workflow.
 pub fn workflow_payload(conn: &Connection, id: i64) -> StoreResult<String> {
-    conn.query_row("SELECT payload FROM workflows WHERE id = ?1", [id], |r| {
+    conn.cached_row("SELECT payload FROM workflows WHERE id = ?1", [id], |r| {
         r.get(0)
     })
     .optional()?
@@ -438,7 +439,7 @@ pub fn full(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<Pipelin
 }
 
 pub fn step(conn: &Connection, id: i64) -> StoreResult<Step> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {STEP_COLUMNS} FROM steps WHERE id = ?1"),
         [id],
         step_from_row,
@@ -449,7 +450,7 @@ pub fn step(conn: &Connection, id: i64) -> StoreResult<Step> {
 
 /// A step with the workflow it belongs to.
 pub fn step_by_uuid(conn: &Connection, uuid: &str) -> StoreResult<(Step, i64)> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {STEP_COLUMNS} FROM steps WHERE uuid = ?1"),
         [uuid],
         |r| Ok((step_from_row(r)?, r.get::<_, i64>(12)?)),
@@ -473,16 +474,16 @@ fn link_configs(
 ) -> StoreResult<()> {
     for f in files {
         let hash = format!("{:x}", Sha256::digest(f.data.as_bytes()));
-        conn.execute(
+        conn.cached_exec(
             "INSERT OR IGNORE INTO configs (repo_id, hash, name, data) VALUES (?1, ?2, ?3, ?4)",
             params![repo_id, hash, f.name, f.data.as_bytes()],
         )?;
-        let id: i64 = conn.query_row(
+        let id: i64 = conn.cached_row(
             "SELECT id FROM configs WHERE repo_id = ?1 AND hash = ?2 AND name = ?3",
             params![repo_id, hash, f.name],
             |r| r.get(0),
         )?;
-        conn.execute(
+        conn.cached_exec(
             "INSERT OR IGNORE INTO pipeline_configs (pipeline_id, config_id) VALUES (?1, ?2)",
             params![pipeline_id, id],
         )?;
@@ -520,7 +521,7 @@ pub fn create(
     files: &[ConfigFile],
 ) -> StoreResult<PipelineRow> {
     let org_id = org_of(conn, repo_id)?;
-    let number: i64 = conn.query_row(
+    let number: i64 = conn.cached_row(
         "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
         [repo_id],
         |r| r.get(0),
@@ -530,7 +531,7 @@ pub fn create(
     p.number = number;
     p.created = now;
     p.updated = now;
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO pipelines (repo_id, number, status, event, branch, ref, created, data)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -559,7 +560,7 @@ pub fn create(
     for wf in workflows {
         let wf_pid = next_pid;
         next_pid += 1;
-        conn.execute(
+        conn.cached_exec(
             "INSERT INTO workflows (pipeline_id, pid, name, state, environ, payload)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -574,7 +575,7 @@ pub fn create(
         let wf_id = conn.last_insert_rowid();
         for (name, kind) in &wf.steps {
             let uuid = crate::auth::random_secret();
-            conn.execute(
+            conn.cached_exec(
                 "INSERT INTO steps (uuid, pipeline_id, workflow_id, pid, ppid, name, state, type)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![uuid, p.id, wf_id, next_pid, wf_pid, name, wf.state, kind],
@@ -620,7 +621,7 @@ pub fn update<F: FnOnce(&mut Pipeline)>(
         return Ok(before);
     }
     p.updated = now_unix();
-    conn.execute(
+    conn.cached_exec(
         "UPDATE pipelines SET status = ?2, data = ?3 WHERE id = ?1",
         params![id, p.status, data_of(&p)?],
     )?;
@@ -651,7 +652,7 @@ pub fn update_workflow<F: FnOnce(&mut Workflow)>(
     let mut w = before.clone();
     change(&mut w);
     if w != before {
-        conn.execute(
+        conn.cached_exec(
             "UPDATE workflows SET state = ?2, error = ?3, started = ?4, finished = ?5, agent_id = ?6, platform = ?7
              WHERE id = ?1",
             params![id, w.state, w.error, w.started, w.finished, w.agent_id, w.platform],
@@ -674,7 +675,7 @@ pub fn update_step<F: FnOnce(&mut Step)>(
     let mut s = before.clone();
     change(&mut s);
     if s != before {
-        conn.execute(
+        conn.cached_exec(
             "UPDATE steps SET state = ?2, error = ?3, exit_code = ?4, started = ?5, finished = ?6 WHERE id = ?1",
             params![id, s.state, s.error, s.exit_code, s.started, s.finished],
         )?;
@@ -715,11 +716,11 @@ pub fn delete(conn: &Connection, id: i64) -> StoreResult<Vec<i64>> {
             owner(row.repo_id, org_id),
         )?;
     }
-    conn.execute("DELETE FROM tasks WHERE pipeline_id = ?1", [id])?;
-    conn.execute("DELETE FROM steps WHERE pipeline_id = ?1", [id])?;
-    conn.execute("DELETE FROM workflows WHERE pipeline_id = ?1", [id])?;
-    conn.execute("DELETE FROM pipeline_configs WHERE pipeline_id = ?1", [id])?;
-    conn.execute("DELETE FROM pipelines WHERE id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM tasks WHERE pipeline_id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM steps WHERE pipeline_id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM workflows WHERE pipeline_id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM pipeline_configs WHERE pipeline_id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM pipelines WHERE id = ?1", [id])?;
     events::append(
         conn,
         PIPELINES,

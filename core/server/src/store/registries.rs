@@ -8,6 +8,7 @@
 //! (upstream: extensions and docker config files); registries made through the API are never
 //! read-only.
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -95,7 +96,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<RegistryRow> {
 
 /// A registry of a scope by address, with its sealed password.
 pub fn find(conn: &Connection, scope: ResourceScope, address: &str) -> StoreResult<RegistryRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!(
             "SELECT {COLUMNS} FROM registries WHERE org_id = ?1 AND repo_id = ?2 AND address = ?3"
         ),
@@ -107,7 +108,7 @@ pub fn find(conn: &Connection, scope: ResourceScope, address: &str) -> StoreResu
 }
 
 fn by_id(conn: &Connection, id: i64) -> StoreResult<RegistryRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM registries WHERE id = ?1"),
         [id],
         from_row,
@@ -164,7 +165,7 @@ pub fn create(conn: &Connection, scope: ResourceScope, new: &NewRegistry) -> Sto
     if find(conn, scope, &new.address).is_ok() {
         return Err(duplicate(&new.address));
     }
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO registries (org_id, repo_id, address, username, password, readonly)
          VALUES (?1, ?2, ?3, ?4, ?5, 0)",
         params![
@@ -202,7 +203,7 @@ pub fn update(
     {
         return Err(duplicate(new_address));
     }
-    conn.execute(
+    conn.cached_exec(
         "UPDATE registries SET
             address = coalesce(?2, address),
             username = coalesce(?3, username),
@@ -228,7 +229,7 @@ pub fn update(
 pub fn delete(conn: &Connection, scope: ResourceScope, address: &str) -> StoreResult<Registry> {
     let registry = find(conn, scope, address)?.registry;
     let owner = scope.owner(conn)?;
-    conn.execute("DELETE FROM registries WHERE id = ?1", [registry.id])?;
+    conn.cached_exec("DELETE FROM registries WHERE id = ?1", [registry.id])?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -253,7 +254,7 @@ pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult
         rows.collect::<Result<Vec<_>, _>>()?
     };
     for row in &all {
-        conn.execute("DELETE FROM registries WHERE id = ?1", [row.registry.id])?;
+        conn.cached_exec("DELETE FROM registries WHERE id = ?1", [row.registry.id])?;
         events::append(
             conn,
             RECORD_TYPE,

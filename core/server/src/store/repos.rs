@@ -5,6 +5,7 @@
 //! over the document when a row is read. `user_id` (whose forge credentials are used) and
 //! `hash` (the key of hook tokens) are never rendered.
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
@@ -102,7 +103,7 @@ pub fn owner_of(repo: &Repo) -> Owner {
 }
 
 pub fn by_id(conn: &Connection, id: i64) -> StoreResult<RepoRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM repos WHERE id = ?1"),
         [id],
         from_row,
@@ -117,7 +118,7 @@ pub fn by_remote_id(
     remote_id: &str,
 ) -> StoreResult<Option<RepoRow>> {
     Ok(conn
-        .query_row(
+        .cached_row(
             &format!("SELECT {COLUMNS} FROM repos WHERE forge_id = ?1 AND forge_remote_id = ?2"),
             params![forge_id, remote_id],
             from_row,
@@ -127,7 +128,7 @@ pub fn by_remote_id(
 
 /// By `owner/name`; when several forges have one, the lowest id wins.
 pub fn by_full_name(conn: &Connection, full_name: &str) -> StoreResult<RepoRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM repos WHERE full_name = ?1 ORDER BY id LIMIT 1"),
         [full_name],
         from_row,
@@ -169,7 +170,7 @@ fn data_of(repo: &Repo) -> StoreResult<String> {
 
 /// Inserts a newly activated repository owned by `user_id`. Records `repos.created`.
 pub fn create(conn: &Connection, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<RepoRow> {
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
@@ -200,7 +201,7 @@ pub fn create(conn: &Connection, repo: &Repo, user_id: i64, hash: &str) -> Store
 /// `repos.updated` with the previous values when the rendering changed.
 pub fn update(conn: &Connection, repo: &Repo, user_id: Option<i64>) -> StoreResult<RepoRow> {
     let before = by_id(conn, repo.id)?;
-    conn.execute(
+    conn.cached_exec(
         "UPDATE repos SET forge_id = ?2, forge_remote_id = ?3, org_id = ?4, full_name = ?5,
             active = ?6, data = ?7, user_id = coalesce(?8, user_id)
          WHERE id = ?1",
@@ -237,12 +238,12 @@ pub fn delete(conn: &Connection, id: i64) -> StoreResult<Removed> {
     for pipeline in super::pipelines::ids_of_repo(conn, id)? {
         step_ids.extend(super::pipelines::delete(conn, pipeline)?);
     }
-    conn.execute("DELETE FROM configs WHERE repo_id = ?1", [id])?;
-    conn.execute("DELETE FROM perms WHERE repo_id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM configs WHERE repo_id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM perms WHERE repo_id = ?1", [id])?;
     super::crons::delete_scope(conn, id)?;
     super::secrets::delete_scope(conn, 0, id)?;
     super::registries::delete_scope(conn, 0, id)?;
-    conn.execute("DELETE FROM repos WHERE id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM repos WHERE id = ?1", [id])?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -296,7 +297,7 @@ impl Perm {
 /// A user's stored permission on a repository, if any.
 pub fn perm(conn: &Connection, user_id: i64, repo_id: i64) -> StoreResult<Option<Perm>> {
     Ok(conn
-        .query_row(
+        .cached_row(
             "SELECT pull, push, admin, synced, created, updated FROM perms WHERE user_id = ?1 AND repo_id = ?2",
             params![user_id, repo_id],
             |r| {
@@ -316,7 +317,7 @@ pub fn perm(conn: &Connection, user_id: i64, repo_id: i64) -> StoreResult<Option
 /// Stores a user's permission on a repository (as synced from the forge now).
 pub fn set_perm(conn: &Connection, user_id: i64, repo_id: i64, perm: Perm) -> StoreResult<()> {
     let now = now_unix();
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO perms (user_id, repo_id, pull, push, admin, synced, created, updated)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6)
          ON CONFLICT (user_id, repo_id) DO UPDATE SET
@@ -372,7 +373,7 @@ pub fn readable_ids(
 
 /// The strongest permission `user_id` holds on any repository of `org_id`.
 pub fn best_perm_in_org(conn: &Connection, user_id: i64, org_id: i64) -> StoreResult<Perm> {
-    let (push, admin): (bool, bool) = conn.query_row(
+    let (push, admin): (bool, bool) = conn.cached_row(
         "SELECT coalesce(max(p.push), 0), coalesce(max(p.admin), 0)
          FROM perms p JOIN repos r ON r.id = p.repo_id
          WHERE p.user_id = ?1 AND r.org_id = ?2",

@@ -7,6 +7,7 @@
 //! can carry it. A change of the value alone does not change the rendering; it is still
 //! recorded as `secrets.updated` (without `previous_attributes`), so the feed sees every write.
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -61,7 +62,7 @@ impl ResourceScope {
     pub fn owner(&self, conn: &Connection) -> StoreResult<Owner> {
         if self.repo_id != 0 {
             let org: Option<i64> = conn
-                .query_row(
+                .cached_row(
                     "SELECT org_id FROM repos WHERE id = ?1",
                     [self.repo_id],
                     |r| r.get(0),
@@ -251,7 +252,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<SecretRow> {
 
 /// A secret of a scope by name, with its sealed value.
 pub fn find(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResult<SecretRow> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM secrets WHERE org_id = ?1 AND repo_id = ?2 AND name = ?3"),
         params![scope.org_id, scope.repo_id, name],
         from_row,
@@ -311,7 +312,7 @@ pub fn create(conn: &Connection, scope: ResourceScope, new: &NewSecret) -> Store
     if find(conn, scope, &new.name).is_ok() {
         return Err(duplicate(&new.name));
     }
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO secrets (org_id, repo_id, name, value, images, events, note)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
@@ -347,7 +348,7 @@ pub fn update(
     let before = find(conn, scope, name)?.secret;
     let images = change.images.as_deref().map(to_json).transpose()?;
     let events_json = change.events.as_deref().map(to_json).transpose()?;
-    conn.execute(
+    conn.cached_exec(
         "UPDATE secrets SET
             value = coalesce(?2, value),
             images = coalesce(?3, images),
@@ -375,7 +376,7 @@ pub fn update(
 pub fn delete(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResult<Secret> {
     let secret = find(conn, scope, name)?.secret;
     let owner = scope.owner(conn)?;
-    conn.execute("DELETE FROM secrets WHERE id = ?1", [secret.id])?;
+    conn.cached_exec("DELETE FROM secrets WHERE id = ?1", [secret.id])?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -400,7 +401,7 @@ pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult
         rows.collect::<Result<Vec<_>, _>>()?
     };
     for row in &all {
-        conn.execute("DELETE FROM secrets WHERE id = ?1", [row.secret.id])?;
+        conn.cached_exec("DELETE FROM secrets WHERE id = ?1", [row.secret.id])?;
         events::append(
             conn,
             RECORD_TYPE,

@@ -5,6 +5,7 @@
 //! is deleted. Because the queue is a table, it survives restarts; leases that run out put
 //! tasks back to `pending`.
 
+use crate::store::CachedRow;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -54,7 +55,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
 }
 
 pub fn insert(conn: &Connection, task: &Task) -> StoreResult<()> {
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO tasks (id, pipeline_id, repo_id, state, labels, dependencies, run_on, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -73,7 +74,7 @@ pub fn insert(conn: &Connection, task: &Task) -> StoreResult<()> {
 
 pub fn get(conn: &Connection, id: i64) -> StoreResult<Option<Task>> {
     Ok(conn
-        .query_row(
+        .cached_row(
             &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
             [id],
             from_row,
@@ -108,7 +109,7 @@ pub fn of_agent(conn: &Connection, agent_id: i64) -> StoreResult<Vec<Task>> {
 
 /// Leases a pending task to an agent; false if someone else took it first.
 pub fn lease(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
-    Ok(conn.execute(
+    Ok(conn.cached_exec(
         "UPDATE tasks SET state = 'running', agent_id = ?2, lease_until = ?3 WHERE id = ?1 AND state = 'pending'",
         params![id, agent_id, until],
     )? == 1)
@@ -116,14 +117,14 @@ pub fn lease(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResu
 
 /// Extends a lease the agent holds; false if it does not hold it (any more).
 pub fn extend(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
-    Ok(conn.execute(
+    Ok(conn.cached_exec(
         "UPDATE tasks SET lease_until = ?3 WHERE id = ?1 AND agent_id = ?2 AND state = 'running'",
         params![id, agent_id, until],
     )? == 1)
 }
 
 pub fn set_state(conn: &Connection, id: i64, state: &str) -> StoreResult<()> {
-    conn.execute(
+    conn.cached_exec(
         "UPDATE tasks SET state = ?2, agent_id = 0, lease_until = 0 WHERE id = ?1",
         params![id, state],
     )?;
@@ -131,7 +132,7 @@ pub fn set_state(conn: &Connection, id: i64, state: &str) -> StoreResult<()> {
 }
 
 pub fn remove(conn: &Connection, id: i64) -> StoreResult<()> {
-    conn.execute("DELETE FROM tasks WHERE id = ?1", [id])?;
+    conn.cached_exec("DELETE FROM tasks WHERE id = ?1", [id])?;
     Ok(())
 }
 
@@ -145,7 +146,7 @@ pub fn expired(conn: &Connection, now: i64) -> StoreResult<Vec<Task>> {
 }
 
 pub fn count_running(conn: &Connection) -> StoreResult<i64> {
-    Ok(conn.query_row(
+    Ok(conn.cached_row(
         "SELECT count(*) FROM tasks WHERE state = 'running'",
         [],
         |r| r.get(0),

@@ -4,6 +4,7 @@
 //! on the next insert. These rows are bookkeeping, not records of the API, so they write no
 //! events.
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, params};
 
 use super::StoreResult;
@@ -21,8 +22,8 @@ pub const SCHEMA: &str = r#"
 
 /// Records token `id` (valid until `expires`) as used. `false` when it already was.
 pub fn spend(conn: &Connection, id: &str, expires: i64, now: i64) -> StoreResult<bool> {
-    conn.execute("DELETE FROM used_tokens WHERE expires < ?1", [now])?;
-    let inserted = conn.execute(
+    conn.cached_exec("DELETE FROM used_tokens WHERE expires < ?1", [now])?;
+    let inserted = conn.cached_exec(
         "INSERT OR IGNORE INTO used_tokens (id, expires) VALUES (?1, ?2)",
         params![id, expires],
     )?;

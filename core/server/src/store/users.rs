@@ -4,6 +4,7 @@
 //! `admin_env` is true too); callers pass that list as [`EnvAdmins`] so the API rendering, and so
 //! the events, are the same wherever a user is read.
 
+use crate::store::CachedRow;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -118,7 +119,7 @@ fn owner(user: &User) -> Owner {
 }
 
 pub fn by_id(conn: &Connection, env: &EnvAdmins, id: i64) -> StoreResult<Account> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM users WHERE id = ?1"),
         [id],
         from_row(env),
@@ -128,7 +129,7 @@ pub fn by_id(conn: &Connection, env: &EnvAdmins, id: i64) -> StoreResult<Account
 }
 
 pub fn by_login(conn: &Connection, env: &EnvAdmins, login: &str) -> StoreResult<Account> {
-    conn.query_row(
+    conn.cached_row(
         &format!("SELECT {COLUMNS} FROM users WHERE login = ?1"),
         [login],
         from_row(env),
@@ -154,7 +155,7 @@ pub fn list(
 
 /// Creates a user and its personal organisation, recording `orgs.created` and `users.created`.
 pub fn create(conn: &Connection, env: &EnvAdmins, new: &NewUser) -> StoreResult<Account> {
-    let taken: bool = conn.query_row(
+    let taken: bool = conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM users WHERE login = ?1)",
         [&new.login],
         |r| r.get(0),
@@ -166,7 +167,7 @@ pub fn create(conn: &Connection, env: &EnvAdmins, new: &NewUser) -> StoreResult<
         )));
     }
     let org = orgs::create_for_user(conn, new.forge_id, &new.login)?;
-    conn.execute(
+    conn.cached_exec(
         "INSERT INTO users (forge_id, forge_remote_id, login, email, avatar_url, admin, org_id, hash, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
@@ -201,7 +202,7 @@ pub fn update(
     patch: &UserPatch,
 ) -> StoreResult<User> {
     let before = by_login(conn, env, login)?.user;
-    conn.execute(
+    conn.cached_exec(
         "UPDATE users SET
             email = coalesce(?2, email),
             avatar_url = coalesce(?3, avatar_url),
@@ -222,7 +223,7 @@ pub fn set_token_seed(
     id: i64,
     seed: &str,
 ) -> StoreResult<Account> {
-    let n = conn.execute(
+    let n = conn.cached_exec(
         "UPDATE users SET hash = ?2 WHERE id = ?1",
         params![id, seed],
     )?;
@@ -237,8 +238,8 @@ pub fn set_token_seed(
 /// permission row must not outlive the account it was granted to.
 pub fn delete(conn: &Connection, env: &EnvAdmins, login: &str) -> StoreResult<User> {
     let user = by_login(conn, env, login)?.user;
-    conn.execute("DELETE FROM perms WHERE user_id = ?1", [user.id])?;
-    conn.execute("DELETE FROM users WHERE id = ?1", [user.id])?;
+    conn.cached_exec("DELETE FROM perms WHERE user_id = ?1", [user.id])?;
+    conn.cached_exec("DELETE FROM users WHERE id = ?1", [user.id])?;
     events::append(
         conn,
         RECORD_TYPE,

@@ -12,6 +12,7 @@
 //! reconnects (log streams resume without gaps from `Last-Event-ID`). The tailer and other
 //! clients never wait for it.
 
+use crate::store::CachedRow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,7 +127,7 @@ impl PipelineFeed {
             .store
             .read(|c| {
                 Ok(
-                    c.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
+                    c.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
                         r.get::<_, i64>(0)
                     })?,
                 )
@@ -152,7 +153,7 @@ impl PipelineFeed {
                 ctx.store
                     .read(move |c| {
                         let newest: i64 =
-                            c.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
+                            c.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
                                 r.get(0)
                             })?;
                         Ok((

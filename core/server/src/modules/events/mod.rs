@@ -19,12 +19,13 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::app::Ctx;
 use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::must_user;
-use crate::store::events::{self, Cursor, Direction, Filter, StoredEvent, Visible};
+use crate::store::events::{self, Cursor, Direction, Filter, RawEvent, Visible};
 use crate::store::{StoreResult, now_unix_ms, orgs, repos};
 use crate::timefmt::rfc3339_millis;
 
@@ -185,21 +186,38 @@ fn resolve_cursor(
 }
 
 /// The Clever `Event` object.
-fn render(event: &StoredEvent) -> Value {
-    let mut data = json!({ "object": event.object });
-    if let Some(previous) = &event.previous {
-        data["previous_attributes"] = previous.clone();
+/// One event as Clever renders it. Fields in alphabetical order, as every other JSON
+/// object of the feed; the record snapshots are copied as stored.
+#[derive(Serialize)]
+struct EventOut<'a> {
+    created: String,
+    data: EventData<'a>,
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Serialize)]
+struct EventData<'a> {
+    object: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    previous_attributes: Option<&'a RawValue>,
+}
+
+fn render(event: &RawEvent) -> EventOut<'_> {
+    EventOut {
+        created: rfc3339_millis(event.created_ms),
+        data: EventData {
+            object: &event.object,
+            previous_attributes: event.previous.as_deref(),
+        },
+        id: event.id(),
+        kind: event.event_type(),
     }
-    json!({
-        "id": event.id(),
-        "created": rfc3339_millis(event.created_ms),
-        "type": event.event_type(),
-        "data": data,
-    })
 }
 
 /// A page of events and whether more lie after and before it.
-type Page = (Vec<StoredEvent>, bool, bool);
+type Page = (Vec<RawEvent>, bool, bool);
 
 /// `GET /events`.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
@@ -269,20 +287,55 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await?;
     let (page, more_after, more_before) = outcome?;
 
-    let mut links = vec![json!({"rel": "self", "uri": self_uri})];
+    let mut links = vec![Link {
+        rel: "self",
+        uri: self_uri,
+    }];
     if let (Some(first), Some(last)) = (page.first(), page.last()) {
         if more_after {
-            links.push(json!({"rel": "next", "uri": query.link(&base, Some(&last.id()), None)}));
+            links.push(Link {
+                rel: "next",
+                uri: query.link(&base, Some(&last.id()), None),
+            });
         }
         if more_before {
-            links.push(json!({"rel": "prev", "uri": query.link(&base, None, Some(&first.id()))}));
+            links.push(Link {
+                rel: "prev",
+                uri: query.link(&base, None, Some(&first.id())),
+            });
         }
     }
-    let data: Vec<Value> = page
+    let data: Vec<PageItem> = page
         .iter()
-        .map(|e| json!({"data": render(e), "uri": format!("{}/{}", base.trim_end_matches('/'), e.id())}))
+        .map(|e| PageItem {
+            data: render(e),
+            uri: format!("{}/{}", base.trim_end_matches('/'), e.id()),
+        })
         .collect();
-    Ok(Response::json(&json!({"data": data, "links": links})))
+    Ok(Response::json(&PageOut { data, links }))
+}
+
+#[derive(Serialize)]
+struct Link {
+    rel: &'static str,
+    uri: String,
+}
+
+#[derive(Serialize)]
+struct PageItem<'a> {
+    data: EventOut<'a>,
+    uri: String,
+}
+
+#[derive(Serialize)]
+struct PageOut<'a> {
+    data: Vec<PageItem<'a>>,
+    links: Vec<Link>,
+}
+
+#[derive(Serialize)]
+struct One<'a> {
+    data: EventOut<'a>,
 }
 
 /// `GET /events/{id}`.
@@ -298,10 +351,15 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     };
     let found = ctx
         .store
-        .read(move |c| Ok((events::get(c, seq, &filter)?, events::cursor(c, seq)?)))
+        .read(move |c| {
+            let event: Option<RawEvent> = events::get(c, seq, &filter)?;
+            Ok((event, events::cursor(c, seq)?))
+        })
         .await?;
     match found {
-        (Some(event), _) => Ok(Response::json(&json!({"data": render(&event)}))),
+        (Some(event), _) => Ok(Response::json(&One {
+            data: render(&event),
+        })),
         (None, Cursor::Pruned) => Err(ApiError::not_found(format!(
             "event {id} is no longer available (removed by retention)"
         ))),

@@ -1,6 +1,7 @@
 //! Instance-admin views of the queue: `/queue/info`, `/queue/pause|resume`,
 //! `/queue/norunningpipelines`, and `/pipelines` (pipelines that are pending or running).
 
+use crate::store::CachedRow;
 use serde_json::{Value, json};
 
 use crate::app::Ctx;
@@ -66,7 +67,7 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 };
                 groups[slot].push(queue_task(c, &t)?);
             }
-            let workers: i64 = c.query_row(
+            let workers: i64 = c.cached_row(
                 "SELECT coalesce(sum(capacity), 0) FROM agents WHERE last_contact > ?1",
                 [crate::store::now_unix() - 120],
                 |r| r.get(0),

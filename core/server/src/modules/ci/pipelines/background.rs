@@ -93,7 +93,7 @@ pub async fn sweep_orphan_logs(ctx: &Ctx) -> Result<usize, crate::store::StoreEr
     loop {
         let ids = ctx
             .logs
-            .read(move |c| logs::step_ids_after(c, after, 500))
+            .read_blocking(move |c| logs::step_ids_after(c, after, 500))
             .await?;
         let Some(&last) = ids.last() else {
             return Ok(removed);
@@ -101,7 +101,7 @@ pub async fn sweep_orphan_logs(ctx: &Ctx) -> Result<usize, crate::store::StoreEr
         let probe = ids.clone();
         let existing = ctx
             .store
-            .read(move |c| pipelines::existing_step_ids(c, &probe))
+            .read_blocking(move |c| pipelines::existing_step_ids(c, &probe))
             .await?;
         let gone: Vec<i64> = ids
             .into_iter()

@@ -11,6 +11,7 @@
 //!
 //! Compiled workflows hold resolved secret values, so they are stored sealed.
 
+use crate::store::CachedRow;
 use std::collections::BTreeMap;
 
 use rusqlite::Connection;
@@ -523,7 +524,7 @@ fn create_in(
     approval: bool,
     forge_type: &str,
 ) -> StoreResult<Created> {
-    let number: i64 = c.query_row(
+    let number: i64 = c.cached_row(
         "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
         [repo.repo.id],
         |r| r.get(0),

@@ -8,6 +8,7 @@ use crate::app::Ctx;
 use crate::auth::random_secret;
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
 use crate::runner::{AgentApi, RunnerError};
+use crate::store::CachedRow;
 use crate::store::StoreResult;
 use crate::store::agents::{self, AgentRow, NewAgent};
 
@@ -29,7 +30,7 @@ pub async fn ensure_agent(ctx: &Ctx) -> StoreResult<AgentRow> {
     let hash = agents::token_hash(&token);
     ctx.store
         .write(move |c| {
-            let existing: Option<i64> = rusqlite::OptionalExtension::optional(c.query_row(
+            let existing: Option<i64> = rusqlite::OptionalExtension::optional(c.cached_row(
                 "SELECT id FROM agents WHERE name = ?1 AND owner_id = -1 AND org_id = -1 ORDER BY id LIMIT 1",
                 [LOCAL_AGENT],
                 |r| r.get(0),

@@ -612,7 +612,7 @@ async fn step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = step.id;
     let entries = ctx
         .logs
-        .read(move |c| logs::list(c, id, 0, usize::MAX >> 1))
+        .read_blocking(move |c| logs::list(c, id, 0, usize::MAX >> 1))
         .await?;
     Ok(Response::json(&entries))
 }
@@ -621,7 +621,7 @@ async fn step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (access, row, step) = find_step(&ctx, &req).await?;
     let id = step.id;
-    let text = ctx.logs.read(move |c| logs::text(c, id)).await?;
+    let text = ctx.logs.read_blocking(move |c| logs::text(c, id)).await?;
     let name = format!(
         "{}-{}-{}.log",
         access.row.repo.name, row.pipeline.number, step.name

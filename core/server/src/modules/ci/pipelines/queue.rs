@@ -10,6 +10,7 @@
 //! state its runner reports; when no workflow of a pipeline is left to run, the pipeline
 //! gets the merge of its workflows' states.
 
+use crate::store::CachedRow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,7 +127,7 @@ impl Queue {
         ctx.store
             .write(move |c| {
                 for (id, (contact, work)) in &batch {
-                    c.execute(
+                    c.cached_exec(
                         "UPDATE agents SET last_contact = max(last_contact, ?2),
                              last_work = max(last_work, ?3) WHERE id = ?1",
                         rusqlite::params![id, contact, work],
