@@ -170,6 +170,7 @@ const RULES: &[(&str, Rule)] = &[
     ("GET /api/users", Rule::Admin),
     ("POST /api/users", Rule::Admin),
     ("GET /api/users/{login}", Rule::Admin),
+    ("GET /api/users/{login}/avatar.svg", Rule::Public),
     ("PATCH /api/users/{login}", Rule::Admin),
     ("DELETE /api/users/{login}", Rule::Admin),
     ("GET /api/log-level", Rule::Admin),
@@ -783,7 +784,8 @@ async fn fixture(s: &TestServer) -> (Fixture, BTreeMap<Who, String>) {
     )
     .await;
 
-    // An event about alice/hello.
+    // An event about alice/hello (the feed carries ids as strings, as Clever does).
+    let repo_key = repo.to_string();
     let events = s
         .http
         .get("/events?limit=1000", Some(&p.alice))
@@ -795,7 +797,7 @@ async fn fixture(s: &TestServer) -> (Fixture, BTreeMap<Who, String>) {
         .unwrap()
         .iter()
         .map(|e| &e["data"])
-        .find(|e| e["type"] == "repos.created" && e["data"]["object"]["id"] == repo)
+        .find(|e| e["type"] == "repos.created" && e["data"]["object"]["id"] == repo_key.as_str())
         .unwrap_or_else(|| panic!("no repos.created event for alice/hello"))["id"]
         .as_str()
         .unwrap()

@@ -82,6 +82,9 @@ async fn wire_format_and_auth() {
         .find(|e| e["type"] == "users.updated")
         .unwrap();
     assert_eq!(update["data"]["object"]["email"], "alice@example.com");
+    // As in Clever's schemas, the record's id is a string (the CI API keeps numbers).
+    let alice = s.http.get("/api/user", Some(&p.alice)).await.json();
+    assert_eq!(update["data"]["object"]["id"], alice["id"].to_string());
     assert_eq!(
         update["data"]["previous_attributes"],
         serde_json::json!({"email": ""})
@@ -196,7 +199,7 @@ async fn cursor_paging_both_ways_keeps_filters() {
     assert!(!ids(&by_id).is_empty());
     assert!(by_id["data"].as_array().unwrap().iter().all(|e| {
         let o = &e["data"]["data"]["object"];
-        o["org_id"] == alice_org || o["id"] == alice_org
+        o["org_id"] == alice_org || o["id"] == alice_org.to_string().as_str()
     }));
     assert!(ids(&feed(&s, &p.admin, "?school=nobody").await).is_empty());
 }
@@ -268,7 +271,11 @@ async fn non_admins_see_only_what_they_may_read() {
         .await
         .expect(200);
     // Once bob's repository is public, alice sees its events too.
-    let repo_id = bobs["data"]["data"]["object"]["id"].as_i64().unwrap();
+    let repo_id: i64 = bobs["data"]["data"]["object"]["id"]
+        .as_str()
+        .expect("feed ids are strings")
+        .parse()
+        .unwrap();
     s.http
         .patch(
             &format!("/api/repos/{repo_id}"),
@@ -386,6 +393,15 @@ fn last_id(page: &Value) -> String {
 }
 
 /// Runs `op`, then asserts the exact event types it produced and returns them.
+/// A record's id in the feed (a string, as in Clever's schemas) as the CI API's number.
+fn object_id(object: &Value) -> i64 {
+    object["id"]
+        .as_str()
+        .expect("feed ids are strings")
+        .parse()
+        .unwrap()
+}
+
 macro_rules! expect_events {
     ($s:expr, $token:expr, $op:expr, [$($ty:expr),* $(,)?]) => {{
         let before = last_id(&feed($s, $token, "?limit=10000").await);
@@ -462,7 +478,7 @@ async fn every_mutating_operation_records_exactly_its_events() {
         ev[0].1.get("webhook_secret").is_none(),
         "no secret in events"
     );
-    let forge = ev[0].1["id"].as_i64().unwrap();
+    let forge = object_id(&ev[0].1);
     let ev = expect_events!(
         &s,
         a,
@@ -491,8 +507,8 @@ async fn every_mutating_operation_records_exactly_its_events() {
         .expect(200),
         ["orgs.created", "repos.created"]
     );
-    let repo = ev[1].1["id"].as_i64().unwrap();
-    let org = ev[0].1["id"].as_i64().unwrap();
+    let repo = object_id(&ev[1].1);
+    let org = object_id(&ev[0].1);
     let ev = expect_events!(
         &s,
         a,
@@ -596,7 +612,7 @@ async fn every_mutating_operation_records_exactly_its_events() {
             .expect(200),
         ["agents.created"]
     );
-    let agent = ev[0].1["id"].as_i64().unwrap();
+    let agent = object_id(&ev[0].1);
     assert_eq!(ev[0].1["token"], "", "agent tokens are not recorded");
     let ev = expect_events!(
         &s,
@@ -632,7 +648,7 @@ async fn every_mutating_operation_records_exactly_its_events() {
         .expect(200),
         ["crons.created"]
     );
-    let cron = ev[0].1["id"].as_i64().unwrap();
+    let cron = object_id(&ev[0].1);
     let ev = expect_events!(
         &s,
         a,

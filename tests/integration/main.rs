@@ -5,6 +5,7 @@
 //! - `users`: `/api/user*` and `/api/users*` with the auth matrix.
 //! - `system`: health, version, log level, signing key.
 //! - `process`: the `woodlark` binary: bad configs, `user add`, SIGTERM, kill -9 durability.
+//! - `clients`: the requests of the upstream web UI and generated API clients.
 //! - `web`: UI files, `/web-config.js`, browser sign-in, sessions with CSRF, logout.
 //! - `sandbox`: pipeline steps under bubblewrap cannot see the server's files; start-up
 //!   refuses a missing bwrap.
@@ -13,6 +14,7 @@ mod util;
 
 mod authz;
 mod browser;
+mod clients;
 mod docker;
 mod events;
 mod glance;

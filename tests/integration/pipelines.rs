@@ -99,7 +99,7 @@ fn step<'a>(p: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no step {name} in {p:#}"))
 }
 
-/// A step's output lines (exit-code entries left out).
+/// A step's output lines.
 pub async fn log_text(
     http: &Http,
     token: &str,
@@ -230,6 +230,26 @@ async fn push_runs_the_pipeline_with_statuses_exit_codes_and_masked_logs() {
         broken,
         ["+ echo about to fail", "about to fail", "+ exit 3"]
     );
+    // As upstream: output lines only (the exit code is on the step), numbered from 0.
+    let raw = s
+        .http
+        .get(
+            &format!(
+                "/api/repos/{id}/logs/{number}/{}",
+                step(&done, "broken")["id"]
+            ),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    let shape: Vec<(i64, i64)> = raw
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["line"].as_i64().unwrap(), e["type"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(shape, [(0, 0), (1, 0), (2, 0)]);
 
     // The secret is nowhere in the API's answers nor in either database file.
     let all = s
@@ -375,6 +395,19 @@ async fn failures_skip_later_steps_and_filters_work() {
         .json();
     assert_eq!(list[0]["status"], "error");
     assert!(!list[0]["errors"].as_array().unwrap().is_empty());
+    // As upstream: such a pipeline has no `workflows` field (the UI reads `children` of any
+    // workflow it is given).
+    let broken = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines/{}", list[0]["number"]),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(broken["status"], "error");
+    assert!(broken.get("workflows").is_none(), "{broken}");
 
     // List filters.
     let failed = s

@@ -259,10 +259,36 @@ async fn log_stream_is_live_and_resumes_without_gap_or_duplicate() {
         "lines arrived late (ms): {lags:?}"
     );
 
-    // The step ended: a new stream says so.
+    // The step ended: a new stream replays the stored lines, numbered from 0, and ends; one
+    // that resumes past the end gets only the end.
     let (_, _, mut ended) = Sse::open(s.http.addr, &path, Some(&p.alice), &[]).await;
-    let ev = ended.next(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(ev.name, "error");
+    let mut replayed = Vec::new();
+    loop {
+        let ev = ended.next(Duration::from_secs(5)).await.expect("no eof");
+        if ev.name == "eof" {
+            break;
+        }
+        let entry: Value = serde_json::from_str(&ev.data).unwrap();
+        assert_eq!(
+            ev.id.parse::<i64>().unwrap(),
+            entry["line"].as_i64().unwrap() + 1
+        );
+        replayed.push(entry["line"].as_i64().unwrap());
+    }
+    let expected: Vec<i64> = (0..ids.len() as i64).collect();
+    assert_eq!(replayed, expected);
+    let past = ids.last().unwrap().to_string();
+    let (_, _, mut resumed) = Sse::open(
+        s.http.addr,
+        &path,
+        Some(&p.alice),
+        &[("last-event-id", &past)],
+    )
+    .await;
+    assert_eq!(
+        resumed.next(Duration::from_secs(5)).await.unwrap().name,
+        "eof"
+    );
 
     // Resuming: a second run, a client that reconnects with Last-Event-ID.
     let restarted = s

@@ -274,11 +274,12 @@ async fn ui_files_fallback_caching_and_base_path() {
         "/assets/..%2f..%2fsecret.txt",
         "/.%2e/secret.txt",
         "/assets/%00",
-        "/%zz",
     ] {
         let r = http.get(path, None).await.expect(404);
         assert!(!r.text().contains("TOP-SECRET"), "{path}");
     }
+    // A malformed escape is no path at all.
+    http.get("/%zz", None).await.expect(400);
     // A symlink pointing out of the directory is no file of the UI: the SPA gets the path.
     let leak = http.get("/leak.txt", None).await.expect(200);
     assert!(leak.text().contains("fake ui"));

@@ -56,6 +56,11 @@ pub enum Lookup<'a, S> {
     NotFound {
         style: ErrorStyle,
     },
+    /// A path parameter with a malformed percent-escape or one that is not UTF-8 (400).
+    BadPath {
+        param: String,
+        style: ErrorStyle,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -158,11 +163,17 @@ impl<S: Clone + Send + Sync + 'static> Router<S> {
             };
         };
         let entry = &self.entries[*matched.value];
-        let params: Vec<(String, String)> = matched
-            .params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        // Parameters arrive decoded, as clients percent-encode them (`alice%2Fapp`).
+        let mut params: Vec<(String, String)> = Vec::with_capacity(matched.params.len());
+        for (k, v) in matched.params.iter() {
+            let Some(decoded) = percent_decode(v) else {
+                return Lookup::BadPath {
+                    param: k.to_string(),
+                    style: entry.methods[0].1.style,
+                };
+            };
+            params.push((k.to_string(), decoded));
+        }
         // HEAD is served by the GET route (the body is dropped by the server).
         let wanted = if *method == Method::HEAD {
             &Method::GET
@@ -196,6 +207,28 @@ impl<S: Clone + Send + Sync + 'static> Router<S> {
         }
         out
     }
+}
+
+/// Percent-decoding of one path segment or tail (no `+` → space, as in paths), `None` for a
+/// malformed escape or bytes that are not UTF-8.
+pub fn percent_decode(raw: &str) -> Option<String> {
+    if !raw.contains('%') {
+        return Some(raw.to_string());
+    }
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Adds routes under one module's mount prefix.
@@ -322,6 +355,18 @@ mod tests {
             Lookup::Found(_, params) => assert_eq!(params[0].1, "a/b"),
             _ => panic!("not found"),
         }
+        match r.lookup(&Method::GET, "/api/repos/lookup/alice%2Fapp%20x") {
+            Lookup::Found(_, params) => assert_eq!(params[0].1, "alice/app x"),
+            _ => panic!("not found"),
+        }
+        assert!(matches!(
+            r.lookup(&Method::GET, "/api/users/al%zzice"),
+            Lookup::BadPath { param, .. } if param == "login"
+        ));
+        assert!(matches!(
+            r.lookup(&Method::GET, "/api/users/%ff"),
+            Lookup::BadPath { .. }
+        ));
         assert!(matches!(
             r.lookup(&Method::HEAD, "/events"),
             Lookup::Found(..)

@@ -220,6 +220,13 @@ where
             UNMATCHED.clone(),
             ApiError::not_found(format!("no route for {path}")).render(style),
         ),
+        Lookup::BadPath { param, style } => (
+            UNMATCHED.clone(),
+            ApiError::bad_request(format!(
+                "invalid {param} in {path}: malformed percent-encoding"
+            ))
+            .render(style),
+        ),
         Lookup::MethodNotAllowed { allow, style } => {
             let mut resp = ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,

@@ -564,7 +564,6 @@ struct LogShipper<A> {
 
 impl<A: AgentApi> LogShipper<A> {
     fn push(&mut self, time: i64, kind: i64, data: String) {
-        self.next_line += 1;
         self.batch_bytes += data.len();
         self.batch.push(LogLine {
             step_id: self.step_id,
@@ -573,6 +572,7 @@ impl<A: AgentApi> LogShipper<A> {
             kind,
             data,
         });
+        self.next_line += 1;
     }
 
     fn due(&self) -> bool {
@@ -718,7 +718,6 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
     {
         c.resources.cloned_into(ctx.dir.clone()).await;
     }
-    shipper.push(now() - started, process_exit_kind(), code.to_string());
     shipper.flush().await;
     finish(&ctx, started, state, code, error).await
 }
@@ -789,11 +788,6 @@ fn start_process<A>(
         ctx.step.secrets.clone(),
         tx,
     )
-}
-
-/// Woodpecker's LogEntry type for the exit code line.
-fn process_exit_kind() -> i64 {
-    2
 }
 
 /// The directory of a clone URL that names a local repository (`file:///…` or `/…`).

@@ -42,7 +42,8 @@ pub struct Work {
     pub workflow: CompiledWorkflow,
     /// Ids of the workflow's steps, in the order of `workflow.steps`.
     pub steps: Vec<StepRef>,
-    /// Lines already stored per step id (a re-run continues the numbering).
+    /// The number of the next line per step id that already has lines (lines count from 0; a
+    /// re-run continues the numbering).
     #[serde(default)]
     pub log_offsets: BTreeMap<i64, i64>,
 }

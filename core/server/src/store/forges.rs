@@ -84,15 +84,27 @@ pub struct ForgePublic {
     pub kind: String,
     pub woodlark_type: String,
     pub url: String,
+    /// Where users sign in for this forge, when that is not `url`'s host: the web UI labels
+    /// its login button with this URL's host name.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub oauth_host: String,
 }
 
 impl Forge {
-    pub fn public(&self) -> ForgePublic {
+    /// The public fields. A `git` forge's URL has no host to name its login button after;
+    /// its users sign in on this server, so `server_url` stands in.
+    pub fn public(&self, server_url: &str) -> ForgePublic {
+        let oauth_host = if self.kind == "git" {
+            server_url.to_string()
+        } else {
+            self.oauth_host.clone()
+        };
         ForgePublic {
             id: self.id,
             kind: api_type(&self.kind).to_string(),
             woodlark_type: self.kind.clone(),
             url: self.url.clone(),
+            oauth_host,
         }
     }
 }

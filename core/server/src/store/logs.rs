@@ -17,8 +17,9 @@ use super::{StoreResult, migrations, now_unix_ms};
 /// The logs database file inside the data dir.
 pub const LOGS_FILE: &str = "logs.db";
 
-const MIGRATIONS: &[migrations::Step] = &[migrations::Step::Sql(
-    r#"
+const MIGRATIONS: &[migrations::Step] = &[
+    migrations::Step::Sql(
+        r#"
     CREATE TABLE log_entries (
         id          INTEGER PRIMARY KEY,
         step_id     INTEGER NOT NULL,
@@ -31,13 +32,23 @@ const MIGRATIONS: &[migrations::Step] = &[migrations::Step::Sql(
     );
     CREATE INDEX log_entries_created ON log_entries (created_ms);
     "#,
-)];
+    ),
+    // Upstream numbers lines from 0 and sends no exit-code entries: drop those and renumber
+    // (through negatives, so no two rows share a number mid-update).
+    migrations::Step::Sql(
+        r#"
+    DELETE FROM log_entries WHERE type = 2;
+    UPDATE log_entries SET line = -line;
+    UPDATE log_entries SET line = -line - 1;
+    "#,
+    ),
+];
 
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
     migrations::migrate_with(conn, MIGRATIONS)
 }
 
-/// Woodpecker's `LogEntry` types.
+/// Woodpecker's `LogEntry` types (the runner writes only output lines, as upstream's agent).
 pub const TYPE_STDOUT: i64 = 0;
 pub const TYPE_EXIT_CODE: i64 = 2;
 
@@ -88,18 +99,18 @@ pub fn append(conn: &Connection, lines: &[NewLine]) -> StoreResult<usize> {
     Ok(added)
 }
 
-/// Lines of a step with `line > after`, in order, at most `limit`.
+/// Lines of a step numbered `from` and up (lines count from 0), in order, at most `limit`.
 pub fn list(
     conn: &Connection,
     step_id: i64,
-    after: i64,
+    from: i64,
     limit: usize,
 ) -> StoreResult<Vec<LogEntry>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, step_id, time, line, data, type FROM log_entries
-         WHERE step_id = ?1 AND line > ?2 ORDER BY line LIMIT ?3",
+         WHERE step_id = ?1 AND line >= ?2 ORDER BY line LIMIT ?3",
     )?;
-    let rows = stmt.query_map(params![step_id, after, limit as i64], |r| {
+    let rows = stmt.query_map(params![step_id, from, limit as i64], |r| {
         let data: Vec<u8> = r.get(4)?;
         Ok(LogEntry {
             id: r.get(0)?,
@@ -127,10 +138,11 @@ pub fn text(conn: &Connection, step_id: i64) -> StoreResult<Vec<u8>> {
     Ok(out)
 }
 
-/// The highest line number stored for a step (0 when none).
-pub fn last_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
+/// The number the step's next line gets: one past the highest stored (0 when none), so a
+/// restarted agent appends instead of overwriting.
+pub fn next_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
     Ok(conn.cached_row(
-        "SELECT coalesce(max(line), 0) FROM log_entries WHERE step_id = ?1",
+        "SELECT coalesce(max(line) + 1, 0) FROM log_entries WHERE step_id = ?1",
         [step_id],
         |r| r.get(0),
     )?)
@@ -183,15 +195,41 @@ mod tests {
     fn append_is_idempotent_and_ordered() {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        assert_eq!(append(&c, &[line(1, 2, "b"), line(1, 1, "a")]).unwrap(), 2);
-        assert_eq!(append(&c, &[line(1, 2, "b"), line(1, 3, "c")]).unwrap(), 1);
+        assert_eq!(next_line(&c, 1).unwrap(), 0);
+        assert_eq!(append(&c, &[line(1, 1, "b"), line(1, 0, "a")]).unwrap(), 2);
+        assert_eq!(append(&c, &[line(1, 1, "b"), line(1, 2, "c")]).unwrap(), 1);
         let all = list(&c, 1, 0, 100).unwrap();
-        assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(all[0].data, STANDARD.encode("a"));
         assert_eq!(list(&c, 1, 2, 100).unwrap().len(), 1);
         assert_eq!(text(&c, 1).unwrap(), b"a\nb\nc\n");
-        assert_eq!(last_line(&c, 1).unwrap(), 3);
+        assert_eq!(next_line(&c, 1).unwrap(), 3);
         assert_eq!(delete_steps(&c, &[1]).unwrap(), 3);
         assert_eq!(prune(&c, i64::MAX, 10).unwrap(), 0);
+    }
+
+    #[test]
+    fn stored_logs_are_renumbered_from_zero_without_exit_code_entries() {
+        let mut c = Connection::open_in_memory().unwrap();
+        migrations::migrate_with(&mut c, &MIGRATIONS[..1]).unwrap();
+        let mut old = vec![line(7, 1, "a"), line(7, 2, "b"), line(8, 1, "x")];
+        old.push(NewLine {
+            kind: TYPE_EXIT_CODE,
+            ..line(7, 3, "0")
+        });
+        assert_eq!(append(&c, &old).unwrap(), 4);
+        migrate(&mut c).unwrap();
+        let lines = |step| {
+            list(&c, step, 0, 10)
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.line, e.data))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            lines(7),
+            [(0, STANDARD.encode("a")), (1, STANDARD.encode("b"))]
+        );
+        assert_eq!(lines(8), [(0, STANDARD.encode("x"))]);
     }
 }

@@ -431,10 +431,12 @@ pub fn workflows(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<Workflo
     Ok(list)
 }
 
-/// A pipeline with its workflows and steps (the `GET` rendering).
+/// A pipeline with its workflows and steps (the `GET` rendering). A pipeline without any
+/// (its config failed to parse) has no `workflows` field at all, as upstream renders it.
 pub fn full(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
     let mut row = by_number(conn, repo_id, number)?;
-    row.pipeline.workflows = Some(workflows(conn, row.pipeline.id)?);
+    let wfs = workflows(conn, row.pipeline.id)?;
+    row.pipeline.workflows = (!wfs.is_empty()).then_some(wfs);
     Ok(row)
 }
 

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::access::{must_admin, org};
 use super::pagination::Page;
+use super::pipelines::local::is_embedded;
 use crate::app::Ctx;
 use crate::auth::random_secret;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
@@ -148,6 +149,21 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
     let change = change_from(&req)?;
+    let current = ctx
+        .store
+        .read(move |c| agents::by_id(c, id))
+        .await
+        .map_err(not_found)?;
+    if is_embedded(&current.agent)
+        && change
+            .name
+            .as_ref()
+            .is_some_and(|n| *n != current.agent.name)
+    {
+        return Err(ApiError::conflict(
+            "the embedded agent cannot be renamed (the server finds its runner by this name)",
+        ));
+    }
     let row = ctx
         .store
         .write(move |c| agents::update(c, id, &change))
@@ -160,6 +176,17 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
+    let current = ctx
+        .store
+        .read(move |c| agents::by_id(c, id))
+        .await
+        .map_err(not_found)?;
+    if is_embedded(&current.agent) {
+        return Err(ApiError::conflict(
+            "the embedded agent runs inside this server and cannot be deleted: pause it with \
+             no_schedule, or set [runner] enabled = false in config.toml to turn it off",
+        ));
+    }
     let agent = ctx
         .store
         .write(move |c| agents::delete(c, id))

@@ -37,7 +37,8 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if admin {
         Ok(Response::json(&list))
     } else {
-        let public: Vec<_> = list.iter().map(Forge::public).collect();
+        let server_url = ctx.public_url();
+        let public: Vec<_> = list.iter().map(|f| f.public(&server_url)).collect();
         Ok(Response::json(&public))
     }
 }
@@ -51,7 +52,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await
         .map_err(forge_not_found)?;
     if !admin {
-        return Ok(Response::json(&row.forge.public()));
+        return Ok(Response::json(&row.forge.public(&ctx.public_url())));
     }
     let secret = webhook_secret(&ctx.seal, &row).map_err(ApiError::internal)?;
     Ok(Response::json(&with_webhook_secret(
@@ -102,18 +103,35 @@ struct ForgeIn {
     additional_options: Option<Map<String, Value>>,
 }
 
+/// The upstream web UI puts `https://` before every URL that does not start with `http`, so
+/// the git forge's `file:///dir` comes back as `https://file:///dir`. No http(s) URL has an
+/// empty host, so that spelling can only mean the `file://` URL.
+fn undo_ui_scheme(url: &str) -> &str {
+    ["https://", "http://"]
+        .iter()
+        .find_map(|scheme| {
+            url.strip_prefix(scheme)
+                .filter(|rest| rest.starts_with("file://"))
+        })
+        .unwrap_or(url)
+}
+
 impl ForgeIn {
     /// Applies the given fields over `forge`.
     fn apply(self, forge: &mut Forge) {
-        // `type: "addon"` is how a `git` forge is reported, so a client sending back what it
-        // read keeps the forge a `git` forge; `woodlark_type` names the type unambiguously.
-        if let Some(v) = self.woodlark_type.or(self.kind)
-            && !(v == "addon" && forge.kind == "git")
-        {
-            forge.kind = v;
-        }
         if let Some(v) = self.url {
-            forge.url = v.trim_end_matches('/').to_string();
+            forge.url = undo_ui_scheme(&v).trim_end_matches('/').to_string();
+        }
+        // `type: "addon"` is how a `git` forge is reported, so a client sending back what it
+        // read keeps the forge a `git` forge, and an addon forge at a `file://` URL (the
+        // upstream UI cannot pick `git`) is one; `woodlark_type` names the type unambiguously.
+        let git_url = forge.url.starts_with("file://");
+        match self.woodlark_type.or(self.kind) {
+            Some(v) if v == "addon" && (forge.kind == "git" || git_url) => {
+                forge.kind = "git".to_string()
+            }
+            Some(v) => forge.kind = v,
+            None => {}
         }
         if let Some(v) = self.client {
             forge.client = v;

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod agents;
+pub mod avatars;
 pub mod badges;
 pub mod crons;
 pub mod forge;
@@ -49,6 +50,7 @@ impl super::Module for Ci {
             .get("/users", users::list)
             .post("/users", users::create)
             .get("/users/{login}", users::get)
+            .get("/users/{login}/avatar.svg", avatars::avatar)
             .patch("/users/{login}", users::update)
             .delete("/users/{login}", users::delete)
             .get("/log-level", system::get_log_level)

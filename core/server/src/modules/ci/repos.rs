@@ -72,7 +72,11 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// The forge a request means: `?forge_id=`, else the user's own forge, else the only one.
-async fn pick_forge(ctx: &Ctx, req: &Request, user: &Account) -> Result<ForgeRow, ApiError> {
+pub(super) async fn pick_forge(
+    ctx: &Ctx,
+    req: &Request,
+    user: &Account,
+) -> Result<ForgeRow, ApiError> {
     let explicit = match req.query("forge_id").filter(|v| !v.is_empty()) {
         Some(v) => Some(
             v.parse::<i64>()
@@ -110,7 +114,7 @@ async fn pick_forge(ctx: &Ctx, req: &Request, user: &Account) -> Result<ForgeRow
 }
 
 /// A new repository record from what the forge says, with upstream's default settings.
-fn new_repo(remote: &RemoteRepo, forge_id: i64, org_id: i64) -> Repo {
+pub(super) fn new_repo(remote: &RemoteRepo, forge_id: i64, org_id: i64) -> Repo {
     Repo {
         id: 0,
         forge_id,
@@ -276,9 +280,9 @@ async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::json(&access.perm))
 }
 
-/// Body of `PATCH /repos/{id}` (Woodpecker's `RepoPatch`): every field optional.
+/// Body of `PATCH /repos/{id}` (Woodpecker's `RepoPatch`): every field optional; unknown
+/// fields are ignored as upstream does, so a client may send back the body of a GET.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RepoPatch {
     config_file: Option<String>,
     timeout: Option<i64>,
@@ -300,7 +304,6 @@ struct RepoPatch {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct TrustedPatch {
     network: Option<bool>,
     volumes: Option<bool>,
@@ -337,7 +340,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         if t < 1 {
             return Err(ApiError::bad_request("timeout must be at least 1 minute"));
         }
-        if t > MAX_TIMEOUT && !instance_admin {
+        if t > MAX_TIMEOUT && t != repo.timeout && !instance_admin {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 format!("a timeout above {MAX_TIMEOUT} minutes needs an instance admin"),
@@ -346,17 +349,19 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         repo.timeout = t;
     }
     if let Some(trusted) = patch.trusted {
-        if !instance_admin {
+        let wanted = Trusted {
+            network: trusted.network.unwrap_or(repo.trusted.network),
+            volumes: trusted.volumes.unwrap_or(repo.trusted.volumes),
+            security: trusted.security.unwrap_or(repo.trusted.security),
+        };
+        // Sending the current values back (a client echoing a GET) changes nothing.
+        if wanted != repo.trusted && !instance_admin {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "changing trusted settings needs an instance admin",
             ));
         }
-        repo.trusted = Trusted {
-            network: trusted.network.unwrap_or(repo.trusted.network),
-            volumes: trusted.volumes.unwrap_or(repo.trusted.volumes),
-            security: trusted.security.unwrap_or(repo.trusted.security),
-        };
+        repo.trusted = wanted;
     }
     if let Some(events) = patch.cancel_previous_pipeline_events {
         if let Some(bad) = events

@@ -110,7 +110,7 @@ impl Tracked {
             wf.children = children;
         }
         wfs.sort_by_key(|w| w.pid);
-        p.workflows = Some(wfs);
+        p.workflows = (!wfs.is_empty()).then_some(wfs);
         p
     }
 }
@@ -384,13 +384,45 @@ async fn events_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::event_stream(rx))
 }
 
+/// One line as an SSE frame. Its `id` counts lines from 1 (upstream's event counter), so a
+/// client's `Last-Event-ID` is the number of the next line it needs.
 fn log_frame(entry: &LogEntry) -> Bytes {
     let json = serde_json::to_string(entry).unwrap_or_default();
-    Bytes::from(format!("id: {}\ndata: {json}\n\n", entry.line))
+    Bytes::from(format!("id: {}\ndata: {json}\n\n", entry.line + 1))
 }
 
+/// Sends the stored lines of `step_id` from line `next` on, moving `next` past them; false
+/// when the client is gone.
+async fn catch_up(ctx: &Ctx, tx: &mpsc::Sender<Bytes>, step_id: i64, next: &mut i64) -> bool {
+    loop {
+        let from = *next;
+        let Ok(batch) = ctx
+            .logs
+            .read(move |c| logs::list(c, step_id, from, 500))
+            .await
+        else {
+            return false;
+        };
+        for e in &batch {
+            if tx.send(log_frame(e)).await.is_err() {
+                return false;
+            }
+            *next = e.line + 1;
+        }
+        if batch.len() < 500 {
+            return true;
+        }
+    }
+}
+
+/// The last frame of a log stream.
+const EOF: &[u8] = b"event: eof\ndata: eof\n\n";
+
 /// `GET /stream/logs/{repo}/{pipeline}/{step}`: the step's lines as they are written,
-/// `id: <line>` each; `Last-Event-ID` resumes after that line; `event: eof` at the end.
+/// `id: <line + 1>` each; `Last-Event-ID` resumes after that line; `event: eof` at the end.
+/// A step that has not started yet (created, blocked, pending) keeps the stream open until
+/// it runs, as upstream; a finished step replays its stored lines and ends, so a client that
+/// opened the stream just before the step ended still sees the whole log.
 async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let number = req.param_i64("number")?;
@@ -411,50 +443,26 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await
         .map_err(|_| ApiError::not_found("Pipeline not found"))?
         .ok_or_else(|| ApiError::not_found("Step not found"))?;
-    let mut after: i64 = req
+    let mut next: i64 = req
         .header("last-event-id")
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(0)
+        .max(0);
     let (tx, rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER);
     let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));
-    if !matches!(step.state.as_str(), status::PENDING | status::RUNNING) {
-        let _ = tx.try_send(Bytes::from_static(
-            b"event: error\ndata: step not running (anymore)\n\n",
-        ));
+    if status::is_done(&step.state) {
+        tokio::spawn(async move {
+            if catch_up(&ctx, &tx, step_id, &mut next).await {
+                let _ = tx.send(Bytes::from_static(EOF)).await;
+            }
+        });
         return Ok(Response::event_stream(rx));
     }
     // Subscribe before reading what is stored, so no line falls between the two.
     let mut lines = ctx.log_bus.subscribe();
     let mut feed = ctx.pipeline_feed.subscribe();
     tokio::spawn(async move {
-        // Sends stored lines after `after`; false when the client is gone or too slow.
-        async fn catch_up(
-            ctx: &Ctx,
-            tx: &mpsc::Sender<Bytes>,
-            step_id: i64,
-            after: &mut i64,
-        ) -> bool {
-            loop {
-                let from = *after;
-                let Ok(batch) = ctx
-                    .logs
-                    .read(move |c| logs::list(c, step_id, from, 500))
-                    .await
-                else {
-                    return false;
-                };
-                for e in &batch {
-                    if tx.send(log_frame(e)).await.is_err() {
-                        return false;
-                    }
-                    *after = e.line;
-                }
-                if batch.len() < 500 {
-                    return true;
-                }
-            }
-        }
-        if !catch_up(&ctx, &tx, step_id, &mut after).await {
+        if !catch_up(&ctx, &tx, step_id, &mut next).await {
             return;
         }
         let mut ping = tokio::time::interval(PING_EVERY);
@@ -464,12 +472,12 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 batch = lines.recv() => match batch {
                     Ok(batch) => {
                         for l in batch.iter().filter(|l| l.step_id == step_id) {
-                            if l.line <= after {
+                            if l.line < next {
                                 continue;
                             }
-                            if l.line > after + 1 {
+                            if l.line > next {
                                 // A gap (an earlier batch not yet seen): read it from the store.
-                                if !catch_up(&ctx, &tx, step_id, &mut after).await {
+                                if !catch_up(&ctx, &tx, step_id, &mut next).await {
                                     return;
                                 }
                                 continue;
@@ -485,11 +493,11 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                             if tx.try_send(log_frame(&entry)).is_err() {
                                 return;
                             }
-                            after = l.line;
+                            next = l.line + 1;
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        if !catch_up(&ctx, &tx, step_id, &mut after).await {
+                        if !catch_up(&ctx, &tx, step_id, &mut next).await {
                             return;
                         }
                     }
@@ -503,8 +511,8 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                     };
                     if ended {
                         // The runner sends the last lines before it reports the end.
-                        let _ = catch_up(&ctx, &tx, step_id, &mut after).await;
-                        let _ = tx.send(Bytes::from_static(b"event: eof\ndata: eof\n\n")).await;
+                        let _ = catch_up(&ctx, &tx, step_id, &mut next).await;
+                        let _ = tx.send(Bytes::from_static(EOF)).await;
                         return;
                     }
                 }

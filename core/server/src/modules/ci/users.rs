@@ -3,14 +3,16 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::access::{must_admin, must_user};
+use super::access::{may_activate_in, must_admin, must_user};
+use super::avatars;
+use super::forge::{self, RemoteRepo};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::store::pipelines::{self, ListFilter};
 use crate::store::users::{self, NewUser, UserPatch, validate_login};
-use crate::store::{StoreError, repos};
+use crate::store::{StoreError, StoreResult, repos};
 
 /// Longest email / avatar URL accepted (keeps rows and events small).
 const MAX_FIELD: usize = 1024;
@@ -18,7 +20,7 @@ const MAX_FIELD: usize = 1024;
 /// `GET /user`: the signed-in user.
 pub async fn current(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
-    Ok(Response::json(&account.user))
+    Ok(Response::json(&avatars::shown(&ctx, account.user)))
 }
 
 /// `POST /user/token`: the caller's current personal access token, as plain text.
@@ -90,12 +92,22 @@ pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::json(&feed))
 }
 
-/// `GET /user/repos?all=&name=`: the caller's repositories with their newest pipeline
-/// (`RepoLastPipeline`); inactive ones only with `all=true`.
+/// `GET /user/repos?all=&name=`: the caller's active repositories with their newest pipeline
+/// (`RepoLastPipeline`); with `all=true`, what the caller may add, as upstream's "add
+/// repository" page lists it ([`addable_repos`]).
 pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let user = must_user(&ctx, &req).await?.user;
+    let account = must_user(&ctx, &req).await?;
     let all = matches!(req.query("all").as_deref(), Some("true") | Some("1"));
     let name = req.query("name").unwrap_or_default().to_lowercase();
+    if all && let Some(listed) = forge_listing(&ctx, &req, &account).await? {
+        let user = account.user;
+        let list = ctx
+            .store
+            .read(move |c| addable_repos(c, &user, listed, &name))
+            .await?;
+        return Ok(Response::json(&list));
+    }
+    let user = account.user;
     let list = ctx
         .store
         .read(move |c| {
@@ -121,6 +133,80 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
     Ok(Response::json(&list))
 }
 
+/// The repositories of the caller's forge and the forge's id, or `None` when there is no
+/// forge to ask or its driver cannot list (then the stored repositories are the list).
+async fn forge_listing(
+    ctx: &Ctx,
+    req: &Request,
+    account: &users::Account,
+) -> Result<Option<(i64, Vec<RemoteRepo>)>, ApiError> {
+    let Ok(row) = super::repos::pick_forge(ctx, req, account).await else {
+        return Ok(None);
+    };
+    let Ok(driver) = forge::driver_from(ctx, &row) else {
+        return Ok(None);
+    };
+    let listed = forge::run_blocking(move || driver.list_repos()).await?;
+    Ok(listed.map(|l| (row.forge.id, l)))
+}
+
+/// Upstream's `GET /user/repos?all=true`: every repository of the forge the user may add or
+/// already has (stored ones with their `active` flag, others with id 0), a forge repository
+/// whose name a different stored one holds marked `has_forge_name_conflict`, and the user's
+/// stored repositories the forge no longer has marked `has_no_forge_repo`.
+fn addable_repos(
+    c: &rusqlite::Connection,
+    user: &users::User,
+    (forge_id, listed): (i64, Vec<RemoteRepo>),
+    name: &str,
+) -> StoreResult<Vec<repos::Repo>> {
+    let wanted = |full_name: &str| name.is_empty() || full_name.to_lowercase().contains(name);
+    let members = repos::of_member(c, user.id, user.org_id)?;
+    let is_member = |id: i64| members.iter().any(|m| m.repo.id == id);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for remote in listed {
+        let stored = repos::by_remote_id(c, forge_id, &remote.forge_remote_id)?;
+        let may_add = may_activate_in(c, user, forge_id, &remote.owner)?;
+        match stored {
+            Some(row) if may_add || is_member(row.repo.id) => {
+                seen.insert(row.repo.id);
+                if wanted(&row.repo.full_name) {
+                    out.push(row.repo);
+                }
+            }
+            Some(_) => {}
+            None if may_add => {
+                let mut repo = super::repos::new_repo(&remote, forge_id, 0);
+                repo.active = false;
+                if let Ok(other) = repos::by_full_name(c, &repo.full_name)
+                    && other.repo.forge_id == forge_id
+                    && is_member(other.repo.id)
+                {
+                    repo.id = other.repo.id;
+                    repo.has_forge_name_conflict = true;
+                    seen.insert(other.repo.id);
+                }
+                if wanted(&repo.full_name) {
+                    out.push(repo);
+                }
+            }
+            None => {}
+        }
+    }
+    for row in members {
+        if row.repo.forge_id == forge_id
+            && !seen.contains(&row.repo.id)
+            && wanted(&row.repo.full_name)
+        {
+            let mut repo = row.repo;
+            repo.has_no_forge_repo = true;
+            out.push(repo);
+        }
+    }
+    Ok(out)
+}
+
 /// `POST /user/repos/refresh`: permissions of the built-in git forge are local, so there is
 /// nothing to fetch; answers `"Ok"` as upstream.
 pub async fn refresh_repos(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
@@ -137,6 +223,7 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .store
         .read(move |c| users::list(c, &env, page.page, page.per_page))
         .await?;
+    let list: Vec<_> = list.into_iter().map(|u| avatars::shown(&ctx, u)).collect();
     Ok(Response::json(&list))
 }
 
@@ -182,7 +269,7 @@ pub async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         admin = account.user.admin,
         "user created"
     );
-    Ok(Response::json(&account.user))
+    Ok(Response::json(&avatars::shown(&ctx, account.user)))
 }
 
 /// `GET /users/{login}`.
@@ -199,7 +286,7 @@ pub async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if forge_id.is_some_and(|f| f != account.user.forge_id) {
         return Err(ApiError::not_found("User not found"));
     }
-    Ok(Response::json(&account.user))
+    Ok(Response::json(&avatars::shown(&ctx, account.user)))
 }
 
 /// The body of `PATCH /users/{login}`: fields left out stay as they are.
@@ -232,7 +319,7 @@ pub async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .write(move |c| users::update(c, &env, &login, &patch))
         .await
         .map_err(user_not_found)?;
-    Ok(Response::json(&user))
+    Ok(Response::json(&avatars::shown(&ctx, user)))
 }
 
 /// `DELETE /users/{login}`: 204.

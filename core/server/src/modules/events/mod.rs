@@ -17,6 +17,7 @@
 //! A retention task ([`prune_loop`]) removes events older than `events.retention_days` and
 //! beyond `events.max_events`; a cursor that fell off answers 404 saying so.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -199,16 +200,50 @@ struct EventOut<'a> {
 
 #[derive(Serialize)]
 struct EventData<'a> {
-    object: &'a RawValue,
+    object: Cow<'a, RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     previous_attributes: Option<&'a RawValue>,
+}
+
+/// The record with its `id` as a string: Clever's schemas type every id as a string, and its
+/// clients read `data.object.id` as one. The CI API keeps Woodpecker's numeric ids; only the
+/// feed's copy changes. Stored snapshots are serde output with `id` first (no whitespace), so
+/// the usual case is a splice of the text; anything else is decoded and re-encoded.
+fn with_string_id(raw: &RawValue) -> Cow<'_, RawValue> {
+    let text = raw.get();
+    let rewritten = match text.strip_prefix("{\"id\":") {
+        Some(rest) => {
+            let digits = rest
+                .bytes()
+                .take_while(|b| b.is_ascii_digit() || *b == b'-')
+                .count();
+            if digits == 0 || !matches!(rest.as_bytes().get(digits), Some(b',' | b'}')) {
+                return Cow::Borrowed(raw);
+            }
+            format!("{{\"id\":\"{}\"{}", &rest[..digits], &rest[digits..])
+        }
+        None => {
+            let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(text) else {
+                return Cow::Borrowed(raw);
+            };
+            match object.get("id") {
+                Some(serde_json::Value::Number(n)) => {
+                    let id = n.to_string();
+                    object.insert("id".into(), serde_json::Value::String(id));
+                }
+                _ => return Cow::Borrowed(raw),
+            }
+            serde_json::Value::Object(object).to_string()
+        }
+    };
+    RawValue::from_string(rewritten).map_or(Cow::Borrowed(raw), Cow::Owned)
 }
 
 fn render(event: &RawEvent) -> EventOut<'_> {
     EventOut {
         created: rfc3339_millis(event.created_ms),
         data: EventData {
-            object: &event.object,
+            object: with_string_id(&event.object),
             previous_attributes: event.previous.as_deref(),
         },
         id: event.id(),

@@ -10,8 +10,8 @@ use serde_json::Value;
 use crate::app::Ctx;
 use crate::auth::{self, session};
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::access;
 use crate::modules::ci::system::version_string;
+use crate::modules::ci::{access, avatars};
 
 /// Longest log the UI shows before it offers a download instead (upstream's default).
 const MAX_PIPELINE_LOG_LINES: u64 = 5000;
@@ -25,7 +25,8 @@ pub async fn render(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         Some(account) => {
             let raw = auth::bearer(&req).unwrap_or_default();
             (
-                serde_json::to_value(&account.user).map_err(ApiError::internal)?,
+                serde_json::to_value(avatars::shown(&ctx, account.user.clone()))
+                    .map_err(ApiError::internal)?,
                 session::csrf_token(&raw, account.user.id, &ctx.token_key(account)),
             )
         }

@@ -1,7 +1,7 @@
 //! The web UI's files (`[web] dir`), or a built-in page when there is none.
 //!
-//! - A request path below the root path names a file of the directory. It is percent-decoded
-//!   and refused (404) if any segment is `.`, `..` or hidden (`.git`, `.env`), or contains `\`
+//! - A request path below the root path names a file of the directory. The router has
+//!   percent-decoded it (a malformed escape is a 400); it is refused (404) if any segment is `.`, `..` or hidden (`.git`, `.env`), or contains `\`
 //!   or NUL; the file found must still lie inside the directory once symlinks are resolved.
 //! - Text files (HTML, JS, CSS) get the build's `/BASE_PATH` placeholder replaced by the root
 //!   path, as upstream does. Files under `assets/` carry content hashes in their names, so they
@@ -124,10 +124,9 @@ fn api_style(ctx: &Ctx, path: &str) -> Option<ErrorStyle> {
         })
 }
 
-/// `raw` (a URL path below the root, still percent-encoded) as a relative file path, or
-/// `None` if it could step outside the directory or names a hidden file.
-pub fn safe_relative(raw: &str) -> Option<String> {
-    let decoded = percent_decode(raw)?;
+/// `decoded` (a URL path below the root, percent-decoded by the router) as a relative file
+/// path, or `None` if it could step outside the directory or names a hidden file.
+pub fn safe_relative(decoded: &str) -> Option<String> {
     if decoded.contains(['\\', '\0']) {
         return None;
     }
@@ -145,24 +144,6 @@ pub fn safe_relative(raw: &str) -> Option<String> {
         return None;
     }
     Some(parts.join("/"))
-}
-
-/// Percent-decoding of a URL path (no `+` → space), `None` for bad escapes or non-UTF-8.
-fn percent_decode(raw: &str) -> Option<String> {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The file `rel` inside `dir`, if it exists, is a regular file and, with every symlink
@@ -266,15 +247,15 @@ fn builtin_page(ctx: &Ctx) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::router::percent_decode;
 
     #[test]
     fn relative_paths_never_leave_the_directory() {
-        assert_eq!(
-            safe_relative("assets/app.js").as_deref(),
-            Some("assets/app.js")
-        );
-        assert_eq!(safe_relative("a//b/").as_deref(), Some("a/b"));
-        assert_eq!(safe_relative("caf%C3%A9.txt").as_deref(), Some("café.txt"));
+        // What the router hands over (decoded), then the check.
+        let rel = |raw: &str| percent_decode(raw).and_then(|d| safe_relative(&d));
+        assert_eq!(rel("assets/app.js").as_deref(), Some("assets/app.js"));
+        assert_eq!(rel("a//b/").as_deref(), Some("a/b"));
+        assert_eq!(rel("caf%C3%A9.txt").as_deref(), Some("café.txt"));
         for bad in [
             "../etc/passwd",
             "assets/../../x",
@@ -291,7 +272,7 @@ mod tests {
             "",
             "/",
         ] {
-            assert_eq!(safe_relative(bad), None, "{bad}");
+            assert_eq!(rel(bad), None, "{bad}");
         }
     }
 

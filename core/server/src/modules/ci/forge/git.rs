@@ -19,6 +19,11 @@ use crate::store::repos::Repo;
 /// a hook that carries it.
 const HOOK_MARKER: &str = "# Installed by Woodlark";
 
+/// How deep below the root the repository listing looks (`group/sub/owner/name`).
+const LIST_DEPTH: usize = 4;
+/// At most this many repositories are listed (a huge directory must not stall a request).
+const LIST_MAX: usize = 2000;
+
 pub struct GitForge {
     root: PathBuf,
 }
@@ -45,6 +50,22 @@ impl GitForge {
             return Ok(plain);
         }
         Err(ForgeError::RepoNotFound(remote_id.to_string()))
+    }
+
+    /// The repository a located directory holds, as the forge describes it.
+    fn describe(&self, remote_id: &str, dir: &Path, default_branch: String) -> RemoteRepo {
+        let (owner, name) = remote_id.rsplit_once('/').unwrap_or(("", remote_id));
+        let url = format!("file://{}", dir.display());
+        RemoteRepo {
+            forge_remote_id: remote_id.to_string(),
+            owner: owner.to_string(),
+            name: name.to_string(),
+            clone_url: url.clone(),
+            forge_url: url,
+            default_branch,
+            private: true,
+            avatar_url: String::new(),
+        }
     }
 
     /// The directory holding the repository's hooks.
@@ -120,6 +141,56 @@ pub fn validate_remote_id(remote_id: &str) -> Result<(), ForgeError> {
     Ok(())
 }
 
+/// Collects `(remote id, directory)` of the repositories below `dir`: bare `name.git`,
+/// `name/.git` and bare `name/`; hidden directories and symlinks are not followed, and a
+/// repository's own directory is not searched further.
+fn find_repos(dir: &Path, prefix: &str, depth: usize, found: &mut Vec<(String, PathBuf)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        if found.len() >= LIST_MAX {
+            return;
+        }
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if name.starts_with('.') || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        let id_of = |n: &str| format!("{prefix}{n}");
+        let bare = path.join("HEAD").is_file() && path.join("objects").is_dir();
+        let repo_id = if bare {
+            Some(id_of(name.strip_suffix(".git").unwrap_or(&name)))
+        } else if path.join(".git").join("HEAD").is_file() {
+            Some(id_of(&name))
+        } else {
+            None
+        };
+        match repo_id {
+            Some(id) if validate_remote_id(&id).is_ok() => found.push((id, path)),
+            Some(_) => {}
+            None if depth + 1 < LIST_DEPTH => {
+                find_repos(&path, &format!("{prefix}{name}/"), depth + 1, found)
+            }
+            None => {}
+        }
+    }
+}
+
+/// The branch `HEAD` names, read from the file (listing many repositories spawns no `git`).
+fn head_branch(dir: &Path) -> Option<String> {
+    let head = ["HEAD", ".git/HEAD"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())?;
+    head.trim()
+        .strip_prefix("ref: refs/heads/")
+        .map(str::to_string)
+}
+
 /// Runs `git` in `dir`; stdout on success.
 fn git(dir: &Path, args: &[&str]) -> Result<String, ForgeError> {
     let out = Command::new("git")
@@ -145,18 +216,23 @@ impl ForgeDriver for GitForge {
         let default_branch = git(&dir, &["symbolic-ref", "--short", "HEAD"])
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "main".to_string());
-        let (owner, name) = remote_id.rsplit_once('/').unwrap_or(("", remote_id));
-        let url = format!("file://{}", dir.display());
-        Ok(RemoteRepo {
-            forge_remote_id: remote_id.to_string(),
-            owner: owner.to_string(),
-            name: name.to_string(),
-            clone_url: url.clone(),
-            forge_url: url,
-            default_branch,
-            private: true,
-            avatar_url: String::new(),
-        })
+        Ok(self.describe(remote_id, &dir, default_branch))
+    }
+
+    fn list_repos(&self) -> Result<Option<Vec<RemoteRepo>>, ForgeError> {
+        let mut found = Vec::new();
+        find_repos(&self.root, "", 0, &mut found);
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found.dedup_by(|a, b| a.0 == b.0);
+        Ok(Some(
+            found
+                .into_iter()
+                .map(|(id, dir)| {
+                    let branch = head_branch(&dir).unwrap_or_else(|| "main".to_string());
+                    self.describe(&id, &dir, branch)
+                })
+                .collect(),
+        ))
     }
 
     fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
@@ -376,6 +452,46 @@ mod tests {
         ] {
             assert!(validate_remote_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn lists_every_repository_below_the_root() {
+        let root = tempfile::tempdir().unwrap();
+        let bare = |rel: &str, head: &str| {
+            let d = root.path().join(rel);
+            std::fs::create_dir_all(d.join("objects")).unwrap();
+            std::fs::write(d.join("HEAD"), head).unwrap();
+        };
+        bare("alice/app.git", "ref: refs/heads/trunk\n");
+        bare("group/sub/lib.git", "ref: refs/heads/main\n");
+        bare("top.git", "ref: refs/heads/main\n"); // no owner: not a repository id
+        bare("alice/.hidden.git", "ref: refs/heads/main\n");
+        let work = root.path().join("bob/tool/.git");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("HEAD"), "ref: refs/heads/dev\n").unwrap();
+        std::fs::create_dir_all(root.path().join("bob/tool/nested.git/objects")).unwrap();
+        std::fs::create_dir_all(root.path().join("empty/dir")).unwrap();
+
+        let forge = GitForge::from_url(&format!("file://{}", root.path().display())).unwrap();
+        let listed = forge.list_repos().unwrap().unwrap();
+        let got: Vec<(&str, &str, &str)> = listed
+            .iter()
+            .map(|r| {
+                (
+                    r.forge_remote_id.as_str(),
+                    r.owner.as_str(),
+                    r.default_branch.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("alice/app", "alice", "trunk"),
+                ("bob/tool", "bob", "dev"),
+                ("group/sub/lib", "group/sub", "main"),
+            ]
+        );
     }
 
     #[test]

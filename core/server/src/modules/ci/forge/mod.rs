@@ -101,6 +101,11 @@ impl From<ForgeError> for ApiError {
 /// What the CI module needs from a forge. Implementations block.
 pub trait ForgeDriver: Send + Sync {
     fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError>;
+    /// Every repository the forge holds, for the "add repository" list; `None` when the
+    /// driver cannot list them (the forge-adapter contract has no listing call yet).
+    fn list_repos(&self) -> Result<Option<Vec<RemoteRepo>>, ForgeError> {
+        Ok(None)
+    }
     fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError>;
     fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError>;
     /// Installs (or re-installs) the hook that posts to `hook_url` on every push.

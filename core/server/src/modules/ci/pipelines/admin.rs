@@ -1,7 +1,6 @@
 //! Instance-admin views of the queue: `/queue/info`, `/queue/pause|resume`,
 //! `/queue/norunningpipelines`, and `/pipelines` (pipelines that are pending or running).
 
-use crate::store::CachedRow;
 use serde_json::{Value, json};
 
 use crate::app::Ctx;
@@ -55,7 +54,8 @@ pub fn queue_task(c: &rusqlite::Connection, t: &Task) -> StoreResult<Value> {
 async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let paused = ctx.queue.paused();
-    let (pending, running, waiting, workers) = ctx
+    let workers = ctx.queue.free_workers();
+    let (pending, running, waiting) = ctx
         .store
         .read(|c| {
             let mut groups: [Vec<Value>; 3] = Default::default();
@@ -67,13 +67,8 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 };
                 groups[slot].push(queue_task(c, &t)?);
             }
-            let workers: i64 = c.cached_row(
-                "SELECT coalesce(sum(capacity), 0) FROM agents WHERE last_contact > ?1",
-                [crate::store::now_unix() - 120],
-                |r| r.get(0),
-            )?;
             let [p, r, w] = groups;
-            Ok((p, r, w, workers))
+            Ok((p, r, w))
         })
         .await?;
     Ok(Response::json(&json!({

@@ -16,6 +16,12 @@ use super::queue::AgentIdent;
 
 pub const LOCAL_AGENT: &str = "local";
 
+/// Whether `agent` is the embedded runner's record: it cannot be deleted or renamed (the
+/// runner inside the server would go on under a stale id), only paused with `no_schedule`.
+pub fn is_embedded(agent: &agents::Agent) -> bool {
+    agent.name == LOCAL_AGENT && agent.owner_id == -1 && agent.org_id == -1
+}
+
 #[derive(Clone)]
 pub struct LocalAgent {
     ctx: Ctx,

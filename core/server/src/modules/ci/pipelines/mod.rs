@@ -225,7 +225,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         author_email: head.author_email.clone(),
         timestamp: head.timestamp,
         sender: user.login.clone(),
-        author_avatar: user.avatar_url.clone(),
+        author_avatar: crate::modules::ci::avatars::shown(&ctx, user.clone()).avatar_url,
         forge_url: repo.repo.forge_url.clone(),
         variables: opts.variables,
         by_user: user.login.clone(),

@@ -13,7 +13,7 @@
 use crate::store::CachedRow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -48,6 +48,9 @@ pub struct Queue {
     changes: Notify,
     /// agent id → (last contact, last work), flushed periodically.
     contact: Mutex<HashMap<i64, (i64, i64)>>,
+    /// Agent workers waiting in [`Queue::next`] right now: upstream's `worker_count`, the
+    /// "free" slots of `/queue/info`.
+    polling: AtomicUsize,
 }
 
 /// Who is asking: the agent record and the labels it runs with.
@@ -138,9 +141,23 @@ impl Queue {
             .await
     }
 
+    /// Workers waiting for work now (idle capacity of the agents in contact).
+    pub fn free_workers(&self) -> usize {
+        self.polling.load(Ordering::SeqCst)
+    }
+
     /// Waits (at most [`LONG_POLL`]) for a workflow this agent may run and leases it.
     pub async fn next(&self, ctx: &Ctx, agent: &AgentIdent) -> Result<Option<Work>, ApiError> {
         self.touch(agent.id, false);
+        /// Counts the caller among the waiting workers until it returns (or is dropped).
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.polling.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.polling);
         let deadline = tokio::time::Instant::now() + LONG_POLL;
         loop {
             let notified = self.work.notified();
@@ -165,6 +182,16 @@ impl Queue {
         let claimed = ctx
             .store
             .write(move |c| {
+                // The record decides, not what the agent's poll started with: an agent paused
+                // (`no_schedule`) or deleted meanwhile takes nothing.
+                let current: Option<bool> = rusqlite::OptionalExtension::optional(c.cached_row(
+                    "SELECT no_schedule FROM agents WHERE id = ?1",
+                    [ident.id],
+                    |r| r.get(0),
+                ))?;
+                if current != Some(false) {
+                    return Ok(None);
+                }
                 let now = now_unix();
                 for task in tasks::list(c, Some("pending"))? {
                     if labels::score(&task.labels, &ident.labels).is_none() {
@@ -228,9 +255,9 @@ impl Queue {
             .read(move |c| {
                 let mut out = BTreeMap::new();
                 for id in ids {
-                    let last = logs::last_line(c, id)?;
-                    if last > 0 {
-                        out.insert(id, last);
+                    let next = logs::next_line(c, id)?;
+                    if next > 0 {
+                        out.insert(id, next);
                     }
                 }
                 Ok(out)
