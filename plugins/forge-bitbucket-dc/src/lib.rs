@@ -322,7 +322,12 @@ fn clone_link(repo: &Value, name: &str) -> String {
         .find(|l| l["name"] == name)
         .map(|l| str_at(l, "/href"))
         .unwrap_or_default();
-    strip_userinfo(&href)
+    // The HTTP link carries the viewing user's name; the SSH one must keep `git@`.
+    if name == "http" {
+        strip_userinfo(&href)
+    } else {
+        href
+    }
 }
 
 /// `https://user@host/x` → `https://host/x`.
