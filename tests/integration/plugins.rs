@@ -48,6 +48,7 @@ async fn plugins_are_listed_for_admins() {
         "forge-forgejo",
         "forge-gitlab",
         "forge-bitbucket",
+        "forge-bitbucket-dc",
     ] {
         assert!(names.contains(&forge), "{names:?}");
     }

@@ -81,6 +81,14 @@ pub trait ForgeAdapter: Send + Sync {
         full_name: &'a str,
         url: &'a str,
     ) -> BoxFuture<'a, Result<(), PluginError>>;
+    /// The files pull request `pr_number` changes (PR payloads do not list them).
+    fn changed_files<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        pr_number: u64,
+    ) -> BoxFuture<'a, Result<Vec<String>, PluginError>>;
 }
 
 pub trait SecretBackend: Send + Sync {
@@ -200,6 +208,17 @@ impl ForgeAdapter for PluginHost {
         url: &'a str,
     ) -> BoxFuture<'a, Result<(), PluginError>> {
         Box::pin(PluginHost::delete_hook(self, plugin, ctx, full_name, url))
+    }
+    fn changed_files<'a>(
+        &'a self,
+        plugin: &'a str,
+        ctx: ApiContext,
+        full_name: &'a str,
+        pr_number: u64,
+    ) -> BoxFuture<'a, Result<Vec<String>, PluginError>> {
+        Box::pin(PluginHost::changed_files(
+            self, plugin, ctx, full_name, pr_number,
+        ))
     }
 }
 

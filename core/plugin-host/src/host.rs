@@ -435,6 +435,25 @@ impl PluginHost {
         .await
     }
 
+    /// The files pull request `pr_number` of `full_name` changes.
+    pub async fn changed_files(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        let ctx = convert::api_context(ctx);
+        let full = full_name.to_string();
+        let r = self
+            .call_forge(plugin, move |forge, store| {
+                forge.call_changed_files(store, &ctx, &full, pr_number)
+            })
+            .await?;
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
     /// The commit `branch` of `full_name` points at.
     pub async fn branch_head(
         &self,

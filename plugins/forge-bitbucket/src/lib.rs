@@ -1,7 +1,7 @@
 //! Bitbucket Cloud forge adapter.
 //!
 //! Recognises `X-Event-Key` together with Bitbucket's `X-Hook-UUID` or a `repo:`/`pullrequest:`
-//! event key.
+//! event key, but not with `X-Request-Id` (Bitbucket Data Center, `forge-bitbucket-dc`).
 //!
 //! | `X-Event-Key`                                   | Woodlark event        |
 //! |-------------------------------------------------|-----------------------|
@@ -9,6 +9,9 @@
 //! | `repo:push`, new tag                            | `tag`                 |
 //! | `pullrequest:created`, `pullrequest:updated`    | `pull-request`        |
 //! | `pullrequest:fulfilled` (merged), `:rejected`   | `pull-request-closed` |
+//!
+//! A PR's branch is its source branch; a merged PR builds the merge commit on the destination
+//! branch (`refs/heads/<destination>`), as Woodpecker does.
 //!
 //! A push carries a list of changes; the first one with a new branch/tag head is used (as
 //! Woodpecker does). Deleted branches are ignored. Signature: optional `X-Hub-Signature`
@@ -26,6 +29,10 @@ woodlark_plugin_sdk::forge_adapter!(Bitbucket);
 
 impl ForgeAdapter for Bitbucket {
     fn recognize(headers: &[Header]) -> bool {
+        // Bitbucket Data Center sends `X-Event-Key` too, with `X-Request-Id`.
+        if header(headers, "x-request-id").is_some() {
+            return false;
+        }
         match header(headers, "x-event-key") {
             Some(key) => {
                 header(headers, "x-hook-uuid").is_some()
@@ -213,6 +220,34 @@ impl ForgeAdapter for Bitbucket {
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
         hooks(&ctx, &full_name).replace(&url, None)
     }
+
+    /// `GET /repositories/{full}/pullrequests/{id}/diffstat` (old and new path of each entry),
+    /// following its `next` pages.
+    fn changed_files(
+        ctx: ApiContext,
+        full_name: String,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        let auth = auth_header(&ctx, "Bearer");
+        let files = paged(50, |page| {
+            let url = format!(
+                "{}/repositories/{}/pullrequests/{}/diffstat?pagelen=100&page={}",
+                api(),
+                full_name,
+                pr_number,
+                page
+            );
+            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
+                invalid(format!("{full_name}: pull request {pr_number} not found"))
+            })?;
+            let names = array_at(&v, "/values")
+                .iter()
+                .flat_map(|d| [str_at(d, "/new/path"), str_at(d, "/old/path")])
+                .collect();
+            Ok((names, !str_at(&v, "/next").is_empty()))
+        })?;
+        Ok(file_set(files))
+    }
 }
 
 fn api() -> String {
@@ -239,7 +274,7 @@ fn repo_of(r: &Value) -> Repo {
     repo.owner = owner.to_string();
     repo.name = name.to_string();
     repo.full_name = full.clone();
-    repo.avatar_url = str_at(r, "/links/avatar/href");
+    repo.avatar_url = first_str(r, &["/owner/links/avatar/href", "/links/avatar/href"]);
     repo.forge_url = web.clone();
     let origin = if web.is_empty() {
         "https://bitbucket.org".to_string()
@@ -281,9 +316,8 @@ fn push(v: &Value) -> Result<Pipeline, String> {
         let name = str_at(new, "/name");
         let kind = str_at(new, "/type");
         let (event, git_ref) = match kind.as_str() {
-            "branch" | "named_branch" => (Event::Push, format!("refs/heads/{name}")),
-            "tag" | "annotated_tag" => (Event::Tag, format!("refs/tags/{name}")),
-            _ => continue,
+            "tag" | "annotated_tag" | "bookmark" => (Event::Tag, format!("refs/tags/{name}")),
+            _ => (Event::Push, format!("refs/heads/{name}")),
         };
         let target = &new["target"];
         let mut p = pipeline(event);
@@ -306,11 +340,14 @@ fn push(v: &Value) -> Result<Pipeline, String> {
 
 fn pull_request(key: &str, v: &Value) -> Result<Pipeline, String> {
     let pr = &v["pullrequest"];
-    let (event, reason) = match key {
-        "pullrequest:created" => (Event::PullRequest, "opened"),
-        "pullrequest:updated" => (Event::PullRequest, "synchronize"),
-        "pullrequest:fulfilled" => (Event::PullRequestClosed, "merged"),
-        _ => (Event::PullRequestClosed, "closed"),
+    let state = str_at(pr, "/state");
+    // The PR's state decides, as in Woodpecker; the key only names the reason.
+    let merged = state == "MERGED" || key == "pullrequest:fulfilled";
+    let (event, reason) = match (key, state.as_str()) {
+        (_, "MERGED") | ("pullrequest:fulfilled", _) => (Event::PullRequestClosed, "merged"),
+        (_, "DECLINED") | ("pullrequest:rejected", _) => (Event::PullRequestClosed, "declined"),
+        ("pullrequest:created", _) => (Event::PullRequest, "opened"),
+        _ => (Event::PullRequest, "synchronize"),
     };
     let id = u64_at(pr, "/id").unwrap_or(0);
     let src = str_at(pr, "/source/branch/name");
@@ -319,17 +356,33 @@ fn pull_request(key: &str, v: &Value) -> Result<Pipeline, String> {
     p.event_reason = vec![reason.to_string()];
     p.commit = str_at(pr, "/source/commit/hash");
     p.git_ref = format!("refs/pull-requests/{id}/from");
-    p.branch = dst.clone();
+    // The source branch, as Woodpecker sets it.
+    p.branch = src.clone();
+    if merged {
+        // A merged PR builds its merge commit on the destination branch.
+        p.commit = str_at(pr, "/merge_commit/hash");
+        p.git_ref = format!("refs/heads/{dst}");
+        p.branch = dst.clone();
+    }
     p.refspec = format!("{src}:{dst}");
     p.title = str_at(pr, "/title");
     p.message = str_at(pr, "/title");
     p.timestamp = rfc3339_to_unix(&str_at(pr, "/updated_on"));
-    p.author = actor_login(&pr["author"]);
-    p.author_avatar = str_at(pr, "/author/links/avatar/href");
+    // Woodpecker credits the account that triggered the event.
+    p.author = actor_login(&v["actor"]);
+    p.author_avatar = str_at(v, "/actor/links/avatar/href");
     p.sender = actor_login(&v["actor"]);
     p.forge_url = str_at(pr, "/links/html/href");
     p.pr_number = Some(id);
-    p.from_fork = str_at(pr, "/source/repository/full_name")
-        != str_at(pr, "/destination/repository/full_name");
+    p.from_fork = first_str(
+        pr,
+        &["/source/repository/uuid", "/source/repository/full_name"],
+    ) != first_str(
+        pr,
+        &[
+            "/destination/repository/uuid",
+            "/destination/repository/full_name",
+        ],
+    );
     Ok(p)
 }

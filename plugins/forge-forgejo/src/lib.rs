@@ -81,4 +81,12 @@ impl ForgeAdapter for Forgejo {
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
         gitea_hooks::set_hook(&ctx, &full_name, &url, None)
     }
+
+    fn changed_files(
+        ctx: ApiContext,
+        full_name: String,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        gitea_hooks::pr_changed_files(ctx, full_name, pr_number)
+    }
 }

@@ -9,16 +9,19 @@
 //! | `push`           | to `refs/tags/*`                        | `tag`                     |
 //! | `pull_request`   | opened, reopened, synchronize           | `pull-request`            |
 //! | `pull_request`   | closed (merged or not)                  | `pull-request-closed`     |
-//! | `pull_request`   | labeled, unlabeled, edited, milestoned… | `pull-request-metadata`   |
+//! | `pull_request`   | labeled, edited, milestoned, locked, …  | `pull-request-metadata`   |
 //! | `release`        | released                                | `release`                 |
 //! | `deployment`     | (any)                                   | `deployment`              |
+//!
+//! A deployment's `ref` becomes a full ref: `refs/heads/<ref>` for a bare name, the default
+//! branch when it is (a prefix of) the deployed commit, as Woodpecker decides.
 //!
 //! Everything else (ping, branch deletion, other actions) is ignored with a reason.
 //! Signature: `X-Hub-Signature-256` (HMAC-SHA256) when the instance config names a
 //! `hook-secret`. Config keys: `hook-secret`, `api-url` (default `https://api.github.com`).
 //!
 //! API: repository info, files and folders at a commit, branches and their heads, commit
-//! statuses, and webhooks (`create-hook` replaces a hook with the same URL; the hook's secret is
+//! statuses, the files a pull request changes, and webhooks (`create-hook` replaces a hook with the same URL; the hook's secret is
 //! the forge's webhook secret, checked again by `parse-hook`).
 
 use woodlark_plugin_sdk::forge::*;
@@ -193,6 +196,34 @@ impl ForgeAdapter for GitHub {
 
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
         hooks(&ctx, &full_name).replace(&url, None)
+    }
+
+    /// `GET /repos/{o}/{r}/pulls/{n}/files`, 100 a page; GitHub lists at most 3000 files.
+    fn changed_files(
+        ctx: ApiContext,
+        full_name: String,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        let auth = auth_header(&ctx, "Bearer");
+        let files = paged(30, |page| {
+            let url = format!(
+                "{}/repos/{}/pulls/{}/files?per_page=100&page={}",
+                api_url(&ctx),
+                full_name,
+                pr_number,
+                page
+            );
+            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
+                invalid(format!("{full_name}: pull request {pr_number} not found"))
+            })?;
+            let items = array_at(&v, "");
+            let names = items
+                .iter()
+                .flat_map(|f| [str_at(f, "/filename"), str_at(f, "/previous_filename")])
+                .collect();
+            Ok((names, items.len() == 100))
+        })?;
+        Ok(file_set(files))
     }
 }
 

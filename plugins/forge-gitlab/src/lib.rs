@@ -4,9 +4,9 @@
 //!
 //! | `object_kind`   | condition                                        | Woodlark event          |
 //! |-----------------|--------------------------------------------------|-------------------------|
-//! | `push`          | branch not deleted                               | `push`                  |
-//! | `tag_push`      | tag not deleted                                  | `tag`                   |
-//! | `merge_request` | action open, reopen; update with new commits     | `pull-request`          |
+//! | `push`          | branch not deleted, with commits                 | `push`                  |
+//! | `tag_push`      | tag not deleted (commit: `checkout_sha`)         | `tag`                   |
+//! | `merge_request` | open, reopen; update with new commits while open | `pull-request`          |
 //! | `merge_request` | action close, merge                              | `pull-request-closed`   |
 //! | `merge_request` | update without new commits (labels, title, …)    | `pull-request-metadata` |
 //! | `release`       | action create                                    | `release`               |
@@ -196,6 +196,34 @@ impl ForgeAdapter for GitLab {
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
         hooks(&ctx, &full_name).replace(&url, None)
     }
+
+    /// `GET /projects/:id/merge_requests/:iid/diffs` (old and new path of each diff).
+    fn changed_files(
+        ctx: ApiContext,
+        full_name: String,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        let auth = auth_header(&ctx, "Bearer");
+        let files = paged(50, |page| {
+            let url = format!(
+                "{}/projects/{}/merge_requests/{}/diffs?per_page=100&page={}",
+                api(&ctx),
+                http::encode(&full_name),
+                pr_number,
+                page
+            );
+            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
+                invalid(format!("{full_name}: merge request {pr_number} not found"))
+            })?;
+            let items = array_at(&v, "");
+            let names = items
+                .iter()
+                .flat_map(|d| [str_at(d, "/new_path"), str_at(d, "/old_path")])
+                .collect();
+            Ok((names, items.len() == 100))
+        })?;
+        Ok(file_set(files))
+    }
 }
 
 fn api(ctx: &ApiContext) -> String {
@@ -245,32 +273,39 @@ fn push(v: &Value) -> Result<Pipeline, String> {
         }
         .into());
     }
+    // A branch created without new commits: nothing new to build (as Woodpecker decides).
+    if !is_tag && u64_at(v, "/total_commits_count") == Some(0) {
+        return Err("push without commits".into());
+    }
     let commits = array_at(v, "/commits");
     let checkout = str_at(v, "/checkout_sha");
-    let head = commits
-        .iter()
-        .find(|c| str_at(c, "/id") == checkout)
-        .or(commits.last())
-        .unwrap_or(&Value::Null);
+    let tagged = commits.iter().find(|c| str_at(c, "/id") == checkout);
+    let head = if is_tag {
+        tagged.unwrap_or(&Value::Null)
+    } else {
+        tagged.or(commits.last()).unwrap_or(&Value::Null)
+    };
     let mut p = pipeline(if is_tag { Event::Tag } else { Event::Push });
+    // `checkout_sha` is the commit even for an annotated tag, whose `after` is the tag object.
     p.commit = checkout;
     p.git_ref = git_ref.clone();
-    p.message = if is_tag {
-        // Annotated tags carry a message; lightweight ones do not.
-        let m = str_at(v, "/message");
-        if m.is_empty() {
-            format!("created tag {}", short_ref(&git_ref))
-        } else {
-            m
+    p.message = str_at(head, "/message");
+    if p.message.is_empty() && is_tag {
+        // Tag pushes rarely list commits: the annotated tag's message, else a line saying so.
+        p.message = str_at(v, "/message");
+        if p.message.is_empty() {
+            p.message = format!("created tag {}", short_ref(&git_ref));
         }
-    } else {
-        str_at(head, "/message")
-    };
+    }
     p.timestamp = rfc3339_to_unix(&str_at(head, "/timestamp"));
     p.author = str_at(v, "/user_username");
-    p.author_email = first_str(v, &["/user_email", "/commits/0/author/email"]);
-    if p.author_email.is_empty() || p.author_email == "[REDACTED]" {
-        p.author_email = str_at(head, "/author/email");
+    // The commit's author, as Woodpecker takes it; the pusher's address when none is listed.
+    p.author_email = str_at(head, "/author/email");
+    if p.author_email.is_empty() {
+        p.author_email = str_at(v, "/user_email");
+    }
+    if p.author_email == "[REDACTED]" {
+        p.author_email.clear();
     }
     p.author_avatar = str_at(v, "/user_avatar");
     p.sender = str_at(v, "/user_username");
@@ -293,33 +328,17 @@ fn push(v: &Value) -> Result<Pipeline, String> {
 fn merge_request(v: &Value) -> Result<Pipeline, String> {
     let mr = &v["object_attributes"];
     let action = str_at(mr, "/action");
-    let changes = v["changes"].as_object();
     let (event, reason) = match action.as_str() {
         "open" => (Event::PullRequest, vec!["opened".to_string()]),
         "reopen" => (Event::PullRequest, vec!["reopened".to_string()]),
-        "update" if !str_at(mr, "/oldrev").is_empty() => {
+        // New commits on an open MR (`oldrev` is set only then): a normal PR run.
+        "update" if !str_at(mr, "/oldrev").is_empty() && str_at(mr, "/state") == "opened" => {
             (Event::PullRequest, vec!["synchronize".to_string()])
         }
         "update" => {
-            let mut reasons: Vec<String> = changes
-                .map(|c| {
-                    c.keys()
-                        .filter_map(|k| match k.as_str() {
-                            "labels" => Some("label_updated"),
-                            "title" | "description" => Some("edited"),
-                            "milestone_id" => Some("milestoned"),
-                            "assignees" | "assignee_id" => Some("assigned"),
-                            "reviewers" => Some("review_requested"),
-                            _ => None,
-                        })
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default();
-            reasons.sort();
-            reasons.dedup();
+            let reasons = metadata_reasons(&v["changes"]);
             if reasons.is_empty() {
-                return Err("merge request update without relevant changes".into());
+                return Err("merge request update without supported changes".into());
             }
             (Event::PullRequestMetadata, reasons)
         }
@@ -332,7 +351,8 @@ fn merge_request(v: &Value) -> Result<Pipeline, String> {
     p.event_reason = reason;
     p.commit = first_str(mr, &["/last_commit/id"]);
     p.git_ref = format!("refs/merge-requests/{iid}/head");
-    p.branch = str_at(mr, "/target_branch");
+    // The source branch, as Woodpecker sets it for merge requests.
+    p.branch = str_at(mr, "/source_branch");
     p.refspec = format!(
         "{}:{}",
         str_at(mr, "/source_branch"),
@@ -355,6 +375,46 @@ fn merge_request(v: &Value) -> Result<Pipeline, String> {
     Ok(p)
 }
 
+/// What an MR `update` without new commits changed, named as Woodpecker names it, in its
+/// order: assigned, unassigned, milestoned, demilestoned, title_edited, description_edited,
+/// label_added / label_cleared / label_updated, review_requested.
+fn metadata_reasons(changes: &Value) -> Vec<String> {
+    let present = |field: &str, side: &str| -> bool {
+        match changes.pointer(&format!("/{field}/{side}")) {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Number(n)) => n.as_u64() != Some(0),
+            Some(_) => true,
+        }
+    };
+    let count = |side: &str| array_at(changes, &format!("/reviewers/{side}")).len();
+    let mut out = Vec::new();
+    let mut add = |cond: bool, reason: &str| {
+        if cond {
+            out.push(reason.to_string());
+        }
+    };
+    add(present("assignees", "current"), "assigned");
+    add(present("assignees", "previous"), "unassigned");
+    add(present("milestone_id", "current"), "milestoned");
+    add(present("milestone_id", "previous"), "demilestoned");
+    add(
+        present("title", "current") || present("title", "previous"),
+        "title_edited",
+    );
+    add(
+        present("description", "current") || present("description", "previous"),
+        "description_edited",
+    );
+    let labels = (present("labels", "current"), present("labels", "previous"));
+    add(labels == (true, false), "label_added");
+    add(labels == (false, true), "label_cleared");
+    add(labels == (true, true), "label_updated");
+    add(count("current") > count("previous"), "review_requested");
+    out
+}
+
 fn release(v: &Value) -> Result<Pipeline, String> {
     let action = str_at(v, "/action");
     if action != "create" {
@@ -371,8 +431,10 @@ fn release(v: &Value) -> Result<Pipeline, String> {
     p.title = title.clone();
     p.message = format!("created release {title}");
     p.timestamp = rfc3339_to_unix(&first_str(v, &["/released_at", "/created_at"]));
+    // GitLab does not say who released; Woodpecker takes the commit's author for both.
     p.author = first_str(v, &["/commit/author/name"]);
     p.author_email = str_at(v, "/commit/author/email");
+    p.sender = p.author.clone();
     p.forge_url = str_at(v, "/url");
     p.release = Some(ReleaseInfo {
         tag,

@@ -83,7 +83,10 @@ pub fn repo_of(r: &Value) -> Repo {
     repo.clone_url = str_at(r, "/clone_url");
     repo.clone_url_ssh = str_at(r, "/ssh_url");
     repo.default_branch = str_at(r, "/default_branch");
-    repo.private = bool_at(r, "/private");
+    // A repository of a limited or private owner is not public either.
+    let owner_visibility = str_at(r, "/owner/visibility");
+    repo.private =
+        bool_at(r, "/private") || !(owner_visibility.is_empty() || owner_visibility == "public");
     repo
 }
 
@@ -96,10 +99,12 @@ fn push(v: &Value) -> Result<Pipeline, String> {
         return Err("branch deleted".into());
     }
     let commits = array_at(v, "/commits");
-    let head = if v["head_commit"].is_object() {
-        &v["head_commit"]
-    } else {
-        commits.first().unwrap_or(&Value::Null)
+    // Message and link as Woodpecker takes them: the first listed commit (its own page when
+    // it is the only one, else the compare view), or the head commit when none is listed.
+    let (head, link) = match commits {
+        [] => (&v["head_commit"], str_at(v, "/head_commit/url")),
+        [only] => (only, str_at(only, "/url")),
+        [first, ..] => (first, str_at(v, "/compare_url")),
     };
     let repo_url = str_at(v, "/repository/html_url");
     let mut p = pipeline(Event::Push);
@@ -109,11 +114,15 @@ fn push(v: &Value) -> Result<Pipeline, String> {
     p.message = str_at(head, "/message");
     p.timestamp = rfc3339_to_unix(&str_at(head, "/timestamp"));
     p.author = first_str(v, &["/sender/login", "/sender/username", "/pusher/login"]);
-    p.author_email = first_str(head, &["/author/email"]);
+    p.author_email = str_at(v, "/sender/email");
     p.author_avatar = avatar(&repo_url, str_at(v, "/sender/avatar_url"));
     p.sender = user_login(&v["sender"]);
-    p.forge_url = first_str(v, &["/compare_url", "/head_commit/url"]);
-    p.changed_files = changed_files(commits);
+    p.forge_url = link;
+    let mut listed = commits.to_vec();
+    if v["head_commit"].is_object() {
+        listed.push(v["head_commit"].clone());
+    }
+    p.changed_files = changed_files(&listed);
     Ok(p)
 }
 
@@ -154,9 +163,10 @@ fn pull_request(v: &Value) -> Result<Pipeline, String> {
         .unwrap_or(0);
     let repo_url = str_at(v, "/repository/html_url");
     let mut p = pipeline(event);
-    p.event_reason = match (event, action.as_str()) {
-        (Event::PullRequestMetadata, "label_cleared") => vec!["label_updated".into()],
-        (Event::PullRequestClosed, _) if bool_at(pr, "/merged") => vec!["merged".into()],
+    // Metadata reasons are Gitea's action names (`label_updated`, `label_cleared`, ...), as
+    // Woodpecker passes them on; a merged close says `merged`.
+    p.event_reason = match event {
+        Event::PullRequestClosed if bool_at(pr, "/merged") => vec!["merged".into()],
         _ => vec![action.clone()],
     };
     p.commit = str_at(pr, "/head/sha");
@@ -167,15 +177,18 @@ fn pull_request(v: &Value) -> Result<Pipeline, String> {
     p.message = str_at(pr, "/title");
     p.timestamp = rfc3339_to_unix(&str_at(pr, "/updated_at"));
     p.author = user_login(&pr["user"]);
-    p.author_email = str_at(pr, "/user/email");
+    p.author_email = str_at(v, "/sender/email");
     p.author_avatar = avatar(&repo_url, str_at(pr, "/user/avatar_url"));
     p.sender = user_login(&v["sender"]);
     p.forge_url = str_at(pr, "/html_url");
     p.pr_number = Some(number);
-    p.pr_labels = array_at(pr, "/labels")
-        .iter()
-        .map(|l| str_at(l, "/name"))
-        .collect();
+    // After `label_cleared` the payload may still list the old labels; none are left.
+    if action != "label_cleared" {
+        p.pr_labels = array_at(pr, "/labels")
+            .iter()
+            .map(|l| str_at(l, "/name"))
+            .collect();
+    }
     p.from_fork = str_at(pr, "/head/repo_id") != str_at(pr, "/base/repo_id");
     Ok(p)
 }
@@ -198,9 +211,10 @@ fn release(v: &Value) -> Result<Pipeline, String> {
     p.title = title.clone();
     p.message = format!("created release {title}");
     p.timestamp = rfc3339_to_unix(&first_str(r, &["/published_at", "/created_at"]));
-    p.author = user_login(&r["author"]);
-    p.author_email = str_at(r, "/author/email");
-    p.author_avatar = avatar(&repo_url, str_at(r, "/author/avatar_url"));
+    // The account that published it, as Woodpecker records it.
+    p.author = user_login(&v["sender"]);
+    p.author_email = str_at(v, "/sender/email");
+    p.author_avatar = avatar(&repo_url, str_at(v, "/sender/avatar_url"));
     p.sender = user_login(&v["sender"]);
     p.forge_url = str_at(r, "/html_url");
     p.release = Some(ReleaseInfo {
@@ -303,6 +317,33 @@ pub fn post_status(
         "target_url": status.target_url,
     });
     http::send_json("POST", &url, auth_header(&ctx, "token").as_deref(), &body).map(|_| ())
+}
+
+/// `GET /repos/{o}/{r}/pulls/{n}/files`, 50 a page (Gitea's default maximum).
+pub fn pr_changed_files(
+    ctx: ApiContext,
+    full_name: String,
+    pr_number: u64,
+) -> Result<Vec<String>, PluginError> {
+    let auth = auth_header(&ctx, "token");
+    let files = paged(60, |page| {
+        let url = format!(
+            "{}/repos/{}/pulls/{}/files?limit=50&page={}",
+            api(&ctx),
+            full_name,
+            pr_number,
+            page
+        );
+        let v = http::get_json(&url, auth.as_deref())?
+            .ok_or_else(|| invalid(format!("{full_name}: pull request {pr_number} not found")))?;
+        let items = array_at(&v, "");
+        let names = items
+            .iter()
+            .flat_map(|f| [str_at(f, "/filename"), str_at(f, "/previous_filename")])
+            .collect();
+        Ok((names, items.len() == 50))
+    })?;
+    Ok(file_set(files))
 }
 
 pub fn branch_head(

@@ -55,11 +55,12 @@ fn push(v: &Value) -> Result<Pipeline, String> {
     p.git_ref = git_ref.clone();
     p.message = str_at(head, "/message");
     p.timestamp = rfc3339_to_unix(&str_at(head, "/timestamp"));
-    p.author = first_str(v, &["/sender/login", "/pusher/name"]);
+    p.author = first_str(v, &["/sender/login", "/head_commit/author/username"]);
     p.author_email = first_str(head, &["/author/email"]);
     p.author_avatar = str_at(v, "/sender/avatar_url");
     p.sender = str_at(v, "/sender/login");
-    p.forge_url = first_str(v, &["/compare", "/head_commit/url"]);
+    // The head commit's page, as Woodpecker links it (the compare view when there is none).
+    p.forge_url = first_str(v, &["/head_commit/url", "/compare"]);
     if git_ref.starts_with("refs/tags/") {
         p.event = Event::Tag;
         // A tag's base branch, when GitHub knows it, lets `when: branch` filters work.
@@ -79,8 +80,10 @@ fn pull_request(v: &Value) -> Result<Pipeline, String> {
     let event = match action.as_str() {
         "opened" | "reopened" | "synchronize" => Event::PullRequest,
         "closed" => Event::PullRequestClosed,
-        "labeled" | "unlabeled" | "edited" | "milestoned" | "demilestoned" | "assigned"
-        | "unassigned" => Event::PullRequestMetadata,
+        "assigned" | "converted_to_draft" | "demilestoned" | "edited" | "labeled" | "locked"
+        | "milestoned" | "ready_for_review" | "unassigned" | "unlabeled" | "unlocked" => {
+            Event::PullRequestMetadata
+        }
         other => return Err(format!("pull_request action {other:?} is not handled")),
     };
     let pr = &v["pull_request"];
@@ -88,13 +91,16 @@ fn pull_request(v: &Value) -> Result<Pipeline, String> {
         .or_else(|| u64_at(v, "/number"))
         .unwrap_or(0);
     let mut p = pipeline(event);
-    p.event_reason = match (event, action.as_str()) {
-        (Event::PullRequestMetadata, "labeled" | "unlabeled") => vec!["label_updated".into()],
-        (Event::PullRequestMetadata, "milestoned" | "demilestoned") => vec!["milestoned".into()],
-        (Event::PullRequestMetadata, "assigned" | "unassigned") => vec!["assigned".into()],
-        (Event::PullRequestClosed, _) if bool_at(pr, "/merged") => vec!["merged".into()],
-        _ => vec![action.clone()],
-    };
+    p.pr_labels = array_at(pr, "/labels")
+        .iter()
+        .map(|l| str_at(l, "/name"))
+        .collect();
+    p.event_reason = vec![pull_reason(
+        event,
+        &action,
+        &p.pr_labels,
+        bool_at(pr, "/merged"),
+    )];
     p.commit = str_at(pr, "/head/sha");
     p.git_ref = format!("refs/pull/{number}/head");
     p.branch = str_at(pr, "/base/ref");
@@ -107,12 +113,22 @@ fn pull_request(v: &Value) -> Result<Pipeline, String> {
     p.sender = str_at(v, "/sender/login");
     p.forge_url = str_at(pr, "/html_url");
     p.pr_number = Some(number);
-    p.pr_labels = array_at(pr, "/labels")
-        .iter()
-        .map(|l| str_at(l, "/name"))
-        .collect();
     p.from_fork = str_at(pr, "/head/repo/id") != str_at(pr, "/base/repo/id");
     Ok(p)
+}
+
+/// The event reason of a pull request hook: label changes are named like the other forges
+/// name them (`label_updated`, or `label_cleared` when no label is left), other metadata
+/// actions keep GitHub's name, a merged close is `merged`, the rest the action itself.
+fn pull_reason(event: Event, action: &str, labels: &[String], merged: bool) -> String {
+    match (event, action) {
+        (Event::PullRequestMetadata, "labeled" | "unlabeled") if labels.is_empty() => {
+            "label_cleared".into()
+        }
+        (Event::PullRequestMetadata, "labeled" | "unlabeled") => "label_updated".into(),
+        (Event::PullRequestClosed, _) if merged => "merged".into(),
+        _ => action.to_string(),
+    }
 }
 
 fn release(v: &Value) -> Result<Pipeline, String> {
@@ -148,8 +164,13 @@ fn deployment(v: &Value) -> Result<Pipeline, String> {
     let d = &v["deployment"];
     let mut p = pipeline(Event::Deployment);
     p.commit = str_at(d, "/sha");
-    p.git_ref = str_at(d, "/ref");
-    p.branch = short_ref(&str_at(d, "/ref")).to_string();
+    let (git_ref, branch) = deployment_ref(
+        &str_at(d, "/ref"),
+        &p.commit,
+        &str_at(v, "/repository/default_branch"),
+    );
+    p.git_ref = git_ref;
+    p.branch = branch;
     p.message = str_at(d, "/description");
     p.timestamp = rfc3339_to_unix(&str_at(d, "/created_at"));
     p.author = first_str(v, &["/sender/login", "/deployment/creator/login"]);
@@ -159,4 +180,21 @@ fn deployment(v: &Value) -> Result<Pipeline, String> {
     p.deploy_to = str_at(d, "/environment");
     p.deploy_task = str_at(d, "/task");
     Ok(p)
+}
+
+/// A deployment's `ref` as a full ref plus its branch, decided as Woodpecker decides: a
+/// commit id (or a prefix of the deployed commit, or nothing) means the default branch; a
+/// bare name becomes `refs/heads/<name>` (GitHub does not say whether it names a tag); a full
+/// ref stays as it is.
+pub fn deployment_ref(raw: &str, commit: &str, default_branch: &str) -> (String, String) {
+    if commit.starts_with(raw) {
+        return (
+            format!("refs/heads/{default_branch}"),
+            default_branch.to_string(),
+        );
+    }
+    if raw.starts_with("refs/") {
+        return (raw.to_string(), short_ref(raw).to_string());
+    }
+    (format!("refs/heads/{raw}"), raw.to_string())
 }

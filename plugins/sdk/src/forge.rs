@@ -103,6 +103,19 @@ pub trait ForgeAdapter {
         let _ = (ctx, full_name, url);
         Err(unavailable("delete-hook is not supported by this adapter"))
     }
+
+    /// The files pull request `pr_number` changes (old and new paths). PR payloads do not
+    /// list them, and `when: path` filters need them.
+    fn changed_files(
+        ctx: ApiContext,
+        full_name: String,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        let _ = (ctx, full_name, pr_number);
+        Err(unavailable(
+            "changed-files is not supported by this adapter",
+        ))
+    }
 }
 
 /// Glue between a [`ForgeAdapter`] and the generated bindings; used by [`forge_adapter!`](crate::forge_adapter).
@@ -163,6 +176,13 @@ impl<T: ForgeAdapter> wit::Guest for Bridge<T> {
     }
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
         T::delete_hook(ctx, full_name, url)
+    }
+    fn changed_files(
+        ctx: ApiContext,
+        full_name: String,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        T::changed_files(ctx, full_name, pr_number)
     }
 }
 
@@ -354,6 +374,32 @@ pub fn changed_files(commits: &[serde_json::Value]) -> Vec<String> {
     files.sort();
     files.dedup();
     files
+}
+
+/// Sorted, de-duplicated, without empty entries: the shape of a changed-files list (old and
+/// new paths of a rename both count, as Woodpecker counts them).
+pub fn file_set(files: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut files: Vec<String> = files.into_iter().filter(|f| !f.is_empty()).collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// Follows a forge's paged list: `fetch(page)` returns one page's items and whether another
+/// follows. Stops after `max_pages` so a misbehaving forge cannot keep a call busy forever.
+pub fn paged<T>(
+    max_pages: u32,
+    mut fetch: impl FnMut(u32) -> Result<(Vec<T>, bool), PluginError>,
+) -> Result<Vec<T>, PluginError> {
+    let mut all = Vec::new();
+    for page in 1..=max_pages {
+        let (items, more) = fetch(page)?;
+        all.extend(items);
+        if !more {
+            break;
+        }
+    }
+    Ok(all)
 }
 
 /// The `Authorization` value for a token (`token` scheme for Gitea-like APIs, `Bearer` else).

@@ -51,7 +51,13 @@ pub fn rfc3339_to_unix(s: &str) -> i64 {
         s.parse().ok()
     }
     let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || (b[10] != b'T' && b[10] != b' ') {
+    // Byte slicing below must not split a character: timestamps are ASCII.
+    if !s.is_ascii()
+        || b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || (b[10] != b'T' && b[10] != b' ')
+    {
         return 0;
     }
     let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(sec)) = (
@@ -70,9 +76,12 @@ pub fn rfc3339_to_unix(s: &str) -> i64 {
     }
     let offset = match rest {
         "" | "Z" | "z" => 0,
-        r if r.len() == 6 && (r.starts_with('+') || r.starts_with('-')) => {
+        // `+02:00`, or `+0200` as Bitbucket Data Center writes it.
+        r if (r.len() == 6 && r.as_bytes()[3] == b':' || r.len() == 5)
+            && (r.starts_with('+') || r.starts_with('-')) =>
+        {
             let sign = if r.starts_with('-') { -1 } else { 1 };
-            match (num(&r[1..3]), num(&r[4..6])) {
+            match (num(&r[1..3]), num(&r[r.len() - 2..])) {
                 (Some(oh), Some(om)) => sign * (oh * 3600 + om * 60),
                 _ => return 0,
             }
@@ -99,6 +108,7 @@ mod tests {
         assert_eq!(rfc3339_to_unix("1970-01-01T00:00:00Z"), 0);
         assert_eq!(rfc3339_to_unix("2024-05-01T12:00:00Z"), 1714564800);
         assert_eq!(rfc3339_to_unix("2024-05-01T14:00:00+02:00"), 1714564800);
+        assert_eq!(rfc3339_to_unix("2024-05-01T22:00:00+1000"), 1714564800);
         assert_eq!(rfc3339_to_unix("2024-05-01T12:00:00.123Z"), 1714564800);
         assert_eq!(rfc3339_to_unix("nope"), 0);
     }

@@ -301,6 +301,7 @@ async fn gitlab_events() {
         v["object_kind"] = json!("tag_push");
         v["ref"] = json!("refs/tags/v1.0.0");
         v["message"] = json!("Release v1.0.0");
+        v["commits"] = json!([]);
     });
     let p = pipeline(parse(&host, "gitlab", &gl("Tag Push Hook"), body).await);
     assert_eq!(
@@ -356,15 +357,12 @@ async fn gitlab_events() {
     let p = pipeline(parse(&host, "gitlab", &gl("Merge Request Hook"), body).await);
     assert_eq!(
         (p.event, p.event_reason),
-        (
-            Event::PullRequestMetadata,
-            vec!["label_updated".to_string()]
-        )
+        (Event::PullRequestMetadata, vec!["label_added".to_string()])
     );
     let body = mr("update", |_| {});
     assert!(
         ignored(parse(&host, "gitlab", &gl("Merge Request Hook"), body).await)
-            .contains("without relevant")
+            .contains("without supported")
     );
     let p = pipeline(
         parse(
@@ -464,7 +462,9 @@ async fn bitbucket_events() {
             &host,
             "bitbucket",
             &bb("pullrequest:created"),
-            fixture("bitbucket-pr-fulfilled.json"),
+            edit("bitbucket-pr-fulfilled.json", |v| {
+                v["pullrequest"]["state"] = json!("OPEN")
+            }),
         )
         .await,
     );
@@ -483,7 +483,9 @@ async fn bitbucket_events() {
             &host,
             "bitbucket",
             &bb("pullrequest:updated"),
-            fixture("bitbucket-pr-fulfilled.json"),
+            edit("bitbucket-pr-fulfilled.json", |v| {
+                v["pullrequest"]["state"] = json!("OPEN")
+            }),
         )
         .await,
     );
@@ -493,13 +495,15 @@ async fn bitbucket_events() {
             &host,
             "bitbucket",
             &bb("pullrequest:rejected"),
-            fixture("bitbucket-pr-fulfilled.json"),
+            edit("bitbucket-pr-fulfilled.json", |v| {
+                v["pullrequest"]["state"] = json!("DECLINED")
+            }),
         )
         .await,
     );
     assert_eq!(
         (p.event, p.event_reason),
-        (Event::PullRequestClosed, vec!["closed".to_string()])
+        (Event::PullRequestClosed, vec!["declined".to_string()])
     );
     assert!(
         ignored(parse(&host, "bitbucket", &bb("issue:created"), b"{}".to_vec()).await)

@@ -271,3 +271,286 @@ async fn a_forge_error_is_reported_not_swallowed() {
         .unwrap_err();
     assert!(err.to_string().contains("HTTP 403"), "{err}");
 }
+
+/// The files of PR 9, as every adapter must report them: old and new paths, sorted, once.
+const PR_FILES: [&str; 4] = ["README.md", "docs/new.md", "docs/old.md", "src/lib.rs"];
+
+#[tokio::test]
+async fn github_changed_files_follow_pages() {
+    let (origin, seen) = fake_server(|s| match (s.path.as_str(), s.query.get("page")) {
+        ("/repos/o/r/pulls/9/files", Some(p)) if p == "1" => {
+            let mut page: Vec<Value> = (0..99)
+                .map(|_| json!({"filename": "src/lib.rs", "status": "modified"}))
+                .collect();
+            page.push(json!({"filename": "docs/new.md", "previous_filename": "docs/old.md", "status": "renamed"}));
+            (200, Value::Array(page).to_string())
+        }
+        ("/repos/o/r/pulls/9/files", Some(p)) if p == "2" => {
+            (200, json!([{"filename": "README.md", "status": "added"}]).to_string())
+        }
+        _ => (404, "{}".into()),
+    })
+    .await;
+    let (_dir, host) = adapter("forge-github.wasm", &origin, &[("api-url", &origin)]).await;
+    let files = host
+        .changed_files("forge", ctx(&origin), "o/r", 9)
+        .await
+        .unwrap();
+    assert_eq!(files, PR_FILES);
+    assert_eq!(requests(&seen).len(), 2);
+    assert_eq!(
+        seen.lock().unwrap()[0].headers["authorization"],
+        "Bearer tok-1"
+    );
+    assert_eq!(seen.lock().unwrap()[0].query["per_page"], "100");
+}
+
+#[tokio::test]
+async fn gitea_and_forgejo_changed_files() {
+    for file in ["forge-gitea.wasm", "forge-forgejo.wasm"] {
+        let (origin, seen) = fake_server(|s| match s.path.as_str() {
+            "/api/v1/repos/o/r/pulls/9/files" => (
+                200,
+                json!([
+                    {"filename": "src/lib.rs", "status": "changed"},
+                    {"filename": "docs/new.md", "previous_filename": "docs/old.md", "status": "renamed"},
+                    {"filename": "README.md", "status": "added"},
+                ])
+                .to_string(),
+            ),
+            _ => (404, "{}".into()),
+        })
+        .await;
+        let (_dir, host) = adapter(file, &origin, &[]).await;
+        let files = host
+            .changed_files("forge", ctx(&origin), "o/r", 9)
+            .await
+            .unwrap();
+        assert_eq!(files, PR_FILES, "{file}");
+        assert_eq!(
+            seen.lock().unwrap()[0].headers["authorization"],
+            "token tok-1"
+        );
+    }
+}
+
+#[tokio::test]
+async fn gitlab_changed_files() {
+    let (origin, _seen) = fake_server(|s| match s.path.as_str() {
+        "/api/v4/projects/g%2Fr/merge_requests/9/diffs" => (
+            200,
+            json!([
+                {"old_path": "src/lib.rs", "new_path": "src/lib.rs"},
+                {"old_path": "docs/old.md", "new_path": "docs/new.md", "renamed_file": true},
+                {"old_path": "README.md", "new_path": "README.md", "new_file": true},
+            ])
+            .to_string(),
+        ),
+        _ => (404, "{}".into()),
+    })
+    .await;
+    let (_dir, host) = adapter("forge-gitlab.wasm", &origin, &[]).await;
+    let files = host
+        .changed_files("forge", ctx(&origin), "g/r", 9)
+        .await
+        .unwrap();
+    assert_eq!(files, PR_FILES);
+}
+
+#[tokio::test]
+async fn bitbucket_changed_files_follow_next() {
+    let (origin, seen) = fake_server(move |s| match (s.path.as_str(), s.query.get("page")) {
+        ("/repositories/ws/r/pullrequests/9/diffstat", Some(p)) if p == "1" => (
+            200,
+            json!({
+                "values": [
+                    {"status": "modified", "old": {"path": "src/lib.rs"}, "new": {"path": "src/lib.rs"}},
+                    {"status": "renamed", "old": {"path": "docs/old.md"}, "new": {"path": "docs/new.md"}},
+                ],
+                "next": "https://api.bitbucket.org/2.0/repositories/ws/r/pullrequests/9/diffstat?page=2"
+            })
+            .to_string(),
+        ),
+        ("/repositories/ws/r/pullrequests/9/diffstat", Some(p)) if p == "2" => (
+            200,
+            json!({"values": [{"status": "added", "old": null, "new": {"path": "README.md"}}]}).to_string(),
+        ),
+        _ => (404, "{}".into()),
+    })
+    .await;
+    let (_dir, host) = adapter("forge-bitbucket.wasm", &origin, &[("api-url", &origin)]).await;
+    let files = host
+        .changed_files("forge", ctx(&origin), "ws/r", 9)
+        .await
+        .unwrap();
+    assert_eq!(files, PR_FILES);
+    assert_eq!(requests(&seen).len(), 2);
+}
+
+#[tokio::test]
+async fn changed_files_of_a_missing_pr_is_an_error() {
+    let (origin, _seen) = fake_server(|_| (404, "{}".into())).await;
+    let (_dir, host) = adapter("forge-gitea.wasm", &origin, &[]).await;
+    let err = host
+        .changed_files("forge", ctx(&origin), "o/r", 404)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("pull request 404 not found"),
+        "{err}"
+    );
+}
+
+const DC_REPO: &str = "/rest/api/1.0/projects/ACME/repos/widget";
+
+#[tokio::test]
+async fn bitbucket_dc_api() {
+    let (origin, seen) = fake_server(|s| {
+        let path = s.path.strip_prefix(DC_REPO).unwrap_or(s.path.as_str());
+        match (s.method.as_str(), path) {
+            ("GET", "/pull-requests/9/changes") => (
+                200,
+                json!({"isLastPage": true, "values": [
+                    {"path": {"toString": "src/lib.rs"}, "type": "MODIFY"},
+                    {"path": {"toString": "docs/new.md"}, "srcPath": {"toString": "docs/old.md"}, "type": "MOVE"},
+                    {"path": {"toString": "README.md"}, "type": "ADD"},
+                ]})
+                .to_string(),
+            ),
+            ("GET", "/commits") if s.query.get("until").map(String::as_str) == Some("refs/heads/main") => (
+                200,
+                json!({"isLastPage": false, "values": [{
+                    "id": "dddd", "message": "ship it", "authorTimestamp": 1_795_168_800_000_i64,
+                    "author": {"name": "dee", "emailAddress": "dee@example.com"}}]})
+                .to_string(),
+            ),
+            ("GET", "/branches") => (
+                200,
+                json!({"isLastPage": true, "values": [{"displayId": "main"}, {"displayId": "dev"}]}).to_string(),
+            ),
+            ("GET", "/raw/.woodpecker/ci.yaml") if s.query.get("at").map(String::as_str) == Some("dddd") => {
+                (200, "steps: []\n".into())
+            }
+            ("GET", "/browse/.woodpecker") => (
+                200,
+                json!({"children": {"values": [
+                    {"path": {"toString": "ci.yaml"}, "type": "FILE"},
+                    {"path": {"toString": "sub"}, "type": "DIRECTORY"}]}})
+                .to_string(),
+            ),
+            ("GET", "/webhooks") => (
+                200,
+                json!({"values": [{"id": 5, "url": HOOK}, {"id": 6, "url": "https://x/"}]}).to_string(),
+            ),
+            ("DELETE", "/webhooks/5") => (204, String::new()),
+            ("POST", "/webhooks") => (201, "{}".into()),
+            ("POST", "/rest/build-status/1.0/commits/dddd") => (204, String::new()),
+            _ => (404, "{}".into()),
+        }
+    })
+    .await;
+    let (_dir, host) = adapter("forge-bitbucket-dc.wasm", &origin, &[]).await;
+    let files = host
+        .changed_files("forge", ctx(&origin), "ACME/widget", 9)
+        .await
+        .unwrap();
+    assert_eq!(files, PR_FILES);
+
+    let head = host
+        .branch_head("forge", ctx(&origin), "ACME/widget", "main")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            head.sha.as_str(),
+            head.message.as_str(),
+            head.author.as_str(),
+            head.timestamp
+        ),
+        ("dddd", "ship it", "dee", 1_795_168_800)
+    );
+    assert_eq!(
+        head.forge_url,
+        format!("{origin}/projects/ACME/repos/widget/commits/dddd")
+    );
+    let missing = host
+        .branch_head("forge", ctx(&origin), "ACME/widget", "nope")
+        .await;
+    assert!(
+        missing
+            .unwrap_err()
+            .to_string()
+            .contains("branch nope not found")
+    );
+
+    let branches = host
+        .branches("forge", ctx(&origin), "ACME/widget")
+        .await
+        .unwrap();
+    assert_eq!(branches, ["main", "dev"]);
+    let file = host
+        .file_at(
+            "forge",
+            ctx(&origin),
+            "ACME/widget",
+            "dddd",
+            ".woodpecker/ci.yaml",
+        )
+        .await
+        .unwrap();
+    assert_eq!(file.as_deref(), Some(&b"steps: []\n"[..]));
+    let dir = host
+        .dir_at("forge", ctx(&origin), "ACME/widget", "dddd", ".woodpecker")
+        .await
+        .unwrap();
+    assert_eq!(dir, [".woodpecker/ci.yaml"]);
+
+    seen.lock().unwrap().clear();
+    host.create_hook("forge", ctx(&origin), "ACME/widget", HOOK, "dc-secret")
+        .await
+        .unwrap();
+    assert_eq!(
+        requests(&seen),
+        [
+            pair("GET", &format!("{DC_REPO}/webhooks")),
+            pair("DELETE", &format!("{DC_REPO}/webhooks/5")),
+            pair("POST", &format!("{DC_REPO}/webhooks")),
+        ]
+    );
+    let body = posted(&seen);
+    assert_eq!(body["configuration"]["secret"], "dc-secret");
+    assert!(
+        body["events"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("pr:from_ref_updated"))
+    );
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .all(|s| s.headers["authorization"] == "Bearer tok-1")
+    );
+
+    seen.lock().unwrap().clear();
+    let status = CommitStatus {
+        state: StatusState::Success,
+        context: "ci/woodlark/push".into(),
+        description: "ok".into(),
+        target_url: "https://ci.example.com/1".into(),
+    };
+    host.post_status("forge", ctx(&origin), "ACME/widget", "dddd", status)
+        .await
+        .unwrap();
+    let body = posted(&seen);
+    assert_eq!(
+        (body["state"].as_str(), body["key"].as_str()),
+        (Some("SUCCESSFUL"), Some("ci/woodlark/push"))
+    );
+
+    let err = host
+        .changed_files("forge", ctx(&origin), "not-a-pair", 9)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("PROJECT/repository"), "{err}");
+}

@@ -3,13 +3,16 @@
 //!
 //! - `forges`: captured webhook payloads per forge, signatures, detection;
 //! - `events`: every forge × event mapping, ignored cases;
+//! - `adapters`: one test per event type per adapter, field by field against upstream's parsers;
 //! - `hostile`: loops, memory bombs, traps, huge outputs, denied hosts, bad components;
 //! - `reload`: hot reload through the watched directory, in-flight calls, the cache;
 //! - `worlds`: the secret-backend and registry-auth worlds, kv, world mismatches;
 //! - `first_party_backends`: the Vault, static-secrets, static-registry and token-exchange
 //!   plugins against in-test HTTP servers (`fake_http`);
-//! - `forge_api`: the forge adapters' API calls (branch heads, webhooks) against fake forges.
+//! - `forge_api`: the forge adapters' API calls (branch heads, webhooks, PR changed files)
+//!   against fake forges.
 
+mod adapters;
 mod events;
 mod fake_http;
 mod first_party_backends;
@@ -40,6 +43,7 @@ pub(crate) fn dist() -> &'static Path {
             "forge-forgejo.wasm",
             "forge-gitlab.wasm",
             "forge-bitbucket.wasm",
+            "forge-bitbucket-dc.wasm",
             "secrets-vault.wasm",
             "secrets-static.wasm",
             "registry-static.wasm",

@@ -68,4 +68,7 @@ impl Guest for ExtraImport {
     fn delete_hook(_: ApiContext, _: String, _: String) -> Result<(), PluginError> {
         Err(nope())
     }
+    fn changed_files(_: ApiContext, _: String, _: u64) -> Result<Vec<String>, PluginError> {
+        Err(nope())
+    }
 }

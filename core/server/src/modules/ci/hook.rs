@@ -247,7 +247,7 @@ async fn plugin_hook(
     if p.event.as_str().starts_with("pull_request") && !row.repo.allow_pr {
         return Ok(Response::empty(StatusCode::NO_CONTENT));
     }
-    let trigger = Trigger {
+    let mut trigger = Trigger {
         event: p.event.as_str().to_string(),
         event_reason: p.event_reason.clone(),
         branch: p.branch.clone(),
@@ -265,6 +265,12 @@ async fn plugin_hook(
         deploy_to: p.deploy_to.clone(),
         ..Trigger::default()
     };
+    if trigger.changed_files.is_empty()
+        && trigger.event.starts_with("pull_request")
+        && let Some(number) = p.pr_number
+    {
+        trigger.changed_files = pr_changed_files(ctx, &row, plugin, number).await;
+    }
     tracing::info!(
         repo = row.repo.full_name,
         plugin,
@@ -275,6 +281,27 @@ async fn plugin_hook(
     Ok(match created {
         Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
         other => created_response(other),
+    })
+}
+
+/// The files pull request `number` changes, asked of the forge because the hook did not list
+/// them. A failure costs only `when: path` precision, never the hook: it is logged and the
+/// list stays empty (as upstream does).
+async fn pr_changed_files(ctx: &Ctx, row: &RepoRow, plugin: &str, number: u64) -> Vec<String> {
+    let repo = row.repo.clone();
+    let asked = match super::forge::driver(ctx, row.repo.forge_id).await {
+        Ok(driver) => run_blocking(move || driver.pr_changed_files(&repo, number)).await,
+        Err(e) => Err(e),
+    };
+    asked.unwrap_or_else(|err| {
+        tracing::warn!(
+            repo = row.repo.full_name,
+            plugin,
+            pr = number,
+            error = %err,
+            "changed files of the pull request not fetched; going on without them"
+        );
+        Vec::new()
     })
 }
 

@@ -123,6 +123,12 @@ pub trait ForgeDriver: Send + Sync {
         before: &str,
         after: &str,
     ) -> Result<Vec<String>, ForgeError>;
+    /// The files pull request `number` changes: PR hooks do not list them, and `when: path`
+    /// filters need them. Forges without pull requests have none.
+    fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
+        let _ = (repo, number);
+        Ok(Vec::new())
+    }
     /// The pipeline config files at `commit`, in upstream's lookup order: the repository's
     /// `config_file` (a trailing `/` names a folder), else every `*.yaml`/`*.yml` in
     /// `.woodpecker/`, else `.woodpecker.yaml`, else `.woodpecker.yml`. Empty when none.

@@ -213,6 +213,13 @@ impl ForgeDriver for PluginForge {
         Ok(Vec::new())
     }
 
+    fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
+        self.call(
+            self.host
+                .changed_files(&self.plugin, self.api.clone(), &repo.full_name, number),
+        )
+    }
+
     fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
         let read = |path: &str| -> Result<Option<ConfigFile>, ForgeError> {
             Ok(self

@@ -1,0 +1,450 @@
+//! Bitbucket Data Center (formerly Bitbucket Server) forge adapter.
+//!
+//! Recognises `X-Event-Key` together with `X-Request-Id` (Bitbucket Cloud sends
+//! `X-Hook-UUID` / `X-Request-UUID` instead; `forge-bitbucket` serves it).
+//!
+//! | `X-Event-Key`                                   | Woodlark event        | reason             |
+//! |-------------------------------------------------|-----------------------|--------------------|
+//! | `repo:refs_changed`, branch updated or added    | `push`                |                    |
+//! | `repo:refs_changed`, tag added                  | `tag`                 |                    |
+//! | `pr:opened`, `pr:from_ref_updated`, `pr:modified` | `pull-request`      | `opened`, ...      |
+//! | `pr:merged`, `pr:declined`, `pr:deleted`        | `pull-request-closed` | `merged`, ...      |
+//!
+//! Only the first change of a push counts (as Woodpecker does); a deleted branch or tag is
+//! ignored, and so is every other event (`diagnostics:ping`, comments, reviews).
+//! Signature: `X-Hub-Signature` (`sha256=<hex>` HMAC of the body) when the instance config
+//! names a `hook-secret`.
+//!
+//! Links (commit pages, avatars) are built on the server's web root: config `url`, else the
+//! one the payload's repository links point at.
+//!
+//! API: REST 1.0 at `<forge-url>/rest/api/1.0` with `Authorization: Bearer <token>` (an HTTP
+//! access token); repositories are named `PROJECT/repo-slug`.
+
+use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
+use woodlark_plugin_sdk::serde_json::{Value, json};
+use woodlark_plugin_sdk::{config, headers, http};
+
+const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
+
+/// The events `create-hook` subscribes to.
+const EVENTS: [&str; 7] = [
+    "repo:refs_changed",
+    "pr:opened",
+    "pr:from_ref_updated",
+    "pr:modified",
+    "pr:merged",
+    "pr:declined",
+    "pr:deleted",
+];
+
+struct BitbucketDc;
+
+woodlark_plugin_sdk::forge_adapter!(BitbucketDc);
+
+impl ForgeAdapter for BitbucketDc {
+    fn recognize(headers: &[Header]) -> bool {
+        header(headers, "x-event-key").is_some() && header(headers, "x-request-id").is_some()
+    }
+
+    fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
+        let key = header(&req.headers, "x-event-key")
+            .ok_or_else(|| invalid("missing X-Event-Key header"))?
+            .to_string();
+        let verified = verify_hmac(
+            Algorithm::HmacSha256,
+            header(&req.headers, "x-hub-signature"),
+            &req.body,
+        )?;
+        let v = json_payload(&req)?;
+        let (parsed, repo) = match key.as_str() {
+            "repo:refs_changed" => (push(&v), &v["repository"]),
+            k if EVENTS.contains(&k) => (
+                pull_request(k, &v),
+                &v["pullRequest"]["toRef"]["repository"],
+            ),
+            "diagnostics:ping" => (Err("ping event".to_string()), &Value::Null),
+            other => (Err(format!("event {other:?} is not handled")), &Value::Null),
+        };
+        Ok(match parsed {
+            Ok(p) => build(repo_of(repo), p, verified),
+            Err(reason) => ignored(reason),
+        })
+    }
+
+    fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+        let base = repo_api(&ctx, &full_name)?;
+        let auth = auth_header(&ctx, "Bearer");
+        let v = http::get_json(&base, auth.as_deref())?
+            .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+        let mut repo = repo_of(&v);
+        // The default branch is not part of the repository resource. An empty repository
+        // has none (404), which is not an error.
+        if let Some(b) = http::get_json(&format!("{base}/default-branch"), auth.as_deref())? {
+            repo.default_branch = str_at(&b, "/displayId");
+        }
+        Ok(repo)
+    }
+
+    fn file_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Option<Vec<u8>>, PluginError> {
+        let url = format!(
+            "{}/raw/{}?at={}",
+            repo_api(&ctx, &full_name)?,
+            http::encode_path(&path),
+            http::encode(&commit)
+        );
+        let mut hs = Vec::new();
+        if let Some(a) = auth_header(&ctx, "Bearer") {
+            hs.push(headers::text("authorization", &a));
+        }
+        let resp = http::send(&http::request("GET", &url, hs))?;
+        match resp.status {
+            200 => Ok(Some(resp.body)),
+            404 => Ok(None),
+            s => Err(unavailable(format!("Bitbucket raw file API: HTTP {s}"))),
+        }
+    }
+
+    fn dir_at(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        path: String,
+    ) -> Result<Vec<String>, PluginError> {
+        let dir = path.trim_matches('/');
+        let url = format!(
+            "{}/browse/{}?at={}&limit=1000",
+            repo_api(&ctx, &full_name)?,
+            http::encode_path(dir),
+            http::encode(&commit)
+        );
+        let v =
+            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
+        Ok(array_at(&v, "/children/values")
+            .iter()
+            .filter(|e| e["type"] == "FILE")
+            .map(|e| format!("{dir}/{}", str_at(e, "/path/toString")))
+            .collect())
+    }
+
+    fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+        let base = repo_api(&ctx, &full_name)?;
+        let auth = auth_header(&ctx, "Bearer");
+        paged(20, |page| {
+            let url = format!("{base}/branches?limit=500&start={}", (page - 1) * 500);
+            let v = http::get_json(&url, auth.as_deref())?.unwrap_or(Value::Null);
+            let names = array_at(&v, "/values")
+                .iter()
+                .map(|b| str_at(b, "/displayId"))
+                .collect();
+            Ok((names, more_pages(&v)))
+        })
+    }
+
+    fn post_status(
+        ctx: ApiContext,
+        full_name: String,
+        commit: String,
+        status: CommitStatus,
+    ) -> Result<(), PluginError> {
+        let _ = split_name(&full_name)?;
+        let state = match status.state {
+            StatusState::Pending | StatusState::Running => "INPROGRESS",
+            StatusState::Success => "SUCCESSFUL",
+            StatusState::Failure | StatusState::Error | StatusState::Killed => "FAILED",
+        };
+        let url = format!(
+            "{}/rest/build-status/1.0/commits/{}",
+            web_root(&ctx),
+            http::encode(&commit)
+        );
+        let body = json!({
+            "state": state,
+            "key": status.context,
+            "name": status.context,
+            "description": status.description,
+            "url": status.target_url,
+        });
+        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+    }
+
+    /// The newest commit reachable from `refs/heads/<branch>`.
+    fn branch_head(
+        ctx: ApiContext,
+        full_name: String,
+        branch: String,
+    ) -> Result<CommitInfo, PluginError> {
+        let base = repo_api(&ctx, &full_name)?;
+        let url = format!(
+            "{base}/commits?until={}&limit=1",
+            http::encode(&format!("refs/heads/{branch}"))
+        );
+        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
+            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        let c = array_at(&v, "/values")
+            .first()
+            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        let (key, slug) = split_name(&full_name)?;
+        let sha = str_at(c, "/id");
+        Ok(CommitInfo {
+            forge_url: commit_url(&web_root(&ctx), key, slug, &sha),
+            sha,
+            message: str_at(c, "/message"),
+            author: str_at(c, "/author/name"),
+            author_email: str_at(c, "/author/emailAddress"),
+            author_avatar: String::new(),
+            timestamp: millis_to_unix(c, "/authorTimestamp"),
+        })
+    }
+
+    /// Bitbucket signs deliveries with `configuration.secret` (`X-Hub-Signature`).
+    fn create_hook(
+        ctx: ApiContext,
+        full_name: String,
+        url: String,
+        secret: String,
+    ) -> Result<(), PluginError> {
+        let body = json!({
+            "name": "woodlark",
+            "url": url,
+            "active": true,
+            "events": EVENTS,
+            "configuration": {"secret": secret},
+        });
+        hooks(&ctx, &full_name)?.replace(&url, Some(&body))
+    }
+
+    fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+        hooks(&ctx, &full_name)?.replace(&url, None)
+    }
+
+    /// `GET .../pull-requests/{id}/changes` (path and, for moves, source path).
+    fn changed_files(
+        ctx: ApiContext,
+        full_name: String,
+        pr_number: u64,
+    ) -> Result<Vec<String>, PluginError> {
+        let base = repo_api(&ctx, &full_name)?;
+        let auth = auth_header(&ctx, "Bearer");
+        let files = paged(20, |page| {
+            let url = format!(
+                "{base}/pull-requests/{pr_number}/changes?limit=500&start={}",
+                (page - 1) * 500
+            );
+            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
+                invalid(format!("{full_name}: pull request {pr_number} not found"))
+            })?;
+            let names = array_at(&v, "/values")
+                .iter()
+                .flat_map(|c| [str_at(c, "/path/toString"), str_at(c, "/srcPath/toString")])
+                .collect();
+            Ok((names, more_pages(&v)))
+        })?;
+        Ok(file_set(files))
+    }
+}
+
+/// `PROJECT/slug` → (`PROJECT`, `slug`).
+fn split_name(full_name: &str) -> Result<(&str, &str), PluginError> {
+    full_name
+        .split_once('/')
+        .filter(|(k, s)| !k.is_empty() && !s.is_empty() && !s.contains('/'))
+        .ok_or_else(|| invalid(format!("{full_name:?} is not PROJECT/repository")))
+}
+
+/// The server's web root from the API context.
+fn web_root(ctx: &ApiContext) -> String {
+    ctx.forge_url.trim_end_matches('/').to_string()
+}
+
+/// `<root>/rest/api/1.0/projects/{key}/repos/{slug}`.
+fn repo_api(ctx: &ApiContext, full_name: &str) -> Result<String, PluginError> {
+    let (key, slug) = split_name(full_name)?;
+    Ok(format!(
+        "{}/rest/api/1.0/projects/{}/repos/{}",
+        web_root(ctx),
+        http::encode(key),
+        http::encode(slug)
+    ))
+}
+
+/// The repository's webhooks (a paged `{"values": [{"id", "url"}]}` list).
+fn hooks(ctx: &ApiContext, full_name: &str) -> Result<HookApi, PluginError> {
+    let list_url = format!("{}/webhooks", repo_api(ctx, full_name)?);
+    Ok(HookApi::new(list_url, auth_header(ctx, "Bearer"))
+        .items_at("/values")
+        .url_at("/url"))
+}
+
+/// Whether a REST 1.0 page says another one follows.
+fn more_pages(v: &Value) -> bool {
+    v.pointer("/isLastPage").and_then(Value::as_bool) == Some(false)
+}
+
+/// Milliseconds since the epoch (Bitbucket's timestamps) → seconds; 0 when absent.
+fn millis_to_unix(v: &Value, ptr: &str) -> i64 {
+    v.pointer(ptr)
+        .and_then(Value::as_i64)
+        .map_or(0, |ms| ms / 1000)
+}
+
+fn commit_url(root: &str, key: &str, slug: &str, sha: &str) -> String {
+    format!("{root}/projects/{key}/repos/{slug}/commits/{sha}")
+}
+
+/// The web root links are built on: config `url`, else what the repository's own links
+/// point at (`<root>/projects/...` or `<root>/scm/...`).
+fn link_root(repo: &Value) -> String {
+    if let Some(u) = config::get("url").filter(|u| !u.is_empty()) {
+        return u.trim_end_matches('/').to_string();
+    }
+    let own = str_at(repo, "/links/self/0/href");
+    if let Some((root, _)) = own.split_once("/projects/") {
+        return root.to_string();
+    }
+    let clone = clone_link(repo, "http");
+    clone
+        .split_once("/scm/")
+        .map(|(root, _)| root.to_string())
+        .unwrap_or_default()
+}
+
+/// The clone link named `name` (`http` or `ssh`), without credentials.
+fn clone_link(repo: &Value, name: &str) -> String {
+    let href = array_at(repo, "/links/clone")
+        .iter()
+        .find(|l| l["name"] == name)
+        .map(|l| str_at(l, "/href"))
+        .unwrap_or_default();
+    // The HTTP link carries the viewing user's name; the SSH one must keep `git@`.
+    if name == "http" {
+        strip_userinfo(&href)
+    } else {
+        href
+    }
+}
+
+/// `https://user@host/x` → `https://host/x`.
+fn strip_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://{host}{path}"),
+        None => url.to_string(),
+    }
+}
+
+/// A REST 1.0 / webhook `repository` object.
+fn repo_of(r: &Value) -> Repo {
+    let key = str_at(r, "/project/key");
+    let slug = str_at(r, "/slug");
+    let mut repo = repo();
+    repo.forge_remote_id = str_at(r, "/id");
+    repo.owner = key.clone();
+    repo.name = slug.clone();
+    repo.full_name = format!("{key}/{slug}");
+    repo.forge_url = str_at(r, "/links/self/0/href");
+    repo.clone_url = clone_link(r, "http");
+    repo.clone_url_ssh = clone_link(r, "ssh");
+    // Cloning always needs credentials here (Woodpecker marks these repositories private).
+    repo.private = true;
+    repo
+}
+
+/// The actor's name as Woodpecker shows it: at most 40 characters.
+fn author_label(name: &str) -> String {
+    if name.chars().count() > 40 {
+        format!("{}...", name.chars().take(37).collect::<String>())
+    } else {
+        name.to_string()
+    }
+}
+
+/// Author, e-mail, avatar, sender and time: the actor and the event's date.
+fn credit(p: &mut Pipeline, v: &Value, root: &str) {
+    let actor = &v["actor"];
+    p.author = author_label(&str_at(actor, "/name"));
+    p.author_email = str_at(actor, "/emailAddress");
+    let slug = first_str(actor, &["/slug", "/name"]);
+    if !slug.is_empty() && !root.is_empty() {
+        p.author_avatar = format!("{root}/users/{slug}/avatar.png");
+    }
+    p.sender = str_at(actor, "/name");
+    p.timestamp = rfc3339_to_unix(&str_at(v, "/date"));
+}
+
+fn push(v: &Value) -> Result<Pipeline, String> {
+    let change = array_at(v, "/changes")
+        .first()
+        .ok_or_else(|| "push without changes".to_string())?;
+    let git_ref = first_str(change, &["/refId", "/ref/id"]);
+    let is_tag = git_ref.starts_with("refs/tags/");
+    let to = str_at(change, "/toHash");
+    if to.is_empty() || to == ZERO_SHA || str_at(change, "/type") == "DELETE" {
+        return Err(if is_tag {
+            "tag deleted"
+        } else {
+            "branch deleted"
+        }
+        .into());
+    }
+    let r = &v["repository"];
+    let (root, key, slug) = (link_root(r), str_at(r, "/project/key"), str_at(r, "/slug"));
+    let mut p = pipeline(if is_tag { Event::Tag } else { Event::Push });
+    p.forge_url = if is_tag {
+        format!(
+            "{root}/projects/{key}/repos/{slug}/browse?at={}",
+            http::encode(&git_ref)
+        )
+    } else {
+        commit_url(&root, &key, &slug, &to)
+    };
+    p.commit = to;
+    if !is_tag {
+        p.branch = first_str(change, &["/ref/displayId"]);
+        if p.branch.is_empty() {
+            p.branch = short_ref(&git_ref).to_string();
+        }
+    }
+    p.git_ref = git_ref;
+    credit(&mut p, v, &root);
+    Ok(p)
+}
+
+fn pull_request(key: &str, v: &Value) -> Result<Pipeline, String> {
+    let pr = &v["pullRequest"];
+    let event = match key {
+        "pr:merged" | "pr:declined" | "pr:deleted" => Event::PullRequestClosed,
+        _ => Event::PullRequest,
+    };
+    let id = u64_at(pr, "/id").ok_or_else(|| "pull request without an id".to_string())?;
+    let (from, to) = (&pr["fromRef"], &pr["toRef"]);
+    let src_repo = &from["repository"];
+    let root = link_root(&to["repository"]);
+    let mut p = pipeline(event);
+    p.event_reason = vec![key.trim_start_matches("pr:").to_string()];
+    p.commit = str_at(from, "/latestCommit");
+    p.git_ref = format!("refs/pull-requests/{id}/from");
+    p.branch = str_at(from, "/displayId");
+    p.refspec = format!("{}:{}", p.branch, str_at(to, "/displayId"));
+    p.title = str_at(pr, "/title");
+    p.message = p.title.clone();
+    p.forge_url = commit_url(
+        &root,
+        &str_at(src_repo, "/project/key"),
+        &str_at(src_repo, "/slug"),
+        &p.commit,
+    );
+    p.pr_number = Some(id);
+    p.from_fork = str_at(src_repo, "/id") != str_at(&to["repository"], "/id");
+    credit(&mut p, v, &root);
+    Ok(p)
+}
