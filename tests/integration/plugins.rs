@@ -177,6 +177,10 @@ async fn fake_github(
                     "author": {"avatar_url": "https://avatars.example.com/octo.png"},
                 },
             }).to_string()),
+            ("GET", "/repos/octo/app/pulls/7/files") => (200, json!([
+                {"filename": "src/lib.rs", "status": "modified"},
+                {"filename": "docs/guide.md", "status": "added"},
+            ]).to_string()),
             ("GET", "/repos/octo/app/hooks") => {
                 (200, Value::Array(state.lock().unwrap().clone()).to_string())
             }
@@ -403,6 +407,56 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         )
         .await
         .expect(422);
+
+    // A pull request: GitHub's payload lists no files, so the server asks the adapter, which
+    // asks the forge's API (`/pulls/7/files`), as upstream does.
+    let mut pr: Value = serde_json::from_str(include_str!(
+        "../../core/plugin-host/src/tests/fixtures/github-pull-request.json"
+    ))
+    .unwrap();
+    let octo = json!({
+        "id": 42, "name": "app", "full_name": "octo/app", "private": true,
+        "owner": {"login": "octo"}, "html_url": "https://github.com/octo/app",
+        "clone_url": format!("file://{}", s.dir.path().join("octo-app.git").display()),
+        "default_branch": "main",
+    });
+    pr["number"] = json!(7);
+    pr["pull_request"]["number"] = json!(7);
+    pr["repository"] = octo.clone();
+    pr["pull_request"]["head"]["sha"] = json!(sha);
+    pr["pull_request"]["head"]["repo"] = octo.clone();
+    pr["pull_request"]["base"]["repo"] = octo;
+    let pr_body = pr.to_string();
+    let pr_sig = sign(pr_body.as_bytes());
+    let opened = s
+        .http
+        .send(
+            "POST",
+            "/api/hook",
+            None,
+            Some(pr_body.as_bytes()),
+            &[
+                ("x-github-event", "pull_request"),
+                ("x-hub-signature-256", &pr_sig),
+            ],
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(opened["event"], "pull_request");
+    assert_eq!(
+        opened["changed_files"],
+        json!(["docs/guide.md", "src/lib.rs"])
+    );
+    wait_for(
+        &s.http,
+        &p.admin,
+        id,
+        opened["number"].as_i64().unwrap(),
+        60,
+        |p| matches!(p["status"].as_str(), Some("success" | "failure" | "error")),
+    )
+    .await;
 
     let list = s.http.get("/api/plugins", Some(&p.admin)).await.json();
     let gh = list
