@@ -24,6 +24,10 @@
 //!   delivery lag, against a bare hyper SSE broadcaster. Each side runs in its own child
 //!   process (this binary, re-executed) so that resident memory is measured in isolation.
 //!
+//! - `hooks`: open-loop webhook intake at a fixed rate (500/s for 30 s by default): latency from
+//!   sending a git forge's push hook to the reply (the pipeline stored and queued; no runner),
+//!   against a bare hyper server answering the same POSTs at the same rate.
+//!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration.
 //! - `docker`: time from a manual run to `success` of a one-step pipeline on the docker
 //!   backend (sequential, the image present), against `docker run --rm` of the same image and
 //!   command, in the same run. Needs a Docker engine and the test images
@@ -57,7 +61,9 @@ use woodlark::app::{App, Ctx};
 use woodlark::config::Config;
 use woodlark::logging::{LogControl, LogLevel};
 
-const SCENARIOS: &[&str] = &["http", "events", "queue", "logs", "sse", "docker", "all"];
+const SCENARIOS: &[&str] = &[
+    "http", "events", "queue", "logs", "sse", "docker", "hooks", "all",
+];
 
 fn main() {
     raise_fd_limit();
@@ -103,6 +109,9 @@ fn main() {
     }
     if run("sse") {
         sse_scenario();
+    }
+    if run("hooks") {
+        runtime().block_on(hooks_scenario());
     }
     if scenario == "docker" {
         runtime().block_on(docker_scenario());
@@ -2032,5 +2041,132 @@ fn sse_scenario() {
         "(lag = from sending the POST that changes a pipeline — or, for the baseline, from the \
          broadcast send — to the first frame read by each client; {} frames reached client 0)",
         f(w, "frames_client0")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// hooks: open-loop webhook intake
+
+/// Sends `make()` every `1/rate` s for `secs` s without waiting for replies (open loop: a slow
+/// server cannot slow the sender down); returns each request's latency and the error count.
+async fn open_loop<F, Fut>(rate: u64, secs: u64, make: F) -> (Vec<Duration>, usize)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    let total = rate * secs;
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        tick.tick().await;
+        let fut = make();
+        tasks.push(tokio::spawn(async move {
+            let start = Instant::now();
+            let ok = fut.await;
+            (start.elapsed(), ok)
+        }));
+    }
+    let mut lat = Vec::with_capacity(tasks.len());
+    let mut errors = 0;
+    for t in tasks {
+        let (d, ok) = t.await.unwrap();
+        lat.push(d);
+        if !ok {
+            errors += 1;
+        }
+    }
+    lat.sort_unstable();
+    (lat, errors)
+}
+
+async fn hooks_scenario() {
+    let rate: u64 = std::env::var("WOODLARK_HOOKS_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let secs: u64 = std::env::var("WOODLARK_HOOKS_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    println!(
+        "\n# hooks: open loop, {rate} push hooks/s for {secs} s (git forge, storage.synchronous = full, no runner): hook sent → pipeline queued"
+    );
+    let (feed, _) = broadcast::channel(16);
+    let base_addr = baseline_server(feed).await;
+    let server = Server::start(false).await;
+    let admin = server.user("root", true).await;
+    let alice = server.user("alice", false).await;
+    let (_, bare) = server
+        .git_repo(&admin, &alice, "alice/hook", &[(".woodpecker.yaml", ECHO)])
+        .await;
+    let script = std::fs::read_to_string(bare.join("hooks/post-receive")).unwrap();
+    let url = script
+        .lines()
+        .find_map(|l| l.strip_prefix("url='"))
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("hook url")
+        .to_string();
+    let path = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+        .expect("hook path");
+    let sha = git(&bare, &["rev-parse", "main"]).trim().to_string();
+    let body = format!("{} {sha} refs/heads/main\n", "0".repeat(40));
+
+    let run = |api: Api, path: String| {
+        let (api, path, body) = (Arc::new(api), Arc::new(path), Arc::new(body.clone()));
+        move || {
+            let (api, path, body) = (api.clone(), path.clone(), body.clone());
+            async move {
+                let (status, _) = api.send("POST", &path, None, Some(&body)).await;
+                status == StatusCode::OK
+            }
+        }
+    };
+    // Warm-up (first git spawn, statement caches), then the measured runs.
+    let (_, warm_errors) = open_loop(50, 1, run(Api::new(server.api.addr), path.clone())).await;
+    assert_eq!(warm_errors, 0, "warm-up hooks failed");
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let (base, base_errors) = open_loop(rate, secs, run(Api::new(base_addr), path.clone())).await;
+    let (lat, errors) = open_loop(rate, secs, run(Api::new(server.api.addr), path.clone())).await;
+    let stored = server
+        .api
+        .expect(
+            "GET",
+            "/api/repos/1/pipelines?perPage=1",
+            Some(&alice),
+            None,
+            200,
+        )
+        .await;
+    server.stop().await;
+    let row = |name: &str, lat: &[Duration], errors: usize| {
+        vec![
+            name.to_string(),
+            lat.len().to_string(),
+            errors.to_string(),
+            ms(pct(lat, 0.50)),
+            ms(pct(lat, 0.99)),
+            ms(pct(lat, 0.999)),
+            ms(*lat.last().unwrap_or(&Duration::ZERO)),
+        ]
+    };
+    table(
+        "hook intake (open loop)",
+        &["target", "requests", "errors", "p50", "p99", "p99.9", "max"],
+        &[
+            row("bare hyper (same POST)", &base, base_errors),
+            row("woodlark /api/hook → pipeline queued", &lat, errors),
+        ],
+    );
+    println!(
+        "p99 ratio vs bare hyper: {}; newest pipeline number {}; load average before: {}",
+        ratio(
+            pct(&lat, 0.99).as_secs_f64(),
+            pct(&base, 0.99).as_secs_f64()
+        ),
+        stored[0]["number"],
+        load_before.trim()
     );
 }

@@ -24,7 +24,7 @@
 use woodlark_plugin_sdk::forge::*;
 use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
 use woodlark_plugin_sdk::serde_json::{Value, json};
-use woodlark_plugin_sdk::{config, headers, http};
+use woodlark_plugin_sdk::{config, http};
 
 const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
 
@@ -99,16 +99,12 @@ impl ForgeAdapter for BitbucketDc {
             http::encode_path(&path),
             http::encode(&commit)
         );
-        let mut hs = Vec::new();
-        if let Some(a) = auth_header(&ctx, "Bearer") {
-            hs.push(headers::text("authorization", &a));
-        }
-        let resp = http::send(&http::request("GET", &url, hs))?;
-        match resp.status {
-            200 => Ok(Some(resp.body)),
-            404 => Ok(None),
-            s => Err(unavailable(format!("Bitbucket raw file API: HTTP {s}"))),
-        }
+        http::get_file(
+            &url,
+            Vec::new(),
+            auth_header(&ctx, "Bearer").as_deref(),
+            "Bitbucket raw file API",
+        )
     }
 
     fn dir_at(

@@ -79,19 +79,15 @@ impl ForgeAdapter for GitHub {
             http::encode_path(&path),
             http::encode(&commit)
         );
-        let mut hs = vec![woodlark_plugin_sdk::headers::text(
-            "accept",
-            "application/vnd.github.raw",
-        )];
-        if let Some(a) = auth_header(&ctx, "Bearer") {
-            hs.push(woodlark_plugin_sdk::headers::text("authorization", &a));
-        }
-        let resp = http::send(&http::request("GET", &url, hs))?;
-        match resp.status {
-            200 => Ok(Some(resp.body)),
-            404 => Ok(None),
-            s => Err(unavailable(format!("GitHub contents API: HTTP {s}"))),
-        }
+        http::get_file(
+            &url,
+            vec![woodlark_plugin_sdk::headers::text(
+                "accept",
+                "application/vnd.github.raw",
+            )],
+            auth_header(&ctx, "Bearer").as_deref(),
+            "GitHub contents API",
+        )
     }
 
     fn dir_at(

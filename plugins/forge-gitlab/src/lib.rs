@@ -16,9 +16,9 @@
 //! API: `<forge-url>/api/v4` with `Authorization: Bearer <token>`.
 
 use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::http;
 use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
 use woodlark_plugin_sdk::serde_json::{Value, json};
-use woodlark_plugin_sdk::{headers, http};
 
 const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
 
@@ -70,16 +70,12 @@ impl ForgeAdapter for GitLab {
             http::encode(&path),
             http::encode(&commit)
         );
-        let mut hs = Vec::new();
-        if let Some(a) = auth_header(&ctx, "Bearer") {
-            hs.push(headers::text("authorization", &a));
-        }
-        let resp = http::send(&http::request("GET", &url, hs))?;
-        match resp.status {
-            200 => Ok(Some(resp.body)),
-            404 => Ok(None),
-            s => Err(unavailable(format!("GitLab files API: HTTP {s}"))),
-        }
+        http::get_file(
+            &url,
+            Vec::new(),
+            auth_header(&ctx, "Bearer").as_deref(),
+            "GitLab files API",
+        )
     }
 
     fn dir_at(

@@ -14,9 +14,9 @@
 //! event carries the tag (as Woodpecker does). Branch deletions are ignored.
 
 use woodlark_plugin_sdk::forge::*;
+use woodlark_plugin_sdk::http;
 use woodlark_plugin_sdk::json::{array_at, bool_at, first_str, rfc3339_to_unix, str_at, u64_at};
 use woodlark_plugin_sdk::serde_json::{Value, json};
-use woodlark_plugin_sdk::{headers, http};
 
 const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
 
@@ -251,16 +251,12 @@ pub fn file_at(
         http::encode_path(&path),
         http::encode(&commit)
     );
-    let mut hs = Vec::new();
-    if let Some(a) = auth_header(&ctx, "token") {
-        hs.push(headers::text("authorization", &a));
-    }
-    let resp = http::send(&http::request("GET", &url, hs))?;
-    match resp.status {
-        200 => Ok(Some(resp.body)),
-        404 => Ok(None),
-        s => Err(unavailable(format!("raw file API: HTTP {s}"))),
-    }
+    http::get_file(
+        &url,
+        Vec::new(),
+        auth_header(&ctx, "token").as_deref(),
+        "raw file API",
+    )
 }
 
 pub fn dir_at(

@@ -42,6 +42,25 @@ pub fn get_json(
     }
 }
 
+/// GET a file's raw bytes with `extra` headers plus an optional `Authorization` value:
+/// `Ok(None)` on 404, the body on 200, `Unavailable` naming `api` otherwise.
+pub fn get_file(
+    url: &str,
+    mut extra: Vec<Header>,
+    authorization: Option<&str>,
+    api: &str,
+) -> Result<Option<Vec<u8>>, PluginError> {
+    if let Some(auth) = authorization {
+        extra.push(headers::text("authorization", auth));
+    }
+    let resp = send(&request("GET", url, extra))?;
+    match resp.status {
+        200 => Ok(Some(resp.body)),
+        404 => Ok(None),
+        s => Err(crate::unavailable(format!("{api}: HTTP {s}"))),
+    }
+}
+
 /// Sends `body` as JSON with `method`; `Unavailable` unless the status is 2xx.
 pub fn send_json(
     method: &str,
