@@ -10,27 +10,14 @@
 //!   `GET /api/forges/<id>`), the usual choice for verifying a forge's webhook signatures;
 //! - any other name: the instance-wide CI secret of that name (`/api/secrets`).
 
-use crate::store::CachedRow;
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, params};
 use tokio::runtime::Handle;
 use woodlark_plugin_host::{KvError, KvStore, SecretSource};
 
 use crate::auth::sealing::SealKey;
 use crate::modules::ci::forges::webhook_secret;
-use crate::store::{Store, forges, now_unix_ms, secrets};
-
-/// Schema of the plugins' key-value storage (a main-database migration).
-pub const SCHEMA: &str = r#"
-    CREATE TABLE plugin_kv (
-        namespace   TEXT    NOT NULL,
-        key         TEXT    NOT NULL,
-        value       BLOB    NOT NULL,
-        expires_ms  INTEGER,
-        PRIMARY KEY (namespace, key)
-    );
-"#;
+use crate::store::{Store, forges, now_unix_ms, plugin_kv, secrets};
 
 pub struct StoreKv {
     pub store: Store,
@@ -45,15 +32,10 @@ impl KvStore for StoreKv {
     fn get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         let (ns, k) = (namespace.to_string(), key.to_string());
         self.handle
-            .block_on(self.store.read(move |c| {
-                Ok(c.cached_row(
-                    "SELECT value FROM plugin_kv WHERE namespace = ?1 AND key = ?2
-                     AND (expires_ms IS NULL OR expires_ms > ?3)",
-                    params![ns, k, now_unix_ms()],
-                    |r| r.get::<_, Vec<u8>>(0),
-                )
-                .optional()?)
-            }))
+            .block_on(
+                self.store
+                    .read(move |c| plugin_kv::get(c, &ns, &k, now_unix_ms())),
+            )
             .map_err(kv_err)
     }
 
@@ -67,27 +49,17 @@ impl KvStore for StoreKv {
         let (ns, k, v) = (namespace.to_string(), key.to_string(), value.to_vec());
         let expires = ttl.map(|t| now_unix_ms() + t.as_millis() as i64);
         self.handle
-            .block_on(self.store.write(move |c| {
-                c.cached_exec(
-                    "INSERT INTO plugin_kv (namespace, key, value, expires_ms) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_ms = excluded.expires_ms",
-                    params![ns, k, v, expires],
-                )?;
-                Ok(())
-            }))
+            .block_on(
+                self.store
+                    .write(move |c| plugin_kv::set(c, &ns, &k, &v, expires)),
+            )
             .map_err(kv_err)
     }
 
     fn delete(&self, namespace: &str, key: &str) -> Result<(), KvError> {
         let (ns, k) = (namespace.to_string(), key.to_string());
         self.handle
-            .block_on(self.store.write(move |c| {
-                c.cached_exec(
-                    "DELETE FROM plugin_kv WHERE namespace = ?1 AND key = ?2",
-                    params![ns, k],
-                )?;
-                Ok(())
-            }))
+            .block_on(self.store.write(move |c| plugin_kv::delete(c, &ns, &k)))
             .map_err(kv_err)
     }
 }

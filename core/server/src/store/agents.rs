@@ -76,6 +76,38 @@ pub struct AgentChange {
     pub no_schedule: Option<bool>,
 }
 
+/// The id of the system agent (owner and org -1) named `name`, the oldest if several.
+pub fn system_agent_id(conn: &Connection, name: &str) -> StoreResult<Option<i64>> {
+    Ok(conn
+        .cached_row(
+            "SELECT id FROM agents WHERE name = ?1 AND owner_id = -1 AND org_id = -1 ORDER BY id LIMIT 1",
+            [name],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Whether agent `id` may be given work now: `None` when it no longer exists, else the
+/// opposite of its `no_schedule` flag.
+pub fn schedulable(conn: &Connection, id: i64) -> StoreResult<Option<bool>> {
+    Ok(conn
+        .cached_row("SELECT no_schedule FROM agents WHERE id = ?1", [id], |r| {
+            r.get::<_, bool>(0)
+        })
+        .optional()?
+        .map(|paused| !paused))
+}
+
+/// Moves the agent's last contact and last work times forward (never back).
+pub fn record_contact(conn: &Connection, id: i64, contact: i64, work: i64) -> StoreResult<()> {
+    conn.cached_exec(
+        "UPDATE agents SET last_contact = max(last_contact, ?2),
+             last_work = max(last_work, ?3) WHERE id = ?1",
+        params![id, contact, work],
+    )?;
+    Ok(())
+}
+
 /// The look-up key of a token: lowercase hex SHA-256.
 pub fn token_hash(token: &str) -> String {
     Sha256::digest(token.as_bytes())

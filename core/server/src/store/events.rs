@@ -87,6 +87,11 @@ impl<B> StoredEvent<B> {
     }
 }
 
+/// The newest event's sequence number (0 when there is none).
+pub fn newest_seq(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))?)
+}
+
 pub fn format_id(seq: i64) -> String {
     format!("{seq:024x}")
 }

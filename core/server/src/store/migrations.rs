@@ -161,7 +161,7 @@ const MIGRATIONS: &[Step] = &[
     // 5: one-time ids of used login links (web sign-in).
     Sql(super::used_tokens::SCHEMA),
     // 6: the plugins' key-value storage.
-    Sql(crate::plugin_services::SCHEMA),
+    Sql(super::plugin_kv::SCHEMA),
     // 7: events of one repository (the feed's visibility filter for non-admins).
     Sql("CREATE INDEX events_repo ON events (repo_id, seq);"),
     // 8: repository-less events of one organisation (the other half of that filter).

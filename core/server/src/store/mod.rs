@@ -22,6 +22,7 @@ pub mod migrations;
 pub mod orgs;
 pub mod partkeys;
 pub mod pipelines;
+pub mod plugin_kv;
 pub mod registries;
 pub mod repos;
 pub mod secrets;

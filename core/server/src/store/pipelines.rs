@@ -263,6 +263,16 @@ pub fn by_number(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<Pi
     .ok_or(StoreError::NotFound)
 }
 
+/// The number the repository's next pipeline gets (one past the highest; 1 for the first).
+/// Called inside the write transaction that creates the pipeline, so it cannot race.
+pub fn next_number(conn: &Connection, repo_id: i64) -> StoreResult<i64> {
+    Ok(conn.cached_row(
+        "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
+        [repo_id],
+        |r| r.get(0),
+    )?)
+}
+
 /// The newest pipeline of a repository, optionally of one branch and one event.
 pub fn latest(
     conn: &Connection,

@@ -12,7 +12,6 @@
 //! reconnects (log streams resume without gaps from `Last-Event-ID`). The tailer and other
 //! clients never wait for it.
 
-use crate::store::CachedRow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,17 +122,7 @@ impl PipelineFeed {
     /// Follows the outbox forever, publishing one message per recorded pipeline change.
     pub async fn run(ctx: Ctx) {
         let mut commits = ctx.store.commits();
-        let mut last = ctx
-            .store
-            .read(|c| {
-                Ok(
-                    c.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
-                        r.get::<_, i64>(0)
-                    })?,
-                )
-            })
-            .await
-            .unwrap_or(0);
+        let mut last = ctx.store.read(events::newest_seq).await.unwrap_or(0);
         let mut tracked: HashMap<i64, Tracked> = HashMap::new();
         let mut repos_seen: HashMap<i64, Repo> = HashMap::new();
         let filter = Filter {
@@ -152,10 +141,7 @@ impl PipelineFeed {
                 let f = filter.clone();
                 ctx.store
                     .read(move |c| {
-                        let newest: i64 =
-                            c.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| {
-                                r.get(0)
-                            })?;
+                        let newest = events::newest_seq(c)?;
                         Ok((
                             newest,
                             events::page(c, last, newest + 1, &f, Direction::Forward, 500)?,

@@ -11,7 +11,6 @@
 //!
 //! Compiled workflows hold resolved secret values, so they are stored sealed.
 
-use crate::store::CachedRow;
 use std::collections::BTreeMap;
 
 use rusqlite::Connection;
@@ -524,11 +523,7 @@ fn create_in(
     approval: bool,
     forge_type: &str,
 ) -> StoreResult<Created> {
-    let number: i64 = c.cached_row(
-        "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
-        [repo.repo.id],
-        |r| r.get(0),
-    )?;
+    let number = pipelines::next_number(c, repo.repo.id)?;
     let mut result = if sources.failures.is_empty() {
         crate::pipeline::compile(&CompileInput {
             files: files.to_vec(),

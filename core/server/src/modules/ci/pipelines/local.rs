@@ -8,7 +8,6 @@ use crate::app::Ctx;
 use crate::auth::random_secret;
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
 use crate::runner::{AgentApi, RunnerError};
-use crate::store::CachedRow;
 use crate::store::StoreResult;
 use crate::store::agents::{self, AgentRow, NewAgent};
 
@@ -35,26 +34,19 @@ pub async fn ensure_agent(ctx: &Ctx) -> StoreResult<AgentRow> {
     let sealed = ctx.seal.seal(agents::SEAL_PURPOSE, token.as_bytes());
     let hash = agents::token_hash(&token);
     ctx.store
-        .write(move |c| {
-            let existing: Option<i64> = rusqlite::OptionalExtension::optional(c.cached_row(
-                "SELECT id FROM agents WHERE name = ?1 AND owner_id = -1 AND org_id = -1 ORDER BY id LIMIT 1",
-                [LOCAL_AGENT],
-                |r| r.get(0),
-            ))?;
-            match existing {
-                Some(id) => agents::by_id(c, id),
-                None => agents::create(
-                    c,
-                    &NewAgent {
-                        name: LOCAL_AGENT.into(),
-                        no_schedule: false,
-                        owner_id: -1,
-                        org_id: -1,
-                        token_hash: hash,
-                        sealed_token: sealed,
-                    },
-                ),
-            }
+        .write(move |c| match agents::system_agent_id(c, LOCAL_AGENT)? {
+            Some(id) => agents::by_id(c, id),
+            None => agents::create(
+                c,
+                &NewAgent {
+                    name: LOCAL_AGENT.into(),
+                    no_schedule: false,
+                    owner_id: -1,
+                    org_id: -1,
+                    token_hash: hash,
+                    sealed_token: sealed,
+                },
+            ),
         })
         .await
 }

@@ -10,7 +10,6 @@
 //! state its runner reports; when no workflow of a pipeline is left to run, the pipeline
 //! gets the merge of its workflows' states.
 
-use crate::store::CachedRow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +24,7 @@ use crate::pipeline::labels;
 use crate::pipeline::status::{self, *};
 use crate::pipeline::types::CompiledWorkflow;
 use crate::runner::protocol::{AgentInfo, LogLine, StepRef, StepUpdate, Work, WorkflowDone};
-use crate::store::agents::AgentRow;
+use crate::store::agents::{self, AgentRow};
 use crate::store::logs::{self, NewLine};
 use crate::store::pipelines::{self, CancelInfo, PipelineRow};
 use crate::store::tasks::{self, Task};
@@ -130,11 +129,7 @@ impl Queue {
         ctx.store
             .write(move |c| {
                 for (id, (contact, work)) in &batch {
-                    c.cached_exec(
-                        "UPDATE agents SET last_contact = max(last_contact, ?2),
-                             last_work = max(last_work, ?3) WHERE id = ?1",
-                        rusqlite::params![id, contact, work],
-                    )?;
+                    agents::record_contact(c, *id, *contact, *work)?;
                 }
                 Ok(())
             })
@@ -184,12 +179,7 @@ impl Queue {
             .write(move |c| {
                 // The record decides, not what the agent's poll started with: an agent paused
                 // (`no_schedule`) or deleted meanwhile takes nothing.
-                let current: Option<bool> = rusqlite::OptionalExtension::optional(c.cached_row(
-                    "SELECT no_schedule FROM agents WHERE id = ?1",
-                    [ident.id],
-                    |r| r.get(0),
-                ))?;
-                if current != Some(false) {
+                if agents::schedulable(c, ident.id)? != Some(true) {
                     return Ok(None);
                 }
                 let now = now_unix();
