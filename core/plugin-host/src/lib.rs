@@ -2,8 +2,7 @@
 //!
 //! Runs Woodlark's WebAssembly plugins (forge adapters, secret backends, registry auth) as
 //! wasmtime components. This is the **only** crate that knows wasmtime: the server sees plain
-//! types ([`types`]) and traits ([`ForgeAdapter`], [`SecretBackend`], [`RegistryAuth`]),
-//! implemented by [`PluginHost`].
+//! types ([`types`]) and the methods of [`PluginHost`], one per export of each world.
 //!
 //! ## Layout
 //!
@@ -36,7 +35,6 @@
 //! - A failed (re)load never removes a working version.
 //! - Secret values never enter a guest: `signing` compares inside the host.
 
-mod api;
 mod bindings;
 mod cache;
 mod caps;
@@ -55,7 +53,6 @@ mod watch;
 #[cfg(test)]
 mod tests;
 
-pub use api::{BoxFuture, ForgeAdapter, RegistryAuth, SecretBackend};
 pub use config::{InstanceConfig, Limits, PluginsConfig};
 pub use error::{ConfigError, ErrorKind, HostError, LoadError, PluginError};
 pub use host::{CallCounts, HostServices, PluginHost, PluginInfo, ReloadAction};
