@@ -14,6 +14,7 @@ pub mod compile;
 pub mod dag;
 pub mod diag;
 pub mod env;
+pub mod event;
 pub mod expr;
 pub mod glob;
 pub mod labels;

@@ -25,22 +25,10 @@
 use std::collections::BTreeMap;
 
 use super::diag::{Issue, field, index};
+use super::event::WebhookEvent;
 use super::types::Metadata;
 use super::yaml::Node;
 use super::{expr, glob, read};
-
-/// Events Woodpecker knows; other names in `event:` get a warning.
-pub const EVENTS: &[&str] = &[
-    "push",
-    "pull_request",
-    "pull_request_closed",
-    "pull_request_metadata",
-    "tag",
-    "release",
-    "deployment",
-    "cron",
-    "manual",
-];
 
 const KEYS: &[&str] = &[
     "event", "branch", "ref", "repo", "instance", "platform", "cron", "status", "matrix", "path",
@@ -250,7 +238,7 @@ fn parse_condition(node: &Node, at: &str, issues: &mut Vec<Issue>) -> Option<Con
         let result = match key.as_str() {
             "event" => parse_list(value, &here).map(|l| {
                 for e in l.include.iter().chain(&l.exclude) {
-                    if !EVENTS.contains(&e.as_str()) {
+                    if !WebhookEvent::is_known(e) {
                         issues.push(Issue::linter(&here, format!("unknown event `{e}`")).warning());
                     }
                 }

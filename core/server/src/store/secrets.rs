@@ -13,24 +13,12 @@ use serde::Serialize;
 
 use super::events::{self, Action, Owner};
 use super::{PIPELINE_SCOPES, StoreError, StoreResult};
+use crate::pipeline::event::WebhookEvent;
 
 pub const RECORD_TYPE: &str = "secrets";
 
 /// Sealing purpose of secret values (bound into the ciphertext).
 pub const SEAL_PURPOSE: &str = "ci-secret-value";
-
-/// Woodpecker's `WebhookEvent` values, the only ones a secret may be limited to.
-pub const WEBHOOK_EVENTS: &[&str] = &[
-    "push",
-    "pull_request",
-    "pull_request_closed",
-    "pull_request_metadata",
-    "tag",
-    "release",
-    "deployment",
-    "cron",
-    "manual",
-];
 
 /// Longest secret name accepted.
 pub const MAX_NAME: usize = 255;
@@ -139,16 +127,13 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// At least one event, each one of [`WEBHOOK_EVENTS`]. Returns them sorted and deduplicated
+/// At least one event, each a [`WebhookEvent`]. Returns them sorted and deduplicated
 /// (upstream sorts them too).
 pub fn validate_events(events: &[String]) -> Result<Vec<String>, String> {
-    if let Some(bad) = events
-        .iter()
-        .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
-    {
+    if let Some(bad) = events.iter().find(|e| !WebhookEvent::is_known(e)) {
         return Err(format!(
             "invalid secret event: {bad:?} is not one of {}",
-            WEBHOOK_EVENTS.join(", ")
+            WebhookEvent::names()
         ));
     }
     if events.is_empty() {

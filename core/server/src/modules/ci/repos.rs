@@ -8,6 +8,7 @@ use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::pipeline::event::WebhookEvent;
 use crate::store::forges::{self, ForgeRow};
 use crate::store::logs;
 use crate::store::orgs;
@@ -19,19 +20,6 @@ use crate::store::{StoreError, StoreResult};
 
 /// Longest pipeline timeout (minutes) a repo admin may set; above it needs an instance admin.
 pub const MAX_TIMEOUT: i64 = 120;
-
-/// Events a repository may list in `cancel_previous_pipeline_events`.
-pub const WEBHOOK_EVENTS: &[&str] = &[
-    "push",
-    "pull_request",
-    "pull_request_closed",
-    "pull_request_metadata",
-    "tag",
-    "release",
-    "deployment",
-    "cron",
-    "manual",
-];
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -364,10 +352,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         repo.trusted = wanted;
     }
     if let Some(events) = patch.cancel_previous_pipeline_events {
-        if let Some(bad) = events
-            .iter()
-            .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
-        {
+        if let Some(bad) = events.iter().find(|e| !WebhookEvent::is_known(e)) {
             return Err(ApiError::bad_request(format!(
                 "invalid event {bad:?} in cancel_previous_pipeline_events"
             )));

@@ -280,7 +280,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             }
         }
     }
-    if !crate::modules::ci::repos::WEBHOOK_EVENTS.contains(&event.as_str()) {
+    if !crate::pipeline::event::WebhookEvent::is_known(&event) {
         return Err(ApiError::bad_request(format!("invalid event {event:?}")));
     }
     if event == "deployment" && !access.row.repo.allow_deploy {
