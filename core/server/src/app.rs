@@ -52,6 +52,8 @@ pub struct AppState {
     /// The embedded runner's Docker engine, once it chose the docker backend: swept when the
     /// server stops, as the runner's workflows end with it.
     pub runner_engine: OnceLock<crate::runner::docker::Docker>,
+    /// Verified tokens and repository permissions, valid for one identity generation.
+    pub access_cache: crate::modules::ci::access::AccessCache,
 }
 
 impl AppState {
@@ -179,6 +181,7 @@ impl App {
             participation,
             runner_engine: OnceLock::new(),
             plugins,
+            access_cache: Default::default(),
         });
         Ok(App {
             dispatcher: Arc::new(Dispatcher {

@@ -7,12 +7,20 @@
 //!   failing job rolls back alone. A job's caller is answered only **after** the commit, so a
 //!   success reply is durable (`synchronous=FULL` by default).
 //! - **N readers.** Read-only connections in WAL mode see the last commit and never block the
-//!   writer. Reads run on tokio's blocking pool, never on the async runtime.
+//!   writer. A short read runs on the calling worker when a connection is free (the hand-off
+//!   to the blocking pool costs more than an indexed lookup); long reads use the pool.
+//! - **Identity generation.** A counter bumped after every commit that changed a row of
+//!   [`IDENTITY_TABLES`] (seen by SQLite's update hook on the writer, so no code path can
+//!   forget it). [`cache::GenerationCache`] entries tagged with an older value are misses:
+//!   who a token names and what a caller may do on a repository are cached without ever
+//!   being stale. (SQLite's update hook misses `DELETE FROM t` without a `WHERE`, its
+//!   truncate shortcut: the store never issues one on these tables.)
 //! - **Outbox.** Write jobs record their events ([`events::append`]) through the same
 //!   transaction handle as the change itself, so the feed can neither miss nor invent a change.
 //! - **Migrations** are numbered SQL scripts applied by `PRAGMA user_version`.
 
 pub mod agents;
+pub mod cache;
 pub mod crons;
 pub mod events;
 pub mod forges;
@@ -31,6 +39,7 @@ pub mod used_tokens;
 pub mod users;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -72,8 +81,17 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// A write job: runs inside a savepoint; reports whether it succeeded and what to do once the
 /// enclosing transaction has committed (or failed to).
-type Job = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;
+type WriteJob = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;
 type Finish = Box<dyn FnOnce(StoreResult<()>) + Send>;
+
+/// What the writer thread receives.
+enum Job {
+    Write(WriteJob),
+    /// "Are you there?" (`/healthz`): answered as soon as the writer dequeues it, with no
+    /// transaction, so a health check neither takes the write lock nor wakes the outbox
+    /// readers that watch commits.
+    Probe(oneshot::Sender<()>),
+}
 
 /// Jobs grouped into one transaction at most (bounds the latency of the first one).
 const MAX_BATCH: usize = 64;
@@ -94,7 +112,13 @@ struct Inner {
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Bumped after every commit, so readers of the outbox know when to look.
     commits: tokio::sync::watch::Receiver<u64>,
+    /// Bumped after every commit that changed a row of [`IDENTITY_TABLES`].
+    identity: Arc<AtomicU64>,
 }
+
+/// The tables whose rows decide who a caller is and what they may do on a repository:
+/// accounts, repositories, per-user permissions, organisations, forges.
+pub const IDENTITY_TABLES: [&str; 5] = ["users", "repos", "perms", "orgs", "forges"];
 
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -172,11 +196,26 @@ impl Store {
             readers.push(conn);
         }
 
+        let touched = Arc::new(AtomicBool::new(false));
+        let hook_touched = touched.clone();
+        writer.update_hook(Some(
+            move |_: rusqlite::hooks::Action, _: &str, table: &str, _| {
+                if IDENTITY_TABLES.contains(&table) {
+                    hook_touched.store(true, Ordering::Relaxed);
+                }
+            },
+        ));
+        let identity = Arc::new(AtomicU64::new(0));
+        let generation = Generation {
+            touched,
+            identity: identity.clone(),
+        };
+
         let (tx, rx) = std_mpsc::channel::<Job>();
         let (commit_tx, commit_rx) = tokio::sync::watch::channel(0u64);
         let handle = std::thread::Builder::new()
             .name("woodlark-store-writer".into())
-            .spawn(move || writer_loop(writer, rx, commit_tx))
+            .spawn(move || writer_loop(writer, rx, commit_tx, generation))
             .map_err(|e| StoreError::Migration(format!("cannot start the writer thread: {e}")))?;
 
         Ok(Store {
@@ -187,12 +226,19 @@ impl Store {
                 reader_slots: Arc::new(Semaphore::new(options.readers)),
                 writer_thread: Mutex::new(Some(handle)),
                 commits: commit_rx,
+                identity,
             }),
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The identity generation: read it **before** a read whose result is cached, and tag
+    /// the entry with it (a commit during the read then leaves the entry already stale).
+    pub fn identity_generation(&self) -> u64 {
+        self.inner.identity.load(Ordering::Acquire)
     }
 
     /// A receiver that changes after every committed write batch.
@@ -210,7 +256,7 @@ impl Store {
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |conn| {
+        let job: WriteJob = Box::new(move |conn| {
             let result = f(conn);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
@@ -218,7 +264,7 @@ impl Store {
             });
             (ok, finish)
         });
-        self.send(job)?;
+        self.send(Job::Write(job))?;
         rx.await
             .map_err(|_| StoreError::Unavailable("the write job was dropped".into()))?
     }
@@ -273,14 +319,16 @@ impl Store {
     /// A cheap query that proves the database is usable (for `/healthz`).
     pub async fn ping(&self) -> StoreResult<()> {
         self.read(|conn| {
-            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+            conn.cached_row("SELECT count(*) FROM sqlite_master", [], |r| {
                 r.get::<_, i64>(0)
             })?;
             Ok(())
         })
         .await?;
-        // The writer must be alive too.
-        self.write(|_| Ok(())).await
+        // The writer must be alive and taking jobs too.
+        let (tx, rx) = oneshot::channel();
+        self.send(Job::Probe(tx))?;
+        rx.await.map_err(|_| StoreError::Closed)
     }
 
     /// Stops the writer after it has committed everything queued so far.
@@ -389,25 +437,42 @@ fn configure(conn: &Connection, writer: bool, full_sync: bool) -> rusqlite::Resu
     Ok(())
 }
 
+/// The writer's side of the identity generation: the update hook marks `touched`; the
+/// counter moves once the batch has committed (or rolled back: a harmless extra miss) and
+/// before the batch's callers are answered.
+struct Generation {
+    touched: Arc<AtomicBool>,
+    identity: Arc<AtomicU64>,
+}
+
 fn writer_loop(
     conn: Connection,
     jobs: std_mpsc::Receiver<Job>,
     commits: tokio::sync::watch::Sender<u64>,
+    generation: Generation,
 ) {
+    let mut batch: Vec<WriteJob> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            match job {
+                Job::Write(job) => batch.push(job),
+                Job::Probe(reply) => {
+                    let _ = reply.send(());
+                }
+            }
+            if batch.len() < MAX_BATCH {
+                next = jobs.try_recv().ok();
             }
         }
-        run_batch(&conn, batch);
-        commits.send_modify(|n| *n += 1);
+        if !batch.is_empty() {
+            run_batch(&conn, std::mem::take(&mut batch), &generation);
+            commits.send_modify(|n| *n += 1);
+        }
     }
 }
 
-fn run_batch(conn: &Connection, batch: Vec<Job>) {
+fn run_batch(conn: &Connection, batch: Vec<WriteJob>, generation: &Generation) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         // Dropping the jobs answers their callers with `Unavailable`; nothing ran.
         tracing::error!(%err, jobs = batch.len(), "cannot begin a write transaction");
@@ -434,6 +499,11 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) {
     if let Err(err) = &commit {
         tracing::error!(%err, "commit failed; the batch is rolled back");
         let _ = conn.execute_batch("ROLLBACK");
+    }
+    // Before any caller hears of its commit: a request sent after a reply must not find an
+    // entry cached before the change.
+    if generation.touched.swap(false, Ordering::AcqRel) {
+        generation.identity.fetch_add(1, Ordering::AcqRel);
     }
     for finish in finishes {
         finish(match &commit {

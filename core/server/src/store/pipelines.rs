@@ -307,6 +307,10 @@ pub struct ListFilter {
 }
 
 /// Pipelines of a repository, newest first, without workflows.
+///
+/// The `WHERE` clause names only the filters in use: a `(?N IS NULL OR ref LIKE ?N)` term
+/// made SQLite re-prepare the statement on every call (a bound LIKE pattern is part of the
+/// query plan), which cost more than the rest of the request.
 pub fn list(
     conn: &Connection,
     repo_id: i64,
@@ -314,33 +318,48 @@ pub fn list(
     page: u32,
     per_page: u32,
 ) -> StoreResult<Vec<Pipeline>> {
-    let offset = super::page_offset(page, per_page);
-    let events = (!filter.events.is_empty()).then(|| serde_json::json!(filter.events).to_string());
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {PIPELINE_COLUMNS} FROM pipelines
-         WHERE repo_id = ?1
-           AND (?2 IS NULL OR branch = ?2)
-           AND (?3 IS NULL OR event IN (SELECT value FROM json_each(?3)))
-           AND (?4 IS NULL OR status = ?4)
-           AND (?5 IS NULL OR ref LIKE ?5)
-           AND (?6 IS NULL OR created < ?6)
-           AND (?7 IS NULL OR created > ?7)
-         ORDER BY number DESC LIMIT ?8 OFFSET ?9"
-    ))?;
-    let rows = stmt.query_map(
-        params![
-            repo_id,
-            filter.branch,
-            events,
-            filter.status,
-            filter.git_ref,
-            filter.before,
-            filter.after,
-            per_page,
-            offset
-        ],
-        pipeline_from_row,
-    )?;
+    use rusqlite::types::Value as V;
+    let mut sql = format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1");
+    let mut args: Vec<V> = vec![V::Integer(repo_id)];
+    let mut push = |clause: &str, value: V, args: &mut Vec<V>| {
+        args.push(value);
+        sql.push_str(&clause.replace('#', &format!("?{}", args.len())));
+    };
+    if let Some(branch) = &filter.branch {
+        push(" AND branch = #", V::Text(branch.clone()), &mut args);
+    }
+    if !filter.events.is_empty() {
+        let json = serde_json::json!(filter.events).to_string();
+        push(
+            " AND event IN (SELECT value FROM json_each(#))",
+            V::Text(json),
+            &mut args,
+        );
+    }
+    if let Some(status) = &filter.status {
+        push(" AND status = #", V::Text(status.clone()), &mut args);
+    }
+    if let Some(pattern) = &filter.git_ref {
+        push(" AND ref LIKE #", V::Text(pattern.clone()), &mut args);
+    }
+    if let Some(before) = filter.before {
+        push(" AND created < #", V::Integer(before), &mut args);
+    }
+    if let Some(after) = filter.after {
+        push(" AND created > #", V::Integer(after), &mut args);
+    }
+    push(
+        " ORDER BY number DESC LIMIT #",
+        V::Integer(per_page.into()),
+        &mut args,
+    );
+    push(
+        " OFFSET #",
+        V::Integer(super::page_offset(page, per_page)),
+        &mut args,
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), pipeline_from_row)?;
     Ok(rows
         .map(|r| r.map(|row| row.pipeline))
         .collect::<Result<_, _>>()?)

@@ -17,17 +17,60 @@
 //! org's secrets and register agents that receive every workflow of the org. Only instance
 //! admins and the namespace's own user administer an organisation; the same right is needed
 //! to activate a repository in it or move one into it ([`may_activate_in`]).
+//!
+//! Every authenticated request asks "whose token is this?" and most then ask "what may they
+//! do on this repository?". Both answers are cached in [`AccessCache`] for one identity
+//! generation of the store (see `store::cache`): a token rotation, a deleted user or a changed
+//! permission is seen by the next request, and a cache hit costs no database read, no key
+//! derivation and no signature check.
+
+use std::sync::Arc;
 
 use rusqlite::Connection;
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::app::Ctx;
 use crate::auth::{self, session, token};
 use crate::http::{ApiError, Request, StatusCode};
+use crate::store::cache::GenerationCache;
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow};
 use crate::store::users::{self, Account, User};
 use crate::store::{StoreError, StoreResult, now_unix};
+
+/// Entries per cache; past that, stale entries go, then everything (see `store::cache`).
+const CACHE_ENTRIES: usize = 4096;
+
+/// What verifying a token established, for the token's next requests.
+#[derive(Clone)]
+struct Verified {
+    account: Account,
+    /// The token's claims and the key that signed it (a session's CSRF check needs both).
+    claims: Arc<Value>,
+    key: Arc<str>,
+    session: bool,
+    /// `exp` claim, checked on every use.
+    expires: Option<i64>,
+}
+
+/// Cached answers of [`current`] and [`repo`], valid for one identity generation.
+pub struct AccessCache {
+    /// Raw token → what it proved. Only tokens that verified are kept.
+    tokens: GenerationCache<String, Verified>,
+    /// (caller's user id, 0 when anonymous; repository id) → the repository and the
+    /// caller's permission on it.
+    repos: GenerationCache<(i64, i64), (RepoRow, Perm)>,
+}
+
+impl Default for AccessCache {
+    fn default() -> Self {
+        AccessCache {
+            tokens: GenerationCache::new(CACHE_ENTRIES),
+            repos: GenerationCache::new(CACHE_ENTRIES),
+        }
+    }
+}
 
 /// The signed-in user, if the request carries a valid personal access token or browser
 /// session token (`sess`, normally from the `user_sess` cookie; see `auth::session`).
@@ -37,10 +80,46 @@ use crate::store::{StoreError, StoreResult, now_unix};
 /// that session. Without it the request is refused with 401 (not downgraded to anonymous), as
 /// upstream does. Personal access tokens need no CSRF header, wherever they are carried.
 pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiError> {
+    current_at(ctx, req, ctx.store.identity_generation()).await
+}
+
+/// [`current`], with the token's verification cached under `generation` (read before any
+/// read whose result is cached alongside).
+async fn current_at(
+    ctx: &Ctx,
+    req: &Request,
+    generation: u64,
+) -> Result<Option<Account>, ApiError> {
     let Some(raw) = auth::bearer(req) else {
         return Ok(None);
     };
-    let Some(session::Subject { user_id, session }) = session::subject(&raw) else {
+    let now = now_unix();
+    let verified = match ctx.access_cache.tokens.get(raw.as_str(), generation) {
+        Some(verified) => verified,
+        None => match verify(ctx, &raw, now).await? {
+            Some(verified) => {
+                ctx.access_cache
+                    .tokens
+                    .insert(raw, generation, verified.clone());
+                verified
+            }
+            None => return Ok(None),
+        },
+    };
+    if verified.expires.is_some_and(|exp| exp < now) {
+        return Ok(None);
+    }
+    let user_id = verified.account.user.id;
+    if verified.session && !session::csrf_ok(req, &verified.claims, user_id, &verified.key, now) {
+        return Err(ApiError::unauthorized());
+    }
+    Ok(Some(verified.account))
+}
+
+/// Checks a personal access token or session token against its user's key; `None` when it
+/// names nobody, names a deleted user or does not verify.
+async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiError> {
+    let Some(session::Subject { user_id, session }) = session::subject(raw) else {
         return Ok(None);
     };
     let env = ctx.env_admins.clone();
@@ -53,15 +132,17 @@ pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiErr
         Err(StoreError::NotFound) => return Ok(None),
         Err(err) => return Err(err.into()),
     };
-    let now = now_unix();
     let key = ctx.token_key(&account);
-    let Some(claims) = token::verify(&raw, key.as_bytes(), now) else {
+    let Some(claims) = token::verify(raw, key.as_bytes(), now) else {
         return Ok(None);
     };
-    if session && !session::csrf_ok(req, &claims, user_id, &key, now) {
-        return Err(ApiError::unauthorized());
-    }
-    Ok(Some(account))
+    Ok(Some(Verified {
+        account,
+        expires: claims.get("exp").and_then(Value::as_i64),
+        claims: Arc::new(claims),
+        key: key.into(),
+        session,
+    }))
 }
 
 /// The signed-in user, or 401.
@@ -178,8 +259,30 @@ impl RepoAccess {
 /// Loads the repository named by the `repo_id` path parameter and checks pull permission.
 pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
     let id = req.param_i64("repo_id")?;
-    let user = current(ctx, req).await?;
-    repo_by(ctx, user, move |c| repos::by_id(c, id)).await
+    let generation = ctx.store.identity_generation();
+    let user = current_at(ctx, req, generation).await?;
+    let key = (user.as_ref().map_or(0, |a| a.user.id), id);
+    let found = match ctx.access_cache.repos.get(&key, generation) {
+        Some(found) => Ok(found),
+        None => {
+            let u = user.as_ref().map(|a| a.user.clone());
+            let found = ctx
+                .store
+                .read(move |c| {
+                    let row = repos::by_id(c, id)?;
+                    let perm = repo_perm(c, u.as_ref(), &row)?;
+                    Ok((row, perm))
+                })
+                .await;
+            if let Ok(found) = &found {
+                ctx.access_cache
+                    .repos
+                    .insert(key, generation, found.clone());
+            }
+            found
+        }
+    };
+    checked(user, found)
 }
 
 /// Like [`repo`] but also requires repo admin (secrets, registries, cron, settings).
@@ -204,6 +307,14 @@ where
             Ok((row, perm))
         })
         .await;
+    checked(user, found)
+}
+
+/// The caller's access to a repository they looked up, or 404/401 when they may not pull it.
+fn checked(
+    user: Option<Account>,
+    found: StoreResult<(RepoRow, Perm)>,
+) -> Result<RepoAccess, ApiError> {
     let (row, perm) = match found {
         Ok(found) => found,
         Err(StoreError::NotFound) => return Err(repo_not_found()),
@@ -358,5 +469,69 @@ mod tests {
         assert_eq!(who(ctx, request(Method::GET, &csrf, None)).await, Ok(None));
         let link = session::login_link_token(id, hash, now_unix());
         assert_eq!(who(ctx, request(Method::GET, &link, None)).await, Ok(None));
+    }
+
+    /// The cache never outlives a change: each answer below follows a write the caller has
+    /// just seen acknowledged, with the previous answer cached.
+    #[tokio::test]
+    async fn cached_answers_follow_every_identity_change() {
+        let (_dir, app, account) = app_with_user().await;
+        let ctx = app.state();
+        let id = account.user.id;
+        let pat = token::user_token(id, &ctx.token_key(&account));
+        let get = |t: &str| {
+            let mut req = Request::new(Method::GET, "/api/user");
+            req.headers.insert(
+                "authorization",
+                HeaderValue::from_str(&format!("Bearer {t}")).unwrap(),
+            );
+            req
+        };
+        let admin_flag =
+            |r: Result<Option<Account>, ApiError>| r.ok().flatten().map(|a| a.user.admin);
+        assert_eq!(admin_flag(current(ctx, &get(&pat)).await), Some(false));
+        assert_eq!(
+            admin_flag(current(ctx, &get(&pat)).await),
+            Some(false),
+            "from the cache"
+        );
+        assert_eq!(ctx.access_cache.tokens.len(), 1);
+
+        // A change of the user shows at once.
+        let env = ctx.env_admins.clone();
+        ctx.store
+            .write(move |c| {
+                let patch = users::UserPatch {
+                    admin: Some(true),
+                    ..Default::default()
+                };
+                users::update(c, &env, "alice", &patch)
+            })
+            .await
+            .unwrap();
+        assert_eq!(admin_flag(current(ctx, &get(&pat)).await), Some(true));
+
+        // Rotating the token seed revokes the cached token.
+        let env = ctx.env_admins.clone();
+        let rotated = ctx
+            .store
+            .write(move |c| users::set_token_seed(c, &env, id, "new-seed"))
+            .await
+            .unwrap();
+        assert_eq!(admin_flag(current(ctx, &get(&pat)).await), None);
+        let new_pat = token::user_token(id, &ctx.token_key(&rotated));
+        assert_eq!(admin_flag(current(ctx, &get(&new_pat)).await), Some(true));
+
+        // Deleting the user ends it too.
+        let env = ctx.env_admins.clone();
+        ctx.store
+            .write(move |c| users::delete(c, &env, "alice"))
+            .await
+            .unwrap();
+        assert_eq!(admin_flag(current(ctx, &get(&new_pat)).await), None);
+
+        // Bad tokens are never cached.
+        assert_eq!(admin_flag(current(ctx, &get("not.a.token")).await), None);
+        assert!(ctx.access_cache.tokens.len() <= 2);
     }
 }

@@ -207,36 +207,98 @@ struct EventData<'a> {
 
 /// The record with its `id` as a string: Clever's schemas type every id as a string, and its
 /// clients read `data.object.id` as one. The CI API keeps Woodpecker's numeric ids; only the
-/// feed's copy changes. Stored snapshots are serde output with `id` first (no whitespace), so
-/// the usual case is a splice of the text; anything else is decoded and re-encoded.
+/// feed's copy changes. The stored text is spliced where its top-level `id` number stands
+/// (found by [`top_level_number`], without decoding the object); a snapshot without a numeric
+/// `id` is served as stored.
 fn with_string_id(raw: &RawValue) -> Cow<'_, RawValue> {
     let text = raw.get();
-    let rewritten = match text.strip_prefix("{\"id\":") {
-        Some(rest) => {
-            let digits = rest
-                .bytes()
-                .take_while(|b| b.is_ascii_digit() || *b == b'-')
-                .count();
-            if digits == 0 || !matches!(rest.as_bytes().get(digits), Some(b',' | b'}')) {
-                return Cow::Borrowed(raw);
-            }
-            format!("{{\"id\":\"{}\"{}", &rest[..digits], &rest[digits..])
+    let Some(span) = top_level_number(text, "id") else {
+        return Cow::Borrowed(raw);
+    };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push_str(&text[..span.start]);
+    out.push('"');
+    out.push_str(&text[span.clone()]);
+    out.push('"');
+    out.push_str(&text[span.end..]);
+    RawValue::from_string(out).map_or(Cow::Borrowed(raw), Cow::Owned)
+}
+
+/// Where the number stored under `key` in the top level of the JSON object `text` stands,
+/// if it is there and is a number. Scans the text once: strings (with escapes) and nested
+/// values are skipped, not decoded. Anything that is not a well-formed object gives `None`.
+fn top_level_number(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    let b = text.as_bytes();
+    let ws = |mut i: usize| {
+        while b.get(i).is_some_and(|c| c.is_ascii_whitespace()) {
+            i += 1;
         }
-        None => {
-            let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(text) else {
-                return Cow::Borrowed(raw);
-            };
-            match object.get("id") {
-                Some(serde_json::Value::Number(n)) => {
-                    let id = n.to_string();
-                    object.insert("id".into(), serde_json::Value::String(id));
-                }
-                _ => return Cow::Borrowed(raw),
+        i
+    };
+    // The end of the string starting at `i` (at its opening quote), past the closing quote.
+    let string_end = |mut i: usize| -> Option<usize> {
+        i += 1;
+        loop {
+            match b.get(i)? {
+                b'"' => return Some(i + 1),
+                b'\\' => i += 2,
+                _ => i += 1,
             }
-            serde_json::Value::Object(object).to_string()
         }
     };
-    RawValue::from_string(rewritten).map_or(Cow::Borrowed(raw), Cow::Owned)
+    // The end of the value starting at `i`.
+    let value_end = |mut i: usize| -> Option<usize> {
+        let mut depth = 0usize;
+        loop {
+            match b.get(i)? {
+                b'"' => i = string_end(i)?,
+                b'{' | b'[' => {
+                    depth += 1;
+                    i += 1;
+                }
+                b'}' | b']' if depth > 0 => {
+                    depth -= 1;
+                    i += 1;
+                }
+                b',' | b'}' | b']' if depth == 0 => return Some(i),
+                _ => i += 1,
+            }
+            if depth == 0 && matches!(b.get(i.wrapping_sub(1)), Some(b'"' | b'}' | b']')) {
+                return Some(i);
+            }
+        }
+    };
+    let mut i = ws(0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = ws(i + 1);
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let name_end = string_end(i)?;
+        let name = &text[i + 1..name_end - 1];
+        i = ws(name_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = ws(i + 1);
+        let end = value_end(start)?;
+        if name == key {
+            let number = text[start..end].trim_end();
+            let numeric = !number.is_empty()
+                && number
+                    .bytes()
+                    .all(|c| c.is_ascii_digit() || matches!(c, b'-' | b'+' | b'.' | b'e' | b'E'));
+            return numeric.then(|| start..start + number.len());
+        }
+        i = ws(end);
+        match b.get(i)? {
+            b',' => i = ws(i + 1),
+            _ => return None,
+        }
+    }
 }
 
 fn render(event: &RawEvent) -> EventOut<'_> {
@@ -455,5 +517,40 @@ mod tests {
         assert_eq!(parse_id("2a"), None);
         assert_eq!(parse_id(&"0".repeat(24)), None);
         assert_eq!(parse_id(&"g".repeat(24)), None);
+    }
+
+    fn string_id(text: &str) -> String {
+        let raw = RawValue::from_string(text.to_string()).unwrap();
+        with_string_id(&raw).get().to_string()
+    }
+
+    #[test]
+    fn object_ids_become_strings_wherever_the_key_stands() {
+        assert_eq!(string_id(r#"{"id":7,"a":1}"#), r#"{"id":"7","a":1}"#);
+        assert_eq!(
+            string_id(r#"{"a":"x\"}","b":{"id":1},"c":[1,{"id":2}],"id":-12}"#),
+            r#"{"a":"x\"}","b":{"id":1},"c":[1,{"id":2}],"id":"-12"}"#
+        );
+        assert_eq!(
+            string_id(r#"{ "name" : "n", "id" : 3 , "z": null }"#),
+            r#"{ "name" : "n", "id" : "3" , "z": null }"#
+        );
+        // Only a numeric top-level id changes.
+        for unchanged in [
+            r#"{"id":"7"}"#,
+            r#"{"id":null,"a":1}"#,
+            r#"{"a":{"id":1}}"#,
+            r#"{"a":1}"#,
+            r#"{}"#,
+            r#"[1,2]"#,
+            r#"{"ids":1,"b":true}"#,
+        ] {
+            assert_eq!(string_id(unchanged), unchanged);
+        }
+        // Every result is still JSON.
+        let v: serde_json::Value =
+            serde_json::from_str(&string_id(r#"{"x":[{"y":"]}"}],"id":5}"#)).unwrap();
+        assert_eq!(v["id"], "5");
+        assert_eq!(v["x"][0]["y"], "]}");
     }
 }

@@ -1,0 +1,131 @@
+//! Caches of rows that requests read on every call but that change rarely: who a token
+//! names, a repository and a caller's permission on it.
+//!
+//! Correctness comes from the store, not from timeouts: each entry carries the
+//! [identity generation](super::Store::identity_generation) read *before* the read that
+//! produced it, and an entry whose generation is not the current one is a miss. The writer
+//! bumps the generation after every commit that touched an identity table, so a token
+//! rotation, a user deletion or a permission change is seen by the very next request.
+//!
+//! The cache is bounded: when it is full, stale entries go first, and if none are stale it is
+//! emptied (a cold cache costs one read per key; unbounded growth would cost memory forever).
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Mutex;
+
+/// A bounded map whose entries are valid for one store generation.
+pub struct GenerationCache<K, V> {
+    entries: Mutex<HashMap<K, (u64, V)>>,
+    capacity: usize,
+}
+
+impl<K: Eq + Hash, V: Clone> GenerationCache<K, V> {
+    pub fn new(capacity: usize) -> Self {
+        GenerationCache {
+            entries: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The value stored for `key` under `generation`, if any.
+    pub fn get<Q>(&self, key: &Q, generation: u64) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        match entries.get(key) {
+            Some((g, value)) if *g == generation => Some(value.clone()),
+            _ => None,
+        }
+    }
+
+    /// Stores `value` for `key`, read under `generation`.
+    pub fn insert(&self, key: K, generation: u64, value: V) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= self.capacity && !entries.contains_key(&key) {
+            entries.retain(|_, (g, _)| *g == generation);
+            if entries.len() >= self.capacity {
+                entries.clear();
+            }
+        }
+        entries.insert(key, (generation, value));
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Store, StoreOptions};
+
+    #[test]
+    fn entries_live_for_one_generation_and_the_cache_stays_bounded() {
+        let cache: GenerationCache<String, i32> = GenerationCache::new(2);
+        cache.insert("a".into(), 1, 10);
+        assert_eq!(cache.get("a", 1), Some(10));
+        assert_eq!(cache.get("a", 2), None, "another generation is a miss");
+        cache.insert("b".into(), 2, 20);
+        // Full: the stale entry ("a", generation 1) makes room first.
+        cache.insert("c".into(), 2, 30);
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get("a", 1), None);
+        assert_eq!(cache.get("b", 2), Some(20));
+        // Full of current entries: emptied, then the new one stored.
+        cache.insert("d".into(), 2, 40);
+        assert_eq!((cache.len(), cache.get("d", 2)), (1, Some(40)));
+    }
+
+    #[tokio::test]
+    async fn the_generation_moves_only_when_an_identity_table_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite"), &StoreOptions::default()).unwrap();
+        let g0 = store.identity_generation();
+        store
+            .write(|c| {
+                c.execute_batch(
+                    "CREATE TABLE unrelated (v INTEGER); INSERT INTO unrelated VALUES (1)",
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            store.identity_generation(),
+            g0,
+            "other tables leave it alone"
+        );
+        store.ping().await.unwrap();
+        assert_eq!(store.identity_generation(), g0);
+        store
+            .write(|c| {
+                c.execute(
+                    "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///x', '{}', 's')",
+                    [],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let g1 = store.identity_generation();
+        assert!(g1 > g0, "a new forge row moves it");
+        // A failed job's change is rolled back; the generation may move (an extra miss) but
+        // never goes back.
+        let _ = store
+            .write(|c| -> crate::store::StoreResult<()> {
+                c.execute("DELETE FROM forges WHERE id > 0", [])?;
+                Err(crate::store::StoreError::Conflict("no".into()))
+            })
+            .await;
+        assert!(store.identity_generation() >= g1);
+    }
+}
