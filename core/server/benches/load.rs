@@ -28,6 +28,8 @@
 //!   sending a git forge's push hook to the reply (the pipeline stored and queued; no runner),
 //!   against a bare hyper server answering the same POSTs at the same rate.
 //!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration.
+//! - In `http`, `WOODLARK_HTTP_ONLY=<text>` keeps the baseline and the rows whose name
+//!   contains the text (to profile one endpoint).
 //! - `docker`: time from a manual run to `success` of a one-step pipeline on the docker
 //!   backend (sequential, the image present), against `docker run --rm` of the same image and
 //!   command, in the same run. Needs a Docker engine and the test images
@@ -737,7 +739,13 @@ async fn http_scenario() {
             Some(&token),
         ),
     ];
-    for (name, a, path, tok) in targets {
+    // `WOODLARK_HTTP_ONLY=pipelines` measures the baseline and the rows whose name contains
+    // the text (for profiling one endpoint).
+    let only = std::env::var("WOODLARK_HTTP_ONLY").unwrap_or_default();
+    for (i, (name, a, path, tok)) in targets.into_iter().enumerate() {
+        if i > 0 && !name.contains(only.as_str()) {
+            continue;
+        }
         // Warm-up (connections, caches, prepared statements), then the measured run.
         load(a, path, tok, CONNS, Duration::from_millis(300), MAX).await;
         let r = load(a, path, tok, CONNS, DURATION, MAX).await;

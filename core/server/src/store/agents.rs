@@ -195,7 +195,7 @@ pub fn by_token(conn: &Connection, token: &str) -> StoreResult<Option<AgentRow>>
 pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<AgentRow>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM agents ORDER BY id LIMIT ?1 OFFSET ?2"
+        "SELECT {COLUMNS} FROM agents ORDER BY id LIMIT ?1 + 0 OFFSET ?2"
     ))?;
     let rows = stmt.query_map(params![per_page, offset], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -210,7 +210,7 @@ pub fn list_for_org(
 ) -> StoreResult<Vec<AgentRow>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM agents WHERE org_id = ?1 ORDER BY id LIMIT ?2 OFFSET ?3"
+        "SELECT {COLUMNS} FROM agents WHERE org_id = ?1 ORDER BY id LIMIT ?2 + 0 OFFSET ?3"
     ))?;
     let rows = stmt.query_map(params![org_id, per_page, offset], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

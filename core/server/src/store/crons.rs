@@ -304,7 +304,7 @@ pub fn find(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
 pub fn list(conn: &Connection, repo_id: i64, page: u32, per_page: u32) -> StoreResult<Vec<Cron>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 ORDER BY name, id LIMIT ?2 OFFSET ?3"
+        "SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 ORDER BY name, id LIMIT ?2 + 0 OFFSET ?3"
     ))?;
     let rows = stmt.query_map(params![repo_id, per_page, offset], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -314,7 +314,7 @@ pub fn list(conn: &Connection, repo_id: i64, page: u32, per_page: u32) -> StoreR
 pub fn due(conn: &Connection, now: i64, limit: u32) -> StoreResult<Vec<Cron>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM crons WHERE enabled = 1 AND next_exec <= ?1
-         ORDER BY next_exec, id LIMIT ?2"
+         ORDER BY next_exec, id LIMIT ?2 + 0"
     ))?;
     let rows = stmt.query_map(params![now, limit], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

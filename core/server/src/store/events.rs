@@ -460,7 +460,7 @@ pub fn prune(
     let mut removed = 0;
     if let Some(cutoff) = older_than_ms {
         removed += conn.cached_exec(
-            "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_ms < ?1 ORDER BY seq LIMIT ?2)",
+            "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_ms < ?1 ORDER BY seq LIMIT ?2 + 0)",
             params![cutoff, batch as i64],
         )?;
     }
@@ -469,7 +469,7 @@ pub fn prune(
             "DELETE FROM events WHERE seq IN (
                 SELECT seq FROM events
                 WHERE seq <= (SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET ?1)
-                ORDER BY seq LIMIT ?2)",
+                ORDER BY seq LIMIT ?2 + 0)",
             params![keep as i64, batch as i64],
         )?;
     }

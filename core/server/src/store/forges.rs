@@ -147,7 +147,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<ForgeRow> {
 pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Forge>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM forges ORDER BY id LIMIT ?1 OFFSET ?2"
+        "SELECT {COLUMNS} FROM forges ORDER BY id LIMIT ?1 + 0 OFFSET ?2"
     ))?;
     let rows = stmt.query_map(params![per_page, offset], from_row)?;
     Ok(rows.map(|r| r.map(|f| f.forge)).collect::<Result<_, _>>()?)

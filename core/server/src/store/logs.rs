@@ -108,7 +108,7 @@ pub fn list(
 ) -> StoreResult<Vec<LogEntry>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, step_id, time, line, data, type FROM log_entries
-         WHERE step_id = ?1 AND line >= ?2 ORDER BY line LIMIT ?3",
+         WHERE step_id = ?1 AND line >= ?2 ORDER BY line LIMIT ?3 + 0",
     )?;
     let rows = stmt.query_map(params![step_id, from, limit as i64], |r| {
         let data: Vec<u8> = r.get(4)?;
@@ -152,7 +152,7 @@ pub fn next_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
 /// sweep walks them in pages).
 pub fn step_ids_after(conn: &Connection, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT step_id FROM log_entries WHERE step_id > ?1 ORDER BY step_id LIMIT ?2",
+        "SELECT DISTINCT step_id FROM log_entries WHERE step_id > ?1 ORDER BY step_id LIMIT ?2 + 0",
     )?;
     let rows = stmt.query_map(params![after, limit as i64], |r| r.get(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -172,7 +172,7 @@ pub fn delete_steps(conn: &Connection, step_ids: &[i64]) -> StoreResult<usize> {
 pub fn prune(conn: &Connection, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
     Ok(conn.cached_exec(
         "DELETE FROM log_entries WHERE id IN
-           (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2)",
+           (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2 + 0)",
         params![cutoff_ms, batch as i64],
     )?)
 }

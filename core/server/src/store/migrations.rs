@@ -171,6 +171,9 @@ const MIGRATIONS: &[Step] = &[
     Code(super::integrity::remove_orphans),
     // 10: ids are never reused: every table whose id the API shows gets AUTOINCREMENT.
     Code(super::integrity::ids_never_reused),
+    // 11: pipeline records are whole `Pipeline`s of this version (the list is served from
+    //     them as stored).
+    Code(super::pipelines::normalise_records),
 ];
 
 /// The schema version this build writes.

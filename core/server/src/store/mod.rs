@@ -395,6 +395,12 @@ impl Drop for ReaderGuard<'_> {
 
 /// Statements each connection keeps prepared: every query of the store fits, so a hot
 /// request never parses SQL (rusqlite's default keeps 16).
+///
+/// A cached statement is only worth keeping if SQLite does not throw its plan away: a bound
+/// parameter written directly as `LIMIT ?N` (and a bound `LIKE` pattern) becomes part of the
+/// plan, so every new binding re-prepares the statement — it cost more than the rest of a
+/// pipeline-list request. The store writes `LIMIT ?N + 0`, which SQLite evaluates at run
+/// time (`limits_never_force_a_reprepare` keeps it so).
 const STATEMENT_CACHE: usize = 256;
 
 /// `query_row` and `execute` through the connection's statement cache (the `Connection`
@@ -605,6 +611,55 @@ mod tests {
                 .read(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
                 .await
                 .unwrap();
+        }
+    }
+
+    #[test]
+    fn limits_never_force_a_reprepare() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (1), (2), (3);")
+            .unwrap();
+        let reprepares = |sql: &str| {
+            for limit in [1, 2, 3] {
+                let mut stmt = conn.prepare_cached(sql).unwrap();
+                let n = stmt
+                    .query_map([limit], |r| r.get::<_, i64>(0))
+                    .unwrap()
+                    .count();
+                assert_eq!(n, limit as usize);
+            }
+            conn.prepare_cached(sql)
+                .unwrap()
+                .get_status(rusqlite::StatementStatus::RePrepare)
+        };
+        assert!(
+            reprepares("SELECT v FROM t ORDER BY v LIMIT ?1") > 0,
+            "SQLite's behaviour"
+        );
+        assert_eq!(reprepares("SELECT v FROM t ORDER BY v LIMIT ?1 + 0"), 0);
+
+        // And the store's own queries use the second form.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Tests (like this one) may write what they like.
+            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (i, form) in text
+                .match_indices("LIMIT ?")
+                .chain(text.match_indices("LIMIT #"))
+            {
+                let rest = &text[i + 7..];
+                let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+                if form.ends_with('?') && digits == 0 {
+                    continue; // prose, not SQL
+                }
+                assert!(
+                    rest[digits..].starts_with(" + 0"),
+                    "{}: a bound LIMIT without `+ 0` re-prepares on every call",
+                    path.display()
+                );
+            }
         }
     }
 

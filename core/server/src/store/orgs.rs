@@ -122,7 +122,7 @@ pub fn by_any_name(conn: &Connection, name: &str) -> StoreResult<Org> {
 pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Org>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM orgs ORDER BY name, id LIMIT ?1 OFFSET ?2"
+        "SELECT {COLUMNS} FROM orgs ORDER BY name, id LIMIT ?1 + 0 OFFSET ?2"
     ))?;
     let rows = stmt.query_map(params![per_page, offset], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -147,7 +147,7 @@ pub fn list(
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM repos WHERE (?1 IS NULL OR active = ?1)
-         ORDER BY full_name, id LIMIT ?2 OFFSET ?3"
+         ORDER BY full_name, id LIMIT ?2 + 0 OFFSET ?3"
     ))?;
     let rows = stmt.query_map(params![active, per_page, offset], from_row)?;
     Ok(rows

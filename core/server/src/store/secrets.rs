@@ -256,7 +256,7 @@ pub fn list(
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM secrets WHERE org_id = ?1 AND repo_id = ?2
-         ORDER BY name LIMIT ?3 OFFSET ?4"
+         ORDER BY name LIMIT ?3 + 0 OFFSET ?4"
     ))?;
     let rows = stmt.query_map(
         params![scope.org_id, scope.repo_id, per_page, offset],

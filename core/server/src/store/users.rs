@@ -147,7 +147,7 @@ pub fn list(
 ) -> StoreResult<Vec<User>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM users ORDER BY login LIMIT ?1 OFFSET ?2"
+        "SELECT {COLUMNS} FROM users ORDER BY login LIMIT ?1 + 0 OFFSET ?2"
     ))?;
     let rows = stmt.query_map(params![per_page, offset], from_row(env))?;
     Ok(rows.map(|r| r.map(|a| a.user)).collect::<Result<_, _>>()?)

@@ -140,7 +140,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo_id = access.row.repo.id;
     let list = ctx
         .store
-        .read(move |c| pipelines::list(c, repo_id, &filter, page.page, page.per_page))
+        .read(move |c| pipelines::list_json(c, repo_id, &filter, page.page, page.per_page))
         .await?;
     Ok(Response::json(&list))
 }
