@@ -42,6 +42,11 @@ impl Response {
         }
     }
 
+    /// A 200 whose body is JSON text made elsewhere (e.g. by the store from stored records).
+    pub fn json_text(body: String) -> Response {
+        Response::new(StatusCode::OK, "application/json; charset=utf-8", body)
+    }
+
     pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response {
         Response::new(status, "text/plain; charset=utf-8", body)
     }

@@ -142,7 +142,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .store
         .read(move |c| pipelines::list_json(c, repo_id, &filter, page.page, page.per_page))
         .await?;
-    Ok(Response::json(&list))
+    Ok(Response::json_text(list))
 }
 
 async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
