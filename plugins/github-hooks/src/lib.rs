@@ -444,7 +444,8 @@ mod tests {
 
     #[test]
     fn typed_push_reads_like_the_value_reference() {
-        let fixture = include_bytes!("../../../core/plugin-host/src/tests/fixtures/github-push.json");
+        let fixture =
+            include_bytes!("../../../core/plugin-host/src/tests/fixtures/github-push.json");
         assert_eq!(typed(fixture, false), reference(fixture));
         let v: Value = serde_json::from_slice(fixture).unwrap();
         same(v.clone());

@@ -110,7 +110,6 @@ pub fn rfc3339_to_unix(s: &str) -> i64 {
     days * 86400 + h * 3600 + mi * 60 + sec - offset
 }
 
-
 /// Drains the rest of a map, so a visitor may answer "empty" for a mistyped value.
 fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
     while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
