@@ -641,9 +641,7 @@ impl PluginHost {
             .limits_of(plugin)
             .map(|l| l.max_output_bytes)
             .unwrap_or(1 << 20);
-        let size = serde_json::to_vec(value)
-            .map(|v| v.len() as u64)
-            .unwrap_or(u64::MAX);
+        let size = serialized_len(value);
         if size > limit {
             return self.fault_output(plugin, size, limit);
         }
@@ -767,6 +765,26 @@ where
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(convert::plugin_error(plugin, e)),
         Err(e) => Err(classify(plugin, &e, &store, loaded)),
+    }
+}
+
+/// The length of `value` as JSON, counted without building the JSON (this runs on every
+/// call's output). `u64::MAX` if it cannot be serialized.
+fn serialized_len<T: Serialize>(value: &T) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => u64::MAX,
     }
 }
 

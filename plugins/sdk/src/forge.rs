@@ -341,16 +341,27 @@ fn url_decode(s: &str) -> Option<String> {
 /// The JSON payload of a webhook: the body itself, or the `payload` form field when the
 /// request is form-encoded (GitHub's `application/x-www-form-urlencoded` hooks).
 pub fn json_payload(req: &HookRequest) -> Result<serde_json::Value, PluginError> {
+    payload_as(&payload_bytes(req)?)
+}
+
+/// The bytes of a webhook's JSON payload (see [`json_payload`]): borrowed from the body
+/// unless the request is form-encoded. For parsers that deserialize into typed structs
+/// with [`payload_as`] instead of building a `Value`.
+pub fn payload_bytes(req: &HookRequest) -> Result<std::borrow::Cow<'_, [u8]>, PluginError> {
     let form = header(&req.headers, "content-type")
         .is_some_and(|ct| ct.starts_with("application/x-www-form-urlencoded"));
-    let parsed = if form {
+    if form {
         let payload = form_field(&req.body, "payload")
             .ok_or_else(|| invalid("form body without a payload field"))?;
-        serde_json::from_str(&payload)
+        Ok(std::borrow::Cow::Owned(payload.into_bytes()))
     } else {
-        serde_json::from_slice(&req.body)
-    };
-    parsed.map_err(|e| invalid(format!("payload is not JSON: {e}")))
+        Ok(std::borrow::Cow::Borrowed(&req.body))
+    }
+}
+
+/// Deserializes a payload from [`payload_bytes`], with [`json_payload`]'s error.
+pub fn payload_as<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, PluginError> {
+    serde_json::from_slice(bytes).map_err(|e| invalid(format!("payload is not JSON: {e}")))
 }
 
 /// `refs/heads/main` → `main`; `refs/tags/v1` → `v1`; anything else unchanged.

@@ -43,6 +43,7 @@ compile_error!("enable one of the features `forge`, `secrets`, `registry` (the p
 
 extern crate self as woodlark_plugin_sdk;
 
+pub use serde;
 pub use serde_json;
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
