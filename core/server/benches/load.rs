@@ -28,6 +28,10 @@
 //!   sending a git forge's push hook to the reply (the pipeline stored and queued; no runner),
 //!   against a bare hyper server answering the same POSTs at the same rate.
 //!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration.
+//! - `rss`: resident memory of the real `woodlark` binary on the default `config.toml` (the
+//!   first-party plugins loaded from `plugins/dist`, runner on): idle after start, then after
+//!   10,000 authenticated API requests over 16 connections. Absolute numbers (issue 17's
+//!   goals: idle < 40 MB, growth ≤ 10 MB), beside a bare hyper process's idle RSS.
 //! - In `http`, `WOODLARK_HTTP_ONLY=<text>` keeps the baseline and the rows whose name
 //!   contains the text (to profile one endpoint).
 //! - `docker`: time from a manual run to `success` of a one-step pipeline on the docker
@@ -64,7 +68,7 @@ use woodlark::config::Config;
 use woodlark::logging::{LogControl, LogLevel};
 
 const SCENARIOS: &[&str] = &[
-    "http", "events", "queue", "logs", "sse", "docker", "hooks", "all",
+    "http", "events", "queue", "logs", "sse", "docker", "hooks", "rss", "all",
 ];
 
 fn main() {
@@ -81,6 +85,16 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    if args.first().map(String::as_str) == Some("__rss_baseline") {
+        // The bare hyper server alone in a process; prints its idle RSS in KiB.
+        runtime().block_on(async {
+            let (feed, _) = broadcast::channel(16);
+            let _addr = baseline_server(feed).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            println!("{}", rss_kib(std::process::id()));
+        });
+        return;
+    }
     if args.first().map(String::as_str) == Some("__sse_child") {
         let kind = args.get(1).cloned().unwrap_or_default();
         runtime().block_on(sse_child(&kind));
@@ -111,6 +125,9 @@ fn main() {
     }
     if run("sse") {
         sse_scenario();
+    }
+    if run("rss") {
+        runtime().block_on(rss_scenario());
     }
     if run("hooks") {
         runtime().block_on(hooks_scenario());
@@ -2177,4 +2194,115 @@ async fn hooks_scenario() {
         stored[0]["number"],
         load_before.trim()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// rss
+
+/// Resident set size of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn rss_scenario() {
+    const REQUESTS: usize = 10_000;
+    println!("\n# rss: the woodlark binary on config.toml, idle and after {REQUESTS} requests");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = env!("CARGO_BIN_EXE_woodlark");
+    let data = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let env = [
+        ("WOODLARK_DATA_DIR", data.path().display().to_string()),
+        ("WOODLARK_LISTEN", format!("127.0.0.1:{port}")),
+        ("WOODLARK_LOG_LEVEL", "warn".to_string()),
+    ];
+    let add = Command::new(bin)
+        .current_dir(&root)
+        .args(["user", "add", "bench", "--admin", "--config", "config.toml"])
+        .envs(env.iter().cloned())
+        .output()
+        .expect("woodlark user add");
+    assert!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let token = String::from_utf8_lossy(&add.stdout).trim().to_string();
+    let mut child = Command::new(bin)
+        .current_dir(&root)
+        .args(["serve", "--config", "config.toml"])
+        .envs(env.iter().cloned())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("woodlark serve");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let up = Instant::now();
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(
+            up.elapsed() < Duration::from_secs(60),
+            "server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Settled: plugins compiled, runner registered.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = rss_kib(child.id());
+    for path in [
+        "/api/user",
+        "/api/repos",
+        "/api/user/repos",
+        "/events?limit=20",
+    ] {
+        let r = load(
+            addr,
+            path,
+            Some(&token),
+            16,
+            Duration::from_secs(30),
+            REQUESTS / 4,
+        )
+        .await;
+        assert_eq!(r.errors, 0, "{path}");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_kib(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // The baseline: this binary's bare hyper server, alone in a process.
+    let base = Command::new(std::env::current_exe().unwrap())
+        .arg("__rss_baseline")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u64>()
+                .ok()
+        });
+    let mb = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
+    let mut rows = vec![vec!["woodlark idle (plugins loaded)".to_string(), mb(idle)]];
+    rows.push(vec![
+        format!("woodlark after {REQUESTS} requests"),
+        mb(after),
+    ]);
+    rows.push(vec!["growth".to_string(), mb(after.saturating_sub(idle))]);
+    if let Some(base) = base {
+        rows.push(vec![
+            "baseline: bare hyper process, idle".to_string(),
+            mb(base),
+        ]);
+    }
+    table("rss: resident memory (MB)", &["process", "RSS MB"], &rows);
 }
