@@ -70,6 +70,18 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Column `index` of a row, a JSON text, parsed; a parse failure is rusqlite's
+/// `FromSqlConversionFailure` for that column (as for any other unreadable column).
+pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
 /// A write job: runs inside a savepoint; reports whether it succeeded and what to do once the
 /// enclosing transaction has committed (or failed to).
 type Job = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;

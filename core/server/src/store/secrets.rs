@@ -214,10 +214,7 @@ fn valid_image(image: &str) -> bool {
 const COLUMNS: &str = "id, org_id, repo_id, name, value, images, events, note";
 
 fn json_list(r: &Row<'_>, index: usize) -> rusqlite::Result<Vec<String>> {
-    let text: String = r.get(index)?;
-    serde_json::from_str(&text).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(e))
-    })
+    super::json_column(r, index)
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<SecretRow> {
