@@ -358,15 +358,7 @@ pub fn update(
 pub fn delete(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResult<Secret> {
     let secret = find(conn, scope, name)?.secret;
     let owner = scope.owner(conn)?;
-    conn.cached_exec("DELETE FROM secrets WHERE id = ?1", [secret.id])?;
-    events::append(
-        conn,
-        RECORD_TYPE,
-        Action::Deleted,
-        secret.id,
-        &secret,
-        owner,
-    )?;
+    super::delete_recorded(conn, "secrets", RECORD_TYPE, secret.id, &secret, owner)?;
     Ok(secret)
 }
 
@@ -383,11 +375,10 @@ pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult
         rows.collect::<Result<Vec<_>, _>>()?
     };
     for row in &all {
-        conn.cached_exec("DELETE FROM secrets WHERE id = ?1", [row.secret.id])?;
-        events::append(
+        super::delete_recorded(
             conn,
+            "secrets",
             RECORD_TYPE,
-            Action::Deleted,
             row.secret.id,
             &row.secret,
             owner,
