@@ -103,16 +103,7 @@ impl ForgeAdapter for GitHub {
             http::encode_path(&path),
             http::encode(&commit)
         );
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?;
-        Ok(v.as_ref()
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter(|e| e["type"] == "file")
-                    .map(|e| str_at(e, "/path"))
-                    .collect()
-            })
-            .unwrap_or_default())
+        http::get_contents_files(&url, auth_header(&ctx, "Bearer").as_deref())
     }
 
     fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {

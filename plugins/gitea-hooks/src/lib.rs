@@ -272,16 +272,7 @@ pub fn dir_at(
         http::encode_path(&path),
         http::encode(&commit)
     );
-    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?;
-    Ok(v.as_ref()
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter(|e| e["type"] == "file")
-                .map(|e| str_at(e, "/path"))
-                .collect()
-        })
-        .unwrap_or_default())
+    http::get_contents_files(&url, auth_header(&ctx, "token").as_deref())
 }
 
 pub fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
@@ -385,4 +376,84 @@ pub fn set_hook(
         })
     });
     HookApi::new(list_url, auth_header(ctx, "token")).replace(url, body.as_ref())
+}
+
+/// The API half of a Gitea-family [`ForgeAdapter`] impl: every method but `recognize` and
+/// `parse_hook` (which differ by event and signature headers), forwarding to this crate.
+/// `$hook_type` is the webhook `type` the forge's API expects (`"gitea"`, `"forgejo"`).
+///
+/// ```ignore
+/// impl ForgeAdapter for Gitea {
+///     fn recognize(headers: &[Header]) -> bool { … }
+///     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> { … }
+///     gitea_hooks::gitea_api_methods!("gitea");
+/// }
+/// ```
+#[macro_export]
+macro_rules! gitea_api_methods {
+    ($hook_type:literal) => {
+        fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
+            $crate::repo_info(ctx, full_name)
+        }
+
+        fn file_at(
+            ctx: ApiContext,
+            full_name: String,
+            commit: String,
+            path: String,
+        ) -> Result<Option<Vec<u8>>, PluginError> {
+            $crate::file_at(ctx, full_name, commit, path)
+        }
+
+        fn dir_at(
+            ctx: ApiContext,
+            full_name: String,
+            commit: String,
+            path: String,
+        ) -> Result<Vec<String>, PluginError> {
+            $crate::dir_at(ctx, full_name, commit, path)
+        }
+
+        fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
+            $crate::branches(ctx, full_name)
+        }
+
+        fn post_status(
+            ctx: ApiContext,
+            full_name: String,
+            commit: String,
+            status: CommitStatus,
+        ) -> Result<(), PluginError> {
+            $crate::post_status(ctx, full_name, commit, status)
+        }
+
+        fn branch_head(
+            ctx: ApiContext,
+            full_name: String,
+            branch: String,
+        ) -> Result<CommitInfo, PluginError> {
+            $crate::branch_head(ctx, full_name, branch)
+        }
+
+        fn create_hook(
+            ctx: ApiContext,
+            full_name: String,
+            url: String,
+            secret: String,
+        ) -> Result<(), PluginError> {
+            $crate::set_hook(&ctx, &full_name, &url, Some(($hook_type, &secret)))
+        }
+
+        fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
+            $crate::set_hook(&ctx, &full_name, &url, None)
+        }
+
+        fn changed_files(
+            ctx: ApiContext,
+            full_name: String,
+            pr_number: u64,
+        ) -> Result<Vec<String>, PluginError> {
+            $crate::pr_changed_files(ctx, full_name, pr_number)
+        }
+    };
 }

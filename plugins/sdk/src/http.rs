@@ -42,6 +42,27 @@ pub fn get_json(
     }
 }
 
+/// The files (not subdirectories) of one directory, as a GitHub-style contents API lists them
+/// (`GET …/contents/{path}?ref=…`, served alike by GitHub, Gitea and Forgejo): their paths in
+/// the repository. None on 404 or when the answer is not a list.
+pub fn get_contents_files(
+    url: &str,
+    authorization: Option<&str>,
+) -> Result<Vec<String>, PluginError> {
+    let listing = get_json(url, authorization)?;
+    Ok(listing
+        .as_ref()
+        .and_then(serde_json::Value::as_array)
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| e["type"] == "file")
+                .map(|e| crate::json::str_at(e, "/path"))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
 /// GET a file's raw bytes with `extra` headers plus an optional `Authorization` value:
 /// `Ok(None)` on 404, the body on 200, `Unavailable` naming `api` otherwise.
 pub fn get_file(

@@ -134,10 +134,7 @@ const COLUMNS: &str = "id, created, updated, name, owner_id, org_id, token, last
      last_work, platform, backend, capacity, version, no_schedule, custom_labels";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<AgentRow> {
-    let labels: String = r.get(14)?;
-    let custom_labels = serde_json::from_str(&labels).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(14, rusqlite::types::Type::Text, Box::new(e))
-    })?;
+    let custom_labels = super::json_column(r, 14)?;
     Ok(AgentRow {
         agent: Agent {
             id: r.get(0)?,

@@ -271,7 +271,6 @@ fn parse_go_duration(text: &str) -> Result<i64, String> {
 const COLUMNS: &str = "id, name, repo_id, creator_id, next_exec, schedule, timezone, created, branch, enabled, variables";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Cron> {
-    let variables: String = r.get(10)?;
     Ok(Cron {
         id: r.get(0)?,
         name: r.get(1)?,
@@ -283,9 +282,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Cron> {
         created: r.get(7)?,
         branch: r.get(8)?,
         enabled: r.get(9)?,
-        variables: serde_json::from_str(&variables).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(10, rusqlite::types::Type::Text, Box::new(e))
-        })?,
+        variables: super::json_column(r, 10)?,
     })
 }
 

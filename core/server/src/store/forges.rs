@@ -118,10 +118,7 @@ pub struct ForgeRow {
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<ForgeRow> {
-    let data: String = r.get(3)?;
-    let mut forge: Forge = serde_json::from_str(&data).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, Box::new(e))
-    })?;
+    let mut forge: Forge = super::json_column(r, 3)?;
     forge.id = r.get(0)?;
     forge.kind = r.get(1)?;
     forge.url = r.get(2)?;

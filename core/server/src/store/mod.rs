@@ -79,6 +79,40 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Deletes row `id` of `table` and records `{record_type}.deleted` with the row's last API
+/// rendering, for `owner` (the delete of one scoped secret or registry, or of each in a scope).
+fn delete_recorded<T: serde::Serialize>(
+    conn: &Connection,
+    table: &str,
+    record_type: &str,
+    id: i64,
+    rendering: &T,
+    owner: events::Owner,
+) -> StoreResult<()> {
+    conn.cached_exec(&format!("DELETE FROM {table} WHERE id = ?1"), [id])?;
+    events::append(
+        conn,
+        record_type,
+        events::Action::Deleted,
+        id,
+        rendering,
+        owner,
+    )?;
+    Ok(())
+}
+
+/// Column `index` of a row, a JSON text, parsed; a parse failure is rusqlite's
+/// `FromSqlConversionFailure` for that column (as for any other unreadable column).
+pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
 /// A write job: runs inside a savepoint; reports whether it succeeded and what to do once the
 /// enclosing transaction has committed (or failed to).
 type WriteJob = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;

@@ -64,20 +64,7 @@ pub fn create_for_user(conn: &Connection, forge_id: i64, login: &str) -> StoreRe
             existing.name, existing.id
         )));
     }
-    conn.cached_exec(
-        "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, 1)",
-        params![forge_id, login],
-    )?;
-    let org = by_id(conn, conn.last_insert_rowid())?;
-    events::append(
-        conn,
-        RECORD_TYPE,
-        Action::Created,
-        org.id,
-        &org,
-        owner(&org),
-    )?;
-    Ok(org)
+    insert(conn, forge_id, login, true)
 }
 
 /// The organisation `name` of a forge, created (recording `orgs.created`) if it is new.
@@ -92,9 +79,14 @@ pub fn find_or_create(conn: &Connection, forge_id: i64, name: &str) -> StoreResu
     {
         return Ok(org);
     }
+    insert(conn, forge_id, name, false)
+}
+
+/// Inserts an organisation (a user's personal one when `is_user`) and records `orgs.created`.
+fn insert(conn: &Connection, forge_id: i64, name: &str, is_user: bool) -> StoreResult<Org> {
     conn.cached_exec(
-        "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, 0)",
-        params![forge_id, name],
+        "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, ?3)",
+        params![forge_id, name, is_user],
     )?;
     let org = by_id(conn, conn.last_insert_rowid())?;
     events::append(

@@ -229,11 +229,10 @@ pub fn update(
 pub fn delete(conn: &Connection, scope: ResourceScope, address: &str) -> StoreResult<Registry> {
     let registry = find(conn, scope, address)?.registry;
     let owner = scope.owner(conn)?;
-    conn.cached_exec("DELETE FROM registries WHERE id = ?1", [registry.id])?;
-    events::append(
+    super::delete_recorded(
         conn,
+        "registries",
         RECORD_TYPE,
-        Action::Deleted,
         registry.id,
         &registry,
         owner,
@@ -254,11 +253,10 @@ pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult
         rows.collect::<Result<Vec<_>, _>>()?
     };
     for row in &all {
-        conn.cached_exec("DELETE FROM registries WHERE id = ?1", [row.registry.id])?;
-        events::append(
+        super::delete_recorded(
             conn,
+            "registries",
             RECORD_TYPE,
-            Action::Deleted,
             row.registry.id,
             &row.registry,
             owner,

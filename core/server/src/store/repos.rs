@@ -78,10 +78,7 @@ const COLUMNS: &str =
     "id, forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<RepoRow> {
-    let data: String = r.get(8)?;
-    let mut repo: Repo = serde_json::from_str(&data).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, Box::new(e))
-    })?;
+    let mut repo: Repo = super::json_column(r, 8)?;
     repo.id = r.get(0)?;
     repo.forge_id = r.get(1)?;
     repo.forge_remote_id = r.get(2)?;

@@ -214,10 +214,7 @@ fn valid_image(image: &str) -> bool {
 const COLUMNS: &str = "id, org_id, repo_id, name, value, images, events, note";
 
 fn json_list(r: &Row<'_>, index: usize) -> rusqlite::Result<Vec<String>> {
-    let text: String = r.get(index)?;
-    serde_json::from_str(&text).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(e))
-    })
+    super::json_column(r, index)
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<SecretRow> {
@@ -361,15 +358,7 @@ pub fn update(
 pub fn delete(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResult<Secret> {
     let secret = find(conn, scope, name)?.secret;
     let owner = scope.owner(conn)?;
-    conn.cached_exec("DELETE FROM secrets WHERE id = ?1", [secret.id])?;
-    events::append(
-        conn,
-        RECORD_TYPE,
-        Action::Deleted,
-        secret.id,
-        &secret,
-        owner,
-    )?;
+    super::delete_recorded(conn, "secrets", RECORD_TYPE, secret.id, &secret, owner)?;
     Ok(secret)
 }
 
@@ -386,11 +375,10 @@ pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult
         rows.collect::<Result<Vec<_>, _>>()?
     };
     for row in &all {
-        conn.cached_exec("DELETE FROM secrets WHERE id = ?1", [row.secret.id])?;
-        events::append(
+        super::delete_recorded(
             conn,
+            "secrets",
             RECORD_TYPE,
-            Action::Deleted,
             row.secret.id,
             &row.secret,
             owner,

@@ -32,14 +32,9 @@ const COLUMNS: &str =
     "id, pipeline_id, repo_id, state, labels, dependencies, run_on, agent_id, lease_until, created";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
-    let parse = |i: usize, s: String| {
-        serde_json::from_str::<serde_json::Value>(&s).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
-        })
-    };
-    let labels = parse(4, r.get(4)?)?;
-    let deps = parse(5, r.get(5)?)?;
-    let run_on = parse(6, r.get(6)?)?;
+    let labels: serde_json::Value = super::json_column(r, 4)?;
+    let deps: serde_json::Value = super::json_column(r, 5)?;
+    let run_on: serde_json::Value = super::json_column(r, 6)?;
     Ok(Task {
         id: r.get(0)?,
         pipeline_id: r.get(1)?,

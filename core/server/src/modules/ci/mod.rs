@@ -20,6 +20,7 @@ pub mod pipelines;
 pub mod plugins;
 pub mod registries;
 pub mod repos;
+pub mod scoped;
 pub mod secrets;
 pub mod stream;
 pub mod system;

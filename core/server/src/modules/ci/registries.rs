@@ -7,35 +7,20 @@
 //! the non-empty fields it is given (a new `address` renames the entry, as upstream);
 //! `readonly` is not writable (it marks registries from outside the database).
 
+use rusqlite::Connection;
 use serde::Deserialize;
 
-use super::pagination::Page;
-use super::secrets::{Level, path_text, resolve};
+use super::scoped::{self, ScopedResource};
 use crate::app::Ctx;
-use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::store::StoreError;
+use crate::http::{ApiError, Request, Scope};
+use crate::store::StoreResult;
 use crate::store::registries::{
-    self, MAX_FIELD, NewRegistry, RegistryChange, SEAL_PURPOSE, validate_address,
+    self, MAX_FIELD, NewRegistry, Registry, RegistryChange, SEAL_PURPOSE, validate_address,
 };
+use crate::store::secrets::ResourceScope;
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
-    for (level, prefix) in Level::ALL {
-        let all = format!("{prefix}/registries");
-        let one = format!("{prefix}/registries/{{registry}}");
-        scope
-            .get(&all, move |ctx, req| list(ctx, req, level))
-            .post(&all, move |ctx, req| create(ctx, req, level))
-            .get(&one, move |ctx, req| get(ctx, req, level))
-            .patch(&one, move |ctx, req| update(ctx, req, level))
-            .delete(&one, move |ctx, req| delete(ctx, req, level));
-    }
-}
-
-fn not_found(err: StoreError) -> ApiError {
-    match err {
-        StoreError::NotFound => ApiError::not_found("Registry not found"),
-        other => other.into(),
-    }
+    scoped::routes::<Registries>(scope);
 }
 
 /// The body of create and update (Woodpecker's `Registry`); unknown fields are ignored.
@@ -63,104 +48,91 @@ fn check_username(username: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `GET …/registries`: one page, by address.
-async fn list(ctx: Ctx, req: Request, level: Level) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
-    let page = Page::from_request(&req);
-    let list = ctx
-        .store
-        .read(move |c| registries::list(c, scope, page.page, page.per_page))
-        .await?;
-    Ok(Response::json(&list))
-}
+/// Registries as a [`ScopedResource`]: keyed by address, password sealed on the way in.
+struct Registries;
 
-/// `POST …/registries`: 200 with the new registry (password `""`).
-async fn create(ctx: Ctx, req: Request, level: Level) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
-    let body: RegistryIn = req.json()?;
-    let address = body.address.unwrap_or_default();
-    validate_address(&address).map_err(ApiError::unprocessable)?;
-    let username = body.username.unwrap_or_default();
-    check_username(&username)?;
-    let password = body.password.unwrap_or_default();
-    if password.is_empty() {
-        return Err(ApiError::unprocessable(
-            "invalid registry password: empty password",
-        ));
+impl ScopedResource for Registries {
+    const COLLECTION: &'static str = "registries";
+    const KEY_PARAM: &'static str = "registry";
+    const NOT_FOUND: &'static str = "Registry not found";
+    const NOUN: &'static str = "registry";
+
+    type Item = Registry;
+    type New = NewRegistry;
+    type Change = RegistryChange;
+
+    /// Create needs `address`, `username` and `password`.
+    fn new_from(ctx: &Ctx, req: &Request) -> Result<NewRegistry, ApiError> {
+        let body: RegistryIn = req.json()?;
+        let address = body.address.unwrap_or_default();
+        validate_address(&address).map_err(ApiError::unprocessable)?;
+        let username = body.username.unwrap_or_default();
+        check_username(&username)?;
+        let password = body.password.unwrap_or_default();
+        if password.is_empty() {
+            return Err(ApiError::unprocessable(
+                "invalid registry password: empty password",
+            ));
+        }
+        Ok(NewRegistry {
+            address,
+            username,
+            sealed_password: ctx.seal.seal(SEAL_PURPOSE, password.as_bytes()),
+        })
     }
-    let new = NewRegistry {
-        address,
-        username,
-        sealed_password: ctx.seal.seal(SEAL_PURPOSE, password.as_bytes()),
-    };
-    let registry = ctx
-        .store
-        .write(move |c| registries::create(c, scope, &new))
-        .await?;
-    tracing::info!(
-        registry = registry.address,
-        org_id = scope.org_id,
-        repo_id = scope.repo_id,
-        "registry created"
-    );
-    Ok(Response::json(&registry))
-}
 
-/// `GET …/registries/{registry}`.
-async fn get(ctx: Ctx, req: Request, level: Level) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
-    let address = path_text(&req, "registry")?;
-    let row = ctx
-        .store
-        .read(move |c| registries::find(c, scope, &address))
-        .await
-        .map_err(not_found)?;
-    Ok(Response::json(&row.registry))
-}
-
-/// `PATCH …/registries/{registry}`.
-async fn update(ctx: Ctx, req: Request, level: Level) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
-    let address = path_text(&req, "registry")?;
-    let body: RegistryIn = req.json()?;
-    let new_address = body.address.filter(|a| !a.is_empty());
-    if let Some(a) = &new_address {
-        validate_address(a).map_err(ApiError::unprocessable)?;
+    /// Changes the non-empty fields given; a new `address` renames the entry.
+    fn change_from(ctx: &Ctx, req: &Request) -> Result<RegistryChange, ApiError> {
+        let body: RegistryIn = req.json()?;
+        let address = body.address.filter(|a| !a.is_empty());
+        if let Some(a) = &address {
+            validate_address(a).map_err(ApiError::unprocessable)?;
+        }
+        let username = body.username.filter(|u| !u.is_empty());
+        if let Some(u) = &username {
+            check_username(u)?;
+        }
+        Ok(RegistryChange {
+            address,
+            username,
+            sealed_password: body
+                .password
+                .filter(|p| !p.is_empty())
+                .map(|p| ctx.seal.seal(SEAL_PURPOSE, p.as_bytes())),
+        })
     }
-    let username = body.username.filter(|u| !u.is_empty());
-    if let Some(u) = &username {
-        check_username(u)?;
-    }
-    let change = RegistryChange {
-        address: new_address,
-        username,
-        sealed_password: body
-            .password
-            .filter(|p| !p.is_empty())
-            .map(|p| ctx.seal.seal(SEAL_PURPOSE, p.as_bytes())),
-    };
-    let registry = ctx
-        .store
-        .write(move |c| registries::update(c, scope, &address, &change))
-        .await
-        .map_err(not_found)?;
-    Ok(Response::json(&registry))
-}
 
-/// `DELETE …/registries/{registry}`: 204.
-async fn delete(ctx: Ctx, req: Request, level: Level) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
-    let address = path_text(&req, "registry")?;
-    let registry = ctx
-        .store
-        .write(move |c| registries::delete(c, scope, &address))
-        .await
-        .map_err(not_found)?;
-    tracing::info!(
-        registry = registry.address,
-        org_id = scope.org_id,
-        repo_id = scope.repo_id,
-        "registry deleted"
-    );
-    Ok(Response::empty(StatusCode::NO_CONTENT))
+    fn key(item: &Registry) -> &str {
+        &item.address
+    }
+
+    fn list(
+        c: &Connection,
+        scope: ResourceScope,
+        page: u32,
+        per: u32,
+    ) -> StoreResult<Vec<Registry>> {
+        registries::list(c, scope, page, per)
+    }
+
+    fn find(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
+        Ok(registries::find(c, scope, key)?.registry)
+    }
+
+    fn create(c: &Connection, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
+        registries::create(c, scope, new)
+    }
+
+    fn update(
+        c: &Connection,
+        scope: ResourceScope,
+        key: &str,
+        change: &RegistryChange,
+    ) -> StoreResult<Registry> {
+        registries::update(c, scope, key, change)
+    }
+
+    fn delete(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
+        registries::delete(c, scope, key)
+    }
 }

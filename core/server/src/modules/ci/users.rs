@@ -10,7 +10,7 @@ use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::store::pipelines::{self, ListFilter};
+use crate::store::pipelines::{self, ListFilter, Pipeline};
 use crate::store::users::{self, NewUser, UserPatch, validate_login};
 use crate::store::{StoreError, StoreResult, repos};
 
@@ -65,31 +65,35 @@ pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await?;
     let feed: Vec<Value> = list
         .into_iter()
-        .map(|(repo, p)| {
-            json!({
-                "repo_id": repo.id,
-                "full_name": repo.full_name,
-                "id": p.id,
-                "number": p.number,
-                "event": p.event,
-                "status": p.status,
-                "created": p.created,
-                "started": p.started,
-                "finished": p.finished,
-                "commit": p.commit,
-                "branch": p.branch,
-                "ref": p.git_ref,
-                "refspec": p.refspec,
-                "title": p.title,
-                "message": p.message,
-                "author": p.author,
-                "author_avatar": p.author_avatar,
-                "author_email": p.author_email,
-                "tag_title": p.tag_title,
-            })
-        })
+        .map(|(repo, p)| feed_entry(repo.id, &repo.full_name, &p))
         .collect();
     Ok(Response::json(&feed))
+}
+
+/// One entry of upstream's `Feed`: a pipeline with its repository's id and full name (the
+/// user feed and the admin's `/pipelines` both render it).
+pub(super) fn feed_entry(repo_id: i64, full_name: &str, p: &Pipeline) -> Value {
+    json!({
+        "repo_id": repo_id,
+        "full_name": full_name,
+        "id": p.id,
+        "number": p.number,
+        "event": p.event,
+        "status": p.status,
+        "created": p.created,
+        "started": p.started,
+        "finished": p.finished,
+        "commit": p.commit,
+        "branch": p.branch,
+        "ref": p.git_ref,
+        "refspec": p.refspec,
+        "title": p.title,
+        "message": p.message,
+        "author": p.author,
+        "author_avatar": p.author_avatar,
+        "author_email": p.author_email,
+        "tag_title": p.tag_title,
+    })
 }
 
 /// `GET /user/repos?all=&name=`: the caller's active repositories with their newest pipeline

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::must_admin;
+use crate::modules::ci::users::feed_entry;
 use crate::pipeline::status::{PENDING, RUNNING};
 use crate::store::pipelines;
 use crate::store::tasks::{self, Task};
@@ -115,28 +116,7 @@ async fn active_pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
             let mut out = Vec::new();
             for row in pipelines::with_status(c, &[PENDING, RUNNING])? {
                 let repo = repos::by_id(c, row.repo_id)?;
-                let p = &row.pipeline;
-                out.push(json!({
-                    "repo_id": row.repo_id,
-                    "full_name": repo.repo.full_name,
-                    "id": p.id,
-                    "number": p.number,
-                    "event": p.event,
-                    "status": p.status,
-                    "created": p.created,
-                    "started": p.started,
-                    "finished": p.finished,
-                    "commit": p.commit,
-                    "branch": p.branch,
-                    "ref": p.git_ref,
-                    "refspec": p.refspec,
-                    "title": p.title,
-                    "message": p.message,
-                    "author": p.author,
-                    "author_avatar": p.author_avatar,
-                    "author_email": p.author_email,
-                    "tag_title": p.tag_title,
-                }));
+                out.push(feed_entry(row.repo_id, &repo.repo.full_name, &row.pipeline));
             }
             Ok(out)
         })

@@ -1,0 +1,238 @@
+//! Resources that live at three scopes — secrets and registries — served by one handler flow.
+//!
+//! Each resource is reachable as `{prefix}/{collection}` and `{prefix}/{collection}/{key}`
+//! where the prefix picks the scope ([`Level`]): `""` for instance admins,
+//! `/orgs/{org_id}` for org admins and `/repos/{repo_id}` for repo admins. This module owns
+//! everything the scopes have in common:
+//!
+//! - [`resolve`]: authorise the caller for the level and name the [`ResourceScope`];
+//! - [`routes`]: list (paged) / create / get / update / delete for every level;
+//! - the 404 for unknown keys ([`ScopedResource::NOT_FOUND`]) and the audit log lines.
+//!
+//! A resource says only what differs, by implementing [`ScopedResource`]: how a request body
+//! becomes a validated new item or change (its 422s, its sealing), and which store functions
+//! read and write it.
+
+use serde::Serialize;
+
+use super::access::{must_admin, org, repo_admin};
+use super::pagination::Page;
+use crate::app::Ctx;
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::store::secrets::ResourceScope;
+use crate::store::{StoreError, StoreResult};
+use rusqlite::Connection;
+
+/// Which of the three scopes a route serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Level {
+    /// Instance admins.
+    Global,
+    /// Org admins of `{org_id}`.
+    Org,
+    /// Repo admins of `{repo_id}`.
+    Repo,
+}
+
+impl Level {
+    /// Every level with the route prefix that selects it.
+    pub(super) const ALL: [(Level, &'static str); 3] = [
+        (Level::Global, ""),
+        (Level::Org, "/orgs/{org_id}"),
+        (Level::Repo, "/repos/{repo_id}"),
+    ];
+}
+
+/// Authorises the caller for `level` and names the scope: 401 anonymous; global: 403 for
+/// non-admins; org: 404 unknown org, 403 non-org-admins; repo: 404 unknown or invisible repo,
+/// 403 for readers who are not repo admins.
+pub(super) async fn resolve(
+    ctx: &Ctx,
+    req: &Request,
+    level: Level,
+) -> Result<ResourceScope, ApiError> {
+    match level {
+        Level::Global => {
+            must_admin(ctx, req).await?;
+            Ok(ResourceScope::GLOBAL)
+        }
+        Level::Org => Ok(ResourceScope::org(org(ctx, req, true).await?.org.id)),
+        Level::Repo => Ok(ResourceScope::repo(repo_admin(ctx, req).await?.row.repo.id)),
+    }
+}
+
+/// A path parameter, percent-decoded (names and registry addresses may be escaped).
+pub(super) fn path_text(req: &Request, name: &str) -> Result<String, ApiError> {
+    let raw = req.param(name).as_bytes();
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' {
+            let hex = raw
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| ApiError::bad_request(format!("invalid escape in {name}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(raw[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| ApiError::bad_request(format!("{name} is not UTF-8")))
+}
+
+/// One kind of scoped resource: what it is called, how requests become writes, and where the
+/// store keeps it. Implementors are unit structs; nothing is instantiated.
+pub(super) trait ScopedResource: 'static {
+    /// The collection's path segment (`secrets`).
+    const COLLECTION: &'static str;
+    /// The key's path parameter (`secret`), percent-decoded by [`path_text`].
+    const KEY_PARAM: &'static str;
+    /// The 404 message for an unknown key (`Secret not found`).
+    const NOT_FOUND: &'static str;
+    /// The noun in log lines (`secret created`).
+    const NOUN: &'static str;
+
+    /// The API rendering (never carries a sealed value).
+    type Item: Serialize + Send + 'static;
+    /// A validated, sealed new item.
+    type New: Send + 'static;
+    /// A validated, sealed change.
+    type Change: Send + 'static;
+
+    /// The create body, validated (422s) and sealed; 400 for an unparsable body.
+    fn new_from(ctx: &Ctx, req: &Request) -> Result<Self::New, ApiError>;
+    /// The update body, validated and sealed: only what it is given.
+    fn change_from(ctx: &Ctx, req: &Request) -> Result<Self::Change, ApiError>;
+    /// The item's key, for log lines.
+    fn key(item: &Self::Item) -> &str;
+
+    fn list(
+        c: &Connection,
+        scope: ResourceScope,
+        page: u32,
+        per: u32,
+    ) -> StoreResult<Vec<Self::Item>>;
+    fn find(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
+    fn create(c: &Connection, scope: ResourceScope, new: &Self::New) -> StoreResult<Self::Item>;
+    fn update(
+        c: &Connection,
+        scope: ResourceScope,
+        key: &str,
+        change: &Self::Change,
+    ) -> StoreResult<Self::Item>;
+    fn delete(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
+}
+
+/// Registers list / create / get / update / delete of `R` at every [`Level`].
+pub(super) fn routes<R: ScopedResource>(scope: &mut Scope<'_, Ctx>) {
+    for (level, prefix) in Level::ALL {
+        let all = format!("{prefix}/{}", R::COLLECTION);
+        let one = format!("{prefix}/{}/{{{}}}", R::COLLECTION, R::KEY_PARAM);
+        scope
+            .get(&all, move |ctx, req| list::<R>(ctx, req, level))
+            .post(&all, move |ctx, req| create::<R>(ctx, req, level))
+            .get(&one, move |ctx, req| get::<R>(ctx, req, level))
+            .patch(&one, move |ctx, req| update::<R>(ctx, req, level))
+            .delete(&one, move |ctx, req| delete::<R>(ctx, req, level));
+    }
+}
+
+fn not_found<R: ScopedResource>(err: StoreError) -> ApiError {
+    match err {
+        StoreError::NotFound => ApiError::not_found(R::NOT_FOUND),
+        other => other.into(),
+    }
+}
+
+/// `GET …/{collection}`: one page, in key order.
+async fn list<R: ScopedResource>(
+    ctx: Ctx,
+    req: Request,
+    level: Level,
+) -> Result<Response, ApiError> {
+    let scope = resolve(&ctx, &req, level).await?;
+    let page = Page::from_request(&req);
+    let list = ctx
+        .store
+        .read(move |c| R::list(c, scope, page.page, page.per_page))
+        .await?;
+    Ok(Response::json(&list))
+}
+
+/// `POST …/{collection}`: 200 with the new item; 409 for a duplicate key.
+async fn create<R: ScopedResource>(
+    ctx: Ctx,
+    req: Request,
+    level: Level,
+) -> Result<Response, ApiError> {
+    let scope = resolve(&ctx, &req, level).await?;
+    let new = R::new_from(&ctx, &req)?;
+    let item = ctx.store.write(move |c| R::create(c, scope, &new)).await?;
+    tracing::info!(
+        key = R::key(&item),
+        org_id = scope.org_id,
+        repo_id = scope.repo_id,
+        "{} created",
+        R::NOUN
+    );
+    Ok(Response::json(&item))
+}
+
+/// `GET …/{collection}/{key}`.
+async fn get<R: ScopedResource>(
+    ctx: Ctx,
+    req: Request,
+    level: Level,
+) -> Result<Response, ApiError> {
+    let scope = resolve(&ctx, &req, level).await?;
+    let key = path_text(&req, R::KEY_PARAM)?;
+    let item = ctx
+        .store
+        .read(move |c| R::find(c, scope, &key))
+        .await
+        .map_err(not_found::<R>)?;
+    Ok(Response::json(&item))
+}
+
+/// `PATCH …/{collection}/{key}`.
+async fn update<R: ScopedResource>(
+    ctx: Ctx,
+    req: Request,
+    level: Level,
+) -> Result<Response, ApiError> {
+    let scope = resolve(&ctx, &req, level).await?;
+    let key = path_text(&req, R::KEY_PARAM)?;
+    let change = R::change_from(&ctx, &req)?;
+    let item = ctx
+        .store
+        .write(move |c| R::update(c, scope, &key, &change))
+        .await
+        .map_err(not_found::<R>)?;
+    Ok(Response::json(&item))
+}
+
+/// `DELETE …/{collection}/{key}`: 204.
+async fn delete<R: ScopedResource>(
+    ctx: Ctx,
+    req: Request,
+    level: Level,
+) -> Result<Response, ApiError> {
+    let scope = resolve(&ctx, &req, level).await?;
+    let key = path_text(&req, R::KEY_PARAM)?;
+    let item = ctx
+        .store
+        .write(move |c| R::delete(c, scope, &key))
+        .await
+        .map_err(not_found::<R>)?;
+    tracing::info!(
+        key = R::key(&item),
+        org_id = scope.org_id,
+        repo_id = scope.repo_id,
+        "{} deleted",
+        R::NOUN
+    );
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
