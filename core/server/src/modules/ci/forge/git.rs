@@ -9,6 +9,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
+use super::git_objects::{CatFile, parse_tree};
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
 };
@@ -344,27 +345,34 @@ impl ForgeDriver for GitForge {
             )));
         }
         let dir = self.locate(&repo.forge_remote_id)?;
+        // One `cat-file --batch` answers the listing and every file (one process, not 1 + N).
+        let cat = std::cell::RefCell::new(CatFile::start(&dir)?);
         let read = |path: &str| -> Option<ConfigFile> {
-            git(&dir, &["show", &format!("{commit}:{path}")])
-                .ok()
-                .map(|data| ConfigFile {
+            match cat.borrow_mut().get(&format!("{commit}:{path}")) {
+                Ok(Some(obj)) if obj.kind == "blob" => Some(ConfigFile {
                     name: path.to_string(),
-                    data,
-                })
+                    data: String::from_utf8_lossy(&obj.data).into_owned(),
+                }),
+                _ => None,
+            }
         };
         let folder = |path: &str| -> Vec<ConfigFile> {
             let prefix = path.trim_end_matches('/');
-            let listing = git(
-                &dir,
-                &["ls-tree", "--name-only", commit, &format!("{prefix}/")],
-            )
-            .unwrap_or_default();
-            let mut names: Vec<&str> = listing
-                .lines()
+            let tree = match cat.borrow_mut().get(&format!("{commit}:{prefix}")) {
+                Ok(Some(obj)) if obj.kind == "tree" => obj,
+                _ => return Vec::new(),
+            };
+            let Ok(entries) = parse_tree(&tree.data, tree.id_len) else {
+                return Vec::new();
+            };
+            let mut names: Vec<String> = entries
+                .iter()
+                .filter(|e| e.is_blob())
+                .map(|e| format!("{prefix}/{}", String::from_utf8_lossy(&e.name)))
                 .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
                 .collect();
             names.sort();
-            names.into_iter().filter_map(read).collect()
+            names.iter().filter_map(|n| read(n)).collect()
         };
         let config = repo.config_file.trim();
         if !config.is_empty() {

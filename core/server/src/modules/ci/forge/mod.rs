@@ -10,6 +10,7 @@
 //! [`run_blocking`] so the async runtime never waits on them.
 
 pub mod git;
+pub mod git_objects;
 pub mod plugin;
 pub mod remote_head;
 
