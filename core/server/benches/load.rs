@@ -29,8 +29,9 @@
 //!   against a bare hyper server answering the same POSTs at the same rate.
 //!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration.
 //! - `rss`: resident memory of the real `woodlark` binary on the default `config.toml` (the
-//!   first-party plugins loaded from `plugins/dist`, runner on): idle after start, then after
-//!   10,000 authenticated API requests over 16 connections. Absolute numbers (issue 17's
+//!   first-party plugins loaded from `plugins/dist`, runner on): idle after the first start
+//!   (plugins compiled) and after a restart (compiled-code cache), then after 10,000
+//!   authenticated API requests over 16 connections. Absolute numbers (issue 17's
 //!   goals: idle < 40 MB, growth ≤ 10 MB), beside a bare hyper process's idle RSS.
 //! - In `http`, `WOODLARK_HTTP_ONLY=<text>` keeps the baseline and the rows whose name
 //!   contains the text (to profile one endpoint).
@@ -2239,24 +2240,34 @@ async fn rss_scenario() {
         String::from_utf8_lossy(&add.stderr)
     );
     let token = String::from_utf8_lossy(&add.stdout).trim().to_string();
-    let mut child = Command::new(bin)
-        .current_dir(&root)
-        .args(["serve", "--config", "config.toml"])
-        .envs(env.iter().cloned())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("woodlark serve");
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let up = Instant::now();
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(
-            up.elapsed() < Duration::from_secs(60),
-            "server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Settled: plugins compiled, runner registered.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let serve = || async {
+        let child = Command::new(bin)
+            .current_dir(&root)
+            .args(["serve", "--config", "config.toml"])
+            .envs(env.iter().cloned())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("woodlark serve");
+        let up = Instant::now();
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(
+                up.elapsed() < Duration::from_secs(60),
+                "server did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Settled: plugins loaded, runner registered.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        child
+    };
+    // First start: every plugin is compiled (and written to the compiled-code cache).
+    let mut child = serve().await;
+    let cold = rss_kib(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    // Every later start loads compiled code from the cache.
+    let mut child = serve().await;
     let idle = rss_kib(child.id());
     for path in [
         "/api/user",
@@ -2292,9 +2303,18 @@ async fn rss_scenario() {
                 .ok()
         });
     let mb = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
-    let mut rows = vec![vec!["woodlark idle (plugins loaded)".to_string(), mb(idle)]];
+    let mut rows = vec![
+        vec![
+            "woodlark idle, first start (compiles the plugins)".to_string(),
+            mb(cold),
+        ],
+        vec![
+            "woodlark idle, restart (compiled-code cache)".to_string(),
+            mb(idle),
+        ],
+    ];
     rows.push(vec![
-        format!("woodlark after {REQUESTS} requests"),
+        format!("woodlark after {REQUESTS} requests (restart)"),
         mb(after),
     ]);
     rows.push(vec!["growth".to_string(), mb(after.saturating_sub(idle))]);
