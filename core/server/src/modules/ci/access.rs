@@ -61,13 +61,20 @@ pub struct AccessCache {
     /// (caller's user id, 0 when anonymous; repository id) → the repository and the
     /// caller's permission on it.
     repos: GenerationCache<(i64, i64), (RepoRow, Perm)>,
+    /// User id → the repositories and organisations that user may read (the events feed's
+    /// visibility filter; computing it reads every repository).
+    readable: GenerationCache<i64, Arc<Readable>>,
 }
+
+/// Ids of the repositories and of the organisations a user may read.
+pub type Readable = (Vec<i64>, Vec<i64>);
 
 impl Default for AccessCache {
     fn default() -> Self {
         AccessCache {
             tokens: GenerationCache::new(CACHE_ENTRIES),
             repos: GenerationCache::new(CACHE_ENTRIES),
+            readable: GenerationCache::new(CACHE_ENTRIES),
         }
     }
 }
@@ -143,6 +150,36 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
         key: key.into(),
         session,
     }))
+}
+
+/// The ids of the repositories and organisations the signed-in caller may read
+/// (`repos::readable_ids`); `None` for an instance admin, who may read everything. 401 for
+/// anonymous callers.
+pub async fn readable_by_caller(
+    ctx: &Ctx,
+    req: &Request,
+) -> Result<Option<Arc<Readable>>, ApiError> {
+    let generation = ctx.store.identity_generation();
+    let account = current_at(ctx, req, generation)
+        .await?
+        .ok_or_else(ApiError::unauthorized)?;
+    if account.user.admin {
+        return Ok(None);
+    }
+    let user_id = account.user.id;
+    if let Some(ids) = ctx.access_cache.readable.get(&user_id, generation) {
+        return Ok(Some(ids));
+    }
+    let own_org = account.user.org_id;
+    let ids = Arc::new(
+        ctx.store
+            .read(move |c| repos::readable_ids(c, user_id, own_org))
+            .await?,
+    );
+    ctx.access_cache
+        .readable
+        .insert(user_id, generation, ids.clone());
+    Ok(Some(ids))
 }
 
 /// The signed-in user, or 401.
@@ -510,6 +547,60 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(admin_flag(current(ctx, &get(&pat)).await), Some(true));
+
+        // What the caller may read follows a new public repository at once.
+        let readable = |ctx: &Ctx, t: String| {
+            let ctx = ctx.clone();
+            async move {
+                readable_by_caller(&ctx, &get(&t))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|ids| ids.0.len())
+            }
+        };
+        ctx.store
+            .write(move |c| {
+                let patch = users::UserPatch {
+                    admin: Some(false),
+                    ..Default::default()
+                };
+                users::update(c, &Default::default(), "alice", &patch).map(|_| ())
+            })
+            .await
+            .unwrap();
+        assert_eq!(readable(ctx, pat.clone()).await, Some(0));
+        assert_eq!(readable(ctx, pat.clone()).await, Some(0), "from the cache");
+        let org_id = account.user.org_id;
+        ctx.store
+            .write(move |c| {
+                c.execute(
+                    "INSERT INTO forges (type, url, data, webhook_secret)
+                     VALUES ('git', 'file:///x', '{}', 's')",
+                    [],
+                )?;
+                c.execute(
+                    "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name,
+                                        active, hash, data, created)
+                     VALUES (?1, 'x', ?2, ?3, 'alice/x', 1, 'h', '{}', 0)",
+                    rusqlite::params![c.last_insert_rowid(), org_id, id],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(readable(ctx, pat.clone()).await, Some(1));
+        let env = ctx.env_admins.clone();
+        ctx.store
+            .write(move |c| {
+                let patch = users::UserPatch {
+                    admin: Some(true),
+                    ..Default::default()
+                };
+                users::update(c, &env, "alice", &patch).map(|_| ())
+            })
+            .await
+            .unwrap();
 
         // Rotating the token seed revokes the cached token.
         let env = ctx.env_admins.clone();

@@ -25,9 +25,9 @@ use serde_json::value::RawValue;
 
 use crate::app::Ctx;
 use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access::must_user;
+use crate::modules::ci::access::readable_by_caller;
 use crate::store::events::{self, Cursor, Direction, Filter, RawEvent, Visible};
-use crate::store::{StoreResult, now_unix_ms, orgs, repos};
+use crate::store::{StoreResult, now_unix_ms, orgs};
 use crate::timefmt::rfc3339_millis;
 
 pub const DEFAULT_LIMIT: usize = 100;
@@ -81,16 +81,10 @@ fn parse_id(id: &str) -> Option<i64> {
 
 /// What the caller may see.
 async fn visibility(ctx: &Ctx, req: &Request) -> Result<Option<Visible>, ApiError> {
-    let account = must_user(ctx, req).await?;
-    if account.user.admin {
-        return Ok(None);
-    }
-    let (user_id, own_org) = (account.user.id, account.user.org_id);
-    let (repo_ids, org_ids) = ctx
-        .store
-        .read(move |c| repos::readable_ids(c, user_id, own_org))
-        .await?;
-    Ok(Some(Visible { repo_ids, org_ids }))
+    Ok(readable_by_caller(ctx, req).await?.map(|ids| {
+        let (repo_ids, org_ids) = (*ids).clone();
+        Visible { repo_ids, org_ids }
+    }))
 }
 
 /// The parsed query of `GET /events`.
