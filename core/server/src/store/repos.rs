@@ -368,6 +368,27 @@ pub fn readable_ids(
     Ok((repos, orgs))
 }
 
+/// A bare repository row (with a `git` forge row of its own) for unit tests outside the
+/// store, which hold no SQL.
+#[cfg(test)]
+pub fn insert_bare(
+    conn: &Connection,
+    org_id: i64,
+    user_id: i64,
+    full_name: &str,
+) -> StoreResult<i64> {
+    conn.execute(
+        "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///x', '{}', 's')",
+        [],
+    )?;
+    conn.execute(
+        "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data, created)
+         VALUES (?1, ?2, ?3, ?4, ?2, 1, 'h', '{}', 0)",
+        params![conn.last_insert_rowid(), full_name, org_id, user_id],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
 /// The strongest permission `user_id` holds on any repository of `org_id`.
 pub fn best_perm_in_org(conn: &Connection, user_id: i64, org_id: i64) -> StoreResult<Perm> {
     let (push, admin): (bool, bool) = conn.cached_row(

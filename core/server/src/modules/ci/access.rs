@@ -573,20 +573,7 @@ mod tests {
         assert_eq!(readable(ctx, pat.clone()).await, Some(0), "from the cache");
         let org_id = account.user.org_id;
         ctx.store
-            .write(move |c| {
-                c.execute(
-                    "INSERT INTO forges (type, url, data, webhook_secret)
-                     VALUES ('git', 'file:///x', '{}', 's')",
-                    [],
-                )?;
-                c.execute(
-                    "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name,
-                                        active, hash, data, created)
-                     VALUES (?1, 'x', ?2, ?3, 'alice/x', 1, 'h', '{}', 0)",
-                    rusqlite::params![c.last_insert_rowid(), org_id, id],
-                )?;
-                Ok(())
-            })
+            .write(move |c| repos::insert_bare(c, org_id, id, "alice/x"))
             .await
             .unwrap();
         assert_eq!(readable(ctx, pat.clone()).await, Some(1));
