@@ -204,16 +204,7 @@ fn raise_fd_limit() {
 
 /// Resident set size of this process, in bytes.
 fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024
+    rss_kib(std::process::id()) * 1024
 }
 
 /// User + system CPU time of this process.

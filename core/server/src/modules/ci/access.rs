@@ -19,7 +19,8 @@
 //! to activate a repository in it or move one into it ([`may_activate_in`]).
 //!
 //! Every authenticated request asks "whose token is this?" and most then ask "what may they
-//! do on this repository?". Both answers are cached in [`AccessCache`] for one identity
+//! do on this repository?" (the events feed: "which repositories may they read?"). These
+//! answers are cached in [`AccessCache`] for one identity
 //! generation of the store (see `store::cache`): a token rotation, a deleted user or a changed
 //! permission is seen by the next request, and a cache hit costs no database read, no key
 //! derivation and no signature check.
@@ -54,7 +55,8 @@ struct Verified {
     expires: Option<i64>,
 }
 
-/// Cached answers of [`current`] and [`repo`], valid for one identity generation.
+/// Cached answers of [`current`], [`repo`] and [`readable_by_caller`], valid for one
+/// identity generation.
 pub struct AccessCache {
     /// Raw token → what it proved. Only tokens that verified are kept.
     tokens: GenerationCache<String, Verified>,
