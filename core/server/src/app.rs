@@ -262,8 +262,10 @@ impl App {
 /// once; the watcher starts when the server starts serving. Compiled code is cached in
 /// `<data_dir>/plugin-cache` unless `plugins.cache_dir` says otherwise.
 /// Hands the heap's free pages back to the kernel. Compiling the plugins (on several
-/// threads, each with its own malloc arena) leaves megabytes freed but still resident;
-/// measured: idle RSS 42 → 38 MB with the first-party plugins loaded (docs/benchmarks.md).
+/// threads, each with its own malloc arena) can leave megabytes freed but still resident:
+/// trimming a running server by hand took it from 42 to 38 MB. With today's plugins most of
+/// a first start's extra heap stays live and this returns little (docs/benchmarks.md, rss);
+/// starts from the compiled-code cache do not need it.
 fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists.
