@@ -367,7 +367,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
         let opt_out = "pass --sandbox none (trusted pipelines only)";
         Some(runner::sandbox::checked(Vec::new(), opt_out).map_err(anyhow::Error::msg)?)
     };
-    let api = HttpAgent::new(server, api_prefix, token);
+    let api = HttpAgent::new(server, api_prefix, token).map_err(anyhow::Error::msg)?;
     runtime()?.block_on(async move {
         let (stop, shutdown) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {

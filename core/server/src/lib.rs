@@ -4,12 +4,13 @@
 //! - [`cli`]: the `woodlark` command line (`serve`, `user add`).
 //! - [`config`]: `config.toml` → validated [`config::Config`].
 //! - [`app`]: builds the state, the route table and serves.
-//! - [`http`]: the only module that knows hyper: server, router, request/response, errors.
+//! - [`http`]: crate `woodlark-http`, the only one that knows hyper: server, router,
+//!   request/response, errors, outbound client.
 //! - [`modules`]: one folder per interface (`ci`, …), each registering routes under its mount.
-//! - [`pipeline`]: pipeline configs → compiled workflows (shared with the runner).
+//! - [`pipeline`]: crate `woodlark-pipeline`, configs → compiled workflows (no I/O).
 //! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
 //! - [`profiler`]: the process-wide CPU sampler behind `/debug/settings/pprof`.
-//! - [`runner`]: runs workflows (embedded agent and `woodlark agent`).
+//! - [`runner`]: crate `woodlark-runner`, runs workflows (embedded agent and `woodlark agent`).
 //! - [`store`]: SQLite (one writer thread, reader pool, migrations, event outbox).
 //! - [`auth`]: tokens, random secrets, the server's signing key.
 //! - [`logging`]: tracing set-up and the run-time log level.
@@ -19,12 +20,12 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod config;
-pub mod http;
+pub use woodlark_http as http;
 pub mod logging;
 pub mod modules;
-pub mod pipeline;
+pub use woodlark_pipeline as pipeline;
 pub mod plugin_services;
 pub mod profiler;
-pub mod runner;
+pub use woodlark_runner as runner;
 pub mod store;
 pub mod timefmt;

@@ -4,7 +4,6 @@
 //! after. The DER framing for ed25519 is a fixed prefix before the 32 key bytes (RFC 8410), so
 //! it is written out here rather than pulling in an ASN.1 stack.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -111,22 +110,7 @@ fn decode_private(text: &str) -> Option<[u8; 32]> {
     seed.try_into().ok()
 }
 
-/// Writes a new file readable only by the owner, atomically (temp file + rename).
-pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&tmp)?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path)
-}
+pub use woodlark_stdx::write_private;
 
 #[cfg(test)]
 mod tests {

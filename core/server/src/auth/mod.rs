@@ -11,18 +11,9 @@ pub mod sealing;
 pub mod session;
 pub mod token;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-
 use crate::http::Request;
 
-/// `n` bytes from the operating system's CSPRNG.
-pub fn random_bytes(n: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; n];
-    // getrandom fails only when the OS has no entropy source at all; nothing safe to do then.
-    getrandom::fill(&mut buf).unwrap_or_else(|e| panic!("the OS random source failed: {e}"));
-    buf
-}
+pub use woodlark_stdx::{random_bytes, random_secret};
 
 /// Sealing purpose under which user token keys are derived.
 const USER_TOKEN_KEY: &str = "user-token-key";
@@ -31,11 +22,6 @@ const USER_TOKEN_KEY: &str = "user-token-key";
 /// key, so that reading the database is not enough to forge a token.
 pub fn user_token_key(seal: &sealing::SealKey, account: &crate::store::users::Account) -> String {
     seal.derive(USER_TOKEN_KEY, &account.token_seed)
-}
-
-/// A 256-bit random secret as URL-safe text (user hashes, agent tokens, webhook secrets).
-pub fn random_secret() -> String {
-    URL_SAFE_NO_PAD.encode(random_bytes(32))
 }
 
 /// Compares two secrets without leaking where they differ through timing.

@@ -565,21 +565,7 @@ pub const PIPELINE_SCOPES: &str =
     "(org_id = 0 AND repo_id = ?2) OR (org_id = ?1 AND repo_id = 0 AND ?1 != 0)
             OR (org_id = 0 AND repo_id = 0)";
 
-/// Seconds since the Unix epoch (the API's timestamp unit).
-pub fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use woodlark_stdx::{now_unix, now_unix_ms};
 
 #[cfg(test)]
 mod tests {

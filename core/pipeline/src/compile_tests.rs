@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
-use crate::pipeline::types::{Metadata, SecretValue, Trust};
+use crate::types::{Metadata, SecretValue, Trust};
 
 // ---------------------------------------------------------------------------------------
 // Builders for inputs and expected outputs.

@@ -47,8 +47,8 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::process::{self, Exit};
-use crate::pipeline::registry::{normalize, registry_of};
-use crate::pipeline::types::{CompiledStep, StepKind};
+use woodlark_pipeline::registry::{normalize, registry_of};
+use woodlark_pipeline::types::{CompiledStep, StepKind};
 
 /// Label naming the runner that created an object (what [`Docker::sweep`] removes).
 pub const LABEL_OWNER: &str = "io.woodlark.owner";
@@ -109,7 +109,7 @@ pub struct Swept {
 
 /// Eight lowercase alphanumerics: keeps names of two runs of one workflow apart.
 fn random_suffix() -> String {
-    crate::auth::random_secret()
+    woodlark_stdx::random_secret()
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .take(8)
@@ -834,12 +834,12 @@ mod tests {
         let step = CompiledStep {
             image: "localhost:5000/private/app:1".into(),
             registries: vec![
-                crate::pipeline::types::RegistryCredential {
+                woodlark_pipeline::types::RegistryCredential {
                     address: "docker.io".into(),
                     username: "hub".into(),
                     password: "x".into(),
                 },
-                crate::pipeline::types::RegistryCredential {
+                woodlark_pipeline::types::RegistryCredential {
                     address: "http://localhost:5000".into(),
                     username: "me".into(),
                     password: "pw".into(),

@@ -144,7 +144,7 @@ fn product(entries: &[(String, Node)], at: &str, issues: &mut Vec<Issue>) -> (Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::yaml;
+    use crate::yaml;
 
     fn axes(doc: &str) -> (Vec<Axis>, Vec<Issue>) {
         let node = yaml::parse(doc).unwrap();

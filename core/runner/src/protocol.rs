@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::types::CompiledWorkflow;
+use woodlark_pipeline::types::CompiledWorkflow;
 
 /// A step of the assigned workflow: the server's ids for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

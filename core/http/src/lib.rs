@@ -1,4 +1,4 @@
-//! The HTTP core: the only place in the server that knows hyper.
+//! The HTTP core: the only crate in the workspace that knows hyper.
 //!
 //! Layout:
 //! - [`server`]: the accept loop (hyper-util's auto builder: HTTP/1.1 and h2c), header-read
@@ -8,12 +8,14 @@
 //! - [`request`] / [`response`]: the plain types handlers see and return.
 //! - [`error`]: [`ApiError`], rendered as plain text (Woodpecker) or `{"message"}` JSON
 //!   (Clever, algod) depending on the module that owns the route.
+//! - [`client`]: outbound HTTP(S) for the rest of the server (agent protocol, plugins).
 //! - [`metrics`]: request counters and latency histograms for `/metrics`.
 //!
 //! **API boundary:** handlers never see hyper types; they take a [`Request`] and return
 //! `Result<Response, ApiError>`. Types re-exported here from the `http` crate (status codes,
 //! methods, header maps) are plain data and safe to use anywhere.
 
+pub mod client;
 pub mod error;
 pub mod metrics;
 pub mod request;

@@ -61,7 +61,7 @@ pub struct SecretValue {
     pub images: Vec<String>,
 }
 
-/// Input of [`crate::pipeline::compile`].
+/// Input of [`crate::compile`].
 #[derive(Debug, Clone, Default)]
 pub struct CompileInput {
     pub files: Vec<ConfigFile>,
@@ -98,7 +98,7 @@ pub struct PipelineError {
     pub data: serde_json::Value,
 }
 
-/// Output of [`crate::pipeline::compile`]. Any error that is not a warning means the
+/// Output of [`crate::compile`]. Any error that is not a warning means the
 /// pipeline gets status `error`; an empty `workflows` without errors means everything was
 /// filtered out by `when`.
 #[derive(Debug, Clone, Default, PartialEq)]

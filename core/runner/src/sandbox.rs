@@ -487,7 +487,7 @@ mod tests {
     /// every process of the step, including one that left the group with `setsid`.
     #[tokio::test]
     async fn killing_the_group_ends_every_process_in_the_sandbox() {
-        use crate::runner::process::{self, Exit};
+        use crate::process::{self, Exit};
         let Ok(sb) = Sandbox::new(Vec::new()) else {
             eprintln!("bwrap not installed; skipped");
             return;

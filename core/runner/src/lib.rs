@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::pipeline::types::{CompiledStep, OnFailure, StepKind};
 use process::Exit;
 use protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
+use woodlark_pipeline::types::{CompiledStep, OnFailure, StepKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
@@ -197,7 +197,7 @@ where
 }
 
 fn now() -> i64 {
-    crate::store::now_unix()
+    woodlark_stdx::now_unix()
 }
 
 /// Longest a captured line waits before it is sent.
@@ -302,7 +302,7 @@ impl Workspace {
         } else {
             parent.to_path_buf()
         };
-        let suffix: String = crate::auth::random_secret()
+        let suffix: String = woodlark_stdx::random_secret()
             .chars()
             .filter(|c| c.is_ascii_alphanumeric())
             .take(8)
@@ -352,7 +352,7 @@ async fn execute<A: AgentApi>(
             "machine {}\nlogin {}\npassword {}\n",
             netrc.machine, netrc.login, netrc.password
         );
-        crate::auth::keys::write_private(&ws.home().join(".netrc"), &text)
+        woodlark_stdx::write_private(&ws.home().join(".netrc"), &text)
             .map_err(|e| format!("cannot write .netrc: {e}"))?;
     }
     let steps = &work.workflow.steps;
@@ -755,9 +755,9 @@ fn start_process<A>(
         let dir = ctx.home.join(".docker-steps").join(ctx.step_id.to_string());
         std::fs::create_dir_all(&dir)
             .and_then(|()| {
-                crate::auth::keys::write_private(
+                woodlark_stdx::write_private(
                     &dir.join("config.json"),
-                    &crate::pipeline::registry::docker_config(&ctx.step.registries),
+                    &woodlark_pipeline::registry::docker_config(&ctx.step.registries),
                 )
             })
             .map_err(|e| format!("cannot write the registry logins: {e}"))?;

@@ -5,12 +5,9 @@
 //! bounded by the server (about 25 s) and simply repeated.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use woodlark_http::client::Client;
 
 use super::protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
 use super::{AgentApi, RunnerError};
@@ -19,22 +16,25 @@ use super::{AgentApi, RunnerError};
 pub struct HttpAgent {
     base: String,
     token: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client,
 }
+
+/// The largest reply the agent reads (a workflow with its compiled steps and secrets).
+const MAX_REPLY: usize = 64 << 20;
 
 impl HttpAgent {
     /// `server` is the server's root URL (`http://ci.example.com:8000`), `prefix` the CI
     /// mount (`/api`).
-    pub fn new(server: &str, prefix: &str, token: &str) -> HttpAgent {
-        HttpAgent {
+    pub fn new(server: &str, prefix: &str, token: &str) -> Result<HttpAgent, RunnerError> {
+        Ok(HttpAgent {
             base: format!(
                 "{}{}/agent",
                 server.trim_end_matches('/'),
                 prefix.trim_end_matches('/')
             ),
             token: token.to_string(),
-            client: Client::builder(TokioExecutor::new()).build_http(),
-        }
+            client: Client::new().map_err(|e| RunnerError::Transport(e.to_string()))?,
+        })
     }
 
     async fn call(
@@ -43,25 +43,20 @@ impl HttpAgent {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(u16, Bytes), RunnerError> {
-        let req = hyper::Request::builder()
+        let req = http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header("authorization", format!("Bearer {}", self.token))
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .body(Bytes::from(body.unwrap_or_default()))
             .map_err(|e| RunnerError::Transport(e.to_string()))?;
         let resp = self
             .client
-            .request(req)
+            .send(req, MAX_REPLY)
             .await
             .map_err(|e| RunnerError::Transport(e.to_string()))?;
         let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| RunnerError::Transport(e.to_string()))?
-            .to_bytes();
+        let body = resp.into_body();
         match status {
             200..=299 => Ok((status, body)),
             500..=599 => Err(RunnerError::Transport(format!(

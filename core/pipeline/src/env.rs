@@ -206,7 +206,7 @@ fn scalar(text: &str, plain: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::yaml;
+    use crate::yaml;
 
     fn secret(name: &str, value: &str, events: &[&str], images: &[&str]) -> SecretValue {
         SecretValue {

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
-use crate::pipeline::types::{CompiledStep, StepKind};
+use woodlark_pipeline::types::{CompiledStep, StepKind};
 
 /// Shells the local backend knows by name; `image` picks one.
 const SHELLS: &[&str] = &["sh", "bash", "zsh", "fish", "dash", "ash", "ksh"];

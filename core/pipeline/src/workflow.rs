@@ -486,7 +486,7 @@ pub fn parse_deps(node: &Node, at: &str) -> Result<Vec<Dep>, Issue> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::yaml;
+    use crate::yaml;
 
     fn spec(doc: &str) -> (WorkflowSpec, Vec<Issue>) {
         let mut issues = Vec::new();

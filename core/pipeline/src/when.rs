@@ -348,7 +348,7 @@ fn parse_path(node: &Node, at: &str) -> Result<PathFilter, Issue> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::yaml;
+    use crate::yaml;
 
     fn meta(event: &str, branch: &str, files: &[&str]) -> Metadata {
         Metadata {

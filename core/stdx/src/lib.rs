@@ -1,0 +1,86 @@
+//! Small helpers every Woodlark crate may use, with no dependency on any of them (the idea of
+//! rust-analyzer's `stdx`): randomness from the OS, Unix time, files only the owner can read.
+//!
+//! Nothing here knows about HTTP, SQL, pipelines or plugins; a helper that needs one of those
+//! belongs in that crate.
+
+use std::io::Write;
+use std::path::Path;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// `n` bytes from the operating system's CSPRNG.
+pub fn random_bytes(n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    // getrandom fails only when the OS has no entropy source at all; nothing safe to do then.
+    getrandom::fill(&mut buf).unwrap_or_else(|e| panic!("the OS random source failed: {e}"));
+    buf
+}
+
+/// A 256-bit random secret as URL-safe text (user hashes, agent tokens, webhook secrets).
+pub fn random_secret() -> String {
+    URL_SAFE_NO_PAD.encode(random_bytes(32))
+}
+
+/// Seconds since the Unix epoch (the API's timestamp unit).
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Writes a new file readable only by the owner, atomically (temp file + rename).
+pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&tmp)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_url_safe_and_distinct() {
+        let (a, b) = (random_secret(), random_secret());
+        assert_eq!(a.len(), 43);
+        assert_ne!(a, b);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
+    }
+
+    #[test]
+    fn private_files_are_owner_only_and_replace_atomically() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        write_private(&path, "one").unwrap();
+        write_private(&path, "two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!path.with_extension("tmp").exists());
+    }
+}
