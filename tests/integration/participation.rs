@@ -705,7 +705,7 @@ async fn private_key_material_is_sealed_at_rest() {
         .app_state
         .store
         .read(move |c| {
-            Ok(c.query_row(
+            Ok(c.raw_for_tests().query_row(
                 "SELECT vrf_secrets, voting_secrets FROM participation_keys WHERE id = ?1",
                 [&id],
                 |r| Ok((r.get(0)?, r.get(1)?)),

@@ -1152,7 +1152,7 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
         .app_state
         .store
         .read(move |c| {
-            Ok(c.query_row(
+            Ok(c.raw_for_tests().query_row(
                 "SELECT (SELECT count(*) FROM secrets WHERE repo_id = ?1)
                       + (SELECT count(*) FROM registries WHERE repo_id = ?1)
                       + (SELECT count(*) FROM crons WHERE repo_id = ?1)",
@@ -1203,7 +1203,7 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
         .app_state
         .store
         .read(move |c| {
-            Ok(c.query_row(
+            Ok(c.raw_for_tests().query_row(
                 "SELECT (SELECT count(*) FROM secrets WHERE org_id = ?1)
                       + (SELECT count(*) FROM registries WHERE org_id = ?1)
                       + (SELECT count(*) FROM agents WHERE org_id = ?1)",

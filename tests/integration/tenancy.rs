@@ -532,7 +532,7 @@ async fn kill_9_during_deletes_leaves_no_orphan_rows() {
         let answered = request.await.ok().map(|r| r.status);
         {
             let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
-            let found = integrity::orphans(&db).unwrap();
+            let found = integrity::orphans(woodlark::store::Tx::for_tests(&db)).unwrap();
             assert!(found.is_empty(), "after kill {i}: orphaned rows {found:?}");
             let repo_rows: i64 = db
                 .query_row("SELECT count(*) FROM repos WHERE id = ?1", [id], |r| {
@@ -580,7 +580,11 @@ async fn kill_9_during_deletes_leaves_no_orphan_rows() {
     }
     drop(server);
     let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
-    assert!(integrity::orphans(&db).unwrap().is_empty());
+    assert!(
+        integrity::orphans(woodlark::store::Tx::for_tests(&db))
+            .unwrap()
+            .is_empty()
+    );
     let left: i64 = db
         .query_row("SELECT count(*) FROM pipelines", [], |r| r.get(0))
         .unwrap();

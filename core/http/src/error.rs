@@ -85,3 +85,53 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+/// Errors of the crates below (the store's) become 404, 409 with their message, or a logged
+/// 500, so `?` works in handlers without those crates knowing HTTP.
+impl<E: woodlark_stdx::Classify> From<E> for ApiError {
+    fn from(err: E) -> ApiError {
+        match err.fault() {
+            woodlark_stdx::Fault::NotFound => ApiError::not_found("Not Found"),
+            woodlark_stdx::Fault::Conflict(message) => ApiError::conflict(message),
+            woodlark_stdx::Fault::Internal => ApiError::internal(err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use woodlark_stdx::{Classify, Fault};
+
+    #[derive(Debug)]
+    struct Lower(Fault);
+
+    impl std::fmt::Display for Lower {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "disk on fire")
+        }
+    }
+
+    impl Classify for Lower {
+        fn fault(&self) -> Fault {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn lower_errors_become_404_409_or_an_opaque_500() {
+        let not_found = ApiError::from(Lower(Fault::NotFound));
+        assert_eq!(not_found.status, StatusCode::NOT_FOUND);
+        let conflict = ApiError::from(Lower(Fault::Conflict("name taken".into())));
+        assert_eq!(
+            (conflict.status, conflict.message.as_str()),
+            (StatusCode::CONFLICT, "name taken")
+        );
+        let internal = ApiError::from(Lower(Fault::Internal));
+        assert_eq!(internal.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            !internal.message.contains("fire"),
+            "the cause is logged, not shown"
+        );
+    }
+}

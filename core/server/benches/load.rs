@@ -809,7 +809,10 @@ async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
     let have: i64 = server
         .state
         .store
-        .read(|c| Ok(c.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?))
+        .read(|c| {
+            Ok(c.raw_for_tests()
+                .query_row("SELECT count(*) FROM events", [], |r| r.get(0))?)
+        })
         .await
         .unwrap();
     let mut left = target - have;
@@ -822,7 +825,7 @@ async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
             .store
             .write(move |c| {
                 let now = woodlark::store::now_unix_ms();
-                let mut stmt = c.prepare_cached(
+                let mut stmt = c.raw_for_tests().prepare_cached(
                     "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
                      VALUES (?1, 'users', 'updated', ?2, ?3, ?4, ?5, NULL)",
                 )?;
@@ -852,7 +855,13 @@ async fn max_seq(server: &Server) -> i64 {
     server
         .state
         .store
-        .read(|c| Ok(c.query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))?))
+        .read(|c| {
+            Ok(c.raw_for_tests().query_row(
+                "SELECT coalesce(max(seq), 0) FROM events",
+                [],
+                |r| r.get(0),
+            )?)
+        })
         .await
         .unwrap()
 }
@@ -1164,7 +1173,7 @@ async fn statuses(server: &Server, repo: i64) -> (i64, i64) {
         .state
         .store
         .read(move |c| {
-            Ok(c.query_row(
+            Ok(c.raw_for_tests().query_row(
                 "SELECT count(*) FILTER (WHERE status = 'success'),
                         count(*) FILTER (WHERE status IN ('failure', 'error', 'killed', 'canceled', 'declined'))
                  FROM pipelines WHERE repo_id = ?1",
@@ -1492,7 +1501,7 @@ async fn logs_scenario() {
         let logs = server.state.logs.clone();
         async move {
             logs.read(move |c| {
-                Ok(c.query_row(
+                Ok(c.raw_for_tests().query_row(
                     "SELECT count(*) FROM log_entries WHERE step_id = ?1",
                     [step_id],
                     |r| r.get::<_, i64>(0),

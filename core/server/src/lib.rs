@@ -11,7 +11,8 @@
 //! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
 //! - [`profiler`]: the process-wide CPU sampler behind `/debug/settings/pprof`.
 //! - [`runner`]: crate `woodlark-runner`, runs workflows (embedded agent and `woodlark agent`).
-//! - [`store`]: SQLite (one writer thread, reader pool, migrations, event outbox).
+//! - [`store`]: crate `woodlark-store`, SQLite (writer thread, reader pool, migrations,
+//!   event outbox); the only crate with SQL.
 //! - [`auth`]: tokens, random secrets, the server's signing key.
 //! - [`logging`]: tracing set-up and the run-time log level.
 //! - [`timefmt`]: RFC 3339 rendering of timestamps.
@@ -27,5 +28,5 @@ pub use woodlark_pipeline as pipeline;
 pub mod plugin_services;
 pub mod profiler;
 pub use woodlark_runner as runner;
-pub mod store;
+pub use woodlark_store as store;
 pub mod timefmt;

@@ -56,6 +56,24 @@ pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// How a failure reads to a client, whatever the protocol: the record does not exist, the
+/// request contradicts what is stored, or the server failed. Crates below the HTTP core (the
+/// store) classify their errors with it and `woodlark_http::ApiError` renders any
+/// [`Classify`] error as 404 / 409 / 500, so no lower crate knows HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    NotFound,
+    /// The message is shown to the client.
+    Conflict(String),
+    /// Logged with the error's text; the client sees only that the server failed.
+    Internal,
+}
+
+/// An error that knows which [`Fault`] it is.
+pub trait Classify: std::fmt::Display {
+    fn fault(&self) -> Fault;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

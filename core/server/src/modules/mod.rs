@@ -11,8 +11,7 @@ pub mod participation;
 pub mod web;
 
 use crate::app::Ctx;
-use crate::http::{ApiError, ErrorStyle, Scope};
-use crate::store::StoreError;
+use crate::http::{ErrorStyle, Scope};
 
 pub trait Module: Send + Sync {
     /// The config section (and log name) of the module.
@@ -58,14 +57,4 @@ pub fn all(config: &crate::config::Config) -> Vec<Box<dyn Module>> {
         Box::new(participation::Participation),
         Box::new(web::Web::new(&config.web)),
     ]
-}
-
-impl From<StoreError> for ApiError {
-    fn from(err: StoreError) -> ApiError {
-        match err {
-            StoreError::NotFound => ApiError::not_found("Not Found"),
-            StoreError::Conflict(message) => ApiError::conflict(message),
-            other => ApiError::internal(other),
-        }
-    }
 }

@@ -27,7 +27,7 @@
 
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use crate::store::Tx;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -206,7 +206,7 @@ fn admin_required() -> ApiError {
 }
 
 /// A user's permission on a repository, by the rules in the module docs.
-pub fn repo_perm(conn: &Connection, user: Option<&User>, row: &RepoRow) -> StoreResult<Perm> {
+pub fn repo_perm(conn: &Tx, user: Option<&User>, row: &RepoRow) -> StoreResult<Perm> {
     let repo = &row.repo;
     let public = match repo.visibility.as_str() {
         "public" => Perm::pull_only(),
@@ -234,7 +234,7 @@ pub struct OrgPerm {
 }
 
 /// A user's standing in an organisation.
-pub fn org_perm(conn: &Connection, user: Option<&User>, org: &Org) -> StoreResult<OrgPerm> {
+pub fn org_perm(conn: &Tx, user: Option<&User>, org: &Org) -> StoreResult<OrgPerm> {
     let Some(user) = user else {
         return Ok(OrgPerm::default());
     };
@@ -254,12 +254,7 @@ pub fn org_perm(conn: &Connection, user: Option<&User>, org: &Org) -> StoreResul
 /// Whether `user` may put repositories into namespace `owner` of forge `forge_id` (activate
 /// one there, or move one there): instance admins, the user the namespace is named after, and
 /// admins of its organisation.
-pub fn may_activate_in(
-    conn: &Connection,
-    user: &User,
-    forge_id: i64,
-    owner: &str,
-) -> StoreResult<bool> {
+pub fn may_activate_in(conn: &Tx, user: &User, forge_id: i64, owner: &str) -> StoreResult<bool> {
     if user.admin || owner == user.login {
         return Ok(true);
     }
@@ -335,7 +330,7 @@ pub async fn repo_admin(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError
 /// Loads a repository with `find` and checks the caller may pull it.
 pub async fn repo_by<F>(ctx: &Ctx, user: Option<Account>, find: F) -> Result<RepoAccess, ApiError>
 where
-    F: FnOnce(&Connection) -> StoreResult<RepoRow> + Send + 'static,
+    F: FnOnce(&Tx) -> StoreResult<RepoRow> + Send + 'static,
 {
     let u = user.as_ref().map(|a| a.user.clone());
     let found = ctx

@@ -7,7 +7,7 @@
 //! the non-empty fields it is given (a new `address` renames the entry, as upstream);
 //! `readonly` is not writable (it marks registries from outside the database).
 
-use rusqlite::Connection;
+use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
@@ -106,25 +106,20 @@ impl ScopedResource for Registries {
         &item.address
     }
 
-    fn list(
-        c: &Connection,
-        scope: ResourceScope,
-        page: u32,
-        per: u32,
-    ) -> StoreResult<Vec<Registry>> {
+    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Registry>> {
         registries::list(c, scope, page, per)
     }
 
-    fn find(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
+    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
         Ok(registries::find(c, scope, key)?.registry)
     }
 
-    fn create(c: &Connection, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
+    fn create(c: &Tx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
         registries::create(c, scope, new)
     }
 
     fn update(
-        c: &Connection,
+        c: &Tx,
         scope: ResourceScope,
         key: &str,
         change: &RegistryChange,
@@ -132,7 +127,7 @@ impl ScopedResource for Registries {
         registries::update(c, scope, key, change)
     }
 
-    fn delete(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
+    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
         registries::delete(c, scope, key)
     }
 }

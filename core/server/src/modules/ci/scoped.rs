@@ -19,9 +19,9 @@ use super::access::{must_admin, org, repo_admin};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::store::Tx;
 use crate::store::secrets::ResourceScope;
 use crate::store::{StoreError, StoreResult};
-use rusqlite::Connection;
 
 /// Which of the three scopes a route serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,21 +109,16 @@ pub(super) trait ScopedResource: 'static {
     /// The item's key, for log lines.
     fn key(item: &Self::Item) -> &str;
 
-    fn list(
-        c: &Connection,
-        scope: ResourceScope,
-        page: u32,
-        per: u32,
-    ) -> StoreResult<Vec<Self::Item>>;
-    fn find(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
-    fn create(c: &Connection, scope: ResourceScope, new: &Self::New) -> StoreResult<Self::Item>;
+    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Self::Item>>;
+    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
+    fn create(c: &Tx, scope: ResourceScope, new: &Self::New) -> StoreResult<Self::Item>;
     fn update(
-        c: &Connection,
+        c: &Tx,
         scope: ResourceScope,
         key: &str,
         change: &Self::Change,
     ) -> StoreResult<Self::Item>;
-    fn delete(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
+    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
 }
 
 /// Registers list / create / get / update / delete of `R` at every [`Level`].

@@ -8,7 +8,7 @@
 //! names 404, unparsable bodies 400. PATCH changes only what it is given; an empty `value`
 //! keeps the stored one; `name` cannot be changed (as upstream).
 
-use rusqlite::Connection;
+use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
@@ -118,20 +118,20 @@ impl ScopedResource for Secrets {
         &item.name
     }
 
-    fn list(c: &Connection, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Secret>> {
+    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Secret>> {
         secrets::list(c, scope, page, per)
     }
 
-    fn find(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
+    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
         Ok(secrets::find(c, scope, key)?.secret)
     }
 
-    fn create(c: &Connection, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
+    fn create(c: &Tx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
         secrets::create(c, scope, new)
     }
 
     fn update(
-        c: &Connection,
+        c: &Tx,
         scope: ResourceScope,
         key: &str,
         change: &SecretChange,
@@ -139,7 +139,7 @@ impl ScopedResource for Secrets {
         secrets::update(c, scope, key, change)
     }
 
-    fn delete(c: &Connection, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
+    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
         secrets::delete(c, scope, key)
     }
 }

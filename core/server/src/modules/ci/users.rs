@@ -159,7 +159,7 @@ async fn forge_listing(
 /// whose name a different stored one holds marked `has_forge_name_conflict`, and the user's
 /// stored repositories the forge no longer has marked `has_no_forge_repo`.
 fn addable_repos(
-    c: &rusqlite::Connection,
+    c: &crate::store::Tx,
     user: &users::User,
     (forge_id, listed): (i64, Vec<RemoteRepo>),
     name: &str,

@@ -159,7 +159,7 @@ impl Query {
 
 /// Resolves a cursor id to its sequence, or a 404 that says what happened to it.
 fn resolve_cursor(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::Tx,
     id: &str,
     name: &str,
 ) -> StoreResult<Result<i64, ApiError>> {

@@ -22,7 +22,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 }
 
 /// Upstream's `QueueTask` (a `Task` plus pipeline number and agent name) for a task row.
-pub fn queue_task(c: &rusqlite::Connection, t: &Task) -> StoreResult<Value> {
+pub fn queue_task(c: &crate::store::Tx, t: &Task) -> StoreResult<Value> {
     let wf = pipelines::workflow(c, t.id)?;
     let p = pipelines::by_id(c, t.pipeline_id)?;
     let agent_name = if t.agent_id > 0 {

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::Connection;
+use crate::store::Tx;
 
 use super::queue::SEAL_PAYLOAD;
 use crate::app::Ctx;
@@ -514,7 +514,7 @@ async fn plugin_registries(ctx: &Ctx, repo: &RepoRow, images: Vec<String>, sourc
 
 #[allow(clippy::too_many_arguments)]
 fn create_in(
-    c: &Connection,
+    c: &Tx,
     ctx: &Ctx,
     repo: &RepoRow,
     t: &Trigger,
@@ -630,7 +630,7 @@ fn create_in(
 
 /// Puts a pipeline's workflows in the queue (all of them `pending` or `waiting`).
 pub fn enqueue(
-    c: &Connection,
+    c: &Tx,
     row: &PipelineRow,
     compiled: &[crate::pipeline::types::CompiledWorkflow],
     repo: &RepoRow,

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rusqlite::Connection;
+use crate::store::Tx;
 use tokio::sync::Notify;
 
 use crate::app::Ctx;
@@ -305,7 +305,7 @@ impl Queue {
     }
 
     /// Checks that `agent` holds the lease of workflow `id`.
-    fn holds(conn: &Connection, id: i64, agent: i64) -> StoreResult<bool> {
+    fn holds(conn: &Tx, id: i64, agent: i64) -> StoreResult<bool> {
         Ok(tasks::get(conn, id)?.is_some_and(|t| t.state == "running" && t.agent_id == agent))
     }
 
@@ -639,7 +639,7 @@ impl Queue {
 }
 
 /// Marks a workflow ended with `state`; its unfinished steps end too. Returns its pipeline.
-fn end_workflow(c: &Connection, id: i64, state: &str, error: &str) -> StoreResult<i64> {
+fn end_workflow(c: &Tx, id: i64, state: &str, error: &str) -> StoreResult<i64> {
     let now = now_unix();
     let wf = pipelines::workflow(c, id)?;
     for s in &wf.children {
@@ -676,7 +676,7 @@ fn end_workflow(c: &Connection, id: i64, state: &str, error: &str) -> StoreResul
 
 /// Waiting tasks whose dependencies have all ended become pending, or are skipped when the
 /// dependencies did not end the way `runs_on` asks.
-fn release_dependents(c: &Connection, pipeline_id: i64) -> StoreResult<()> {
+fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
     loop {
         let mut changed = false;
         let wfs = pipelines::workflows(c, pipeline_id)?;
@@ -715,7 +715,7 @@ fn release_dependents(c: &Connection, pipeline_id: i64) -> StoreResult<()> {
 }
 
 /// When no workflow of the pipeline is left to run, the pipeline takes the merged state.
-fn roll_up(c: &Connection, pipeline_id: i64) -> StoreResult<()> {
+fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
     let wfs = pipelines::workflows(c, pipeline_id)?;
     if wfs.iter().any(|w| !status::is_done(&w.state)) {
         return Ok(());
@@ -734,7 +734,7 @@ fn roll_up(c: &Connection, pipeline_id: i64) -> StoreResult<()> {
     Ok(())
 }
 
-fn cancel_in(c: &Connection, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
+fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
     let row = pipelines::by_id(c, pipeline_id)?;
     if !matches!(row.pipeline.status.as_str(), PENDING | RUNNING | BLOCKED) {
         return Err(StoreError::Conflict(format!(

@@ -6,8 +6,9 @@
 //! Event ids are the outbox sequence rendered as a fixed-width hex string, so they sort as
 //! strings in the same order as numbers.
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::params;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -88,7 +89,7 @@ impl<B> StoredEvent<B> {
 }
 
 /// The newest event's sequence number (0 when there is none).
-pub fn newest_seq(conn: &Connection) -> StoreResult<i64> {
+pub fn newest_seq(conn: &Tx) -> StoreResult<i64> {
     Ok(conn.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))?)
 }
 
@@ -98,7 +99,7 @@ pub fn format_id(seq: i64) -> String {
 
 /// Records a created or deleted record.
 pub fn append<T: Serialize>(
-    conn: &Connection,
+    conn: &Tx,
     record_type: &str,
     action: Action,
     record_id: impl ToString,
@@ -120,7 +121,7 @@ pub fn append<T: Serialize>(
 /// Records an update from the record's old and new API renderings; writes nothing (and returns
 /// `None`) when no field changed.
 pub fn append_update<T: Serialize>(
-    conn: &Connection,
+    conn: &Tx,
     record_type: &str,
     record_id: impl ToString,
     before: &T,
@@ -145,7 +146,7 @@ pub fn append_update<T: Serialize>(
 }
 
 fn insert(
-    conn: &Connection,
+    conn: &Tx,
     record_type: &str,
     action: Action,
     record_id: &str,
@@ -190,7 +191,7 @@ pub fn previous_attributes(before: &Value, after: &Value) -> Option<Value> {
 }
 
 /// Events with `seq > after`, oldest first.
-pub fn list_after(conn: &Connection, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+pub fn list_after(conn: &Tx, after: i64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
     page(
         conn,
         after,
@@ -336,7 +337,7 @@ const SELECT: &str = "SELECT seq, created_ms, record_type, action, record_id, ob
 /// `filter`, at most `limit`, always returned oldest first. Index-backed on `seq`: cost does
 /// not grow with the number of older events (no OFFSET).
 pub fn page<B: EventBody>(
-    conn: &Connection,
+    conn: &Tx,
     after: i64,
     before: i64,
     filter: &Filter,
@@ -376,12 +377,7 @@ pub fn page<B: EventBody>(
 }
 
 /// Whether any event matching `filter` lies strictly between the bounds.
-pub fn any_between(
-    conn: &Connection,
-    after: i64,
-    before: i64,
-    filter: &Filter,
-) -> StoreResult<bool> {
+pub fn any_between(conn: &Tx, after: i64, before: i64, filter: &Filter) -> StoreResult<bool> {
     for key in filter.keys() {
         let (cond, args) = filter_sql(filter, key);
         let sql = format!("SELECT EXISTS ({SELECT} WHERE seq > ?1 AND seq < ?2{cond})");
@@ -399,7 +395,7 @@ pub fn any_between(
 
 /// One event by sequence number, if it still exists and matches `filter`.
 pub fn get<B: EventBody>(
-    conn: &Connection,
+    conn: &Tx,
     seq: i64,
     filter: &Filter,
 ) -> StoreResult<Option<StoredEvent<B>>> {
@@ -425,7 +421,7 @@ pub enum Cursor {
     Unknown,
 }
 
-pub fn cursor(conn: &Connection, seq: i64) -> StoreResult<Cursor> {
+pub fn cursor(conn: &Tx, seq: i64) -> StoreResult<Cursor> {
     let exists: bool = conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM events WHERE seq = ?1)",
         [seq],
@@ -452,7 +448,7 @@ pub fn cursor(conn: &Connection, seq: i64) -> StoreResult<Cursor> {
 /// Removes events older than `older_than_ms` (if set) and beyond the newest `keep` (if set),
 /// at most `batch` rows per call (so the writer is never held long). Returns rows removed.
 pub fn prune(
-    conn: &Connection,
+    conn: &Tx,
     older_than_ms: Option<i64>,
     keep: Option<u64>,
     batch: usize,
@@ -479,6 +475,7 @@ pub fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
     use serde_json::json;
 
     #[test]
@@ -499,7 +496,7 @@ mod tests {
         assert_eq!(format_id(1).len(), 24);
     }
 
-    fn seeded(n: i64) -> Connection {
+    fn seeded(n: i64) -> Tx {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         for i in 1..=n {
@@ -508,9 +505,17 @@ mod tests {
                 org_id: Some(i % 3),
                 repo_id: (kind == "repos").then_some(i),
             };
-            append(&conn, kind, Action::Created, i, &json!({"i": i}), owner).unwrap();
+            append(
+                Tx::new(&conn),
+                kind,
+                Action::Created,
+                i,
+                &json!({"i": i}),
+                owner,
+            )
+            .unwrap();
         }
-        conn
+        Tx::owned(conn)
     }
 
     #[test]
@@ -653,12 +658,12 @@ mod tests {
         super::super::migrations::migrate(&mut conn).unwrap();
         let v = json!({"login": "a"});
         assert_eq!(
-            append_update(&conn, "users", 1, &v, &v, Owner::default()).unwrap(),
+            append_update(Tx::new(&conn), "users", 1, &v, &v, Owner::default()).unwrap(),
             None
         );
         let changed = json!({"login": "b"});
-        append_update(&conn, "users", 1, &v, &changed, Owner::default()).unwrap();
-        let events = list_after(&conn, 0, 10).unwrap();
+        append_update(Tx::new(&conn), "users", 1, &v, &changed, Owner::default()).unwrap();
+        let events = list_after(Tx::new(&conn), 0, 10).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event_type(), "users.updated");
         assert_eq!(events[0].previous, Some(json!({"login": "a"})));

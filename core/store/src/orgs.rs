@@ -1,7 +1,8 @@
 //! Organisations: namespaces that own repositories. Every user has one of its own (`is_user`).
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
@@ -36,7 +37,7 @@ fn owner(org: &Org) -> Owner {
     }
 }
 
-pub fn by_id(conn: &Connection, id: i64) -> StoreResult<Org> {
+pub fn by_id(conn: &Tx, id: i64) -> StoreResult<Org> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM orgs WHERE id = ?1"),
         [id],
@@ -46,7 +47,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<Org> {
     .ok_or(StoreError::NotFound)
 }
 
-pub fn by_name(conn: &Connection, forge_id: i64, name: &str) -> StoreResult<Option<Org>> {
+pub fn by_name(conn: &Tx, forge_id: i64, name: &str) -> StoreResult<Option<Org>> {
     Ok(conn
         .cached_row(
             &format!("SELECT {COLUMNS} FROM orgs WHERE forge_id = ?1 AND name = ?2"),
@@ -57,7 +58,7 @@ pub fn by_name(conn: &Connection, forge_id: i64, name: &str) -> StoreResult<Opti
 }
 
 /// Creates the personal organisation of a new user, recording `orgs.created`.
-pub fn create_for_user(conn: &Connection, forge_id: i64, login: &str) -> StoreResult<Org> {
+pub fn create_for_user(conn: &Tx, forge_id: i64, login: &str) -> StoreResult<Org> {
     if let Some(existing) = by_name(conn, forge_id, login)? {
         return Err(StoreError::Conflict(format!(
             "an organization named {:?} already exists (id {})",
@@ -69,7 +70,7 @@ pub fn create_for_user(conn: &Connection, forge_id: i64, login: &str) -> StoreRe
 
 /// The organisation `name` of a forge, created (recording `orgs.created`) if it is new.
 /// A user's personal organisation is found by the user's login.
-pub fn find_or_create(conn: &Connection, forge_id: i64, name: &str) -> StoreResult<Org> {
+pub fn find_or_create(conn: &Tx, forge_id: i64, name: &str) -> StoreResult<Org> {
     if let Some(org) = by_name(conn, forge_id, name)? {
         return Ok(org);
     }
@@ -83,7 +84,7 @@ pub fn find_or_create(conn: &Connection, forge_id: i64, name: &str) -> StoreResu
 }
 
 /// Inserts an organisation (a user's personal one when `is_user`) and records `orgs.created`.
-fn insert(conn: &Connection, forge_id: i64, name: &str, is_user: bool) -> StoreResult<Org> {
+fn insert(conn: &Tx, forge_id: i64, name: &str, is_user: bool) -> StoreResult<Org> {
     conn.cached_exec(
         "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, ?3)",
         params![forge_id, name, is_user],
@@ -101,7 +102,7 @@ fn insert(conn: &Connection, forge_id: i64, name: &str, is_user: bool) -> StoreR
 }
 
 /// By name on any forge (lowest id first), for look-ups by full name.
-pub fn by_any_name(conn: &Connection, name: &str) -> StoreResult<Org> {
+pub fn by_any_name(conn: &Tx, name: &str) -> StoreResult<Org> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM orgs WHERE name = ?1 ORDER BY id LIMIT 1"),
         [name],
@@ -111,7 +112,7 @@ pub fn by_any_name(conn: &Connection, name: &str) -> StoreResult<Org> {
     .ok_or(StoreError::NotFound)
 }
 
-pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Org>> {
+pub fn list(conn: &Tx, page: u32, per_page: u32) -> StoreResult<Vec<Org>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM orgs ORDER BY name, id LIMIT ?1 + 0 OFFSET ?2"
@@ -122,7 +123,7 @@ pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Org>
 
 /// Deletes an organisation that owns no repositories (409 otherwise), together with what
 /// belongs only to it. Records `orgs.deleted`.
-pub fn delete_with_contents(conn: &Connection, id: i64) -> StoreResult<()> {
+pub fn delete_with_contents(conn: &Tx, id: i64) -> StoreResult<()> {
     let repos: i64 =
         conn.cached_row("SELECT count(*) FROM repos WHERE org_id = ?1", [id], |r| {
             r.get(0)
@@ -139,7 +140,7 @@ pub fn delete_with_contents(conn: &Connection, id: i64) -> StoreResult<()> {
 }
 
 /// Deletes an organisation, recording `orgs.deleted`.
-pub fn delete(conn: &Connection, id: i64) -> StoreResult<()> {
+pub fn delete(conn: &Tx, id: i64) -> StoreResult<()> {
     let org = by_id(conn, id)?;
     conn.cached_exec("DELETE FROM orgs WHERE id = ?1", [id])?;
     events::append(

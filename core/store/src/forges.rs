@@ -1,8 +1,9 @@
 //! Forges: where repositories live (a local `git` directory, or GitHub, Gitea, … through
 //! forge-adapter plugins). Each has a random webhook secret, sealed at rest.
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::{OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
@@ -131,7 +132,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<ForgeRow> {
 
 const COLUMNS: &str = "id, type, url, data, client_secret, webhook_secret";
 
-pub fn by_id(conn: &Connection, id: i64) -> StoreResult<ForgeRow> {
+pub fn by_id(conn: &Tx, id: i64) -> StoreResult<ForgeRow> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM forges WHERE id = ?1"),
         [id],
@@ -141,7 +142,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<ForgeRow> {
     .ok_or(StoreError::NotFound)
 }
 
-pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Forge>> {
+pub fn list(conn: &Tx, page: u32, per_page: u32) -> StoreResult<Vec<Forge>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM forges ORDER BY id LIMIT ?1 + 0 OFFSET ?2"
@@ -150,7 +151,7 @@ pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Forg
     Ok(rows.map(|r| r.map(|f| f.forge)).collect::<Result<_, _>>()?)
 }
 
-pub fn count(conn: &Connection) -> StoreResult<i64> {
+pub fn count(conn: &Tx) -> StoreResult<i64> {
     Ok(conn.cached_row("SELECT count(*) FROM forges", [], |r| r.get(0))?)
 }
 
@@ -170,7 +171,7 @@ fn owner() -> Owner {
 
 /// Inserts a forge; `sealed_*` are already encrypted. Records `forges.created`.
 pub fn create(
-    conn: &Connection,
+    conn: &Tx,
     forge: &Forge,
     sealed_client_secret: &str,
     sealed_webhook_secret: &str,
@@ -200,11 +201,7 @@ pub fn create(
 /// Replaces a forge's settings (and the client secret when `Some`). Records `forges.updated`.
 /// The type of a forge that repositories use cannot change (409): their remote ids and hooks
 /// are the old type's.
-pub fn update(
-    conn: &Connection,
-    forge: &Forge,
-    sealed_client_secret: Option<&str>,
-) -> StoreResult<Forge> {
+pub fn update(conn: &Tx, forge: &Forge, sealed_client_secret: Option<&str>) -> StoreResult<Forge> {
     let before = by_id(conn, forge.id)?.forge;
     if before.kind != forge.kind {
         let repos = repo_count(conn, forge.id)?;
@@ -226,7 +223,7 @@ pub fn update(
     Ok(after)
 }
 
-fn repo_count(conn: &Connection, forge_id: i64) -> StoreResult<i64> {
+fn repo_count(conn: &Tx, forge_id: i64) -> StoreResult<i64> {
     Ok(conn.cached_row(
         "SELECT count(*) FROM repos WHERE forge_id = ?1",
         [forge_id],
@@ -235,7 +232,7 @@ fn repo_count(conn: &Connection, forge_id: i64) -> StoreResult<i64> {
 }
 
 /// Deletes a forge that no repository uses any more (409 otherwise).
-pub fn delete(conn: &Connection, id: i64) -> StoreResult<()> {
+pub fn delete(conn: &Tx, id: i64) -> StoreResult<()> {
     let forge = by_id(conn, id)?.forge;
     let repos = repo_count(conn, id)?;
     if repos > 0 {

@@ -8,10 +8,11 @@
 //! Every change appends its `participation_keys.*` event in the same transaction; the event
 //! object is the key as `GET /v2/participation/{id}` renders it.
 
-use crate::store::CachedRow;
+use crate::CachedRow;
+use crate::Tx;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
@@ -169,7 +170,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<ParticipationKey> {
     })
 }
 
-fn seq_of(conn: &Connection, id: &str) -> StoreResult<i64> {
+fn seq_of(conn: &Tx, id: &str) -> StoreResult<i64> {
     conn.cached_row(
         "SELECT seq FROM participation_keys WHERE id = ?1",
         [id],
@@ -180,7 +181,7 @@ fn seq_of(conn: &Connection, id: &str) -> StoreResult<i64> {
 }
 
 /// Installs a key; `Conflict(DUPLICATE)` if a key with the same id is installed.
-pub fn insert(conn: &Connection, new: &NewPartKey) -> StoreResult<ParticipationKey> {
+pub fn insert(conn: &Tx, new: &NewPartKey) -> StoreResult<ParticipationKey> {
     let exists: Option<i64> = conn
         .cached_row(
             "SELECT seq FROM participation_keys WHERE id = ?1",
@@ -225,7 +226,7 @@ pub fn insert(conn: &Connection, new: &NewPartKey) -> StoreResult<ParticipationK
     Ok(key)
 }
 
-fn insert_signers(conn: &Connection, seq: i64, keys: &[(u64, String)]) -> StoreResult<()> {
+fn insert_signers(conn: &Tx, seq: i64, keys: &[(u64, String)]) -> StoreResult<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO participation_state_proof_keys (key_seq, round, signer) VALUES (?1, ?2, ?3)",
     )?;
@@ -246,7 +247,7 @@ fn insert_signers(conn: &Connection, seq: i64, keys: &[(u64, String)]) -> StoreR
 }
 
 /// Every installed key, oldest first.
-pub fn list(conn: &Connection) -> StoreResult<Vec<ParticipationKey>> {
+pub fn list(conn: &Tx) -> StoreResult<Vec<ParticipationKey>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM participation_keys ORDER BY seq"
     ))?;
@@ -254,7 +255,7 @@ pub fn list(conn: &Connection) -> StoreResult<Vec<ParticipationKey>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn get(conn: &Connection, id: &str) -> StoreResult<ParticipationKey> {
+pub fn get(conn: &Tx, id: &str) -> StoreResult<ParticipationKey> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM participation_keys WHERE id = ?1"),
         [id],
@@ -265,7 +266,7 @@ pub fn get(conn: &Connection, id: &str) -> StoreResult<ParticipationKey> {
 }
 
 /// Deletes a key and its state-proof keys.
-pub fn delete(conn: &Connection, id: &str) -> StoreResult<ParticipationKey> {
+pub fn delete(conn: &Tx, id: &str) -> StoreResult<ParticipationKey> {
     let key = get(conn, id)?;
     let seq = seq_of(conn, id)?;
     conn.cached_exec(
@@ -289,7 +290,7 @@ pub fn delete(conn: &Connection, id: &str) -> StoreResult<ParticipationKey> {
 /// The rendered key does not change (the API shows no state-proof key count), so the event
 /// is an `updated` event carrying the key without `previous_attributes`.
 pub fn append_state_proof_keys(
-    conn: &Connection,
+    conn: &Tx,
     id: &str,
     keys: &[(u64, String)],
 ) -> StoreResult<ParticipationKey> {
@@ -308,7 +309,7 @@ pub fn append_state_proof_keys(
 }
 
 /// The sealed material of a key, for writing it back out as a partkey file.
-pub fn secrets(conn: &Connection, id: &str) -> StoreResult<Secrets> {
+pub fn secrets(conn: &Tx, id: &str) -> StoreResult<Secrets> {
     let key = get(conn, id)?;
     let (seq, sealed_vrf, sealed_voting, state_proof_data) = conn.cached_row(
         "SELECT seq, vrf_secrets, voting_secrets, state_proof_data FROM participation_keys WHERE id = ?1",
@@ -340,7 +341,7 @@ pub fn secrets(conn: &Connection, id: &str) -> StoreResult<Secrets> {
 }
 
 /// Number of state-proof keys installed for a key.
-pub fn state_proof_key_count(conn: &Connection, id: &str) -> StoreResult<u64> {
+pub fn state_proof_key_count(conn: &Tx, id: &str) -> StoreResult<u64> {
     let seq = seq_of(conn, id)?;
     let n: i64 = conn.cached_row(
         "SELECT count(*) FROM participation_state_proof_keys WHERE key_seq = ?1",
@@ -353,8 +354,9 @@ pub fn state_proof_key_count(conn: &Connection, id: &str) -> StoreResult<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
 
-    fn conn() -> Connection {
+    fn conn() -> Tx {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         // Until the lead adds SCHEMA as a migration, apply it here when it is missing.
@@ -369,7 +371,7 @@ mod tests {
             conn.execute_batch(SCHEMA).unwrap();
         }
         conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-        conn
+        Tx::owned(conn)
     }
 
     fn new_key(id: &str) -> NewPartKey {

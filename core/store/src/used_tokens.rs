@@ -4,8 +4,9 @@
 //! on the next insert. These rows are bookkeeping, not records of the API, so they write no
 //! events.
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::params;
 
 use super::StoreResult;
 
@@ -21,7 +22,7 @@ pub const SCHEMA: &str = r#"
 "#;
 
 /// Records token `id` (valid until `expires`) as used. `false` when it already was.
-pub fn spend(conn: &Connection, id: &str, expires: i64, now: i64) -> StoreResult<bool> {
+pub fn spend(conn: &Tx, id: &str, expires: i64, now: i64) -> StoreResult<bool> {
     conn.cached_exec("DELETE FROM used_tokens WHERE expires < ?1", [now])?;
     let inserted = conn.cached_exec(
         "INSERT OR IGNORE INTO used_tokens (id, expires) VALUES (?1, ?2)",
@@ -36,12 +37,12 @@ mod tests {
 
     #[test]
     fn a_token_is_spent_once_and_expired_rows_go() {
-        let mut conn = Connection::open_in_memory().unwrap();
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
-        assert!(spend(&conn, "a", 100, 50).unwrap());
-        assert!(!spend(&conn, "a", 100, 60).unwrap());
+        assert!(spend(Tx::new(&conn), "a", 100, 50).unwrap());
+        assert!(!spend(Tx::new(&conn), "a", 100, 60).unwrap());
         assert!(
-            spend(&conn, "b", 300, 200).unwrap(),
+            spend(Tx::new(&conn), "b", 300, 200).unwrap(),
             "a expired and was removed"
         );
         let left: i64 = conn

@@ -6,7 +6,8 @@
 //! complaint). Lines are keyed by `(step_id, line)`, so a batch an agent re-sends after a
 //! lost reply is stored once. Retention removes old lines by age.
 
-use crate::store::CachedRow;
+use crate::CachedRow;
+use crate::Tx;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use rusqlite::{Connection, params};
@@ -79,7 +80,7 @@ pub struct NewLine {
 
 /// Stores lines; lines already stored (same step and number) are skipped. Returns how many
 /// were new.
-pub fn append(conn: &Connection, lines: &[NewLine]) -> StoreResult<usize> {
+pub fn append(conn: &Tx, lines: &[NewLine]) -> StoreResult<usize> {
     let now = now_unix_ms();
     let mut stmt = conn.prepare_cached(
         "INSERT OR IGNORE INTO log_entries (step_id, line, time, type, data, created_ms)
@@ -100,12 +101,7 @@ pub fn append(conn: &Connection, lines: &[NewLine]) -> StoreResult<usize> {
 }
 
 /// Lines of a step numbered `from` and up (lines count from 0), in order, at most `limit`.
-pub fn list(
-    conn: &Connection,
-    step_id: i64,
-    from: i64,
-    limit: usize,
-) -> StoreResult<Vec<LogEntry>> {
+pub fn list(conn: &Tx, step_id: i64, from: i64, limit: usize) -> StoreResult<Vec<LogEntry>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, step_id, time, line, data, type FROM log_entries
          WHERE step_id = ?1 AND line >= ?2 ORDER BY line LIMIT ?3 + 0",
@@ -125,7 +121,7 @@ pub fn list(
 }
 
 /// The raw text of a step's log, for downloads.
-pub fn text(conn: &Connection, step_id: i64) -> StoreResult<Vec<u8>> {
+pub fn text(conn: &Tx, step_id: i64) -> StoreResult<Vec<u8>> {
     let mut stmt = conn.prepare_cached(
         "SELECT data FROM log_entries WHERE step_id = ?1 AND type != ?2 ORDER BY line",
     )?;
@@ -140,7 +136,7 @@ pub fn text(conn: &Connection, step_id: i64) -> StoreResult<Vec<u8>> {
 
 /// The number the step's next line gets: one past the highest stored (0 when none), so a
 /// restarted agent appends instead of overwriting.
-pub fn next_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
+pub fn next_line(conn: &Tx, step_id: i64) -> StoreResult<i64> {
     Ok(conn.cached_row(
         "SELECT coalesce(max(line) + 1, 0) FROM log_entries WHERE step_id = ?1",
         [step_id],
@@ -150,7 +146,7 @@ pub fn next_line(conn: &Connection, step_id: i64) -> StoreResult<i64> {
 
 /// Distinct step ids that have lines, above `after`, ascending, at most `limit` (the orphan
 /// sweep walks them in pages).
-pub fn step_ids_after(conn: &Connection, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
+pub fn step_ids_after(conn: &Tx, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
     let mut stmt = conn.prepare_cached(
         "SELECT DISTINCT step_id FROM log_entries WHERE step_id > ?1 ORDER BY step_id LIMIT ?2 + 0",
     )?;
@@ -159,7 +155,7 @@ pub fn step_ids_after(conn: &Connection, after: i64, limit: usize) -> StoreResul
 }
 
 /// Removes every line of the given steps.
-pub fn delete_steps(conn: &Connection, step_ids: &[i64]) -> StoreResult<usize> {
+pub fn delete_steps(conn: &Tx, step_ids: &[i64]) -> StoreResult<usize> {
     let mut stmt = conn.prepare_cached("DELETE FROM log_entries WHERE step_id = ?1")?;
     let mut removed = 0;
     for id in step_ids {
@@ -169,7 +165,7 @@ pub fn delete_steps(conn: &Connection, step_ids: &[i64]) -> StoreResult<usize> {
 }
 
 /// Removes lines stored before `cutoff_ms`, at most `batch` per call.
-pub fn prune(conn: &Connection, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
+pub fn prune(conn: &Tx, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
     Ok(conn.cached_exec(
         "DELETE FROM log_entries WHERE id IN
            (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2 + 0)",
@@ -195,17 +191,23 @@ mod tests {
     fn append_is_idempotent_and_ordered() {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        assert_eq!(next_line(&c, 1).unwrap(), 0);
-        assert_eq!(append(&c, &[line(1, 1, "b"), line(1, 0, "a")]).unwrap(), 2);
-        assert_eq!(append(&c, &[line(1, 1, "b"), line(1, 2, "c")]).unwrap(), 1);
-        let all = list(&c, 1, 0, 100).unwrap();
+        assert_eq!(next_line(Tx::new(&c), 1).unwrap(), 0);
+        assert_eq!(
+            append(Tx::new(&c), &[line(1, 1, "b"), line(1, 0, "a")]).unwrap(),
+            2
+        );
+        assert_eq!(
+            append(Tx::new(&c), &[line(1, 1, "b"), line(1, 2, "c")]).unwrap(),
+            1
+        );
+        let all = list(Tx::new(&c), 1, 0, 100).unwrap();
         assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(all[0].data, STANDARD.encode("a"));
-        assert_eq!(list(&c, 1, 2, 100).unwrap().len(), 1);
-        assert_eq!(text(&c, 1).unwrap(), b"a\nb\nc\n");
-        assert_eq!(next_line(&c, 1).unwrap(), 3);
-        assert_eq!(delete_steps(&c, &[1]).unwrap(), 3);
-        assert_eq!(prune(&c, i64::MAX, 10).unwrap(), 0);
+        assert_eq!(list(Tx::new(&c), 1, 2, 100).unwrap().len(), 1);
+        assert_eq!(text(Tx::new(&c), 1).unwrap(), b"a\nb\nc\n");
+        assert_eq!(next_line(Tx::new(&c), 1).unwrap(), 3);
+        assert_eq!(delete_steps(Tx::new(&c), &[1]).unwrap(), 3);
+        assert_eq!(prune(Tx::new(&c), i64::MAX, 10).unwrap(), 0);
     }
 
     #[test]
@@ -217,10 +219,10 @@ mod tests {
             kind: TYPE_EXIT_CODE,
             ..line(7, 3, "0")
         });
-        assert_eq!(append(&c, &old).unwrap(), 4);
+        assert_eq!(append(Tx::new(&c), &old).unwrap(), 4);
         migrate(&mut c).unwrap();
         let lines = |step| {
-            list(&c, step, 0, 10)
+            list(Tx::new(&c), step, 0, 10)
                 .unwrap()
                 .into_iter()
                 .map(|e| (e.line, e.data))

@@ -5,8 +5,9 @@
 //! over the document when a row is read. `user_id` (whose forge credentials are used) and
 //! `hash` (the key of hook tokens) are never rendered.
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::{OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 use super::events::{self, Action, Owner};
@@ -99,7 +100,7 @@ pub fn owner_of(repo: &Repo) -> Owner {
     }
 }
 
-pub fn by_id(conn: &Connection, id: i64) -> StoreResult<RepoRow> {
+pub fn by_id(conn: &Tx, id: i64) -> StoreResult<RepoRow> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM repos WHERE id = ?1"),
         [id],
@@ -109,11 +110,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<RepoRow> {
     .ok_or(StoreError::NotFound)
 }
 
-pub fn by_remote_id(
-    conn: &Connection,
-    forge_id: i64,
-    remote_id: &str,
-) -> StoreResult<Option<RepoRow>> {
+pub fn by_remote_id(conn: &Tx, forge_id: i64, remote_id: &str) -> StoreResult<Option<RepoRow>> {
     Ok(conn
         .cached_row(
             &format!("SELECT {COLUMNS} FROM repos WHERE forge_id = ?1 AND forge_remote_id = ?2"),
@@ -124,7 +121,7 @@ pub fn by_remote_id(
 }
 
 /// By `owner/name`; when several forges have one, the lowest id wins.
-pub fn by_full_name(conn: &Connection, full_name: &str) -> StoreResult<RepoRow> {
+pub fn by_full_name(conn: &Tx, full_name: &str) -> StoreResult<RepoRow> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM repos WHERE full_name = ?1 ORDER BY id LIMIT 1"),
         [full_name],
@@ -135,12 +132,7 @@ pub fn by_full_name(conn: &Connection, full_name: &str) -> StoreResult<RepoRow> 
 }
 
 /// Every repository (admin listing), optionally only active or inactive ones.
-pub fn list(
-    conn: &Connection,
-    active: Option<bool>,
-    page: u32,
-    per_page: u32,
-) -> StoreResult<Vec<Repo>> {
+pub fn list(conn: &Tx, active: Option<bool>, page: u32, per_page: u32) -> StoreResult<Vec<Repo>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM repos WHERE (?1 IS NULL OR active = ?1)
@@ -153,7 +145,7 @@ pub fn list(
 }
 
 /// Every repository of an organisation.
-pub fn in_org(conn: &Connection, org_id: i64) -> StoreResult<Vec<RepoRow>> {
+pub fn in_org(conn: &Tx, org_id: i64) -> StoreResult<Vec<RepoRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM repos WHERE org_id = ?1 ORDER BY id"
     ))?;
@@ -166,7 +158,7 @@ fn data_of(repo: &Repo) -> StoreResult<String> {
 }
 
 /// Inserts a newly activated repository owned by `user_id`. Records `repos.created`.
-pub fn create(conn: &Connection, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<RepoRow> {
+pub fn create(conn: &Tx, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<RepoRow> {
     conn.cached_exec(
         "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -196,7 +188,7 @@ pub fn create(conn: &Connection, repo: &Repo, user_id: i64, hash: &str) -> Store
 
 /// Writes `repo` (and optionally a new owner user) over the stored row. Records
 /// `repos.updated` with the previous values when the rendering changed.
-pub fn update(conn: &Connection, repo: &Repo, user_id: Option<i64>) -> StoreResult<RepoRow> {
+pub fn update(conn: &Tx, repo: &Repo, user_id: Option<i64>) -> StoreResult<RepoRow> {
     let before = by_id(conn, repo.id)?;
     conn.cached_exec(
         "UPDATE repos SET forge_id = ?2, forge_remote_id = ?3, org_id = ?4, full_name = ?5,
@@ -229,7 +221,7 @@ pub fn update(conn: &Connection, repo: &Repo, user_id: Option<i64>) -> StoreResu
 /// workflows, steps, queue entries and configs; permissions, secrets, registries, cron jobs),
 /// recording the events of each in this same transaction. Step logs live in the logs database:
 /// the caller deletes [`Removed::step_ids`] there (the sweep catches them after a crash).
-pub fn delete(conn: &Connection, id: i64) -> StoreResult<Removed> {
+pub fn delete(conn: &Tx, id: i64) -> StoreResult<Removed> {
     let row = by_id(conn, id)?;
     let mut step_ids = Vec::new();
     for pipeline in super::pipelines::ids_of_repo(conn, id)? {
@@ -292,7 +284,7 @@ impl Perm {
 }
 
 /// A user's stored permission on a repository, if any.
-pub fn perm(conn: &Connection, user_id: i64, repo_id: i64) -> StoreResult<Option<Perm>> {
+pub fn perm(conn: &Tx, user_id: i64, repo_id: i64) -> StoreResult<Option<Perm>> {
     Ok(conn
         .cached_row(
             "SELECT pull, push, admin, synced, created, updated FROM perms WHERE user_id = ?1 AND repo_id = ?2",
@@ -312,7 +304,7 @@ pub fn perm(conn: &Connection, user_id: i64, repo_id: i64) -> StoreResult<Option
 }
 
 /// Stores a user's permission on a repository (as synced from the forge now).
-pub fn set_perm(conn: &Connection, user_id: i64, repo_id: i64, perm: Perm) -> StoreResult<()> {
+pub fn set_perm(conn: &Tx, user_id: i64, repo_id: i64, perm: Perm) -> StoreResult<()> {
     let now = now_unix();
     conn.cached_exec(
         "INSERT INTO perms (user_id, repo_id, pull, push, admin, synced, created, updated)
@@ -327,7 +319,7 @@ pub fn set_perm(conn: &Connection, user_id: i64, repo_id: i64, perm: Perm) -> St
 
 /// The repositories a user works with: those in their own namespace and those they hold a
 /// permission on (not merely public ones), by full name.
-pub fn of_member(conn: &Connection, user_id: i64, own_org_id: i64) -> StoreResult<Vec<RepoRow>> {
+pub fn of_member(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<Vec<RepoRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM repos
          WHERE org_id = ?2
@@ -341,11 +333,7 @@ pub fn of_member(conn: &Connection, user_id: i64, own_org_id: i64) -> StoreResul
 /// What a non-admin user may read: ids of the repositories they can pull (public and
 /// internal ones, those in their own namespace, those they hold a permission on) and of the
 /// organisations they belong to (their own, and those where they may push somewhere).
-pub fn readable_ids(
-    conn: &Connection,
-    user_id: i64,
-    own_org_id: i64,
-) -> StoreResult<(Vec<i64>, Vec<i64>)> {
+pub fn readable_ids(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<(Vec<i64>, Vec<i64>)> {
     let mut stmt = conn.prepare_cached(
         "SELECT id FROM repos
          WHERE json_extract(data, '$.visibility') IN ('public', 'internal')
@@ -369,14 +357,9 @@ pub fn readable_ids(
 }
 
 /// A bare repository row (with a `git` forge row of its own) for unit tests outside the
-/// store, which hold no SQL.
-#[cfg(test)]
-pub fn insert_bare(
-    conn: &Connection,
-    org_id: i64,
-    user_id: i64,
-    full_name: &str,
-) -> StoreResult<i64> {
+/// store, which hold no SQL (feature `test-support`, a dev-dependency of the server).
+#[cfg(any(test, feature = "test-support"))]
+pub fn insert_bare(conn: &Tx, org_id: i64, user_id: i64, full_name: &str) -> StoreResult<i64> {
     conn.execute(
         "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///x', '{}', 's')",
         [],
@@ -390,7 +373,7 @@ pub fn insert_bare(
 }
 
 /// The strongest permission `user_id` holds on any repository of `org_id`.
-pub fn best_perm_in_org(conn: &Connection, user_id: i64, org_id: i64) -> StoreResult<Perm> {
+pub fn best_perm_in_org(conn: &Tx, user_id: i64, org_id: i64) -> StoreResult<Perm> {
     let (push, admin): (bool, bool) = conn.cached_row(
         "SELECT coalesce(max(p.push), 0), coalesce(max(p.admin), 0)
          FROM perms p JOIN repos r ON r.id = p.repo_id

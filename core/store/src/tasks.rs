@@ -5,10 +5,11 @@
 //! is deleted. Because the queue is a table, it survives restarts; leases that run out put
 //! tasks back to `pending`.
 
-use crate::store::CachedRow;
+use crate::CachedRow;
+use crate::Tx;
 use std::collections::BTreeMap;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::StoreResult;
@@ -49,7 +50,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
     })
 }
 
-pub fn insert(conn: &Connection, task: &Task) -> StoreResult<()> {
+pub fn insert(conn: &Tx, task: &Task) -> StoreResult<()> {
     conn.cached_exec(
         "INSERT INTO tasks (id, pipeline_id, repo_id, state, labels, dependencies, run_on, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -67,7 +68,7 @@ pub fn insert(conn: &Connection, task: &Task) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn get(conn: &Connection, id: i64) -> StoreResult<Option<Task>> {
+pub fn get(conn: &Tx, id: i64) -> StoreResult<Option<Task>> {
     Ok(conn
         .cached_row(
             &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
@@ -78,7 +79,7 @@ pub fn get(conn: &Connection, id: i64) -> StoreResult<Option<Task>> {
 }
 
 /// Tasks in `state` (all states when `None`), oldest first.
-pub fn list(conn: &Connection, state: Option<&str>) -> StoreResult<Vec<Task>> {
+pub fn list(conn: &Tx, state: Option<&str>) -> StoreResult<Vec<Task>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR state = ?1) ORDER BY id"
     ))?;
@@ -86,7 +87,7 @@ pub fn list(conn: &Connection, state: Option<&str>) -> StoreResult<Vec<Task>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn of_pipeline(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<Task>> {
+pub fn of_pipeline(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<Task>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM tasks WHERE pipeline_id = ?1 ORDER BY id"
     ))?;
@@ -94,7 +95,7 @@ pub fn of_pipeline(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<Task>
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn of_agent(conn: &Connection, agent_id: i64) -> StoreResult<Vec<Task>> {
+pub fn of_agent(conn: &Tx, agent_id: i64) -> StoreResult<Vec<Task>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM tasks WHERE state = 'running' AND agent_id = ?1 ORDER BY id"
     ))?;
@@ -103,7 +104,7 @@ pub fn of_agent(conn: &Connection, agent_id: i64) -> StoreResult<Vec<Task>> {
 }
 
 /// Leases a pending task to an agent; false if someone else took it first.
-pub fn lease(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
+pub fn lease(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
     Ok(conn.cached_exec(
         "UPDATE tasks SET state = 'running', agent_id = ?2, lease_until = ?3 WHERE id = ?1 AND state = 'pending'",
         params![id, agent_id, until],
@@ -111,14 +112,14 @@ pub fn lease(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResu
 }
 
 /// Extends a lease the agent holds; false if it does not hold it (any more).
-pub fn extend(conn: &Connection, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
+pub fn extend(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
     Ok(conn.cached_exec(
         "UPDATE tasks SET lease_until = ?3 WHERE id = ?1 AND agent_id = ?2 AND state = 'running'",
         params![id, agent_id, until],
     )? == 1)
 }
 
-pub fn set_state(conn: &Connection, id: i64, state: &str) -> StoreResult<()> {
+pub fn set_state(conn: &Tx, id: i64, state: &str) -> StoreResult<()> {
     conn.cached_exec(
         "UPDATE tasks SET state = ?2, agent_id = 0, lease_until = 0 WHERE id = ?1",
         params![id, state],
@@ -126,13 +127,13 @@ pub fn set_state(conn: &Connection, id: i64, state: &str) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn remove(conn: &Connection, id: i64) -> StoreResult<()> {
+pub fn remove(conn: &Tx, id: i64) -> StoreResult<()> {
     conn.cached_exec("DELETE FROM tasks WHERE id = ?1", [id])?;
     Ok(())
 }
 
 /// Running tasks whose lease ended before `now`.
-pub fn expired(conn: &Connection, now: i64) -> StoreResult<Vec<Task>> {
+pub fn expired(conn: &Tx, now: i64) -> StoreResult<Vec<Task>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM tasks WHERE state = 'running' AND lease_until < ?1 ORDER BY id"
     ))?;
@@ -140,7 +141,7 @@ pub fn expired(conn: &Connection, now: i64) -> StoreResult<Vec<Task>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn count_running(conn: &Connection) -> StoreResult<i64> {
+pub fn count_running(conn: &Tx) -> StoreResult<i64> {
     Ok(conn.cached_row(
         "SELECT count(*) FROM tasks WHERE state = 'running'",
         [],

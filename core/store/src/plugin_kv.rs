@@ -1,7 +1,8 @@
 //! The plugins' durable key-value storage (the host's `kv` capability), one namespace per
 //! plugin instance. Entries may expire; an expired entry reads as absent.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::Tx;
+use rusqlite::{OptionalExtension, params};
 
 use super::{CachedRow, StoreResult};
 
@@ -17,12 +18,7 @@ pub const SCHEMA: &str = r#"
 "#;
 
 /// The value of `key`, unless it is missing or expired at `now_ms`.
-pub fn get(
-    conn: &Connection,
-    namespace: &str,
-    key: &str,
-    now_ms: i64,
-) -> StoreResult<Option<Vec<u8>>> {
+pub fn get(conn: &Tx, namespace: &str, key: &str, now_ms: i64) -> StoreResult<Option<Vec<u8>>> {
     Ok(conn
         .cached_row(
             "SELECT value FROM plugin_kv WHERE namespace = ?1 AND key = ?2
@@ -35,7 +31,7 @@ pub fn get(
 
 /// Sets `key`, replacing any value; `expires_ms` none = kept until deleted.
 pub fn set(
-    conn: &Connection,
+    conn: &Tx,
     namespace: &str,
     key: &str,
     value: &[u8],
@@ -50,7 +46,7 @@ pub fn set(
 }
 
 /// Removes `key`; a missing key is not an error.
-pub fn delete(conn: &Connection, namespace: &str, key: &str) -> StoreResult<()> {
+pub fn delete(conn: &Tx, namespace: &str, key: &str) -> StoreResult<()> {
     conn.cached_exec(
         "DELETE FROM plugin_kv WHERE namespace = ?1 AND key = ?2",
         params![namespace, key],
@@ -64,17 +60,26 @@ mod tests {
 
     #[test]
     fn values_expire_and_namespaces_are_apart() {
-        let c = Connection::open_in_memory().unwrap();
+        let c = rusqlite::Connection::open_in_memory().unwrap();
         c.execute_batch(SCHEMA).unwrap();
-        set(&c, "a", "k", b"1", None).unwrap();
-        set(&c, "b", "k", b"2", Some(100)).unwrap();
-        assert_eq!(get(&c, "a", "k", 500).unwrap().as_deref(), Some(&b"1"[..]));
-        assert_eq!(get(&c, "b", "k", 50).unwrap().as_deref(), Some(&b"2"[..]));
-        assert_eq!(get(&c, "b", "k", 100).unwrap(), None);
-        set(&c, "a", "k", b"3", None).unwrap();
-        assert_eq!(get(&c, "a", "k", 0).unwrap().as_deref(), Some(&b"3"[..]));
-        delete(&c, "a", "k").unwrap();
-        delete(&c, "a", "missing").unwrap();
-        assert_eq!(get(&c, "a", "k", 0).unwrap(), None);
+        set(Tx::new(&c), "a", "k", b"1", None).unwrap();
+        set(Tx::new(&c), "b", "k", b"2", Some(100)).unwrap();
+        assert_eq!(
+            get(Tx::new(&c), "a", "k", 500).unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+        assert_eq!(
+            get(Tx::new(&c), "b", "k", 50).unwrap().as_deref(),
+            Some(&b"2"[..])
+        );
+        assert_eq!(get(Tx::new(&c), "b", "k", 100).unwrap(), None);
+        set(Tx::new(&c), "a", "k", b"3", None).unwrap();
+        assert_eq!(
+            get(Tx::new(&c), "a", "k", 0).unwrap().as_deref(),
+            Some(&b"3"[..])
+        );
+        delete(Tx::new(&c), "a", "k").unwrap();
+        delete(Tx::new(&c), "a", "missing").unwrap();
+        assert_eq!(get(Tx::new(&c), "a", "k", 0).unwrap(), None);
     }
 }

@@ -8,10 +8,11 @@
 //! except in [`by_token`], and the rendering it returns (also what events record) has an empty
 //! `token`; handlers fill it in after opening the sealed value.
 
-use crate::store::CachedRow;
+use crate::CachedRow;
+use crate::Tx;
 use std::collections::BTreeMap;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -77,7 +78,7 @@ pub struct AgentChange {
 }
 
 /// The id of the system agent (owner and org -1) named `name`, the oldest if several.
-pub fn system_agent_id(conn: &Connection, name: &str) -> StoreResult<Option<i64>> {
+pub fn system_agent_id(conn: &Tx, name: &str) -> StoreResult<Option<i64>> {
     Ok(conn
         .cached_row(
             "SELECT id FROM agents WHERE name = ?1 AND owner_id = -1 AND org_id = -1 ORDER BY id LIMIT 1",
@@ -89,7 +90,7 @@ pub fn system_agent_id(conn: &Connection, name: &str) -> StoreResult<Option<i64>
 
 /// Whether agent `id` may be given work now: `None` when it no longer exists, else the
 /// opposite of its `no_schedule` flag.
-pub fn schedulable(conn: &Connection, id: i64) -> StoreResult<Option<bool>> {
+pub fn schedulable(conn: &Tx, id: i64) -> StoreResult<Option<bool>> {
     Ok(conn
         .cached_row("SELECT no_schedule FROM agents WHERE id = ?1", [id], |r| {
             r.get::<_, bool>(0)
@@ -99,7 +100,7 @@ pub fn schedulable(conn: &Connection, id: i64) -> StoreResult<Option<bool>> {
 }
 
 /// Moves the agent's last contact and last work times forward (never back).
-pub fn record_contact(conn: &Connection, id: i64, contact: i64, work: i64) -> StoreResult<()> {
+pub fn record_contact(conn: &Tx, id: i64, contact: i64, work: i64) -> StoreResult<()> {
     conn.cached_exec(
         "UPDATE agents SET last_contact = max(last_contact, ?2),
              last_work = max(last_work, ?3) WHERE id = ?1",
@@ -164,7 +165,7 @@ fn owner(agent: &Agent) -> Owner {
     }
 }
 
-pub fn by_id(conn: &Connection, id: i64) -> StoreResult<AgentRow> {
+pub fn by_id(conn: &Tx, id: i64) -> StoreResult<AgentRow> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM agents WHERE id = ?1"),
         [id],
@@ -175,7 +176,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<AgentRow> {
 }
 
 /// The agent a token belongs to, if any (for the agent protocol).
-pub fn by_token(conn: &Connection, token: &str) -> StoreResult<Option<AgentRow>> {
+pub fn by_token(conn: &Tx, token: &str) -> StoreResult<Option<AgentRow>> {
     if token.is_empty() {
         return Ok(None);
     }
@@ -189,7 +190,7 @@ pub fn by_token(conn: &Connection, token: &str) -> StoreResult<Option<AgentRow>>
 }
 
 /// One page of every agent (global and organisation ones), by id.
-pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<AgentRow>> {
+pub fn list(conn: &Tx, page: u32, per_page: u32) -> StoreResult<Vec<AgentRow>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM agents ORDER BY id LIMIT ?1 + 0 OFFSET ?2"
@@ -200,7 +201,7 @@ pub fn list(conn: &Connection, page: u32, per_page: u32) -> StoreResult<Vec<Agen
 
 /// One page of an organisation's agents, by id.
 pub fn list_for_org(
-    conn: &Connection,
+    conn: &Tx,
     org_id: i64,
     page: u32,
     per_page: u32,
@@ -214,7 +215,7 @@ pub fn list_for_org(
 }
 
 /// Creates an agent. Records `agents.created` (without the token).
-pub fn create(conn: &Connection, new: &NewAgent) -> StoreResult<AgentRow> {
+pub fn create(conn: &Tx, new: &NewAgent) -> StoreResult<AgentRow> {
     let now = now_unix();
     conn.cached_exec(
         "INSERT INTO agents (created, updated, name, owner_id, org_id, token_hash, token, no_schedule)
@@ -242,7 +243,7 @@ pub fn create(conn: &Connection, new: &NewAgent) -> StoreResult<AgentRow> {
 }
 
 /// Applies `change`; bumps `updated` when something changed. Records `agents.updated`.
-pub fn update(conn: &Connection, id: i64, change: &AgentChange) -> StoreResult<AgentRow> {
+pub fn update(conn: &Tx, id: i64, change: &AgentChange) -> StoreResult<AgentRow> {
     let before = by_id(conn, id)?;
     let name = change.name.as_ref().unwrap_or(&before.agent.name);
     let no_schedule = change.no_schedule.unwrap_or(before.agent.no_schedule);
@@ -268,7 +269,7 @@ pub fn update(conn: &Connection, id: i64, change: &AgentChange) -> StoreResult<A
 /// Stores what an agent reports about itself. Writes (and records `agents.updated`) only when
 /// something changed, so polling agents cost no writes.
 pub fn report(
-    conn: &Connection,
+    conn: &Tx,
     id: i64,
     platform: &str,
     backend: &str,
@@ -301,7 +302,7 @@ pub fn report(
 }
 
 /// Deletes an agent. Records `agents.deleted`.
-pub fn delete(conn: &Connection, id: i64) -> StoreResult<Agent> {
+pub fn delete(conn: &Tx, id: i64) -> StoreResult<Agent> {
     let row = by_id(conn, id)?;
     conn.cached_exec("DELETE FROM agents WHERE id = ?1", [id])?;
     events::append(
@@ -316,7 +317,7 @@ pub fn delete(conn: &Connection, id: i64) -> StoreResult<Agent> {
 }
 
 /// Deletes every agent of an organisation being deleted, recording `agents.deleted` each.
-pub fn delete_scope(conn: &Connection, org_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &Tx, org_id: i64) -> StoreResult<usize> {
     if org_id == ID_NOT_SET {
         return Ok(0);
     }
@@ -335,12 +336,13 @@ pub fn delete_scope(conn: &Connection, org_id: i64) -> StoreResult<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::migrations::migrate;
+    use crate::migrations::migrate;
+    use rusqlite::Connection;
 
-    fn conn() -> Connection {
+    fn conn() -> Tx {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        c
+        Tx::owned(c)
     }
 
     fn new(name: &str, org_id: i64, token: &str) -> NewAgent {

@@ -14,7 +14,7 @@
 //! Step logs live in another database file (`logs.db`) and cannot share a transaction with
 //! the main one; logs of steps that no longer exist are swept by [`super::logs::sweep_orphans`].
 
-use rusqlite::Connection;
+use crate::Tx;
 
 /// Tables whose `id` the API shows, with the event record type that names their ids.
 pub const ID_TABLES: &[(&str, &str)] = &[
@@ -77,7 +77,7 @@ pub const ORPHANS: &[(&str, &str)] = &[
 ];
 
 /// How many orphaned rows each relation has (only the non-zero ones).
-pub fn orphans(conn: &Connection) -> rusqlite::Result<Vec<(&'static str, i64)>> {
+pub fn orphans(conn: &Tx) -> rusqlite::Result<Vec<(&'static str, i64)>> {
     let mut found = Vec::new();
     for (table, condition) in ORPHANS {
         let n: i64 = conn.query_row(
@@ -95,7 +95,7 @@ pub fn orphans(conn: &Connection) -> rusqlite::Result<Vec<(&'static str, i64)>> 
 /// Deletes every orphaned row (migration 9; older versions left them behind). Repositories
 /// without an organisation are kept: they are reachable by their owner and admins, and
 /// activation gives them an organisation again.
-pub fn remove_orphans(conn: &Connection) -> rusqlite::Result<()> {
+pub fn remove_orphans(conn: &Tx) -> rusqlite::Result<()> {
     for (table, condition) in ORPHANS.iter().filter(|(t, _)| *t != "repos") {
         let removed = conn.execute(&format!("DELETE FROM {table} WHERE {condition}"), [])?;
         if removed > 0 {
@@ -109,7 +109,7 @@ pub fn remove_orphans(conn: &Connection) -> rusqlite::Result<()> {
 /// stored definition, keeping rows and indexes (migration 10). The sequence starts above the
 /// highest id ever recorded in the event outbox, so ids deleted before the upgrade are not
 /// handed out again either.
-pub fn ids_never_reused(conn: &Connection) -> rusqlite::Result<()> {
+pub fn ids_never_reused(conn: &Tx) -> rusqlite::Result<()> {
     for (table, record_type) in ID_TABLES {
         let sql: String = conn.query_row(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -194,7 +194,8 @@ fn autoincrement_definition(sql: &str, table: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::migrations::migrate;
+    use crate::migrations::migrate;
+    use rusqlite::Connection;
 
     #[test]
     fn definitions_are_rewritten_or_refused() {
@@ -245,7 +246,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(n, 1);
-        assert!(orphans(&c).unwrap().is_empty());
+        assert!(orphans(Tx::new(&c)).unwrap().is_empty());
     }
 
     #[test]
@@ -288,9 +289,9 @@ mod tests {
                  VALUES (9, 1, 'success', 'push', 'main', 'refs/heads/main', 0, '{}');",
         )
         .unwrap();
-        let found = orphans(&c).unwrap();
+        let found = orphans(Tx::new(&c)).unwrap();
         assert_eq!(found, vec![("perms", 1), ("pipelines", 1)]);
-        remove_orphans(&c).unwrap();
-        assert!(orphans(&c).unwrap().is_empty());
+        remove_orphans(Tx::new(&c)).unwrap();
+        assert!(orphans(Tx::new(&c)).unwrap().is_empty());
     }
 }

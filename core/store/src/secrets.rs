@@ -7,13 +7,14 @@
 //! can carry it. A change of the value alone does not change the rendering; it is still
 //! recorded as `secrets.updated` (without `previous_attributes`), so the feed sees every write.
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
 use super::{PIPELINE_SCOPES, StoreError, StoreResult};
-use crate::pipeline::event::WebhookEvent;
+use woodlark_pipeline::event::WebhookEvent;
 
 pub const RECORD_TYPE: &str = "secrets";
 
@@ -47,7 +48,7 @@ impl ResourceScope {
     }
 
     /// The event owner: a repository record belongs to the repository's organisation too.
-    pub fn owner(&self, conn: &Connection) -> StoreResult<Owner> {
+    pub fn owner(&self, conn: &Tx) -> StoreResult<Owner> {
         if self.repo_id != 0 {
             let org: Option<i64> = conn
                 .cached_row(
@@ -233,7 +234,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<SecretRow> {
 }
 
 /// A secret of a scope by name, with its sealed value.
-pub fn find(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResult<SecretRow> {
+pub fn find(conn: &Tx, scope: ResourceScope, name: &str) -> StoreResult<SecretRow> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM secrets WHERE org_id = ?1 AND repo_id = ?2 AND name = ?3"),
         params![scope.org_id, scope.repo_id, name],
@@ -244,12 +245,7 @@ pub fn find(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResult<
 }
 
 /// One page of a scope's secrets, by name (`page` starts at 1).
-pub fn list(
-    conn: &Connection,
-    scope: ResourceScope,
-    page: u32,
-    per_page: u32,
-) -> StoreResult<Vec<Secret>> {
+pub fn list(conn: &Tx, scope: ResourceScope, page: u32, per_page: u32) -> StoreResult<Vec<Secret>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM secrets WHERE org_id = ?1 AND repo_id = ?2
@@ -266,7 +262,7 @@ pub fn list(
 
 /// The secrets a pipeline of `repo_id` (in `org_id`) may use: repository, then organisation,
 /// then global ones, merged by name in that order of precedence. Sorted by name.
-pub fn for_pipeline(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult<Vec<SecretRow>> {
+pub fn for_pipeline(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<Vec<SecretRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM secrets
          WHERE {PIPELINE_SCOPES}
@@ -290,7 +286,7 @@ fn duplicate(name: &str) -> StoreError {
 }
 
 /// Creates a secret (409 if the name is taken in the scope). Records `secrets.created`.
-pub fn create(conn: &Connection, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
+pub fn create(conn: &Tx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
     if find(conn, scope, &new.name).is_ok() {
         return Err(duplicate(&new.name));
     }
@@ -322,7 +318,7 @@ pub fn create(conn: &Connection, scope: ResourceScope, new: &NewSecret) -> Store
 /// Applies `change` to the named secret. Records `secrets.updated` (with the previous values
 /// of the visible fields; a value-only change is recorded without them).
 pub fn update(
-    conn: &Connection,
+    conn: &Tx,
     scope: ResourceScope,
     name: &str,
     change: &SecretChange,
@@ -355,7 +351,7 @@ pub fn update(
 }
 
 /// Deletes the named secret. Records `secrets.deleted`.
-pub fn delete(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResult<Secret> {
+pub fn delete(conn: &Tx, scope: ResourceScope, name: &str) -> StoreResult<Secret> {
     let secret = find(conn, scope, name)?.secret;
     let owner = scope.owner(conn)?;
     super::delete_recorded(conn, "secrets", RECORD_TYPE, secret.id, &secret, owner)?;
@@ -364,7 +360,7 @@ pub fn delete(conn: &Connection, scope: ResourceScope, name: &str) -> StoreResul
 
 /// Deletes every secret of a scope (an organisation or repository being deleted), recording
 /// one `secrets.deleted` per secret. Returns how many were deleted.
-pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
     let scope = ResourceScope { org_id, repo_id };
     let owner = scope.owner(conn)?;
     let all = {
@@ -390,12 +386,13 @@ pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::migrations::migrate;
+    use crate::migrations::migrate;
+    use rusqlite::Connection;
 
-    fn conn() -> Connection {
+    fn conn() -> Tx {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        c
+        Tx::owned(c)
     }
 
     fn new(name: &str) -> NewSecret {

@@ -8,8 +8,9 @@
 //! (upstream: extensions and docker config files); registries made through the API are never
 //! read-only.
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{self, Action};
@@ -95,7 +96,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<RegistryRow> {
 }
 
 /// A registry of a scope by address, with its sealed password.
-pub fn find(conn: &Connection, scope: ResourceScope, address: &str) -> StoreResult<RegistryRow> {
+pub fn find(conn: &Tx, scope: ResourceScope, address: &str) -> StoreResult<RegistryRow> {
     conn.cached_row(
         &format!(
             "SELECT {COLUMNS} FROM registries WHERE org_id = ?1 AND repo_id = ?2 AND address = ?3"
@@ -107,7 +108,7 @@ pub fn find(conn: &Connection, scope: ResourceScope, address: &str) -> StoreResu
     .ok_or(StoreError::NotFound)
 }
 
-fn by_id(conn: &Connection, id: i64) -> StoreResult<RegistryRow> {
+fn by_id(conn: &Tx, id: i64) -> StoreResult<RegistryRow> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM registries WHERE id = ?1"),
         [id],
@@ -119,7 +120,7 @@ fn by_id(conn: &Connection, id: i64) -> StoreResult<RegistryRow> {
 
 /// One page of a scope's registries, by address.
 pub fn list(
-    conn: &Connection,
+    conn: &Tx,
     scope: ResourceScope,
     page: u32,
     per_page: u32,
@@ -140,7 +141,7 @@ pub fn list(
 
 /// The registries a pipeline of `repo_id` (in `org_id`) may use: repository, organisation,
 /// then global ones, merged by address in that order of precedence.
-pub fn for_pipeline(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult<Vec<RegistryRow>> {
+pub fn for_pipeline(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<Vec<RegistryRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM registries
          WHERE {PIPELINE_SCOPES}
@@ -161,7 +162,7 @@ fn duplicate(address: &str) -> StoreError {
 
 /// Creates a registry (409 if the address is taken in the scope). Records
 /// `registries.created`.
-pub fn create(conn: &Connection, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
+pub fn create(conn: &Tx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
     if find(conn, scope, &new.address).is_ok() {
         return Err(duplicate(&new.address));
     }
@@ -191,7 +192,7 @@ pub fn create(conn: &Connection, scope: ResourceScope, new: &NewRegistry) -> Sto
 /// Applies `change` to the registry at `address` (409 if renamed onto another one). Records
 /// `registries.updated`.
 pub fn update(
-    conn: &Connection,
+    conn: &Tx,
     scope: ResourceScope,
     address: &str,
     change: &RegistryChange,
@@ -226,7 +227,7 @@ pub fn update(
 }
 
 /// Deletes the registry at `address`. Records `registries.deleted`.
-pub fn delete(conn: &Connection, scope: ResourceScope, address: &str) -> StoreResult<Registry> {
+pub fn delete(conn: &Tx, scope: ResourceScope, address: &str) -> StoreResult<Registry> {
     let registry = find(conn, scope, address)?.registry;
     let owner = scope.owner(conn)?;
     super::delete_recorded(
@@ -242,7 +243,7 @@ pub fn delete(conn: &Connection, scope: ResourceScope, address: &str) -> StoreRe
 
 /// Deletes every registry of a scope (an organisation or repository being deleted),
 /// recording one `registries.deleted` each. Returns how many were deleted.
-pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
     let scope = ResourceScope { org_id, repo_id };
     let owner = scope.owner(conn)?;
     let all = {
@@ -268,12 +269,13 @@ pub fn delete_scope(conn: &Connection, org_id: i64, repo_id: i64) -> StoreResult
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::migrations::migrate;
+    use crate::migrations::migrate;
+    use rusqlite::Connection;
 
-    fn conn() -> Connection {
+    fn conn() -> Tx {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        c
+        Tx::owned(c)
     }
 
     fn new(address: &str) -> NewRegistry {

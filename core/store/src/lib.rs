@@ -77,12 +77,22 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+impl woodlark_stdx::Classify for StoreError {
+    fn fault(&self) -> woodlark_stdx::Fault {
+        match self {
+            StoreError::NotFound => woodlark_stdx::Fault::NotFound,
+            StoreError::Conflict(message) => woodlark_stdx::Fault::Conflict(message.clone()),
+            _ => woodlark_stdx::Fault::Internal,
+        }
+    }
+}
+
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Deletes row `id` of `table` and records `{record_type}.deleted` with the row's last API
 /// rendering, for `owner` (the delete of one scoped secret or registry, or of each in a scope).
 fn delete_recorded<T: serde::Serialize>(
-    conn: &Connection,
+    conn: &Tx,
     table: &str,
     record_type: &str,
     id: i64,
@@ -287,11 +297,11 @@ impl Store {
     pub async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         let job: WriteJob = Box::new(move |conn| {
-            let result = f(conn);
+            let result = f(Tx::new(conn));
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
                 let _ = tx.send(commit.and(result));
@@ -320,7 +330,7 @@ impl Store {
     pub async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
         let permit = match self.inner.reader_slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -335,7 +345,7 @@ impl Store {
     pub async fn read_blocking<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
         let permit = self
             .inner
@@ -387,7 +397,7 @@ impl Store {
 /// Runs a read on a pooled connection under `permit`; a panic in `f` is an error.
 fn run_read<T, F>(inner: &Inner, permit: tokio::sync::OwnedSemaphorePermit, f: F) -> StoreResult<T>
 where
-    F: FnOnce(&Connection) -> StoreResult<T>,
+    F: FnOnce(&Tx) -> StoreResult<T>,
 {
     let _permit = permit;
     let guard = ReaderGuard {
@@ -405,7 +415,7 @@ where
         .conn
         .as_ref()
         .unwrap_or_else(|| unreachable!("set above"));
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(Tx::new(conn))))
         .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
 }
 
@@ -437,9 +447,80 @@ impl Drop for ReaderGuard<'_> {
 /// time (`limits_never_force_a_reprepare` keeps it so).
 const STATEMENT_CACHE: usize = 256;
 
+/// The database as one [`Store::read`] or [`Store::write`] closure sees it (for a write, inside
+/// the writer's transaction, under the job's own savepoint).
+///
+/// Outside this crate a `Tx` can only be handed on to the store's named functions
+/// (`repos::get(tx, id)`, …): its connection and every method that runs SQL are private to
+/// the store, so no SQL can be written anywhere else, and the crate graph keeps it so.
+#[repr(transparent)]
+pub struct Tx {
+    conn: Connection,
+}
+
+impl Tx {
+    /// Lends `conn` as a `Tx` for one closure or store call.
+    pub(crate) fn new(conn: &Connection) -> &Tx {
+        // SAFETY: `Tx` is `repr(transparent)` over `Connection`, so both references have the
+        // same layout and the borrow keeps `conn`'s lifetime.
+        unsafe { &*(conn as *const Connection as *const Tx) }
+    }
+
+    pub(crate) fn prepare_cached(
+        &self,
+        sql: &str,
+    ) -> rusqlite::Result<rusqlite::CachedStatement<'_>> {
+        self.conn.prepare_cached(sql)
+    }
+
+    pub(crate) fn prepare(&self, sql: &str) -> rusqlite::Result<rusqlite::Statement<'_>> {
+        self.conn.prepare(sql)
+    }
+
+    pub(crate) fn execute<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize> {
+        self.conn.execute(sql, p)
+    }
+
+    pub(crate) fn execute_batch(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.execute_batch(sql)
+    }
+
+    pub(crate) fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.conn.query_row(sql, params, f)
+    }
+
+    pub(crate) fn last_insert_rowid(&self) -> i64 {
+        self.conn.last_insert_rowid()
+    }
+
+    /// A `Tx` over a connection a test opened itself (a copy of a data dir's database).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn for_tests(conn: &Connection) -> &Tx {
+        Tx::new(conn)
+    }
+
+    /// The connection, for tests and benches that seed or inspect rows the API cannot.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn raw_for_tests(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Tx {
+    /// Owns a connection a unit test opened (`&tx` is then what store functions take).
+    #[cfg(test)]
+    pub(crate) fn owned(conn: Connection) -> Tx {
+        Tx { conn }
+    }
+}
+
 /// `query_row` and `execute` through the connection's statement cache (the `Connection`
 /// methods prepare, and so parse, their SQL on every call).
-pub trait CachedRow {
+pub(crate) trait CachedRow {
     fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
     where
         P: rusqlite::Params,
@@ -459,6 +540,20 @@ impl CachedRow for Connection {
 
     fn cached_exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
         self.prepare_cached(sql)?.execute(params)
+    }
+}
+
+impl CachedRow for Tx {
+    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.conn.cached_row(sql, params, f)
+    }
+
+    fn cached_exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.conn.cached_exec(sql, params)
     }
 }
 
@@ -659,7 +754,7 @@ mod tests {
         assert_eq!(reprepares("SELECT v FROM t ORDER BY v LIMIT ?1 + 0"), 0);
 
         // And the store's own queries use the second form.
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();

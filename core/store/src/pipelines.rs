@@ -7,16 +7,17 @@
 //! so the database never contains a secret in clear. Every create, update and delete records
 //! an event (`pipelines.*`, `workflows.*`, `steps.*`) in the same transaction.
 
-use crate::store::CachedRow;
+use crate::CachedRow;
+use crate::Tx;
 use std::collections::BTreeMap;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix};
-use crate::pipeline::types::{ConfigFile, PipelineError};
+use woodlark_pipeline::types::{ConfigFile, PipelineError};
 
 pub const PIPELINES: &str = "pipelines";
 pub const WORKFLOWS: &str = "workflows";
@@ -208,7 +209,7 @@ fn owner(repo_id: i64, org_id: i64) -> Owner {
     }
 }
 
-fn org_of(conn: &Connection, repo_id: i64) -> StoreResult<i64> {
+fn org_of(conn: &Tx, repo_id: i64) -> StoreResult<i64> {
     Ok(conn
         .cached_row("SELECT org_id FROM repos WHERE id = ?1", [repo_id], |r| {
             r.get(0)
@@ -247,7 +248,7 @@ fn pipeline_from_row(r: &Row<'_>) -> rusqlite::Result<PipelineRow> {
     })
 }
 
-pub fn by_id(conn: &Connection, id: i64) -> StoreResult<PipelineRow> {
+pub fn by_id(conn: &Tx, id: i64) -> StoreResult<PipelineRow> {
     conn.cached_row(
         &format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = ?1"),
         [id],
@@ -257,7 +258,7 @@ pub fn by_id(conn: &Connection, id: i64) -> StoreResult<PipelineRow> {
     .ok_or(StoreError::NotFound)
 }
 
-pub fn by_number(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
+pub fn by_number(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
     conn.cached_row(
         &format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2"),
         params![repo_id, number],
@@ -269,7 +270,7 @@ pub fn by_number(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<Pi
 
 /// The number the repository's next pipeline gets (one past the highest; 1 for the first).
 /// Called inside the write transaction that creates the pipeline, so it cannot race.
-pub fn next_number(conn: &Connection, repo_id: i64) -> StoreResult<i64> {
+pub fn next_number(conn: &Tx, repo_id: i64) -> StoreResult<i64> {
     Ok(conn.cached_row(
         "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
         [repo_id],
@@ -279,7 +280,7 @@ pub fn next_number(conn: &Connection, repo_id: i64) -> StoreResult<i64> {
 
 /// The newest pipeline of a repository, optionally of one branch and one event.
 pub fn latest(
-    conn: &Connection,
+    conn: &Tx,
     repo_id: i64,
     branch: Option<&str>,
     event: Option<&str>,
@@ -312,7 +313,7 @@ pub struct ListFilter {
 
 /// Pipelines of a repository, newest first, without workflows.
 pub fn list(
-    conn: &Connection,
+    conn: &Tx,
     repo_id: i64,
     filter: &ListFilter,
     page: u32,
@@ -333,7 +334,7 @@ pub fn list(
 /// [`normalise_records`] rewrote older rows), so splicing the columns in front of it gives
 /// exactly what encoding the decoded row would, up to field order.
 pub fn list_json(
-    conn: &Connection,
+    conn: &Tx,
     repo_id: i64,
     filter: &ListFilter,
     page: u32,
@@ -420,7 +421,7 @@ fn list_query(
 /// Rewrites every stored pipeline record in [`record_of`]'s form (migration 11): records of
 /// earlier versions held the columns too and may lack fields added since, which decoding
 /// filled with defaults but [`list_json`] serves as stored.
-pub fn normalise_records(conn: &Connection) -> rusqlite::Result<()> {
+pub fn normalise_records(conn: &Tx) -> rusqlite::Result<()> {
     let rows: Vec<(i64, String)> = {
         let mut stmt = conn.prepare("SELECT id, data FROM pipelines")?;
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -440,7 +441,7 @@ pub fn normalise_records(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Pipelines in any of `states`, oldest first (for the admin queue view and recovery).
-pub fn with_status(conn: &Connection, states: &[&str]) -> StoreResult<Vec<PipelineRow>> {
+pub fn with_status(conn: &Tx, states: &[&str]) -> StoreResult<Vec<PipelineRow>> {
     let json = serde_json::json!(states).to_string();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {PIPELINE_COLUMNS} FROM pipelines
@@ -490,7 +491,7 @@ fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Step> {
     })
 }
 
-pub fn workflow(conn: &Connection, id: i64) -> StoreResult<Workflow> {
+pub fn workflow(conn: &Tx, id: i64) -> StoreResult<Workflow> {
     let mut wf = conn
         .cached_row(
             &format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"),
@@ -504,7 +505,7 @@ pub fn workflow(conn: &Connection, id: i64) -> StoreResult<Workflow> {
 }
 
 /// The sealed compiled form of a workflow.
-pub fn workflow_payload(conn: &Connection, id: i64) -> StoreResult<String> {
+pub fn workflow_payload(conn: &Tx, id: i64) -> StoreResult<String> {
     conn.cached_row("SELECT payload FROM workflows WHERE id = ?1", [id], |r| {
         r.get(0)
     })
@@ -512,7 +513,7 @@ pub fn workflow_payload(conn: &Connection, id: i64) -> StoreResult<String> {
     .ok_or(StoreError::NotFound)
 }
 
-fn steps_of_workflow(conn: &Connection, workflow_id: i64) -> StoreResult<Vec<Step>> {
+fn steps_of_workflow(conn: &Tx, workflow_id: i64) -> StoreResult<Vec<Step>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {STEP_COLUMNS} FROM steps WHERE workflow_id = ?1 ORDER BY pid"
     ))?;
@@ -521,7 +522,7 @@ fn steps_of_workflow(conn: &Connection, workflow_id: i64) -> StoreResult<Vec<Ste
 }
 
 /// The workflows of a pipeline with their steps, by pid.
-pub fn workflows(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<Workflow>> {
+pub fn workflows(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<Workflow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE pipeline_id = ?1 ORDER BY pid"
     ))?;
@@ -536,14 +537,14 @@ pub fn workflows(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<Workflo
 
 /// A pipeline with its workflows and steps (the `GET` rendering). A pipeline without any
 /// (its config failed to parse) has no `workflows` field at all, as upstream renders it.
-pub fn full(conn: &Connection, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
+pub fn full(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
     let mut row = by_number(conn, repo_id, number)?;
     let wfs = workflows(conn, row.pipeline.id)?;
     row.pipeline.workflows = (!wfs.is_empty()).then_some(wfs);
     Ok(row)
 }
 
-pub fn step(conn: &Connection, id: i64) -> StoreResult<Step> {
+pub fn step(conn: &Tx, id: i64) -> StoreResult<Step> {
     conn.cached_row(
         &format!("SELECT {STEP_COLUMNS} FROM steps WHERE id = ?1"),
         [id],
@@ -554,7 +555,7 @@ pub fn step(conn: &Connection, id: i64) -> StoreResult<Step> {
 }
 
 /// A step with the workflow it belongs to.
-pub fn step_by_uuid(conn: &Connection, uuid: &str) -> StoreResult<(Step, i64)> {
+pub fn step_by_uuid(conn: &Tx, uuid: &str) -> StoreResult<(Step, i64)> {
     conn.cached_row(
         &format!("SELECT {STEP_COLUMNS} FROM steps WHERE uuid = ?1"),
         [uuid],
@@ -578,7 +579,7 @@ fn record_of(p: &Pipeline) -> StoreResult<String> {
 
 /// Stores config files (content-addressed per repository) and links them to a pipeline.
 fn link_configs(
-    conn: &Connection,
+    conn: &Tx,
     repo_id: i64,
     pipeline_id: i64,
     files: &[ConfigFile],
@@ -603,7 +604,7 @@ fn link_configs(
 }
 
 /// The config files a pipeline was made from: (hash, name, data).
-pub fn configs(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<(String, ConfigFile)>> {
+pub fn configs(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<(String, ConfigFile)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT c.hash, c.name, c.data FROM configs c
          JOIN pipeline_configs pc ON pc.config_id = c.id
@@ -625,7 +626,7 @@ pub fn configs(conn: &Connection, pipeline_id: i64) -> StoreResult<Vec<(String, 
 /// Creates a pipeline (number = the repository's next) with its workflows and steps, records
 /// the events, and returns the full rendering.
 pub fn create(
-    conn: &Connection,
+    conn: &Tx,
     repo_id: i64,
     pipeline: &Pipeline,
     workflows: &[NewWorkflow],
@@ -685,7 +686,7 @@ pub fn create(
         )?;
         let wf_id = conn.last_insert_rowid();
         for (name, kind) in &wf.steps {
-            let uuid = crate::auth::random_secret();
+            let uuid = woodlark_stdx::random_secret();
             conn.cached_exec(
                 "INSERT INTO steps (uuid, pipeline_id, workflow_id, pid, ppid, name, state, type)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -720,11 +721,7 @@ pub fn create(
 
 /// Loads a pipeline, applies `change`, stores it and records `pipelines.updated` (if the
 /// rendering changed). `updated` is set to now.
-pub fn update<F: FnOnce(&mut Pipeline)>(
-    conn: &Connection,
-    id: i64,
-    change: F,
-) -> StoreResult<PipelineRow> {
+pub fn update<F: FnOnce(&mut Pipeline)>(conn: &Tx, id: i64, change: F) -> StoreResult<PipelineRow> {
     let before = by_id(conn, id)?;
     let mut p = before.pipeline.clone();
     change(&mut p);
@@ -754,7 +751,7 @@ pub fn update<F: FnOnce(&mut Pipeline)>(
 /// Loads a workflow, applies `change` to its own fields (not its steps), stores it and
 /// records `workflows.updated`.
 pub fn update_workflow<F: FnOnce(&mut Workflow)>(
-    conn: &Connection,
+    conn: &Tx,
     id: i64,
     change: F,
 ) -> StoreResult<Workflow> {
@@ -777,11 +774,7 @@ pub fn update_workflow<F: FnOnce(&mut Workflow)>(
 }
 
 /// Loads a step, applies `change`, stores it and records `steps.updated`.
-pub fn update_step<F: FnOnce(&mut Step)>(
-    conn: &Connection,
-    id: i64,
-    change: F,
-) -> StoreResult<Step> {
+pub fn update_step<F: FnOnce(&mut Step)>(conn: &Tx, id: i64, change: F) -> StoreResult<Step> {
     let before = step(conn, id)?;
     let mut s = before.clone();
     change(&mut s);
@@ -799,7 +792,7 @@ pub fn update_step<F: FnOnce(&mut Step)>(
 
 /// Deletes a pipeline with its workflows, steps and queue entries; returns the step ids
 /// (whose logs live in the logs database).
-pub fn delete(conn: &Connection, id: i64) -> StoreResult<Vec<i64>> {
+pub fn delete(conn: &Tx, id: i64) -> StoreResult<Vec<i64>> {
     let row = by_id(conn, id)?;
     let org_id = org_of(conn, row.repo_id)?;
     let wfs = workflows(conn, id)?;
@@ -844,7 +837,7 @@ pub fn delete(conn: &Connection, id: i64) -> StoreResult<Vec<i64>> {
 }
 
 /// Which of `ids` are steps that exist.
-pub fn existing_step_ids(conn: &Connection, ids: &[i64]) -> StoreResult<Vec<i64>> {
+pub fn existing_step_ids(conn: &Tx, ids: &[i64]) -> StoreResult<Vec<i64>> {
     let mut stmt = conn.prepare_cached("SELECT 1 FROM steps WHERE id = ?1")?;
     let mut out = Vec::new();
     for id in ids {
@@ -856,7 +849,7 @@ pub fn existing_step_ids(conn: &Connection, ids: &[i64]) -> StoreResult<Vec<i64>
 }
 
 /// Step ids of every pipeline of a repository (for log clean-up when it is removed).
-pub fn step_ids_of_repo(conn: &Connection, repo_id: i64) -> StoreResult<Vec<i64>> {
+pub fn step_ids_of_repo(conn: &Tx, repo_id: i64) -> StoreResult<Vec<i64>> {
     let mut stmt = conn.prepare_cached(
         "SELECT s.id FROM steps s JOIN pipelines p ON p.id = s.pipeline_id WHERE p.repo_id = ?1",
     )?;
@@ -865,7 +858,7 @@ pub fn step_ids_of_repo(conn: &Connection, repo_id: i64) -> StoreResult<Vec<i64>
 }
 
 /// Ids of the pipelines of a repository, oldest first.
-pub fn ids_of_repo(conn: &Connection, repo_id: i64) -> StoreResult<Vec<i64>> {
+pub fn ids_of_repo(conn: &Tx, repo_id: i64) -> StoreResult<Vec<i64>> {
     let mut stmt =
         conn.prepare_cached("SELECT id FROM pipelines WHERE repo_id = ?1 ORDER BY id")?;
     let rows = stmt.query_map([repo_id], |r| r.get(0))?;
@@ -875,11 +868,12 @@ pub fn ids_of_repo(conn: &Connection, repo_id: i64) -> StoreResult<Vec<i64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
 
-    fn db() -> Connection {
+    fn db() -> Tx {
         let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::migrations::migrate(&mut conn).unwrap();
-        conn
+        crate::migrations::migrate(&mut conn).unwrap();
+        Tx::owned(conn)
     }
 
     /// The list served from stored records is the list decoded and encoded again, field for

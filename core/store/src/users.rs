@@ -4,8 +4,9 @@
 //! `admin_env` is true too); callers pass that list as [`EnvAdmins`] so the API rendering, and so
 //! the events, are the same wherever a user is read.
 
-use crate::store::CachedRow;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
@@ -118,7 +119,7 @@ fn owner(user: &User) -> Owner {
     }
 }
 
-pub fn by_id(conn: &Connection, env: &EnvAdmins, id: i64) -> StoreResult<Account> {
+pub fn by_id(conn: &Tx, env: &EnvAdmins, id: i64) -> StoreResult<Account> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM users WHERE id = ?1"),
         [id],
@@ -128,7 +129,7 @@ pub fn by_id(conn: &Connection, env: &EnvAdmins, id: i64) -> StoreResult<Account
     .ok_or(StoreError::NotFound)
 }
 
-pub fn by_login(conn: &Connection, env: &EnvAdmins, login: &str) -> StoreResult<Account> {
+pub fn by_login(conn: &Tx, env: &EnvAdmins, login: &str) -> StoreResult<Account> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM users WHERE login = ?1"),
         [login],
@@ -139,12 +140,7 @@ pub fn by_login(conn: &Connection, env: &EnvAdmins, login: &str) -> StoreResult<
 }
 
 /// One page of users ordered by login (`page` starts at 1).
-pub fn list(
-    conn: &Connection,
-    env: &EnvAdmins,
-    page: u32,
-    per_page: u32,
-) -> StoreResult<Vec<User>> {
+pub fn list(conn: &Tx, env: &EnvAdmins, page: u32, per_page: u32) -> StoreResult<Vec<User>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM users ORDER BY login LIMIT ?1 + 0 OFFSET ?2"
@@ -154,7 +150,7 @@ pub fn list(
 }
 
 /// Creates a user and its personal organisation, recording `orgs.created` and `users.created`.
-pub fn create(conn: &Connection, env: &EnvAdmins, new: &NewUser) -> StoreResult<Account> {
+pub fn create(conn: &Tx, env: &EnvAdmins, new: &NewUser) -> StoreResult<Account> {
     let taken: bool = conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM users WHERE login = ?1)",
         [&new.login],
@@ -195,12 +191,7 @@ pub fn create(conn: &Connection, env: &EnvAdmins, new: &NewUser) -> StoreResult<
 }
 
 /// Applies `patch`, recording `users.updated` with the previous values if anything changed.
-pub fn update(
-    conn: &Connection,
-    env: &EnvAdmins,
-    login: &str,
-    patch: &UserPatch,
-) -> StoreResult<User> {
+pub fn update(conn: &Tx, env: &EnvAdmins, login: &str, patch: &UserPatch) -> StoreResult<User> {
     let before = by_login(conn, env, login)?.user;
     conn.cached_exec(
         "UPDATE users SET
@@ -217,12 +208,7 @@ pub fn update(
 
 /// Replaces the seed of the token-signing key, which revokes every token issued so far. The
 /// API rendering does not change, so no event is written.
-pub fn set_token_seed(
-    conn: &Connection,
-    env: &EnvAdmins,
-    id: i64,
-    seed: &str,
-) -> StoreResult<Account> {
+pub fn set_token_seed(conn: &Tx, env: &EnvAdmins, id: i64, seed: &str) -> StoreResult<Account> {
     let n = conn.cached_exec(
         "UPDATE users SET hash = ?2 WHERE id = ?1",
         params![id, seed],
@@ -236,7 +222,7 @@ pub fn set_token_seed(
 /// Deletes a user with its repository permissions, and its personal organisation (recording
 /// both deletions). Permissions go in the same transaction: ids are never reused, but a
 /// permission row must not outlive the account it was granted to.
-pub fn delete(conn: &Connection, env: &EnvAdmins, login: &str) -> StoreResult<User> {
+pub fn delete(conn: &Tx, env: &EnvAdmins, login: &str) -> StoreResult<User> {
     let user = by_login(conn, env, login)?.user;
     conn.cached_exec("DELETE FROM perms WHERE user_id = ?1", [user.id])?;
     conn.cached_exec("DELETE FROM users WHERE id = ?1", [user.id])?;
@@ -265,12 +251,13 @@ pub fn delete(conn: &Connection, env: &EnvAdmins, login: &str) -> StoreResult<Us
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::migrations::migrate;
+    use crate::migrations::migrate;
+    use rusqlite::Connection;
 
-    fn conn() -> Connection {
+    fn conn() -> Tx {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        c
+        Tx::owned(c)
     }
 
     fn new(login: &str) -> NewUser {

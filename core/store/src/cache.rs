@@ -66,7 +66,7 @@ impl<K: Eq + Hash, V: Clone> GenerationCache<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Store, StoreOptions};
+    use crate::{Store, StoreOptions};
 
     #[test]
     fn entries_live_for_one_generation_and_the_cache_stays_bounded() {
@@ -121,9 +121,9 @@ mod tests {
         // A failed job's change is rolled back; the generation may move (an extra miss) but
         // never goes back.
         let _ = store
-            .write(|c| -> crate::store::StoreResult<()> {
+            .write(|c| -> crate::StoreResult<()> {
                 c.execute("DELETE FROM forges WHERE id > 0", [])?;
-                Err(crate::store::StoreError::Conflict("no".into()))
+                Err(crate::StoreError::Conflict("no".into()))
             })
             .await;
         assert!(store.identity_generation() >= g1);

@@ -17,14 +17,15 @@
 //! **Scheduler hooks**: [`due`] lists enabled crons whose `next_exec` has passed; [`claim`]
 //! moves a cron's `next_exec` forward only if nobody else did (upstream's `CronGetLock`).
 
-use crate::store::CachedRow;
+use crate::CachedRow;
+use crate::Tx;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use chrono::{TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{self, Action};
@@ -287,7 +288,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Cron> {
 }
 
 /// A cron of a repository by id.
-pub fn find(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
+pub fn find(conn: &Tx, repo_id: i64, id: i64) -> StoreResult<Cron> {
     conn.cached_row(
         &format!("SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 AND id = ?2"),
         params![repo_id, id],
@@ -298,7 +299,7 @@ pub fn find(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
 }
 
 /// One page of a repository's crons, by name.
-pub fn list(conn: &Connection, repo_id: i64, page: u32, per_page: u32) -> StoreResult<Vec<Cron>> {
+pub fn list(conn: &Tx, repo_id: i64, page: u32, per_page: u32) -> StoreResult<Vec<Cron>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM crons WHERE repo_id = ?1 ORDER BY name, id LIMIT ?2 + 0 OFFSET ?3"
@@ -308,7 +309,7 @@ pub fn list(conn: &Connection, repo_id: i64, page: u32, per_page: u32) -> StoreR
 }
 
 /// Enabled crons whose `next_exec` is at or before `now`, oldest first (for the scheduler).
-pub fn due(conn: &Connection, now: i64, limit: u32) -> StoreResult<Vec<Cron>> {
+pub fn due(conn: &Tx, now: i64, limit: u32) -> StoreResult<Vec<Cron>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM crons WHERE enabled = 1 AND next_exec <= ?1
          ORDER BY next_exec, id LIMIT ?2 + 0"
@@ -317,7 +318,7 @@ pub fn due(conn: &Connection, now: i64, limit: u32) -> StoreResult<Vec<Cron>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-fn name_taken(conn: &Connection, repo_id: i64, name: &str, except: i64) -> StoreResult<bool> {
+fn name_taken(conn: &Tx, repo_id: i64, name: &str, except: i64) -> StoreResult<bool> {
     Ok(conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM crons WHERE repo_id = ?1 AND name = ?2 AND id != ?3)",
         params![repo_id, name, except],
@@ -331,13 +332,13 @@ fn duplicate(name: &str) -> StoreError {
     ))
 }
 
-fn owner(conn: &Connection, repo_id: i64) -> StoreResult<events::Owner> {
+fn owner(conn: &Tx, repo_id: i64) -> StoreResult<events::Owner> {
     ResourceScope::repo(repo_id).owner(conn)
 }
 
 /// Creates a cron (409 if the repository already has one of that name). Records
 /// `crons.created`.
-pub fn create(conn: &Connection, new: &NewCron) -> StoreResult<Cron> {
+pub fn create(conn: &Tx, new: &NewCron) -> StoreResult<Cron> {
     if name_taken(conn, new.repo_id, &new.name, 0)? {
         return Err(duplicate(&new.name));
     }
@@ -371,7 +372,7 @@ pub fn create(conn: &Connection, new: &NewCron) -> StoreResult<Cron> {
 }
 
 /// Applies `change` (409 if renamed onto another cron's name). Records `crons.updated`.
-pub fn update(conn: &Connection, repo_id: i64, id: i64, change: &CronChange) -> StoreResult<Cron> {
+pub fn update(conn: &Tx, repo_id: i64, id: i64, change: &CronChange) -> StoreResult<Cron> {
     let before = find(conn, repo_id, id)?;
     if let Some(name) = &change.name
         && name_taken(conn, repo_id, name, id)?
@@ -420,7 +421,7 @@ pub fn update(conn: &Connection, repo_id: i64, id: i64, change: &CronChange) -> 
 
 /// Moves `next_exec` from `expected` to `next` if no one else has (the scheduler's lock).
 /// Returns whether this caller won. Records `crons.updated` when it did.
-pub fn claim(conn: &Connection, id: i64, expected: i64, next: i64) -> StoreResult<bool> {
+pub fn claim(conn: &Tx, id: i64, expected: i64, next: i64) -> StoreResult<bool> {
     let Some(before) = conn
         .cached_row(
             &format!("SELECT {COLUMNS} FROM crons WHERE id = ?1"),
@@ -451,7 +452,7 @@ pub fn claim(conn: &Connection, id: i64, expected: i64, next: i64) -> StoreResul
 }
 
 /// Deletes a cron. Records `crons.deleted`.
-pub fn delete(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
+pub fn delete(conn: &Tx, repo_id: i64, id: i64) -> StoreResult<Cron> {
     let cron = find(conn, repo_id, id)?;
     let owner = owner(conn, repo_id)?;
     conn.cached_exec("DELETE FROM crons WHERE id = ?1", [id])?;
@@ -460,7 +461,7 @@ pub fn delete(conn: &Connection, repo_id: i64, id: i64) -> StoreResult<Cron> {
 }
 
 /// Deletes every cron of a repository being deleted, recording `crons.deleted` each.
-pub fn delete_scope(conn: &Connection, repo_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &Tx, repo_id: i64) -> StoreResult<usize> {
     let ids: Vec<i64> = {
         let mut stmt =
             conn.prepare_cached("SELECT id FROM crons WHERE repo_id = ?1 ORDER BY id")?;
@@ -476,10 +477,11 @@ pub fn delete_scope(conn: &Connection, repo_id: i64) -> StoreResult<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::migrations::migrate;
+    use crate::migrations::migrate;
+    use rusqlite::Connection;
 
     /// A database with repositories 1 and 2 (crons reference them).
-    fn conn() -> Connection {
+    fn conn() -> Tx {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
         c.execute_batch(
@@ -488,7 +490,7 @@ mod tests {
              VALUES (1, 1, 'a/one', 7, 'a/one', 'h', '{}', 0), (2, 1, 'a/two', 7, 'a/two', 'h', '{}', 0);",
         )
         .unwrap();
-        c
+        Tx::owned(c)
     }
 
     /// 2022-08-31T16:12:49Z (upstream's test instant), a Wednesday.
