@@ -86,12 +86,13 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-/// Errors of the crates below (the store's) become 404, 409 with their message, or a logged
-/// 500, so `?` works in handlers without those crates knowing HTTP.
+/// Errors that classify themselves (the store's, the CI services') become 404, 400 or 409
+/// with their message, or a logged 500, so `?` works in handlers without those crates knowing HTTP.
 impl<E: woodlark_stdx::Classify> From<E> for ApiError {
     fn from(err: E) -> ApiError {
         match err.fault() {
-            woodlark_stdx::Fault::NotFound => ApiError::not_found("Not Found"),
+            woodlark_stdx::Fault::NotFound(message) => ApiError::not_found(message),
+            woodlark_stdx::Fault::Invalid(message) => ApiError::bad_request(message),
             woodlark_stdx::Fault::Conflict(message) => ApiError::conflict(message),
             woodlark_stdx::Fault::Internal => ApiError::internal(err),
         }
@@ -120,8 +121,13 @@ mod tests {
 
     #[test]
     fn lower_errors_become_404_409_or_an_opaque_500() {
-        let not_found = ApiError::from(Lower(Fault::NotFound));
-        assert_eq!(not_found.status, StatusCode::NOT_FOUND);
+        let not_found = ApiError::from(Lower(Fault::NotFound("no such step".into())));
+        assert_eq!(
+            (not_found.status, not_found.message.as_str()),
+            (StatusCode::NOT_FOUND, "no such step")
+        );
+        let invalid = ApiError::from(Lower(Fault::Invalid("bad state".into())));
+        assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
         let conflict = ApiError::from(Lower(Fault::Conflict("name taken".into())));
         assert_eq!(
             (conflict.status, conflict.message.as_str()),

@@ -33,14 +33,12 @@ pub struct AppState {
     pub seal: SealKey,
     /// Step logs, in their own database.
     pub logs: Store,
-    /// Live log lines for stream readers.
-    pub log_bus: crate::modules::ci::pipelines::bus::LogBus,
     /// The WebAssembly plugin host (forge adapters, secret backends, registry auth).
     pub plugins: woodlark_plugin_host::PluginHost,
     /// Pipeline changes for `/stream/events`, rebuilt from the outbox.
     pub pipeline_feed: crate::modules::ci::stream::PipelineFeed,
-    /// The pipeline queue service.
-    pub queue: crate::modules::ci::pipelines::queue::Queue,
+    /// The pipeline queue service (it also carries the live log bus).
+    pub queue: Arc<crate::ci::queue::Queue>,
     pub log: LogControl,
     pub metrics: Arc<Metrics>,
     pub started: Instant,
@@ -165,6 +163,11 @@ impl App {
             modules::ci::pipelines::background::check_sandbox(&config).map_err(AppError::Runner)?;
         }
         let router = build_router(&config)?;
+        let queue = Arc::new(crate::ci::queue::Queue::new(
+            store.clone(),
+            logs.clone(),
+            seal.clone(),
+        ));
         let state = Arc::new(AppState {
             env_admins: EnvAdmins(config.auth.admins.clone()),
             config,
@@ -172,8 +175,7 @@ impl App {
             key,
             seal,
             logs,
-            log_bus: Default::default(),
-            queue: Default::default(),
+            queue,
             pipeline_feed: Default::default(),
             log,
             metrics: Arc::new(Metrics::default()),

@@ -6,6 +6,7 @@
 //! - [`app`]: builds the state, the route table and serves.
 //! - [`http`]: crate `woodlark-http`, the only one that knows hyper: server, router,
 //!   request/response, errors, outbound client.
+//! - [`ci`]: the CI service layer (queue, pipeline lifecycle, embedded agent), no HTTP.
 //! - [`modules`]: one folder per interface (`ci`, …), each registering routes under its mount.
 //! - [`pipeline`]: crate `woodlark-pipeline`, configs → compiled workflows (no I/O).
 //! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
@@ -19,6 +20,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod ci;
 pub mod cli;
 pub mod config;
 pub use woodlark_http as http;

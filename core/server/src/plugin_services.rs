@@ -16,7 +16,7 @@ use tokio::runtime::Handle;
 use woodlark_plugin_host::{KvError, KvStore, SecretSource};
 
 use crate::auth::sealing::SealKey;
-use crate::modules::ci::forges::webhook_secret;
+use crate::ci::forge_secrets::webhook_secret;
 use crate::store::{Store, forges, now_unix_ms, plugin_kv, secrets};
 
 pub struct StoreKv {

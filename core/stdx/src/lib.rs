@@ -62,7 +62,10 @@ pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 /// [`Classify`] error as 404 / 409 / 500, so no lower crate knows HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
-    NotFound,
+    /// The message names what is missing.
+    NotFound(String),
+    /// The request is malformed or asks for something impossible; the message says why.
+    Invalid(String),
     /// The message is shown to the client.
     Conflict(String),
     /// Logged with the error's text; the client sees only that the server failed.

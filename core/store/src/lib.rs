@@ -80,7 +80,7 @@ pub enum StoreError {
 impl woodlark_stdx::Classify for StoreError {
     fn fault(&self) -> woodlark_stdx::Fault {
         match self {
-            StoreError::NotFound => woodlark_stdx::Fault::NotFound,
+            StoreError::NotFound => woodlark_stdx::Fault::NotFound("Not Found".into()),
             StoreError::Conflict(message) => woodlark_stdx::Fault::Conflict(message.clone()),
             _ => woodlark_stdx::Fault::Internal,
         }
@@ -514,6 +514,15 @@ impl Tx {
     /// Owns a connection a unit test opened (`&tx` is then what store functions take).
     #[cfg(test)]
     pub(crate) fn owned(conn: Connection) -> Tx {
+        Tx { conn }
+    }
+
+    /// A fresh in-memory database at the current schema, for other crates' unit tests of
+    /// logic that runs inside a transaction (the CI lifecycle).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn in_memory_for_tests() -> Tx {
+        let mut conn = Connection::open_in_memory().expect("in-memory database");
+        migrations::migrate(&mut conn).expect("migrations");
         Tx { conn }
     }
 }

@@ -1,8 +1,8 @@
 //! The persisted queue: one task per workflow that still has to run.
 //!
-//! States: `waiting` (its workflow depends on others that have not finished), `pending`
-//! (ready for an agent), `running` (leased to an agent until `lease_until`). A finished task
-//! is deleted. Because the queue is a table, it survives restarts; leases that run out put
+//! States ([`TaskState`]): `waiting` (its workflow depends on others that have not
+//! finished), `pending` (ready for an agent), `running` (leased to an agent until
+//! `lease_until`). A finished task is deleted. Because the queue is a table, it survives restarts; leases that run out put
 //! tasks back to `pending`.
 
 use crate::CachedRow;
@@ -14,12 +14,55 @@ use serde::Serialize;
 
 use super::StoreResult;
 
+/// Where a task is in the queue (the `state` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskState {
+    /// Its workflow depends on others that have not finished.
+    Waiting,
+    /// Ready for an agent.
+    Pending,
+    /// Leased to an agent until `lease_until`.
+    Running,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Waiting => "waiting",
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+        }
+    }
+
+    fn parse(text: &str) -> Option<TaskState> {
+        [TaskState::Waiting, TaskState::Pending, TaskState::Running]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+impl rusqlite::types::ToSql for TaskState {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl rusqlite::types::FromSql for TaskState {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let text = value.as_str()?;
+        TaskState::parse(text).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(format!("unknown task state {text:?}").into())
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Task {
     pub id: i64,
     pub pipeline_id: i64,
     pub repo_id: i64,
-    pub state: String,
+    pub state: TaskState,
     pub labels: BTreeMap<String, String>,
     /// Workflow (task) ids this one waits for.
     pub dependencies: Vec<i64>,
@@ -79,12 +122,20 @@ pub fn get(conn: &Tx, id: i64) -> StoreResult<Option<Task>> {
 }
 
 /// Tasks in `state` (all states when `None`), oldest first.
-pub fn list(conn: &Tx, state: Option<&str>) -> StoreResult<Vec<Task>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR state = ?1) ORDER BY id"
-    ))?;
-    let rows = stmt.query_map([state], from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+pub fn list(conn: &Tx, state: Option<TaskState>) -> StoreResult<Vec<Task>> {
+    let rows = match state {
+        Some(state) => conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM tasks WHERE state = ?1 ORDER BY id"
+            ))?
+            .query_map([state], from_row)?
+            .collect::<Result<_, _>>()?,
+        None => conn
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM tasks ORDER BY id"))?
+            .query_map([], from_row)?
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(rows)
 }
 
 pub fn of_pipeline(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<Task>> {
@@ -119,7 +170,7 @@ pub fn extend(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool
     )? == 1)
 }
 
-pub fn set_state(conn: &Tx, id: i64, state: &str) -> StoreResult<()> {
+pub fn set_state(conn: &Tx, id: i64, state: TaskState) -> StoreResult<()> {
     conn.cached_exec(
         "UPDATE tasks SET state = ?2, agent_id = 0, lease_until = 0 WHERE id = ?1",
         params![id, state],

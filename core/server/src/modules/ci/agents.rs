@@ -11,9 +11,9 @@ use serde::Deserialize;
 
 use super::access::{must_admin, org};
 use super::pagination::Page;
-use super::pipelines::local::is_embedded;
 use crate::app::Ctx;
 use crate::auth::random_secret;
+use crate::ci::local::is_embedded;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::store::StoreError;
 use crate::store::agents::{

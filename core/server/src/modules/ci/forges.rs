@@ -9,14 +9,10 @@ use super::forge::{FORGE_TYPES, git};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::random_secret;
-use crate::auth::sealing::{SealError, SealKey};
+use crate::ci::forge_secrets::{SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET, webhook_secret};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::store::StoreError;
-use crate::store::forges::{self, Forge, ForgeRow};
-
-/// Sealing purposes (bound into the ciphertext).
-pub const SEAL_CLIENT_SECRET: &str = "forge-client-secret";
-pub const SEAL_WEBHOOK_SECRET: &str = "forge-webhook-secret";
+use crate::store::forges::{self, Forge};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -59,25 +55,6 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         &row.forge,
         secret.as_bytes(),
     )))
-}
-
-/// A sealed forge secret in clear, `""` when none was set.
-fn open_secret(seal: &SealKey, purpose: &str, sealed: &str) -> Result<String, SealError> {
-    if sealed.is_empty() {
-        return Ok(String::new());
-    }
-    seal.open(purpose, sealed)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-}
-
-/// The forge's API token (its `oauth_client_secret`), `""` when none was set.
-pub fn api_token(seal: &SealKey, row: &ForgeRow) -> Result<String, SealError> {
-    open_secret(seal, SEAL_CLIENT_SECRET, &row.sealed_client_secret)
-}
-
-/// The secret the forge signs webhook deliveries with.
-pub fn webhook_secret(seal: &SealKey, row: &ForgeRow) -> Result<String, SealError> {
-    open_secret(seal, SEAL_WEBHOOK_SECRET, &row.sealed_webhook_secret)
 }
 
 /// Admins see the webhook secret (they configure it on the forge) next to the forge.

@@ -22,7 +22,6 @@ use super::{
 };
 use crate::app::Ctx;
 use crate::auth::sealing::SealError;
-use crate::modules::ci::forges;
 use crate::pipeline::types::ConfigFile;
 use crate::store::forges::{Forge, ForgeRow};
 use crate::store::repos::Repo;
@@ -61,10 +60,11 @@ impl PluginForge {
             plugin,
             api: ApiContext {
                 forge_url: row.forge.url.clone(),
-                token: forges::api_token(&ctx.seal, row).map_err(unsealed)?,
+                token: crate::ci::forge_secrets::api_token(&ctx.seal, row).map_err(unsealed)?,
             },
             hook_endpoint: format!("{}{}/hook", ctx.public_url(), ctx.config.ci.mount),
-            webhook_secret: forges::webhook_secret(&ctx.seal, row).map_err(unsealed)?,
+            webhook_secret: crate::ci::forge_secrets::webhook_secret(&ctx.seal, row)
+                .map_err(unsealed)?,
             handle: Handle::current(),
         })
     }

@@ -9,7 +9,7 @@ use crate::modules::ci::access::must_admin;
 use crate::modules::ci::users::feed_entry;
 use crate::pipeline::status::{PENDING, RUNNING};
 use crate::store::pipelines;
-use crate::store::tasks::{self, Task};
+use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreResult, agents, repos};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
@@ -61,10 +61,10 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .read(|c| {
             let mut groups: [Vec<Value>; 3] = Default::default();
             for t in tasks::list(c, None)? {
-                let slot = match t.state.as_str() {
-                    "pending" => 0,
-                    "running" => 1,
-                    _ => 2,
+                let slot = match t.state {
+                    TaskState::Pending => 0,
+                    TaskState::Running => 1,
+                    TaskState::Waiting => 2,
                 };
                 groups[slot].push(queue_task(c, &t)?);
             }
@@ -103,7 +103,7 @@ async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// `GET /queue/norunningpipelines`: answers 204 once nothing is running.
 async fn wait_idle(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    ctx.queue.wait_idle(&ctx).await?;
+    ctx.queue.wait_idle().await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 

@@ -15,9 +15,9 @@
 
 use serde_json::json;
 
-use super::queue::AgentIdent;
 use crate::app::Ctx;
 use crate::auth;
+use crate::ci::queue::AgentIdent;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, WorkflowDone};
 use crate::store::agents::{self, AgentRow};
@@ -59,7 +59,7 @@ async fn next(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     };
     record_info(&ctx, &row, &info).await?;
     let ident = AgentIdent::new(&row, &info);
-    match ctx.queue.next(&ctx, &ident).await? {
+    match ctx.queue.next(&ident).await? {
         Some(work) => Ok(Response::json(&work)),
         None => Ok(Response::empty(StatusCode::NO_CONTENT)),
     }
@@ -98,9 +98,7 @@ fn workflow_id(req: &Request) -> Result<i64, ApiError> {
 
 async fn init(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
-    ctx.queue
-        .init(&ctx, row.agent.id, workflow_id(&req)?)
-        .await?;
+    ctx.queue.init(row.agent.id, workflow_id(&req)?).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -108,7 +106,7 @@ async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let update: StepUpdate = req.json()?;
     ctx.queue
-        .step(&ctx, row.agent.id, workflow_id(&req)?, update)
+        .step(row.agent.id, workflow_id(&req)?, update)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
@@ -117,16 +115,14 @@ async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let lines: Vec<LogLine> = req.json_list()?;
     ctx.queue
-        .logs(&ctx, row.agent.id, workflow_id(&req)?, lines)
+        .logs(row.agent.id, workflow_id(&req)?, lines)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
 async fn extend(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
-    ctx.queue
-        .extend(&ctx, row.agent.id, workflow_id(&req)?)
-        .await?;
+    ctx.queue.extend(row.agent.id, workflow_id(&req)?).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -134,7 +130,7 @@ async fn canceled(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let canceled = ctx
         .queue
-        .wait_canceled(&ctx, row.agent.id, workflow_id(&req)?)
+        .wait_canceled(row.agent.id, workflow_id(&req)?)
         .await?;
     Ok(Response::json(&json!({ "canceled": canceled })))
 }
@@ -143,7 +139,7 @@ async fn done(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let done: WorkflowDone = req.json()?;
     ctx.queue
-        .done(&ctx, row.agent.id, workflow_id(&req)?, done)
+        .done(row.agent.id, workflow_id(&req)?, done)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

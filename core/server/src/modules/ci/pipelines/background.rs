@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::create::{self, Created, Trigger};
-use super::local::{self, LocalAgent};
 use crate::app::Ctx;
+use crate::ci::local::{self, LocalAgent};
 use crate::config::Config;
 use crate::runner::protocol::AgentInfo;
 use crate::runner::sandbox::Sandbox;
@@ -21,7 +21,7 @@ pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
             ctx.clone(),
             Duration::from_secs(2),
             |ctx| async move {
-                if let Err(err) = ctx.queue.requeue(&ctx, None).await {
+                if let Err(err) = ctx.queue.requeue(None).await {
                     tracing::warn!(%err, "lease expiry failed");
                 }
             },
@@ -30,7 +30,7 @@ pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
             ctx.clone(),
             Duration::from_secs(15),
             |ctx| async move {
-                if let Err(err) = ctx.queue.flush_contact(&ctx).await {
+                if let Err(err) = ctx.queue.flush_contact().await {
                     tracing::warn!(%err, "could not store agent contact times");
                 }
             },
@@ -148,14 +148,14 @@ pub fn local_info(capacity: usize) -> AgentInfo {
 
 /// The embedded agent: re-queues what it held before a restart, then runs the runner.
 async fn run_local(ctx: Ctx) {
-    let row = match local::ensure_agent(&ctx).await {
+    let row = match local::ensure_agent(&ctx.store, &ctx.seal).await {
         Ok(row) => row,
         Err(err) => {
             tracing::error!(%err, "cannot register the local agent; the local runner is off");
             return;
         }
     };
-    match ctx.queue.requeue(&ctx, Some(row.agent.id)).await {
+    match ctx.queue.requeue(Some(row.agent.id)).await {
         Ok(n) if n > 0 => tracing::info!(
             workflows = n,
             "re-queued workflows the local agent held before the restart"
@@ -184,7 +184,7 @@ async fn run_local(ctx: Ctx) {
     if let Err(err) = super::agent_rpc::record_info(&ctx, &row, &info).await {
         tracing::warn!(error = %err.message, "could not record the local agent's details");
     }
-    let api = LocalAgent::new(ctx.clone(), &row, &info);
+    let api = LocalAgent::new(ctx.queue.clone(), &row, &info);
     let sandbox = match local_sandbox(&ctx.config) {
         Ok(sandbox) => sandbox,
         Err(err) => {

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use crate::store::Tx;
 
-use super::queue::SEAL_PAYLOAD;
 use crate::app::Ctx;
+use crate::ci::queue::SEAL_PAYLOAD;
 use crate::http::ApiError;
 use crate::modules::ci::forge::{self, run_blocking};
 use crate::pipeline::registry;
@@ -27,7 +27,7 @@ use crate::pipeline::types::{
 };
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
 use crate::store::repos::RepoRow;
-use crate::store::tasks::{self, Task};
+use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, forges, now_unix, registries, secrets};
 
 /// What started a pipeline.
@@ -367,7 +367,7 @@ async fn supersede_older(ctx: &Ctx, repo_id: i64, newer: &Pipeline) {
         .await
         .unwrap_or_default();
     for id in older {
-        match ctx.queue.cancel(ctx, id, "").await {
+        match ctx.queue.cancel(id, "").await {
             Ok(_) => {
                 let superseded_by = newer.id;
                 let _ = ctx
@@ -386,7 +386,7 @@ async fn supersede_older(ctx: &Ctx, repo_id: i64, newer: &Pipeline) {
                     "older pipeline canceled"
                 );
             }
-            Err(err) => tracing::debug!(pipeline = id, error = %err.message, "could not supersede"),
+            Err(err) => tracing::debug!(pipeline = id, error = %err, "could not supersede"),
         }
     }
 }
@@ -656,11 +656,10 @@ pub fn enqueue(
                 pipeline_id: row.pipeline.id,
                 repo_id: repo.repo.id,
                 state: if deps.is_empty() {
-                    "pending"
+                    TaskState::Pending
                 } else {
-                    "waiting"
-                }
-                .into(),
+                    TaskState::Waiting
+                },
                 labels,
                 dependencies: deps,
                 run_on: if comp.runs_on.is_empty() {

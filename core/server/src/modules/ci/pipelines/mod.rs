@@ -1,23 +1,17 @@
-//! Pipelines: the API over them, their creation, the queue that runs them, and the agent
-//! protocol.
+//! Pipelines: the API over them, their creation, and the agent protocol's endpoints (the
+//! queue they call, the embedded agent and the log bus are the service layer, `crate::ci`).
 //!
 //! - this file: `/repos/{id}/pipelines…` (list, get, latest, manual run, restart, cancel,
 //!   approve, decline, delete, config, metadata) and `/repos/{id}/logs…`;
 //! - [`create`]: trigger → config → compiled, stored, queued pipeline;
-//! - [`queue`]: the queue service (leases, reports, roll-up, cancel);
 //! - [`agent_rpc`]: the agent protocol's HTTP endpoints;
-//! - [`local`]: the embedded agent (the runner, fed in memory);
 //! - [`admin`]: `/queue/*` and `/pipelines` for instance admins;
-//! - [`background`]: lease expiry, contact times, cron, log retention;
-//! - [`bus`]: live log lines for stream readers.
+//! - [`background`]: lease expiry, contact times, cron, log retention.
 
 pub mod admin;
 pub mod agent_rpc;
 pub mod background;
-pub mod bus;
 pub mod create;
-pub mod local;
-pub mod queue;
 
 use std::collections::BTreeMap;
 
@@ -28,6 +22,8 @@ use serde_json::{Value, json};
 
 use super::access::{self, RepoAccess};
 use super::pagination::Page;
+use woodlark_stdx::{Classify, Fault};
+
 use crate::app::Ctx;
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
 use crate::pipeline::status::{self, *};
@@ -353,15 +349,13 @@ async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     require_push(&access)?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
     let login = access.user()?.user.login.clone();
+    // Upstream answers 400 for a pipeline that can no longer be canceled.
     ctx.queue
-        .cancel(&ctx, row.pipeline.id, &login)
+        .cancel(row.pipeline.id, &login)
         .await
-        .map_err(|e| {
-            if e.status == StatusCode::CONFLICT {
-                ApiError::bad_request(e.message)
-            } else {
-                e
-            }
+        .map_err(|e| match e.fault() {
+            Fault::Conflict(message) => ApiError::bad_request(message),
+            _ => ApiError::from(e),
         })?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
@@ -398,7 +392,7 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     for s in sealed {
         let bytes = ctx
             .seal
-            .open(queue::SEAL_PAYLOAD, &s)
+            .open(crate::ci::queue::SEAL_PAYLOAD, &s)
             .map_err(ApiError::internal)?;
         compiled.push(serde_json::from_slice(&bytes).map_err(ApiError::internal)?);
     }

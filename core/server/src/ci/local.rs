@@ -4,14 +4,17 @@
 //! start, the tasks it held before a restart go straight back to the queue (the processes
 //! that ran them died with the old server), so nothing waits for a lease to expire.
 
-use crate::app::Ctx;
+use std::sync::Arc;
+
+use woodlark_stdx::{Classify, Fault};
+
+use super::queue::{AgentIdent, Queue, QueueError};
 use crate::auth::random_secret;
+use crate::auth::sealing::SealKey;
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
 use crate::runner::{AgentApi, RunnerError};
-use crate::store::StoreResult;
 use crate::store::agents::{self, AgentRow, NewAgent};
-
-use super::queue::AgentIdent;
+use crate::store::{Store, StoreResult};
 
 pub const LOCAL_AGENT: &str = "local";
 
@@ -23,17 +26,17 @@ pub fn is_embedded(agent: &agents::Agent) -> bool {
 
 #[derive(Clone)]
 pub struct LocalAgent {
-    ctx: Ctx,
+    queue: Arc<Queue>,
     ident: AgentIdent,
 }
 
 /// The system agent row of the embedded runner, created if missing.
-pub async fn ensure_agent(ctx: &Ctx) -> StoreResult<AgentRow> {
+pub async fn ensure_agent(store: &Store, seal: &SealKey) -> StoreResult<AgentRow> {
     // The embedded agent never presents its token; it only needs to be unguessable.
     let token = random_secret();
-    let sealed = ctx.seal.seal(agents::SEAL_PURPOSE, token.as_bytes());
+    let sealed = seal.seal(agents::SEAL_PURPOSE, token.as_bytes());
     let hash = agents::token_hash(&token);
-    ctx.store
+    store
         .write(move |c| match agents::system_agent_id(c, LOCAL_AGENT)? {
             Some(id) => agents::by_id(c, id),
             None => agents::create(
@@ -52,10 +55,10 @@ pub async fn ensure_agent(ctx: &Ctx) -> StoreResult<AgentRow> {
 }
 
 impl LocalAgent {
-    pub fn new(ctx: Ctx, row: &AgentRow, info: &AgentInfo) -> LocalAgent {
+    pub fn new(queue: Arc<Queue>, row: &AgentRow, info: &AgentInfo) -> LocalAgent {
         LocalAgent {
             ident: AgentIdent::new(row, info),
-            ctx,
+            queue,
         }
     }
 
@@ -64,67 +67,58 @@ impl LocalAgent {
     }
 }
 
-fn err(e: crate::http::ApiError) -> RunnerError {
-    if e.status.is_server_error() {
-        RunnerError::Transport(e.message)
-    } else {
-        RunnerError::Refused(e.message)
+/// The queue's answer as the runner reads it: a server-side failure may pass (try again),
+/// a refusal will not.
+fn err(e: QueueError) -> RunnerError {
+    match e.fault() {
+        Fault::Internal => RunnerError::Transport(e.to_string()),
+        _ => RunnerError::Refused(e.to_string()),
     }
 }
 
 impl AgentApi for LocalAgent {
     async fn next(&self, _info: &AgentInfo) -> Result<Option<Work>, RunnerError> {
-        self.ctx
-            .queue
-            .next(&self.ctx, &self.ident)
-            .await
-            .map_err(err)
+        self.queue.next(&self.ident).await.map_err(err)
     }
 
     async fn init(&self, workflow_id: i64) -> Result<(), RunnerError> {
-        self.ctx
-            .queue
-            .init(&self.ctx, self.ident.id, workflow_id)
+        self.queue
+            .init(self.ident.id, workflow_id)
             .await
             .map_err(err)
     }
 
     async fn step(&self, workflow_id: i64, update: StepUpdate) -> Result<(), RunnerError> {
-        self.ctx
-            .queue
-            .step(&self.ctx, self.ident.id, workflow_id, update)
+        self.queue
+            .step(self.ident.id, workflow_id, update)
             .await
             .map_err(err)
     }
 
     async fn logs(&self, workflow_id: i64, lines: Vec<LogLine>) -> Result<(), RunnerError> {
-        self.ctx
-            .queue
-            .logs(&self.ctx, self.ident.id, workflow_id, lines)
+        self.queue
+            .logs(self.ident.id, workflow_id, lines)
             .await
             .map_err(err)
     }
 
     async fn extend(&self, workflow_id: i64) -> Result<(), RunnerError> {
-        self.ctx
-            .queue
-            .extend(&self.ctx, self.ident.id, workflow_id)
+        self.queue
+            .extend(self.ident.id, workflow_id)
             .await
             .map_err(err)
     }
 
     async fn wait_canceled(&self, workflow_id: i64) -> Result<bool, RunnerError> {
-        self.ctx
-            .queue
-            .wait_canceled(&self.ctx, self.ident.id, workflow_id)
+        self.queue
+            .wait_canceled(self.ident.id, workflow_id)
             .await
             .map_err(err)
     }
 
     async fn done(&self, workflow_id: i64, done: WorkflowDone) -> Result<(), RunnerError> {
-        self.ctx
-            .queue
-            .done(&self.ctx, self.ident.id, workflow_id, done)
+        self.queue
+            .done(self.ident.id, workflow_id, done)
             .await
             .map_err(err)
     }

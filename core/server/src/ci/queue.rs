@@ -15,20 +15,22 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::store::Tx;
 use tokio::sync::Notify;
+use woodlark_stdx::{Classify, Fault};
 
-use crate::app::Ctx;
-use crate::http::ApiError;
+use super::bus::LogBus;
+use super::forge_secrets;
+use super::lifecycle::{cancel_in, end_workflow, release_dependents, requeue_in, roll_up};
+use crate::auth::sealing::SealKey;
 use crate::pipeline::labels;
 use crate::pipeline::status::{self, *};
 use crate::pipeline::types::CompiledWorkflow;
 use crate::runner::protocol::{AgentInfo, LogLine, StepRef, StepUpdate, Work, WorkflowDone};
 use crate::store::agents::{self, AgentRow};
 use crate::store::logs::{self, NewLine};
-use crate::store::pipelines::{self, CancelInfo, PipelineRow};
-use crate::store::tasks::{self, Task};
-use crate::store::{StoreError, StoreResult, now_unix, repos};
+use crate::store::pipelines::{self, PipelineRow};
+use crate::store::tasks::{self, Task, TaskState};
+use crate::store::{Store, StoreError, StoreResult, Tx, now_unix, repos};
 
 /// How long a lease lasts without `extend`.
 pub const LEASE_SECS: i64 = 60;
@@ -37,8 +39,55 @@ pub const LONG_POLL: Duration = Duration::from_secs(25);
 /// Purpose under which compiled workflows are sealed.
 pub const SEAL_PAYLOAD: &str = "workflow-payload";
 
-#[derive(Default)]
+/// Why the queue refused or failed a request; the agent protocol's handlers and the
+/// embedded agent both see this, each rendering it its own way.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The agent does not hold the workflow's lease (it expired, or the workflow ended).
+    #[error("this agent does not hold that workflow")]
+    NotHeld,
+    /// The report itself is wrong (an unknown state, a step of another workflow).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(&'static str),
+    /// The stored workflow cannot be opened or decoded.
+    #[error("workflow payload: {0}")]
+    Payload(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Classify for QueueError {
+    fn fault(&self) -> Fault {
+        match self {
+            QueueError::NotHeld => Fault::Conflict(self.to_string()),
+            QueueError::Invalid(message) => Fault::Invalid(message.clone()),
+            QueueError::NotFound(what) => Fault::NotFound(what.to_string()),
+            QueueError::Payload(_) => Fault::Internal,
+            QueueError::Store(err) => err.fault(),
+        }
+    }
+}
+
+impl QueueError {
+    /// What a user may read about the failure (a workflow's `error`): internal causes stay in
+    /// the log.
+    fn public_message(&self) -> String {
+        match self.fault() {
+            Fault::Internal => "internal server error".into(),
+            _ => self.to_string(),
+        }
+    }
+}
+
+/// The queue service, built from the parts it uses: the store, the log store, the sealing
+/// key (workflow payloads, forge tokens for clone credentials) and the live log bus.
 pub struct Queue {
+    store: Store,
+    logs: Store,
+    seal: SealKey,
+    bus: LogBus,
     paused: AtomicBool,
     /// Signalled when a task may have become pending (new pipeline, finished dependency,
     /// expired lease, resume).
@@ -83,11 +132,26 @@ impl AgentIdent {
     }
 }
 
-fn refused(message: impl Into<String>) -> ApiError {
-    ApiError::new(crate::http::StatusCode::CONFLICT, message)
-}
-
 impl Queue {
+    pub fn new(store: Store, logs: Store, seal: SealKey) -> Queue {
+        Queue {
+            store,
+            logs,
+            seal,
+            bus: LogBus::default(),
+            paused: AtomicBool::new(false),
+            work: Notify::new(),
+            changes: Notify::new(),
+            contact: Mutex::new(HashMap::new()),
+            polling: AtomicUsize::new(0),
+        }
+    }
+
+    /// Live log lines of every step, published after they are stored.
+    pub fn log_bus(&self) -> &LogBus {
+        &self.bus
+    }
+
     pub fn paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
     }
@@ -118,7 +182,7 @@ impl Queue {
     }
 
     /// Writes the contact times gathered since the last flush.
-    pub async fn flush_contact(&self, ctx: &Ctx) -> StoreResult<()> {
+    pub async fn flush_contact(&self) -> StoreResult<()> {
         let batch: Vec<(i64, (i64, i64))> = {
             let mut map = self.contact.lock().unwrap_or_else(|p| p.into_inner());
             map.drain().collect()
@@ -126,7 +190,7 @@ impl Queue {
         if batch.is_empty() {
             return Ok(());
         }
-        ctx.store
+        self.store
             .write(move |c| {
                 for (id, (contact, work)) in &batch {
                     agents::record_contact(c, *id, *contact, *work)?;
@@ -142,7 +206,7 @@ impl Queue {
     }
 
     /// Waits (at most [`LONG_POLL`]) for a workflow this agent may run and leases it.
-    pub async fn next(&self, ctx: &Ctx, agent: &AgentIdent) -> Result<Option<Work>, ApiError> {
+    pub async fn next(&self, agent: &AgentIdent) -> Result<Option<Work>, QueueError> {
         self.touch(agent.id, false);
         /// Counts the caller among the waiting workers until it returns (or is dropped).
         struct Waiting<'a>(&'a AtomicUsize);
@@ -158,7 +222,7 @@ impl Queue {
             let notified = self.work.notified();
             if !self.paused()
                 && !agent.no_schedule
-                && let Some(work) = self.try_claim(ctx, agent).await?
+                && let Some(work) = self.try_claim(agent).await?
             {
                 self.touch(agent.id, true);
                 return Ok(Some(work));
@@ -172,9 +236,9 @@ impl Queue {
         }
     }
 
-    async fn try_claim(&self, ctx: &Ctx, agent: &AgentIdent) -> Result<Option<Work>, ApiError> {
+    async fn try_claim(&self, agent: &AgentIdent) -> Result<Option<Work>, QueueError> {
         let ident = agent.clone();
-        let claimed = ctx
+        let claimed = self
             .store
             .write(move |c| {
                 // The record decides, not what the agent's poll started with: an agent paused
@@ -183,7 +247,7 @@ impl Queue {
                     return Ok(None);
                 }
                 let now = now_unix();
-                for task in tasks::list(c, Some("pending"))? {
+                for task in tasks::list(c, Some(TaskState::Pending))? {
                     if labels::score(&task.labels, &ident.labels).is_none() {
                         continue;
                     }
@@ -198,12 +262,12 @@ impl Queue {
         let Some(task) = claimed else {
             return Ok(None);
         };
-        match self.work_for(ctx, &task).await {
+        match self.work_for(&task).await {
             Ok(work) => Ok(Some(work)),
             Err(err) => {
                 // The task cannot be run (its repository or payload is gone): end it as an error.
-                tracing::warn!(workflow = task.id, error = %err.message, "cannot hand out a workflow");
-                self.finish_workflow(ctx, task.id, ERROR, &err.message)
+                tracing::warn!(workflow = task.id, error = %err, "cannot hand out a workflow");
+                self.finish_workflow(task.id, ERROR, &err.public_message())
                     .await?;
                 Ok(None)
             }
@@ -211,9 +275,9 @@ impl Queue {
     }
 
     /// Everything an agent needs to run a leased task.
-    async fn work_for(&self, ctx: &Ctx, task: &Task) -> Result<Work, ApiError> {
+    async fn work_for(&self, task: &Task) -> Result<Work, QueueError> {
         let (wf_id, pipeline_id, repo_id) = (task.id, task.pipeline_id, task.repo_id);
-        let (sealed, wf, row, repo) = ctx
+        let (sealed, wf, row, repo) = self
             .store
             .read(move |c| {
                 Ok((
@@ -224,12 +288,12 @@ impl Queue {
                 ))
             })
             .await?;
-        let payload = ctx
+        let payload = self
             .seal
             .open(SEAL_PAYLOAD, &sealed)
-            .map_err(ApiError::internal)?;
+            .map_err(|e| QueueError::Payload(e.to_string()))?;
         let workflow: CompiledWorkflow =
-            serde_json::from_slice(&payload).map_err(ApiError::internal)?;
+            serde_json::from_slice(&payload).map_err(|e| QueueError::Payload(e.to_string()))?;
         let steps: Vec<StepRef> = wf
             .children
             .iter()
@@ -240,7 +304,7 @@ impl Queue {
             })
             .collect();
         let ids: Vec<i64> = steps.iter().map(|s| s.id).collect();
-        let offsets = ctx
+        let offsets = self
             .logs
             .read(move |c| {
                 let mut out = BTreeMap::new();
@@ -262,7 +326,7 @@ impl Queue {
             clone_url: repo.repo.clone_url.clone(),
             commit: row.pipeline.commit.clone(),
             git_ref: row.pipeline.git_ref.clone(),
-            netrc: self.netrc_for(ctx, &repo.repo).await,
+            netrc: self.netrc_for(&repo.repo).await,
             workflow,
             steps,
             log_offsets: offsets,
@@ -273,11 +337,10 @@ impl Queue {
     /// forge's `oauth_client_secret`) for the clone URL's host. The git forge needs none.
     async fn netrc_for(
         &self,
-        ctx: &Ctx,
         repo: &crate::store::repos::Repo,
     ) -> Option<crate::runner::protocol::Netrc> {
         let forge_id = repo.forge_id;
-        let row = ctx
+        let row = self
             .store
             .read(move |c| crate::store::forges::by_id(c, forge_id))
             .await
@@ -285,7 +348,7 @@ impl Queue {
         if row.forge.kind == "git" {
             return None;
         }
-        let token = crate::modules::ci::forges::api_token(&ctx.seal, &row)
+        let token = forge_secrets::api_token(&self.seal, &row)
             .ok()
             .filter(|t| !t.is_empty())?;
         let host = repo
@@ -306,13 +369,14 @@ impl Queue {
 
     /// Checks that `agent` holds the lease of workflow `id`.
     fn holds(conn: &Tx, id: i64, agent: i64) -> StoreResult<bool> {
-        Ok(tasks::get(conn, id)?.is_some_and(|t| t.state == "running" && t.agent_id == agent))
+        Ok(tasks::get(conn, id)?
+            .is_some_and(|t| t.state == TaskState::Running && t.agent_id == agent))
     }
 
     /// The runner starts the workflow: workflow and pipeline become `running`.
-    pub async fn init(&self, ctx: &Ctx, agent: i64, id: i64) -> Result<(), ApiError> {
+    pub async fn init(&self, agent: i64, id: i64) -> Result<(), QueueError> {
         self.touch(agent, true);
-        let ok = ctx
+        let ok = self
             .store
             .write(move |c| {
                 if !Self::holds(c, id, agent)? {
@@ -337,30 +401,20 @@ impl Queue {
             })
             .await?;
         self.changes.notify_waiters();
-        if ok {
-            Ok(())
-        } else {
-            Err(refused("this agent does not hold that workflow"))
-        }
+        if ok { Ok(()) } else { Err(QueueError::NotHeld) }
     }
 
     /// A step changed state.
-    pub async fn step(
-        &self,
-        ctx: &Ctx,
-        agent: i64,
-        id: i64,
-        update: StepUpdate,
-    ) -> Result<(), ApiError> {
+    pub async fn step(&self, agent: i64, id: i64, update: StepUpdate) -> Result<(), QueueError> {
         if !status::ALL.contains(&update.state.as_str()) {
-            return Err(ApiError::bad_request(format!(
+            return Err(QueueError::Invalid(format!(
                 "unknown state {:?}",
                 update.state
             )));
         }
         self.touch(agent, true);
         let cancel = update.cancel_pipeline && update.state == FAILURE;
-        let ok = ctx
+        let ok = self
             .store
             .write(move |c| {
                 if !Self::holds(c, id, agent)? {
@@ -386,17 +440,17 @@ impl Queue {
             })
             .await
             .map_err(|e| match e {
-                StoreError::NotFound => ApiError::not_found("no such step"),
+                StoreError::NotFound => QueueError::NotFound("no such step"),
                 other => other.into(),
             })?;
         self.changes.notify_waiters();
         let Some((pipeline_id, step_name)) = ok else {
-            return Err(refused("this agent does not hold that workflow"));
+            return Err(QueueError::NotHeld);
         };
         if cancel {
             // `failure: cancel`: the whole pipeline stops, recording which step asked.
-            if self.cancel(ctx, pipeline_id, "").await.is_ok() {
-                ctx.store
+            if self.cancel(pipeline_id, "").await.is_ok() {
+                self.store
                     .write(move |c| {
                         pipelines::update(c, pipeline_id, |p| {
                             if let Some(info) = &mut p.cancel_info {
@@ -411,15 +465,9 @@ impl Queue {
     }
 
     /// Stores log lines of the workflow's steps (each line once, however often re-sent).
-    pub async fn logs(
-        &self,
-        ctx: &Ctx,
-        agent: i64,
-        id: i64,
-        lines: Vec<LogLine>,
-    ) -> Result<(), ApiError> {
+    pub async fn logs(&self, agent: i64, id: i64, lines: Vec<LogLine>) -> Result<(), QueueError> {
         self.touch(agent, true);
-        let step_ids: Vec<i64> = ctx
+        let step_ids: Vec<i64> = self
             .store
             .read(move |c| {
                 if !Self::holds(c, id, agent)? {
@@ -433,10 +481,10 @@ impl Queue {
             })
             .await?;
         if step_ids.is_empty() {
-            return Err(refused("this agent does not hold that workflow"));
+            return Err(QueueError::NotHeld);
         }
         if let Some(bad) = lines.iter().find(|l| !step_ids.contains(&l.step_id)) {
-            return Err(ApiError::bad_request(format!(
+            return Err(QueueError::Invalid(format!(
                 "step {} is not part of workflow {id}",
                 bad.step_id
             )));
@@ -452,31 +500,27 @@ impl Queue {
             })
             .collect();
         let stored = rows.clone();
-        ctx.logs.write(move |c| logs::append(c, &rows)).await?;
-        ctx.log_bus.publish(&stored);
+        self.logs.write(move |c| logs::append(c, &rows)).await?;
+        self.bus.publish(&stored);
         Ok(())
     }
 
-    pub async fn extend(&self, ctx: &Ctx, agent: i64, id: i64) -> Result<(), ApiError> {
+    pub async fn extend(&self, agent: i64, id: i64) -> Result<(), QueueError> {
         self.touch(agent, false);
-        let ok = ctx
+        let ok = self
             .store
             .write(move |c| tasks::extend(c, id, agent, now_unix() + LEASE_SECS))
             .await?;
-        if ok {
-            Ok(())
-        } else {
-            Err(refused("this agent does not hold that workflow"))
-        }
+        if ok { Ok(()) } else { Err(QueueError::NotHeld) }
     }
 
     /// Waits (at most [`LONG_POLL`]) until the workflow's pipeline is canceled.
-    pub async fn wait_canceled(&self, ctx: &Ctx, agent: i64, id: i64) -> Result<bool, ApiError> {
+    pub async fn wait_canceled(&self, agent: i64, id: i64) -> Result<bool, QueueError> {
         self.touch(agent, false);
         let deadline = tokio::time::Instant::now() + LONG_POLL;
         loop {
             let notified = self.changes.notified();
-            let canceled = ctx
+            let canceled = self
                 .store
                 .read(move |c| {
                     let wf = pipelines::workflow(c, id)?;
@@ -488,7 +532,7 @@ impl Queue {
                 })
                 .await
                 .map_err(|e| match e {
-                    StoreError::NotFound => ApiError::not_found("no such workflow"),
+                    StoreError::NotFound => QueueError::NotFound("no such workflow"),
                     other => other.into(),
                 })?;
             if canceled {
@@ -503,39 +547,31 @@ impl Queue {
     }
 
     /// The runner finished the workflow.
-    pub async fn done(
-        &self,
-        ctx: &Ctx,
-        agent: i64,
-        id: i64,
-        done: WorkflowDone,
-    ) -> Result<(), ApiError> {
+    pub async fn done(&self, agent: i64, id: i64, done: WorkflowDone) -> Result<(), QueueError> {
         if !matches!(done.state.as_str(), SUCCESS | FAILURE | KILLED | ERROR) {
-            return Err(ApiError::bad_request(format!(
+            return Err(QueueError::Invalid(format!(
                 "a workflow cannot end as {:?}",
                 done.state
             )));
         }
         self.touch(agent, true);
-        let held = ctx.store.read(move |c| Self::holds(c, id, agent)).await?;
+        let held = self.store.read(move |c| Self::holds(c, id, agent)).await?;
         if !held {
-            return Err(refused("this agent does not hold that workflow"));
+            return Err(QueueError::NotHeld);
         }
-        self.finish_workflow(ctx, id, &done.state, &done.error)
-            .await
+        self.finish_workflow(id, &done.state, &done.error).await
     }
 
     /// Ends a workflow (steps left unfinished end with it), releases dependents, and rolls
     /// the pipeline up when nothing is left.
     pub async fn finish_workflow(
         &self,
-        ctx: &Ctx,
         id: i64,
         state: &str,
         error: &str,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), QueueError> {
         let (state, error) = (state.to_string(), error.to_string());
-        ctx.store
+        self.store
             .write(move |c| {
                 let pipeline_id = end_workflow(c, id, &state, &error)?;
                 release_dependents(c, pipeline_id)?;
@@ -549,14 +585,9 @@ impl Queue {
 
     /// Cancels a pipeline: queued workflows are skipped at once, running ones are killed by
     /// their agents (which see the pipeline's new status).
-    pub async fn cancel(
-        &self,
-        ctx: &Ctx,
-        pipeline_id: i64,
-        by_user: &str,
-    ) -> Result<PipelineRow, ApiError> {
+    pub async fn cancel(&self, pipeline_id: i64, by_user: &str) -> Result<PipelineRow, QueueError> {
         let user = by_user.to_string();
-        let row = ctx
+        let row = self
             .store
             .write(move |c| cancel_in(c, pipeline_id, &user))
             .await?;
@@ -566,47 +597,11 @@ impl Queue {
 
     /// Puts tasks whose lease ran out (or that the restarted local agent held) back in the
     /// queue; their steps start again, their logs continue where they were.
-    pub async fn requeue(&self, ctx: &Ctx, only_agent: Option<i64>) -> StoreResult<usize> {
-        let n = ctx
+    pub async fn requeue(&self, only_agent: Option<i64>) -> StoreResult<usize> {
+        let n = self
             .store
             .write(move |c| {
-                let stale = match only_agent {
-                    Some(agent) => tasks::of_agent(c, agent)?,
-                    None => tasks::expired(c, now_unix())?,
-                };
-                for task in &stale {
-                    let pipeline = pipelines::by_id(c, task.pipeline_id)?;
-                    if matches!(
-                        pipeline.pipeline.status.as_str(),
-                        KILLED | CANCELED | DECLINED
-                    ) {
-                        // Canceled while its agent was gone: end it instead of running it again.
-                        end_workflow(c, task.id, KILLED, "")?;
-                        roll_up(c, task.pipeline_id)?;
-                        continue;
-                    }
-                    tasks::set_state(c, task.id, "pending")?;
-                    let wf = pipelines::workflow(c, task.id)?;
-                    for s in &wf.children {
-                        if !status::is_done(&s.state) || s.state == RUNNING {
-                            pipelines::update_step(c, s.id, |s| {
-                                s.state = PENDING.into();
-                                s.started = 0;
-                                s.finished = 0;
-                                s.exit_code = 0;
-                            })?;
-                        }
-                    }
-                    pipelines::update_workflow(c, task.id, |w| {
-                        w.state = PENDING.into();
-                        w.agent_id = 0;
-                    })?;
-                    tracing::warn!(
-                        workflow = task.id,
-                        agent = task.agent_id,
-                        "lease lost; workflow re-queued"
-                    );
-                }
+                let stale = requeue_in(c, only_agent)?;
                 Ok(stale.len())
             })
             .await?;
@@ -617,10 +612,10 @@ impl Queue {
     }
 
     /// Resolves when no task is running (upstream's `norunningpipelines`).
-    pub async fn wait_idle(&self, ctx: &Ctx) -> StoreResult<()> {
+    pub async fn wait_idle(&self) -> StoreResult<()> {
         loop {
             let notified = self.changes.notified();
-            let running = ctx
+            let running = self
                 .store
                 .read(|c| {
                     Ok(tasks::count_running(c)?
@@ -636,136 +631,4 @@ impl Queue {
             }
         }
     }
-}
-
-/// Marks a workflow ended with `state`; its unfinished steps end too. Returns its pipeline.
-fn end_workflow(c: &Tx, id: i64, state: &str, error: &str) -> StoreResult<i64> {
-    let now = now_unix();
-    let wf = pipelines::workflow(c, id)?;
-    for s in &wf.children {
-        if !status::is_done(&s.state) {
-            let step_state = match state {
-                KILLED | CANCELED => {
-                    if s.state == RUNNING {
-                        KILLED
-                    } else {
-                        CANCELED
-                    }
-                }
-                _ => SKIPPED,
-            };
-            pipelines::update_step(c, s.id, |s| {
-                s.state = step_state.into();
-                if s.finished == 0 && s.started > 0 {
-                    s.finished = now;
-                }
-            })?;
-        }
-    }
-    pipelines::update_workflow(c, id, |w| {
-        w.state = state.into();
-        w.error = error.into();
-        w.finished = now;
-        if w.started == 0 {
-            w.started = now;
-        }
-    })?;
-    tasks::remove(c, id)?;
-    Ok(wf.pipeline_id)
-}
-
-/// Waiting tasks whose dependencies have all ended become pending, or are skipped when the
-/// dependencies did not end the way `runs_on` asks.
-fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
-    loop {
-        let mut changed = false;
-        let wfs = pipelines::workflows(c, pipeline_id)?;
-        let state_of: HashMap<i64, String> = wfs.iter().map(|w| (w.id, w.state.clone())).collect();
-        for task in tasks::of_pipeline(c, pipeline_id)? {
-            if task.state != "waiting" {
-                continue;
-            }
-            let deps: Vec<&String> = task
-                .dependencies
-                .iter()
-                .filter_map(|d| state_of.get(d))
-                .collect();
-            if !deps.iter().all(|s| status::is_done(s)) {
-                continue;
-            }
-            let outcome = if deps
-                .iter()
-                .all(|s| s.as_str() == SUCCESS || s.as_str() == SKIPPED)
-            {
-                "success"
-            } else {
-                "failure"
-            };
-            if task.run_on.iter().any(|r| r == outcome) {
-                tasks::set_state(c, task.id, "pending")?;
-            } else {
-                end_workflow(c, task.id, SKIPPED, "")?;
-            }
-            changed = true;
-        }
-        if !changed {
-            return Ok(());
-        }
-    }
-}
-
-/// When no workflow of the pipeline is left to run, the pipeline takes the merged state.
-fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
-    let wfs = pipelines::workflows(c, pipeline_id)?;
-    if wfs.iter().any(|w| !status::is_done(&w.state)) {
-        return Ok(());
-    }
-    let merged = status::merge(wfs.iter().map(|w| w.state.as_str()));
-    let now = now_unix();
-    pipelines::update(c, pipeline_id, |p| {
-        // A canceled pipeline keeps the state the cancel gave it.
-        if !matches!(p.status.as_str(), KILLED | CANCELED | DECLINED) {
-            p.status = merged.into();
-        }
-        if p.finished == 0 {
-            p.finished = now;
-        }
-    })?;
-    Ok(())
-}
-
-fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
-    let row = pipelines::by_id(c, pipeline_id)?;
-    if !matches!(row.pipeline.status.as_str(), PENDING | RUNNING | BLOCKED) {
-        return Err(StoreError::Conflict(format!(
-            "pipeline {} is {} and cannot be canceled",
-            row.pipeline.number, row.pipeline.status
-        )));
-    }
-    let wfs = pipelines::workflows(c, pipeline_id)?;
-    let started = wfs.iter().any(|w| w.state == RUNNING || w.started > 0);
-    let now = now_unix();
-    for task in tasks::of_pipeline(c, pipeline_id)? {
-        if task.state != "running" {
-            end_workflow(c, task.id, SKIPPED, "")?;
-        }
-    }
-    // Blocked pipelines have workflows but no tasks.
-    for wf in &wfs {
-        if wf.state == BLOCKED {
-            end_workflow(c, wf.id, SKIPPED, "")?;
-        }
-    }
-    let user = user.to_string();
-    let row = pipelines::update(c, pipeline_id, |p| {
-        p.status = if started { KILLED } else { CANCELED }.into();
-        p.cancel_info = Some(CancelInfo {
-            canceled_by_user: user,
-            ..CancelInfo::default()
-        });
-        if p.finished == 0 {
-            p.finished = now;
-        }
-    })?;
-    Ok(row)
 }

@@ -1,0 +1,456 @@
+//! The pipeline lifecycle's state transitions, each inside the caller's write transaction:
+//! a workflow ends (its unfinished steps with it), waiting workflows whose dependencies are
+//! done are released or skipped, a pipeline with nothing left to run takes the merge of its
+//! workflows' states, a pipeline is canceled, lost leases are re-queued.
+//!
+//! No I/O but the store, no clock but `now_unix`, so every rule here is tested below on an
+//! in-memory database.
+
+use std::collections::HashMap;
+
+use crate::pipeline::status::{self, *};
+use crate::store::pipelines::{self, CancelInfo, PipelineRow};
+use crate::store::tasks::{self, Task, TaskState};
+use crate::store::{StoreError, StoreResult, Tx, now_unix};
+
+/// Marks a workflow ended with `state`; its unfinished steps end too. Returns its pipeline.
+pub(crate) fn end_workflow(c: &Tx, id: i64, state: &str, error: &str) -> StoreResult<i64> {
+    let now = now_unix();
+    let wf = pipelines::workflow(c, id)?;
+    for s in &wf.children {
+        if !status::is_done(&s.state) {
+            let step_state = match state {
+                KILLED | CANCELED => {
+                    if s.state == RUNNING {
+                        KILLED
+                    } else {
+                        CANCELED
+                    }
+                }
+                _ => SKIPPED,
+            };
+            pipelines::update_step(c, s.id, |s| {
+                s.state = step_state.into();
+                if s.finished == 0 && s.started > 0 {
+                    s.finished = now;
+                }
+            })?;
+        }
+    }
+    pipelines::update_workflow(c, id, |w| {
+        w.state = state.into();
+        w.error = error.into();
+        w.finished = now;
+        if w.started == 0 {
+            w.started = now;
+        }
+    })?;
+    tasks::remove(c, id)?;
+    Ok(wf.pipeline_id)
+}
+
+/// Waiting tasks whose dependencies have all ended become pending, or are skipped when the
+/// dependencies did not end the way `runs_on` asks.
+pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
+    loop {
+        let mut changed = false;
+        let wfs = pipelines::workflows(c, pipeline_id)?;
+        let state_of: HashMap<i64, String> = wfs.iter().map(|w| (w.id, w.state.clone())).collect();
+        for task in tasks::of_pipeline(c, pipeline_id)? {
+            if task.state != TaskState::Waiting {
+                continue;
+            }
+            let deps: Vec<&String> = task
+                .dependencies
+                .iter()
+                .filter_map(|d| state_of.get(d))
+                .collect();
+            if !deps.iter().all(|s| status::is_done(s)) {
+                continue;
+            }
+            let outcome = if deps
+                .iter()
+                .all(|s| s.as_str() == SUCCESS || s.as_str() == SKIPPED)
+            {
+                "success"
+            } else {
+                "failure"
+            };
+            if task.run_on.iter().any(|r| r == outcome) {
+                tasks::set_state(c, task.id, TaskState::Pending)?;
+            } else {
+                end_workflow(c, task.id, SKIPPED, "")?;
+            }
+            changed = true;
+        }
+        if !changed {
+            return Ok(());
+        }
+    }
+}
+
+/// When no workflow of the pipeline is left to run, the pipeline takes the merged state.
+pub(crate) fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
+    let wfs = pipelines::workflows(c, pipeline_id)?;
+    if wfs.iter().any(|w| !status::is_done(&w.state)) {
+        return Ok(());
+    }
+    let merged = status::merge(wfs.iter().map(|w| w.state.as_str()));
+    let now = now_unix();
+    pipelines::update(c, pipeline_id, |p| {
+        // A canceled pipeline keeps the state the cancel gave it.
+        if !matches!(p.status.as_str(), KILLED | CANCELED | DECLINED) {
+            p.status = merged.into();
+        }
+        if p.finished == 0 {
+            p.finished = now;
+        }
+    })?;
+    Ok(())
+}
+
+pub(crate) fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
+    let row = pipelines::by_id(c, pipeline_id)?;
+    if !matches!(row.pipeline.status.as_str(), PENDING | RUNNING | BLOCKED) {
+        return Err(StoreError::Conflict(format!(
+            "pipeline {} is {} and cannot be canceled",
+            row.pipeline.number, row.pipeline.status
+        )));
+    }
+    let wfs = pipelines::workflows(c, pipeline_id)?;
+    let started = wfs.iter().any(|w| w.state == RUNNING || w.started > 0);
+    let now = now_unix();
+    for task in tasks::of_pipeline(c, pipeline_id)? {
+        if task.state != TaskState::Running {
+            end_workflow(c, task.id, SKIPPED, "")?;
+        }
+    }
+    // Blocked pipelines have workflows but no tasks.
+    for wf in &wfs {
+        if wf.state == BLOCKED {
+            end_workflow(c, wf.id, SKIPPED, "")?;
+        }
+    }
+    let user = user.to_string();
+    let row = pipelines::update(c, pipeline_id, |p| {
+        p.status = if started { KILLED } else { CANCELED }.into();
+        p.cancel_info = Some(CancelInfo {
+            canceled_by_user: user,
+            ..CancelInfo::default()
+        });
+        if p.finished == 0 {
+            p.finished = now;
+        }
+    })?;
+    Ok(row)
+}
+
+/// Puts the tasks of `only_agent` (or, without one, every task whose lease ran out) back in
+/// the queue: their unfinished steps start again, their logs continue where they were. A task
+/// whose pipeline was canceled meanwhile ends instead. Returns the tasks it handled.
+pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Task>> {
+    let stale = match only_agent {
+        Some(agent) => tasks::of_agent(c, agent)?,
+        None => tasks::expired(c, now_unix())?,
+    };
+    for task in &stale {
+        let pipeline = pipelines::by_id(c, task.pipeline_id)?;
+        if matches!(
+            pipeline.pipeline.status.as_str(),
+            KILLED | CANCELED | DECLINED
+        ) {
+            // Canceled while its agent was gone: end it instead of running it again.
+            end_workflow(c, task.id, KILLED, "")?;
+            roll_up(c, task.pipeline_id)?;
+            continue;
+        }
+        tasks::set_state(c, task.id, TaskState::Pending)?;
+        let wf = pipelines::workflow(c, task.id)?;
+        for s in &wf.children {
+            if !status::is_done(&s.state) || s.state == RUNNING {
+                pipelines::update_step(c, s.id, |s| {
+                    s.state = PENDING.into();
+                    s.started = 0;
+                    s.finished = 0;
+                    s.exit_code = 0;
+                })?;
+            }
+        }
+        pipelines::update_workflow(c, task.id, |w| {
+            w.state = PENDING.into();
+            w.agent_id = 0;
+        })?;
+        tracing::warn!(
+            workflow = task.id,
+            agent = task.agent_id,
+            "lease lost; workflow re-queued"
+        );
+    }
+    Ok(stale)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::store::pipelines::{NewWorkflow, Pipeline};
+    use crate::store::repos;
+
+    /// A pipeline in `status` with one workflow per `(name, state, steps' states)`, and a
+    /// task for each workflow that is still to run (`waiting` ones wait for the first).
+    struct Fixture {
+        db: Tx,
+        pipeline: i64,
+        workflows: Vec<i64>,
+    }
+
+    fn fixture(status: &str, workflows: &[(&str, &str, &[&str])]) -> Fixture {
+        let db = Tx::in_memory_for_tests();
+        let repo = repos::insert_bare(&db, 1, 1, "alice/app").unwrap();
+        let new: Vec<NewWorkflow> = workflows
+            .iter()
+            .map(|(name, state, steps)| NewWorkflow {
+                name: name.to_string(),
+                state: state.to_string(),
+                environ: BTreeMap::new(),
+                sealed_payload: String::new(),
+                steps: (0..steps.len())
+                    .map(|i| (format!("{name}-{i}"), "commands".into()))
+                    .collect(),
+            })
+            .collect();
+        let pipeline = Pipeline {
+            status: status.into(),
+            ..Pipeline::default()
+        };
+        let row = pipelines::create(&db, repo, &pipeline, &new, &[]).unwrap();
+        let ids: Vec<i64> = row
+            .pipeline
+            .workflows
+            .unwrap_or_default()
+            .iter()
+            .map(|w| w.id)
+            .collect();
+        for ((_, state, steps), id) in workflows.iter().zip(&ids) {
+            let wf = pipelines::workflow(&db, *id).unwrap();
+            for (step, s) in wf.children.iter().zip(steps.iter()) {
+                pipelines::update_step(&db, step.id, |st| {
+                    st.state = s.to_string();
+                    st.started = if *s == PENDING { 0 } else { 10 };
+                })
+                .unwrap();
+            }
+            let task_state = match *state {
+                RUNNING => TaskState::Running,
+                PENDING => TaskState::Pending,
+                "waiting" => TaskState::Waiting,
+                _ => continue,
+            };
+            // A running task is a pending one an agent (7) leased.
+            let queued = if task_state == TaskState::Running {
+                TaskState::Pending
+            } else {
+                task_state
+            };
+            let run_on = if name_says_failure(workflows, *id, &ids) {
+                "failure"
+            } else {
+                "success"
+            };
+            tasks::insert(
+                &db,
+                &Task {
+                    id: *id,
+                    pipeline_id: row.pipeline.id,
+                    repo_id: repo,
+                    state: queued,
+                    labels: BTreeMap::new(),
+                    dependencies: if queued == TaskState::Waiting {
+                        vec![ids[0]]
+                    } else {
+                        Vec::new()
+                    },
+                    run_on: vec![run_on.into()],
+                    agent_id: 0,
+                    lease_until: 0,
+                    created: 0,
+                },
+            )
+            .unwrap();
+            if task_state == TaskState::Running {
+                assert!(tasks::lease(&db, *id, 7, 100).unwrap());
+            }
+        }
+        Fixture {
+            db,
+            pipeline: row.pipeline.id,
+            workflows: ids,
+        }
+    }
+
+    /// Workflows named `on-failure…` run only when their dependency failed.
+    fn name_says_failure(workflows: &[(&str, &str, &[&str])], id: i64, ids: &[i64]) -> bool {
+        let i = ids.iter().position(|x| *x == id).unwrap_or(0);
+        workflows[i].0.starts_with("on-failure")
+    }
+
+    impl Fixture {
+        fn workflow(&self, i: usize) -> pipelines::Workflow {
+            pipelines::workflow(&self.db, self.workflows[i]).unwrap()
+        }
+        fn step_states(&self, i: usize) -> Vec<String> {
+            self.workflow(i)
+                .children
+                .iter()
+                .map(|s| s.state.clone())
+                .collect()
+        }
+        fn task_state(&self, i: usize) -> Option<TaskState> {
+            tasks::get(&self.db, self.workflows[i])
+                .unwrap()
+                .map(|t| t.state)
+        }
+        fn status(&self) -> String {
+            pipelines::by_id(&self.db, self.pipeline)
+                .unwrap()
+                .pipeline
+                .status
+        }
+    }
+
+    #[test]
+    fn an_ended_workflow_ends_its_unfinished_steps_and_leaves_the_queue() {
+        let f = fixture(RUNNING, &[("build", RUNNING, &[SUCCESS, RUNNING, PENDING])]);
+        assert_eq!(
+            end_workflow(&f.db, f.workflows[0], KILLED, "").unwrap(),
+            f.pipeline
+        );
+        assert_eq!(f.step_states(0), [SUCCESS, KILLED, CANCELED]);
+        let wf = f.workflow(0);
+        assert_eq!((wf.state.as_str(), wf.finished > 0), (KILLED, true));
+        assert_eq!(f.task_state(0), None);
+
+        // Any other end skips what had not finished.
+        let f = fixture(RUNNING, &[("build", RUNNING, &[RUNNING, PENDING])]);
+        end_workflow(&f.db, f.workflows[0], FAILURE, "exit 1").unwrap();
+        assert_eq!(f.step_states(0), [SKIPPED, SKIPPED]);
+        assert_eq!(f.workflow(0).error, "exit 1");
+    }
+
+    #[test]
+    fn dependents_run_when_their_dependency_ended_the_way_they_ask() {
+        let f = fixture(
+            RUNNING,
+            &[
+                ("build", RUNNING, &[RUNNING]),
+                ("deploy", "waiting", &[PENDING]),
+                ("on-failure-notify", "waiting", &[PENDING]),
+            ],
+        );
+        release_dependents(&f.db, f.pipeline).unwrap();
+        assert_eq!(
+            f.task_state(1),
+            Some(TaskState::Waiting),
+            "build still runs"
+        );
+
+        end_workflow(&f.db, f.workflows[0], SUCCESS, "").unwrap();
+        release_dependents(&f.db, f.pipeline).unwrap();
+        assert_eq!(f.task_state(1), Some(TaskState::Pending));
+        assert_eq!(f.task_state(2), None, "runs only on failure: skipped");
+        assert_eq!(f.workflow(2).state, SKIPPED);
+
+        let f = fixture(
+            RUNNING,
+            &[
+                ("build", RUNNING, &[RUNNING]),
+                ("deploy", "waiting", &[PENDING]),
+                ("on-failure-notify", "waiting", &[PENDING]),
+            ],
+        );
+        end_workflow(&f.db, f.workflows[0], FAILURE, "").unwrap();
+        release_dependents(&f.db, f.pipeline).unwrap();
+        assert_eq!(f.workflow(1).state, SKIPPED);
+        assert_eq!(f.task_state(2), Some(TaskState::Pending));
+    }
+
+    #[test]
+    fn the_pipeline_takes_the_merged_state_once_nothing_is_left_to_run() {
+        let f = fixture(
+            RUNNING,
+            &[("a", RUNNING, &[RUNNING]), ("b", RUNNING, &[RUNNING])],
+        );
+        end_workflow(&f.db, f.workflows[0], SUCCESS, "").unwrap();
+        roll_up(&f.db, f.pipeline).unwrap();
+        assert_eq!(f.status(), RUNNING, "b still runs");
+        end_workflow(&f.db, f.workflows[1], FAILURE, "").unwrap();
+        roll_up(&f.db, f.pipeline).unwrap();
+        let p = pipelines::by_id(&f.db, f.pipeline).unwrap().pipeline;
+        assert_eq!((p.status.as_str(), p.finished > 0), (FAILURE, true));
+    }
+
+    #[test]
+    fn cancel_skips_queued_work_kills_a_started_pipeline_and_refuses_a_finished_one() {
+        let f = fixture(
+            RUNNING,
+            &[("a", RUNNING, &[RUNNING]), ("b", PENDING, &[PENDING])],
+        );
+        let row = cancel_in(&f.db, f.pipeline, "alice").unwrap();
+        assert_eq!(row.pipeline.status, KILLED);
+        assert_eq!(
+            row.pipeline.cancel_info.map(|i| i.canceled_by_user),
+            Some("alice".into())
+        );
+        assert_eq!(f.workflow(1).state, SKIPPED);
+        assert_eq!(
+            f.task_state(0),
+            Some(TaskState::Running),
+            "its agent sees the cancel and reports"
+        );
+        // The running workflow's end then rolls up without overriding the cancel.
+        end_workflow(&f.db, f.workflows[0], KILLED, "").unwrap();
+        roll_up(&f.db, f.pipeline).unwrap();
+        assert_eq!(f.status(), KILLED);
+
+        let queued = fixture(PENDING, &[("a", PENDING, &[PENDING])]);
+        assert_eq!(
+            cancel_in(&queued.db, queued.pipeline, "")
+                .unwrap()
+                .pipeline
+                .status,
+            CANCELED
+        );
+
+        let blocked = fixture(BLOCKED, &[("a", BLOCKED, &[PENDING])]);
+        cancel_in(&blocked.db, blocked.pipeline, "").unwrap();
+        assert_eq!(blocked.workflow(0).state, SKIPPED);
+
+        let done = fixture(SUCCESS, &[("a", SUCCESS, &[SUCCESS])]);
+        assert!(matches!(
+            cancel_in(&done.db, done.pipeline, ""),
+            Err(StoreError::Conflict(_))
+        ));
+    }
+
+    #[test]
+    fn lost_leases_go_back_to_the_queue_unless_the_pipeline_was_canceled() {
+        let f = fixture(RUNNING, &[("a", RUNNING, &[SUCCESS, RUNNING, PENDING])]);
+        let stale = requeue_in(&f.db, Some(7)).unwrap();
+        assert_eq!(stale.len(), 1);
+        assert_eq!(f.task_state(0), Some(TaskState::Pending));
+        assert_eq!(f.step_states(0), [SUCCESS, PENDING, PENDING]);
+        let wf = f.workflow(0);
+        assert_eq!((wf.state.as_str(), wf.agent_id), (PENDING, 0));
+        assert!(
+            requeue_in(&f.db, Some(8)).unwrap().is_empty(),
+            "another agent's"
+        );
+
+        let f = fixture(RUNNING, &[("a", RUNNING, &[RUNNING])]);
+        pipelines::update(&f.db, f.pipeline, |p| p.status = CANCELED.into()).unwrap();
+        requeue_in(&f.db, Some(7)).unwrap();
+        assert_eq!(f.task_state(0), None);
+        assert_eq!(f.workflow(0).state, KILLED);
+    }
+}
