@@ -10,7 +10,6 @@ use crate::CachedRow;
 use crate::Tx;
 use rusqlite::params;
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{StoreResult, now_unix_ms};
@@ -53,11 +52,8 @@ pub struct StoredEvent<B = Value> {
     pub repo_id: Option<i64>,
 }
 
-/// An event whose record snapshots stay the stored JSON text: served to clients as they are,
-/// without decoding them into maps and encoding them again.
-pub type RawEvent = StoredEvent<Box<RawValue>>;
-
-/// How a stored JSON snapshot is read: decoded ([`Value`]) or kept as text ([`RawValue`]).
+/// How a stored JSON snapshot is read: decoded ([`Value`]) or kept as the stored text
+/// (`String`, for the feed, which serves it as it is).
 pub trait EventBody: Sized {
     fn from_stored(text: String) -> Self;
 }
@@ -68,13 +64,14 @@ impl EventBody for Value {
     }
 }
 
-impl EventBody for Box<RawValue> {
-    fn from_stored(text: String) -> Box<RawValue> {
-        RawValue::from_string(text).unwrap_or_else(|_| {
-            RawValue::from_string("null".into()).unwrap_or_else(|_| unreachable!("valid JSON"))
-        })
+/// The stored text as it is: the store wrote it with serde, so it is valid JSON (the feed
+/// copies it into responses unchecked).
+impl EventBody for String {
+    fn from_stored(text: String) -> String {
+        text
     }
 }
+
 
 impl<B> StoredEvent<B> {
     /// The public id: 24 hex digits, zero-padded (same width as Clever's ObjectIDs).

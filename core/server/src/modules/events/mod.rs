@@ -17,18 +17,16 @@
 //! A retention task ([`prune_loop`]) removes events older than `events.retention_days` and
 //! beyond `events.max_events`; a cursor that fell off answers 404 saying so.
 
-use std::borrow::Cow;
-use std::time::Duration;
+mod render;
 
-use serde::Serialize;
-use serde_json::value::RawValue;
+use std::time::Duration;
 
 use crate::app::Ctx;
 use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::readable_by_caller;
-use crate::store::events::{self, Cursor, Direction, Filter, RawEvent, Visible};
+use crate::store::events::{self, Cursor, Direction, Filter, Visible};
 use crate::store::{StoreResult, now_unix_ms, orgs};
-use crate::timefmt::rfc3339_millis;
+use render::{Link, TextEvent};
 
 pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 10_000;
@@ -180,135 +178,8 @@ fn resolve_cursor(
     })
 }
 
-/// The Clever `Event` object.
-/// One event as Clever renders it. Fields in alphabetical order, as every other JSON
-/// object of the feed; the record snapshots are copied as stored.
-#[derive(Serialize)]
-struct EventOut<'a> {
-    created: String,
-    data: EventData<'a>,
-    id: String,
-    #[serde(rename = "type")]
-    kind: String,
-}
-
-#[derive(Serialize)]
-struct EventData<'a> {
-    object: Cow<'a, RawValue>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    previous_attributes: Option<&'a RawValue>,
-}
-
-/// The record with its `id` as a string: Clever's schemas type every id as a string, and its
-/// clients read `data.object.id` as one. The CI API keeps Woodpecker's numeric ids; only the
-/// feed's copy changes. The stored text is spliced where its top-level `id` number stands
-/// (found by [`top_level_number`], without decoding the object); a snapshot without a numeric
-/// `id` is served as stored.
-fn with_string_id(raw: &RawValue) -> Cow<'_, RawValue> {
-    let text = raw.get();
-    let Some(span) = top_level_number(text, "id") else {
-        return Cow::Borrowed(raw);
-    };
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push_str(&text[..span.start]);
-    out.push('"');
-    out.push_str(&text[span.clone()]);
-    out.push('"');
-    out.push_str(&text[span.end..]);
-    RawValue::from_string(out).map_or(Cow::Borrowed(raw), Cow::Owned)
-}
-
-/// Where the number stored under `key` in the top level of the JSON object `text` stands,
-/// if it is there and is a number. Scans the text once: strings (with escapes) and nested
-/// values are skipped, not decoded. Anything that is not a well-formed object gives `None`.
-fn top_level_number(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
-    let b = text.as_bytes();
-    let ws = |mut i: usize| {
-        while b.get(i).is_some_and(|c| c.is_ascii_whitespace()) {
-            i += 1;
-        }
-        i
-    };
-    // The end of the string starting at `i` (at its opening quote), past the closing quote.
-    let string_end = |mut i: usize| -> Option<usize> {
-        i += 1;
-        loop {
-            match b.get(i)? {
-                b'"' => return Some(i + 1),
-                b'\\' => i += 2,
-                _ => i += 1,
-            }
-        }
-    };
-    // The end of the value starting at `i`.
-    let value_end = |mut i: usize| -> Option<usize> {
-        let mut depth = 0usize;
-        loop {
-            match b.get(i)? {
-                b'"' => i = string_end(i)?,
-                b'{' | b'[' => {
-                    depth += 1;
-                    i += 1;
-                }
-                b'}' | b']' if depth > 0 => {
-                    depth -= 1;
-                    i += 1;
-                }
-                b',' | b'}' | b']' if depth == 0 => return Some(i),
-                _ => i += 1,
-            }
-            if depth == 0 && matches!(b.get(i.wrapping_sub(1)), Some(b'"' | b'}' | b']')) {
-                return Some(i);
-            }
-        }
-    };
-    let mut i = ws(0);
-    if b.get(i) != Some(&b'{') {
-        return None;
-    }
-    i = ws(i + 1);
-    loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
-        }
-        let name_end = string_end(i)?;
-        let name = &text[i + 1..name_end - 1];
-        i = ws(name_end);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        let start = ws(i + 1);
-        let end = value_end(start)?;
-        if name == key {
-            let number = text[start..end].trim_end();
-            let numeric = !number.is_empty()
-                && number
-                    .bytes()
-                    .all(|c| c.is_ascii_digit() || matches!(c, b'-' | b'+' | b'.' | b'e' | b'E'));
-            return numeric.then(|| start..start + number.len());
-        }
-        i = ws(end);
-        match b.get(i)? {
-            b',' => i = ws(i + 1),
-            _ => return None,
-        }
-    }
-}
-
-fn render(event: &RawEvent) -> EventOut<'_> {
-    EventOut {
-        created: rfc3339_millis(event.created_ms),
-        data: EventData {
-            object: with_string_id(&event.object),
-            previous_attributes: event.previous.as_deref(),
-        },
-        id: event.id(),
-        kind: event.event_type(),
-    }
-}
-
 /// A page of events and whether more lie after and before it.
-type Page = (Vec<RawEvent>, bool, bool);
+type Page = (Vec<TextEvent>, bool, bool);
 
 /// `GET /events`.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
@@ -365,12 +236,24 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             } else {
                 Direction::Forward
             };
-            let page = events::page(c, after, before, &filter, direction, limit)?;
-            let (more_after, more_before) = match (page.first(), page.last()) {
-                (Some(first), Some(last)) => (
-                    events::any_between(c, last.seq, i64::MAX, &filter)?,
-                    events::any_between(c, 0, first.seq, &filter)?,
-                ),
+            // One event more than the page tells whether more lie in the reading direction;
+            // only the other side needs its own probe.
+            let mut page: Vec<TextEvent> =
+                events::page(c, after, before, &filter, direction, limit + 1)?;
+            let beyond = page.len() > limit;
+            if beyond {
+                match direction {
+                    Direction::Forward => page.truncate(limit),
+                    Direction::Backward => drop(page.remove(0)),
+                }
+            }
+            let (more_after, more_before) = match (page.first(), page.last(), direction) {
+                (Some(first), _, Direction::Forward) => {
+                    (beyond, events::any_between(c, 0, first.seq, &filter)?)
+                }
+                (_, Some(last), Direction::Backward) => {
+                    (events::any_between(c, last.seq, i64::MAX, &filter)?, beyond)
+                }
                 _ => (false, false),
             };
             Ok(Ok((page, more_after, more_before)))
@@ -396,37 +279,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             });
         }
     }
-    let data: Vec<PageItem> = page
-        .iter()
-        .map(|e| PageItem {
-            data: render(e),
-            uri: format!("{}/{}", base.trim_end_matches('/'), e.id()),
-        })
-        .collect();
-    Ok(Response::json(&PageOut { data, links }))
-}
-
-#[derive(Serialize)]
-struct Link {
-    rel: &'static str,
-    uri: String,
-}
-
-#[derive(Serialize)]
-struct PageItem<'a> {
-    data: EventOut<'a>,
-    uri: String,
-}
-
-#[derive(Serialize)]
-struct PageOut<'a> {
-    data: Vec<PageItem<'a>>,
-    links: Vec<Link>,
-}
-
-#[derive(Serialize)]
-struct One<'a> {
-    data: EventOut<'a>,
+    Ok(Response::json_text(render::page(&page, &base, &links)))
 }
 
 /// `GET /events/{id}`.
@@ -443,14 +296,12 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let found = ctx
         .store
         .read(move |c| {
-            let event: Option<RawEvent> = events::get(c, seq, &filter)?;
+            let event: Option<TextEvent> = events::get(c, seq, &filter)?;
             Ok((event, events::cursor(c, seq)?))
         })
         .await?;
     match found {
-        (Some(event), _) => Ok(Response::json(&One {
-            data: render(&event),
-        })),
+        (Some(event), _) => Ok(Response::json_text(render::one(&event))),
         (None, Cursor::Pruned) => Err(ApiError::not_found(format!(
             "event {id} is no longer available (removed by retention)"
         ))),
@@ -511,40 +362,5 @@ mod tests {
         assert_eq!(parse_id("2a"), None);
         assert_eq!(parse_id(&"0".repeat(24)), None);
         assert_eq!(parse_id(&"g".repeat(24)), None);
-    }
-
-    fn string_id(text: &str) -> String {
-        let raw = RawValue::from_string(text.to_string()).unwrap();
-        with_string_id(&raw).get().to_string()
-    }
-
-    #[test]
-    fn object_ids_become_strings_wherever_the_key_stands() {
-        assert_eq!(string_id(r#"{"id":7,"a":1}"#), r#"{"id":"7","a":1}"#);
-        assert_eq!(
-            string_id(r#"{"a":"x\"}","b":{"id":1},"c":[1,{"id":2}],"id":-12}"#),
-            r#"{"a":"x\"}","b":{"id":1},"c":[1,{"id":2}],"id":"-12"}"#
-        );
-        assert_eq!(
-            string_id(r#"{ "name" : "n", "id" : 3 , "z": null }"#),
-            r#"{ "name" : "n", "id" : "3" , "z": null }"#
-        );
-        // Only a numeric top-level id changes.
-        for unchanged in [
-            r#"{"id":"7"}"#,
-            r#"{"id":null,"a":1}"#,
-            r#"{"a":{"id":1}}"#,
-            r#"{"a":1}"#,
-            r#"{}"#,
-            r#"[1,2]"#,
-            r#"{"ids":1,"b":true}"#,
-        ] {
-            assert_eq!(string_id(unchanged), unchanged);
-        }
-        // Every result is still JSON.
-        let v: serde_json::Value =
-            serde_json::from_str(&string_id(r#"{"x":[{"y":"]}"}],"id":5}"#)).unwrap();
-        assert_eq!(v["id"], "5");
-        assert_eq!(v["x"][0]["y"], "]}");
     }
 }
