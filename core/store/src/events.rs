@@ -72,7 +72,6 @@ impl EventBody for String {
     }
 }
 
-
 impl<B> StoredEvent<B> {
     /// The public id: 24 hex digits, zero-padded (same width as Clever's ObjectIDs).
     pub fn id(&self) -> String {

@@ -348,21 +348,54 @@ pub fn list_json(
         if out.len() > 1 {
             out.push(',');
         }
-        let status: &str = r.get_ref(3)?.as_str().map_err(|e| from_sql_err(3, e))?;
-        let record: &str = r.get_ref(4)?.as_str().map_err(|e| from_sql_err(4, e))?;
-        let rest = record.trim().strip_prefix('{').unwrap_or("}");
-        out.push_str(&format!(
-            "{{\"id\":{},\"number\":{},\"status\":{}",
-            r.get::<_, i64>(0)?,
-            r.get::<_, i64>(2)?,
-            serde_json::to_string(status)?
-        ));
-        if !rest.trim_start().starts_with('}') {
-            out.push(',');
-        }
-        out.push_str(rest);
+        push_pipeline_json(&mut out, r, None)?;
     }
     out.push(']');
+    Ok(out)
+}
+
+/// Appends the API rendering of a [`PIPELINE_COLUMNS`] row: the column fields, then the
+/// stored record's fields as stored (see [`record_of`]), then `"workflows":` and
+/// `workflows` when given.
+fn push_pipeline_json(out: &mut String, r: &Row<'_>, workflows: Option<&str>) -> StoreResult<()> {
+    let status: &str = r.get_ref(3)?.as_str().map_err(|e| from_sql_err(3, e))?;
+    let record: &str = r.get_ref(4)?.as_str().map_err(|e| from_sql_err(4, e))?;
+    let fields = record.trim().strip_prefix('{').unwrap_or("}");
+    let fields = fields.strip_suffix('}').unwrap_or(fields).trim();
+    out.push_str(&format!(
+        "{{\"id\":{},\"number\":{},\"status\":{}",
+        r.get::<_, i64>(0)?,
+        r.get::<_, i64>(2)?,
+        serde_json::to_string(status)?
+    ));
+    if !fields.is_empty() {
+        out.push(',');
+        out.push_str(fields);
+    }
+    if let Some(workflows) = workflows {
+        out.push_str(",\"workflows\":");
+        out.push_str(workflows);
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// [`full`]'s rendering, spliced from the stored record like [`list_json`]: the pipeline
+/// and its workflows and steps in three indexed queries, with no decode of the record.
+pub fn full_json(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<String> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2"
+    ))?;
+    let mut rows = stmt.query(params![repo_id, number])?;
+    let row = rows.next()?.ok_or(StoreError::NotFound)?;
+    let wfs = workflows(conn, row.get(0)?)?;
+    let workflows = if wfs.is_empty() {
+        None
+    } else {
+        Some(serde_json::to_string(&wfs)?)
+    };
+    let mut out = String::new();
+    push_pipeline_json(&mut out, row, workflows.as_deref())?;
     Ok(out)
 }
 
@@ -529,8 +562,16 @@ pub fn workflows(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<Workflow>> {
     let mut list: Vec<Workflow> = stmt
         .query_map([pipeline_id], workflow_from_row)?
         .collect::<Result<_, _>>()?;
-    for wf in &mut list {
-        wf.children = steps_of_workflow(conn, wf.id)?;
+    // Every step of the pipeline in one query, handed to its workflow.
+    let mut steps = conn.prepare_cached(&format!(
+        "SELECT {STEP_COLUMNS} FROM steps WHERE pipeline_id = ?1 ORDER BY workflow_id, pid"
+    ))?;
+    let mut rows = steps.query([pipeline_id])?;
+    while let Some(r) = rows.next()? {
+        let workflow_id: i64 = r.get(12)?;
+        if let Some(wf) = list.iter_mut().find(|w| w.id == workflow_id) {
+            wf.children.push(step_from_row(r)?);
+        }
     }
     Ok(list)
 }
@@ -910,6 +951,49 @@ mod tests {
             ..ListFilter::default()
         };
         assert_eq!(list_json(&conn, 7, &none, 1, 50).unwrap(), "[]");
+    }
+
+    /// A pipeline with its workflows and steps, spliced, is the typed rendering.
+    #[test]
+    fn stored_json_pipeline_with_steps_renders_what_the_typed_one_does() {
+        let conn = db();
+        let pipeline = Pipeline {
+            status: "running".into(),
+            message: "quotes \" and \\ ünï".into(),
+            ..Pipeline::default()
+        };
+        let workflow = |name: &str, steps: &[&str]| NewWorkflow {
+            name: name.into(),
+            state: "pending".into(),
+            environ: [("K".to_string(), "v".to_string())].into(),
+            sealed_payload: String::new(),
+            steps: steps
+                .iter()
+                .map(|s| (s.to_string(), "commands".into()))
+                .collect(),
+        };
+        let with = create(
+            &conn,
+            7,
+            &pipeline,
+            &[
+                workflow("build", &["clone", "test"]),
+                workflow("lint", &["clone", "run", "x"]),
+            ],
+            &[],
+        )
+        .unwrap();
+        let without = create(&conn, 7, &pipeline, &[], &[]).unwrap();
+        for number in [with.pipeline.number, without.pipeline.number] {
+            let typed = serde_json::to_value(full(&conn, 7, number).unwrap().pipeline).unwrap();
+            let raw: serde_json::Value =
+                serde_json::from_str(&full_json(&conn, 7, number).unwrap()).unwrap();
+            assert_eq!(raw, typed);
+        }
+        let raw: serde_json::Value =
+            serde_json::from_str(&full_json(&conn, 7, with.pipeline.number).unwrap()).unwrap();
+        assert_eq!(raw["workflows"][1]["children"][2]["name"], "x");
+        assert!(matches!(full_json(&conn, 7, 99), Err(StoreError::NotFound)));
     }
 
     #[test]

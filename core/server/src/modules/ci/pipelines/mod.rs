@@ -143,8 +143,13 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
-    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    Ok(Response::json(&row.pipeline))
+    let (repo_id, number) = (access.row.repo.id, number_param(&req)?);
+    let json = ctx
+        .store
+        .read(move |c| pipelines::full_json(c, repo_id, number))
+        .await
+        .map_err(pipeline_not_found)?;
+    Ok(Response::json_text(json))
 }
 
 /// `GET /repos/{id}/pipelines/latest?branch=`: the newest push pipeline of the branch
