@@ -90,7 +90,19 @@ pub fn newest_seq(conn: &Tx) -> StoreResult<i64> {
 }
 
 pub fn format_id(seq: i64) -> String {
-    format!("{seq:024x}")
+    let mut out = String::with_capacity(24);
+    push_id(&mut out, seq);
+    out
+}
+
+/// [`format_id`] appended to `out` (`{:024x}` by hand: the feed writes two per event).
+pub fn push_id(out: &mut String, seq: i64) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits = seq as u64;
+    out.push_str("00000000");
+    for shift in (0..16).rev() {
+        out.push(char::from(HEX[((bits >> (shift * 4)) & 0xf) as usize]));
+    }
 }
 
 /// Records a created or deleted record.
@@ -490,6 +502,9 @@ mod tests {
         assert!(format_id(9) < format_id(10));
         assert!(format_id(255) < format_id(4096));
         assert_eq!(format_id(1).len(), 24);
+        for seq in [0, 1, 255, 4096, 0x1234_5678_9abc, i64::MAX] {
+            assert_eq!(format_id(seq), format!("{seq:024x}"));
+        }
     }
 
     fn seeded(n: i64) -> Tx {

@@ -12,8 +12,8 @@
 //! Objects keep the field order serde gave them before: alphabetical (`created`, `data`,
 //! `id`, `type`; `data`, `uri`; `data`, `links`; `rel`, `uri`).
 
-use crate::store::events::StoredEvent;
-use crate::timefmt::rfc3339_millis;
+use crate::store::events::{StoredEvent, push_id};
+use crate::timefmt::push_rfc3339_millis;
 
 /// An event with its snapshots as the stored text.
 pub type TextEvent = StoredEvent<String>;
@@ -33,6 +33,10 @@ pub fn page(events: &[TextEvent], base: &str, links: &[Link]) -> String {
         .map(|e| e.object.len() + e.previous.as_ref().map_or(0, String::len) + 200)
         .sum();
     let mut out = String::with_capacity(size + 64 * links.len() + 32);
+    // `"<base>/` as JSON, without its closing quote: each event's uri is it plus the id.
+    let mut uri_prefix = String::new();
+    push_str(&mut uri_prefix, &format!("{base}/"));
+    uri_prefix.pop();
     out.push_str("{\"data\":[");
     for (i, e) in events.iter().enumerate() {
         if i > 0 {
@@ -41,8 +45,9 @@ pub fn page(events: &[TextEvent], base: &str, links: &[Link]) -> String {
         out.push_str("{\"data\":");
         event(&mut out, e);
         out.push_str(",\"uri\":");
-        push_str(&mut out, &format!("{base}/{}", e.id()));
-        out.push('}');
+        out.push_str(&uri_prefix);
+        push_id(&mut out, e.seq);
+        out.push_str("\"}");
     }
     out.push_str("],\"links\":[");
     for (i, link) in links.iter().enumerate() {
@@ -71,17 +76,18 @@ pub fn one(e: &TextEvent) -> String {
 /// One Clever `Event`: `{"created":…,"data":{"object":…,"previous_attributes":…},"id":…,"type":…}`
 /// (`previous_attributes` only for updates).
 fn event(out: &mut String, e: &TextEvent) {
-    out.push_str("{\"created\":");
-    push_str(out, &rfc3339_millis(e.created_ms));
+    out.push_str("{\"created\":\"");
+    push_rfc3339_millis(out, e.created_ms);
+    out.push('"');
     out.push_str(",\"data\":{\"object\":");
     push_with_string_id(out, &e.object);
     if let Some(previous) = &e.previous {
         out.push_str(",\"previous_attributes\":");
         out.push_str(previous);
     }
-    out.push_str("},\"id\":");
-    push_str(out, &e.id());
-    out.push_str(",\"type\":\"");
+    out.push_str("},\"id\":\"");
+    push_id(out, e.seq);
+    out.push_str("\",\"type\":\"");
     // Record types and actions are the store's own identifiers (`pipelines`, `updated`).
     out.push_str(&e.record_type);
     out.push('.');
@@ -196,6 +202,7 @@ fn top_level_number(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timefmt::rfc3339_millis;
     use serde_json::{Value, json};
 
     fn string_id(text: &str) -> String {
