@@ -33,6 +33,7 @@ use tokio::task::JoinSet;
 
 use process::Exit;
 use protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
+use woodlark_pipeline::status::{self, Status};
 use woodlark_pipeline::types::{CompiledStep, OnFailure, StepKind};
 
 #[derive(Debug, thiserror::Error)]
@@ -271,11 +272,11 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
     extender.abort();
     let done = match result {
         Ok(state) => WorkflowDone {
-            state: state.to_string(),
+            state,
             error: String::new(),
         },
         Err(error) => WorkflowDone {
-            state: "error".into(),
+            state: status::ERROR,
             error,
         },
     };
@@ -343,7 +344,7 @@ async fn execute<A: AgentApi>(
     config: &RunnerConfig,
     containers: Option<&Containers>,
     cancel: watch::Receiver<bool>,
-) -> Result<&'static str, String> {
+) -> Result<Status, String> {
     let ws = Workspace::create(&config.workdir, work.workflow_id)?;
     let sandbox = config.sandbox.as_ref().map(|s| Arc::new(s.clone()));
     let containers = containers.map(|c| Arc::new(c.clone()));
@@ -399,13 +400,17 @@ async fn execute<A: AgentApi>(
             };
             let so_far = if failed { "failure" } else { "success" };
             if canceled || !wanted.iter().any(|w| w == so_far) {
-                let state = if canceled { "canceled" } else { "skipped" };
+                let state = if canceled {
+                    status::CANCELED
+                } else {
+                    status::SKIPPED
+                };
                 report(
                     api,
                     work.workflow_id,
                     StepUpdate {
                         step_id: work.steps[i].id,
-                        state: state.into(),
+                        state,
                         exit_code: 0,
                         error: String::new(),
                         started: 0,
@@ -458,7 +463,7 @@ async fn execute<A: AgentApi>(
                             work.workflow_id,
                             StepUpdate {
                                 step_id: work.steps[i].id,
-                                state: "skipped".into(),
+                                state: status::SKIPPED,
                                 exit_code: 0,
                                 error: "dependencies cannot be met".into(),
                                 started: 0,
@@ -485,11 +490,11 @@ async fn execute<A: AgentApi>(
         .iter()
         .any(|o| matches!(o, Some(Outcome::Failure { ignored: false })));
     Ok(if canceled || any_killed {
-        "killed"
+        status::KILLED
     } else if failed {
-        "failure"
+        status::FAILURE
     } else {
-        "success"
+        status::SUCCESS
     })
 }
 
@@ -616,7 +621,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         ctx.workflow_id,
         StepUpdate {
             step_id: ctx.step_id,
-            state: "running".into(),
+            state: status::RUNNING,
             exit_code: 0,
             error: String::new(),
             started,
@@ -652,7 +657,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         Err(error) => {
             shipper.push(0, 0, error.clone());
             shipper.flush().await;
-            return finish(&ctx, started, "failure", 1, error).await;
+            return finish(&ctx, started, status::FAILURE, 1, error).await;
         }
     };
 
@@ -660,7 +665,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         // Detached steps run beside the others until the workflow ends.
         tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let _ = ctx.detached.send(proc);
-        return finish(&ctx, started, "success", 0, String::new()).await;
+        return finish(&ctx, started, status::SUCCESS, 0, String::new()).await;
     }
 
     let mut cancel = ctx.cancel.clone();
@@ -705,15 +710,15 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         shipper.flush().await;
     }
     let (state, code, error) = match (exit, killed_reason) {
-        (_, Some("canceled")) => ("killed", 137, String::new()),
-        (_, Some(_)) => ("failure", 137, "timeout exceeded".to_string()),
-        (Exit::Code(0), None) => ("success", 0, String::new()),
-        (Exit::Code(c), None) => ("failure", i64::from(c), String::new()),
-        (Exit::Killed, None) => ("killed", 137, "killed by a signal".to_string()),
-        (Exit::StartFailed(e), None) => ("failure", 1, e),
+        (_, Some("canceled")) => (status::KILLED, 137, String::new()),
+        (_, Some(_)) => (status::FAILURE, 137, "timeout exceeded".to_string()),
+        (Exit::Code(0), None) => (status::SUCCESS, 0, String::new()),
+        (Exit::Code(c), None) => (status::FAILURE, i64::from(c), String::new()),
+        (Exit::Killed, None) => (status::KILLED, 137, "killed by a signal".to_string()),
+        (Exit::StartFailed(e), None) => (status::FAILURE, 1, e),
     };
     if let Some(c) = &ctx.containers
-        && state == "success"
+        && state == status::SUCCESS
         && ctx.step.kind == StepKind::Clone
     {
         c.resources.cloned_into(ctx.dir.clone()).await;
@@ -803,7 +808,7 @@ fn shell_quote(s: &str) -> String {
 async fn finish<A: AgentApi>(
     ctx: &StepContext<A>,
     started: i64,
-    state: &str,
+    state: Status,
     code: i64,
     error: String,
 ) -> Outcome {
@@ -812,18 +817,18 @@ async fn finish<A: AgentApi>(
         ctx.workflow_id,
         StepUpdate {
             step_id: ctx.step_id,
-            state: state.into(),
+            state,
             exit_code: code,
             error,
             started,
             finished: now(),
-            cancel_pipeline: state == "failure" && ctx.step.failure == OnFailure::Cancel,
+            cancel_pipeline: state == status::FAILURE && ctx.step.failure == OnFailure::Cancel,
         },
     )
     .await;
     match state {
-        "success" => Outcome::Success,
-        "killed" => Outcome::Killed,
+        status::SUCCESS => Outcome::Success,
+        status::KILLED => Outcome::Killed,
         _ => Outcome::Failure {
             ignored: ctx.step.failure == OnFailure::Ignore,
         },

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use woodlark_pipeline::status::Status;
 use woodlark_pipeline::types::CompiledWorkflow;
 
 /// A step of the assigned workflow: the server's ids for it.
@@ -53,7 +54,7 @@ pub struct Work {
 pub struct StepUpdate {
     pub step_id: i64,
     /// running, success, failure, killed, skipped, canceled.
-    pub state: String,
+    pub state: Status,
     #[serde(default)]
     pub exit_code: i64,
     #[serde(default)]
@@ -86,7 +87,7 @@ pub struct LogLine {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkflowDone {
     /// success, failure, killed or error.
-    pub state: String,
+    pub state: Status,
     #[serde(default)]
     pub error: String,
 }

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix};
+use woodlark_pipeline::status::Status;
 use woodlark_pipeline::types::{ConfigFile, PipelineError};
 
 pub const PIPELINES: &str = "pipelines";
@@ -39,7 +40,7 @@ pub struct Pipeline {
     pub parent: i64,
     pub event: String,
     pub event_reason: Vec<String>,
-    pub status: String,
+    pub status: Status,
     pub errors: Vec<PipelineError>,
     pub created: i64,
     pub updated: i64,
@@ -86,7 +87,7 @@ pub struct Workflow {
     pub pipeline_id: i64,
     pub pid: i64,
     pub name: String,
-    pub state: String,
+    pub state: Status,
     pub error: String,
     pub started: i64,
     pub finished: i64,
@@ -105,7 +106,7 @@ pub struct Step {
     pub pid: i64,
     pub ppid: i64,
     pub name: String,
-    pub state: String,
+    pub state: Status,
     pub error: String,
     pub exit_code: i64,
     pub started: i64,
@@ -118,7 +119,7 @@ pub struct Step {
 #[derive(Debug, Clone)]
 pub struct NewWorkflow {
     pub name: String,
-    pub state: String,
+    pub state: Status,
     pub environ: BTreeMap<String, String>,
     /// The compiled workflow, sealed (it holds secret values).
     pub sealed_payload: String,
@@ -226,6 +227,21 @@ fn json_err(idx: usize, e: serde_json::Error) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
 }
 
+/// A status column; text that is not a status is a conversion error for that column.
+fn status_column(r: &Row<'_>, index: usize) -> rusqlite::Result<Status> {
+    let text: &str = r
+        .get_ref(index)?
+        .as_str()
+        .map_err(|e| from_sql_err(index, e))?;
+    Status::parse(text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unknown status {text:?}").into(),
+        )
+    })
+}
+
 const PIPELINE_COLUMNS: &str = "id, repo_id, number, status, data";
 
 /// A pipeline row: the API rendering plus the repository it belongs to.
@@ -240,7 +256,7 @@ fn pipeline_from_row(r: &Row<'_>) -> rusqlite::Result<PipelineRow> {
     let mut pipeline: Pipeline = serde_json::from_str(&data).map_err(|e| json_err(4, e))?;
     pipeline.id = r.get(0)?;
     pipeline.number = r.get(2)?;
-    pipeline.status = r.get(3)?;
+    pipeline.status = status_column(r, 3)?;
     pipeline.workflows = None;
     Ok(PipelineRow {
         repo_id: r.get(1)?,
@@ -474,7 +490,7 @@ pub fn normalise_records(conn: &Tx) -> rusqlite::Result<()> {
 }
 
 /// Pipelines in any of `states`, oldest first (for the admin queue view and recovery).
-pub fn with_status(conn: &Tx, states: &[&str]) -> StoreResult<Vec<PipelineRow>> {
+pub fn with_status(conn: &Tx, states: &[Status]) -> StoreResult<Vec<PipelineRow>> {
     let json = serde_json::json!(states).to_string();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {PIPELINE_COLUMNS} FROM pipelines
@@ -494,7 +510,7 @@ fn workflow_from_row(r: &Row<'_>) -> rusqlite::Result<Workflow> {
         pipeline_id: r.get(1)?,
         pid: r.get(2)?,
         name: r.get(3)?,
-        state: r.get(4)?,
+        state: status_column(r, 4)?,
         error: r.get(5)?,
         started: r.get(6)?,
         finished: r.get(7)?,
@@ -515,7 +531,7 @@ fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Step> {
         pid: r.get(3)?,
         ppid: r.get(4)?,
         name: r.get(5)?,
-        state: r.get(6)?,
+        state: status_column(r, 6)?,
         error: r.get(7)?,
         exit_code: r.get(8)?,
         started: r.get(9)?,
@@ -690,7 +706,7 @@ pub fn create(
         params![
             repo_id,
             number,
-            p.status,
+            p.status.as_str(),
             p.event,
             p.branch,
             p.git_ref,
@@ -720,7 +736,7 @@ pub fn create(
                 p.id,
                 wf_pid,
                 wf.name,
-                wf.state,
+                wf.state.as_str(),
                 serde_json::to_string(&wf.environ)?,
                 wf.sealed_payload
             ],
@@ -731,7 +747,16 @@ pub fn create(
             conn.cached_exec(
                 "INSERT INTO steps (uuid, pipeline_id, workflow_id, pid, ppid, name, state, type)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![uuid, p.id, wf_id, next_pid, wf_pid, name, wf.state, kind],
+                params![
+                    uuid,
+                    p.id,
+                    wf_id,
+                    next_pid,
+                    wf_pid,
+                    name,
+                    wf.state.as_str(),
+                    kind
+                ],
             )?;
             next_pid += 1;
         }
@@ -772,7 +797,7 @@ pub fn update<F: FnOnce(&mut Pipeline)>(conn: &Tx, id: i64, change: F) -> StoreR
     p.updated = now_unix();
     conn.cached_exec(
         "UPDATE pipelines SET status = ?2, data = ?3 WHERE id = ?1",
-        params![id, p.status, record_of(&p)?],
+        params![id, p.status.as_str(), record_of(&p)?],
     )?;
     let org_id = org_of(conn, before.repo_id)?;
     events::append_update(
@@ -804,7 +829,7 @@ pub fn update_workflow<F: FnOnce(&mut Workflow)>(
         conn.cached_exec(
             "UPDATE workflows SET state = ?2, error = ?3, started = ?4, finished = ?5, agent_id = ?6, platform = ?7
              WHERE id = ?1",
-            params![id, w.state, w.error, w.started, w.finished, w.agent_id, w.platform],
+            params![id, w.state.as_str(), w.error, w.started, w.finished, w.agent_id, w.platform],
         )?;
         let repo_id = by_id(conn, w.pipeline_id)?.repo_id;
         let org_id = org_of(conn, repo_id)?;
@@ -822,7 +847,7 @@ pub fn update_step<F: FnOnce(&mut Step)>(conn: &Tx, id: i64, change: F) -> Store
     if s != before {
         conn.cached_exec(
             "UPDATE steps SET state = ?2, error = ?3, exit_code = ?4, started = ?5, finished = ?6 WHERE id = ?1",
-            params![id, s.state, s.error, s.exit_code, s.started, s.finished],
+            params![id, s.state.as_str(), s.error, s.exit_code, s.started, s.finished],
         )?;
         let repo_id = by_id(conn, s.pipeline_id)?.repo_id;
         let org_id = org_of(conn, repo_id)?;
@@ -924,7 +949,7 @@ mod tests {
         let conn = db();
         for message in ["plain", "quotes \" and \\ and\nnewline, ünïcødé 🚀 \u{1}"] {
             let pipeline = Pipeline {
-                status: "pending".into(),
+                status: Status::Pending,
                 event: "push".into(),
                 branch: "main".into(),
                 message: message.into(),
@@ -958,13 +983,13 @@ mod tests {
     fn stored_json_pipeline_with_steps_renders_what_the_typed_one_does() {
         let conn = db();
         let pipeline = Pipeline {
-            status: "running".into(),
+            status: Status::Running,
             message: "quotes \" and \\ ünï".into(),
             ..Pipeline::default()
         };
         let workflow = |name: &str, steps: &[&str]| NewWorkflow {
             name: name.into(),
-            state: "pending".into(),
+            state: Status::Pending,
             environ: [("K".to_string(), "v".to_string())].into(),
             sealed_payload: String::new(),
             steps: steps

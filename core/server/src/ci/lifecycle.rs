@@ -14,11 +14,11 @@ use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, Tx, now_unix};
 
 /// Marks a workflow ended with `state`; its unfinished steps end too. Returns its pipeline.
-pub(crate) fn end_workflow(c: &Tx, id: i64, state: &str, error: &str) -> StoreResult<i64> {
+pub(crate) fn end_workflow(c: &Tx, id: i64, state: Status, error: &str) -> StoreResult<i64> {
     let now = now_unix();
     let wf = pipelines::workflow(c, id)?;
     for s in &wf.children {
-        if !status::is_done(&s.state) {
+        if !status::is_done(s.state) {
             let step_state = match state {
                 KILLED | CANCELED => {
                     if s.state == RUNNING {
@@ -30,7 +30,7 @@ pub(crate) fn end_workflow(c: &Tx, id: i64, state: &str, error: &str) -> StoreRe
                 _ => SKIPPED,
             };
             pipelines::update_step(c, s.id, |s| {
-                s.state = step_state.into();
+                s.state = step_state;
                 if s.finished == 0 && s.started > 0 {
                     s.finished = now;
                 }
@@ -38,7 +38,7 @@ pub(crate) fn end_workflow(c: &Tx, id: i64, state: &str, error: &str) -> StoreRe
         }
     }
     pipelines::update_workflow(c, id, |w| {
-        w.state = state.into();
+        w.state = state;
         w.error = error.into();
         w.finished = now;
         if w.started == 0 {
@@ -55,23 +55,20 @@ pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
     loop {
         let mut changed = false;
         let wfs = pipelines::workflows(c, pipeline_id)?;
-        let state_of: HashMap<i64, String> = wfs.iter().map(|w| (w.id, w.state.clone())).collect();
+        let state_of: HashMap<i64, Status> = wfs.iter().map(|w| (w.id, w.state)).collect();
         for task in tasks::of_pipeline(c, pipeline_id)? {
             if task.state != TaskState::Waiting {
                 continue;
             }
-            let deps: Vec<&String> = task
+            let deps: Vec<Status> = task
                 .dependencies
                 .iter()
-                .filter_map(|d| state_of.get(d))
+                .filter_map(|d| state_of.get(d).copied())
                 .collect();
-            if !deps.iter().all(|s| status::is_done(s)) {
+            if !deps.iter().all(|s| status::is_done(*s)) {
                 continue;
             }
-            let outcome = if deps
-                .iter()
-                .all(|s| s.as_str() == SUCCESS || s.as_str() == SKIPPED)
-            {
+            let outcome = if deps.iter().all(|s| *s == SUCCESS || *s == SKIPPED) {
                 "success"
             } else {
                 "failure"
@@ -92,15 +89,15 @@ pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
 /// When no workflow of the pipeline is left to run, the pipeline takes the merged state.
 pub(crate) fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
     let wfs = pipelines::workflows(c, pipeline_id)?;
-    if wfs.iter().any(|w| !status::is_done(&w.state)) {
+    if wfs.iter().any(|w| !status::is_done(w.state)) {
         return Ok(());
     }
-    let merged = status::merge(wfs.iter().map(|w| w.state.as_str()));
+    let merged = status::merge(wfs.iter().map(|w| w.state));
     let now = now_unix();
     pipelines::update(c, pipeline_id, |p| {
         // A canceled pipeline keeps the state the cancel gave it.
-        if !matches!(p.status.as_str(), KILLED | CANCELED | DECLINED) {
-            p.status = merged.into();
+        if !matches!(p.status, KILLED | CANCELED | DECLINED) {
+            p.status = merged;
         }
         if p.finished == 0 {
             p.finished = now;
@@ -111,7 +108,7 @@ pub(crate) fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
 
 pub(crate) fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
     let row = pipelines::by_id(c, pipeline_id)?;
-    if !matches!(row.pipeline.status.as_str(), PENDING | RUNNING | BLOCKED) {
+    if !matches!(row.pipeline.status, PENDING | RUNNING | BLOCKED) {
         return Err(StoreError::Conflict(format!(
             "pipeline {} is {} and cannot be canceled",
             row.pipeline.number, row.pipeline.status
@@ -133,7 +130,7 @@ pub(crate) fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<Pip
     }
     let user = user.to_string();
     let row = pipelines::update(c, pipeline_id, |p| {
-        p.status = if started { KILLED } else { CANCELED }.into();
+        p.status = if started { KILLED } else { CANCELED };
         p.cancel_info = Some(CancelInfo {
             canceled_by_user: user,
             ..CancelInfo::default()
@@ -155,10 +152,7 @@ pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Tas
     };
     for task in &stale {
         let pipeline = pipelines::by_id(c, task.pipeline_id)?;
-        if matches!(
-            pipeline.pipeline.status.as_str(),
-            KILLED | CANCELED | DECLINED
-        ) {
+        if matches!(pipeline.pipeline.status, KILLED | CANCELED | DECLINED) {
             // Canceled while its agent was gone: end it instead of running it again.
             end_workflow(c, task.id, KILLED, "")?;
             roll_up(c, task.pipeline_id)?;
@@ -167,9 +161,9 @@ pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Tas
         tasks::set_state(c, task.id, TaskState::Pending)?;
         let wf = pipelines::workflow(c, task.id)?;
         for s in &wf.children {
-            if !status::is_done(&s.state) || s.state == RUNNING {
+            if !status::is_done(s.state) || s.state == RUNNING {
                 pipelines::update_step(c, s.id, |s| {
-                    s.state = PENDING.into();
+                    s.state = PENDING;
                     s.started = 0;
                     s.finished = 0;
                     s.exit_code = 0;
@@ -177,7 +171,7 @@ pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Tas
             }
         }
         pipelines::update_workflow(c, task.id, |w| {
-            w.state = PENDING.into();
+            w.state = PENDING;
             w.agent_id = 0;
         })?;
         tracing::warn!(
@@ -197,22 +191,25 @@ mod tests {
     use crate::store::pipelines::{NewWorkflow, Pipeline};
     use crate::store::repos;
 
+    /// Stands for a workflow whose task waits for the first workflow (its state: created).
+    const WAITING: Status = CREATED;
+
     /// A pipeline in `status` with one workflow per `(name, state, steps' states)`, and a
-    /// task for each workflow that is still to run (`waiting` ones wait for the first).
+    /// task for each workflow that is still to run ([`WAITING`] ones wait for the first).
     struct Fixture {
         db: Tx,
         pipeline: i64,
         workflows: Vec<i64>,
     }
 
-    fn fixture(status: &str, workflows: &[(&str, &str, &[&str])]) -> Fixture {
+    fn fixture(status: Status, workflows: &[(&str, Status, &[Status])]) -> Fixture {
         let db = Tx::in_memory_for_tests();
         let repo = repos::insert_bare(&db, 1, 1, "alice/app").unwrap();
         let new: Vec<NewWorkflow> = workflows
             .iter()
             .map(|(name, state, steps)| NewWorkflow {
                 name: name.to_string(),
-                state: state.to_string(),
+                state: *state,
                 environ: BTreeMap::new(),
                 sealed_payload: String::new(),
                 steps: (0..steps.len())
@@ -221,7 +218,7 @@ mod tests {
             })
             .collect();
         let pipeline = Pipeline {
-            status: status.into(),
+            status,
             ..Pipeline::default()
         };
         let row = pipelines::create(&db, repo, &pipeline, &new, &[]).unwrap();
@@ -236,7 +233,7 @@ mod tests {
             let wf = pipelines::workflow(&db, *id).unwrap();
             for (step, s) in wf.children.iter().zip(steps.iter()) {
                 pipelines::update_step(&db, step.id, |st| {
-                    st.state = s.to_string();
+                    st.state = *s;
                     st.started = if *s == PENDING { 0 } else { 10 };
                 })
                 .unwrap();
@@ -244,7 +241,7 @@ mod tests {
             let task_state = match *state {
                 RUNNING => TaskState::Running,
                 PENDING => TaskState::Pending,
-                "waiting" => TaskState::Waiting,
+                WAITING => TaskState::Waiting,
                 _ => continue,
             };
             // A running task is a pending one an agent (7) leased.
@@ -290,7 +287,7 @@ mod tests {
     }
 
     /// Workflows named `on-failure…` run only when their dependency failed.
-    fn name_says_failure(workflows: &[(&str, &str, &[&str])], id: i64, ids: &[i64]) -> bool {
+    fn name_says_failure(workflows: &[(&str, Status, &[Status])], id: i64, ids: &[i64]) -> bool {
         let i = ids.iter().position(|x| *x == id).unwrap_or(0);
         workflows[i].0.starts_with("on-failure")
     }
@@ -299,19 +296,15 @@ mod tests {
         fn workflow(&self, i: usize) -> pipelines::Workflow {
             pipelines::workflow(&self.db, self.workflows[i]).unwrap()
         }
-        fn step_states(&self, i: usize) -> Vec<String> {
-            self.workflow(i)
-                .children
-                .iter()
-                .map(|s| s.state.clone())
-                .collect()
+        fn step_states(&self, i: usize) -> Vec<Status> {
+            self.workflow(i).children.iter().map(|s| s.state).collect()
         }
         fn task_state(&self, i: usize) -> Option<TaskState> {
             tasks::get(&self.db, self.workflows[i])
                 .unwrap()
                 .map(|t| t.state)
         }
-        fn status(&self) -> String {
+        fn status(&self) -> Status {
             pipelines::by_id(&self.db, self.pipeline)
                 .unwrap()
                 .pipeline
@@ -328,7 +321,7 @@ mod tests {
         );
         assert_eq!(f.step_states(0), [SUCCESS, KILLED, CANCELED]);
         let wf = f.workflow(0);
-        assert_eq!((wf.state.as_str(), wf.finished > 0), (KILLED, true));
+        assert_eq!((wf.state, wf.finished > 0), (KILLED, true));
         assert_eq!(f.task_state(0), None);
 
         // Any other end skips what had not finished.
@@ -344,8 +337,8 @@ mod tests {
             RUNNING,
             &[
                 ("build", RUNNING, &[RUNNING]),
-                ("deploy", "waiting", &[PENDING]),
-                ("on-failure-notify", "waiting", &[PENDING]),
+                ("deploy", WAITING, &[PENDING]),
+                ("on-failure-notify", WAITING, &[PENDING]),
             ],
         );
         release_dependents(&f.db, f.pipeline).unwrap();
@@ -365,8 +358,8 @@ mod tests {
             RUNNING,
             &[
                 ("build", RUNNING, &[RUNNING]),
-                ("deploy", "waiting", &[PENDING]),
-                ("on-failure-notify", "waiting", &[PENDING]),
+                ("deploy", WAITING, &[PENDING]),
+                ("on-failure-notify", WAITING, &[PENDING]),
             ],
         );
         end_workflow(&f.db, f.workflows[0], FAILURE, "").unwrap();
@@ -387,7 +380,7 @@ mod tests {
         end_workflow(&f.db, f.workflows[1], FAILURE, "").unwrap();
         roll_up(&f.db, f.pipeline).unwrap();
         let p = pipelines::by_id(&f.db, f.pipeline).unwrap().pipeline;
-        assert_eq!((p.status.as_str(), p.finished > 0), (FAILURE, true));
+        assert_eq!((p.status, p.finished > 0), (FAILURE, true));
     }
 
     #[test]
@@ -441,14 +434,14 @@ mod tests {
         assert_eq!(f.task_state(0), Some(TaskState::Pending));
         assert_eq!(f.step_states(0), [SUCCESS, PENDING, PENDING]);
         let wf = f.workflow(0);
-        assert_eq!((wf.state.as_str(), wf.agent_id), (PENDING, 0));
+        assert_eq!((wf.state, wf.agent_id), (PENDING, 0));
         assert!(
             requeue_in(&f.db, Some(8)).unwrap().is_empty(),
             "another agent's"
         );
 
         let f = fixture(RUNNING, &[("a", RUNNING, &[RUNNING])]);
-        pipelines::update(&f.db, f.pipeline, |p| p.status = CANCELED.into()).unwrap();
+        pipelines::update(&f.db, f.pipeline, |p| p.status = CANCELED).unwrap();
         requeue_in(&f.db, Some(7)).unwrap();
         assert_eq!(f.task_state(0), None);
         assert_eq!(f.workflow(0).state, KILLED);

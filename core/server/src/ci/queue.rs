@@ -23,7 +23,7 @@ use super::forge_secrets;
 use super::lifecycle::{cancel_in, end_workflow, release_dependents, requeue_in, roll_up};
 use crate::auth::sealing::SealKey;
 use crate::pipeline::labels;
-use crate::pipeline::status::{self, *};
+use crate::pipeline::status::*;
 use crate::pipeline::types::CompiledWorkflow;
 use crate::runner::protocol::{AgentInfo, LogLine, StepRef, StepUpdate, Work, WorkflowDone};
 use crate::store::agents::{self, AgentRow};
@@ -384,14 +384,14 @@ impl Queue {
                 }
                 let now = now_unix();
                 let wf = pipelines::update_workflow(c, id, |w| {
-                    w.state = RUNNING.into();
+                    w.state = RUNNING;
                     if w.started == 0 {
                         w.started = now;
                     }
                 })?;
                 pipelines::update(c, wf.pipeline_id, |p| {
                     if p.status == PENDING {
-                        p.status = RUNNING.into();
+                        p.status = RUNNING;
                     }
                     if p.started == 0 {
                         p.started = now;
@@ -406,12 +406,6 @@ impl Queue {
 
     /// A step changed state.
     pub async fn step(&self, agent: i64, id: i64, update: StepUpdate) -> Result<(), QueueError> {
-        if !status::ALL.contains(&update.state.as_str()) {
-            return Err(QueueError::Invalid(format!(
-                "unknown state {:?}",
-                update.state
-            )));
-        }
         self.touch(agent, true);
         let cancel = update.cancel_pipeline && update.state == FAILURE;
         let ok = self
@@ -426,7 +420,7 @@ impl Queue {
                     return Ok(None);
                 }
                 pipelines::update_step(c, step.id, |s| {
-                    s.state = update.state.clone();
+                    s.state = update.state;
                     s.exit_code = update.exit_code;
                     s.error = update.error.clone();
                     if update.started > 0 {
@@ -525,10 +519,7 @@ impl Queue {
                 .read(move |c| {
                     let wf = pipelines::workflow(c, id)?;
                     let p = pipelines::by_id(c, wf.pipeline_id)?;
-                    Ok(matches!(
-                        p.pipeline.status.as_str(),
-                        KILLED | CANCELED | DECLINED
-                    ))
+                    Ok(matches!(p.pipeline.status, KILLED | CANCELED | DECLINED))
                 })
                 .await
                 .map_err(|e| match e {
@@ -548,7 +539,7 @@ impl Queue {
 
     /// The runner finished the workflow.
     pub async fn done(&self, agent: i64, id: i64, done: WorkflowDone) -> Result<(), QueueError> {
-        if !matches!(done.state.as_str(), SUCCESS | FAILURE | KILLED | ERROR) {
+        if !matches!(done.state, SUCCESS | FAILURE | KILLED | ERROR) {
             return Err(QueueError::Invalid(format!(
                 "a workflow cannot end as {:?}",
                 done.state
@@ -559,7 +550,7 @@ impl Queue {
         if !held {
             return Err(QueueError::NotHeld);
         }
-        self.finish_workflow(id, &done.state, &done.error).await
+        self.finish_workflow(id, done.state, &done.error).await
     }
 
     /// Ends a workflow (steps left unfinished end with it), releases dependents, and rolls
@@ -567,13 +558,13 @@ impl Queue {
     pub async fn finish_workflow(
         &self,
         id: i64,
-        state: &str,
+        state: Status,
         error: &str,
     ) -> Result<(), QueueError> {
-        let (state, error) = (state.to_string(), error.to_string());
+        let error = error.to_string();
         self.store
             .write(move |c| {
-                let pipeline_id = end_workflow(c, id, &state, &error)?;
+                let pipeline_id = end_workflow(c, id, state, &error)?;
                 release_dependents(c, pipeline_id)?;
                 roll_up(c, pipeline_id)?;
                 Ok(())

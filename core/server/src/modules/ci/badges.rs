@@ -5,7 +5,7 @@
 use super::access::{self, current, repo_by};
 use crate::app::Ctx;
 use crate::http::{ApiError, HeaderValue, Request, Response, StatusCode, header};
-use crate::pipeline::status::*;
+use crate::pipeline::status::{Status, *};
 use crate::store::pipelines::{self, ListFilter, Pipeline};
 use crate::store::repos;
 
@@ -18,7 +18,7 @@ pub fn routes(scope: &mut crate::http::Scope<'_, Ctx>) {
 }
 
 /// The badge word and colour for a pipeline status (upstream's mapping).
-fn badge_for(status: Option<&str>) -> (&'static str, &'static str) {
+fn badge_for(status: Option<Status>) -> (&'static str, &'static str) {
     match status {
         Some(SUCCESS) => ("success", "#44cc11"),
         Some(FAILURE) => ("failure", "#e05d44"),
@@ -50,7 +50,7 @@ fn num(x: f64) -> String {
 }
 
 /// The flat shields-style SVG, byte for byte as upstream renders it.
-pub fn svg(status: Option<&str>) -> String {
+pub fn svg(status: Option<Status>) -> String {
     let (word, color) = badge_for(status);
     let left = text_width("pipeline");
     let right = text_width(word);
@@ -123,7 +123,7 @@ async fn status_svg(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::new(
         StatusCode::OK,
         "image/svg+xml",
-        svg(newest.as_ref().map(|p| p.status.as_str())),
+        svg(newest.as_ref().map(|p| p.status)),
     ))
 }
 
@@ -137,12 +137,12 @@ fn xml_escape(s: &str) -> String {
 
 /// The CCTray `<Project>` of a repository's newest pipeline.
 pub fn cc_project(name: &str, pipeline: &Pipeline, web_url: &str) -> String {
-    let activity = if matches!(pipeline.status.as_str(), PENDING | RUNNING) {
+    let activity = if matches!(pipeline.status, PENDING | RUNNING) {
         "Building"
     } else {
         "Sleeping"
     };
-    let last = match pipeline.status.as_str() {
+    let last = match pipeline.status {
         SUCCESS => "Success",
         FAILURE => "Failure",
         ERROR | KILLED => "Exception",
@@ -194,11 +194,11 @@ mod tests {
 
     #[test]
     fn badge_geometry() {
-        let s = svg(Some("failure"));
+        let s = svg(Some(FAILURE));
         assert!(s.contains(r#"width="89" height="20""#));
         assert!(s.contains(r#"<text x="68" y="14">failure</text>"#));
-        assert!(svg(Some("running")).contains(">started<"));
-        assert!(svg(Some("blocked")).contains(">none<"));
+        assert!(svg(Some(RUNNING)).contains(">started<"));
+        assert!(svg(Some(BLOCKED)).contains(">none<"));
         assert!(svg(None).contains(r#"<text x="64.5" y="14">none</text>"#));
     }
 
@@ -206,7 +206,7 @@ mod tests {
     fn cc_project_fields() {
         let p = Pipeline {
             number: 7,
-            status: "running".into(),
+            status: RUNNING,
             created: 0,
             ..Pipeline::default()
         };

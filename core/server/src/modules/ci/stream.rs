@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, mpsc};
 use super::access::{self, current, repo_perm};
 use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope};
-use crate::pipeline::status;
+use crate::pipeline::status::{self, Status};
 use crate::store::events::{self, Direction, Filter, StoredEvent};
 use crate::store::logs::{self, LogEntry};
 use crate::store::pipelines::{self, Pipeline, Step, Workflow};
@@ -50,7 +50,7 @@ pub struct FeedMessage {
     pub visibility: String,
     pub pipeline_id: i64,
     /// Step id → state, for log streams waiting for their step to end.
-    pub steps: Vec<(i64, String)>,
+    pub steps: Vec<(i64, Status)>,
     /// The SSE frame: `data: {"repo":…,"pipeline":…}\n\n`.
     pub frame: Bytes,
 }
@@ -187,10 +187,10 @@ impl PipelineFeed {
             }
             // Finished pipelines leave the cache (they are re-read if they change again).
             tracked.retain(|_, t| {
-                !status::is_done(&t.pipeline.status)
+                !status::is_done(t.pipeline.status)
                     || t.steps
                         .values()
-                        .any(|(_, s)| !status::is_done(&s.state) && s.state != status::BLOCKED)
+                        .any(|(_, s)| !status::is_done(s.state) && s.state != status::BLOCKED)
             });
             if !full && commits.changed().await.is_err() {
                 return;
@@ -295,11 +295,7 @@ async fn self_publish(
         repo_id,
         visibility: repo.visibility.clone(),
         pipeline_id,
-        steps: t
-            .steps
-            .values()
-            .map(|(_, s)| (s.id, s.state.clone()))
-            .collect(),
+        steps: t.steps.values().map(|(_, s)| (s.id, s.state)).collect(),
         frame,
     }));
 }
@@ -436,7 +432,7 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .max(0);
     let (tx, rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER);
     let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));
-    if status::is_done(&step.state) {
+    if status::is_done(step.state) {
         tokio::spawn(async move {
             if catch_up(&ctx, &tx, step_id, &mut next).await {
                 let _ = tx.send(Bytes::from_static(EOF)).await;
@@ -491,7 +487,7 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 },
                 msg = feed.recv() => {
                     let ended = match &msg {
-                        Ok(m) => m.steps.iter().any(|(id, s)| *id == step_id && status::is_done(s)),
+                        Ok(m) => m.steps.iter().any(|(id, s)| *id == step_id && status::is_done(*s)),
                         Err(broadcast::error::RecvError::Lagged(_)) => false,
                         Err(_) => true,
                     };

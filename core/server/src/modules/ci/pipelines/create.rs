@@ -319,7 +319,7 @@ pub async fn create(
         tracing::info!(
             pipeline = p.id,
             number = p.number,
-            status = p.status,
+            status = %p.status,
             "pipeline created"
         );
         if repo_auto_cancels(&repo_copy, &p.event) {
@@ -569,7 +569,7 @@ fn create_in(
         parent: t.parent,
         event: t.event.clone(),
         event_reason: t.event_reason.clone(),
-        status: status.into(),
+        status,
         errors: result.errors.clone(),
         finished: if has_errors { now } else { 0 },
         started: if has_errors { now } else { 0 },
@@ -599,7 +599,7 @@ fn create_in(
             let payload = serde_json::to_vec(wf)?;
             new_workflows.push(NewWorkflow {
                 name: wf.name.clone(),
-                state: if approval { BLOCKED } else { PENDING }.into(),
+                state: if approval { BLOCKED } else { PENDING },
                 environ: wf.environ.clone(),
                 sealed_payload: ctx.seal.seal(SEAL_PAYLOAD, &payload),
                 steps: wf

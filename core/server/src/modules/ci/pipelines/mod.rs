@@ -102,7 +102,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let status = req.query("status").filter(|s| !s.is_empty());
     if let Some(s) = &status
-        && !status::ALL.contains(&s.as_str())
+        && status::Status::parse(s).is_none()
     {
         return Err(ApiError::bad_request(format!("invalid status {s:?}")));
     }
@@ -334,7 +334,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    if status::is_active(&row.pipeline.status) {
+    if status::is_active(row.pipeline.status) {
         return Err(ApiError::unprocessable(format!(
             "cannot delete a pipeline that is {}",
             row.pipeline.status
@@ -413,13 +413,13 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 return Err(StoreError::Conflict("pipeline is no longer blocked".into()));
             }
             for wf in pipelines::workflows(c, id)? {
-                pipelines::update_workflow(c, wf.id, |w| w.state = PENDING.into())?;
+                pipelines::update_workflow(c, wf.id, |w| w.state = PENDING)?;
                 for s in &wf.children {
-                    pipelines::update_step(c, s.id, |s| s.state = PENDING.into())?;
+                    pipelines::update_step(c, s.id, |s| s.state = PENDING)?;
                 }
             }
             pipelines::update(c, id, |p| {
-                p.status = PENDING.into();
+                p.status = PENDING;
                 p.reviewed_by = login.clone();
                 p.reviewed = now;
             })?;
@@ -455,15 +455,15 @@ async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             let now = now_unix();
             for wf in pipelines::workflows(c, id)? {
                 for s in &wf.children {
-                    pipelines::update_step(c, s.id, |s| s.state = DECLINED.into())?;
+                    pipelines::update_step(c, s.id, |s| s.state = DECLINED)?;
                 }
                 pipelines::update_workflow(c, wf.id, |w| {
-                    w.state = DECLINED.into();
+                    w.state = DECLINED;
                     w.finished = now;
                 })?;
             }
             pipelines::update(c, id, |p| {
-                p.status = DECLINED.into();
+                p.status = DECLINED;
                 p.reviewed_by = login.clone();
                 p.reviewed = now;
                 p.finished = now;
@@ -641,7 +641,7 @@ async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete_step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (access, _, step) = find_step(&ctx, &req).await?;
     require_push(&access)?;
-    if !status::is_done(&step.state) && step.state != BLOCKED {
+    if !status::is_done(step.state) && step.state != BLOCKED {
         return Err(ApiError::unprocessable(format!(
             "cannot delete the log of a step that is {}",
             step.state
@@ -680,7 +680,7 @@ async fn delete_pipeline_logs(ctx: Ctx, req: Request) -> Result<Response, ApiErr
     let access = access::repo(&ctx, &req).await?;
     require_push(&access)?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    if status::is_active(&row.pipeline.status) {
+    if status::is_active(row.pipeline.status) {
         return Err(ApiError::unprocessable(format!(
             "cannot delete the logs of a pipeline that is {}",
             row.pipeline.status
