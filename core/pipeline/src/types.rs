@@ -212,3 +212,19 @@ pub struct CompiledWorkflow {
     /// Steps in order, the clone step first unless `skip_clone`.
     pub steps: Vec<CompiledStep>,
 }
+
+/// One captured output line (secrets already masked), the one type for a log line from
+/// the runner that captures it, over the agent protocol, to the store and the live log bus.
+/// (The API renders stored lines as `LogEntry`, with an id and base64 data.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    pub step_id: i64,
+    /// 1-based line number within the step.
+    pub line: i64,
+    /// Seconds since the step started.
+    pub time: i64,
+    /// 0 output, 2 exit code (Woodpecker's LogEntry types).
+    #[serde(default, alias = "type")]
+    pub kind: i64,
+    pub data: String,
+}

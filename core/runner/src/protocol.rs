@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use woodlark_pipeline::status::Status;
 use woodlark_pipeline::types::CompiledWorkflow;
+pub use woodlark_pipeline::types::LogLine;
 
 /// A step of the assigned workflow: the server's ids for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,20 +68,6 @@ pub struct StepUpdate {
     /// The step failed and has `failure: cancel`: the server cancels the whole pipeline.
     #[serde(default)]
     pub cancel_pipeline: bool,
-}
-
-/// One captured output line (secrets already masked).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogLine {
-    pub step_id: i64,
-    /// 1-based line number within the step.
-    pub line: i64,
-    /// Seconds since the step started.
-    pub time: i64,
-    /// 0 output, 2 exit code (Woodpecker's LogEntry types).
-    #[serde(default)]
-    pub kind: i64,
-    pub data: String,
 }
 
 /// How a workflow ended.

@@ -14,6 +14,7 @@ use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
 use super::{StoreResult, migrations, now_unix_ms};
+use woodlark_pipeline::types::LogLine;
 
 /// The logs database file inside the data dir.
 pub const LOGS_FILE: &str = "logs.db";
@@ -66,21 +67,9 @@ pub struct LogEntry {
     pub kind: i64,
 }
 
-/// A line as an agent sends it (raw bytes, not yet stored).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewLine {
-    pub step_id: i64,
-    pub line: i64,
-    pub time: i64,
-    #[serde(rename = "type", default)]
-    pub kind: i64,
-    /// The text of the line (secrets already masked by the runner).
-    pub data: String,
-}
-
 /// Stores lines; lines already stored (same step and number) are skipped. Returns how many
 /// were new.
-pub fn append(conn: &Tx, lines: &[NewLine]) -> StoreResult<usize> {
+pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<usize> {
     let now = now_unix_ms();
     let mut stmt = conn.prepare_cached(
         "INSERT OR IGNORE INTO log_entries (step_id, line, time, type, data, created_ms)
@@ -177,8 +166,8 @@ pub fn prune(conn: &Tx, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
 mod tests {
     use super::*;
 
-    fn line(step: i64, n: i64, text: &str) -> NewLine {
-        NewLine {
+    fn line(step: i64, n: i64, text: &str) -> LogLine {
+        LogLine {
             step_id: step,
             line: n,
             time: 0,
@@ -215,7 +204,7 @@ mod tests {
         let mut c = Connection::open_in_memory().unwrap();
         migrations::migrate_with(&mut c, &MIGRATIONS[..1]).unwrap();
         let mut old = vec![line(7, 1, "a"), line(7, 2, "b"), line(8, 1, "x")];
-        old.push(NewLine {
+        old.push(LogLine {
             kind: TYPE_EXIT_CODE,
             ..line(7, 3, "0")
         });

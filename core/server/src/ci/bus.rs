@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use crate::store::logs::NewLine;
+use crate::pipeline::types::LogLine;
 
 /// Batches kept for slow readers before they have to re-read from the database.
 const CAPACITY: usize = 1024;
 
 pub struct LogBus {
-    tx: broadcast::Sender<Arc<Vec<NewLine>>>,
+    tx: broadcast::Sender<Arc<Vec<LogLine>>>,
 }
 
 impl Default for LogBus {
@@ -26,14 +26,15 @@ impl Default for LogBus {
 }
 
 impl LogBus {
-    pub fn publish(&self, lines: &[NewLine]) {
+    /// Hands stored lines to every reader (shared, not copied per reader).
+    pub fn publish(&self, lines: Arc<Vec<LogLine>>) {
         if !lines.is_empty() {
             // No receiver is not an error: nobody is watching.
-            let _ = self.tx.send(Arc::new(lines.to_vec()));
+            let _ = self.tx.send(lines);
         }
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Vec<NewLine>>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Vec<LogLine>>> {
         self.tx.subscribe()
     }
 }

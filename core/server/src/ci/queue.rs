@@ -27,7 +27,7 @@ use crate::pipeline::status::*;
 use crate::pipeline::types::CompiledWorkflow;
 use crate::runner::protocol::{AgentInfo, LogLine, StepRef, StepUpdate, Work, WorkflowDone};
 use crate::store::agents::{self, AgentRow};
-use crate::store::logs::{self, NewLine};
+use crate::store::logs;
 use crate::store::pipelines::{self, PipelineRow};
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{Store, StoreError, StoreResult, Tx, now_unix, repos};
@@ -483,19 +483,10 @@ impl Queue {
                 bad.step_id
             )));
         }
-        let rows: Vec<NewLine> = lines
-            .into_iter()
-            .map(|l| NewLine {
-                step_id: l.step_id,
-                line: l.line,
-                time: l.time,
-                kind: l.kind,
-                data: l.data,
-            })
-            .collect();
+        let rows = std::sync::Arc::new(lines);
         let stored = rows.clone();
-        self.logs.write(move |c| logs::append(c, &rows)).await?;
-        self.bus.publish(&stored);
+        self.logs.write(move |c| logs::append(c, &stored)).await?;
+        self.bus.publish(rows);
         Ok(())
     }
 
