@@ -10,17 +10,14 @@
 //! 4. the timeout is the request's own `timeout-ms`, never longer than what is left of the
 //!    plugin call's deadline.
 //!
-//! TLS uses rustls with the Mozilla root set (webpki-roots), so no system state is consulted.
+//! Each exchange goes through the HTTP core's client (`woodlark_http::client`: rustls with the
+//! Mozilla root set, so no system state is consulted); this module adds the policy above.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use woodlark_http::client::{Client, ClientError};
 
 use crate::config::Origin;
 use crate::error::HostError;
@@ -52,26 +49,12 @@ pub(crate) enum OutError {
 
 #[derive(Clone)]
 pub(crate) struct HttpClient {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client,
 }
 
 impl HttpClient {
     pub fn new() -> Result<Self, HostError> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| HostError::Http(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = Client::builder(TokioExecutor::new()).build(https);
+        let client = Client::new().map_err(|e| HostError::Http(e.to_string()))?;
         Ok(Self { client })
     }
 
@@ -126,43 +109,27 @@ impl HttpClient {
                 builder = builder.header(name, value);
             }
             let request = builder
-                .body(Full::new(Bytes::from(body.clone())))
+                .body(Bytes::from(body.clone()))
                 .map_err(|e| OutError::Invalid(e.to_string()))?;
-
-            let fut = async {
-                let resp = self
-                    .client
-                    .request(request)
-                    .await
-                    .map_err(|e| OutError::Unavailable(format!("{origin}: {e}")))?;
-                let status = resp.status();
-                let headers: Vec<(String, Vec<u8>)> = resp
-                    .headers()
-                    .iter()
-                    .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
-                    .collect();
-                let location = resp.headers().get(http::header::LOCATION).cloned();
-                if status.is_redirection() && location.is_some() {
-                    return Ok((status, headers, Vec::new(), location));
-                }
-                let limit = usize::try_from(max_response).unwrap_or(usize::MAX);
-                let collected = Limited::new(resp.into_body(), limit)
-                    .collect()
-                    .await
-                    .map_err(|e| {
-                        if e.is::<http_body_util::LengthLimitError>() {
-                            OutError::Unavailable(format!(
-                                "response body larger than {max_response} bytes"
-                            ))
-                        } else {
-                            OutError::Unavailable(format!("reading response: {e}"))
-                        }
-                    })?;
-                Ok((status, headers, collected.to_bytes().to_vec(), None))
-            };
-            let (status, headers, resp_body, location) = tokio::time::timeout_at(deadline, fut)
+            let limit = usize::try_from(max_response).unwrap_or(usize::MAX);
+            let response = tokio::time::timeout_at(deadline, self.client.send(request, limit))
                 .await
-                .map_err(|_| OutError::Unavailable(format!("{origin}: timed out")))??;
+                .map_err(|_| OutError::Unavailable(format!("{origin}: timed out")))?
+                .map_err(|e| match e {
+                    ClientError::TooLarge(_) => OutError::Unavailable(format!(
+                        "response body larger than {max_response} bytes"
+                    )),
+                    ClientError::Body(_) => OutError::Unavailable(e.to_string()),
+                    other => OutError::Unavailable(format!("{origin}: {other}")),
+                })?;
+            let status = response.status();
+            let headers: Vec<(String, Vec<u8>)> = response
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+                .collect();
+            let location = response.headers().get(http::header::LOCATION).cloned();
+            let resp_body = response.into_body().to_vec();
 
             let follow = matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308);
             match location {
