@@ -227,22 +227,25 @@ impl ForgeAdapter for BitbucketDc {
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
         let base = repo_api(&ctx, &full_name)?;
-        let auth = auth_header(&ctx, "Bearer");
-        let files = paged(20, |page| {
-            let url = format!(
-                "{base}/pull-requests/{pr_number}/changes?limit=500&start={}",
-                (page - 1) * 500
-            );
-            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
-                invalid(format!("{full_name}: pull request {pr_number} not found"))
-            })?;
-            let names = array_at(&v, "/values")
-                .iter()
-                .flat_map(|c| [str_at(c, "/path/toString"), str_at(c, "/srcPath/toString")])
-                .collect();
-            Ok((names, more_pages(&v)))
-        })?;
-        Ok(file_set(files))
+        FileListApi::new(
+            "Bearer",
+            "pull request",
+            20,
+            "/values",
+            ["/path/toString", "/srcPath/toString"],
+        )
+        .fetch(
+            &ctx,
+            &full_name,
+            pr_number,
+            |page| {
+                format!(
+                    "{base}/pull-requests/{pr_number}/changes?limit=500&start={}",
+                    (page - 1) * 500
+                )
+            },
+            |v, _| more_pages(v),
+        )
     }
 }
 

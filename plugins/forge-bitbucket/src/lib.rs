@@ -224,25 +224,18 @@ impl ForgeAdapter for Bitbucket {
         full_name: String,
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
-        let auth = auth_header(&ctx, "Bearer");
-        let files = paged(50, |page| {
-            let url = format!(
-                "{}/repositories/{}/pullrequests/{}/diffstat?pagelen=100&page={}",
-                api(),
-                full_name,
-                pr_number,
-                page
-            );
-            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
-                invalid(format!("{full_name}: pull request {pr_number} not found"))
-            })?;
-            let names = array_at(&v, "/values")
-                .iter()
-                .flat_map(|d| [str_at(d, "/new/path"), str_at(d, "/old/path")])
-                .collect();
-            Ok((names, !str_at(&v, "/next").is_empty()))
-        })?;
-        Ok(file_set(files))
+        FileListApi::new("Bearer", "pull request", 50, "/values", ["/new/path", "/old/path"]).fetch(
+            &ctx,
+            &full_name,
+            pr_number,
+            |page| {
+                format!(
+                    "{}/repositories/{full_name}/pullrequests/{pr_number}/diffstat?pagelen=100&page={page}",
+                    api()
+                )
+            },
+            |v, _| !str_at(v, "/next").is_empty(),
+        )
     }
 }
 

@@ -191,26 +191,25 @@ impl ForgeAdapter for GitHub {
         full_name: String,
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
-        let auth = auth_header(&ctx, "Bearer");
-        let files = paged(30, |page| {
-            let url = format!(
-                "{}/repos/{}/pulls/{}/files?per_page=100&page={}",
-                api_url(&ctx),
-                full_name,
-                pr_number,
-                page
-            );
-            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
-                invalid(format!("{full_name}: pull request {pr_number} not found"))
-            })?;
-            let items = array_at(&v, "");
-            let names = items
-                .iter()
-                .flat_map(|f| [str_at(f, "/filename"), str_at(f, "/previous_filename")])
-                .collect();
-            Ok((names, items.len() == 100))
-        })?;
-        Ok(file_set(files))
+        FileListApi::new(
+            "Bearer",
+            "pull request",
+            30,
+            "",
+            ["/filename", "/previous_filename"],
+        )
+        .fetch(
+            &ctx,
+            &full_name,
+            pr_number,
+            |page| {
+                format!(
+                    "{}/repos/{full_name}/pulls/{pr_number}/files?per_page=100&page={page}",
+                    api_url(&ctx)
+                )
+            },
+            |_, items| items == 100,
+        )
     }
 }
 

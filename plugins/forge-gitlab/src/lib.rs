@@ -199,26 +199,19 @@ impl ForgeAdapter for GitLab {
         full_name: String,
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
-        let auth = auth_header(&ctx, "Bearer");
-        let files = paged(50, |page| {
-            let url = format!(
-                "{}/projects/{}/merge_requests/{}/diffs?per_page=100&page={}",
-                api(&ctx),
-                http::encode(&full_name),
-                pr_number,
-                page
-            );
-            let v = http::get_json(&url, auth.as_deref())?.ok_or_else(|| {
-                invalid(format!("{full_name}: merge request {pr_number} not found"))
-            })?;
-            let items = array_at(&v, "");
-            let names = items
-                .iter()
-                .flat_map(|d| [str_at(d, "/new_path"), str_at(d, "/old_path")])
-                .collect();
-            Ok((names, items.len() == 100))
-        })?;
-        Ok(file_set(files))
+        let project = http::encode(&full_name);
+        FileListApi::new("Bearer", "merge request", 50, "", ["/new_path", "/old_path"]).fetch(
+            &ctx,
+            &full_name,
+            pr_number,
+            |page| {
+                format!(
+                    "{}/projects/{project}/merge_requests/{pr_number}/diffs?per_page=100&page={page}",
+                    api(&ctx)
+                )
+            },
+            |_, items| items == 100,
+        )
     }
 }
 

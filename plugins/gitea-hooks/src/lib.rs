@@ -312,25 +312,25 @@ pub fn pr_changed_files(
     full_name: String,
     pr_number: u64,
 ) -> Result<Vec<String>, PluginError> {
-    let auth = auth_header(&ctx, "token");
-    let files = paged(60, |page| {
-        let url = format!(
-            "{}/repos/{}/pulls/{}/files?limit=50&page={}",
-            api(&ctx),
-            full_name,
-            pr_number,
-            page
-        );
-        let v = http::get_json(&url, auth.as_deref())?
-            .ok_or_else(|| invalid(format!("{full_name}: pull request {pr_number} not found")))?;
-        let items = array_at(&v, "");
-        let names = items
-            .iter()
-            .flat_map(|f| [str_at(f, "/filename"), str_at(f, "/previous_filename")])
-            .collect();
-        Ok((names, items.len() == 50))
-    })?;
-    Ok(file_set(files))
+    FileListApi::new(
+        "token",
+        "pull request",
+        60,
+        "",
+        ["/filename", "/previous_filename"],
+    )
+    .fetch(
+        &ctx,
+        &full_name,
+        pr_number,
+        |page| {
+            format!(
+                "{}/repos/{full_name}/pulls/{pr_number}/files?limit=50&page={page}",
+                api(&ctx)
+            )
+        },
+        |_, items| items == 50,
+    )
 }
 
 pub fn branch_head(

@@ -413,6 +413,65 @@ pub fn paged<T>(
     Ok(all)
 }
 
+/// How one forge's API lists the files a pull request changes: a paged JSON list whose items
+/// each name a file's new and old path (both count, as Woodpecker counts renames).
+pub struct FileListApi<'a> {
+    /// `Authorization` scheme for the token (`Bearer`, or `token` for Gitea-like APIs).
+    pub scheme: &'a str,
+    /// How the forge calls the thing in a not-found error: `pull request`, `merge request`.
+    pub noun: &'a str,
+    /// Pages read at most (see [`paged`]).
+    pub max_pages: u32,
+    /// JSON pointer of the page's item array (`""` for a bare array).
+    pub items: &'a str,
+    /// JSON pointers, within an item, of its new and old path.
+    pub paths: [&'a str; 2],
+}
+
+impl<'a> FileListApi<'a> {
+    /// `scheme`, `noun`, `max_pages`, `items`, `paths` in the fields' order.
+    pub fn new(
+        scheme: &'a str,
+        noun: &'a str,
+        max_pages: u32,
+        items: &'a str,
+        paths: [&'a str; 2],
+    ) -> FileListApi<'a> {
+        FileListApi {
+            scheme,
+            noun,
+            max_pages,
+            items,
+            paths,
+        }
+    }
+
+    /// The changed files of pull request `number` of `full_name`: `page_url(page)` is each
+    /// page's URL (pages count from 1) and `more(page_json, items)` says whether another page
+    /// follows. Sorted and de-duplicated ([`file_set`]).
+    pub fn fetch(
+        &self,
+        ctx: &ApiContext,
+        full_name: &str,
+        number: u64,
+        page_url: impl Fn(u32) -> String,
+        more: impl Fn(&serde_json::Value, usize) -> bool,
+    ) -> Result<Vec<String>, PluginError> {
+        let auth = auth_header(ctx, self.scheme);
+        let files = paged(self.max_pages, |page| {
+            let v = crate::http::get_json(&page_url(page), auth.as_deref())?
+                .ok_or_else(|| invalid(format!("{full_name}: {} {number} not found", self.noun)))?;
+            let items = crate::json::array_at(&v, self.items);
+            let names = items
+                .iter()
+                .flat_map(|item| self.paths.map(|p| crate::json::str_at(item, p)))
+                .collect();
+            Ok((names, more(&v, items.len())))
+        })?;
+        Ok(file_set(files))
+    }
+}
+
 /// The `Authorization` value for a token (`token` scheme for Gitea-like APIs, `Bearer` else).
 pub fn auth_header(ctx: &ApiContext, scheme: &str) -> Option<String> {
     (!ctx.token.is_empty()).then(|| format!("{scheme} {}", ctx.token))
