@@ -9,7 +9,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use super::git_objects::{CatFile, parse_tree};
+use super::git_objects::{self, CatFile, parse_tree, with_session};
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
 };
@@ -192,6 +192,65 @@ fn head_branch(dir: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The pipeline config at `commit`: the repository's `config_file` (a file, or a folder when
+/// it ends in `/`), else every YAML file of `.woodpecker/`, else the first of the single-file
+/// names. A missing path is no config; a failing session is an error (the pool retries it).
+fn config_files_in(
+    cat: &mut CatFile,
+    config_file: &str,
+    commit: &str,
+) -> Result<Vec<ConfigFile>, ForgeError> {
+    fn read(cat: &mut CatFile, commit: &str, path: &str) -> Result<Option<ConfigFile>, ForgeError> {
+        Ok(match cat.get(&format!("{commit}:{path}"))? {
+            Some(obj) if obj.kind == "blob" => Some(ConfigFile {
+                name: path.to_string(),
+                data: String::from_utf8_lossy(&obj.data).into_owned(),
+            }),
+            _ => None,
+        })
+    }
+    fn folder(cat: &mut CatFile, commit: &str, path: &str) -> Result<Vec<ConfigFile>, ForgeError> {
+        let prefix = path.trim_end_matches('/');
+        let tree = match cat.get(&format!("{commit}:{prefix}"))? {
+            Some(obj) if obj.kind == "tree" => obj,
+            _ => return Ok(Vec::new()),
+        };
+        let Ok(entries) = parse_tree(&tree.data, tree.id_len) else {
+            return Ok(Vec::new());
+        };
+        let mut names: Vec<String> = entries
+            .iter()
+            .filter(|e| e.is_blob())
+            .map(|e| format!("{prefix}/{}", String::from_utf8_lossy(&e.name)))
+            .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+            .collect();
+        names.sort();
+        let mut files = Vec::new();
+        for name in &names {
+            files.extend(read(cat, commit, name)?);
+        }
+        Ok(files)
+    }
+    let config = config_file.trim();
+    if !config.is_empty() {
+        return if config.ends_with('/') {
+            folder(cat, commit, config)
+        } else {
+            Ok(read(cat, commit, config)?.into_iter().collect())
+        };
+    }
+    let in_dir = folder(cat, commit, CONFIG_DIR)?;
+    if !in_dir.is_empty() {
+        return Ok(in_dir);
+    }
+    for name in CONFIG_FILES {
+        if let Some(file) = read(cat, commit, name)? {
+            return Ok(vec![file]);
+        }
+    }
+    Ok(Vec::new())
+}
+
 /// Runs `git` in `dir`; stdout on success.
 fn git(dir: &Path, args: &[&str]) -> Result<String, ForgeError> {
     let out = Command::new("git")
@@ -296,21 +355,9 @@ impl ForgeDriver for GitForge {
             return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
         }
         let dir = self.locate(&repo.forge_remote_id)?;
-        let out = git(
-            &dir,
-            &["show", "-s", "--format=%H%x00%an%x00%ae%x00%ct%x00%B", sha],
-        )
-        .map_err(|_| ForgeError::RepoNotFound(format!("{}: commit {sha}", repo.full_name)))?;
-        let mut parts = out.splitn(5, '\0');
-        let mut next = || parts.next().unwrap_or("").to_string();
-        let (sha, author, email, time, message) = (next(), next(), next(), next(), next());
-        Ok(CommitInfo {
-            sha,
-            author,
-            author_email: email,
-            timestamp: time.trim().parse().unwrap_or(0),
-            message: message.trim_end().to_string(),
-        })
+        // Over a pooled `cat-file` session: a push hook starts no `git` process.
+        with_session(&dir, |cat| git_objects::commit_info(cat, sha))?
+            .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {sha}", repo.full_name)))
     }
 
     fn changed_files(
@@ -319,23 +366,13 @@ impl ForgeDriver for GitForge {
         before: &str,
         after: &str,
     ) -> Result<Vec<String>, ForgeError> {
+        if !is_sha(after) || !(before.is_empty() || is_sha(before)) {
+            return Err(ForgeError::Invalid(format!(
+                "{before:?}..{after:?} are not commit ids"
+            )));
+        }
         let dir = self.locate(&repo.forge_remote_id)?;
-        let out = if before.is_empty() || before.bytes().all(|b| b == b'0') {
-            git(
-                &dir,
-                &["show", "--no-renames", "--name-only", "--format=", after],
-            )?
-        } else {
-            git(
-                &dir,
-                &["diff", "--no-renames", "--name-only", before, after],
-            )?
-        };
-        Ok(out
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect())
+        with_session(&dir, |cat| git_objects::changed_files(cat, before, after))
     }
 
     fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
@@ -345,52 +382,8 @@ impl ForgeDriver for GitForge {
             )));
         }
         let dir = self.locate(&repo.forge_remote_id)?;
-        // One `cat-file --batch` answers the listing and every file (one process, not 1 + N).
-        let cat = std::cell::RefCell::new(CatFile::start(&dir)?);
-        let read = |path: &str| -> Option<ConfigFile> {
-            match cat.borrow_mut().get(&format!("{commit}:{path}")) {
-                Ok(Some(obj)) if obj.kind == "blob" => Some(ConfigFile {
-                    name: path.to_string(),
-                    data: String::from_utf8_lossy(&obj.data).into_owned(),
-                }),
-                _ => None,
-            }
-        };
-        let folder = |path: &str| -> Vec<ConfigFile> {
-            let prefix = path.trim_end_matches('/');
-            let tree = match cat.borrow_mut().get(&format!("{commit}:{prefix}")) {
-                Ok(Some(obj)) if obj.kind == "tree" => obj,
-                _ => return Vec::new(),
-            };
-            let Ok(entries) = parse_tree(&tree.data, tree.id_len) else {
-                return Vec::new();
-            };
-            let mut names: Vec<String> = entries
-                .iter()
-                .filter(|e| e.is_blob())
-                .map(|e| format!("{prefix}/{}", String::from_utf8_lossy(&e.name)))
-                .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
-                .collect();
-            names.sort();
-            names.iter().filter_map(|n| read(n)).collect()
-        };
-        let config = repo.config_file.trim();
-        if !config.is_empty() {
-            return Ok(if config.ends_with('/') {
-                folder(config)
-            } else {
-                read(config).into_iter().collect()
-            });
-        }
-        let in_dir = folder(CONFIG_DIR);
-        if !in_dir.is_empty() {
-            return Ok(in_dir);
-        }
-        Ok(CONFIG_FILES
-            .iter()
-            .find_map(|f| read(f))
-            .into_iter()
-            .collect())
+        // One pooled `cat-file --batch` session answers the listing and every file.
+        with_session(&dir, |cat| config_files_in(cat, &repo.config_file, commit))
     }
 
     fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
