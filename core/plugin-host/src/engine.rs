@@ -1,9 +1,10 @@
 //! The wasmtime engine and its epoch ticker.
 //!
-//! Epoch interruption is on: a ticker thread bumps the engine's epoch every [`TICK`], and
-//! each call's store gets a deadline of `timeout / TICK + 1` ticks, after which the guest
-//! traps with `Trap::Interrupt`. The ticker holds only a weak reference and exits when the
-//! engine is dropped.
+//! Async support and epoch interruption are on: calls run on the caller's tokio task (a
+//! fiber per call), a ticker thread bumps the engine's epoch every [`TICK`], and at each
+//! tick a running guest yields to the runtime, or traps with `Trap::Interrupt` once its
+//! call's deadline has passed (the callback is in `host.rs`). The ticker holds only a weak
+//! reference and exits when the engine is dropped.
 
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ fn pooling() -> PoolingAllocationConfig {
         .total_core_instances(POOLED_COMPONENTS * 4)
         .total_memories(POOLED_COMPONENTS * 2)
         .total_tables(POOLED_COMPONENTS * 4)
+        .total_stacks(POOLED_COMPONENTS)
         .max_memory_size(4096 << 20);
     pool
 }
@@ -59,10 +61,4 @@ pub(crate) fn new_engine() -> Result<Engine, HostError> {
         })
         .map_err(|e| HostError::Engine(format!("spawning the epoch ticker: {e}")))?;
     Ok(engine)
-}
-
-/// Ticks for a timeout, rounded up, plus one so a deadline never fires early.
-pub(crate) fn deadline_ticks(timeout: Duration) -> u64 {
-    let t = TICK.as_millis().max(1);
-    (timeout.as_millis().div_ceil(t) as u64).saturating_add(1)
 }

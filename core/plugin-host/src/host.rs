@@ -7,27 +7,32 @@
 //! on.
 //!
 //! **Calls.** Look up the current version → wait (at most the timeout) for a concurrency
-//! permit → on the blocking pool: fresh `Store` with limits and an epoch deadline,
+//! permit → on the caller's task (wasmtime's async mode, no thread hop): fresh `Store` with
+//! limits and an epoch callback that yields every tick and traps at the deadline,
 //! instantiate from the cached `InstancePre`, call, drop the store → check output size →
 //! count and log. A trap, timeout or limit breach fails that call only.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
 use tokio::sync::Semaphore;
-use wasmtime::{Engine, Store, Trap};
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::caps::woodlark::host::types::PluginError as WitError;
 use crate::bindings::forge_v0_1::exports::woodlark::forge::forge::Guest as ForgeExports;
+use crate::bindings::registry_v0_1::exports::woodlark::registry::auth::Guest as RegistryExports;
+use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets::Guest as SecretsExports;
 use crate::cache::ComponentCache;
 use crate::config::{InstanceConfig, PluginsConfig};
 use crate::convert;
-use crate::engine::{deadline_ticks, new_engine};
+use crate::engine::new_engine;
 use crate::error::{HostError, LoadError, PluginError};
 use crate::http_client::HttpClient;
 use crate::loader::{self, Linkers, LoadedPlugin, WorldPre};
@@ -159,13 +164,10 @@ pub struct PluginHost {
 }
 
 impl PluginHost {
-    /// Builds the engine, linkers, cache and HTTP client; loads nothing yet. Must be called
-    /// inside a tokio runtime (plugins' HTTP requests run on it).
+    /// Builds the engine, linkers, cache and HTTP client; loads nothing yet. Calls are
+    /// `async` and run on the caller's tokio runtime.
     pub fn new(config: PluginsConfig, services: HostServices) -> Result<Self, HostError> {
         config.validate()?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            HostError::Engine("PluginHost::new must run inside a tokio runtime".into())
-        })?;
         let engine = new_engine()?;
         let cache = ComponentCache::open(&engine, &config.cache_dir)?;
         let link = |w| {
@@ -180,7 +182,6 @@ impl PluginHost {
             kv: services.kv,
             secrets: services.secrets,
             http: HttpClient::new()?,
-            runtime,
         });
         Ok(Self {
             inner: Arc::new(Inner {
@@ -300,7 +301,7 @@ impl PluginHost {
         let req = convert::hook_request(req);
         let out = self
             .call_forge(plugin, move |forge, store| {
-                forge.call_parse_hook(store, &req)
+                Box::pin(async move { forge.call_parse_hook(store, &req).await })
             })
             .await?;
         let out = convert::outcome(out);
@@ -315,7 +316,12 @@ impl PluginHost {
             let hs = wit_headers.clone();
             let r = self
                 .call_forge(&name, move |forge, store| {
-                    forge.call_recognize(store, &hs).map(Ok::<bool, WitError>)
+                    Box::pin(async move {
+                        forge
+                            .call_recognize(store, &hs)
+                            .await
+                            .map(Ok::<bool, WitError>)
+                    })
                 })
                 .await;
             if let Ok(true) = r {
@@ -348,7 +354,7 @@ impl PluginHost {
         let full = full_name.to_string();
         let r = self
             .call_forge(plugin, move |forge, store| {
-                forge.call_repo_info(store, &ctx, &full)
+                Box::pin(async move { forge.call_repo_info(store, &ctx, &full).await })
             })
             .await?;
         let r = convert::repo(r);
@@ -368,7 +374,9 @@ impl PluginHost {
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
             .call_forge(plugin, move |forge, store| {
-                forge.call_file_at(store, &ctx, &full, &commit, &path)
+                Box::pin(
+                    async move { forge.call_file_at(store, &ctx, &full, &commit, &path).await },
+                )
             })
             .await?;
         let size = r.as_ref().map_or(0, |b| b.len() as u64);
@@ -394,7 +402,7 @@ impl PluginHost {
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
             .call_forge(plugin, move |forge, store| {
-                forge.call_dir_at(store, &ctx, &full, &commit, &path)
+                Box::pin(async move { forge.call_dir_at(store, &ctx, &full, &commit, &path).await })
             })
             .await?;
         self.check_output(plugin, &r)?;
@@ -411,7 +419,7 @@ impl PluginHost {
         let full = full_name.to_string();
         let r = self
             .call_forge(plugin, move |forge, store| {
-                forge.call_branches(store, &ctx, &full)
+                Box::pin(async move { forge.call_branches(store, &ctx, &full).await })
             })
             .await?;
         self.check_output(plugin, &r)?;
@@ -430,7 +438,11 @@ impl PluginHost {
         let (full, commit) = (full_name.to_string(), commit.to_string());
         let status = convert::commit_status(status);
         self.call_forge(plugin, move |forge, store| {
-            forge.call_post_status(store, &ctx, &full, &commit, &status)
+            Box::pin(async move {
+                forge
+                    .call_post_status(store, &ctx, &full, &commit, &status)
+                    .await
+            })
         })
         .await
     }
@@ -447,7 +459,11 @@ impl PluginHost {
         let full = full_name.to_string();
         let r = self
             .call_forge(plugin, move |forge, store| {
-                forge.call_changed_files(store, &ctx, &full, pr_number)
+                Box::pin(async move {
+                    forge
+                        .call_changed_files(store, &ctx, &full, pr_number)
+                        .await
+                })
             })
             .await?;
         self.check_output(plugin, &r)?;
@@ -466,7 +482,7 @@ impl PluginHost {
         let (full, branch) = (full_name.to_string(), branch.to_string());
         let r = self
             .call_forge(plugin, move |forge, store| {
-                forge.call_branch_head(store, &ctx, &full, &branch)
+                Box::pin(async move { forge.call_branch_head(store, &ctx, &full, &branch).await })
             })
             .await?;
         let r = convert::commit_info(r);
@@ -486,7 +502,11 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
         self.call_forge(plugin, move |forge, store| {
-            forge.call_create_hook(store, &ctx, &full, &url, &secret)
+            Box::pin(async move {
+                forge
+                    .call_create_hook(store, &ctx, &full, &url, &secret)
+                    .await
+            })
         })
         .await
     }
@@ -502,7 +522,7 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, url) = (full_name.to_string(), url.to_string());
         self.call_forge(plugin, move |forge, store| {
-            forge.call_delete_hook(store, &ctx, &full, &url)
+            Box::pin(async move { forge.call_delete_hook(store, &ctx, &full, &url).await })
         })
         .await
     }
@@ -516,13 +536,8 @@ impl PluginHost {
     ) -> Result<Vec<Secret>, PluginError> {
         let scope = convert::scope(scope);
         let r = self
-            .call(plugin, WorldKind::SecretBackend, move |pre, store| {
-                let WorldPre::SecretsV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_secrets_secrets()
-                    .call_list_secrets(&mut *store, &scope)
+            .call_secrets(plugin, move |secrets, store| {
+                Box::pin(async move { secrets.call_list_secrets(store, &scope).await })
             })
             .await?;
         let r: Vec<Secret> = r.into_iter().map(convert::secret).collect();
@@ -539,13 +554,8 @@ impl PluginHost {
         let scope = convert::scope(scope);
         let name = name.to_string();
         let r = self
-            .call(plugin, WorldKind::SecretBackend, move |pre, store| {
-                let WorldPre::SecretsV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_secrets_secrets()
-                    .call_get_secret(&mut *store, &scope, &name)
+            .call_secrets(plugin, move |secrets, store| {
+                Box::pin(async move { secrets.call_get_secret(store, &scope, &name).await })
             })
             .await?;
         let r = r.map(convert::secret);
@@ -563,13 +573,8 @@ impl PluginHost {
     ) -> Result<Option<Credential>, PluginError> {
         let (image, repo) = (image.to_string(), repo.to_string());
         let r = self
-            .call(plugin, WorldKind::RegistryAuth, move |pre, store| {
-                let WorldPre::RegistryV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_registry_auth()
-                    .call_credential_for(&mut *store, &image, &repo)
+            .call_registry(plugin, move |registry, store| {
+                Box::pin(async move { registry.call_credential_for(store, &image, &repo).await })
             })
             .await?;
         let r = r.map(convert::credential);
@@ -651,28 +656,69 @@ impl PluginHost {
     /// Runs one export of a forge adapter on a fresh instance (see [`Self::call`]).
     async fn call_forge<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
     where
-        T: Send + 'static,
-        F: FnOnce(&ForgeExports, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>
+        T: 'static,
+        F: for<'a> FnOnce(&'a ForgeExports, &'a mut Store<CallState>) -> CallFuture<'a, T>
             + Send
             + 'static,
     {
         self.call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-            let WorldPre::ForgeV0_1(pre) = pre else {
-                unreachable!("world checked")
-            };
-            let inst = pre.instantiate(&mut *store)?;
-            f(inst.woodlark_forge_forge(), store)
+            Box::pin(async move {
+                let WorldPre::ForgeV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate_async(&mut *store).await?;
+                f(inst.woodlark_forge_forge(), store).await
+            })
         })
         .await
     }
 
-    /// Runs `f` on a fresh store of `plugin`'s current version, under its limits.
-    async fn call<T, F>(&self, plugin: &str, world: WorldKind, f: F) -> Result<T, PluginError>
+    /// Runs one export of a secret backend on a fresh instance (see [`Self::call`]).
+    async fn call_secrets<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
     where
-        T: Send + 'static,
-        F: FnOnce(&WorldPre, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>
+        T: 'static,
+        F: for<'a> FnOnce(&'a SecretsExports, &'a mut Store<CallState>) -> CallFuture<'a, T>
             + Send
             + 'static,
+    {
+        self.call(plugin, WorldKind::SecretBackend, move |pre, store| {
+            Box::pin(async move {
+                let WorldPre::SecretsV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate_async(&mut *store).await?;
+                f(inst.woodlark_secrets_secrets(), store).await
+            })
+        })
+        .await
+    }
+
+    /// Runs one export of a registry-auth plugin on a fresh instance (see [`Self::call`]).
+    async fn call_registry<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
+    where
+        T: 'static,
+        F: for<'a> FnOnce(&'a RegistryExports, &'a mut Store<CallState>) -> CallFuture<'a, T>
+            + Send
+            + 'static,
+    {
+        self.call(plugin, WorldKind::RegistryAuth, move |pre, store| {
+            Box::pin(async move {
+                let WorldPre::RegistryV0_1(pre) = pre else {
+                    unreachable!("world checked")
+                };
+                let inst = pre.instantiate_async(&mut *store).await?;
+                f(inst.woodlark_registry_auth(), store).await
+            })
+        })
+        .await
+    }
+
+    /// Runs `f` on a fresh store of `plugin`'s current version, under its limits, on the
+    /// caller's task (wasmtime's async mode: the guest yields to the runtime every epoch
+    /// tick, see [`run`]).
+    async fn call<T, F>(&self, plugin: &str, world: WorldKind, f: F) -> Result<T, PluginError>
+    where
+        F: for<'a> FnOnce(&'a WorldPre, &'a mut Store<CallState>) -> CallFuture<'a, T> + Send,
     {
         let slot = self.slot(plugin)?;
         let loaded = slot
@@ -707,23 +753,20 @@ impl PluginHost {
         stats.total.fetch_add(1, Ordering::Relaxed);
         stats.in_flight.fetch_add(1, Ordering::Relaxed);
         let services = self.inner.services.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            run(&loaded, services, f)
-        });
         // The epoch deadline stops guest code and host I/O is bounded by the same deadline;
-        // this outer timeout is a backstop for anything else.
-        let result = match tokio::time::timeout(timeout + Duration::from_secs(2), task).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(join)) => Err(PluginError::Trap {
-                plugin: plugin.to_string(),
-                message: format!("host task failed: {join}"),
-            }),
-            Err(_) => Err(PluginError::Timeout {
-                plugin: plugin.to_string(),
-                timeout_ms: timeout.as_millis() as u64,
-            }),
-        };
+        // this outer timeout is a backstop for anything else (dropping the call's future
+        // unwinds the guest and throws its store away).
+        let result =
+            match tokio::time::timeout(timeout + Duration::from_secs(2), run(&loaded, services, f))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(PluginError::Timeout {
+                    plugin: plugin.to_string(),
+                    timeout_ms: timeout.as_millis() as u64,
+                }),
+            };
+        drop(permit);
         stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         match &result {
             Ok(_) => {
@@ -745,10 +788,17 @@ impl PluginHost {
     }
 }
 
-/// One call on a fresh store (blocking).
-fn run<T, F>(loaded: &LoadedPlugin, services: Arc<Services>, f: F) -> Result<T, PluginError>
+/// What a call's body returns: instantiate and call, borrowing the store (boxed, so the
+/// borrow can be named in `F`'s signature).
+type CallFuture<'a, T> =
+    Pin<Box<dyn Future<Output = wasmtime::Result<Result<T, WitError>>> + Send + 'a>>;
+
+/// One call on a fresh store. Runs on the caller's task: the epoch callback (every
+/// [`crate::engine::TICK`]) yields to the runtime until the call's deadline, then traps
+/// with `Trap::Interrupt`, so a guest holds a runtime worker for at most one tick at a time.
+async fn run<T, F>(loaded: &LoadedPlugin, services: Arc<Services>, f: F) -> Result<T, PluginError>
 where
-    F: FnOnce(&WorldPre, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>,
+    F: for<'a> FnOnce(&'a WorldPre, &'a mut Store<CallState>) -> CallFuture<'a, T>,
 {
     let state = CallState::new(
         loaded.name.clone(),
@@ -758,10 +808,17 @@ where
     );
     let mut store = Store::new(&loaded.engine, state);
     store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(deadline_ticks(loaded.limits.timeout()));
-    store.epoch_deadline_trap();
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        Ok(if Instant::now() >= ctx.data().deadline {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Yield(1)
+        })
+    });
     let plugin = &*loaded.name;
-    match f(&loaded.pre, &mut store) {
+    let result = f(&loaded.pre, &mut store).await;
+    match result {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(convert::plugin_error(plugin, e)),
         Err(e) => Err(classify(plugin, &e, &store, loaded)),
