@@ -23,19 +23,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use serde::Serialize;
 use tokio::sync::Semaphore;
+use wasmtime::component::{ComponentNamedList, Lift, Lower};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
-use crate::bindings::caps::woodlark::host::types::PluginError as WitError;
-use crate::bindings::forge_v0_1::exports::woodlark::forge::forge::Guest as ForgeExports;
-use crate::bindings::registry_v0_1::exports::woodlark::registry::auth::Guest as RegistryExports;
-use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets::Guest as SecretsExports;
+use crate::bindings::caps::woodlark::host::types::{Header as WitHeader, PluginError as WitError};
+use crate::bindings::registry_v0_1::exports::woodlark::registry::auth as wit_registry;
+use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets as wit_secrets;
 use crate::cache::ComponentCache;
 use crate::config::{InstanceConfig, PluginsConfig};
 use crate::convert;
 use crate::engine::new_engine;
 use crate::error::{HostError, LoadError, PluginError};
 use crate::http_client::HttpClient;
-use crate::loader::{self, Linkers, LoadedPlugin, WorldPre};
+use crate::loader::{self, Linkers, LoadedPlugin};
 use crate::services::{KvStore, MapSecrets, MemoryKv, SecretSource};
 use crate::state::{CallState, Services};
 use crate::types::*;
@@ -300,9 +300,7 @@ impl PluginHost {
         }
         let req = convert::hook_request(req);
         let out = self
-            .call_forge(plugin, move |forge, store| {
-                Box::pin(async move { forge.call_parse_hook(store, &req).await })
-            })
+            .call_export(plugin, WorldKind::ForgeAdapter, "parse-hook", (req,))
             .await?;
         let out = convert::outcome(out);
         self.check_output(plugin, &out)?;
@@ -314,16 +312,7 @@ impl PluginHost {
         let wit_headers = convert::headers(headers);
         for name in self.names(WorldKind::ForgeAdapter) {
             let hs = wit_headers.clone();
-            let r = self
-                .call_forge(&name, move |forge, store| {
-                    Box::pin(async move {
-                        forge
-                            .call_recognize(store, &hs)
-                            .await
-                            .map(Ok::<bool, WitError>)
-                    })
-                })
-                .await;
+            let r = self.call_recognize(&name, hs).await;
             if let Ok(true) = r {
                 return Some(name);
             }
@@ -353,9 +342,7 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                Box::pin(async move { forge.call_repo_info(store, &ctx, &full).await })
-            })
+            .call_export(plugin, WorldKind::ForgeAdapter, "repo-info", (ctx, full))
             .await?;
         let r = convert::repo(r);
         self.check_output(plugin, &r)?;
@@ -372,12 +359,13 @@ impl PluginHost {
     ) -> Result<Option<Vec<u8>>, PluginError> {
         let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
-        let r = self
-            .call_forge(plugin, move |forge, store| {
-                Box::pin(
-                    async move { forge.call_file_at(store, &ctx, &full, &commit, &path).await },
-                )
-            })
+        let r: Option<Vec<u8>> = self
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "file-at",
+                (ctx, full, commit, path),
+            )
             .await?;
         let size = r.as_ref().map_or(0, |b| b.len() as u64);
         let limit = self
@@ -401,9 +389,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                Box::pin(async move { forge.call_dir_at(store, &ctx, &full, &commit, &path).await })
-            })
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "dir-at",
+                (ctx, full, commit, path),
+            )
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -418,9 +409,7 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                Box::pin(async move { forge.call_branches(store, &ctx, &full).await })
-            })
+            .call_export(plugin, WorldKind::ForgeAdapter, "branches", (ctx, full))
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -437,13 +426,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, commit) = (full_name.to_string(), commit.to_string());
         let status = convert::commit_status(status);
-        self.call_forge(plugin, move |forge, store| {
-            Box::pin(async move {
-                forge
-                    .call_post_status(store, &ctx, &full, &commit, &status)
-                    .await
-            })
-        })
+        self.call_export(
+            plugin,
+            WorldKind::ForgeAdapter,
+            "post-status",
+            (ctx, full, commit, status),
+        )
         .await
     }
 
@@ -458,13 +446,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                Box::pin(async move {
-                    forge
-                        .call_changed_files(store, &ctx, &full, pr_number)
-                        .await
-                })
-            })
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "changed-files",
+                (ctx, full, pr_number),
+            )
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -481,9 +468,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, branch) = (full_name.to_string(), branch.to_string());
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                Box::pin(async move { forge.call_branch_head(store, &ctx, &full, &branch).await })
-            })
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "branch-head",
+                (ctx, full, branch),
+            )
             .await?;
         let r = convert::commit_info(r);
         self.check_output(plugin, &r)?;
@@ -501,13 +491,12 @@ impl PluginHost {
     ) -> Result<(), PluginError> {
         let ctx = convert::api_context(ctx);
         let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
-        self.call_forge(plugin, move |forge, store| {
-            Box::pin(async move {
-                forge
-                    .call_create_hook(store, &ctx, &full, &url, &secret)
-                    .await
-            })
-        })
+        self.call_export(
+            plugin,
+            WorldKind::ForgeAdapter,
+            "create-hook",
+            (ctx, full, url, secret),
+        )
         .await
     }
 
@@ -521,9 +510,12 @@ impl PluginHost {
     ) -> Result<(), PluginError> {
         let ctx = convert::api_context(ctx);
         let (full, url) = (full_name.to_string(), url.to_string());
-        self.call_forge(plugin, move |forge, store| {
-            Box::pin(async move { forge.call_delete_hook(store, &ctx, &full, &url).await })
-        })
+        self.call_export(
+            plugin,
+            WorldKind::ForgeAdapter,
+            "delete-hook",
+            (ctx, full, url),
+        )
         .await
     }
 
@@ -535,10 +527,8 @@ impl PluginHost {
         scope: SecretScope,
     ) -> Result<Vec<Secret>, PluginError> {
         let scope = convert::scope(scope);
-        let r = self
-            .call_secrets(plugin, move |secrets, store| {
-                Box::pin(async move { secrets.call_list_secrets(store, &scope).await })
-            })
+        let r: Vec<wit_secrets::Secret> = self
+            .call_export(plugin, WorldKind::SecretBackend, "list-secrets", (scope,))
             .await?;
         let r: Vec<Secret> = r.into_iter().map(convert::secret).collect();
         self.check_output(plugin, &r)?;
@@ -553,10 +543,13 @@ impl PluginHost {
     ) -> Result<Option<Secret>, PluginError> {
         let scope = convert::scope(scope);
         let name = name.to_string();
-        let r = self
-            .call_secrets(plugin, move |secrets, store| {
-                Box::pin(async move { secrets.call_get_secret(store, &scope, &name).await })
-            })
+        let r: Option<wit_secrets::Secret> = self
+            .call_export(
+                plugin,
+                WorldKind::SecretBackend,
+                "get-secret",
+                (scope, name),
+            )
             .await?;
         let r = r.map(convert::secret);
         self.check_output(plugin, &r)?;
@@ -572,10 +565,13 @@ impl PluginHost {
         repo: &str,
     ) -> Result<Option<Credential>, PluginError> {
         let (image, repo) = (image.to_string(), repo.to_string());
-        let r = self
-            .call_registry(plugin, move |registry, store| {
-                Box::pin(async move { registry.call_credential_for(store, &image, &repo).await })
-            })
+        let r: Option<wit_registry::Credential> = self
+            .call_export(
+                plugin,
+                WorldKind::RegistryAuth,
+                "credential-for",
+                (image, repo),
+            )
             .await?;
         let r = r.map(convert::credential);
         self.check_output(plugin, &r)?;
@@ -653,61 +649,42 @@ impl PluginHost {
         Ok(())
     }
 
-    /// Runs one export of a forge adapter on a fresh instance (see [`Self::call`]).
-    async fn call_forge<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
+    /// Calls export `func` (its WIT name) of `plugin`, a `world` plugin, on a fresh instance
+    /// (see [`Self::call`]). The export's `result<T, plugin-error>` becomes `Ok(T)` or
+    /// [`PluginError::Plugin`].
+    async fn call_export<P, T>(
+        &self,
+        plugin: &str,
+        world: WorldKind,
+        func: &'static str,
+        params: P,
+    ) -> Result<T, PluginError>
     where
-        T: 'static,
-        F: for<'a> FnOnce(&'a ForgeExports, &'a mut Store<CallState>) -> CallFuture<'a, T>
-            + Send
-            + 'static,
+        P: ComponentNamedList + Lower + Send + Sync + 'static,
+        T: Send + Sync + 'static,
+        (Result<T, WitError>,): ComponentNamedList + Lift,
     {
-        self.call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
+        self.call(plugin, world, move |loaded, store| {
             Box::pin(async move {
-                let WorldPre::ForgeV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate_async(&mut *store).await?;
-                f(inst.woodlark_forge_forge(), store).await
+                invoke::<P, (Result<T, WitError>,)>(loaded, store, func, params)
+                    .await
+                    .map(|(r,)| r)
             })
         })
         .await
     }
 
-    /// Runs one export of a secret backend on a fresh instance (see [`Self::call`]).
-    async fn call_secrets<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
-    where
-        T: 'static,
-        F: for<'a> FnOnce(&'a SecretsExports, &'a mut Store<CallState>) -> CallFuture<'a, T>
-            + Send
-            + 'static,
-    {
-        self.call(plugin, WorldKind::SecretBackend, move |pre, store| {
+    /// Forge adapter `plugin`'s `recognize` (the one export that doesn't return a result).
+    async fn call_recognize(
+        &self,
+        plugin: &str,
+        headers: Vec<WitHeader>,
+    ) -> Result<bool, PluginError> {
+        self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
             Box::pin(async move {
-                let WorldPre::SecretsV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate_async(&mut *store).await?;
-                f(inst.woodlark_secrets_secrets(), store).await
-            })
-        })
-        .await
-    }
-
-    /// Runs one export of a registry-auth plugin on a fresh instance (see [`Self::call`]).
-    async fn call_registry<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
-    where
-        T: 'static,
-        F: for<'a> FnOnce(&'a RegistryExports, &'a mut Store<CallState>) -> CallFuture<'a, T>
-            + Send
-            + 'static,
-    {
-        self.call(plugin, WorldKind::RegistryAuth, move |pre, store| {
-            Box::pin(async move {
-                let WorldPre::RegistryV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate_async(&mut *store).await?;
-                f(inst.woodlark_registry_auth(), store).await
+                invoke::<_, (bool,)>(loaded, store, "recognize", (headers,))
+                    .await
+                    .map(|(b,)| Ok(b))
             })
         })
         .await
@@ -718,7 +695,7 @@ impl PluginHost {
     /// tick, see [`run`]).
     async fn call<T, F>(&self, plugin: &str, world: WorldKind, f: F) -> Result<T, PluginError>
     where
-        F: for<'a> FnOnce(&'a WorldPre, &'a mut Store<CallState>) -> CallFuture<'a, T> + Send,
+        F: for<'a> FnOnce(&'a LoadedPlugin, &'a mut Store<CallState>) -> CallFuture<'a, T> + Send,
     {
         let slot = self.slot(plugin)?;
         let loaded = slot
@@ -788,6 +765,29 @@ impl PluginHost {
     }
 }
 
+/// Instantiates `loaded` in `store` and calls its export `func` with `params`. Only this
+/// function's type is checked (the bindings' `*Pre::instantiate` would check every export's
+/// on every call); a mismatch is an error, not undefined behaviour.
+async fn invoke<P, R>(
+    loaded: &LoadedPlugin,
+    store: &mut Store<CallState>,
+    func: &str,
+    params: P,
+) -> wasmtime::Result<R>
+where
+    P: ComponentNamedList + Lower + Send + Sync,
+    R: ComponentNamedList + Lift + Send + Sync + 'static,
+{
+    let index = loaded.exports.get(func)?;
+    let instance = loaded
+        .pre
+        .instance_pre()
+        .instantiate_async(&mut *store)
+        .await?;
+    let typed = instance.get_typed_func::<P, R>(&mut *store, index)?;
+    typed.call_async(&mut *store, params).await
+}
+
 /// What a call's body returns: instantiate and call, borrowing the store (boxed, so the
 /// borrow can be named in `F`'s signature).
 type CallFuture<'a, T> =
@@ -798,7 +798,7 @@ type CallFuture<'a, T> =
 /// with `Trap::Interrupt`, so a guest holds a runtime worker for at most one tick at a time.
 async fn run<T, F>(loaded: &LoadedPlugin, services: Arc<Services>, f: F) -> Result<T, PluginError>
 where
-    F: for<'a> FnOnce(&'a WorldPre, &'a mut Store<CallState>) -> CallFuture<'a, T>,
+    F: for<'a> FnOnce(&'a LoadedPlugin, &'a mut Store<CallState>) -> CallFuture<'a, T>,
 {
     let state = CallState::new(
         loaded.name.clone(),
@@ -817,7 +817,7 @@ where
         })
     });
     let plugin = &*loaded.name;
-    let result = f(&loaded.pre, &mut store).await;
+    let result = f(loaded, &mut store).await;
     match result {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(convert::plugin_error(plugin, e)),
