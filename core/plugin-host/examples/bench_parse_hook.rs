@@ -1,4 +1,4 @@
-//! `parse-hook` latency through the whole host call path (semaphore, blocking pool, fresh
+//! `parse-hook` latency through the whole host call path (semaphore, fresh
 //! `Store` + instance from the cached `InstancePre`, epoch deadline, output checks), on a
 //! captured GitHub push. Prints median and p99 per call. Run through `bash plugins/bench.sh`
 //! (which also runs the native baseline); needs `plugins/dist/forge-github.wasm`.

@@ -4,13 +4,22 @@
 //! every plugin world reuses them with `with:`, so one `Host` impl per capability serves all
 //! worlds. Host functions are `trappable`: returning `Err` from them traps the guest (used for
 //! limit breaches); expected failures are the WIT `plugin-error` values.
+//!
+//! Calls run in wasmtime's async mode (on the caller's tokio task, see `host.rs`): exports
+//! are `async`, and so are the imports that wait on I/O (`http-client`, `kv`, and `signing`,
+//! which reads secret values); the rest answer at once and stay synchronous.
 
 /// `woodlark:host@0.1.0`: the capability interfaces.
 pub mod caps {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "woodlark:host/capabilities@0.1.0",
-        imports: { default: trappable },
+        imports: {
+            "woodlark:host/http-client": async | trappable,
+            "woodlark:host/kv": async | trappable,
+            "woodlark:host/signing": async | trappable,
+            default: trappable,
+        },
     });
 }
 
@@ -19,7 +28,7 @@ pub mod forge_v0_1 {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "woodlark:plugins/forge-adapter@0.1.0",
-        imports: { default: trappable },
+        exports: { default: async },
         with: { "woodlark:host": crate::bindings::caps::woodlark::host },
     });
 }
@@ -29,7 +38,7 @@ pub mod secrets_v0_1 {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "woodlark:plugins/secret-backend@0.1.0",
-        imports: { default: trappable },
+        exports: { default: async },
         with: { "woodlark:host": crate::bindings::caps::woodlark::host },
     });
 }
@@ -39,7 +48,7 @@ pub mod registry_v0_1 {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "woodlark:plugins/registry-auth@0.1.0",
-        imports: { default: trappable },
+        exports: { default: async },
         with: { "woodlark:host": crate::bindings::caps::woodlark::host },
     });
 }

@@ -88,7 +88,7 @@ impl clock::Host for CallState {
 }
 
 impl kv::Host for CallState {
-    fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<Vec<u8>>, WitError>> {
+    async fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<Vec<u8>>, WitError>> {
         if key.len() > MAX_KV_KEY {
             return Ok(Err(WitError::InvalidInput(format!(
                 "kv key longer than {MAX_KV_KEY} bytes"
@@ -98,10 +98,11 @@ impl kv::Host for CallState {
             .services
             .kv
             .get(&self.plugin, &key)
+            .await
             .map_err(|e| WitError::Unavailable(e.to_string())))
     }
 
-    fn set(
+    async fn set(
         &mut self,
         key: String,
         value: Vec<u8>,
@@ -122,20 +123,22 @@ impl kv::Host for CallState {
             .services
             .kv
             .set(&self.plugin, &key, &value, ttl)
+            .await
             .map_err(|e| WitError::Unavailable(e.to_string())))
     }
 
-    fn delete(&mut self, key: String) -> wasmtime::Result<Result<(), WitError>> {
+    async fn delete(&mut self, key: String) -> wasmtime::Result<Result<(), WitError>> {
         Ok(self
             .services
             .kv
             .delete(&self.plugin, &key)
+            .await
             .map_err(|e| WitError::Unavailable(e.to_string())))
     }
 }
 
 impl http_client::Host for CallState {
-    fn send(
+    async fn send(
         &mut self,
         req: http_client::Request,
     ) -> wasmtime::Result<Result<http_client::Response, WitError>> {
@@ -171,14 +174,13 @@ impl http_client::Host for CallState {
             body: req.body,
             timeout,
         };
-        let services = self.services.clone();
-        let grants = self.grants.clone();
         let max = self.limits.max_http_response_bytes;
         let url = out.url.clone();
-        // Plugin calls run on blocking threads, so waiting on the runtime here is allowed.
-        let result = services
-            .runtime
-            .block_on(services.http.send(&grants.allowed_hosts, out, max));
+        let result = self
+            .services
+            .http
+            .send(&self.grants.allowed_hosts, out, max)
+            .await;
         Ok(match result {
             Ok(r) => {
                 tracing::debug!(plugin = %self.plugin, %url, status = r.status, "plugin http request");
@@ -211,7 +213,7 @@ impl http_client::Host for CallState {
 
 impl CallState {
     /// The value of a granted secret. `Err` is the guest-visible error.
-    fn granted_secret(&self, name: &str) -> Result<Vec<u8>, WitError> {
+    async fn granted_secret(&self, name: &str) -> Result<Vec<u8>, WitError> {
         if !self.grants.secrets.contains(name) {
             tracing::warn!(plugin = %self.plugin, secret = name, "plugin asked for a secret it is not granted");
             return Err(WitError::Denied(format!(
@@ -221,19 +223,20 @@ impl CallState {
         self.services
             .secrets
             .secret(name)
+            .await
             .ok_or_else(|| WitError::Unavailable(format!("secret {name:?} is not set")))
     }
 }
 
 impl signing::Host for CallState {
-    fn verify(
+    async fn verify(
         &mut self,
         alg: signing::Algorithm,
         secret: String,
         message: Vec<u8>,
         mac: Vec<u8>,
     ) -> wasmtime::Result<Result<bool, WitError>> {
-        let key = match self.granted_secret(&secret) {
+        let key = match self.granted_secret(&secret).await {
             Ok(k) => k,
             Err(e) => return Ok(Err(e)),
         };
@@ -254,12 +257,12 @@ impl signing::Host for CallState {
         Ok(Ok(ok))
     }
 
-    fn equals(
+    async fn equals(
         &mut self,
         secret: String,
         candidate: Vec<u8>,
     ) -> wasmtime::Result<Result<bool, WitError>> {
-        let key = match self.granted_secret(&secret) {
+        let key = match self.granted_secret(&secret).await {
             Ok(k) => k,
             Err(e) => return Ok(Err(e)),
         };

@@ -7,30 +7,35 @@
 //! on.
 //!
 //! **Calls.** Look up the current version → wait (at most the timeout) for a concurrency
-//! permit → on the blocking pool: fresh `Store` with limits and an epoch deadline,
+//! permit → on the caller's task (wasmtime's async mode, no thread hop): fresh `Store` with
+//! limits and an epoch callback that yields every tick and traps at the deadline,
 //! instantiate from the cached `InstancePre`, call, drop the store → check output size →
 //! count and log. A trap, timeout or limit breach fails that call only.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
 use tokio::sync::Semaphore;
-use wasmtime::{Engine, Store, Trap};
+use wasmtime::component::{ComponentNamedList, Lift, Lower};
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
-use crate::bindings::caps::woodlark::host::types::PluginError as WitError;
-use crate::bindings::forge_v0_1::exports::woodlark::forge::forge::Guest as ForgeExports;
+use crate::bindings::caps::woodlark::host::types::{Header as WitHeader, PluginError as WitError};
+use crate::bindings::registry_v0_1::exports::woodlark::registry::auth as wit_registry;
+use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets as wit_secrets;
 use crate::cache::ComponentCache;
 use crate::config::{InstanceConfig, PluginsConfig};
 use crate::convert;
-use crate::engine::{deadline_ticks, new_engine};
+use crate::engine::new_engine;
 use crate::error::{HostError, LoadError, PluginError};
 use crate::http_client::HttpClient;
-use crate::loader::{self, Linkers, LoadedPlugin, WorldPre};
+use crate::loader::{self, Linkers, LoadedPlugin};
 use crate::services::{KvStore, MapSecrets, MemoryKv, SecretSource};
 use crate::state::{CallState, Services};
 use crate::types::*;
@@ -159,13 +164,10 @@ pub struct PluginHost {
 }
 
 impl PluginHost {
-    /// Builds the engine, linkers, cache and HTTP client; loads nothing yet. Must be called
-    /// inside a tokio runtime (plugins' HTTP requests run on it).
+    /// Builds the engine, linkers, cache and HTTP client; loads nothing yet. Calls are
+    /// `async` and run on the caller's tokio runtime.
     pub fn new(config: PluginsConfig, services: HostServices) -> Result<Self, HostError> {
         config.validate()?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            HostError::Engine("PluginHost::new must run inside a tokio runtime".into())
-        })?;
         let engine = new_engine()?;
         let cache = ComponentCache::open(&engine, &config.cache_dir)?;
         let link = |w| {
@@ -180,7 +182,6 @@ impl PluginHost {
             kv: services.kv,
             secrets: services.secrets,
             http: HttpClient::new()?,
-            runtime,
         });
         Ok(Self {
             inner: Arc::new(Inner {
@@ -299,9 +300,7 @@ impl PluginHost {
         }
         let req = convert::hook_request(req);
         let out = self
-            .call_forge(plugin, move |forge, store| {
-                forge.call_parse_hook(store, &req)
-            })
+            .call_export(plugin, WorldKind::ForgeAdapter, "parse-hook", (req,))
             .await?;
         let out = convert::outcome(out);
         self.check_output(plugin, &out)?;
@@ -313,11 +312,7 @@ impl PluginHost {
         let wit_headers = convert::headers(headers);
         for name in self.names(WorldKind::ForgeAdapter) {
             let hs = wit_headers.clone();
-            let r = self
-                .call_forge(&name, move |forge, store| {
-                    forge.call_recognize(store, &hs).map(Ok::<bool, WitError>)
-                })
-                .await;
+            let r = self.call_recognize(&name, hs).await;
             if let Ok(true) = r {
                 return Some(name);
             }
@@ -347,9 +342,7 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                forge.call_repo_info(store, &ctx, &full)
-            })
+            .call_export(plugin, WorldKind::ForgeAdapter, "repo-info", (ctx, full))
             .await?;
         let r = convert::repo(r);
         self.check_output(plugin, &r)?;
@@ -366,10 +359,13 @@ impl PluginHost {
     ) -> Result<Option<Vec<u8>>, PluginError> {
         let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
-        let r = self
-            .call_forge(plugin, move |forge, store| {
-                forge.call_file_at(store, &ctx, &full, &commit, &path)
-            })
+        let r: Option<Vec<u8>> = self
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "file-at",
+                (ctx, full, commit, path),
+            )
             .await?;
         let size = r.as_ref().map_or(0, |b| b.len() as u64);
         let limit = self
@@ -393,9 +389,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                forge.call_dir_at(store, &ctx, &full, &commit, &path)
-            })
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "dir-at",
+                (ctx, full, commit, path),
+            )
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -410,9 +409,7 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                forge.call_branches(store, &ctx, &full)
-            })
+            .call_export(plugin, WorldKind::ForgeAdapter, "branches", (ctx, full))
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -429,9 +426,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, commit) = (full_name.to_string(), commit.to_string());
         let status = convert::commit_status(status);
-        self.call_forge(plugin, move |forge, store| {
-            forge.call_post_status(store, &ctx, &full, &commit, &status)
-        })
+        self.call_export(
+            plugin,
+            WorldKind::ForgeAdapter,
+            "post-status",
+            (ctx, full, commit, status),
+        )
         .await
     }
 
@@ -446,9 +446,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                forge.call_changed_files(store, &ctx, &full, pr_number)
-            })
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "changed-files",
+                (ctx, full, pr_number),
+            )
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -465,9 +468,12 @@ impl PluginHost {
         let ctx = convert::api_context(ctx);
         let (full, branch) = (full_name.to_string(), branch.to_string());
         let r = self
-            .call_forge(plugin, move |forge, store| {
-                forge.call_branch_head(store, &ctx, &full, &branch)
-            })
+            .call_export(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "branch-head",
+                (ctx, full, branch),
+            )
             .await?;
         let r = convert::commit_info(r);
         self.check_output(plugin, &r)?;
@@ -485,9 +491,12 @@ impl PluginHost {
     ) -> Result<(), PluginError> {
         let ctx = convert::api_context(ctx);
         let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
-        self.call_forge(plugin, move |forge, store| {
-            forge.call_create_hook(store, &ctx, &full, &url, &secret)
-        })
+        self.call_export(
+            plugin,
+            WorldKind::ForgeAdapter,
+            "create-hook",
+            (ctx, full, url, secret),
+        )
         .await
     }
 
@@ -501,9 +510,12 @@ impl PluginHost {
     ) -> Result<(), PluginError> {
         let ctx = convert::api_context(ctx);
         let (full, url) = (full_name.to_string(), url.to_string());
-        self.call_forge(plugin, move |forge, store| {
-            forge.call_delete_hook(store, &ctx, &full, &url)
-        })
+        self.call_export(
+            plugin,
+            WorldKind::ForgeAdapter,
+            "delete-hook",
+            (ctx, full, url),
+        )
         .await
     }
 
@@ -515,15 +527,8 @@ impl PluginHost {
         scope: SecretScope,
     ) -> Result<Vec<Secret>, PluginError> {
         let scope = convert::scope(scope);
-        let r = self
-            .call(plugin, WorldKind::SecretBackend, move |pre, store| {
-                let WorldPre::SecretsV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_secrets_secrets()
-                    .call_list_secrets(&mut *store, &scope)
-            })
+        let r: Vec<wit_secrets::Secret> = self
+            .call_export(plugin, WorldKind::SecretBackend, "list-secrets", (scope,))
             .await?;
         let r: Vec<Secret> = r.into_iter().map(convert::secret).collect();
         self.check_output(plugin, &r)?;
@@ -538,15 +543,13 @@ impl PluginHost {
     ) -> Result<Option<Secret>, PluginError> {
         let scope = convert::scope(scope);
         let name = name.to_string();
-        let r = self
-            .call(plugin, WorldKind::SecretBackend, move |pre, store| {
-                let WorldPre::SecretsV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_secrets_secrets()
-                    .call_get_secret(&mut *store, &scope, &name)
-            })
+        let r: Option<wit_secrets::Secret> = self
+            .call_export(
+                plugin,
+                WorldKind::SecretBackend,
+                "get-secret",
+                (scope, name),
+            )
             .await?;
         let r = r.map(convert::secret);
         self.check_output(plugin, &r)?;
@@ -562,15 +565,13 @@ impl PluginHost {
         repo: &str,
     ) -> Result<Option<Credential>, PluginError> {
         let (image, repo) = (image.to_string(), repo.to_string());
-        let r = self
-            .call(plugin, WorldKind::RegistryAuth, move |pre, store| {
-                let WorldPre::RegistryV0_1(pre) = pre else {
-                    unreachable!("world checked")
-                };
-                let inst = pre.instantiate(&mut *store)?;
-                inst.woodlark_registry_auth()
-                    .call_credential_for(&mut *store, &image, &repo)
-            })
+        let r: Option<wit_registry::Credential> = self
+            .call_export(
+                plugin,
+                WorldKind::RegistryAuth,
+                "credential-for",
+                (image, repo),
+            )
             .await?;
         let r = r.map(convert::credential);
         self.check_output(plugin, &r)?;
@@ -648,31 +649,53 @@ impl PluginHost {
         Ok(())
     }
 
-    /// Runs one export of a forge adapter on a fresh instance (see [`Self::call`]).
-    async fn call_forge<T, F>(&self, plugin: &str, f: F) -> Result<T, PluginError>
+    /// Calls export `func` (its WIT name) of `plugin`, a `world` plugin, on a fresh instance
+    /// (see [`Self::call`]). The export's `result<T, plugin-error>` becomes `Ok(T)` or
+    /// [`PluginError::Plugin`].
+    async fn call_export<P, T>(
+        &self,
+        plugin: &str,
+        world: WorldKind,
+        func: &'static str,
+        params: P,
+    ) -> Result<T, PluginError>
     where
-        T: Send + 'static,
-        F: FnOnce(&ForgeExports, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>
-            + Send
-            + 'static,
+        P: ComponentNamedList + Lower + Send + Sync + 'static,
+        T: Send + Sync + 'static,
+        (Result<T, WitError>,): ComponentNamedList + Lift,
     {
-        self.call(plugin, WorldKind::ForgeAdapter, move |pre, store| {
-            let WorldPre::ForgeV0_1(pre) = pre else {
-                unreachable!("world checked")
-            };
-            let inst = pre.instantiate(&mut *store)?;
-            f(inst.woodlark_forge_forge(), store)
+        self.call(plugin, world, move |loaded, store| {
+            Box::pin(async move {
+                invoke::<P, (Result<T, WitError>,)>(loaded, store, func, params)
+                    .await
+                    .map(|(r,)| r)
+            })
         })
         .await
     }
 
-    /// Runs `f` on a fresh store of `plugin`'s current version, under its limits.
+    /// Forge adapter `plugin`'s `recognize` (the one export that doesn't return a result).
+    async fn call_recognize(
+        &self,
+        plugin: &str,
+        headers: Vec<WitHeader>,
+    ) -> Result<bool, PluginError> {
+        self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
+            Box::pin(async move {
+                invoke::<_, (bool,)>(loaded, store, "recognize", (headers,))
+                    .await
+                    .map(|(b,)| Ok(b))
+            })
+        })
+        .await
+    }
+
+    /// Runs `f` on a fresh store of `plugin`'s current version, under its limits, on the
+    /// caller's task (wasmtime's async mode: the guest yields to the runtime every epoch
+    /// tick, see [`run`]).
     async fn call<T, F>(&self, plugin: &str, world: WorldKind, f: F) -> Result<T, PluginError>
     where
-        T: Send + 'static,
-        F: FnOnce(&WorldPre, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>
-            + Send
-            + 'static,
+        F: for<'a> FnOnce(&'a LoadedPlugin, &'a mut Store<CallState>) -> CallFuture<'a, T> + Send,
     {
         let slot = self.slot(plugin)?;
         let loaded = slot
@@ -707,23 +730,20 @@ impl PluginHost {
         stats.total.fetch_add(1, Ordering::Relaxed);
         stats.in_flight.fetch_add(1, Ordering::Relaxed);
         let services = self.inner.services.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            run(&loaded, services, f)
-        });
         // The epoch deadline stops guest code and host I/O is bounded by the same deadline;
-        // this outer timeout is a backstop for anything else.
-        let result = match tokio::time::timeout(timeout + Duration::from_secs(2), task).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(join)) => Err(PluginError::Trap {
-                plugin: plugin.to_string(),
-                message: format!("host task failed: {join}"),
-            }),
-            Err(_) => Err(PluginError::Timeout {
-                plugin: plugin.to_string(),
-                timeout_ms: timeout.as_millis() as u64,
-            }),
-        };
+        // this outer timeout is a backstop for anything else (dropping the call's future
+        // unwinds the guest and throws its store away).
+        let result =
+            match tokio::time::timeout(timeout + Duration::from_secs(2), run(&loaded, services, f))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(PluginError::Timeout {
+                    plugin: plugin.to_string(),
+                    timeout_ms: timeout.as_millis() as u64,
+                }),
+            };
+        drop(permit);
         stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         match &result {
             Ok(_) => {
@@ -745,10 +765,40 @@ impl PluginHost {
     }
 }
 
-/// One call on a fresh store (blocking).
-fn run<T, F>(loaded: &LoadedPlugin, services: Arc<Services>, f: F) -> Result<T, PluginError>
+/// Instantiates `loaded` in `store` and calls its export `func` with `params`. Only this
+/// function's type is checked (the bindings' `*Pre::instantiate` would check every export's
+/// on every call); a mismatch is an error, not undefined behaviour.
+async fn invoke<P, R>(
+    loaded: &LoadedPlugin,
+    store: &mut Store<CallState>,
+    func: &str,
+    params: P,
+) -> wasmtime::Result<R>
 where
-    F: FnOnce(&WorldPre, &mut Store<CallState>) -> wasmtime::Result<Result<T, WitError>>,
+    P: ComponentNamedList + Lower + Send + Sync,
+    R: ComponentNamedList + Lift + Send + Sync + 'static,
+{
+    let index = loaded.exports.get(func)?;
+    let instance = loaded
+        .pre
+        .instance_pre()
+        .instantiate_async(&mut *store)
+        .await?;
+    let typed = instance.get_typed_func::<P, R>(&mut *store, index)?;
+    typed.call_async(&mut *store, params).await
+}
+
+/// What a call's body returns: instantiate and call, borrowing the store (boxed, so the
+/// borrow can be named in `F`'s signature).
+type CallFuture<'a, T> =
+    Pin<Box<dyn Future<Output = wasmtime::Result<Result<T, WitError>>> + Send + 'a>>;
+
+/// One call on a fresh store. Runs on the caller's task: the epoch callback (every
+/// [`crate::engine::TICK`]) yields to the runtime until the call's deadline, then traps
+/// with `Trap::Interrupt`, so a guest holds a runtime worker for at most one tick at a time.
+async fn run<T, F>(loaded: &LoadedPlugin, services: Arc<Services>, f: F) -> Result<T, PluginError>
+where
+    F: for<'a> FnOnce(&'a LoadedPlugin, &'a mut Store<CallState>) -> CallFuture<'a, T>,
 {
     let state = CallState::new(
         loaded.name.clone(),
@@ -758,10 +808,17 @@ where
     );
     let mut store = Store::new(&loaded.engine, state);
     store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(deadline_ticks(loaded.limits.timeout()));
-    store.epoch_deadline_trap();
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        Ok(if Instant::now() >= ctx.data().deadline {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Yield(1)
+        })
+    });
     let plugin = &*loaded.name;
-    match f(&loaded.pre, &mut store) {
+    let result = f(loaded, &mut store).await;
+    match result {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(convert::plugin_error(plugin, e)),
         Err(e) => Err(classify(plugin, &e, &store, loaded)),

@@ -28,7 +28,9 @@
 //! ## Invariants
 //!
 //! - Every call gets a fresh `Store` (from the version's cached `InstancePre`), an epoch
-//!   deadline, a memory limit, and runs on the blocking pool under a per-instance semaphore.
+//!   deadline, a memory limit, and runs on the caller's task under a per-instance semaphore
+//!   (wasmtime's async mode: the guest yields to the runtime every epoch tick, and host
+//!   imports that wait on I/O are `async`, so no call blocks a runtime worker for longer).
 //!   A trap, timeout or limit breach fails that call only and is logged with the plugin name.
 //! - A component is checked at load against the world and version it exports and linked
 //!   against exactly that world's capabilities; ungranted imports are rejected at load.
@@ -56,7 +58,7 @@ mod tests;
 pub use config::{InstanceConfig, Limits, PluginsConfig};
 pub use error::{ConfigError, ErrorKind, HostError, LoadError, PluginError};
 pub use host::{CallCounts, HostServices, PluginHost, PluginInfo, ReloadAction};
-pub use services::{KvError, KvStore, MapSecrets, MemoryKv, SecretSource};
+pub use services::{KvError, KvStore, MapSecrets, MemoryKv, SecretSource, ServiceFuture};
 pub use types::*;
 
 /// The newest WIT package version this host implements (`wit/` must not be newer).

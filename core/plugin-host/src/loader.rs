@@ -4,8 +4,10 @@
 //! cache or the compiler → the world and version from the component's exports → compare
 //! with the configured world → `instantiate_pre` against that world's linker (an import the
 //! world does not grant fails here, not at the first webhook) → the typed `*Pre` of the
-//! world's bindings (checks the export's types).
+//! world's bindings (checks the export's names) → the index of each exported function,
+//! so a call looks up (and type-checks) only the function it calls.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -13,7 +15,7 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
 
 use crate::bindings::{forge_v0_1, registry_v0_1, secrets_v0_1};
 use crate::cache::ComponentCache;
@@ -32,6 +34,65 @@ pub(crate) enum WorldPre {
     RegistryV0_1(registry_v0_1::RegistryAuthPre<CallState>),
 }
 
+impl WorldPre {
+    /// The untyped `InstancePre` under the world's bindings.
+    pub fn instance_pre(&self) -> &InstancePre<CallState> {
+        match self {
+            Self::ForgeV0_1(p) => p.instance_pre(),
+            Self::SecretsV0_1(p) => p.instance_pre(),
+            Self::RegistryV0_1(p) => p.instance_pre(),
+        }
+    }
+}
+
+/// The functions of the world's exported interface, by WIT name (`parse-hook`), resolved
+/// once at load. The bindings' `*Pre::instantiate` re-checks the types of every export on
+/// every instantiation; a call through these checks only the function it calls.
+pub(crate) struct ExportFuncs(HashMap<String, ComponentExportIndex>);
+
+impl ExportFuncs {
+    fn resolve(
+        engine: &Engine,
+        component: &Component,
+        world: WorldKind,
+        version: &str,
+    ) -> Result<Self, LoadError> {
+        let missing = |what: String| LoadError::Exports {
+            world,
+            message: format!("no export {what}"),
+        };
+        let iface = format!("{}@{version}", world.export_interface());
+        let Some(ComponentItem::ComponentInstance(ty)) = component
+            .component_type()
+            .get_export(engine, &iface)
+            .map(|e| e.ty)
+        else {
+            return Err(missing(iface));
+        };
+        let (_, iface_index) = component
+            .get_export(None, &iface)
+            .ok_or_else(|| missing(iface.clone()))?;
+        let mut funcs = HashMap::new();
+        for (name, item) in ty.exports(engine) {
+            if matches!(item.ty, ComponentItem::ComponentFunc(_)) {
+                let (_, index) = component
+                    .get_export(Some(&iface_index), name)
+                    .ok_or_else(|| missing(format!("{iface}#{name}")))?;
+                funcs.insert(name.to_string(), index);
+            }
+        }
+        Ok(Self(funcs))
+    }
+
+    /// The index of function `name`; an error (a failed call, not a panic) if the world's
+    /// interface has none of that name.
+    pub fn get(&self, name: &str) -> wasmtime::Result<&ComponentExportIndex> {
+        self.0
+            .get(name)
+            .ok_or_else(|| wasmtime::format_err!("the plugin exports no function {name:?}"))
+    }
+}
+
 /// One loaded version of one plugin instance. Immutable; a reload makes a new one, and
 /// in-flight calls keep the `Arc` of the version they started on.
 pub(crate) struct LoadedPlugin {
@@ -41,6 +102,7 @@ pub(crate) struct LoadedPlugin {
     pub sha256: String,
     pub loaded_at: SystemTime,
     pub pre: WorldPre,
+    pub exports: ExportFuncs,
     pub grants: Arc<Grants>,
     pub limits: Limits,
     pub engine: Engine,
@@ -166,6 +228,7 @@ pub(crate) fn load(
             registry_v0_1::RegistryAuthPre::new(instance_pre).map_err(exports_err)?,
         ),
     };
+    let exports = ExportFuncs::resolve(engine, &component, world, &version)?;
     Ok(LoadedPlugin {
         name: Arc::from(name),
         world,
@@ -173,6 +236,7 @@ pub(crate) fn load(
         sha256: sha256.to_string(),
         loaded_at: SystemTime::now(),
         pre,
+        exports,
         grants: Arc::new(Grants::from_config(inst)),
         limits: inst.limits(defaults),
         engine: engine.clone(),

@@ -1,10 +1,13 @@
 //! What the server provides to the host: storage for the `kv` capability ([`KvStore`]) and
-//! secret values for `signing` ([`SecretSource`]). Both are called from blocking threads
-//! (plugin calls run on tokio's blocking pool), so they are plain synchronous traits.
+//! secret values for `signing` ([`SecretSource`]). Plugin calls run on the async runtime's
+//! worker threads (wasmtime's async mode), so both return futures: an implementation awaits
+//! its storage instead of blocking a worker.
 //! [`MemoryKv`] and [`MapSecrets`] are in-memory implementations for tests and tools.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::future::{Future, ready};
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Failure of the server's key-value storage (reported to the plugin as `unavailable`).
@@ -12,38 +15,54 @@ use std::time::{Duration, Instant};
 #[error("{0}")]
 pub struct KvError(pub String);
 
+/// What a service method returns: a boxed future (the traits are used as `dyn`).
+pub type ServiceFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 /// Per-plugin key-value storage. `namespace` is the plugin instance name; implementations
 /// must keep namespaces apart and drop entries whose TTL has passed.
 pub trait KvStore: Send + Sync + 'static {
-    fn get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, KvError>;
-    fn set(
-        &self,
-        namespace: &str,
-        key: &str,
-        value: &[u8],
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+    ) -> ServiceFuture<'a, Result<Option<Vec<u8>>, KvError>>;
+    fn set<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+        value: &'a [u8],
         ttl: Option<Duration>,
-    ) -> Result<(), KvError>;
-    fn delete(&self, namespace: &str, key: &str) -> Result<(), KvError>;
+    ) -> ServiceFuture<'a, Result<(), KvError>>;
+    fn delete<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+    ) -> ServiceFuture<'a, Result<(), KvError>>;
 }
 
 /// Secret values by name, for `signing`. The host checks the plugin's grant before asking;
 /// values are compared inside the host and never handed to the plugin.
 pub trait SecretSource: Send + Sync + 'static {
     /// The secret's value, or `None` when no secret of that name exists.
-    fn secret(&self, name: &str) -> Option<Vec<u8>>;
+    fn secret<'a>(&'a self, name: &'a str) -> ServiceFuture<'a, Option<Vec<u8>>>;
 }
 
 type Entry = (Vec<u8>, Option<Instant>);
+type KvMap = HashMap<(String, String), Entry>;
 
 /// An in-memory [`KvStore`].
 #[derive(Default)]
 pub struct MemoryKv {
-    map: Mutex<HashMap<(String, String), Entry>>,
+    map: Mutex<KvMap>,
 }
 
-impl KvStore for MemoryKv {
-    fn get(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
-        let mut map = self.map.lock().map_err(|_| KvError("poisoned".into()))?;
+impl MemoryKv {
+    fn lock(&self) -> Result<MutexGuard<'_, KvMap>, KvError> {
+        self.map.lock().map_err(|_| KvError("poisoned".into()))
+    }
+
+    fn get_now(&self, namespace: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let mut map = self.lock()?;
         let k = (namespace.to_string(), key.to_string());
         match map.get(&k) {
             Some((_, Some(exp))) if *exp <= Instant::now() => {
@@ -54,26 +73,42 @@ impl KvStore for MemoryKv {
             None => Ok(None),
         }
     }
+}
 
-    fn set(
-        &self,
-        namespace: &str,
-        key: &str,
-        value: &[u8],
-        ttl: Option<Duration>,
-    ) -> Result<(), KvError> {
-        let mut map = self.map.lock().map_err(|_| KvError("poisoned".into()))?;
-        map.insert(
-            (namespace.to_string(), key.to_string()),
-            (value.to_vec(), ttl.map(|t| Instant::now() + t)),
-        );
-        Ok(())
+impl KvStore for MemoryKv {
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+    ) -> ServiceFuture<'a, Result<Option<Vec<u8>>, KvError>> {
+        Box::pin(ready(self.get_now(namespace, key)))
     }
 
-    fn delete(&self, namespace: &str, key: &str) -> Result<(), KvError> {
-        let mut map = self.map.lock().map_err(|_| KvError("poisoned".into()))?;
-        map.remove(&(namespace.to_string(), key.to_string()));
-        Ok(())
+    fn set<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+        value: &'a [u8],
+        ttl: Option<Duration>,
+    ) -> ServiceFuture<'a, Result<(), KvError>> {
+        let r = self.lock().map(|mut map| {
+            map.insert(
+                (namespace.to_string(), key.to_string()),
+                (value.to_vec(), ttl.map(|t| Instant::now() + t)),
+            );
+        });
+        Box::pin(ready(r))
+    }
+
+    fn delete<'a>(
+        &'a self,
+        namespace: &'a str,
+        key: &'a str,
+    ) -> ServiceFuture<'a, Result<(), KvError>> {
+        let r = self.lock().map(|mut map| {
+            map.remove(&(namespace.to_string(), key.to_string()));
+        });
+        Box::pin(ready(r))
     }
 }
 
@@ -89,7 +124,7 @@ impl MapSecrets {
 }
 
 impl SecretSource for MapSecrets {
-    fn secret(&self, name: &str) -> Option<Vec<u8>> {
-        self.0.get(name).cloned()
+    fn secret<'a>(&'a self, name: &'a str) -> ServiceFuture<'a, Option<Vec<u8>>> {
+        Box::pin(ready(self.0.get(name).cloned()))
     }
 }

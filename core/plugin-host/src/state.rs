@@ -17,7 +17,6 @@ pub(crate) struct Services {
     pub kv: Arc<dyn KvStore>,
     pub secrets: Arc<dyn SecretSource>,
     pub http: HttpClient,
-    pub runtime: tokio::runtime::Handle,
 }
 
 /// An instance's grants, resolved from its [`InstanceConfig`].

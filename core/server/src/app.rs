@@ -293,12 +293,10 @@ fn start_plugins(
     let services = woodlark_plugin_host::HostServices {
         kv: Arc::new(crate::plugin_services::StoreKv {
             store: store.clone(),
-            handle: handle.clone(),
         }),
         secrets: Arc::new(crate::plugin_services::StoreSecrets {
             store: store.clone(),
             seal: seal.clone(),
-            handle: handle.clone(),
         }),
     };
     let host = woodlark_plugin_host::PluginHost::new(plugins, services)?;

@@ -14,6 +14,8 @@
 //! - Host capabilities, thin and safe wrappers: [`log`], [`config`], [`clock`], [`http`],
 //!   `kv` (secrets/registry worlds), `signing` helpers inside [`forge`].
 //! - [`json`]: small `serde_json::Value` accessors that make payload parsing short.
+//! - `arena` (default feature `call-arena`, wasm only): the global allocator, a bump arena
+//!   suited to the host's fresh instance per call.
 //!
 //! ```ignore
 //! use woodlark_plugin_sdk::forge::*;
@@ -100,6 +102,12 @@ pub(crate) use secrets_bindings::woodlark::host as host_api;
 
 pub use host_api::types::{Header, PluginError};
 
+#[cfg(all(
+    feature = "call-arena",
+    target_arch = "wasm32",
+    not(target_feature = "atomics")
+))]
+pub mod arena;
 pub mod clock;
 pub mod config;
 #[cfg(feature = "forge")]
