@@ -9,7 +9,9 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use super::git_objects::{CatFile, parse_tree};
+use super::git_diff;
+use super::git_objects::{CatFile, GitError};
+use super::git_pool::with_session;
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
 };
@@ -277,18 +279,12 @@ impl ForgeDriver for GitForge {
 
     fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
-        let name = format!("refs/heads/{branch}");
-        let sha = git(
-            &dir,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("{name}^{{commit}}"),
-            ],
-        )
-        .map_err(|_| ForgeError::RepoNotFound(format!("{}: branch {branch}", repo.full_name)))?;
-        self.commit(repo, sha.trim())
+        let not_found = || ForgeError::RepoNotFound(format!("{}: branch {branch}", repo.full_name));
+        if !is_branch_name(branch) {
+            return Err(not_found());
+        }
+        let commit = with_session(&dir, |cat| cat.commit(&format!("refs/heads/{branch}")))?;
+        commit.map(commit_info).ok_or_else(not_found)
     }
 
     fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
@@ -296,21 +292,9 @@ impl ForgeDriver for GitForge {
             return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
         }
         let dir = self.locate(&repo.forge_remote_id)?;
-        let out = git(
-            &dir,
-            &["show", "-s", "--format=%H%x00%an%x00%ae%x00%ct%x00%B", sha],
-        )
-        .map_err(|_| ForgeError::RepoNotFound(format!("{}: commit {sha}", repo.full_name)))?;
-        let mut parts = out.splitn(5, '\0');
-        let mut next = || parts.next().unwrap_or("").to_string();
-        let (sha, author, email, time, message) = (next(), next(), next(), next(), next());
-        Ok(CommitInfo {
-            sha,
-            author,
-            author_email: email,
-            timestamp: time.trim().parse().unwrap_or(0),
-            message: message.trim_end().to_string(),
-        })
+        with_session(&dir, |cat| cat.commit(sha))?
+            .map(commit_info)
+            .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {sha}", repo.full_name)))
     }
 
     fn changed_files(
@@ -320,22 +304,24 @@ impl ForgeDriver for GitForge {
         after: &str,
     ) -> Result<Vec<String>, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
-        let out = if before.is_empty() || before.bytes().all(|b| b == b'0') {
-            git(
-                &dir,
-                &["show", "--no-renames", "--name-only", "--format=", after],
-            )?
-        } else {
-            git(
-                &dir,
-                &["diff", "--no-renames", "--name-only", before, after],
-            )?
-        };
-        Ok(out
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect())
+        let missing =
+            || ForgeError::RepoNotFound(format!("{}: commit {before}..{after}", repo.full_name));
+        for sha in [before, after] {
+            if !sha.is_empty() && !is_sha(sha) {
+                return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
+            }
+        }
+        with_session(&dir, |cat| {
+            if before.is_empty() || before.bytes().all(|b| b == b'0') {
+                match cat.commit(after)? {
+                    Some(commit) => git_diff::of_commit(cat, &commit).map(Some),
+                    None => Ok(None),
+                }
+            } else {
+                git_diff::between(cat, before, after)
+            }
+        })?
+        .ok_or_else(missing)
     }
 
     fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
@@ -345,52 +331,10 @@ impl ForgeDriver for GitForge {
             )));
         }
         let dir = self.locate(&repo.forge_remote_id)?;
-        // One `cat-file --batch` answers the listing and every file (one process, not 1 + N).
-        let cat = std::cell::RefCell::new(CatFile::start(&dir)?);
-        let read = |path: &str| -> Option<ConfigFile> {
-            match cat.borrow_mut().get(&format!("{commit}:{path}")) {
-                Ok(Some(obj)) if obj.kind == "blob" => Some(ConfigFile {
-                    name: path.to_string(),
-                    data: String::from_utf8_lossy(&obj.data).into_owned(),
-                }),
-                _ => None,
-            }
-        };
-        let folder = |path: &str| -> Vec<ConfigFile> {
-            let prefix = path.trim_end_matches('/');
-            let tree = match cat.borrow_mut().get(&format!("{commit}:{prefix}")) {
-                Ok(Some(obj)) if obj.kind == "tree" => obj,
-                _ => return Vec::new(),
-            };
-            let Ok(entries) = parse_tree(&tree.data, tree.id_len) else {
-                return Vec::new();
-            };
-            let mut names: Vec<String> = entries
-                .iter()
-                .filter(|e| e.is_blob())
-                .map(|e| format!("{prefix}/{}", String::from_utf8_lossy(&e.name)))
-                .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
-                .collect();
-            names.sort();
-            names.iter().filter_map(|n| read(n)).collect()
-        };
-        let config = repo.config_file.trim();
-        if !config.is_empty() {
-            return Ok(if config.ends_with('/') {
-                folder(config)
-            } else {
-                read(config).into_iter().collect()
-            });
-        }
-        let in_dir = folder(CONFIG_DIR);
-        if !in_dir.is_empty() {
-            return Ok(in_dir);
-        }
-        Ok(CONFIG_FILES
-            .iter()
-            .find_map(|f| read(f))
-            .into_iter()
-            .collect())
+        // One pooled `cat-file --batch` session answers the listing and every file.
+        Ok(with_session(&dir, |cat| {
+            config_files_at(cat, repo.config_file.trim(), commit)
+        })?)
     }
 
     fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
@@ -404,6 +348,90 @@ impl ForgeDriver for GitForge {
             _ => Ok(()),
         }
     }
+}
+
+/// The pipeline config files at `commit` in upstream's lookup order (see
+/// [`ForgeDriver::config_files`]); `config` is the repository's `config_file`.
+fn config_files_at(
+    cat: &mut CatFile,
+    config: &str,
+    commit: &str,
+) -> Result<Vec<ConfigFile>, GitError> {
+    fn read(cat: &mut CatFile, commit: &str, path: &str) -> Result<Option<ConfigFile>, GitError> {
+        Ok(match cat.get(&format!("{commit}:{path}"))? {
+            Some(obj) if obj.kind == "blob" => Some(ConfigFile {
+                name: path.to_string(),
+                data: String::from_utf8_lossy(&obj.data).into_owned(),
+            }),
+            _ => None,
+        })
+    }
+    fn folder(cat: &mut CatFile, commit: &str, path: &str) -> Result<Vec<ConfigFile>, GitError> {
+        let prefix = path.trim_end_matches('/');
+        let entries = match cat.get(&format!("{commit}:{prefix}"))? {
+            // A malformed tree holds no config, as a missing one does.
+            Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+            _ => return Ok(Vec::new()),
+        };
+        let mut names: Vec<String> = entries
+            .iter()
+            .filter(|e| e.is_blob())
+            .map(|e| format!("{prefix}/{}", String::from_utf8_lossy(&e.name)))
+            .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+            .collect();
+        names.sort();
+        let mut files = Vec::with_capacity(names.len());
+        for name in names {
+            files.extend(read(cat, commit, &name)?);
+        }
+        Ok(files)
+    }
+    if !config.is_empty() {
+        return Ok(if config.ends_with('/') {
+            folder(cat, commit, config)?
+        } else {
+            read(cat, commit, config)?.into_iter().collect()
+        });
+    }
+    let in_dir = folder(cat, commit, CONFIG_DIR)?;
+    if !in_dir.is_empty() {
+        return Ok(in_dir);
+    }
+    for name in CONFIG_FILES {
+        if let Some(file) = read(cat, commit, name)? {
+            return Ok(vec![file]);
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// What the API shows of a commit: `git show`'s `%H %an %ae %ct %B`, the message without
+/// trailing whitespace.
+fn commit_info(commit: super::git_objects::Commit) -> CommitInfo {
+    CommitInfo {
+        sha: commit.id,
+        author: commit.author_name,
+        author_email: commit.author_email,
+        timestamp: commit.committer_time,
+        message: commit.message.trim_end().to_string(),
+    }
+}
+
+/// A branch name git would accept (`git check-ref-format --branch`, roughly): anything that
+/// could make `refs/heads/<name>` mean another revision (`~`, `^`, `:`, `@{`, `..`) is not.
+fn is_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(['-', '/', '.'])
+        && !name.ends_with(['/', '.'])
+        && !name.ends_with(".lock")
+        && !name.contains("..")
+        && !name.contains("@{")
+        && !name.contains("//")
+        && !name.contains("/.")
+        && name != "@"
+        && !name
+            .chars()
+            .any(|c| c.is_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
 }
 
 fn is_sha(s: &str) -> bool {
@@ -442,7 +470,236 @@ exit 0
 
 #[cfg(test)]
 mod tests {
+    use super::super::git_objects::testing::{commit_all, git as run};
     use super::*;
+
+    /// `alice/work` (a work tree) below a forge root, with a history of every kind of
+    /// change; the forge, the repository record and every commit id.
+    fn history() -> (tempfile::TempDir, GitForge, Repo, Vec<String>) {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("alice/work");
+        std::fs::create_dir_all(&d).unwrap();
+        let write = |path: &str, data: &str| {
+            let p = d.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, data).unwrap();
+        };
+        let remove = |path: &str| {
+            let p = d.join(path);
+            if p.is_dir() {
+                std::fs::remove_dir_all(p).unwrap()
+            } else {
+                std::fs::remove_file(p).unwrap()
+            }
+        };
+        let mut commits = Vec::new();
+        run(&d, &["init", "-q", "-b", "main"]);
+        write("f", "1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+        write("dir/a", "a");
+        write("dir/sub/b", "b");
+        write("dir-x", "x");
+        write("dir.z", "z");
+        write("caf\u{e9}/\u{e9}t\u{e9}.yml", "e");
+        write("tab\there \"q\"", "t");
+        commits.push(commit_all(&d, "root"));
+        write("dir/sub/b", "b2");
+        write("new/deep/er/file", "n");
+        remove("dir-x");
+        commits.push(commit_all(&d, "modify, add deep, delete"));
+        run(&d, &["mv", "dir.z", "renamed.z"]);
+        std::os::unix::fs::symlink("f", d.join("link")).unwrap();
+        commits.push(commit_all(&d, "rename and symlink"));
+        remove("link");
+        write("link", "now a file");
+        run(&d, &["update-index", "--chmod=+x", "f"]);
+        commits.push(commit_all(&d, "typechange and mode"));
+        remove("dir");
+        write("dir", "a file where a directory was");
+        remove("renamed.z");
+        write("renamed.z/inside", "a directory where a file was");
+        commits.push(commit_all(&d, "file <-> directory"));
+        commits.push(commit_all(&d, "empty"));
+        // Branches and merges: both sides touch `f` (merged cleanly), each adds a file.
+        run(&d, &["checkout", "-q", "-b", "side"]);
+        let f = std::fs::read_to_string(d.join("f")).unwrap();
+        write("f", &f.replacen("1\n", "one\n", 1));
+        write("side-only", "s");
+        commits.push(commit_all(&d, "side"));
+        run(&d, &["checkout", "-q", "main"]);
+        write("f", &f.replacen("9\n", "nine\n", 1));
+        write("main-only", "m");
+        commits.push(commit_all(&d, "main"));
+        run(&d, &["merge", "-q", "--no-edit", "side"]);
+        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
+        // A merge that keeps main's tree, and an octopus.
+        run(&d, &["checkout", "-q", "-b", "other", &commits[2]]);
+        write("other", "o");
+        commits.push(commit_all(&d, "other"));
+        run(&d, &["checkout", "-q", "main"]);
+        run(&d, &["merge", "-q", "-s", "ours", "--no-edit", "other"]);
+        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
+        run(&d, &["checkout", "-q", "-b", "o1", &commits[5]]);
+        write("o1", "1");
+        commits.push(commit_all(&d, "o1"));
+        run(&d, &["checkout", "-q", "-b", "o2", &commits[5]]);
+        write("o2", "2");
+        commits.push(commit_all(&d, "o2"));
+        run(&d, &["checkout", "-q", "main"]);
+        run(&d, &["merge", "-q", "--no-edit", "o1", "o2"]);
+        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
+
+        let forge = GitForge::from_url(&format!("file://{}", root.path().display())).unwrap();
+        let remote = forge.repo("alice/work").unwrap();
+        let repo = crate::modules::ci::repos::new_repo(&remote, 1, 1);
+        (root, forge, repo, commits)
+    }
+
+    /// The `-z` names a `git` command prints (raw bytes, never quoted).
+    fn names(dir: &Path, args: &[&str]) -> Vec<String> {
+        let mut all = vec!["-c", "core.quotePath=false"];
+        all.extend_from_slice(args);
+        all.push("-z");
+        run(dir, &all)
+            .split('\0')
+            .map(|l| l.trim_start_matches('\n'))
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn changed_files_match_the_git_commands() {
+        let (root, forge, repo, commits) = history();
+        let d = root.path().join("alice/work");
+        let zeros = "0".repeat(40);
+        for c in &commits {
+            let want = names(&d, &["show", "--no-renames", "--name-only", "--format=", c]);
+            assert_eq!(
+                forge.changed_files(&repo, &zeros, c).unwrap(),
+                want,
+                "show {c}"
+            );
+            assert_eq!(forge.changed_files(&repo, "", c).unwrap(), want, "show {c}");
+        }
+        for before in &commits {
+            for after in &commits {
+                let want = names(&d, &["diff", "--no-renames", "--name-only", before, after]);
+                let got = forge.changed_files(&repo, before, after).unwrap();
+                assert_eq!(got, want, "diff {before} {after}");
+            }
+        }
+        // Spot checks of the semantics the comparison covers.
+        let merge = forge.changed_files(&repo, &zeros, &commits[8]).unwrap();
+        assert_eq!(merge, ["f"], "a merge lists what differs from every parent");
+        assert!(
+            forge
+                .changed_files(&repo, &zeros, &commits[10])
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            forge
+                .changed_files(&repo, &zeros, &commits[0])
+                .unwrap()
+                .len(),
+            7
+        );
+        // Unknown commits are errors (the hook then goes on without files).
+        let unknown = "1".repeat(40);
+        assert!(forge.changed_files(&repo, &unknown, &commits[1]).is_err());
+        assert!(forge.changed_files(&repo, &zeros, &unknown).is_err());
+        assert!(forge.changed_files(&repo, "HEAD~1", &commits[1]).is_err());
+    }
+
+    #[test]
+    fn an_annotated_tag_is_read_as_its_commit() {
+        let (root, forge, repo, commits) = history();
+        let d = root.path().join("alice/work");
+        run(&d, &["tag", "-a", "v1", "-m", "tag message", &commits[1]]);
+        let tag = run(&d, &["rev-parse", "v1"]).trim().to_string();
+        let commit = forge.commit(&repo, &tag).unwrap();
+        assert_eq!(
+            (commit.sha.as_str(), commit.message.as_str()),
+            (commits[1].as_str(), "modify, add deep, delete")
+        );
+        let zeros = "0".repeat(40);
+        let want = names(
+            &d,
+            &[
+                "show",
+                "--no-renames",
+                "--name-only",
+                "--format=",
+                &commits[1],
+            ],
+        );
+        assert_eq!(forge.changed_files(&repo, &zeros, &tag).unwrap(), want);
+    }
+
+    #[test]
+    fn commits_and_branch_heads_match_the_git_commands() {
+        let (root, forge, repo, commits) = history();
+        let d = root.path().join("alice/work");
+        for c in &commits {
+            let out = run(
+                &d,
+                &["show", "-s", "--format=%H%x00%an%x00%ae%x00%ct%x00%B", c],
+            );
+            let want: Vec<&str> = out.splitn(5, '\0').collect();
+            let got = forge.commit(&repo, c).unwrap();
+            assert_eq!(
+                (
+                    got.sha.as_str(),
+                    got.author.as_str(),
+                    got.author_email.as_str()
+                ),
+                (want[0], want[1], want[2])
+            );
+            assert_eq!(got.timestamp.to_string(), want[3]);
+            assert_eq!(got.message, want[4].trim_end());
+        }
+        for branch in ["main", "side", "o1"] {
+            let sha = run(&d, &["rev-parse", branch]).trim().to_string();
+            assert_eq!(forge.branch_head(&repo, branch).unwrap().sha, sha);
+        }
+        // A moved branch is seen by the pooled session at once.
+        run(&d, &["branch", "-f", "side", &commits[0]]);
+        assert_eq!(forge.branch_head(&repo, "side").unwrap().sha, commits[0]);
+        run(&d, &["pack-refs", "--all"]);
+        assert_eq!(forge.branch_head(&repo, "o1").unwrap().sha, commits[11]);
+        for bad in [
+            "nope", "main~1", "main^", "side:f", "HEAD@{1}", "", "a..b", "-x",
+        ] {
+            assert!(
+                matches!(
+                    forge.branch_head(&repo, bad),
+                    Err(ForgeError::RepoNotFound(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            forge.commit(&repo, "main"),
+            Err(ForgeError::Invalid(_))
+        ));
+        assert!(matches!(
+            forge.commit(&repo, &"1".repeat(40)),
+            Err(ForgeError::RepoNotFound(_))
+        ));
+    }
+
+    #[test]
+    fn branch_names() {
+        for good in ["main", "feature/x-1", "release-1.2", "a@b", "\u{e9}t\u{e9}"] {
+            assert!(is_branch_name(good), "{good}");
+        }
+        for bad in [
+            "a b", "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b", "x.lock", "a/.b", ".a", "a/", "@",
+            "a\tb",
+        ] {
+            assert!(!is_branch_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn remote_ids() {

@@ -10,7 +10,9 @@
 //! [`run_blocking`] so the async runtime never waits on them.
 
 pub mod git;
+pub mod git_diff;
 pub mod git_objects;
+pub mod git_pool;
 pub mod plugin;
 pub mod remote_head;
 
