@@ -318,13 +318,7 @@ fn push_trigger(
     repo: &Repo,
     update: &RefUpdate,
 ) -> Result<Trigger, ForgeError> {
-    let commit = driver.commit(repo, &update.new)?;
-    let changed = driver
-        .changed_files(repo, &update.old, &update.new)
-        .unwrap_or_else(|err| {
-            tracing::debug!(repo = repo.full_name, error = %err, "changed files unknown");
-            Vec::new()
-        });
+    let (commit, changed) = driver.pushed(repo, &update.old, &update.new)?;
     let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
         Some(_) => ("tag", repo.default_branch.clone()),
         None => (

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
 use super::git_diff;
-use super::git_objects::{CatFile, GitError};
+use super::git_objects::{CatFile, Commit, GitError, Object, TreeEntry, hex};
 use super::git_pool::with_session;
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
@@ -304,24 +304,39 @@ impl ForgeDriver for GitForge {
         after: &str,
     ) -> Result<Vec<String>, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
-        let missing =
-            || ForgeError::RepoNotFound(format!("{}: commit {before}..{after}", repo.full_name));
-        for sha in [before, after] {
-            if !sha.is_empty() && !is_sha(sha) {
-                return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
-            }
-        }
+        check_push_ids(before, after)?;
         with_session(&dir, |cat| {
-            if before.is_empty() || before.bytes().all(|b| b == b'0') {
-                match cat.commit(after)? {
-                    Some(commit) => git_diff::of_commit(cat, &commit).map(Some),
-                    None => Ok(None),
-                }
-            } else {
-                git_diff::between(cat, before, after)
-            }
+            let Some(commit) = cat.commit(after)? else {
+                return Ok(None);
+            };
+            changes(cat, before, &commit)
         })?
-        .ok_or_else(missing)
+        .ok_or_else(|| missing_push(repo, before, after))
+    }
+
+    fn pushed(
+        &self,
+        repo: &Repo,
+        before: &str,
+        after: &str,
+    ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
+        let dir = self.locate(&repo.forge_remote_id)?;
+        check_push_ids(before, after)?;
+        // One session, and the commit read once for both answers.
+        let (commit, changed) = with_session(&dir, |cat| {
+            let Some(commit) = cat.commit(after)? else {
+                return Ok(None);
+            };
+            let changed = changes(cat, before, &commit);
+            Ok(Some((commit, changed)))
+        })?
+        .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {after}", repo.full_name)))?;
+        let changed = match changed {
+            Ok(Some(files)) => files,
+            Ok(None) => super::unknown_changes(repo, missing_push(repo, before, after)),
+            Err(err) => super::unknown_changes(repo, err.into()),
+        };
+        Ok((commit_info(commit), changed))
     }
 
     fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
@@ -352,62 +367,116 @@ impl ForgeDriver for GitForge {
 
 /// The pipeline config files at `commit` in upstream's lookup order (see
 /// [`ForgeDriver::config_files`]); `config` is the repository's `config_file`.
+///
+/// The default lookup reads the root tree once and fetches what it lists by id (one object
+/// per question, not a path walk from the commit per candidate); a `config_file` is looked
+/// up as `git` resolves `<commit>:<path>`.
 fn config_files_at(
     cat: &mut CatFile,
     config: &str,
     commit: &str,
 ) -> Result<Vec<ConfigFile>, GitError> {
-    fn read(cat: &mut CatFile, commit: &str, path: &str) -> Result<Option<ConfigFile>, GitError> {
-        Ok(match cat.get(&format!("{commit}:{path}"))? {
-            Some(obj) if obj.kind == "blob" => Some(ConfigFile {
-                name: path.to_string(),
-                data: String::from_utf8_lossy(&obj.data).into_owned(),
-            }),
-            _ => None,
-        })
-    }
-    fn folder(cat: &mut CatFile, commit: &str, path: &str) -> Result<Vec<ConfigFile>, GitError> {
-        let prefix = path.trim_end_matches('/');
-        let entries = match cat.get(&format!("{commit}:{prefix}"))? {
-            // A malformed tree holds no config, as a missing one does.
-            Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
-            _ => return Ok(Vec::new()),
-        };
-        let mut names: Vec<String> = entries
-            .iter()
-            .filter(|e| e.is_blob())
-            .map(|e| format!("{prefix}/{}", String::from_utf8_lossy(&e.name)))
-            .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
-            .collect();
-        names.sort();
-        let mut files = Vec::with_capacity(names.len());
-        for name in names {
-            files.extend(read(cat, commit, &name)?);
-        }
-        Ok(files)
-    }
     if !config.is_empty() {
-        return Ok(if config.ends_with('/') {
-            folder(cat, commit, config)?
-        } else {
-            read(cat, commit, config)?.into_iter().collect()
-        });
+        let path = config.trim_end_matches('/');
+        let Some(obj) = cat.get(&format!("{commit}:{path}"))? else {
+            return Ok(Vec::new());
+        };
+        return match obj.kind.as_str() {
+            // A malformed tree holds no config, as a missing one does.
+            "tree" if config.ends_with('/') => {
+                yaml_files_in(cat, path, &obj.tree_entries().unwrap_or_default())
+            }
+            "blob" if !config.ends_with('/') => Ok(vec![config_file(path, obj)]),
+            _ => Ok(Vec::new()),
+        };
     }
-    let in_dir = folder(cat, commit, CONFIG_DIR)?;
-    if !in_dir.is_empty() {
-        return Ok(in_dir);
+    let root = match cat.get(&format!("{commit}^{{tree}}"))? {
+        Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+        _ => return Ok(Vec::new()),
+    };
+    let named = |name: &str| root.iter().find(|e| e.name == name.as_bytes());
+    if let Some(dir) = named(CONFIG_DIR).filter(|e| e.is_tree()) {
+        let entries = match cat.get(&hex(&dir.id))? {
+            Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let files = yaml_files_in(cat, CONFIG_DIR, &entries)?;
+        if !files.is_empty() {
+            return Ok(files);
+        }
     }
     for name in CONFIG_FILES {
-        if let Some(file) = read(cat, commit, name)? {
-            return Ok(vec![file]);
+        if let Some(entry) = named(name).filter(|e| e.is_blob())
+            && let Some(obj) = cat.get(&hex(&entry.id))?
+        {
+            return Ok(vec![config_file(name, obj)]);
         }
     }
     Ok(Vec::new())
 }
 
+/// The `*.yaml` and `*.yml` files of a tree listing (not below it), by name.
+fn yaml_files_in(
+    cat: &mut CatFile,
+    prefix: &str,
+    entries: &[TreeEntry],
+) -> Result<Vec<ConfigFile>, GitError> {
+    let mut named: Vec<(String, &TreeEntry)> = entries
+        .iter()
+        .filter(|e| e.is_blob())
+        .map(|e| (format!("{prefix}/{}", String::from_utf8_lossy(&e.name)), e))
+        .filter(|(n, _)| n.ends_with(".yaml") || n.ends_with(".yml"))
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut files = Vec::with_capacity(named.len());
+    for (name, entry) in named {
+        if let Some(obj) = cat.get(&hex(&entry.id))? {
+            files.push(config_file(&name, obj));
+        }
+    }
+    Ok(files)
+}
+
+fn config_file(name: &str, blob: Object) -> ConfigFile {
+    ConfigFile {
+        name: name.to_string(),
+        data: String::from_utf8_lossy(&blob.data).into_owned(),
+    }
+}
+
+/// `before` (may be empty) and `after` must be commit ids.
+fn check_push_ids(before: &str, after: &str) -> Result<(), ForgeError> {
+    let bad = if !before.is_empty() && !is_sha(before) {
+        before
+    } else if !is_sha(after) {
+        after
+    } else {
+        return Ok(());
+    };
+    Err(ForgeError::Invalid(format!("{bad:?} is not a commit id")))
+}
+
+fn missing_push(repo: &Repo, before: &str, after: &str) -> ForgeError {
+    ForgeError::RepoNotFound(format!("{}: commit {before}..{after}", repo.full_name))
+}
+
+/// The files a push of `before..commit` changed (`before` empty or all zeros: those the
+/// commit itself changed); `None` when `before` does not exist.
+fn changes(
+    cat: &mut CatFile,
+    before: &str,
+    commit: &Commit,
+) -> Result<Option<Vec<String>>, GitError> {
+    if before.is_empty() || before.bytes().all(|b| b == b'0') {
+        git_diff::of_commit(cat, commit).map(Some)
+    } else {
+        git_diff::between(cat, before, &commit.id)
+    }
+}
+
 /// What the API shows of a commit: `git show`'s `%H %an %ae %ct %B`, the message without
 /// trailing whitespace.
-fn commit_info(commit: super::git_objects::Commit) -> CommitInfo {
+fn commit_info(commit: Commit) -> CommitInfo {
     CommitInfo {
         sha: commit.id,
         author: commit.author_name,
@@ -686,6 +755,81 @@ mod tests {
             forge.commit(&repo, &"1".repeat(40)),
             Err(ForgeError::RepoNotFound(_))
         ));
+    }
+
+    #[test]
+    fn pushed_answers_as_commit_and_changed_files_do() {
+        let (_root, forge, repo, commits) = history();
+        let zeros = "0".repeat(40);
+        for (before, after) in [
+            (&zeros, &commits[0]),
+            (&commits[1], &commits[4]),
+            (&zeros, &commits[8]),
+        ] {
+            let (commit, changed) = forge.pushed(&repo, before, after).unwrap();
+            assert_eq!(commit, forge.commit(&repo, after).unwrap());
+            assert_eq!(changed, forge.changed_files(&repo, before, after).unwrap());
+        }
+        // An unknown `before` (a force push after gc) costs the files, not the push.
+        let (commit, changed) = forge.pushed(&repo, &"1".repeat(40), &commits[1]).unwrap();
+        assert_eq!(
+            (commit.sha.as_str(), changed.len()),
+            (commits[1].as_str(), 0)
+        );
+        assert!(matches!(
+            forge.pushed(&repo, &zeros, &"1".repeat(40)),
+            Err(ForgeError::RepoNotFound(_))
+        ));
+    }
+
+    #[test]
+    fn config_lookup_order() {
+        let (root, forge, mut repo, _) = history();
+        let d = root.path().join("alice/work");
+        let write = |path: &str| {
+            let p = d.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, path).unwrap();
+        };
+        let names = |repo: &Repo, commit: &str| -> Vec<(String, String)> {
+            forge
+                .config_files(repo, commit)
+                .unwrap()
+                .into_iter()
+                .map(|f| (f.name, f.data))
+                .collect()
+        };
+        let pair = |n: &str| (n.to_string(), n.to_string());
+        let none = commit_all(&d, "no config");
+        assert!(names(&repo, &none).is_empty());
+        write(".woodpecker.yml");
+        let yml = commit_all(&d, "yml");
+        assert_eq!(names(&repo, &yml), [pair(".woodpecker.yml")]);
+        write(".woodpecker.yaml");
+        write(".woodpecker/notes.txt");
+        let yaml = commit_all(&d, "yaml beats yml; a folder without yaml is no config");
+        assert_eq!(names(&repo, &yaml), [pair(".woodpecker.yaml")]);
+        write(".woodpecker/b.yml");
+        write(".woodpecker/a.yaml");
+        write(".woodpecker/sub/c.yaml");
+        let folder = commit_all(&d, "the folder beats both");
+        assert_eq!(
+            names(&repo, &folder),
+            [pair(".woodpecker/a.yaml"), pair(".woodpecker/b.yml")]
+        );
+        write("ci/x.yaml");
+        let custom = commit_all(&d, "custom");
+        repo.config_file = "ci/x.yaml".into();
+        assert_eq!(names(&repo, &custom), [pair("ci/x.yaml")]);
+        repo.config_file = "ci/".into();
+        assert_eq!(names(&repo, &custom), [pair("ci/x.yaml")]);
+        repo.config_file = "ci".into();
+        assert!(
+            names(&repo, &custom).is_empty(),
+            "a folder needs the trailing /"
+        );
+        repo.config_file = "ci/x.yaml/".into();
+        assert!(names(&repo, &custom).is_empty());
     }
 
     #[test]
