@@ -19,8 +19,9 @@ use std::collections::HashSet;
 
 use super::git_objects::{CatFile, Commit, GitError, TreeEntry, hex};
 
-/// Deeper trees are refused (git's own `core.maxTreeDepth` defaults to 2048).
-const MAX_DEPTH: usize = 1024;
+/// Deeper trees are refused (the walk recurses, and a blocking-pool thread's stack is
+/// 2 MiB; git's own `core.maxTreeDepth` is 2048). The push then has no changed files.
+const MAX_DEPTH: usize = 256;
 
 /// The paths that differ between the trees of commits (or tags) `before` and `after`;
 /// `None` when either does not exist.
@@ -116,7 +117,7 @@ fn diff(
         return Err(GitError::Malformed {
             kind: "tree",
             id: String::from_utf8_lossy(prefix).into_owned(),
-            why: "nested deeper than 1024 directories",
+            why: "nested deeper than 256 directories",
         });
     }
     let (mut i, mut j) = (0, 0);
@@ -189,4 +190,27 @@ fn path(prefix: &[u8], name: &[u8]) -> String {
     full.extend_from_slice(prefix);
     full.extend_from_slice(name);
     String::from_utf8_lossy(&full).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::git_objects::testing::{commit_all, repo};
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_tree_too_deep_is_an_error_not_a_crash() {
+        let (dir, _) = repo();
+        let deep = vec!["d"; MAX_DEPTH + 10].join("/");
+        std::fs::create_dir_all(dir.path().join(&deep)).unwrap();
+        std::fs::write(dir.path().join(&deep).join("f"), "x").unwrap();
+        let head = commit_all(dir.path(), "deep");
+        let mut cat = CatFile::start(dir.path(), Duration::from_secs(10)).unwrap();
+        let commit = cat.commit(&head).unwrap().unwrap();
+        let err = of_commit(&mut cat, &commit).unwrap_err();
+        assert!(matches!(err, GitError::Malformed { .. }), "{err}");
+        // The answer was complete: the session still works.
+        assert!(cat.is_usable());
+        assert!(cat.commit(&head).unwrap().is_some());
+    }
 }

@@ -196,6 +196,11 @@ impl CatFile {
         let answer = self.ask(spec);
         // After any failure the pipe may hold (part of) an answer: the session is done.
         self.broken = answer.is_err();
+        if self.start == self.end && self.buf.len() > CHUNK {
+            // A large object grew the buffer; a pooled session does not keep that memory.
+            self.buf = vec![0; CHUNK];
+            (self.start, self.end) = (0, 0);
+        }
         answer
     }
 
@@ -631,6 +636,15 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
+
+        // A large object is read whole; the buffer it needed is not kept.
+        let big = "x".repeat(3 * CHUNK + 17);
+        std::fs::write(d.join("big"), &big).unwrap();
+        let with_big = commit_all(d, "big");
+        let obj = cat.get(&format!("{with_big}:big")).unwrap().unwrap();
+        assert_eq!(obj.data, big.as_bytes());
+        assert_eq!(cat.buf.len(), CHUNK);
+        assert!(cat.get(&format!("{with_big}:new.yaml")).unwrap().is_some());
 
         // A killed session is an error, not a hang or a panic, and stays unusable.
         assert!(cat.is_usable());
