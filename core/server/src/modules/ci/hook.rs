@@ -9,13 +9,14 @@
 use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError};
 
 use super::forge::plugin::plugin_for;
-use super::forge::{ForgeError, run_blocking};
+use super::forge::{ForgeDriver, ForgeError, run_blocking};
 use super::pipelines::create::{self, Created, Trigger};
 use super::pipelines::created_response;
 use crate::app::Ctx;
 use crate::auth::{self, token};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::store::repos::{self, RepoRow};
+use crate::store::forges::ForgeRow;
+use crate::store::repos::{self, Repo, RepoRow};
 use crate::store::{forges, now_unix};
 
 /// Webhook bodies can be large (GitHub sends up to 25 MB).
@@ -115,14 +116,11 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         return Ok(Response::empty(StatusCode::NO_CONTENT));
     }
     let forge_id = row.repo.forge_id;
-    let forge = ctx
-        .store
-        .read(move |c| forges::by_id(c, forge_id))
-        .await?
-        .forge;
-    if forge.kind != "git" {
-        let plugin = plugin_for(&ctx.plugins, &forge).ok_or(ForgeError::NoDriver(forge.kind))?;
-        return plugin_hook(&ctx, &req, &plugin, Some(row)).await;
+    let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    if forge.forge.kind != "git" {
+        let plugin = plugin_for(&ctx.plugins, &forge.forge)
+            .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
+        return plugin_hook(&ctx, &req, &plugin, Some((row, forge))).await;
     }
     let updates = parse_ref_updates(&req.body)
         .map_err(|why| ApiError::bad_request(format!("failure to parse hook: {why}")))?;
@@ -140,8 +138,10 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     }
     let mut last = None;
     for update in pushed {
-        let trigger = trigger_for(&ctx, &row, update).await?;
-        last = Some(create::from_forge(&ctx, &row, trigger).await?);
+        let update = update.clone();
+        let complete =
+            move |driver: &dyn ForgeDriver, repo: &Repo| push_trigger(driver, repo, &update);
+        last = Some(create::from_forge_with(&ctx, &row, &forge, complete).await?);
     }
     Ok(match last {
         Some(Created::NoConfig) => Response::text(StatusCode::NO_CONTENT, ""),
@@ -164,7 +164,7 @@ async fn plugin_hook(
     ctx: &Ctx,
     req: &Request,
     plugin: &str,
-    expected: Option<RepoRow>,
+    expected: Option<(RepoRow, ForgeRow)>,
 ) -> Result<Response, ApiError> {
     let path = if req.query.is_empty() {
         req.path.clone()
@@ -204,14 +204,14 @@ async fn plugin_hook(
         HookOutcome::Build(build) => build,
     };
     let remote_id = build.repo.forge_remote_id.clone();
-    let row = match expected {
-        Some(row) => {
+    let (row, forge) = match expected {
+        Some((row, forge)) => {
             if row.repo.forge_remote_id != remote_id {
                 return Err(ApiError::bad_request(
                     "failure to parse hook: the hook is about another repository",
                 ));
             }
-            row
+            (row, forge)
         }
         None => {
             if !build.signature_verified {
@@ -228,14 +228,14 @@ async fn plugin_hook(
                         if plugin_for(&host, &f).as_deref() == Some(plugin.as_str())
                             && let Some(row) = repos::by_remote_id(c, f.id, &remote_id)?
                         {
-                            return Ok(Some(row));
+                            return Ok(Some((row, forges::by_id(c, f.id)?)));
                         }
                     }
                     Ok(None)
                 })
                 .await?;
             match found {
-                Some(row) => row,
+                Some(found) => found,
                 None => return Ok(Response::empty(StatusCode::NO_CONTENT)),
             }
         }
@@ -269,7 +269,7 @@ async fn plugin_hook(
         && trigger.event.starts_with("pull_request")
         && let Some(number) = p.pr_number
     {
-        trigger.changed_files = pr_changed_files(ctx, &row, plugin, number).await;
+        trigger.changed_files = pr_changed_files(ctx, &row, &forge, plugin, number).await;
     }
     tracing::info!(
         repo = row.repo.full_name,
@@ -277,7 +277,7 @@ async fn plugin_hook(
         event = trigger.event,
         "hook parsed by plugin"
     );
-    let created = create::from_forge(ctx, &row, trigger).await?;
+    let created = create::from_forge_with(ctx, &row, &forge, move |_, _| Ok(trigger)).await?;
     Ok(match created {
         Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
         other => created_response(other),
@@ -287,11 +287,17 @@ async fn plugin_hook(
 /// The files pull request `number` changes, asked of the forge because the hook did not list
 /// them. A failure costs only `when: path` precision, never the hook: it is logged and the
 /// list stays empty (as upstream does).
-async fn pr_changed_files(ctx: &Ctx, row: &RepoRow, plugin: &str, number: u64) -> Vec<String> {
+async fn pr_changed_files(
+    ctx: &Ctx,
+    row: &RepoRow,
+    forge: &ForgeRow,
+    plugin: &str,
+    number: u64,
+) -> Vec<String> {
     let repo = row.repo.clone();
-    let asked = match super::forge::driver(ctx, row.repo.forge_id).await {
+    let asked = match super::forge::driver_from(ctx, forge) {
         Ok(driver) => run_blocking(move || driver.pr_changed_files(&repo, number)).await,
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     };
     asked.unwrap_or_else(|err| {
         tracing::warn!(
@@ -305,18 +311,16 @@ async fn pr_changed_files(ctx: &Ctx, row: &RepoRow, plugin: &str, number: u64) -
     })
 }
 
-/// The pipeline trigger of one pushed ref: a branch push or a tag.
-async fn trigger_for(ctx: &Ctx, row: &RepoRow, update: &RefUpdate) -> Result<Trigger, ApiError> {
-    let driver = super::forge::driver(ctx, row.repo.forge_id).await?;
-    let (repo, new, old) = (row.repo.clone(), update.new.clone(), update.old.clone());
-    let (commit, changed) = run_blocking(move || {
-        let commit = driver.commit(&repo, &new)?;
-        let changed = driver.changed_files(&repo, &old, &new).unwrap_or_default();
-        Ok((commit, changed))
-    })
-    .await?;
+/// The pipeline trigger of one pushed ref (a branch push or a tag), with the commit's details
+/// and changed files asked of the forge (blocking).
+fn push_trigger(
+    driver: &dyn ForgeDriver,
+    repo: &Repo,
+    update: &RefUpdate,
+) -> Result<Trigger, ForgeError> {
+    let (commit, changed) = driver.pushed(repo, &update.old, &update.new)?;
     let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
-        Some(_) => ("tag", row.repo.default_branch.clone()),
+        Some(_) => ("tag", repo.default_branch.clone()),
         None => (
             "push",
             update
@@ -336,7 +340,7 @@ async fn trigger_for(ctx: &Ctx, row: &RepoRow, update: &RefUpdate) -> Result<Tri
         author_email: commit.author_email,
         timestamp: commit.timestamp,
         sender: commit.author,
-        forge_url: row.repo.forge_url.clone(),
+        forge_url: repo.forge_url.clone(),
         changed_files: changed,
         ..Trigger::default()
     })

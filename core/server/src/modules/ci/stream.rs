@@ -12,7 +12,7 @@
 //! reconnects (log streams resume without gaps from `Last-Event-ID`). The tailer and other
 //! clients never wait for it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +77,15 @@ struct Tracked {
 }
 
 impl Tracked {
+    /// The pipeline and every step have reached an end.
+    fn finished(&self) -> bool {
+        status::is_done(self.pipeline.status)
+            && !self
+                .steps
+                .values()
+                .any(|(_, s)| !status::is_done(s.state) && s.state != status::BLOCKED)
+    }
+
     fn from_db(repo_id: i64, mut p: Pipeline) -> Tracked {
         let mut t = Tracked {
             repo_id,
@@ -160,12 +169,14 @@ impl PipelineFeed {
             let full = batch.len() == 500;
             let advance_to = if full { None } else { Some(newest) };
             let mut dirty: Option<i64> = None;
+            let mut touched = HashSet::new();
             for event in &batch {
                 last = event.seq;
                 let Some(pid) = Self::apply(&ctx, &mut tracked, &mut repos_seen, event).await
                 else {
                     continue;
                 };
+                touched.insert(pid);
                 if event.action == "created" && event.record_type != PIPELINES {
                     dirty = Some(pid);
                     continue;
@@ -185,13 +196,14 @@ impl PipelineFeed {
             if let Some(n) = advance_to {
                 last = last.max(n);
             }
-            // Finished pipelines leave the cache (they are re-read if they change again).
-            tracked.retain(|_, t| {
-                !status::is_done(t.pipeline.status)
-                    || t.steps
-                        .values()
-                        .any(|(_, s)| !status::is_done(s.state) && s.state != status::BLOCKED)
-            });
+            // Finished pipelines leave the cache (they are re-read if they change again). Only
+            // a pipeline this batch touched can have finished: looking at every tracked one
+            // after every commit cost O(queued pipelines) per commit.
+            for pid in touched {
+                if tracked.get(&pid).is_some_and(Tracked::finished) {
+                    tracked.remove(&pid);
+                }
+            }
             if !full && commits.changed().await.is_err() {
                 return;
             }

@@ -9,7 +9,9 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use super::git_objects::{self, CatFile, parse_tree, with_session};
+use super::git_diff;
+use super::git_objects::{CatFile, Commit, GitError, Object, TreeEntry, hex};
+use super::git_pool::with_session;
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
 };
@@ -192,65 +194,6 @@ fn head_branch(dir: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The pipeline config at `commit`: the repository's `config_file` (a file, or a folder when
-/// it ends in `/`), else every YAML file of `.woodpecker/`, else the first of the single-file
-/// names. A missing path is no config; a failing session is an error (the pool retries it).
-fn config_files_in(
-    cat: &mut CatFile,
-    config_file: &str,
-    commit: &str,
-) -> Result<Vec<ConfigFile>, ForgeError> {
-    fn read(cat: &mut CatFile, commit: &str, path: &str) -> Result<Option<ConfigFile>, ForgeError> {
-        Ok(match cat.get(&format!("{commit}:{path}"))? {
-            Some(obj) if obj.kind == "blob" => Some(ConfigFile {
-                name: path.to_string(),
-                data: String::from_utf8_lossy(&obj.data).into_owned(),
-            }),
-            _ => None,
-        })
-    }
-    fn folder(cat: &mut CatFile, commit: &str, path: &str) -> Result<Vec<ConfigFile>, ForgeError> {
-        let prefix = path.trim_end_matches('/');
-        let tree = match cat.get(&format!("{commit}:{prefix}"))? {
-            Some(obj) if obj.kind == "tree" => obj,
-            _ => return Ok(Vec::new()),
-        };
-        let Ok(entries) = parse_tree(&tree.data, tree.id_len) else {
-            return Ok(Vec::new());
-        };
-        let mut names: Vec<String> = entries
-            .iter()
-            .filter(|e| e.is_blob())
-            .map(|e| format!("{prefix}/{}", String::from_utf8_lossy(&e.name)))
-            .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
-            .collect();
-        names.sort();
-        let mut files = Vec::new();
-        for name in &names {
-            files.extend(read(cat, commit, name)?);
-        }
-        Ok(files)
-    }
-    let config = config_file.trim();
-    if !config.is_empty() {
-        return if config.ends_with('/') {
-            folder(cat, commit, config)
-        } else {
-            Ok(read(cat, commit, config)?.into_iter().collect())
-        };
-    }
-    let in_dir = folder(cat, commit, CONFIG_DIR)?;
-    if !in_dir.is_empty() {
-        return Ok(in_dir);
-    }
-    for name in CONFIG_FILES {
-        if let Some(file) = read(cat, commit, name)? {
-            return Ok(vec![file]);
-        }
-    }
-    Ok(Vec::new())
-}
-
 /// Runs `git` in `dir`; stdout on success.
 fn git(dir: &Path, args: &[&str]) -> Result<String, ForgeError> {
     let out = Command::new("git")
@@ -336,18 +279,12 @@ impl ForgeDriver for GitForge {
 
     fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
-        let name = format!("refs/heads/{branch}");
-        let sha = git(
-            &dir,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("{name}^{{commit}}"),
-            ],
-        )
-        .map_err(|_| ForgeError::RepoNotFound(format!("{}: branch {branch}", repo.full_name)))?;
-        self.commit(repo, sha.trim())
+        let not_found = || ForgeError::RepoNotFound(format!("{}: branch {branch}", repo.full_name));
+        if !is_branch_name(branch) {
+            return Err(not_found());
+        }
+        let commit = with_session(&dir, |cat| cat.commit(&format!("refs/heads/{branch}")))?;
+        commit.map(commit_info).ok_or_else(not_found)
     }
 
     fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
@@ -355,8 +292,8 @@ impl ForgeDriver for GitForge {
             return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
         }
         let dir = self.locate(&repo.forge_remote_id)?;
-        // Over a pooled `cat-file` session: a push hook starts no `git` process.
-        with_session(&dir, |cat| git_objects::commit_info(cat, sha))?
+        with_session(&dir, |cat| cat.commit(sha))?
+            .map(commit_info)
             .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {sha}", repo.full_name)))
     }
 
@@ -366,13 +303,40 @@ impl ForgeDriver for GitForge {
         before: &str,
         after: &str,
     ) -> Result<Vec<String>, ForgeError> {
-        if !is_sha(after) || !(before.is_empty() || is_sha(before)) {
-            return Err(ForgeError::Invalid(format!(
-                "{before:?}..{after:?} are not commit ids"
-            )));
-        }
         let dir = self.locate(&repo.forge_remote_id)?;
-        with_session(&dir, |cat| git_objects::changed_files(cat, before, after))
+        check_push_ids(before, after)?;
+        with_session(&dir, |cat| {
+            let Some(commit) = cat.commit(after)? else {
+                return Ok(None);
+            };
+            changes(cat, before, &commit)
+        })?
+        .ok_or_else(|| missing_push(repo, before, after))
+    }
+
+    fn pushed(
+        &self,
+        repo: &Repo,
+        before: &str,
+        after: &str,
+    ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
+        let dir = self.locate(&repo.forge_remote_id)?;
+        check_push_ids(before, after)?;
+        // One session, and the commit read once for both answers.
+        let (commit, changed) = with_session(&dir, |cat| {
+            let Some(commit) = cat.commit(after)? else {
+                return Ok(None);
+            };
+            let changed = changes(cat, before, &commit);
+            Ok(Some((commit, changed)))
+        })?
+        .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {after}", repo.full_name)))?;
+        let changed = match changed {
+            Ok(Some(files)) => files,
+            Ok(None) => super::unknown_changes(repo, missing_push(repo, before, after)),
+            Err(err) => super::unknown_changes(repo, err.into()),
+        };
+        Ok((commit_info(commit), changed))
     }
 
     fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
@@ -383,7 +347,9 @@ impl ForgeDriver for GitForge {
         }
         let dir = self.locate(&repo.forge_remote_id)?;
         // One pooled `cat-file --batch` session answers the listing and every file.
-        with_session(&dir, |cat| config_files_in(cat, &repo.config_file, commit))
+        Ok(with_session(&dir, |cat| {
+            config_files_at(cat, repo.config_file.trim(), commit)
+        })?)
     }
 
     fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
@@ -397,6 +363,144 @@ impl ForgeDriver for GitForge {
             _ => Ok(()),
         }
     }
+}
+
+/// The pipeline config files at `commit` in upstream's lookup order (see
+/// [`ForgeDriver::config_files`]); `config` is the repository's `config_file`.
+///
+/// The default lookup reads the root tree once and fetches what it lists by id (one object
+/// per question, not a path walk from the commit per candidate); a `config_file` is looked
+/// up as `git` resolves `<commit>:<path>`.
+fn config_files_at(
+    cat: &mut CatFile,
+    config: &str,
+    commit: &str,
+) -> Result<Vec<ConfigFile>, GitError> {
+    if !config.is_empty() {
+        let path = config.trim_end_matches('/');
+        let Some(obj) = cat.get(&format!("{commit}:{path}"))? else {
+            return Ok(Vec::new());
+        };
+        return match obj.kind.as_str() {
+            // A malformed tree holds no config, as a missing one does.
+            "tree" if config.ends_with('/') => {
+                yaml_files_in(cat, path, &obj.tree_entries().unwrap_or_default())
+            }
+            "blob" if !config.ends_with('/') => Ok(vec![config_file(path, obj)]),
+            _ => Ok(Vec::new()),
+        };
+    }
+    let root = match cat.get(&format!("{commit}^{{tree}}"))? {
+        Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+        _ => return Ok(Vec::new()),
+    };
+    let named = |name: &str| root.iter().find(|e| e.name == name.as_bytes());
+    if let Some(dir) = named(CONFIG_DIR).filter(|e| e.is_tree()) {
+        let entries = match cat.get(&hex(&dir.id))? {
+            Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let files = yaml_files_in(cat, CONFIG_DIR, &entries)?;
+        if !files.is_empty() {
+            return Ok(files);
+        }
+    }
+    for name in CONFIG_FILES {
+        if let Some(entry) = named(name).filter(|e| e.is_blob())
+            && let Some(obj) = cat.get(&hex(&entry.id))?
+        {
+            return Ok(vec![config_file(name, obj)]);
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// The `*.yaml` and `*.yml` files of a tree listing (not below it), by name.
+fn yaml_files_in(
+    cat: &mut CatFile,
+    prefix: &str,
+    entries: &[TreeEntry],
+) -> Result<Vec<ConfigFile>, GitError> {
+    let mut named: Vec<(String, &TreeEntry)> = entries
+        .iter()
+        .filter(|e| e.is_blob())
+        .map(|e| (format!("{prefix}/{}", String::from_utf8_lossy(&e.name)), e))
+        .filter(|(n, _)| n.ends_with(".yaml") || n.ends_with(".yml"))
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut files = Vec::with_capacity(named.len());
+    for (name, entry) in named {
+        if let Some(obj) = cat.get(&hex(&entry.id))? {
+            files.push(config_file(&name, obj));
+        }
+    }
+    Ok(files)
+}
+
+fn config_file(name: &str, blob: Object) -> ConfigFile {
+    ConfigFile {
+        name: name.to_string(),
+        data: String::from_utf8_lossy(&blob.data).into_owned(),
+    }
+}
+
+/// `before` (may be empty) and `after` must be commit ids.
+fn check_push_ids(before: &str, after: &str) -> Result<(), ForgeError> {
+    let bad = if !before.is_empty() && !is_sha(before) {
+        before
+    } else if !is_sha(after) {
+        after
+    } else {
+        return Ok(());
+    };
+    Err(ForgeError::Invalid(format!("{bad:?} is not a commit id")))
+}
+
+fn missing_push(repo: &Repo, before: &str, after: &str) -> ForgeError {
+    ForgeError::RepoNotFound(format!("{}: commit {before}..{after}", repo.full_name))
+}
+
+/// The files a push of `before..commit` changed (`before` empty or all zeros: those the
+/// commit itself changed); `None` when `before` does not exist.
+fn changes(
+    cat: &mut CatFile,
+    before: &str,
+    commit: &Commit,
+) -> Result<Option<Vec<String>>, GitError> {
+    if before.is_empty() || before.bytes().all(|b| b == b'0') {
+        git_diff::of_commit(cat, commit).map(Some)
+    } else {
+        git_diff::between(cat, before, &commit.id)
+    }
+}
+
+/// What the API shows of a commit: `git show`'s `%H %an %ae %ct %B`, the message without
+/// trailing whitespace.
+fn commit_info(commit: Commit) -> CommitInfo {
+    CommitInfo {
+        sha: commit.id,
+        author: commit.author_name,
+        author_email: commit.author_email,
+        timestamp: commit.committer_time,
+        message: commit.message.trim_end().to_string(),
+    }
+}
+
+/// A branch name git would accept (`git check-ref-format --branch`, roughly): anything that
+/// could make `refs/heads/<name>` mean another revision (`~`, `^`, `:`, `@{`, `..`) is not.
+fn is_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(['-', '/', '.'])
+        && !name.ends_with(['/', '.'])
+        && !name.ends_with(".lock")
+        && !name.contains("..")
+        && !name.contains("@{")
+        && !name.contains("//")
+        && !name.contains("/.")
+        && name != "@"
+        && !name
+            .chars()
+            .any(|c| c.is_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
 }
 
 fn is_sha(s: &str) -> bool {
@@ -435,7 +539,311 @@ exit 0
 
 #[cfg(test)]
 mod tests {
+    use super::super::git_objects::testing::{commit_all, git as run};
     use super::*;
+
+    /// `alice/work` (a work tree) below a forge root, with a history of every kind of
+    /// change; the forge, the repository record and every commit id.
+    fn history() -> (tempfile::TempDir, GitForge, Repo, Vec<String>) {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("alice/work");
+        std::fs::create_dir_all(&d).unwrap();
+        let write = |path: &str, data: &str| {
+            let p = d.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, data).unwrap();
+        };
+        let remove = |path: &str| {
+            let p = d.join(path);
+            if p.is_dir() {
+                std::fs::remove_dir_all(p).unwrap()
+            } else {
+                std::fs::remove_file(p).unwrap()
+            }
+        };
+        let mut commits = Vec::new();
+        run(&d, &["init", "-q", "-b", "main"]);
+        write("f", "1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+        write("dir/a", "a");
+        write("dir/sub/b", "b");
+        write("dir-x", "x");
+        write("dir.z", "z");
+        write("caf\u{e9}/\u{e9}t\u{e9}.yml", "e");
+        write("tab\there \"q\"", "t");
+        commits.push(commit_all(&d, "root"));
+        write("dir/sub/b", "b2");
+        write("new/deep/er/file", "n");
+        remove("dir-x");
+        commits.push(commit_all(&d, "modify, add deep, delete"));
+        run(&d, &["mv", "dir.z", "renamed.z"]);
+        std::os::unix::fs::symlink("f", d.join("link")).unwrap();
+        commits.push(commit_all(&d, "rename and symlink"));
+        remove("link");
+        write("link", "now a file");
+        run(&d, &["update-index", "--chmod=+x", "f"]);
+        commits.push(commit_all(&d, "typechange and mode"));
+        remove("dir");
+        write("dir", "a file where a directory was");
+        remove("renamed.z");
+        write("renamed.z/inside", "a directory where a file was");
+        commits.push(commit_all(&d, "file <-> directory"));
+        commits.push(commit_all(&d, "empty"));
+        // Branches and merges: both sides touch `f` (merged cleanly), each adds a file.
+        run(&d, &["checkout", "-q", "-b", "side"]);
+        let f = std::fs::read_to_string(d.join("f")).unwrap();
+        write("f", &f.replacen("1\n", "one\n", 1));
+        write("side-only", "s");
+        commits.push(commit_all(&d, "side"));
+        run(&d, &["checkout", "-q", "main"]);
+        write("f", &f.replacen("9\n", "nine\n", 1));
+        write("main-only", "m");
+        commits.push(commit_all(&d, "main"));
+        run(&d, &["merge", "-q", "--no-edit", "side"]);
+        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
+        // A merge that keeps main's tree, and an octopus.
+        run(&d, &["checkout", "-q", "-b", "other", &commits[2]]);
+        write("other", "o");
+        commits.push(commit_all(&d, "other"));
+        run(&d, &["checkout", "-q", "main"]);
+        run(&d, &["merge", "-q", "-s", "ours", "--no-edit", "other"]);
+        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
+        run(&d, &["checkout", "-q", "-b", "o1", &commits[5]]);
+        write("o1", "1");
+        commits.push(commit_all(&d, "o1"));
+        run(&d, &["checkout", "-q", "-b", "o2", &commits[5]]);
+        write("o2", "2");
+        commits.push(commit_all(&d, "o2"));
+        run(&d, &["checkout", "-q", "main"]);
+        run(&d, &["merge", "-q", "--no-edit", "o1", "o2"]);
+        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
+
+        let forge = GitForge::from_url(&format!("file://{}", root.path().display())).unwrap();
+        let remote = forge.repo("alice/work").unwrap();
+        let repo = crate::modules::ci::repos::new_repo(&remote, 1, 1);
+        (root, forge, repo, commits)
+    }
+
+    /// The `-z` names a `git` command prints (raw bytes, never quoted).
+    fn names(dir: &Path, args: &[&str]) -> Vec<String> {
+        let mut all = vec!["-c", "core.quotePath=false"];
+        all.extend_from_slice(args);
+        all.push("-z");
+        run(dir, &all)
+            .split('\0')
+            .map(|l| l.trim_start_matches('\n'))
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn changed_files_match_the_git_commands() {
+        let (root, forge, repo, commits) = history();
+        let d = root.path().join("alice/work");
+        let zeros = "0".repeat(40);
+        for c in &commits {
+            let want = names(&d, &["show", "--no-renames", "--name-only", "--format=", c]);
+            assert_eq!(
+                forge.changed_files(&repo, &zeros, c).unwrap(),
+                want,
+                "show {c}"
+            );
+            assert_eq!(forge.changed_files(&repo, "", c).unwrap(), want, "show {c}");
+        }
+        for before in &commits {
+            for after in &commits {
+                let want = names(&d, &["diff", "--no-renames", "--name-only", before, after]);
+                let got = forge.changed_files(&repo, before, after).unwrap();
+                assert_eq!(got, want, "diff {before} {after}");
+            }
+        }
+        // Spot checks of the semantics the comparison covers.
+        let merge = forge.changed_files(&repo, &zeros, &commits[8]).unwrap();
+        assert_eq!(merge, ["f"], "a merge lists what differs from every parent");
+        assert!(
+            forge
+                .changed_files(&repo, &zeros, &commits[10])
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            forge
+                .changed_files(&repo, &zeros, &commits[0])
+                .unwrap()
+                .len(),
+            7
+        );
+        // Unknown commits are errors (the hook then goes on without files).
+        let unknown = "1".repeat(40);
+        assert!(forge.changed_files(&repo, &unknown, &commits[1]).is_err());
+        assert!(forge.changed_files(&repo, &zeros, &unknown).is_err());
+        assert!(forge.changed_files(&repo, "HEAD~1", &commits[1]).is_err());
+    }
+
+    #[test]
+    fn an_annotated_tag_is_read_as_its_commit() {
+        let (root, forge, repo, commits) = history();
+        let d = root.path().join("alice/work");
+        run(&d, &["tag", "-a", "v1", "-m", "tag message", &commits[1]]);
+        let tag = run(&d, &["rev-parse", "v1"]).trim().to_string();
+        let commit = forge.commit(&repo, &tag).unwrap();
+        assert_eq!(
+            (commit.sha.as_str(), commit.message.as_str()),
+            (commits[1].as_str(), "modify, add deep, delete")
+        );
+        let zeros = "0".repeat(40);
+        let want = names(
+            &d,
+            &[
+                "show",
+                "--no-renames",
+                "--name-only",
+                "--format=",
+                &commits[1],
+            ],
+        );
+        assert_eq!(forge.changed_files(&repo, &zeros, &tag).unwrap(), want);
+    }
+
+    #[test]
+    fn commits_and_branch_heads_match_the_git_commands() {
+        let (root, forge, repo, commits) = history();
+        let d = root.path().join("alice/work");
+        for c in &commits {
+            let out = run(
+                &d,
+                &["show", "-s", "--format=%H%x00%an%x00%ae%x00%ct%x00%B", c],
+            );
+            let want: Vec<&str> = out.splitn(5, '\0').collect();
+            let got = forge.commit(&repo, c).unwrap();
+            assert_eq!(
+                (
+                    got.sha.as_str(),
+                    got.author.as_str(),
+                    got.author_email.as_str()
+                ),
+                (want[0], want[1], want[2])
+            );
+            assert_eq!(got.timestamp.to_string(), want[3]);
+            assert_eq!(got.message, want[4].trim_end());
+        }
+        for branch in ["main", "side", "o1"] {
+            let sha = run(&d, &["rev-parse", branch]).trim().to_string();
+            assert_eq!(forge.branch_head(&repo, branch).unwrap().sha, sha);
+        }
+        // A moved branch is seen by the pooled session at once.
+        run(&d, &["branch", "-f", "side", &commits[0]]);
+        assert_eq!(forge.branch_head(&repo, "side").unwrap().sha, commits[0]);
+        run(&d, &["pack-refs", "--all"]);
+        assert_eq!(forge.branch_head(&repo, "o1").unwrap().sha, commits[11]);
+        for bad in [
+            "nope", "main~1", "main^", "side:f", "HEAD@{1}", "", "a..b", "-x",
+        ] {
+            assert!(
+                matches!(
+                    forge.branch_head(&repo, bad),
+                    Err(ForgeError::RepoNotFound(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            forge.commit(&repo, "main"),
+            Err(ForgeError::Invalid(_))
+        ));
+        assert!(matches!(
+            forge.commit(&repo, &"1".repeat(40)),
+            Err(ForgeError::RepoNotFound(_))
+        ));
+    }
+
+    #[test]
+    fn pushed_answers_as_commit_and_changed_files_do() {
+        let (_root, forge, repo, commits) = history();
+        let zeros = "0".repeat(40);
+        for (before, after) in [
+            (&zeros, &commits[0]),
+            (&commits[1], &commits[4]),
+            (&zeros, &commits[8]),
+        ] {
+            let (commit, changed) = forge.pushed(&repo, before, after).unwrap();
+            assert_eq!(commit, forge.commit(&repo, after).unwrap());
+            assert_eq!(changed, forge.changed_files(&repo, before, after).unwrap());
+        }
+        // An unknown `before` (a force push after gc) costs the files, not the push.
+        let (commit, changed) = forge.pushed(&repo, &"1".repeat(40), &commits[1]).unwrap();
+        assert_eq!(
+            (commit.sha.as_str(), changed.len()),
+            (commits[1].as_str(), 0)
+        );
+        assert!(matches!(
+            forge.pushed(&repo, &zeros, &"1".repeat(40)),
+            Err(ForgeError::RepoNotFound(_))
+        ));
+    }
+
+    #[test]
+    fn config_lookup_order() {
+        let (root, forge, mut repo, _) = history();
+        let d = root.path().join("alice/work");
+        let write = |path: &str| {
+            let p = d.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, path).unwrap();
+        };
+        let names = |repo: &Repo, commit: &str| -> Vec<(String, String)> {
+            forge
+                .config_files(repo, commit)
+                .unwrap()
+                .into_iter()
+                .map(|f| (f.name, f.data))
+                .collect()
+        };
+        let pair = |n: &str| (n.to_string(), n.to_string());
+        let none = commit_all(&d, "no config");
+        assert!(names(&repo, &none).is_empty());
+        write(".woodpecker.yml");
+        let yml = commit_all(&d, "yml");
+        assert_eq!(names(&repo, &yml), [pair(".woodpecker.yml")]);
+        write(".woodpecker.yaml");
+        write(".woodpecker/notes.txt");
+        let yaml = commit_all(&d, "yaml beats yml; a folder without yaml is no config");
+        assert_eq!(names(&repo, &yaml), [pair(".woodpecker.yaml")]);
+        write(".woodpecker/b.yml");
+        write(".woodpecker/a.yaml");
+        write(".woodpecker/sub/c.yaml");
+        let folder = commit_all(&d, "the folder beats both");
+        assert_eq!(
+            names(&repo, &folder),
+            [pair(".woodpecker/a.yaml"), pair(".woodpecker/b.yml")]
+        );
+        write("ci/x.yaml");
+        let custom = commit_all(&d, "custom");
+        repo.config_file = "ci/x.yaml".into();
+        assert_eq!(names(&repo, &custom), [pair("ci/x.yaml")]);
+        repo.config_file = "ci/".into();
+        assert_eq!(names(&repo, &custom), [pair("ci/x.yaml")]);
+        repo.config_file = "ci".into();
+        assert!(
+            names(&repo, &custom).is_empty(),
+            "a folder needs the trailing /"
+        );
+        repo.config_file = "ci/x.yaml/".into();
+        assert!(names(&repo, &custom).is_empty());
+    }
+
+    #[test]
+    fn branch_names() {
+        for good in ["main", "feature/x-1", "release-1.2", "a@b", "\u{e9}t\u{e9}"] {
+            assert!(is_branch_name(good), "{good}");
+        }
+        for bad in [
+            "a b", "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b", "x.lock", "a/.b", ".a", "a/", "@",
+            "a\tb",
+        ] {
+            assert!(!is_branch_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn remote_ids() {

@@ -14,40 +14,78 @@
 //! where the id is 20 bytes in SHA-1 repositories and 32 in SHA-256 ones (the length of the
 //! hex id in the answer header tells which). Names are bytes, not necessarily UTF-8.
 //!
-//! A [`CatFile`] is one such session; it is killed when dropped. [`with_session`] keeps idle
-//! sessions per repository for the next caller (a webhook then starts no process at all),
-//! discards one that fails, and never waits on a silent pipe longer than [`READ_TIMEOUT`].
-//! Sessions are only asked for object ids and `<id>:<path>`, never ref names, so what a
-//! long-lived session answers cannot go stale: objects are immutable, and git looks again
-//! on disk for one it does not know yet (a push after the session started).
+//! Commit objects are text: header lines (`tree`, `parent`…, `author`, `committer`, maybe
+//! `encoding`, `gpgsig` with continuation lines that start with a space), an empty line, and
+//! the message.
 //!
-//! On top of the objects: [`commit_info`] (author, committer time, message) and
-//! [`changed_files`] (a tree diff), which a push hook needs next to its config files.
+//! A [`CatFile`] is one such session; it is killed when dropped. Every answer must arrive
+//! within the session's timeout: a session that times out or breaks mid-answer is marked
+//! broken (its pipe may hold half an answer) and must be dropped, never reused; the pool
+//! (`git_pool.rs`) does that.
 
-use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{CommitInfo, ForgeError};
+use super::ForgeError;
 
-/// The longest a session may stay silent before its answer is given up (and it is killed).
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Idle sessions kept per repository, and in all.
-const IDLE_PER_REPO: usize = 4;
-const IDLE_TOTAL: usize = 64;
-/// An idle session older than this is closed when the pool is next touched.
-const IDLE_FOR: Duration = Duration::from_secs(120);
-
-/// Larger answers are refused (a config file or a tree listing is far smaller).
+/// Larger answers are refused (a config file, a commit or a tree listing is far smaller).
 const MAX_OBJECT: usize = 64 << 20;
+/// Longer questions are answered "missing" without asking (no path is that long).
+const MAX_SPEC: usize = 4096;
+/// What one read from the pipe asks for.
+const CHUNK: usize = 64 << 10;
+
+/// What can go wrong reading objects; every variant names the question or the object.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot run git cat-file in {dir}: {source}")]
+    Spawn {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("git cat-file {spec:?}: {source}")]
+    Io {
+        spec: String,
+        source: std::io::Error,
+    },
+    #[error("git cat-file {spec:?}: no answer within {timeout:?}; the session is killed")]
+    Timeout { spec: String, timeout: Duration },
+    #[error("git cat-file {spec:?}: the session ended")]
+    Ended { spec: String },
+    #[error("git cat-file {spec:?}: bad answer {header:?}")]
+    BadAnswer { spec: String, header: String },
+    #[error("git cat-file {spec:?}: object of {size} bytes is too large")]
+    TooLarge { spec: String, size: usize },
+    #[error("malformed {kind} object {id}: {why}")]
+    Malformed {
+        kind: &'static str,
+        id: String,
+        why: &'static str,
+    },
+    #[error("{id} is a {found}, not a {expected}")]
+    WrongKind {
+        id: String,
+        found: String,
+        expected: &'static str,
+    },
+    #[error("every git session of {dir} stayed busy for {waited:?}")]
+    Busy { dir: PathBuf, waited: Duration },
+}
+
+impl From<GitError> for ForgeError {
+    fn from(err: GitError) -> ForgeError {
+        ForgeError::Failed(err.to_string())
+    }
+}
 
 /// An object as `cat-file --batch` returns it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Object {
+    /// The object's id, hex.
+    pub id: String,
     pub kind: String,
     /// The object id's length in bytes (20: SHA-1, 32: SHA-256).
     pub id_len: usize,
@@ -59,7 +97,7 @@ pub struct Object {
 pub struct TreeEntry {
     pub mode: u32,
     pub name: Vec<u8>,
-    /// The raw object id (20 or 32 bytes).
+    /// The entry's object id, raw bytes.
     pub id: Vec<u8>,
 }
 
@@ -69,24 +107,49 @@ impl TreeEntry {
         self.mode & 0o170000 == 0o100000 || self.mode & 0o170000 == 0o120000
     }
 
+    /// A directory (another tree).
     pub fn is_tree(&self) -> bool {
         self.mode & 0o170000 == 0o040000
     }
+}
 
-    fn hex_id(&self) -> String {
-        self.id.iter().map(|b| format!("{b:02x}")).collect()
-    }
+/// What a commit object says (the parts a pipeline needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// The commit's id, hex.
+    pub id: String,
+    /// Its root tree's id, hex.
+    pub tree: String,
+    /// Parent ids, hex, in order.
+    pub parents: Vec<String>,
+    pub author_name: String,
+    pub author_email: String,
+    /// The committer's time, Unix seconds (git's `%ct`); 0 when unreadable.
+    pub committer_time: i64,
+    /// Everything after the headers (git's `%B`), as text.
+    pub message: String,
 }
 
 /// One running `git cat-file --batch` in a repository directory.
 pub struct CatFile {
     child: Child,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    stdout: ChildStdout,
+    /// Bytes read from the pipe; `buf[start..end]` is not consumed yet.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    timeout: Duration,
+    broken: bool,
 }
 
 impl CatFile {
-    pub fn start(dir: &Path) -> Result<CatFile, ForgeError> {
+    /// Starts a session in `dir`; every answer must arrive within `timeout`.
+    pub fn start(dir: &Path, timeout: Duration) -> Result<CatFile, GitError> {
+        let spawn = |source| GitError::Spawn {
+            dir: dir.to_path_buf(),
+            source,
+        };
         let mut child = Command::new("git")
             .arg("-C")
             .arg(dir)
@@ -96,277 +159,205 @@ impl CatFile {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| ForgeError::Failed(format!("cannot run git cat-file: {e}")))?;
+            .map_err(spawn)?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(ForgeError::Failed("git cat-file: no pipes".to_string()));
+            return Err(spawn(std::io::Error::other("no pipes")));
         };
         Ok(CatFile {
             child,
             stdin,
-            stdout: BufReader::new(stdout),
+            stdout,
+            buf: vec![0; CHUNK],
+            start: 0,
+            end: 0,
+            timeout,
+            broken: false,
         })
     }
 
-    /// The object `spec` names (`<rev>:<path>` or an id); `None` when it does not exist.
-    pub fn get(&mut self, spec: &str) -> Result<Option<Object>, ForgeError> {
-        if spec.is_empty() || spec.contains(['\n', '\r']) {
+    /// False once a question went unanswered or half answered: the session must be dropped.
+    pub fn is_usable(&self) -> bool {
+        !self.broken
+    }
+
+    /// The object `spec` names (`<rev>:<path>`, `<id>^{commit}` or an id); `None` when it
+    /// does not exist.
+    pub fn get(&mut self, spec: &str) -> Result<Option<Object>, GitError> {
+        if spec.is_empty() || spec.len() > MAX_SPEC || spec.contains(['\n', '\r']) {
             return Ok(None);
         }
-        let io = |e: std::io::Error| ForgeError::Failed(format!("git cat-file {spec:?}: {e}"));
+        if self.broken {
+            return Err(GitError::Ended {
+                spec: spec.to_string(),
+            });
+        }
+        let answer = self.ask(spec);
+        // After any failure the pipe may hold (part of) an answer: the session is done.
+        self.broken = answer.is_err();
+        if self.start == self.end && self.buf.len() > CHUNK {
+            // A large object grew the buffer; a pooled session does not keep that memory.
+            self.buf = vec![0; CHUNK];
+            (self.start, self.end) = (0, 0);
+        }
+        answer
+    }
+
+    /// The object `id` names, which must be of `kind`.
+    pub fn get_kind(&mut self, id: &str, kind: &'static str) -> Result<Object, GitError> {
+        let obj = self.get(id)?.ok_or_else(|| GitError::WrongKind {
+            id: id.to_string(),
+            found: "missing object".to_string(),
+            expected: kind,
+        })?;
+        if obj.kind != kind {
+            return Err(GitError::WrongKind {
+                id: id.to_string(),
+                found: obj.kind,
+                expected: kind,
+            });
+        }
+        Ok(obj)
+    }
+
+    /// The commit `rev` names (an annotated tag is peeled to its commit); `None` when there
+    /// is none.
+    pub fn commit(&mut self, rev: &str) -> Result<Option<Commit>, GitError> {
+        match self.get(&format!("{rev}^{{commit}}"))? {
+            Some(obj) if obj.kind == "commit" => parse_commit(&obj.id, &obj.data).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn ask(&mut self, spec: &str) -> Result<Option<Object>, GitError> {
+        let deadline = Instant::now() + self.timeout;
+        let io = |source| GitError::Io {
+            spec: spec.to_string(),
+            source,
+        };
         self.stdin
             .write_all(format!("{spec}\n").as_bytes())
             .and_then(|()| self.stdin.flush())
             .map_err(io)?;
-        self.wait_readable(spec)?;
-        let mut header = Vec::new();
-        self.stdout.read_until(b'\n', &mut header).map_err(io)?;
-        if header.last() != Some(&b'\n') {
-            return Err(ForgeError::Failed(format!(
-                "git cat-file {spec:?}: the session ended"
-            )));
-        }
-        header.pop();
+        let header = self.read_line(spec, deadline)?;
         let header = String::from_utf8_lossy(&header).into_owned();
         if header.ends_with(" missing") || header.ends_with(" ambiguous") {
             return Ok(None);
         }
-        let bad = || ForgeError::Failed(format!("git cat-file {spec:?}: bad answer {header:?}"));
+        let bad = || GitError::BadAnswer {
+            spec: spec.to_string(),
+            header: header.clone(),
+        };
         let mut parts = header.rsplitn(3, ' ');
         let size: usize = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
         let kind = parts.next().ok_or_else(bad)?.to_string();
-        let oid = parts.next().ok_or_else(bad)?;
-        let id_len = match oid.len() {
+        let id = parts.next().ok_or_else(bad)?.to_string();
+        let id_len = match id.len() {
             40 => 20,
             64 => 32,
             _ => return Err(bad()),
         };
         if size > MAX_OBJECT {
-            return Err(ForgeError::Failed(format!(
-                "git cat-file {spec:?}: object of {size} bytes is too large"
-            )));
+            return Err(GitError::TooLarge {
+                spec: spec.to_string(),
+                size,
+            });
         }
-        let mut data = vec![0; size + 1];
-        self.stdout.read_exact(&mut data).map_err(io)?;
+        let mut data = self.read_exact(size + 1, spec, deadline)?;
         if data.pop() != Some(b'\n') {
             return Err(bad());
         }
-        Ok(Some(Object { kind, id_len, data }))
+        Ok(Some(Object {
+            id,
+            kind,
+            id_len,
+            data,
+        }))
     }
-}
 
-impl CatFile {
-    /// Waits until the answer starts arriving, at most [`READ_TIMEOUT`]; git writes an
-    /// answer's header and body together, so the rest follows without another wait.
-    fn wait_readable(&mut self, spec: &str) -> Result<(), ForgeError> {
-        if !self.stdout.buffer().is_empty() {
-            return Ok(());
-        }
-        let mut fd = libc::pollfd {
-            fd: self.stdout.get_ref().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let millis = READ_TIMEOUT.as_millis() as libc::c_int;
-        // SAFETY: one valid pollfd for the call's duration.
-        let ready = unsafe { libc::poll(&mut fd, 1, millis) };
-        if ready > 0 {
-            Ok(())
-        } else {
-            Err(ForgeError::Failed(format!(
-                "git cat-file {spec:?}: no answer within {}s",
-                READ_TIMEOUT.as_secs()
-            )))
-        }
-    }
-}
-
-/// Idle sessions of one repository, each with the time it went idle.
-type Idle = Vec<(CatFile, Instant)>;
-
-/// Idle sessions by repository directory.
-static POOL: LazyLock<Mutex<HashMap<PathBuf, Idle>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-
-/// Runs `f` on a session in `dir`: an idle one when there is one, else a new one. The session
-/// goes back to the pool when `f` succeeds and is killed when it fails. A reused session that
-/// fails is replaced by a fresh one for a second try, so a stale pipe costs a retry, not an
-/// error.
-pub fn with_session<T>(
-    dir: &Path,
-    mut f: impl FnMut(&mut CatFile) -> Result<T, ForgeError>,
-) -> Result<T, ForgeError> {
-    let idle = {
-        let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-        pool.get_mut(dir).and_then(Vec::pop).map(|(cat, _)| cat)
-    };
-    if let Some(mut cat) = idle
-        && let Ok(value) = f(&mut cat)
-    {
-        give_back(dir, cat);
-        return Ok(value);
-    }
-    let mut cat = CatFile::start(dir)?;
-    let value = f(&mut cat)?;
-    give_back(dir, cat);
-    Ok(value)
-}
-
-fn give_back(dir: &Path, cat: CatFile) {
-    let now = Instant::now();
-    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-    for sessions in pool.values_mut() {
-        sessions.retain(|(_, since)| now.duration_since(*since) < IDLE_FOR);
-    }
-    pool.retain(|_, sessions| !sessions.is_empty());
-    let total: usize = pool.values().map(Vec::len).sum();
-    let here = pool.entry(dir.to_path_buf()).or_default();
-    if here.len() < IDLE_PER_REPO && total < IDLE_TOTAL {
-        here.push((cat, now));
-    }
-}
-
-/// Author, committer time and message of commit `sha` (`git show -s
-/// --format=%H%x00%an%x00%ae%x00%ct%x00%B`), `None` when there is no such commit.
-pub fn commit_info(cat: &mut CatFile, sha: &str) -> Result<Option<CommitInfo>, ForgeError> {
-    let Some(obj) = cat.get(sha)? else {
-        return Ok(None);
-    };
-    if obj.kind != "commit" {
-        return Ok(None);
-    }
-    let text = String::from_utf8_lossy(&obj.data);
-    let (headers, message) = text.split_once("\n\n").unwrap_or((&text, ""));
-    let mut info = CommitInfo {
-        sha: sha.to_string(),
-        message: message.trim_end().to_string(),
-        ..CommitInfo::default()
-    };
-    for line in headers.lines() {
-        if let Some(ident) = line.strip_prefix("author ") {
-            let (name, email, _) = split_ident(ident);
-            info.author = name.to_string();
-            info.author_email = email.to_string();
-        } else if let Some(ident) = line.strip_prefix("committer ") {
-            info.timestamp = split_ident(ident).2;
-        }
-    }
-    Ok(Some(info))
-}
-
-/// `Name <email> 1700000000 +0100` → (name, email, seconds).
-fn split_ident(ident: &str) -> (&str, &str, i64) {
-    let Some((name, rest)) = ident.split_once(" <") else {
-        return (ident, "", 0);
-    };
-    let (email, when) = rest.split_once('>').unwrap_or((rest, ""));
-    let seconds = when.split_whitespace().next().and_then(|s| s.parse().ok());
-    (name, email, seconds.unwrap_or(0))
-}
-
-/// The tree and parents of commit `sha`.
-fn tree_and_parents(cat: &mut CatFile, sha: &str) -> Result<(String, Vec<String>), ForgeError> {
-    let obj = cat
-        .get(sha)?
-        .filter(|o| o.kind == "commit")
-        .ok_or_else(|| ForgeError::Failed(format!("no commit {sha}")))?;
-    let text = String::from_utf8_lossy(&obj.data);
-    let headers = text.split("\n\n").next().unwrap_or_default();
-    let mut tree = String::new();
-    let mut parents = Vec::new();
-    for line in headers.lines() {
-        if let Some(id) = line.strip_prefix("tree ") {
-            tree = id.to_string();
-        } else if let Some(id) = line.strip_prefix("parent ") {
-            parents.push(id.to_string());
-        }
-    }
-    Ok((tree, parents))
-}
-
-/// The files that differ between commits `before` and `after` (`git diff --no-renames
-/// --name-only`); with no `before` (empty or all zeros: a new branch), the files `after`
-/// changes (`git show --name-only`: against its parent, every file of a root commit, and for a
-/// merge the files that differ from every parent). Sorted.
-pub fn changed_files(
-    cat: &mut CatFile,
-    before: &str,
-    after: &str,
-) -> Result<Vec<String>, ForgeError> {
-    let (tree, parents) = tree_and_parents(cat, after)?;
-    let files = if before.is_empty() || before.bytes().all(|b| b == b'0') {
-        match parents.as_slice() {
-            [] => diff_trees(cat, None, Some(&tree))?,
-            [first, rest @ ..] => {
-                let (base, _) = tree_and_parents(cat, first)?;
-                let mut common: BTreeSet<String> = diff_trees(cat, Some(&base), Some(&tree))?;
-                for parent in rest {
-                    let (base, _) = tree_and_parents(cat, parent)?;
-                    let other = diff_trees(cat, Some(&base), Some(&tree))?;
-                    common.retain(|f| other.contains(f));
-                }
-                common
+    /// The next line from git, without its `\n`.
+    fn read_line(&mut self, spec: &str, deadline: Instant) -> Result<Vec<u8>, GitError> {
+        let mut searched = self.start;
+        loop {
+            if let Some(at) = self.buf[searched..self.end]
+                .iter()
+                .position(|&b| b == b'\n')
+            {
+                let line = self.buf[self.start..searched + at].to_vec();
+                self.start = searched + at + 1;
+                return Ok(line);
             }
+            searched = self.end;
+            let before = self.start;
+            self.fill(spec, deadline)?;
+            // `fill` may move the unread bytes to the front.
+            searched -= before - self.start;
         }
-    } else {
-        let (base, _) = tree_and_parents(cat, before)?;
-        diff_trees(cat, Some(&base), Some(&tree))?
-    };
-    Ok(files.into_iter().collect())
-}
+    }
 
-fn diff_trees(
-    cat: &mut CatFile,
-    a: Option<&str>,
-    b: Option<&str>,
-) -> Result<BTreeSet<String>, ForgeError> {
-    let mut out = BTreeSet::new();
-    diff_into(cat, a, b, "", &mut out)?;
-    Ok(out)
-}
+    /// The next `n` bytes from git.
+    fn read_exact(&mut self, n: usize, spec: &str, deadline: Instant) -> Result<Vec<u8>, GitError> {
+        while self.end - self.start < n {
+            self.fill(spec, deadline)?;
+        }
+        let out = self.buf[self.start..self.start + n].to_vec();
+        self.start += n;
+        Ok(out)
+    }
 
-fn tree_entries(cat: &mut CatFile, id: Option<&str>) -> Result<Vec<TreeEntry>, ForgeError> {
-    let Some(id) = id else {
-        return Ok(Vec::new());
-    };
-    match cat.get(id)? {
-        Some(obj) if obj.kind == "tree" => parse_tree(&obj.data, obj.id_len),
-        _ => Err(ForgeError::Failed(format!("no tree {id}"))),
+    /// Reads what git has sent (at least one byte), waiting at most until `deadline`.
+    fn fill(&mut self, spec: &str, deadline: Instant) -> Result<(), GitError> {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        } else if self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        }
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        let io = |source| GitError::Io {
+            spec: spec.to_string(),
+            source,
+        };
+        if !wait_readable(self.stdout.as_raw_fd(), deadline).map_err(io)? {
+            return Err(GitError::Timeout {
+                spec: spec.to_string(),
+                timeout: self.timeout,
+            });
+        }
+        let read = loop {
+            match self.stdout.read(&mut self.buf[self.end..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other.map_err(io)?,
+            }
+        };
+        if read == 0 {
+            return Err(GitError::Ended {
+                spec: spec.to_string(),
+            });
+        }
+        self.end += read;
+        Ok(())
     }
 }
 
-/// Adds to `out` every non-tree path under `prefix` whose entry differs between trees `a`
-/// and `b` (a side that is `None` is empty); unchanged subtrees are skipped by their id.
-fn diff_into(
-    cat: &mut CatFile,
-    a: Option<&str>,
-    b: Option<&str>,
-    prefix: &str,
-    out: &mut BTreeSet<String>,
-) -> Result<(), ForgeError> {
-    let (left, right) = (tree_entries(cat, a)?, tree_entries(cat, b)?);
-    let names: BTreeSet<&[u8]> = left
-        .iter()
-        .chain(&right)
-        .map(|e| e.name.as_slice())
-        .collect();
-    for name in names {
-        let x = left.iter().find(|e| e.name == name);
-        let y = right.iter().find(|e| e.name == name);
-        if x.map(|e| (&e.id, e.mode)) == y.map(|e| (&e.id, e.mode)) {
-            continue;
-        }
-        let path = format!("{prefix}{}", String::from_utf8_lossy(name));
-        let sub = |e: Option<&TreeEntry>| e.filter(|e| e.is_tree()).map(TreeEntry::hex_id);
-        let (xt, yt) = (sub(x), sub(y));
-        if xt.is_some() || yt.is_some() {
-            diff_into(cat, xt.as_deref(), yt.as_deref(), &format!("{path}/"), out)?;
-        }
-        if x.is_some_and(|e| !e.is_tree()) || y.is_some_and(|e| !e.is_tree()) {
-            out.insert(path);
+#[cfg(test)]
+impl CatFile {
+    /// Kills git under the session (a crashed session).
+    pub fn kill_for_test(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops git under the session (a hung session); dropping the session still kills it.
+    pub fn stop_for_test(&mut self) {
+        // SAFETY: kill(2) sends a signal; no memory is touched.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGSTOP);
         }
     }
-    Ok(())
 }
 
 impl Drop for CatFile {
@@ -376,9 +367,59 @@ impl Drop for CatFile {
     }
 }
 
-/// The entries of a raw tree object whose ids are `id_len` bytes long.
-pub fn parse_tree(data: &[u8], id_len: usize) -> Result<Vec<TreeEntry>, ForgeError> {
-    let bad = |why: &str| ForgeError::Failed(format!("malformed tree object: {why}"));
+/// Waits until `fd` can be read (data, end of file or an error) or `deadline` passes (false).
+fn wait_readable(fd: i32, deadline: Instant) -> std::io::Result<bool> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one valid pollfd that lives across the call.
+        let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+        match ready {
+            0 => continue,
+            n if n > 0 => return Ok(true),
+            _ => {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+        }
+    }
+}
+
+/// Hex of raw id bytes.
+pub fn hex(id: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(id.len() * 2);
+    for b in id {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
+impl Object {
+    /// The entries of this tree object.
+    pub fn tree_entries(&self) -> Result<Vec<TreeEntry>, GitError> {
+        parse_tree(&self.id, &self.data, self.id_len)
+    }
+}
+
+/// The entries of raw tree object `id` whose entry ids are `id_len` bytes long.
+pub fn parse_tree(id: &str, data: &[u8], id_len: usize) -> Result<Vec<TreeEntry>, GitError> {
+    let bad = |why| GitError::Malformed {
+        kind: "tree",
+        id: id.to_string(),
+        why,
+    };
     let mut entries = Vec::new();
     let mut rest = data;
     while !rest.is_empty() {
@@ -407,11 +448,99 @@ pub fn parse_tree(data: &[u8], id_len: usize) -> Result<Vec<TreeEntry>, ForgeErr
     Ok(entries)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Reads a commit object's headers and message the way `git show --format=…` does.
+pub fn parse_commit(id: &str, data: &[u8]) -> Result<Commit, GitError> {
+    let bad = |why| GitError::Malformed {
+        kind: "commit",
+        id: id.to_string(),
+        why,
+    };
+    let (head, message) = match data.windows(2).position(|w| w == b"\n\n") {
+        Some(at) => (&data[..at], &data[at + 2..]),
+        None => (data.strip_suffix(b"\n").unwrap_or(data), &[][..]),
+    };
+    let mut commit = Commit {
+        id: id.to_string(),
+        tree: String::new(),
+        parents: Vec::new(),
+        author_name: String::new(),
+        author_email: String::new(),
+        committer_time: 0,
+        message: String::from_utf8_lossy(message).into_owned(),
+    };
+    let (mut author, mut committer) = (false, false);
+    for line in head.split(|&b| b == b'\n') {
+        let (key, value) = match line.iter().position(|&b| b == b' ') {
+            Some(at) => (&line[..at], &line[at + 1..]),
+            None => (line, &[][..]),
+        };
+        match key {
+            b"tree" if commit.tree.is_empty() => {
+                commit.tree = String::from_utf8_lossy(value).into_owned();
+            }
+            b"parent" => commit
+                .parents
+                .push(String::from_utf8_lossy(value).into_owned()),
+            b"author" if !author => {
+                author = true;
+                let (name, email) = ident(value);
+                (commit.author_name, commit.author_email) = (name, email);
+            }
+            b"committer" if !committer => {
+                committer = true;
+                commit.committer_time = ident_time(value);
+            }
+            _ => {}
+        }
+    }
+    let is_id =
+        |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !is_id(&commit.tree) {
+        return Err(bad("no tree"));
+    }
+    if !commit.parents.iter().all(|p| is_id(p)) {
+        return Err(bad("bad parent"));
+    }
+    Ok(commit)
+}
 
-    fn git(dir: &Path, args: &[&str]) -> String {
+/// Name and email of an ident (`Name <email> 1700000000 +0100`), as git's
+/// `split_ident_line` reads them: the name runs up to the first `<` (trailing blanks
+/// dropped), the email up to the next `>`. Empty when there is no `<`.
+fn ident(value: &[u8]) -> (String, String) {
+    let Some(lt) = value.iter().position(|&b| b == b'<') else {
+        return (String::new(), String::new());
+    };
+    let name = value[..lt].trim_ascii_end();
+    let rest = &value[lt + 1..];
+    let email = &rest[..rest.iter().position(|&b| b == b'>').unwrap_or(rest.len())];
+    (
+        String::from_utf8_lossy(name).into_owned(),
+        String::from_utf8_lossy(email).into_owned(),
+    )
+}
+
+/// The Unix time of an ident: the digits after its last `>`; 0 when there are none.
+fn ident_time(value: &[u8]) -> i64 {
+    let Some(gt) = value.iter().rposition(|&b| b == b'>') else {
+        return 0;
+    };
+    let rest = value[gt + 1..].trim_ascii_start();
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..digits])
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Real repositories for the forge tests.
+#[cfg(test)]
+pub mod testing {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// Runs `git` in `dir` with a fixed identity; stdout. Panics (a test failure) on error.
+    pub fn git(dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
             .arg("-C")
             .arg(dir)
@@ -426,11 +555,32 @@ mod tests {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    fn commit_all(dir: &Path, msg: &str) -> String {
+    /// Commits everything in the work tree; the new commit's id.
+    pub fn commit_all(dir: &Path, msg: &str) -> String {
         git(dir, &["add", "-A"]);
-        git(dir, &["commit", "-qm", msg]);
+        git(dir, &["commit", "-qm", msg, "--allow-empty"]);
         git(dir, &["rev-parse", "HEAD"]).trim().to_string()
     }
+
+    /// A new repository (branch `main`) with one commit of a file unique to it.
+    pub fn repo() -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q", "-b", "main"]);
+        // Unique content: two repositories never share a commit id.
+        std::fs::write(
+            dir.path().join("a"),
+            dir.path().to_string_lossy().as_bytes(),
+        )
+        .unwrap();
+        let head = commit_all(dir.path(), "one");
+        (dir, head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{commit_all, git};
+    use super::*;
 
     #[test]
     fn reads_blobs_trees_and_missing_objects_in_one_session() {
@@ -443,7 +593,7 @@ mod tests {
         std::fs::write(d.join(".woodpecker/\u{e9}.yml"), "e").unwrap();
         let first = commit_all(d, "one");
 
-        let mut cat = CatFile::start(d).unwrap();
+        let mut cat = CatFile::start(d, Duration::from_secs(10)).unwrap();
         let blob = cat
             .get(&format!("{first}:.woodpecker/a.yaml"))
             .unwrap()
@@ -458,7 +608,7 @@ mod tests {
 
         let tree = cat.get(&format!("{first}:.woodpecker")).unwrap().unwrap();
         assert_eq!(tree.kind, "tree");
-        let entries = parse_tree(&tree.data, tree.id_len).unwrap();
+        let entries = tree.tree_entries().unwrap();
         let names: Vec<(String, bool)> = entries
             .iter()
             .map(|e| (String::from_utf8_lossy(&e.name).into_owned(), e.is_blob()))
@@ -487,163 +637,114 @@ mod tests {
                 .is_some()
         );
 
-        // A killed session is an error, not a hang or a panic.
-        let _ = cat.child.kill();
-        let _ = cat.child.wait();
+        // A large object is read whole; the buffer it needed is not kept.
+        let big = "x".repeat(3 * CHUNK + 17);
+        std::fs::write(d.join("big"), &big).unwrap();
+        let with_big = commit_all(d, "big");
+        let obj = cat.get(&format!("{with_big}:big")).unwrap().unwrap();
+        assert_eq!(obj.data, big.as_bytes());
+        assert_eq!(cat.buf.len(), CHUNK);
+        assert!(cat.get(&format!("{with_big}:new.yaml")).unwrap().is_some());
+
+        // A killed session is an error, not a hang or a panic, and stays unusable.
+        assert!(cat.is_usable());
+        cat.kill_for_test();
         assert!(cat.get(&format!("{first}:.woodpecker/a.yaml")).is_err());
+        assert!(!cat.is_usable());
+        assert!(cat.get(&first).is_err());
     }
 
     #[test]
-    fn malformed_trees_are_errors() {
-        assert!(parse_tree(b"100644 a\0short", 20).is_err());
-        assert!(parse_tree(b"xyz a\0", 0).is_err());
-        assert!(parse_tree(b"100644 a", 20).is_err());
-        assert_eq!(parse_tree(b"", 20).unwrap(), vec![]);
-    }
-
-    fn sorted_lines(text: &str) -> Vec<String> {
-        let mut lines: Vec<String> = text
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
-        lines.sort();
-        lines
-    }
-
-    /// The tree diff and the commit reader answer what the `git` commands they replace
-    /// answered, over one session, for adds, edits, deletes, renames, nested folders, a file
-    /// that becomes a folder, a root commit and a merge.
-    #[test]
-    fn changed_files_and_commits_match_the_git_commands() {
+    fn reads_commits_like_git_show() {
         let repo = tempfile::tempdir().unwrap();
         let d = repo.path();
-        git(d, &["init", "-q", "-b", "main"]);
-        std::fs::create_dir_all(d.join("src/deep")).unwrap();
-        std::fs::write(d.join("README.md"), "hi").unwrap();
-        std::fs::write(d.join("src/a.rs"), "a").unwrap();
-        std::fs::write(d.join("src/deep/b.rs"), "b").unwrap();
-        std::fs::write(d.join("thing"), "file").unwrap();
-        let root = commit_all(d, "root\n\nbody line");
-
-        std::fs::write(d.join("src/a.rs"), "a2").unwrap();
-        std::fs::remove_file(d.join("src/deep/b.rs")).unwrap();
-        std::fs::write(d.join("src/deep/c.rs"), "c").unwrap();
-        std::fs::rename(d.join("README.md"), d.join("README.txt")).unwrap();
-        std::fs::remove_file(d.join("thing")).unwrap();
-        std::fs::create_dir_all(d.join("thing")).unwrap();
-        std::fs::write(d.join("thing/inside"), "x").unwrap();
-        let second = commit_all(d, "second");
-
-        git(d, &["checkout", "-q", "-b", "side", &root]);
-        std::fs::write(d.join("side.txt"), "s").unwrap();
-        std::fs::write(d.join("src/a.rs"), "a-side").unwrap();
-        let side = commit_all(d, "side");
-        git(d, &["checkout", "-q", "main"]);
+        git(d, &["init", "-q"]);
+        std::fs::write(d.join("a"), "a").unwrap();
+        let root = commit_all(d, "root\n\nbody line\n\n");
+        std::fs::write(d.join("a"), "b").unwrap();
+        git(d, &["add", "-A"]);
         let out = Command::new("git")
             .arg("-C")
             .arg(d)
-            .args(["merge", "-q", "--no-edit", "side"])
-            .env("GIT_AUTHOR_NAME", "A")
-            .env("GIT_AUTHOR_EMAIL", "a@x")
-            .env("GIT_COMMITTER_NAME", "A")
-            .env("GIT_COMMITTER_EMAIL", "a@x")
+            .args(["commit", "-q", "-m", "second  ", "--author", "Zoë  Q <z@q>"])
+            .env("GIT_COMMITTER_NAME", "C")
+            .env("GIT_COMMITTER_EMAIL", "c@x")
+            .env("GIT_COMMITTER_DATE", "1700000000 +0200")
             .output()
             .unwrap();
-        if !out.status.success() {
-            // A conflict on src/a.rs: keep ours and finish the merge.
-            std::fs::write(d.join("src/a.rs"), "merged").unwrap();
-            commit_all(d, "merge");
-        }
-        let merge = git(d, &["rev-parse", "HEAD"]).trim().to_string();
+        assert!(out.status.success(), "{out:?}");
+        let second = git(d, &["rev-parse", "HEAD"]).trim().to_string();
+        git(d, &["tag", "-a", "v1", "-m", "a tag"]);
 
-        let zeros = "0".repeat(40);
-        let mut cat = CatFile::start(d).unwrap();
-        for (before, after) in [
-            (root.as_str(), second.as_str()),
-            (second.as_str(), root.as_str()),
-            (root.as_str(), side.as_str()),
-            (second.as_str(), merge.as_str()),
-            (root.as_str(), root.as_str()),
-        ] {
-            let expected = sorted_lines(&git(
-                d,
-                &["diff", "--no-renames", "--name-only", before, after],
-            ));
-            assert_eq!(
-                changed_files(&mut cat, before, after).unwrap(),
-                expected,
-                "{before}..{after}"
-            );
-        }
-        for commit in [&root, &second, &side, &merge] {
-            let expected = sorted_lines(&git(
-                d,
-                &["show", "--no-renames", "--name-only", "--format=", commit],
-            ));
-            assert_eq!(
-                changed_files(&mut cat, &zeros, commit).unwrap(),
-                expected,
-                "show {commit}"
-            );
-            assert_eq!(changed_files(&mut cat, "", commit).unwrap(), expected);
-
+        let mut cat = CatFile::start(d, Duration::from_secs(10)).unwrap();
+        for sha in [&root, &second] {
+            let c = cat.commit(sha).unwrap().unwrap();
             let shown = git(
                 d,
                 &[
                     "show",
                     "-s",
-                    "--format=%H%x00%an%x00%ae%x00%ct%x00%B",
-                    commit,
+                    "--format=%H%x00%T%x00%P%x00%an%x00%ae%x00%ct%x00%B",
+                    sha,
                 ],
             );
-            let parts: Vec<&str> = shown.splitn(5, '\0').collect();
-            let info = commit_info(&mut cat, commit).unwrap().unwrap();
-            assert_eq!(info.sha, parts[0]);
-            assert_eq!(
-                (info.author.as_str(), info.author_email.as_str()),
-                (parts[1], parts[2])
-            );
-            assert_eq!(info.timestamp.to_string(), parts[3].trim());
-            assert_eq!(info.message, parts[4].trim_end());
+            let want: Vec<&str> = shown.splitn(7, '\0').collect();
+            assert_eq!(c.id, want[0]);
+            assert_eq!(c.tree, want[1]);
+            assert_eq!(c.parents.join(" "), want[2]);
+            assert_eq!(c.author_name, want[3]);
+            assert_eq!(c.author_email, want[4]);
+            assert_eq!(c.committer_time.to_string(), want[5]);
+            assert_eq!(c.message.trim_end(), want[6].trim_end());
         }
-        assert_eq!(commit_info(&mut cat, &zeros).unwrap(), None);
-        assert!(changed_files(&mut cat, &zeros, &"1".repeat(40)).is_err());
+        let c = cat.commit(&second).unwrap().unwrap();
+        assert_eq!(
+            (c.author_name.as_str(), c.committer_time),
+            ("Zoë  Q", 1700000000)
+        );
+        assert_eq!(c.parents, std::slice::from_ref(&root));
+        // An annotated tag is peeled to its commit; a missing or non-commit object is None.
+        let tag = git(d, &["rev-parse", "v1"]).trim().to_string();
+        assert_ne!(tag, second);
+        assert_eq!(cat.commit(&tag).unwrap().unwrap().id, second);
+        assert_eq!(cat.commit("refs/heads/nope").unwrap(), None);
+        assert_eq!(cat.commit(&"0".repeat(40)).unwrap(), None);
+        let tree = c.tree.clone();
+        assert_eq!(cat.commit(&tree).unwrap(), None);
+        assert!(cat.is_usable());
     }
 
     #[test]
-    fn the_pool_reuses_sessions_and_survives_a_dead_one() {
-        let repo = tempfile::tempdir().unwrap();
-        let d = repo.path();
-        git(d, &["init", "-q"]);
-        std::fs::write(d.join("f"), "1").unwrap();
-        let first = commit_all(d, "one");
-        let pid = |cat: &mut CatFile| Ok(cat.child.id());
-        let a = with_session(d, pid).unwrap();
-        assert_eq!(
-            with_session(d, pid).unwrap(),
-            a,
-            "the idle session is reused"
+    fn commit_headers_edge_cases() {
+        let tree = "a".repeat(40);
+        let raw = format!(
+            "tree {tree}\nparent {p1}\nparent {p2}\nauthor No Email 12 +0000\ncommitter X <x> 99 +0000\ngpgsig -----BEGIN\n author fake <f> 1\n -----END\n\nmsg\n",
+            p1 = "b".repeat(40),
+            p2 = "c".repeat(40)
         );
+        let c = parse_commit("id", raw.as_bytes()).unwrap();
+        assert_eq!(c.parents.len(), 2);
+        assert_eq!((c.author_name.as_str(), c.author_email.as_str()), ("", ""));
+        assert_eq!((c.committer_time, c.message.as_str()), (99, "msg\n"));
+        // No message at all, and garbage.
+        let bare = parse_commit(
+            "id",
+            format!("tree {tree}\ncommitter X <x> 5 +0000\n").as_bytes(),
+        )
+        .unwrap();
+        assert_eq!((bare.message.as_str(), bare.committer_time), ("", 5));
+        assert!(parse_commit("id", b"").is_err());
+        assert!(parse_commit("id", format!("tree {tree}\nparent zz\n\n").as_bytes()).is_err());
+        assert_eq!(ident(b"A <b"), ("A".to_string(), "b".to_string()));
+        assert_eq!(ident_time(b"A <b> x"), 0);
+    }
 
-        // Kill the idle session behind the pool's back: the next call retries with a new one.
-        {
-            let mut pool = POOL.lock().unwrap();
-            let (cat, _) = pool.get_mut(d).unwrap().last_mut().unwrap();
-            cat.child.kill().unwrap();
-            cat.child.wait().unwrap();
-        }
-        let info = with_session(d, |cat| commit_info(cat, &first))
-            .unwrap()
-            .unwrap();
-        assert_eq!(info.message, "one");
-
-        // A commit made after the session started is found by it.
-        std::fs::write(d.join("f"), "2").unwrap();
-        let second = commit_all(d, "two");
-        let info = with_session(d, |cat| commit_info(cat, &second))
-            .unwrap()
-            .unwrap();
-        assert_eq!(info.message, "two");
+    #[test]
+    fn malformed_trees_are_errors() {
+        assert!(parse_tree("t", b"100644 a\0short", 20).is_err());
+        assert!(parse_tree("t", b"xyz a\0", 0).is_err());
+        assert!(parse_tree("t", b"100644 a", 20).is_err());
+        assert_eq!(parse_tree("t", b"", 20).unwrap(), vec![]);
+        assert_eq!(hex(&[0, 0xab, 0x7f]), "00ab7f");
     }
 }

@@ -10,7 +10,9 @@
 //! [`run_blocking`] so the async runtime never waits on them.
 
 pub mod git;
+pub mod git_diff;
 pub mod git_objects;
+pub mod git_pool;
 pub mod plugin;
 pub mod remote_head;
 
@@ -124,6 +126,21 @@ pub trait ForgeDriver: Send + Sync {
         before: &str,
         after: &str,
     ) -> Result<Vec<String>, ForgeError>;
+    /// What a push of `before..after` needs: the commit `after` and the files the push
+    /// changed ([`ForgeDriver::changed_files`]; empty when they cannot be worked out, which
+    /// costs only `when: path` precision).
+    fn pushed(
+        &self,
+        repo: &Repo,
+        before: &str,
+        after: &str,
+    ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
+        let commit = self.commit(repo, after)?;
+        let changed = self
+            .changed_files(repo, before, after)
+            .unwrap_or_else(|err| unknown_changes(repo, err));
+        Ok((commit, changed))
+    }
     /// The files pull request `number` changes: PR hooks do not list them, and `when: path`
     /// filters need them. Forges without pull requests have none.
     fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
@@ -138,6 +155,12 @@ pub trait ForgeDriver: Send + Sync {
         repo: &Repo,
         commit: &str,
     ) -> Result<Vec<crate::pipeline::types::ConfigFile>, ForgeError>;
+}
+
+/// No changed files, logged: a push whose changed files cannot be worked out still runs.
+pub fn unknown_changes(repo: &Repo, err: ForgeError) -> Vec<String> {
+    tracing::debug!(repo = repo.full_name, error = %err, "changed files unknown");
+    Vec::new()
 }
 
 /// The driver for a forge, or why there is none.

@@ -147,23 +147,8 @@ fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<(String, String), 
 
 #[cfg(test)]
 mod tests {
+    use super::super::git_objects::testing::git;
     use super::*;
-    use std::path::Path;
-
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
 
     #[test]
     fn finds_the_exact_branch_on_a_remote() {

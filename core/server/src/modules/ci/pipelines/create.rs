@@ -18,15 +18,16 @@ use crate::store::Tx;
 use crate::app::Ctx;
 use crate::ci::queue::SEAL_PAYLOAD;
 use crate::http::ApiError;
-use crate::modules::ci::forge::{self, run_blocking};
+use crate::modules::ci::forge::{self, ForgeDriver, ForgeError, run_blocking};
 use crate::pipeline::registry;
 use crate::pipeline::status::*;
 use crate::pipeline::types::{
     CompileInput, CompileResult, ConfigFile, Metadata, PipelineError, RegistryCredential,
     SecretValue,
 };
+use crate::store::forges::ForgeRow;
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
-use crate::store::repos::RepoRow;
+use crate::store::repos::{Repo, RepoRow};
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, forges, now_unix, registries, secrets};
 
@@ -70,64 +71,85 @@ pub enum Created {
 
 /// Reads the config files at the trigger's commit and creates the pipeline.
 pub async fn from_forge(ctx: &Ctx, repo: &RepoRow, trigger: Trigger) -> Result<Created, ApiError> {
-    if matches!(trigger.event.as_str(), "push" | "pull_request")
-        && crate::pipeline::skip_ci(&trigger.message)
-    {
-        return Ok(Created::SkipCi);
-    }
-    let driver = forge::driver(ctx, repo.repo.forge_id).await?;
-    let (r, commit) = (repo.repo.clone(), trigger.commit.clone());
-    let files = run_blocking(move || driver.config_files(&r, &commit)).await?;
-    if files.is_empty() {
-        return Ok(Created::NoConfig);
-    }
-    create(ctx, repo, trigger, files).await
+    let forge_id = repo.repo.forge_id;
+    let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    from_forge_with(ctx, repo, &forge, move |_, _| Ok(trigger)).await
 }
 
-/// The secrets a repository's pipelines may use, opened.
-async fn secrets_for(ctx: &Ctx, repo: &RepoRow) -> Result<Vec<SecretValue>, ApiError> {
+/// [`from_forge`] for a forge already read, where `complete` makes the trigger on the
+/// blocking pool first (a push hook asks the forge for the commit there): everything the
+/// forge is asked for one trigger is asked in one hop.
+pub async fn from_forge_with<F>(
+    ctx: &Ctx,
+    repo: &RepoRow,
+    forge: &ForgeRow,
+    complete: F,
+) -> Result<Created, ApiError>
+where
+    F: FnOnce(&dyn ForgeDriver, &Repo) -> Result<Trigger, ForgeError> + Send + 'static,
+{
+    let driver = forge::driver_from(ctx, forge)?;
+    let r = repo.repo.clone();
+    let (trigger, files) = run_blocking(move || {
+        let trigger = complete(driver.as_ref(), &r)?;
+        if matches!(trigger.event.as_str(), "push" | "pull_request")
+            && crate::pipeline::skip_ci(&trigger.message)
+        {
+            return Ok((trigger, None));
+        }
+        let files = driver.config_files(&r, &trigger.commit)?;
+        Ok((trigger, Some(files)))
+    })
+    .await?;
+    match files {
+        None => Ok(Created::SkipCi),
+        Some(files) if files.is_empty() => Ok(Created::NoConfig),
+        Some(files) => create_for(ctx, repo, &forge.forge.kind, trigger, files).await,
+    }
+}
+
+/// The secrets and registry logins a repository's pipelines may use, opened: secrets, then
+/// registries (repo > org > global by address).
+async fn stored_sources(
+    ctx: &Ctx,
+    repo: &RepoRow,
+) -> Result<(Vec<SecretValue>, Vec<RegistryCredential>), ApiError> {
     let (org, id) = (repo.repo.org_id, repo.repo.id);
-    let rows = ctx
+    let (secret_rows, registry_rows) = ctx
         .store
-        .read(move |c| secrets::for_pipeline(c, org, id))
+        .read(move |c| {
+            Ok((
+                secrets::for_pipeline(c, org, id)?,
+                registries::for_pipeline(c, org, id)?,
+            ))
+        })
         .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
+    let mut secrets = Vec::with_capacity(secret_rows.len());
+    for row in secret_rows {
         let value = ctx
             .seal
             .open(secrets::SEAL_PURPOSE, &row.sealed_value)
             .map_err(ApiError::internal)?;
-        out.push(SecretValue {
+        secrets.push(SecretValue {
             name: row.secret.name,
             value: String::from_utf8_lossy(&value).into_owned(),
             events: row.secret.events,
             images: row.secret.images,
         });
     }
-    Ok(out)
-}
-
-/// The registry logins a repository's pipelines may use (repo > org > global by address),
-/// opened.
-async fn registries_for(ctx: &Ctx, repo: &RepoRow) -> Result<Vec<RegistryCredential>, ApiError> {
-    let (org, id) = (repo.repo.org_id, repo.repo.id);
-    let rows = ctx
-        .store
-        .read(move |c| registries::for_pipeline(c, org, id))
-        .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
+    let mut registries = Vec::with_capacity(registry_rows.len());
+    for row in registry_rows {
         let password = ctx
             .seal
             .open(registries::SEAL_PURPOSE, &row.sealed_password)
             .map_err(ApiError::internal)?;
-        out.push(RegistryCredential {
+        registries.push(RegistryCredential {
             address: row.registry.address,
             username: row.registry.username,
             password: String::from_utf8_lossy(&password).into_owned(),
         });
     }
-    Ok(out)
+    Ok((secrets, registries))
 }
 
 /// Gives each step the logins for its image's registry (API-configured first, else what a
@@ -272,9 +294,22 @@ pub async fn create(
         .await?
         .forge
         .kind;
+    create_for(ctx, repo, &forge_type, trigger, files).await
+}
+
+/// [`create`] on a forge of type `forge_type`.
+async fn create_for(
+    ctx: &Ctx,
+    repo: &RepoRow,
+    forge_type: &str,
+    trigger: Trigger,
+    files: Vec<ConfigFile>,
+) -> Result<Created, ApiError> {
+    let forge_type = forge_type.to_string();
+    let (secrets, registries) = stored_sources(ctx, repo).await?;
     let mut sources = Sources {
-        secrets: secrets_for(ctx, repo).await?,
-        registries: registries_for(ctx, repo).await?,
+        secrets,
+        registries,
         ..Sources::default()
     };
     plugin_secrets(ctx, repo, &trigger.event, &mut sources).await;
