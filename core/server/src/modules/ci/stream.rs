@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
@@ -218,7 +219,7 @@ impl PipelineFeed {
         event: &StoredEvent,
     ) -> Option<i64> {
         if event.record_type == repos::RECORD_TYPE {
-            if let Ok(repo) = serde_json::from_value::<Repo>(event.object.clone()) {
+            if let Ok(repo) = Repo::deserialize(&event.object) {
                 repos_seen.insert(repo.id, repo);
             }
             return None;
@@ -233,7 +234,7 @@ impl PipelineFeed {
         }
         if !tracked.contains_key(&pipeline_id) {
             if event.record_type == PIPELINES && event.action == "created" {
-                let p: Pipeline = serde_json::from_value(event.object.clone()).ok()?;
+                let p = Pipeline::deserialize(&event.object).ok()?;
                 tracked.insert(pipeline_id, Tracked::from_db(event.repo_id.unwrap_or(0), p));
                 return Some(pipeline_id);
             }
@@ -249,13 +250,13 @@ impl PipelineFeed {
         let t = tracked.get_mut(&pipeline_id)?;
         match event.record_type.as_str() {
             PIPELINES => {
-                if let Ok(mut p) = serde_json::from_value::<Pipeline>(event.object.clone()) {
+                if let Ok(mut p) = Pipeline::deserialize(&event.object) {
                     p.workflows = None;
                     t.pipeline = p;
                 }
             }
             WORKFLOWS => {
-                if let Ok(wf) = serde_json::from_value::<Workflow>(event.object.clone()) {
+                if let Ok(wf) = Workflow::deserialize(&event.object) {
                     if event.action == "deleted" {
                         t.workflows.remove(&wf.id);
                     } else {
@@ -267,9 +268,7 @@ impl PipelineFeed {
                 let wf_id = event.object["ppid"]
                     .as_i64()
                     .and_then(|ppid| t.workflows.values().find(|w| w.pid == ppid).map(|w| w.id));
-                if let (Ok(s), Some(wf_id)) =
-                    (serde_json::from_value::<Step>(event.object.clone()), wf_id)
-                {
+                if let (Ok(s), Some(wf_id)) = (Step::deserialize(&event.object), wf_id) {
                     if event.action == "deleted" {
                         t.steps.remove(&s.id);
                     } else {
@@ -288,6 +287,10 @@ async fn self_publish(
     repos_seen: &mut HashMap<i64, Repo>,
     pipeline_id: i64,
 ) {
+    // Nobody listening: a message sent now would be dropped unread, so it is not rendered.
+    if ctx.pipeline_feed.tx.receiver_count() == 0 {
+        return;
+    }
     let Some(t) = tracked.get(&pipeline_id) else {
         return;
     };
