@@ -74,6 +74,7 @@ impl CallArena {
 // block, when it is freed or resized), are aligned as asked, and stay valid until freed;
 // pointers outside the buffer are the system allocator's and go back to it.
 unsafe impl GlobalAlloc for CallArena {
+    #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: single-threaded, and `bump` holds no reference past its return.
         match unsafe { self.bump(layout) } {
@@ -83,6 +84,7 @@ unsafe impl GlobalAlloc for CallArena {
         }
     }
 
+    #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         match self.offset_of(ptr) {
             Some(off) => {
@@ -97,6 +99,7 @@ unsafe impl GlobalAlloc for CallArena {
         }
     }
 
+    #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let Some(off) = self.offset_of(ptr) else {
             // SAFETY: `ptr` came from `System.alloc` with this layout.
