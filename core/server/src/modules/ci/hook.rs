@@ -277,7 +277,7 @@ async fn plugin_hook(
         event = trigger.event,
         "hook parsed by plugin"
     );
-    let created = create::from_forge_with(ctx, &row, &forge, move |_, _| Ok(trigger)).await?;
+    let created = create::from_forge_at(ctx, &row, &forge, trigger).await?;
     Ok(match created {
         Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
         other => created_response(other),

@@ -150,7 +150,7 @@ impl Pool {
         loop {
             let repo = state.repos.entry(key.clone()).or_default();
             if let Some(idle) = repo.idle.pop() {
-                state.idle_total -= 1;
+                state.idle_total = state.idle_total.saturating_sub(1);
                 return Ok(self.lease(key, idle.cat));
             }
             if repo.live < self.limits.per_repo {
@@ -264,7 +264,7 @@ impl Pool {
             };
             if let Some(at) = repo.idle.iter().position(|i| i.since == since) {
                 taken.push(repo.idle.remove(at).cat);
-                state.idle_total -= 1;
+                state.idle_total = state.idle_total.saturating_sub(1);
                 self.forget(state, &key, 1);
             }
         }

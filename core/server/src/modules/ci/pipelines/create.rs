@@ -73,7 +73,27 @@ pub enum Created {
 pub async fn from_forge(ctx: &Ctx, repo: &RepoRow, trigger: Trigger) -> Result<Created, ApiError> {
     let forge_id = repo.repo.forge_id;
     let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    from_forge_with(ctx, repo, &forge, move |_, _| Ok(trigger)).await
+    from_forge_at(ctx, repo, &forge, trigger).await
+}
+
+/// [`from_forge`] for a forge already read (a plugin's hook).
+pub async fn from_forge_at(
+    ctx: &Ctx,
+    repo: &RepoRow,
+    forge: &ForgeRow,
+    trigger: Trigger,
+) -> Result<Created, ApiError> {
+    // Known before asking the forge anything: no driver, no blocking hop.
+    if skips_ci(&trigger) {
+        return Ok(Created::SkipCi);
+    }
+    from_forge_with(ctx, repo, forge, move |_, _| Ok(trigger)).await
+}
+
+/// `[skip ci]` in the message of a push or pull request.
+fn skips_ci(trigger: &Trigger) -> bool {
+    matches!(trigger.event.as_str(), "push" | "pull_request")
+        && crate::pipeline::skip_ci(&trigger.message)
 }
 
 /// [`from_forge`] for a forge already read, where `complete` makes the trigger on the
@@ -92,9 +112,7 @@ where
     let r = repo.repo.clone();
     let (trigger, files) = run_blocking(move || {
         let trigger = complete(driver.as_ref(), &r)?;
-        if matches!(trigger.event.as_str(), "push" | "pull_request")
-            && crate::pipeline::skip_ci(&trigger.message)
-        {
+        if skips_ci(&trigger) {
             return Ok((trigger, None));
         }
         let files = driver.config_files(&r, &trigger.commit)?;
