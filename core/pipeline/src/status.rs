@@ -67,12 +67,6 @@ impl std::fmt::Display for Status {
     }
 }
 
-impl PartialEq<&str> for Status {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
 /// Roll-up priority, highest first (upstream's `MergeStatusValues`).
 const PRIORITY: &[Status] = &[
     DECLINED, BLOCKED, CREATED, ERROR, KILLED, CANCELED, RUNNING, PENDING, FAILURE, SUCCESS,
