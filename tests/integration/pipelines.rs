@@ -893,7 +893,7 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
     .await;
     assert!(lines.contains(&"ran remotely".to_string()), "{lines:?}");
     // The agent's contact time is recorded (flushed periodically, not per request).
-    s.app_state.queue.flush_contact().await.unwrap();
+    s.app_state.ci.queue.flush_contact().await.unwrap();
     let a = s
         .http
         .get(&format!("/api/agents/{}", agent["id"]), Some(&p.admin))

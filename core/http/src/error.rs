@@ -94,6 +94,14 @@ impl<E: woodlark_stdx::Classify> From<E> for ApiError {
             woodlark_stdx::Fault::NotFound(message) => ApiError::not_found(message),
             woodlark_stdx::Fault::Invalid(message) => ApiError::bad_request(message),
             woodlark_stdx::Fault::Conflict(message) => ApiError::conflict(message),
+            woodlark_stdx::Fault::Unprocessable(message) => ApiError::unprocessable(message),
+            woodlark_stdx::Fault::Upstream(message) => {
+                tracing::warn!(error = %message, "a system we depend on failed");
+                ApiError::new(StatusCode::BAD_GATEWAY, message)
+            }
+            woodlark_stdx::Fault::Unavailable(message) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+            }
             woodlark_stdx::Fault::Internal => ApiError::internal(err),
         }
     }
@@ -120,7 +128,7 @@ mod tests {
     }
 
     #[test]
-    fn lower_errors_become_404_409_or_an_opaque_500() {
+    fn lower_errors_keep_their_class_and_internal_ones_stay_opaque() {
         let not_found = ApiError::from(Lower(Fault::NotFound("no such step".into())));
         assert_eq!(
             (not_found.status, not_found.message.as_str()),
@@ -133,6 +141,15 @@ mod tests {
             (conflict.status, conflict.message.as_str()),
             (StatusCode::CONFLICT, "name taken")
         );
+        let refused = ApiError::from(Lower(Fault::Unprocessable("unknown commit".into())));
+        assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+        let upstream = ApiError::from(Lower(Fault::Upstream("forge said 500".into())));
+        assert_eq!(
+            (upstream.status, upstream.message.as_str()),
+            (StatusCode::BAD_GATEWAY, "forge said 500")
+        );
+        let absent = ApiError::from(Lower(Fault::Unavailable("no github plugin".into())));
+        assert_eq!(absent.status, StatusCode::SERVICE_UNAVAILABLE);
         let internal = ApiError::from(Lower(Fault::Internal));
         assert_eq!(internal.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(

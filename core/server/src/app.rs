@@ -37,14 +37,11 @@ pub struct AppState {
     pub plugins: woodlark_plugin_host::PluginHost,
     /// Pipeline changes for `/stream/events`, rebuilt from the outbox.
     pub pipeline_feed: crate::modules::ci::stream::PipelineFeed,
-    /// The pipeline queue service (it also carries the live log bus).
-    pub queue: Arc<crate::ci::queue::Queue>,
+    /// The CI service layer: queue (with the live log bus), pipeline creation, forge drivers.
+    pub ci: crate::ci::Services,
     pub log: LogControl,
     pub metrics: Arc<Metrics>,
     pub started: Instant,
-    /// Base URL under which forges and agents reach us: `server.public_url`, or derived from
-    /// the bound address once the listener exists.
-    pub public_url: OnceLock<String>,
     /// Participation module state: admin token, key-generation slot, debug settings.
     pub participation: Arc<crate::modules::participation::State>,
     /// The embedded runner's Docker engine, once it chose the docker backend: swept when the
@@ -62,10 +59,7 @@ impl AppState {
 
     /// The public base URL without a trailing slash.
     pub fn public_url(&self) -> String {
-        self.public_url
-            .get()
-            .cloned()
-            .unwrap_or_else(|| format!("http://{}", self.config.server.listen))
+        self.ci.settings.public_url.get()
     }
 }
 
@@ -168,6 +162,17 @@ impl App {
             logs.clone(),
             seal.clone(),
         ));
+        let ci = crate::ci::Services {
+            store: store.clone(),
+            seal: seal.clone(),
+            plugins: plugins.clone(),
+            queue,
+            settings: Arc::new(crate::ci::Settings {
+                pipeline: config.pipeline.clone(),
+                mount: config.ci.mount.clone(),
+                public_url: crate::ci::PublicUrl::new(&config.server.listen),
+            }),
+        };
         let state = Arc::new(AppState {
             env_admins: EnvAdmins(config.auth.admins.clone()),
             config,
@@ -175,12 +180,11 @@ impl App {
             key,
             seal,
             logs,
-            queue,
+            ci,
             pipeline_feed: Default::default(),
             log,
             metrics: Arc::new(Metrics::default()),
             started: Instant::now(),
-            public_url: OnceLock::new(),
             participation,
             runner_engine: OnceLock::new(),
             plugins,
@@ -221,7 +225,7 @@ impl App {
             (true, Ok(addr)) => format!("http://{addr}"),
             (true, Err(_)) => format!("http://{}", state.config.server.listen),
         };
-        let _ = state.public_url.set(url);
+        state.ci.settings.public_url.set(url);
         let store = state.store.clone();
         let logs = state.logs.clone();
         let runner_state = state.clone();

@@ -57,9 +57,10 @@ pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 }
 
 /// How a failure reads to a client, whatever the protocol: the record does not exist, the
-/// request contradicts what is stored, or the server failed. Crates below the HTTP core (the
-/// store) classify their errors with it and `woodlark_http::ApiError` renders any
-/// [`Classify`] error as 404 / 409 / 500, so no lower crate knows HTTP.
+/// request contradicts what is stored, a system we depend on failed, or the server did.
+/// Crates and layers below the HTTP core (the store, the CI services) classify their errors
+/// with it and `woodlark_http::ApiError` renders any [`Classify`] error as 404 / 400 / 409 /
+/// 422 / 502 / 503 / 500, so nothing below the HTTP core knows HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
     /// The message names what is missing.
@@ -68,6 +69,12 @@ pub enum Fault {
     Invalid(String),
     /// The message is shown to the client.
     Conflict(String),
+    /// Well-formed, but the system it names refused it (a forge does not know the commit).
+    Unprocessable(String),
+    /// A system we depend on (a forge, a plugin) failed; the message says which and how.
+    Upstream(String),
+    /// What would serve the request is not there now (no plugin loaded for a forge type).
+    Unavailable(String),
     /// Logged with the error's text; the client sees only that the server failed.
     Internal,
 }

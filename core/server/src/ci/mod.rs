@@ -12,12 +12,125 @@
 //! - [`local`]: the embedded agent, the runner fed from the queue in memory.
 //! - [`bus`]: live log lines for stream readers.
 //! - [`forge_secrets`]: a forge's sealed API token and webhook secret, in clear.
+//! - [`forge`]: the forge drivers (the built-in `git` forge, forge-adapter plugins).
+//! - [`create`]: a trigger (push, manual run, cron, restart) becomes a pipeline.
+//!
+//! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
 pub mod bus;
+pub mod create;
+pub mod forge;
 pub mod forge_secrets;
 pub mod lifecycle;
 pub mod local;
 pub mod queue;
+
+use std::sync::{Arc, OnceLock};
+
+use woodlark_plugin_host::PluginHost;
+use woodlark_stdx::{Classify, Fault};
+
+use crate::auth::sealing::SealKey;
+use crate::config::PipelineConfig;
+use crate::store::{Store, StoreError};
+
+/// What the CI services are built from. One per server; cheap to clone (every part is a
+/// handle to shared state).
+#[derive(Clone)]
+pub struct Services {
+    pub store: Store,
+    /// Opens secrets and forge tokens, seals compiled workflows.
+    pub seal: SealKey,
+    pub plugins: PluginHost,
+    pub queue: Arc<queue::Queue>,
+    pub settings: Arc<Settings>,
+}
+
+/// The configuration the CI services read.
+pub struct Settings {
+    /// `[pipeline]`: secret backends, registry-auth plugins, privileged plugins.
+    pub pipeline: PipelineConfig,
+    /// Where the CI API is mounted (`/api`): forges post hooks to `<public url><mount>/hook`.
+    pub mount: String,
+    pub public_url: PublicUrl,
+}
+
+impl Services {
+    /// The endpoint forge-wide webhooks call (plugin forges).
+    pub fn hook_endpoint(&self) -> String {
+        format!(
+            "{}{}/hook",
+            self.settings.public_url.get(),
+            self.settings.mount
+        )
+    }
+}
+
+/// The base URL under which forges and agents reach the server: `server.public_url`, or
+/// derived from the bound address once the listener exists (set once, at serve time).
+pub struct PublicUrl {
+    bound: OnceLock<String>,
+    /// Until then: `http://<listen>`.
+    fallback: String,
+}
+
+impl PublicUrl {
+    pub fn new(listen: &str) -> PublicUrl {
+        PublicUrl {
+            bound: OnceLock::new(),
+            fallback: format!("http://{listen}"),
+        }
+    }
+
+    /// Fixes the URL (first call wins); without a trailing slash.
+    pub fn set(&self, url: String) {
+        let _ = self.bound.set(url);
+    }
+
+    /// The URL without a trailing slash.
+    pub fn get(&self) -> String {
+        self.bound
+            .get()
+            .cloned()
+            .unwrap_or_else(|| self.fallback.clone())
+    }
+}
+
+/// The Woodpecker API level this server is compatible with; our own version rides along as
+/// semver build metadata so clients that compare versions see the API they can use.
+pub const COMPATIBLE_WOODPECKER: &str = "3.17.0";
+
+/// The server's version as upstream's API and `CI_SYSTEM_VERSION` report it: the Woodpecker
+/// version we are compatible with, then ours.
+pub fn version_string() -> String {
+    format!(
+        "{}+woodlark.{}",
+        COMPATIBLE_WOODPECKER,
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Why a CI service call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Forge(#[from] forge::ForgeError),
+    /// A stored value could not be opened (its text is logged, never shown).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Classify for Error {
+    fn fault(&self) -> Fault {
+        match self {
+            Error::Store(e) => e.fault(),
+            Error::Forge(e) => e.fault(),
+            Error::Internal(_) => Fault::Internal,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -26,8 +139,20 @@ mod tests {
     #[test]
     fn the_service_layer_knows_no_http() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ci");
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
+        let mut files = Vec::new();
+        let mut dirs = vec![dir];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() > 10, "the layer's files: {files:?}");
+        for path in files {
             let text = std::fs::read_to_string(&path).unwrap();
             let code = text.split("#[cfg(test)]").next().unwrap_or_default();
             for word in [

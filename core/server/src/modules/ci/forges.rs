@@ -5,10 +5,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::access::{current, must_admin};
-use super::forge::{FORGE_TYPES, git};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::random_secret;
+use crate::ci::forge::{FORGE_TYPES, git};
 use crate::ci::forge_secrets::{SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET, webhook_secret};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::store::StoreError;

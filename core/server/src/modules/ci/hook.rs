@@ -8,12 +8,12 @@
 
 use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError};
 
-use super::forge::plugin::plugin_for;
-use super::forge::{ForgeDriver, ForgeError, run_blocking};
-use super::pipelines::create::{self, Created, Trigger};
 use super::pipelines::created_response;
 use crate::app::Ctx;
 use crate::auth::{self, token};
+use crate::ci::create::{self, Created, Trigger};
+use crate::ci::forge::plugin::plugin_for;
+use crate::ci::forge::{self, ForgeDriver, ForgeError};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::store::forges::ForgeRow;
 use crate::store::repos::{self, Repo, RepoRow};
@@ -136,12 +136,13 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             "ignoring hook: only deleted refs\n",
         ));
     }
+    let driver = forge::driver_from(&ctx.ci, &forge)?;
     let mut last = None;
     for update in pushed {
-        let update = update.clone();
-        let complete =
-            move |driver: &dyn ForgeDriver, repo: &Repo| push_trigger(driver, repo, &update);
-        last = Some(create::from_forge_with(&ctx, &row, &forge, complete).await?);
+        let trigger = push_trigger(driver.as_ref(), &row.repo, update).await?;
+        last = Some(
+            create::with_driver(&ctx.ci, &row, &forge.forge.kind, driver.as_ref(), trigger).await?,
+        );
     }
     Ok(match last {
         Some(Created::NoConfig) => Response::text(StatusCode::NO_CONTENT, ""),
@@ -277,7 +278,7 @@ async fn plugin_hook(
         event = trigger.event,
         "hook parsed by plugin"
     );
-    let created = create::from_forge_at(ctx, &row, &forge, trigger).await?;
+    let created = create::from_forge_at(&ctx.ci, &row, &forge, trigger).await?;
     Ok(match created {
         Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
         other => created_response(other),
@@ -294,10 +295,9 @@ async fn pr_changed_files(
     plugin: &str,
     number: u64,
 ) -> Vec<String> {
-    let repo = row.repo.clone();
-    let asked = match super::forge::driver_from(ctx, forge) {
-        Ok(driver) => run_blocking(move || driver.pr_changed_files(&repo, number)).await,
-        Err(e) => Err(e.into()),
+    let asked = match forge::driver_from(&ctx.ci, forge) {
+        Ok(driver) => driver.pr_changed_files(&row.repo, number).await,
+        Err(e) => Err(e),
     };
     asked.unwrap_or_else(|err| {
         tracing::warn!(
@@ -312,13 +312,13 @@ async fn pr_changed_files(
 }
 
 /// The pipeline trigger of one pushed ref (a branch push or a tag), with the commit's details
-/// and changed files asked of the forge (blocking).
-fn push_trigger(
+/// and changed files asked of the forge.
+async fn push_trigger(
     driver: &dyn ForgeDriver,
     repo: &Repo,
     update: &RefUpdate,
 ) -> Result<Trigger, ForgeError> {
-    let (commit, changed) = driver.pushed(repo, &update.old, &update.new)?;
+    let (commit, changed) = driver.pushed(repo, &update.old, &update.new).await?;
     let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
         Some(_) => ("tag", repo.default_branch.clone()),
         None => (

@@ -11,7 +11,6 @@ pub mod agents;
 pub mod avatars;
 pub mod badges;
 pub mod crons;
-pub mod forge;
 pub mod forges;
 pub mod hook;
 pub mod orgs;

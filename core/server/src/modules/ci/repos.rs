@@ -3,18 +3,16 @@
 use serde::Deserialize;
 
 use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
-use super::forge::{self, RemoteRepo, run_blocking};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
+use crate::ci::forge::{self, RemoteRepo};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::pipeline::event::WebhookEvent;
 use crate::store::forges::{self, ForgeRow};
 use crate::store::logs;
 use crate::store::orgs;
-use crate::store::repos::{
-    self, APPROVAL_MODES, DEFAULT_TIMEOUT, Perm, Repo, RepoRow, Trusted, VISIBILITIES,
-};
+use crate::store::repos::{self, APPROVAL_MODES, Perm, Repo, RepoRow, Trusted, VISIBILITIES};
 use crate::store::users::Account;
 use crate::store::{StoreError, StoreResult};
 
@@ -101,46 +99,6 @@ pub(super) async fn pick_forge(
     }
 }
 
-/// A new repository record from what the forge says, with upstream's default settings.
-pub(super) fn new_repo(remote: &RemoteRepo, forge_id: i64, org_id: i64) -> Repo {
-    Repo {
-        id: 0,
-        forge_id,
-        forge_remote_id: remote.forge_remote_id.clone(),
-        org_id,
-        owner: remote.owner.clone(),
-        name: remote.name.clone(),
-        full_name: format!("{}/{}", remote.owner, remote.name),
-        avatar_url: remote.avatar_url.clone(),
-        forge_url: remote.forge_url.clone(),
-        clone_url: remote.clone_url.clone(),
-        clone_url_ssh: String::new(),
-        default_branch: remote.default_branch.clone(),
-        pr_enabled: true,
-        timeout: DEFAULT_TIMEOUT,
-        visibility: if remote.private { "private" } else { "public" }.into(),
-        private: remote.private,
-        trusted: Trusted::default(),
-        require_approval: "forks".into(),
-        approval_allowed_users: Vec::new(),
-        active: true,
-        allow_pr: true,
-        allow_deploy: false,
-        config_file: String::new(),
-        cancel_previous_pipeline_events: Vec::new(),
-        netrc_trusted: Vec::new(),
-        config_extension_endpoint: String::new(),
-        config_extension_exclusive: false,
-        config_extension_netrc: false,
-        registry_extension_endpoint: String::new(),
-        registry_extension_netrc: false,
-        secret_extension_endpoint: String::new(),
-        secret_extension_netrc: false,
-        has_forge_name_conflict: false,
-        has_no_forge_repo: false,
-    }
-}
-
 /// Copies what the forge knows (names, URLs, default branch) onto a stored repository.
 fn refresh_from_forge(repo: &mut Repo, remote: &RemoteRepo) {
     repo.forge_remote_id = remote.forge_remote_id.clone();
@@ -173,11 +131,8 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::bad_request("forge_remote_id is required"))?;
     let forge_row = pick_forge(&ctx, &req, &account).await?;
     let forge_id = forge_row.forge.id;
-    let driver = forge::driver_from(&ctx, &forge_row)?;
-
-    let d = driver.clone();
-    let rid = remote_id.clone();
-    let remote = run_blocking(move || d.repo(&rid)).await?;
+    let driver = forge::driver_from(&ctx.ci, &forge_row)?;
+    let remote = driver.repo(&remote_id).await?;
     // The forge's own id (a plugin forge may be asked by full name and answer with a number).
     let remote_id = remote.forge_remote_id.clone();
 
@@ -205,11 +160,9 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .map(|row| row.hash.clone())
         .unwrap_or_else(random_secret);
     let url = hook_url(&ctx, forge_id, &remote_id, &hash);
-    let mut repo = new_repo(&remote, forge_id, 0);
-    let d = driver.clone();
-    let hook_repo = repo.clone();
+    let mut repo = remote.new_repo(forge_id, 0);
     let cleanup = repo.clone();
-    run_blocking(move || d.activate(&hook_repo, &url)).await?;
+    driver.activate(&repo, &url).await?;
 
     let user_id = account.user.id;
     let written = ctx
@@ -243,7 +196,7 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         }
         Err(err) => {
             // Leave no hook behind for a repository we did not record.
-            let _ = run_blocking(move || driver.deactivate(&cleanup)).await;
+            let _ = driver.deactivate(&cleanup).await;
             Err(err.into())
         }
     }
@@ -426,11 +379,10 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         Some(other) => return Err(ApiError::bad_request(format!("invalid remove {other:?}"))),
     };
     let mut repo = access.row.repo.clone();
-    if let Ok(driver) = forge::driver(&ctx, repo.forge_id).await {
-        let r = repo.clone();
-        if let Err(err) = run_blocking(move || driver.deactivate(&r)).await {
-            tracing::warn!(repo = repo.full_name, error = %err.message, "could not remove the hook");
-        }
+    if let Ok(driver) = forge::driver(&ctx.ci, repo.forge_id).await
+        && let Err(err) = driver.deactivate(&repo).await
+    {
+        tracing::warn!(repo = repo.full_name, error = %err, "could not remove the hook");
     }
     repo.active = false;
     let r = repo.clone();
@@ -464,9 +416,8 @@ fn namespace_denied(owner: &str) -> ApiError {
 async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = forge::driver(&ctx, access.row.repo.forge_id).await?;
-    let repo = access.row.repo.clone();
-    let all = run_blocking(move || driver.branches(&repo)).await?;
+    let driver = forge::driver(&ctx.ci, access.row.repo.forge_id).await?;
+    let all = driver.branches(&access.row.repo).await?;
     Ok(Response::json(&paginate(all, page)))
 }
 
@@ -474,9 +425,8 @@ async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = forge::driver(&ctx, access.row.repo.forge_id).await?;
-    let repo = access.row.repo.clone();
-    let all = run_blocking(move || driver.pull_requests(&repo)).await?;
+    let driver = forge::driver(&ctx.ci, access.row.repo.forge_id).await?;
+    let all = driver.pull_requests(&access.row.repo).await?;
     Ok(Response::json(&paginate(all, page)))
 }
 
@@ -508,15 +458,12 @@ async fn chown(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// up by full name, which every driver takes (a plugin forge's remote id is the forge's own
 /// numeric id, which its `repo-info` does not accept).
 async fn repair_one(ctx: &Ctx, row: RepoRow) -> Result<(), ApiError> {
-    let driver = forge::driver(ctx, row.repo.forge_id).await?;
-    let d = driver.clone();
-    let rid = row.repo.full_name.clone();
-    let remote = run_blocking(move || d.repo(&rid)).await?;
+    let driver = forge::driver(&ctx.ci, row.repo.forge_id).await?;
+    let remote = driver.repo(&row.repo.full_name).await?;
     let mut repo = row.repo.clone();
     refresh_from_forge(&mut repo, &remote);
     let url = hook_url(ctx, repo.forge_id, &repo.forge_remote_id, &row.hash);
-    let r = repo.clone();
-    run_blocking(move || driver.activate(&r, &url)).await?;
+    driver.activate(&repo, &url).await?;
     ctx.store
         .write(move |c| repos::update(c, &repo, None))
         .await?;
@@ -586,10 +533,8 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::bad_request("to is required (the new owner/name)"))?;
     let RepoAccess { row, user, .. } = access;
     let user = user.ok_or_else(ApiError::unauthorized)?.user;
-    let driver = forge::driver(&ctx, row.repo.forge_id).await?;
-    let d = driver.clone();
-    let target = to.clone();
-    let remote = run_blocking(move || d.repo(&target)).await?;
+    let driver = forge::driver(&ctx.ci, row.repo.forge_id).await?;
+    let remote = driver.repo(&to).await?;
     let forge_id = row.repo.forge_id;
     let owner = remote.owner.clone();
     let remote_id = remote.forge_remote_id.clone();
@@ -608,8 +553,7 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             "another repository is already registered there",
         ));
     }
-    let old = row.repo.clone();
-    let _ = run_blocking(move || driver.deactivate(&old)).await;
+    let _ = driver.deactivate(&row.repo).await;
     let mut repo = row.repo.clone();
     refresh_from_forge(&mut repo, &remote);
     let moved = ctx

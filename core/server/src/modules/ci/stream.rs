@@ -456,7 +456,7 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         return Ok(Response::event_stream(rx));
     }
     // Subscribe before reading what is stored, so no line falls between the two.
-    let mut lines = ctx.queue.log_bus().subscribe();
+    let mut lines = ctx.ci.queue.log_bus().subscribe();
     let mut feed = ctx.pipeline_feed.subscribe();
     tokio::spawn(async move {
         if !catch_up(&ctx, &tx, step_id, &mut next).await {

@@ -4,12 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::access::{must_admin, must_user};
 use crate::app::Ctx;
+use crate::ci::version_string;
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::logging::LogLevel;
-
-/// The Woodpecker API level this server is compatible with; our own version rides along as
-/// semver build metadata so clients that compare versions see the API they can use.
-pub const COMPATIBLE_WOODPECKER: &str = "3.17.0";
 
 /// `GET /healthz`: 204 while the database answers reads and writes, else 500.
 pub async fn healthz(ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
@@ -26,13 +23,6 @@ pub async fn healthz(ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
 struct Version {
     source: &'static str,
     version: String,
-}
-
-pub fn version_string() -> String {
-    format!(
-        "{COMPATIBLE_WOODPECKER}+woodlark.{}",
-        env!("CARGO_PKG_VERSION")
-    )
 }
 
 /// `GET /version`.

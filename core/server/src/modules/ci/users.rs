@@ -5,10 +5,10 @@ use serde_json::{Value, json};
 
 use super::access::{may_activate_in, must_admin, must_user};
 use super::avatars;
-use super::forge::{self, RemoteRepo};
 use super::pagination::Page;
 use crate::app::Ctx;
 use crate::auth::{random_secret, token};
+use crate::ci::forge::{self, RemoteRepo};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::store::pipelines::{self, ListFilter, Pipeline};
 use crate::store::users::{self, NewUser, UserPatch, validate_login};
@@ -147,10 +147,10 @@ async fn forge_listing(
     let Ok(row) = super::repos::pick_forge(ctx, req, account).await else {
         return Ok(None);
     };
-    let Ok(driver) = forge::driver_from(ctx, &row) else {
+    let Ok(driver) = forge::driver_from(&ctx.ci, &row) else {
         return Ok(None);
     };
-    let listed = forge::run_blocking(move || driver.list_repos()).await?;
+    let listed = driver.list_repos().await?;
     Ok(listed.map(|l| (row.forge.id, l)))
 }
 
@@ -181,7 +181,7 @@ fn addable_repos(
             }
             Some(_) => {}
             None if may_add => {
-                let mut repo = super::repos::new_repo(&remote, forge_id, 0);
+                let mut repo = remote.new_repo(forge_id, 0);
                 repo.active = false;
                 if let Ok(other) = repos::by_full_name(c, &repo.full_name)
                     && other.repo.forge_id == forge_id

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::app::Ctx;
 use crate::auth::{self, session};
+use crate::ci::version_string;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::system::version_string;
 use crate::modules::ci::{access, avatars};
 
 /// Longest log the UI shows before it offers a download instead (upstream's default).

@@ -54,8 +54,8 @@ pub fn queue_task(c: &crate::store::Tx, t: &Task) -> StoreResult<Value> {
 /// `GET /queue/info`.
 async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    let paused = ctx.queue.paused();
-    let workers = ctx.queue.free_workers();
+    let paused = ctx.ci.queue.paused();
+    let workers = ctx.ci.queue.free_workers();
     let (pending, running, waiting) = ctx
         .store
         .read(|c| {
@@ -88,14 +88,14 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 async fn pause(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    ctx.queue.pause();
+    ctx.ci.queue.pause();
     tracing::info!("queue paused");
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
 async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    ctx.queue.resume();
+    ctx.ci.queue.resume();
     tracing::info!("queue resumed");
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
@@ -103,7 +103,7 @@ async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// `GET /queue/norunningpipelines`: answers 204 once nothing is running.
 async fn wait_idle(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    ctx.queue.wait_idle().await?;
+    ctx.ci.queue.wait_idle().await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 

@@ -59,7 +59,7 @@ async fn next(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     };
     record_info(&ctx, &row, &info).await?;
     let ident = AgentIdent::new(&row, &info);
-    match ctx.queue.next(&ident).await? {
+    match ctx.ci.queue.next(&ident).await? {
         Some(work) => Ok(Response::json(&work)),
         None => Ok(Response::empty(StatusCode::NO_CONTENT)),
     }
@@ -98,14 +98,15 @@ fn workflow_id(req: &Request) -> Result<i64, ApiError> {
 
 async fn init(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
-    ctx.queue.init(row.agent.id, workflow_id(&req)?).await?;
+    ctx.ci.queue.init(row.agent.id, workflow_id(&req)?).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
 async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let update: StepUpdate = req.json()?;
-    ctx.queue
+    ctx.ci
+        .queue
         .step(row.agent.id, workflow_id(&req)?, update)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
@@ -114,7 +115,8 @@ async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let lines: Vec<LogLine> = req.json_list()?;
-    ctx.queue
+    ctx.ci
+        .queue
         .logs(row.agent.id, workflow_id(&req)?, lines)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
@@ -122,13 +124,17 @@ async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 async fn extend(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
-    ctx.queue.extend(row.agent.id, workflow_id(&req)?).await?;
+    ctx.ci
+        .queue
+        .extend(row.agent.id, workflow_id(&req)?)
+        .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
 async fn canceled(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let canceled = ctx
+        .ci
         .queue
         .wait_canceled(row.agent.id, workflow_id(&req)?)
         .await?;
@@ -138,7 +144,8 @@ async fn canceled(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn done(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = agent(&ctx, &req).await?;
     let done: WorkflowDone = req.json()?;
-    ctx.queue
+    ctx.ci
+        .queue
         .done(row.agent.id, workflow_id(&req)?, done)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))

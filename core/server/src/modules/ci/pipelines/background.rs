@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::create::{self, Created, Trigger};
 use crate::app::Ctx;
+use crate::ci::create;
 use crate::ci::local::{self, LocalAgent};
 use crate::config::Config;
 use crate::runner::protocol::AgentInfo;
 use crate::runner::sandbox::Sandbox;
 use crate::runner::{self, RunnerConfig};
-use crate::store::{crons, logs, now_unix, now_unix_ms, pipelines, repos};
+use crate::store::{crons, logs, now_unix, now_unix_ms, pipelines};
 
 /// Starts every background task of the CI module.
 pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
@@ -21,7 +21,7 @@ pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
             ctx.clone(),
             Duration::from_secs(2),
             |ctx| async move {
-                if let Err(err) = ctx.queue.requeue(None).await {
+                if let Err(err) = ctx.ci.queue.requeue(None).await {
                     tracing::warn!(%err, "lease expiry failed");
                 }
             },
@@ -30,7 +30,7 @@ pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
             ctx.clone(),
             Duration::from_secs(15),
             |ctx| async move {
-                if let Err(err) = ctx.queue.flush_contact().await {
+                if let Err(err) = ctx.ci.queue.flush_contact().await {
                     tracing::warn!(%err, "could not store agent contact times");
                 }
             },
@@ -141,7 +141,7 @@ pub fn local_info(capacity: usize) -> AgentInfo {
         platform: create::platform(),
         backend: "local".into(),
         capacity: capacity as i64,
-        version: crate::modules::ci::system::version_string(),
+        version: crate::ci::version_string(),
         labels,
     }
 }
@@ -155,7 +155,7 @@ async fn run_local(ctx: Ctx) {
             return;
         }
     };
-    match ctx.queue.requeue(Some(row.agent.id)).await {
+    match ctx.ci.queue.requeue(Some(row.agent.id)).await {
         Ok(n) if n > 0 => tracing::info!(
             workflows = n,
             "re-queued workflows the local agent held before the restart"
@@ -184,7 +184,7 @@ async fn run_local(ctx: Ctx) {
     if let Err(err) = super::agent_rpc::record_info(&ctx, &row, &info).await {
         tracing::warn!(error = %err.message, "could not record the local agent's details");
     }
-    let api = LocalAgent::new(ctx.queue.clone(), &row, &info);
+    let api = LocalAgent::new(ctx.ci.queue.clone(), &row, &info);
     let sandbox = match local_sandbox(&ctx.config) {
         Ok(sandbox) => sandbox,
         Err(err) => {
@@ -275,7 +275,7 @@ pub async fn run_due_crons(ctx: &Ctx) {
         if !matches!(claimed, Ok(true)) {
             continue;
         }
-        match run_cron(ctx, &cron).await {
+        match create::from_cron(&ctx.ci, &cron).await {
             Ok(outcome) => tracing::info!(
                 cron = cron.name,
                 repo = cron.repo_id,
@@ -283,40 +283,10 @@ pub async fn run_due_crons(ctx: &Ctx) {
                 "cron job ran"
             ),
             Err(err) => {
-                tracing::warn!(cron = cron.name, repo = cron.repo_id, error = %err.message, "cron job failed")
+                tracing::warn!(cron = cron.name, repo = cron.repo_id, error = %err, "cron job failed")
             }
         }
     }
-}
-
-/// Creates the pipeline of a cron job now (the scheduler and `POST …/cron/{id}` use it).
-pub async fn run_cron(ctx: &Ctx, cron: &crons::Cron) -> Result<Created, crate::http::ApiError> {
-    let repo_id = cron.repo_id;
-    let repo = ctx.store.read(move |c| repos::by_id(c, repo_id)).await?;
-    let branch = if cron.branch.is_empty() {
-        repo.repo.default_branch.clone()
-    } else {
-        cron.branch.clone()
-    };
-    let driver = crate::modules::ci::forge::driver(ctx, repo.repo.forge_id).await?;
-    let (r, b) = (repo.repo.clone(), branch.clone());
-    let head = crate::modules::ci::forge::run_blocking(move || driver.branch_head(&r, &b)).await?;
-    let trigger = Trigger {
-        event: "cron".into(),
-        branch: branch.clone(),
-        git_ref: format!("refs/heads/{branch}"),
-        commit: head.sha,
-        message: format!("cron task '{}'", cron.name),
-        author: head.author,
-        author_email: head.author_email,
-        timestamp: head.timestamp,
-        sender: "cron".into(),
-        forge_url: repo.repo.forge_url.clone(),
-        cron: cron.name.clone(),
-        variables: cron.variables.clone(),
-        ..Trigger::default()
-    };
-    create::from_forge(ctx, &repo, trigger).await
 }
 
 #[cfg(test)]

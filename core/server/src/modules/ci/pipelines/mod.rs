@@ -11,7 +11,6 @@
 pub mod admin;
 pub mod agent_rpc;
 pub mod background;
-pub mod create;
 
 use std::collections::BTreeMap;
 
@@ -25,13 +24,13 @@ use super::pagination::Page;
 use woodlark_stdx::{Classify, Fault};
 
 use crate::app::Ctx;
+use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
 use crate::pipeline::status::{self, *};
 use crate::pipeline::types::CompiledWorkflow;
 use crate::store::logs;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
 use crate::store::{StoreError, now_unix};
-use create::{Created, Trigger};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -208,9 +207,8 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         opts.branch.clone()
     };
-    let driver = crate::modules::ci::forge::driver(&ctx, repo.repo.forge_id).await?;
-    let (r, b) = (repo.repo.clone(), branch.clone());
-    let head = forge_call(move || driver.branch_head(&r, &b)).await?;
+    let driver = crate::ci::forge::driver(&ctx.ci, repo.repo.forge_id).await?;
+    let head = driver.branch_head(&repo.repo, &branch).await?;
     let user = access.user()?.user.clone();
     let trigger = Trigger {
         event: "manual".into(),
@@ -232,7 +230,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         by_user: user.login.clone(),
         ..Trigger::default()
     };
-    match create::from_forge(&ctx, &repo, trigger).await? {
+    match create::from_forge(&ctx.ci, &repo, trigger).await? {
         Created::NoConfig => Err(ApiError::not_found(format!(
             "no pipeline config found in {} at {} (looked for .woodpecker/*.yaml, .woodpecker.yaml, .woodpecker.yml{})",
             repo.repo.full_name,
@@ -245,15 +243,6 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         ))),
         other => Ok(created_response(other)),
     }
-}
-
-/// Runs a blocking forge call.
-async fn forge_call<T, F>(f: F) -> Result<T, ApiError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, crate::modules::ci::forge::ForgeError> + Send + 'static,
-{
-    crate::modules::ci::forge::run_blocking(f).await
 }
 
 /// `POST /repos/{id}/pipelines/{n}`: a new pipeline from the stored configs of pipeline `n`.
@@ -326,7 +315,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         rerun_count: old.rerun_count + 1,
         by_user: user.login,
     };
-    let created = create::create(&ctx, &access.row, trigger, files).await?;
+    let created = create::create(&ctx.ci, &access.row, trigger, files).await?;
     Ok(created_response(created))
 }
 
@@ -355,7 +344,8 @@ async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
     let login = access.user()?.user.login.clone();
     // Upstream answers 400 for a pipeline that can no longer be canceled.
-    ctx.queue
+    ctx.ci
+        .queue
         .cancel(row.pipeline.id, &login)
         .await
         .map_err(|e| match e.fault() {
@@ -432,7 +422,7 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             StoreError::Conflict(m) => ApiError::bad_request(m),
             other => other.into(),
         })?;
-    ctx.queue.wake();
+    ctx.ci.queue.wake();
     Ok(Response::json(&updated.pipeline))
 }
 
@@ -471,7 +461,7 @@ async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             pipelines::full(c, repo_id, number)
         })
         .await?;
-    ctx.queue.wake();
+    ctx.ci.queue.wake();
     Ok(Response::json(&updated.pipeline))
 }
 
@@ -578,7 +568,7 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             "host": ctx.public_url().split("://").nth(1).unwrap_or("").to_string(),
             "url": ctx.public_url(),
             "arch": create::platform(),
-            "version": crate::modules::ci::system::version_string(),
+            "version": crate::ci::version_string(),
         },
         "forge": {"type": forge_type, "url": r.forge_url},
     });
@@ -667,7 +657,7 @@ async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             StoreError::NotFound => ApiError::not_found("Cron not found"),
             other => other.into(),
         })?;
-    match background::run_cron(&ctx, &cron).await? {
+    match create::from_cron(&ctx.ci, &cron).await? {
         Created::NoConfig => Err(ApiError::not_found(
             "no pipeline config found on the cron job's branch",
         )),

@@ -6,8 +6,9 @@
 //! types are served by forge-adapter plugins, and until one is loaded for a type every
 //! operation on such a forge is a clear [`ForgeError::NoDriver`].
 //!
-//! Drivers block (they run processes or talk to forges); call them through
-//! [`run_blocking`] so the async runtime never waits on them.
+//! Drivers are async. The `git` driver's work is blocking (processes, pipes, files), so it
+//! moves each call to the blocking pool itself ([`off_runtime`]); plugin drivers await the
+//! plugin host directly, with no thread hop.
 
 pub mod git;
 pub mod git_diff;
@@ -18,10 +19,13 @@ pub mod remote_head;
 
 use std::sync::Arc;
 
-use crate::app::Ctx;
-use crate::http::{ApiError, StatusCode};
+use async_trait::async_trait;
+use woodlark_stdx::{Classify, Fault};
+
+use super::Services;
+use crate::store::StoreError;
 use crate::store::forges::{self, ForgeRow};
-use crate::store::repos::Repo;
+use crate::store::repos::{DEFAULT_TIMEOUT, Repo, Trusted};
 
 /// Forge types the API accepts (`git` is Woodlark's own; the rest are Woodpecker's).
 pub const FORGE_TYPES: &[&str] = &[
@@ -47,6 +51,48 @@ pub struct RemoteRepo {
     pub default_branch: String,
     pub private: bool,
     pub avatar_url: String,
+}
+
+impl RemoteRepo {
+    /// A new repository record from what the forge says, with upstream's default settings.
+    pub fn new_repo(&self, forge_id: i64, org_id: i64) -> Repo {
+        Repo {
+            id: 0,
+            forge_id,
+            forge_remote_id: self.forge_remote_id.clone(),
+            org_id,
+            owner: self.owner.clone(),
+            name: self.name.clone(),
+            full_name: format!("{}/{}", self.owner, self.name),
+            avatar_url: self.avatar_url.clone(),
+            forge_url: self.forge_url.clone(),
+            clone_url: self.clone_url.clone(),
+            clone_url_ssh: String::new(),
+            default_branch: self.default_branch.clone(),
+            pr_enabled: true,
+            timeout: DEFAULT_TIMEOUT,
+            visibility: if self.private { "private" } else { "public" }.into(),
+            private: self.private,
+            trusted: Trusted::default(),
+            require_approval: "forks".into(),
+            approval_allowed_users: Vec::new(),
+            active: true,
+            allow_pr: true,
+            allow_deploy: false,
+            config_file: String::new(),
+            cancel_previous_pipeline_events: Vec::new(),
+            netrc_trusted: Vec::new(),
+            config_extension_endpoint: String::new(),
+            config_extension_exclusive: false,
+            config_extension_netrc: false,
+            registry_extension_endpoint: String::new(),
+            registry_extension_netrc: false,
+            secret_extension_endpoint: String::new(),
+            secret_extension_netrc: false,
+            has_forge_name_conflict: false,
+            has_no_forge_repo: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -84,43 +130,40 @@ pub enum ForgeError {
     Failed(String),
 }
 
-impl From<ForgeError> for ApiError {
-    fn from(err: ForgeError) -> ApiError {
-        match err {
-            ForgeError::RepoNotFound(_) => ApiError::not_found(err.to_string()),
-            ForgeError::Invalid(_) => ApiError::unprocessable(err.to_string()),
-            ForgeError::Conflict(_) => ApiError::conflict(err.to_string()),
-            ForgeError::NoDriver(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
-            }
-            ForgeError::Failed(_) => {
-                tracing::warn!(error = %err, "forge operation failed");
-                ApiError::new(StatusCode::BAD_GATEWAY, err.to_string())
-            }
+impl Classify for ForgeError {
+    fn fault(&self) -> Fault {
+        let message = self.to_string();
+        match self {
+            ForgeError::RepoNotFound(_) => Fault::NotFound(message),
+            ForgeError::Invalid(_) => Fault::Unprocessable(message),
+            ForgeError::Conflict(_) => Fault::Conflict(message),
+            ForgeError::NoDriver(_) => Fault::Unavailable(message),
+            ForgeError::Failed(_) => Fault::Upstream(message),
         }
     }
 }
 
-/// What the CI module needs from a forge. Implementations block.
+/// What the CI module needs from a forge.
+#[async_trait]
 pub trait ForgeDriver: Send + Sync {
-    fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError>;
+    async fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError>;
     /// Every repository the forge holds, for the "add repository" list; `None` when the
     /// driver cannot list them (the forge-adapter contract has no listing call yet).
-    fn list_repos(&self) -> Result<Option<Vec<RemoteRepo>>, ForgeError> {
+    async fn list_repos(&self) -> Result<Option<Vec<RemoteRepo>>, ForgeError> {
         Ok(None)
     }
-    fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError>;
-    fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError>;
+    async fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError>;
+    async fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError>;
     /// Installs (or re-installs) the hook that posts to `hook_url` on every push.
-    fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError>;
+    async fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError>;
     /// Removes the hook; a missing hook is not an error.
-    fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError>;
+    async fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError>;
     /// The commit a branch points at.
-    fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError>;
+    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError>;
     /// Message, author and time of a commit.
-    fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError>;
+    async fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError>;
     /// Files changed between two commits (`before` empty or all zeros: by `after` alone).
-    fn changed_files(
+    async fn changed_files(
         &self,
         repo: &Repo,
         before: &str,
@@ -129,28 +172,29 @@ pub trait ForgeDriver: Send + Sync {
     /// What a push of `before..after` needs: the commit `after` and the files the push
     /// changed ([`ForgeDriver::changed_files`]; empty when they cannot be worked out, which
     /// costs only `when: path` precision).
-    fn pushed(
+    async fn pushed(
         &self,
         repo: &Repo,
         before: &str,
         after: &str,
     ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
-        let commit = self.commit(repo, after)?;
+        let commit = self.commit(repo, after).await?;
         let changed = self
             .changed_files(repo, before, after)
+            .await
             .unwrap_or_else(|err| unknown_changes(repo, err));
         Ok((commit, changed))
     }
     /// The files pull request `number` changes: PR hooks do not list them, and `when: path`
     /// filters need them. Forges without pull requests have none.
-    fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
+    async fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
         let _ = (repo, number);
         Ok(Vec::new())
     }
     /// The pipeline config files at `commit`, in upstream's lookup order: the repository's
     /// `config_file` (a trailing `/` names a folder), else every `*.yaml`/`*.yml` in
     /// `.woodpecker/`, else `.woodpecker.yaml`, else `.woodpecker.yml`. Empty when none.
-    fn config_files(
+    async fn config_files(
         &self,
         repo: &Repo,
         commit: &str,
@@ -164,27 +208,45 @@ pub fn unknown_changes(repo: &Repo, err: ForgeError) -> Vec<String> {
 }
 
 /// The driver for a forge, or why there is none.
-pub fn driver_from(ctx: &Ctx, row: &ForgeRow) -> Result<Arc<dyn ForgeDriver>, ForgeError> {
+pub fn driver_from(ci: &Services, row: &ForgeRow) -> Result<Arc<dyn ForgeDriver>, ForgeError> {
     match row.forge.kind.as_str() {
         "git" => Ok(Arc::new(git::GitForge::from_url(&row.forge.url)?)),
-        _ => Ok(Arc::new(plugin::PluginForge::new(ctx, row)?)),
+        _ => Ok(Arc::new(plugin::PluginForge::new(ci, row)?)),
+    }
+}
+
+/// Why a forge's driver could not be had: the forge record, or the driver itself.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
+}
+
+impl Classify for DriverError {
+    fn fault(&self) -> Fault {
+        match self {
+            DriverError::Store(e) => e.fault(),
+            DriverError::Forge(e) => e.fault(),
+        }
     }
 }
 
 /// The driver of forge `forge_id`.
-pub async fn driver(ctx: &Ctx, forge_id: i64) -> Result<Arc<dyn ForgeDriver>, ApiError> {
-    let row = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    Ok(driver_from(ctx, &row)?)
+pub async fn driver(ci: &Services, forge_id: i64) -> Result<Arc<dyn ForgeDriver>, DriverError> {
+    let row = ci.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    Ok(driver_from(ci, &row)?)
 }
 
-/// Runs a blocking driver call on the blocking pool.
-pub async fn run_blocking<T, F>(f: F) -> Result<T, ApiError>
+/// Runs blocking forge work (a `git` process, the object pool) on the blocking pool, so the
+/// async runtime never waits on it.
+pub async fn off_runtime<T, F>(f: F) -> Result<T, ForgeError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ForgeError> + Send + 'static,
 {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ApiError::internal(format!("forge task failed: {e}")))?
-        .map_err(ApiError::from)
+        .map_err(|e| ForgeError::Failed(format!("forge task failed: {e}")))?
 }

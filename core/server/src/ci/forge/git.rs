@@ -14,6 +14,7 @@ use super::git_objects::{CatFile, Commit, GitError, Object, TreeEntry, hex};
 use super::git_pool::with_session;
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
+    off_runtime,
 };
 use crate::pipeline::types::ConfigFile;
 use crate::store::repos::Repo;
@@ -27,6 +28,7 @@ const LIST_DEPTH: usize = 4;
 /// At most this many repositories are listed (a huge directory must not stall a request).
 const LIST_MAX: usize = 2000;
 
+#[derive(Clone)]
 pub struct GitForge {
     root: PathBuf,
 }
@@ -213,8 +215,11 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, ForgeError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-impl ForgeDriver for GitForge {
-    fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
+/// The blocking answers, one per [`ForgeDriver`] call; the trait impl below runs each on
+/// the blocking pool. (Same names as the trait's methods: on a `GitForge` value these,
+/// the inherent ones, are what a call resolves to.)
+impl GitForge {
+    pub fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
         let dir = self.locate(remote_id)?;
         let default_branch = git(&dir, &["symbolic-ref", "--short", "HEAD"])
             .map(|s| s.trim().to_string())
@@ -222,7 +227,7 @@ impl ForgeDriver for GitForge {
         Ok(self.describe(remote_id, &dir, default_branch))
     }
 
-    fn list_repos(&self) -> Result<Option<Vec<RemoteRepo>>, ForgeError> {
+    pub fn list_repos(&self) -> Result<Option<Vec<RemoteRepo>>, ForgeError> {
         let mut found = Vec::new();
         find_repos(&self.root, "", 0, &mut found);
         found.sort_by(|a, b| a.0.cmp(&b.0));
@@ -238,7 +243,7 @@ impl ForgeDriver for GitForge {
         ))
     }
 
-    fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
+    pub fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
         let out = git(
             &dir,
@@ -251,13 +256,13 @@ impl ForgeDriver for GitForge {
             .collect())
     }
 
-    fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
+    pub fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
         // Plain git has no pull requests; the repository must still exist.
         self.locate(&repo.forge_remote_id)?;
         Ok(Vec::new())
     }
 
-    fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError> {
+    pub fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError> {
         let hooks = self.hooks_dir(&repo.forge_remote_id)?;
         std::fs::create_dir_all(&hooks)
             .map_err(|e| ForgeError::Failed(format!("cannot create {}: {e}", hooks.display())))?;
@@ -277,7 +282,7 @@ impl ForgeDriver for GitForge {
             .map_err(|e| ForgeError::Failed(format!("cannot install {}: {e}", path.display())))
     }
 
-    fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+    pub fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
         let not_found = || ForgeError::RepoNotFound(format!("{}: branch {branch}", repo.full_name));
         if !is_branch_name(branch) {
@@ -287,7 +292,7 @@ impl ForgeDriver for GitForge {
         commit.map(commit_info).ok_or_else(not_found)
     }
 
-    fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
+    pub fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
         if !is_sha(sha) {
             return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
         }
@@ -297,7 +302,7 @@ impl ForgeDriver for GitForge {
             .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {sha}", repo.full_name)))
     }
 
-    fn changed_files(
+    pub fn changed_files(
         &self,
         repo: &Repo,
         before: &str,
@@ -314,7 +319,7 @@ impl ForgeDriver for GitForge {
         .ok_or_else(|| missing_push(repo, before, after))
     }
 
-    fn pushed(
+    pub fn pushed(
         &self,
         repo: &Repo,
         before: &str,
@@ -339,7 +344,7 @@ impl ForgeDriver for GitForge {
         Ok((commit_info(commit), changed))
     }
 
-    fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
+    pub fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
         if !is_sha(commit) {
             return Err(ForgeError::Invalid(format!(
                 "{commit:?} is not a commit id"
@@ -352,7 +357,7 @@ impl ForgeDriver for GitForge {
         })?)
     }
 
-    fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
+    pub fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
         let Ok(hooks) = self.hooks_dir(&repo.forge_remote_id) else {
             return Ok(());
         };
@@ -362,6 +367,77 @@ impl ForgeDriver for GitForge {
                 .map_err(|e| ForgeError::Failed(format!("cannot remove {}: {e}", path.display()))),
             _ => Ok(()),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl ForgeDriver for GitForge {
+    async fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
+        let (git, id) = (self.clone(), remote_id.to_string());
+        off_runtime(move || git.repo(&id)).await
+    }
+
+    async fn list_repos(&self) -> Result<Option<Vec<RemoteRepo>>, ForgeError> {
+        let git = self.clone();
+        off_runtime(move || git.list_repos()).await
+    }
+
+    async fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
+        let (git, repo) = (self.clone(), repo.clone());
+        off_runtime(move || git.branches(&repo)).await
+    }
+
+    async fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
+        let (git, repo) = (self.clone(), repo.clone());
+        off_runtime(move || git.pull_requests(&repo)).await
+    }
+
+    async fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError> {
+        let (git, repo, url) = (self.clone(), repo.clone(), hook_url.to_string());
+        off_runtime(move || git.activate(&repo, &url)).await
+    }
+
+    async fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
+        let (git, repo) = (self.clone(), repo.clone());
+        off_runtime(move || git.deactivate(&repo)).await
+    }
+
+    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+        let (git, repo, branch) = (self.clone(), repo.clone(), branch.to_string());
+        off_runtime(move || git.branch_head(&repo, &branch)).await
+    }
+
+    async fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
+        let (git, repo, sha) = (self.clone(), repo.clone(), sha.to_string());
+        off_runtime(move || git.commit(&repo, &sha)).await
+    }
+
+    async fn changed_files(
+        &self,
+        repo: &Repo,
+        before: &str,
+        after: &str,
+    ) -> Result<Vec<String>, ForgeError> {
+        let (git, repo) = (self.clone(), repo.clone());
+        let (before, after) = (before.to_string(), after.to_string());
+        off_runtime(move || git.changed_files(&repo, &before, &after)).await
+    }
+
+    /// One hop and one `cat-file` session for the commit and its changes.
+    async fn pushed(
+        &self,
+        repo: &Repo,
+        before: &str,
+        after: &str,
+    ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
+        let (git, repo) = (self.clone(), repo.clone());
+        let (before, after) = (before.to_string(), after.to_string());
+        off_runtime(move || git.pushed(&repo, &before, &after)).await
+    }
+
+    async fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
+        let (git, repo, commit) = (self.clone(), repo.clone(), commit.to_string());
+        off_runtime(move || git.config_files(&repo, &commit)).await
     }
 }
 
@@ -619,7 +695,7 @@ mod tests {
 
         let forge = GitForge::from_url(&format!("file://{}", root.path().display())).unwrap();
         let remote = forge.repo("alice/work").unwrap();
-        let repo = crate::modules::ci::repos::new_repo(&remote, 1, 1);
+        let repo = remote.new_repo(1, 1);
         (root, forge, repo, commits)
     }
 

@@ -13,21 +13,19 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::Tx;
-
-use crate::app::Ctx;
-use crate::ci::queue::SEAL_PAYLOAD;
-use crate::http::ApiError;
-use crate::modules::ci::forge::{self, ForgeDriver, ForgeError, run_blocking};
+use super::forge::{self, ForgeDriver};
+use super::queue::SEAL_PAYLOAD;
+use super::{Error, Services};
 use crate::pipeline::registry;
 use crate::pipeline::status::*;
 use crate::pipeline::types::{
     CompileInput, CompileResult, ConfigFile, Metadata, PipelineError, RegistryCredential,
     SecretValue,
 };
+use crate::store::Tx;
 use crate::store::forges::ForgeRow;
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
-use crate::store::repos::{Repo, RepoRow};
+use crate::store::repos::RepoRow;
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, forges, now_unix, registries, secrets};
 
@@ -70,24 +68,60 @@ pub enum Created {
 }
 
 /// Reads the config files at the trigger's commit and creates the pipeline.
-pub async fn from_forge(ctx: &Ctx, repo: &RepoRow, trigger: Trigger) -> Result<Created, ApiError> {
+pub async fn from_forge(ci: &Services, repo: &RepoRow, trigger: Trigger) -> Result<Created, Error> {
     let forge_id = repo.repo.forge_id;
-    let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    from_forge_at(ctx, repo, &forge, trigger).await
+    let forge = ci.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    from_forge_at(ci, repo, &forge, trigger).await
 }
 
 /// [`from_forge`] for a forge already read (a plugin's hook).
 pub async fn from_forge_at(
-    ctx: &Ctx,
+    ci: &Services,
     repo: &RepoRow,
     forge: &ForgeRow,
     trigger: Trigger,
-) -> Result<Created, ApiError> {
-    // Known before asking the forge anything: no driver, no blocking hop.
+) -> Result<Created, Error> {
+    // Known before asking the forge anything: no driver needed.
     if skips_ci(&trigger) {
         return Ok(Created::SkipCi);
     }
-    from_forge_with(ctx, repo, forge, move |_, _| Ok(trigger)).await
+    let driver = forge::driver_from(ci, forge)?;
+    with_driver(ci, repo, &forge.forge.kind, driver.as_ref(), trigger).await
+}
+
+/// The pipeline of a cron job, at the head of its branch (the scheduler and
+/// `POST …/cron/{id}` use it).
+pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Result<Created, Error> {
+    let repo_id = cron.repo_id;
+    let repo = ci
+        .store
+        .read(move |c| crate::store::repos::by_id(c, repo_id))
+        .await?;
+    let branch = if cron.branch.is_empty() {
+        repo.repo.default_branch.clone()
+    } else {
+        cron.branch.clone()
+    };
+    let forge_id = repo.repo.forge_id;
+    let forge = ci.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    let driver = forge::driver_from(ci, &forge)?;
+    let head = driver.branch_head(&repo.repo, &branch).await?;
+    let trigger = Trigger {
+        event: "cron".into(),
+        branch: branch.clone(),
+        git_ref: format!("refs/heads/{branch}"),
+        commit: head.sha,
+        message: format!("cron task '{}'", cron.name),
+        author: head.author,
+        author_email: head.author_email,
+        timestamp: head.timestamp,
+        sender: "cron".into(),
+        forge_url: repo.repo.forge_url.clone(),
+        cron: cron.name.clone(),
+        variables: cron.variables.clone(),
+        ..Trigger::default()
+    };
+    with_driver(ci, &repo, &forge.forge.kind, driver.as_ref(), trigger).await
 }
 
 /// `[skip ci]` in the message of a push or pull request.
@@ -96,44 +130,33 @@ fn skips_ci(trigger: &Trigger) -> bool {
         && crate::pipeline::skip_ci(&trigger.message)
 }
 
-/// [`from_forge`] for a forge already read, where `complete` makes the trigger on the
-/// blocking pool first (a push hook asks the forge for the commit there): everything the
-/// forge is asked for one trigger is asked in one hop.
-pub async fn from_forge_with<F>(
-    ctx: &Ctx,
+/// Creates the pipeline of a complete trigger with the config files `driver` finds at its
+/// commit (a push hook asked the same driver for the commit first).
+pub async fn with_driver(
+    ci: &Services,
     repo: &RepoRow,
-    forge: &ForgeRow,
-    complete: F,
-) -> Result<Created, ApiError>
-where
-    F: FnOnce(&dyn ForgeDriver, &Repo) -> Result<Trigger, ForgeError> + Send + 'static,
-{
-    let driver = forge::driver_from(ctx, forge)?;
-    let r = repo.repo.clone();
-    let (trigger, files) = run_blocking(move || {
-        let trigger = complete(driver.as_ref(), &r)?;
-        if skips_ci(&trigger) {
-            return Ok((trigger, None));
-        }
-        let files = driver.config_files(&r, &trigger.commit)?;
-        Ok((trigger, Some(files)))
-    })
-    .await?;
-    match files {
-        None => Ok(Created::SkipCi),
-        Some(files) if files.is_empty() => Ok(Created::NoConfig),
-        Some(files) => create_for(ctx, repo, &forge.forge.kind, trigger, files).await,
+    forge_type: &str,
+    driver: &dyn ForgeDriver,
+    trigger: Trigger,
+) -> Result<Created, Error> {
+    if skips_ci(&trigger) {
+        return Ok(Created::SkipCi);
     }
+    let files = driver.config_files(&repo.repo, &trigger.commit).await?;
+    if files.is_empty() {
+        return Ok(Created::NoConfig);
+    }
+    create_for(ci, repo, forge_type, trigger, files).await
 }
 
 /// The secrets and registry logins a repository's pipelines may use, opened: secrets, then
 /// registries (repo > org > global by address).
 async fn stored_sources(
-    ctx: &Ctx,
+    ci: &Services,
     repo: &RepoRow,
-) -> Result<(Vec<SecretValue>, Vec<RegistryCredential>), ApiError> {
+) -> Result<(Vec<SecretValue>, Vec<RegistryCredential>), Error> {
     let (org, id) = (repo.repo.org_id, repo.repo.id);
-    let (secret_rows, registry_rows) = ctx
+    let (secret_rows, registry_rows) = ci
         .store
         .read(move |c| {
             Ok((
@@ -144,10 +167,10 @@ async fn stored_sources(
         .await?;
     let mut secrets = Vec::with_capacity(secret_rows.len());
     for row in secret_rows {
-        let value = ctx
+        let value = ci
             .seal
             .open(secrets::SEAL_PURPOSE, &row.sealed_value)
-            .map_err(ApiError::internal)?;
+            .map_err(|e| Error::Internal(format!("secret {}: {e}", row.secret.name)))?;
         secrets.push(SecretValue {
             name: row.secret.name,
             value: String::from_utf8_lossy(&value).into_owned(),
@@ -157,10 +180,10 @@ async fn stored_sources(
     }
     let mut registries = Vec::with_capacity(registry_rows.len());
     for row in registry_rows {
-        let password = ctx
+        let password = ci
             .seal
             .open(registries::SEAL_PURPOSE, &row.sealed_password)
-            .map_err(ApiError::internal)?;
+            .map_err(|e| Error::Internal(format!("registry {}: {e}", row.registry.address)))?;
         registries.push(RegistryCredential {
             address: row.registry.address,
             username: row.registry.username,
@@ -225,14 +248,14 @@ fn needs_approval(repo: &RepoRow, trigger: &Trigger) -> bool {
 
 /// The `CI_*` variables upstream sets for a pipeline.
 fn ci_env(
-    ctx: &Ctx,
+    ci: &Services,
     repo: &RepoRow,
     t: &Trigger,
     number: i64,
     forge_type: &str,
 ) -> BTreeMap<String, String> {
     let r = &repo.repo;
-    let url = ctx.public_url();
+    let url = ci.settings.public_url.get();
     let tag = t.git_ref.strip_prefix("refs/tags/").unwrap_or("");
     let pairs: Vec<(&str, String)> = vec![
         ("CI", "woodpecker".into()),
@@ -277,10 +300,7 @@ fn ci_env(
         ("CI_PIPELINE_CRON", t.cron.clone()),
         ("CI_SYSTEM_NAME", "woodlark".into()),
         ("CI_SYSTEM_URL", url.clone()),
-        (
-            "CI_SYSTEM_VERSION",
-            crate::modules::ci::system::version_string(),
-        ),
+        ("CI_SYSTEM_VERSION", crate::ci::version_string()),
         ("CI_SYSTEM_PLATFORM", platform()),
         ("CI_FORGE_TYPE", forge_type.to_string()),
         ("CI_FORGE_URL", r.forge_url.clone()),
@@ -300,45 +320,45 @@ pub fn platform() -> String {
 
 /// Creates the pipeline from `files` (compiling inside the write transaction).
 pub async fn create(
-    ctx: &Ctx,
+    ci: &Services,
     repo: &RepoRow,
     trigger: Trigger,
     files: Vec<ConfigFile>,
-) -> Result<Created, ApiError> {
+) -> Result<Created, Error> {
     let forge_id = repo.repo.forge_id;
-    let forge_type = ctx
+    let forge_type = ci
         .store
         .read(move |c| forges::by_id(c, forge_id))
         .await?
         .forge
         .kind;
-    create_for(ctx, repo, &forge_type, trigger, files).await
+    create_for(ci, repo, &forge_type, trigger, files).await
 }
 
 /// [`create`] on a forge of type `forge_type`.
 async fn create_for(
-    ctx: &Ctx,
+    ci: &Services,
     repo: &RepoRow,
     forge_type: &str,
     trigger: Trigger,
     files: Vec<ConfigFile>,
-) -> Result<Created, ApiError> {
+) -> Result<Created, Error> {
     let forge_type = forge_type.to_string();
-    let (secrets, registries) = stored_sources(ctx, repo).await?;
+    let (secrets, registries) = stored_sources(ci, repo).await?;
     let mut sources = Sources {
         secrets,
         registries,
         ..Sources::default()
     };
-    plugin_secrets(ctx, repo, &trigger.event, &mut sources).await;
-    if !ctx.config.pipeline.registry_auth.is_empty() && sources.failures.is_empty() {
+    plugin_secrets(ci, repo, &trigger.event, &mut sources).await;
+    if !ci.settings.pipeline.registry_auth.is_empty() && sources.failures.is_empty() {
         // Which images the steps use: a dry compile (the number does not change images).
         let dry = crate::pipeline::compile(&CompileInput {
             files: files.clone(),
-            meta: metadata(ctx, repo, &trigger, 0, &forge_type),
+            meta: metadata(ci, repo, &trigger, 0, &forge_type),
             secrets: sources.secrets.clone(),
             trust: trust_of(repo),
-            privileged_plugins: ctx.config.pipeline.privileged_plugins.clone(),
+            privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),
         });
         let mut images: Vec<String> = dry
             .workflows
@@ -347,18 +367,18 @@ async fn create_for(
             .collect();
         images.sort();
         images.dedup();
-        plugin_registries(ctx, repo, images, &mut sources).await;
+        plugin_registries(ci, repo, images, &mut sources).await;
     }
     let approval = needs_approval(repo, &trigger);
     let repo = repo.clone();
     let repo_copy = repo.clone();
-    let ctx2 = ctx.clone();
-    let outcome = ctx
+    let ci2 = ci.clone();
+    let outcome = ci
         .store
         .write(move |c| {
             create_in(
                 c,
-                &ctx2,
+                &ci2,
                 &repo,
                 &trigger,
                 &files,
@@ -376,9 +396,9 @@ async fn create_for(
             "pipeline created"
         );
         if repo_auto_cancels(&repo_copy, &p.event) {
-            supersede_older(ctx, repo_copy.repo.id, p).await;
+            supersede_older(ci, repo_copy.repo.id, p).await;
         }
-        ctx.queue.wake();
+        ci.queue.wake();
     }
     Ok(outcome)
 }
@@ -392,14 +412,14 @@ fn repo_auto_cancels(repo: &RepoRow, event: &str) -> bool {
 
 /// Cancels the older active pipelines of the same branch (push) or ref (other events) that
 /// `newer` supersedes (`cancel_previous_pipeline_events`).
-async fn supersede_older(ctx: &Ctx, repo_id: i64, newer: &Pipeline) {
+async fn supersede_older(ci: &Services, repo_id: i64, newer: &Pipeline) {
     let (event, branch, git_ref, number) = (
         newer.event.clone(),
         newer.branch.clone(),
         newer.git_ref.clone(),
         newer.number,
     );
-    let older = ctx
+    let older = ci
         .store
         .read(move |c| {
             Ok(pipelines::with_status(c, &[PENDING, RUNNING, BLOCKED])?
@@ -420,10 +440,10 @@ async fn supersede_older(ctx: &Ctx, repo_id: i64, newer: &Pipeline) {
         .await
         .unwrap_or_default();
     for id in older {
-        match ctx.queue.cancel(id, "").await {
+        match ci.queue.cancel(id, "").await {
             Ok(_) => {
                 let superseded_by = newer.id;
-                let _ = ctx
+                let _ = ci
                     .store
                     .write(move |c| {
                         pipelines::update(c, id, |p| {
@@ -466,7 +486,7 @@ fn trust_of(repo: &RepoRow) -> crate::pipeline::types::Trust {
     }
 }
 
-fn metadata(ctx: &Ctx, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &str) -> Metadata {
+fn metadata(ci: &Services, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &str) -> Metadata {
     Metadata {
         event: t.event.clone(),
         branch: t.branch.clone(),
@@ -484,20 +504,20 @@ fn metadata(ctx: &Ctx, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &st
         pipeline_number: number,
         platform: platform(),
         variables: t.variables.clone(),
-        env: ci_env(ctx, repo, t, number, forge_type),
+        env: ci_env(ci, repo, t, number, forge_type),
     }
 }
 
 /// Adds the secrets of `[pipeline] secret_backends`, in order, after the built-in store's:
 /// a name already known is not replaced. A failing backend is recorded, never skipped.
-async fn plugin_secrets(ctx: &Ctx, repo: &RepoRow, event: &str, sources: &mut Sources) {
-    for backend in &ctx.config.pipeline.secret_backends {
+async fn plugin_secrets(ci: &Services, repo: &RepoRow, event: &str, sources: &mut Sources) {
+    for backend in &ci.settings.pipeline.secret_backends {
         let scope = woodlark_plugin_host::SecretScope {
             org: repo.repo.owner.clone(),
             repo: repo.repo.full_name.clone(),
             event: event.to_string(),
         };
-        match ctx.plugins.list_secrets(backend, scope).await {
+        match ci.plugins.list_secrets(backend, scope).await {
             Ok(list) => {
                 for s in list {
                     if !sources
@@ -525,7 +545,12 @@ async fn plugin_secrets(ctx: &Ctx, repo: &RepoRow, event: &str, sources: &mut So
 }
 
 /// Asks `[pipeline] registry_auth` plugins for the images no API-configured registry covers.
-async fn plugin_registries(ctx: &Ctx, repo: &RepoRow, images: Vec<String>, sources: &mut Sources) {
+async fn plugin_registries(
+    ci: &Services,
+    repo: &RepoRow,
+    images: Vec<String>,
+    sources: &mut Sources,
+) {
     for image in images {
         let host = registry::registry_of(&image);
         if sources
@@ -535,8 +560,8 @@ async fn plugin_registries(ctx: &Ctx, repo: &RepoRow, images: Vec<String>, sourc
         {
             continue;
         }
-        for plugin in &ctx.config.pipeline.registry_auth {
-            match ctx
+        for plugin in &ci.settings.pipeline.registry_auth {
+            match ci
                 .plugins
                 .credential_for(plugin, &image, &repo.repo.full_name)
                 .await
@@ -568,7 +593,7 @@ async fn plugin_registries(ctx: &Ctx, repo: &RepoRow, images: Vec<String>, sourc
 #[allow(clippy::too_many_arguments)]
 fn create_in(
     c: &Tx,
-    ctx: &Ctx,
+    ci: &Services,
     repo: &RepoRow,
     t: &Trigger,
     files: &[ConfigFile],
@@ -580,10 +605,10 @@ fn create_in(
     let mut result = if sources.failures.is_empty() {
         crate::pipeline::compile(&CompileInput {
             files: files.to_vec(),
-            meta: metadata(ctx, repo, t, number, forge_type),
+            meta: metadata(ci, repo, t, number, forge_type),
             secrets: sources.secrets,
             trust: trust_of(repo),
-            privileged_plugins: ctx.config.pipeline.privileged_plugins.clone(),
+            privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),
         })
     } else {
         // A secret or registry source failed: the pipeline cannot run safely without it.
@@ -643,7 +668,7 @@ fn create_in(
         message: t.message.clone(),
         title: t.message.lines().next().unwrap_or("").to_string(),
         timestamp: t.timestamp,
-        version: crate::modules::ci::system::version_string(),
+        version: crate::ci::version_string(),
         ..Pipeline::default()
     };
     let mut new_workflows = Vec::new();
@@ -654,7 +679,7 @@ fn create_in(
                 name: wf.name.clone(),
                 state: if approval { BLOCKED } else { PENDING },
                 environ: wf.environ.clone(),
-                sealed_payload: ctx.seal.seal(SEAL_PAYLOAD, &payload),
+                sealed_payload: ci.seal.seal(SEAL_PAYLOAD, &payload),
                 steps: wf
                     .steps
                     .iter()

@@ -14,14 +14,14 @@
 //! webhook can be created by hand. A branch's head (manual runs, cron) comes from the adapter,
 //! else from the git remote with the same token ([`super::remote_head`]).
 
-use tokio::runtime::Handle;
 use woodlark_plugin_host::{ApiContext, PluginError, PluginHost, WorldKind};
 
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
+    off_runtime,
 };
-use crate::app::Ctx;
 use crate::auth::sealing::SealError;
+use crate::ci::Services;
 use crate::pipeline::types::ConfigFile;
 use crate::store::forges::{Forge, ForgeRow};
 use crate::store::repos::Repo;
@@ -47,35 +47,32 @@ pub struct PluginForge {
     /// The endpoint the forge's webhook calls, and the secret it signs deliveries with.
     hook_endpoint: String,
     webhook_secret: String,
-    handle: Handle,
 }
 
 impl PluginForge {
-    pub fn new(ctx: &Ctx, row: &ForgeRow) -> Result<PluginForge, ForgeError> {
-        let plugin = plugin_for(&ctx.plugins, &row.forge)
+    pub fn new(ci: &Services, row: &ForgeRow) -> Result<PluginForge, ForgeError> {
+        let plugin = plugin_for(&ci.plugins, &row.forge)
             .ok_or_else(|| ForgeError::NoDriver(row.forge.kind.clone()))?;
         let unsealed = |e: SealError| ForgeError::Failed(e.to_string());
         Ok(PluginForge {
-            host: ctx.plugins.clone(),
+            host: ci.plugins.clone(),
             plugin,
             api: ApiContext {
                 forge_url: row.forge.url.clone(),
-                token: crate::ci::forge_secrets::api_token(&ctx.seal, row).map_err(unsealed)?,
+                token: crate::ci::forge_secrets::api_token(&ci.seal, row).map_err(unsealed)?,
             },
-            hook_endpoint: format!("{}{}/hook", ctx.public_url(), ctx.config.ci.mount),
-            webhook_secret: crate::ci::forge_secrets::webhook_secret(&ctx.seal, row)
+            hook_endpoint: ci.hook_endpoint(),
+            webhook_secret: crate::ci::forge_secrets::webhook_secret(&ci.seal, row)
                 .map_err(unsealed)?,
-            handle: Handle::current(),
         })
     }
+}
 
-    /// Runs a plugin call from the blocking thread the driver is called on.
-    fn call<T>(
-        &self,
-        f: impl std::future::Future<Output = Result<T, PluginError>>,
-    ) -> Result<T, ForgeError> {
-        self.handle.block_on(f).map_err(plugin_error)
-    }
+/// Awaits a plugin call, its failure as a forge error.
+async fn call<T>(
+    f: impl std::future::Future<Output = Result<T, PluginError>>,
+) -> Result<T, ForgeError> {
+    f.await.map_err(plugin_error)
 }
 
 /// A plugin failure as a forge error: its own "not found"-style answers stay client errors.
@@ -87,12 +84,14 @@ pub fn plugin_error(err: PluginError) -> ForgeError {
     }
 }
 
+#[async_trait::async_trait]
 impl ForgeDriver for PluginForge {
-    fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
-        let r = self.call(
+    async fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
+        let r = call(
             self.host
                 .repo_info(&self.plugin, self.api.clone(), remote_id),
-        )?;
+        )
+        .await?;
         Ok(RemoteRepo {
             forge_remote_id: r.forge_remote_id,
             owner: r.owner,
@@ -105,28 +104,30 @@ impl ForgeDriver for PluginForge {
         })
     }
 
-    fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
-        self.call(
+    async fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
+        call(
             self.host
                 .branches(&self.plugin, self.api.clone(), &repo.full_name),
         )
+        .await
     }
 
-    fn pull_requests(&self, _repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
+    async fn pull_requests(&self, _repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
         // The forge-adapter world has no pull-request listing (yet).
         Ok(Vec::new())
     }
 
     /// Creates the forge's webhook (see the module docs); `_hook_url` is the built-in git
     /// forge's per-repository URL, which plugin forges do not use.
-    fn activate(&self, repo: &Repo, _hook_url: &str) -> Result<(), ForgeError> {
-        let created = self.call(self.host.create_hook(
+    async fn activate(&self, repo: &Repo, _hook_url: &str) -> Result<(), ForgeError> {
+        let created = call(self.host.create_hook(
             &self.plugin,
             self.api.clone(),
             &repo.full_name,
             &self.hook_endpoint,
             &self.webhook_secret,
-        ));
+        ))
+        .await;
         match created {
             Ok(()) => {
                 tracing::info!(
@@ -151,26 +152,28 @@ impl ForgeDriver for PluginForge {
         }
     }
 
-    fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
-        if let Err(err) = self.call(self.host.delete_hook(
+    async fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
+        if let Err(err) = call(self.host.delete_hook(
             &self.plugin,
             self.api.clone(),
             &repo.full_name,
             &self.hook_endpoint,
-        )) {
+        ))
+        .await
+        {
             tracing::warn!(repo = repo.full_name, plugin = self.plugin, error = %err, "webhook not removed");
         }
         Ok(())
     }
 
     /// From the adapter; if it cannot answer, from the git remote (commit id only).
-    fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
-        let asked = self.call(self.host.branch_head(
-            &self.plugin,
-            self.api.clone(),
-            &repo.full_name,
-            branch,
-        ));
+    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+        let asked =
+            call(
+                self.host
+                    .branch_head(&self.plugin, self.api.clone(), &repo.full_name, branch),
+            )
+            .await;
         match asked {
             Ok(c) if !c.sha.is_empty() => Ok(CommitInfo {
                 sha: c.sha,
@@ -183,12 +186,17 @@ impl ForgeDriver for PluginForge {
                 if let Err(err) = other {
                     tracing::debug!(repo = repo.full_name, plugin = self.plugin, error = %err, "branch head from the git remote");
                 }
-                let sha = super::remote_head::branch_head(
-                    &repo.clone_url,
-                    &self.api.token,
-                    branch,
-                    super::remote_head::TIMEOUT,
-                )?;
+                let (url, token) = (repo.clone_url.clone(), self.api.token.clone());
+                let branch = branch.to_string();
+                let sha = off_runtime(move || {
+                    super::remote_head::branch_head(
+                        &url,
+                        &token,
+                        &branch,
+                        super::remote_head::TIMEOUT,
+                    )
+                })
+                .await?;
                 Ok(CommitInfo {
                     sha,
                     ..CommitInfo::default()
@@ -197,14 +205,14 @@ impl ForgeDriver for PluginForge {
         }
     }
 
-    fn commit(&self, _repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
+    async fn commit(&self, _repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
         Ok(CommitInfo {
             sha: sha.to_string(),
             ..CommitInfo::default()
         })
     }
 
-    fn changed_files(
+    async fn changed_files(
         &self,
         _repo: &Repo,
         _before: &str,
@@ -213,67 +221,90 @@ impl ForgeDriver for PluginForge {
         Ok(Vec::new())
     }
 
-    fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
-        self.call(
+    async fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
+        call(
             self.host
                 .changed_files(&self.plugin, self.api.clone(), &repo.full_name, number),
         )
+        .await
     }
 
-    fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
-        let read = |path: &str| -> Result<Option<ConfigFile>, ForgeError> {
-            Ok(self
-                .call(self.host.file_at(
-                    &self.plugin,
-                    self.api.clone(),
-                    &repo.full_name,
-                    commit,
-                    path,
-                ))?
-                .map(|data| ConfigFile {
-                    name: path.to_string(),
-                    data: String::from_utf8_lossy(&data).into_owned(),
-                }))
-        };
-        let folder = |dir: &str| -> Result<Vec<ConfigFile>, ForgeError> {
-            let dir = dir.trim_end_matches('/');
-            let mut names = self.call(self.host.dir_at(
-                &self.plugin,
-                self.api.clone(),
-                &repo.full_name,
-                commit,
-                dir,
-            ))?;
-            names.retain(|n| n.ends_with(".yaml") || n.ends_with(".yml"));
-            names.sort();
-            let mut out = Vec::new();
-            for n in names {
-                let path = if n.contains('/') {
-                    n
-                } else {
-                    format!("{dir}/{n}")
-                };
-                out.extend(read(&path)?);
-            }
-            Ok(out)
-        };
+    async fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
         let config = repo.config_file.trim();
         if !config.is_empty() {
             return if config.ends_with('/') {
-                folder(config)
+                self.folder_at(repo, commit, config).await
             } else {
-                Ok(read(config)?.into_iter().collect())
+                Ok(self
+                    .file_at(repo, commit, config)
+                    .await?
+                    .into_iter()
+                    .collect())
             };
         }
-        let in_dir = folder(CONFIG_DIR).unwrap_or_default();
+        let in_dir = self
+            .folder_at(repo, commit, CONFIG_DIR)
+            .await
+            .unwrap_or_default();
         if !in_dir.is_empty() {
             return Ok(in_dir);
         }
         for f in CONFIG_FILES {
-            if let Some(file) = read(f)? {
+            if let Some(file) = self.file_at(repo, commit, f).await? {
                 return Ok(vec![file]);
             }
         }
         Ok(Vec::new())
+    }
+}
+
+impl PluginForge {
+    /// The file at `path` at `commit`, if there is one.
+    async fn file_at(
+        &self,
+        repo: &Repo,
+        commit: &str,
+        path: &str,
+    ) -> Result<Option<ConfigFile>, ForgeError> {
+        let data = call(self.host.file_at(
+            &self.plugin,
+            self.api.clone(),
+            &repo.full_name,
+            commit,
+            path,
+        ))
+        .await?;
+        Ok(data.map(|data| ConfigFile {
+            name: path.to_string(),
+            data: String::from_utf8_lossy(&data).into_owned(),
+        }))
+    }
+
+    /// The `*.yaml`/`*.yml` files directly in folder `dir` at `commit`, by name.
+    async fn folder_at(
+        &self,
+        repo: &Repo,
+        commit: &str,
+        dir: &str,
+    ) -> Result<Vec<ConfigFile>, ForgeError> {
+        let dir = dir.trim_end_matches('/');
+        let mut names =
+            call(
+                self.host
+                    .dir_at(&self.plugin, self.api.clone(), &repo.full_name, commit, dir),
+            )
+            .await?;
+        names.retain(|n| n.ends_with(".yaml") || n.ends_with(".yml"));
+        names.sort();
+        let mut out = Vec::new();
+        for n in names {
+            let path = if n.contains('/') {
+                n
+            } else {
+                format!("{dir}/{n}")
+            };
+            out.extend(self.file_at(repo, commit, &path).await?);
+        }
+        Ok(out)
     }
 }
