@@ -28,6 +28,7 @@ pub mod integrity;
 pub mod logs;
 pub mod migrations;
 pub mod orgs;
+pub mod partfile;
 pub mod partkeys;
 pub mod pipelines;
 pub mod plugin_kv;
