@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
-use crate::types::{Metadata, SecretValue, Trust};
+use crate::types::{Commit, Metadata, SecretValue, Trust};
 
 // ---------------------------------------------------------------------------------------
 // Builders for inputs and expected outputs.
@@ -14,10 +14,13 @@ use crate::types::{Metadata, SecretValue, Trust};
 fn meta() -> Metadata {
     Metadata {
         event: "push".into(),
-        branch: "main".into(),
-        git_ref: "refs/heads/main".into(),
-        commit: "abc123".into(),
-        message: "change things".into(),
+        commit: Commit {
+            sha: "abc123".into(),
+            branch: "main".into(),
+            git_ref: "refs/heads/main".into(),
+            message: "change things".into(),
+            ..Commit::default()
+        },
         repo: "alice/hello".into(),
         pipeline_number: 7,
         env: BTreeMap::from([
@@ -289,22 +292,22 @@ fn step_filters_by_event_branch_and_path() {
             .collect()
     };
     let mut m = meta();
-    m.changed_files = strings(&["src/lib.rs"]);
+    m.commit.changed_files = strings(&["src/lib.rs"]);
     let r = run(&[file(".woodpecker.yml", config)], m.clone(), Vec::new());
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(names(&r), ["clone", "on-main"]);
 
-    m.changed_files = strings(&["docs/index.md"]);
+    m.commit.changed_files = strings(&["docs/index.md"]);
     let r = run(&[file(".woodpecker.yml", config)], m.clone(), Vec::new());
     assert_eq!(names(&r), ["clone", "on-main", "docs"]);
 
     // Tags: branch filters are ignored, path filters do not apply.
-    let tag = Metadata {
+    let mut tag = Metadata {
         event: "tag".into(),
-        git_ref: "refs/tags/v1".into(),
-        branch: "dev".into(),
         ..m
     };
+    tag.commit.git_ref = "refs/tags/v1".into();
+    tag.commit.branch = "dev".into();
     let r = run(&[file(".woodpecker.yml", config)], tag, Vec::new());
     assert_eq!(names(&r), ["clone", "on-main", "on-tag", "docs", "either"]);
     let r = &r.workflows[0].steps;

@@ -17,21 +17,41 @@ pub struct ConfigFile {
     pub data: String,
 }
 
+/// The commit a pipeline runs, as its trigger reported it: one record from the hook (or the
+/// forge, for manual runs and cron jobs) through the compiler's [`Metadata`] to the stored
+/// pipeline, which flattens it into Woodpecker's pipeline JSON under upstream's names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Commit {
+    #[serde(rename = "commit")]
+    pub sha: String,
+    pub branch: String,
+    /// Full ref, e.g. `refs/heads/main`, `refs/tags/v1`, `refs/pull/3/head`.
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    /// `source:target` branches of a pull request.
+    pub refspec: String,
+    pub message: String,
+    pub author: String,
+    pub author_email: String,
+    pub author_avatar: String,
+    /// Who caused the event: the pusher, the user of a manual run, `cron`.
+    pub sender: String,
+    /// The commit, pull request or tag on the forge.
+    pub forge_url: String,
+    /// Unix seconds.
+    pub timestamp: i64,
+    /// Files changed by the commit(s); empty = unknown (path filters then match).
+    pub changed_files: Vec<String>,
+}
+
 /// What the compiler knows about the run (drives `when` filters and `CI_*` variables).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metadata {
     /// push, pull_request, pull_request_closed, pull_request_metadata, tag, release,
     /// deployment, cron, manual.
     pub event: String,
-    pub branch: String,
-    /// Full ref, e.g. `refs/heads/main`, `refs/tags/v1`, `refs/pull/3/head`.
-    pub git_ref: String,
-    pub commit: String,
-    pub message: String,
-    pub author: String,
-    pub author_email: String,
-    /// Files changed by the commit(s); empty = unknown (path filters then match).
-    pub changed_files: Vec<String>,
+    pub commit: Commit,
     /// `owner/name`.
     pub repo: String,
     pub repo_clone_url: String,

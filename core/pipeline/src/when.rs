@@ -8,12 +8,12 @@
 //! | key | compared with | notes |
 //! |---|---|---|
 //! | `event` | `meta.event` | |
-//! | `branch` | `meta.branch` | ignored for tag events |
-//! | `ref` | `meta.git_ref` | |
+//! | `branch` | `meta.commit.branch` | ignored for tag events |
+//! | `ref` | `meta.commit.git_ref` | |
 //! | `repo` | `meta.repo` (`owner/name`) | |
 //! | `platform` | `meta.platform` | ignored while the platform is unknown (empty) |
 //! | `cron` | `meta.cron` | only for cron events |
-//! | `path` | `meta.changed_files` | push and pull-request events only; see [`PathFilter`] |
+//! | `path` | `meta.commit.changed_files` | push and pull-request events only; see [`PathFilter`] |
 //! | `matrix` | the workflow's matrix values | steps only |
 //! | `evaluate` | an expression over the environment | [`super::expr`] |
 //! | `status` | — | not a filter: decides when the step runs ([`When::statuses`]) |
@@ -137,12 +137,15 @@ impl Condition {
             && (m.platform.is_empty() || self.platform.matches(&m.platform))
             && self.event.matches(&m.event)
             && self.repo.matches(&m.repo)
-            && self.git_ref.matches(&m.git_ref);
+            && self.git_ref.matches(&m.commit.git_ref);
         if m.event == "push" || is_pull(&m.event) {
-            ok = ok && self.path.matches(&m.changed_files, &m.message);
+            ok = ok
+                && self
+                    .path
+                    .matches(&m.commit.changed_files, &m.commit.message);
         }
         if m.event != "tag" {
-            ok = ok && self.branch.matches(&m.branch);
+            ok = ok && self.branch.matches(&m.commit.branch);
         }
         if m.event == "cron" {
             ok = ok && self.cron.matches(&m.cron);
@@ -348,16 +351,20 @@ fn parse_path(node: &Node, at: &str) -> Result<PathFilter, Issue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Commit;
     use crate::yaml;
 
     fn meta(event: &str, branch: &str, files: &[&str]) -> Metadata {
         Metadata {
             event: event.into(),
-            branch: branch.into(),
-            git_ref: format!("refs/heads/{branch}"),
+            commit: Commit {
+                branch: branch.into(),
+                git_ref: format!("refs/heads/{branch}"),
+                changed_files: files.iter().map(|f| f.to_string()).collect(),
+                message: "update docs".into(),
+                ..Commit::default()
+            },
             repo: "alice/hello".into(),
-            changed_files: files.iter().map(|f| f.to_string()).collect(),
-            message: "update docs".into(),
             ..Metadata::default()
         }
     }
@@ -371,7 +378,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let env = BTreeMap::from([("CI_COMMIT_BRANCH".to_string(), m.branch.clone())]);
+        let env = BTreeMap::from([("CI_COMMIT_BRANCH".to_string(), m.commit.branch.clone())]);
         let facts = Facts {
             meta: m,
             matrix: &matrix,
@@ -385,10 +392,8 @@ mod tests {
         let push_main = meta("push", "main", &["src/a.rs", "README.md"]);
         let push_docs = meta("push", "main", &["docs/a.md"]);
         let push_none = meta("push", "main", &[]);
-        let tag = Metadata {
-            git_ref: "refs/tags/v1.2".into(),
-            ..meta("tag", "main", &[])
-        };
+        let mut tag = meta("tag", "main", &[]);
+        tag.commit.git_ref = "refs/tags/v1.2".into();
         let cron = Metadata {
             cron: "nightly".into(),
             ..meta("cron", "main", &[])

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix};
 use woodlark_pipeline::status::Status;
-use woodlark_pipeline::types::{ConfigFile, PipelineError};
+use woodlark_pipeline::types::{Commit, ConfigFile, PipelineError};
 
 pub const PIPELINES: &str = "pipelines";
 pub const WORKFLOWS: &str = "workflows";
@@ -48,24 +48,17 @@ pub struct Pipeline {
     pub finished: i64,
     pub deploy_to: String,
     pub deploy_task: String,
-    pub commit: String,
-    pub branch: String,
-    #[serde(rename = "ref")]
-    pub git_ref: String,
-    pub refspec: String,
+    /// `commit`, `branch`, `ref`, `refspec`, `message`, the author, `sender`, `forge_url`,
+    /// `timestamp` and `changed_files`, at the top level of the JSON as upstream has them.
+    #[serde(flatten)]
+    pub commit: Commit,
     pub rerun_count: i64,
-    pub author: String,
-    pub author_avatar: String,
-    pub author_email: String,
-    pub sender: String,
-    pub forge_url: String,
     pub reviewed_by: String,
     pub reviewed: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancel_info: Option<CancelInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflows: Option<Vec<Workflow>>,
-    pub changed_files: Vec<String>,
     pub variables: BTreeMap<String, String>,
     pub pr_labels: Vec<String>,
     pub pr_milestone: String,
@@ -75,8 +68,6 @@ pub struct Pipeline {
     pub tag_title: String,
     pub version: String,
     pub title: String,
-    pub message: String,
-    pub timestamp: i64,
     pub is_prerelease: bool,
 }
 
@@ -500,6 +491,37 @@ pub fn with_status(conn: &Tx, states: &[Status]) -> StoreResult<Vec<PipelineRow>
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The ids of the active (pending, running, blocked) pipelines of `repo_id` that `newer`
+/// supersedes (`cancel_previous_pipeline_events`): older ones of the same event on the same
+/// branch (pushes) or ref (other events). One indexed query on the repository's rows.
+pub fn superseded_by(conn: &Tx, repo_id: i64, newer: &Pipeline) -> StoreResult<Vec<i64>> {
+    let (column, value) = if newer.event == "push" {
+        ("branch", &newer.commit.branch)
+    } else {
+        ("ref", &newer.commit.git_ref)
+    };
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id FROM pipelines
+         WHERE repo_id = ?1 AND number < ?2 AND event = ?3 AND {column} = ?4
+           AND status IN (?5, ?6, ?7)
+         ORDER BY number"
+    ))?;
+    let active = [Status::Pending, Status::Running, Status::Blocked].map(Status::as_str);
+    let ids = stmt.query_map(
+        params![
+            repo_id,
+            newer.number,
+            newer.event,
+            value,
+            active[0],
+            active[1],
+            active[2]
+        ],
+        |r| r.get(0),
+    )?;
+    Ok(ids.collect::<Result<_, _>>()?)
+}
+
 const WORKFLOW_COLUMNS: &str =
     "id, pipeline_id, pid, name, state, error, started, finished, agent_id, platform, environ";
 
@@ -708,8 +730,8 @@ pub fn create(
             number,
             p.status.as_str(),
             p.event,
-            p.branch,
-            p.git_ref,
+            p.commit.branch,
+            p.commit.git_ref,
             now,
             record_of(&p)?
         ],
@@ -942,6 +964,37 @@ mod tests {
         Tx::owned(conn)
     }
 
+    /// Only older active pipelines of the same repository, event and branch (pushes) or ref
+    /// (other events) are superseded.
+    #[test]
+    fn superseded_pipelines_are_older_active_ones_of_the_same_branch_or_ref() {
+        let conn = db();
+        let make = |repo: i64, event: &str, branch: &str, git_ref: &str, status: Status| {
+            let p = Pipeline {
+                status,
+                event: event.into(),
+                commit: Commit {
+                    branch: branch.into(),
+                    git_ref: git_ref.into(),
+                    ..Commit::default()
+                },
+                ..Pipeline::default()
+            };
+            create(&conn, repo, &p, &[], &[]).unwrap().pipeline
+        };
+        let old_push = make(7, "push", "main", "refs/heads/main", Status::Running);
+        let _done = make(7, "push", "main", "refs/heads/main", Status::Success);
+        let _other_branch = make(7, "push", "dev", "refs/heads/dev", Status::Pending);
+        let _other_event = make(7, "manual", "main", "refs/heads/main", Status::Pending);
+        let old_tag = make(7, "tag", "main", "refs/tags/v1", Status::Blocked);
+        let _other_repo = make(8, "push", "main", "refs/heads/main", Status::Pending);
+        let newer = make(7, "push", "main", "refs/heads/main", Status::Pending);
+        assert_eq!(superseded_by(&conn, 7, &newer).unwrap(), [old_push.id]);
+        let newer_tag = make(7, "tag", "other", "refs/tags/v1", Status::Pending);
+        assert_eq!(superseded_by(&conn, 7, &newer_tag).unwrap(), [old_tag.id]);
+        assert!(superseded_by(&conn, 7, &old_push).unwrap().is_empty());
+    }
+
     /// The list served from stored records is the list decoded and encoded again, field for
     /// field, text escapes included.
     #[test]
@@ -951,10 +1004,13 @@ mod tests {
             let pipeline = Pipeline {
                 status: Status::Pending,
                 event: "push".into(),
-                branch: "main".into(),
-                message: message.into(),
+                commit: Commit {
+                    branch: "main".into(),
+                    message: message.into(),
+                    changed_files: vec!["a b/c.rs".into()],
+                    ..Commit::default()
+                },
                 variables: [("K".to_string(), "v \"x\"".to_string())].into(),
-                changed_files: vec!["a b/c.rs".into()],
                 ..Pipeline::default()
             };
             create(&conn, 7, &pipeline, &[], &[]).unwrap();
@@ -984,7 +1040,10 @@ mod tests {
         let conn = db();
         let pipeline = Pipeline {
             status: Status::Running,
-            message: "quotes \" and \\ ünï".into(),
+            commit: Commit {
+                message: "quotes \" and \\ ünï".into(),
+                ..Commit::default()
+            },
             ..Pipeline::default()
         };
         let workflow = |name: &str, steps: &[&str]| NewWorkflow {

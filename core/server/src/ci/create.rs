@@ -19,7 +19,7 @@ use super::{Error, Services};
 use crate::pipeline::registry;
 use crate::pipeline::status::*;
 use crate::pipeline::types::{
-    CompileInput, CompileResult, ConfigFile, Metadata, PipelineError, RegistryCredential,
+    Commit, CompileInput, CompileResult, ConfigFile, Metadata, PipelineError, RegistryCredential,
     SecretValue,
 };
 use crate::store::Tx;
@@ -29,23 +29,12 @@ use crate::store::repos::RepoRow;
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, forges, now_unix, registries, secrets};
 
-/// What started a pipeline.
+/// What started a pipeline: an event about a commit, and what the run was asked for.
 #[derive(Debug, Clone, Default)]
 pub struct Trigger {
     pub event: String,
     pub event_reason: Vec<String>,
-    pub branch: String,
-    pub git_ref: String,
-    pub refspec: String,
-    pub commit: String,
-    pub message: String,
-    pub author: String,
-    pub author_email: String,
-    pub author_avatar: String,
-    pub sender: String,
-    pub forge_url: String,
-    pub timestamp: i64,
-    pub changed_files: Vec<String>,
+    pub commit: Commit,
     pub deploy_to: String,
     pub cron: String,
     pub variables: BTreeMap<String, String>,
@@ -108,15 +97,14 @@ pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Resul
     let head = driver.branch_head(&repo.repo, &branch).await?;
     let trigger = Trigger {
         event: "cron".into(),
-        branch: branch.clone(),
-        git_ref: format!("refs/heads/{branch}"),
-        commit: head.sha,
-        message: format!("cron task '{}'", cron.name),
-        author: head.author,
-        author_email: head.author_email,
-        timestamp: head.timestamp,
-        sender: "cron".into(),
-        forge_url: repo.repo.forge_url.clone(),
+        commit: Commit {
+            git_ref: format!("refs/heads/{branch}"),
+            branch,
+            message: format!("cron task '{}'", cron.name),
+            sender: "cron".into(),
+            forge_url: repo.repo.forge_url.clone(),
+            ..head
+        },
         cron: cron.name.clone(),
         variables: cron.variables.clone(),
         ..Trigger::default()
@@ -127,7 +115,7 @@ pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Resul
 /// `[skip ci]` in the message of a push or pull request.
 fn skips_ci(trigger: &Trigger) -> bool {
     matches!(trigger.event.as_str(), "push" | "pull_request")
-        && crate::pipeline::skip_ci(&trigger.message)
+        && crate::pipeline::skip_ci(&trigger.commit.message)
 }
 
 /// Creates the pipeline of a complete trigger with the config files `driver` finds at its
@@ -142,7 +130,7 @@ pub async fn with_driver(
     if skips_ci(&trigger) {
         return Ok(Created::SkipCi);
     }
-    let files = driver.config_files(&repo.repo, &trigger.commit).await?;
+    let files = driver.config_files(&repo.repo, &trigger.commit.sha).await?;
     if files.is_empty() {
         return Ok(Created::NoConfig);
     }
@@ -256,7 +244,8 @@ fn ci_env(
 ) -> BTreeMap<String, String> {
     let r = &repo.repo;
     let url = ci.settings.public_url.get();
-    let tag = t.git_ref.strip_prefix("refs/tags/").unwrap_or("");
+    let c = &t.commit;
+    let tag = c.git_ref.strip_prefix("refs/tags/").unwrap_or("");
     let pairs: Vec<(&str, String)> = vec![
         ("CI", "woodpecker".into()),
         ("CI_REPO", r.full_name.clone()),
@@ -271,17 +260,17 @@ fn ci_env(
         ("CI_REPO_TRUSTED_NETWORK", r.trusted.network.to_string()),
         ("CI_REPO_TRUSTED_VOLUMES", r.trusted.volumes.to_string()),
         ("CI_REPO_TRUSTED_SECURITY", r.trusted.security.to_string()),
-        ("CI_COMMIT_SHA", t.commit.clone()),
-        ("CI_COMMIT_REF", t.git_ref.clone()),
-        ("CI_COMMIT_REFSPEC", t.refspec.clone()),
-        ("CI_COMMIT_BRANCH", t.branch.clone()),
+        ("CI_COMMIT_SHA", c.sha.clone()),
+        ("CI_COMMIT_REF", c.git_ref.clone()),
+        ("CI_COMMIT_REFSPEC", c.refspec.clone()),
+        ("CI_COMMIT_BRANCH", c.branch.clone()),
         ("CI_COMMIT_SOURCE_BRANCH", String::new()),
         ("CI_COMMIT_TARGET_BRANCH", String::new()),
         ("CI_COMMIT_TAG", tag.to_string()),
-        ("CI_COMMIT_MESSAGE", t.message.clone()),
-        ("CI_COMMIT_AUTHOR", t.author.clone()),
-        ("CI_COMMIT_AUTHOR_EMAIL", t.author_email.clone()),
-        ("CI_COMMIT_AUTHOR_AVATAR", t.author_avatar.clone()),
+        ("CI_COMMIT_MESSAGE", c.message.clone()),
+        ("CI_COMMIT_AUTHOR", c.author.clone()),
+        ("CI_COMMIT_AUTHOR_EMAIL", c.author_email.clone()),
+        ("CI_COMMIT_AUTHOR_AVATAR", c.author_avatar.clone()),
         ("CI_PIPELINE_NUMBER", number.to_string()),
         ("CI_PIPELINE_PARENT", t.parent.to_string()),
         ("CI_PIPELINE_EVENT", t.event.clone()),
@@ -289,14 +278,14 @@ fn ci_env(
             "CI_PIPELINE_URL",
             format!("{url}/repos/{}/pipeline/{number}", r.id),
         ),
-        ("CI_PIPELINE_FORGE_URL", t.forge_url.clone()),
+        ("CI_PIPELINE_FORGE_URL", c.forge_url.clone()),
         ("CI_PIPELINE_DEPLOY_TARGET", t.deploy_to.clone()),
         ("CI_PIPELINE_CREATED", now_unix().to_string()),
         (
             "CI_PIPELINE_FILES",
-            serde_json::to_string(&t.changed_files).unwrap_or_default(),
+            serde_json::to_string(&c.changed_files).unwrap_or_default(),
         ),
-        ("CI_PIPELINE_AUTHOR", t.sender.clone()),
+        ("CI_PIPELINE_AUTHOR", c.sender.clone()),
         ("CI_PIPELINE_CRON", t.cron.clone()),
         ("CI_SYSTEM_NAME", "woodlark".into()),
         ("CI_SYSTEM_URL", url.clone()),
@@ -413,32 +402,15 @@ fn repo_auto_cancels(repo: &RepoRow, event: &str) -> bool {
 /// Cancels the older active pipelines of the same branch (push) or ref (other events) that
 /// `newer` supersedes (`cancel_previous_pipeline_events`).
 async fn supersede_older(ci: &Services, repo_id: i64, newer: &Pipeline) {
-    let (event, branch, git_ref, number) = (
-        newer.event.clone(),
-        newer.branch.clone(),
-        newer.git_ref.clone(),
-        newer.number,
-    );
+    let newer_row = newer.clone();
     let older = ci
         .store
-        .read(move |c| {
-            Ok(pipelines::with_status(c, &[PENDING, RUNNING, BLOCKED])?
-                .into_iter()
-                .filter(|row| {
-                    row.repo_id == repo_id
-                        && row.pipeline.number < number
-                        && row.pipeline.event == event
-                        && if event == "push" {
-                            row.pipeline.branch == branch
-                        } else {
-                            row.pipeline.git_ref == git_ref
-                        }
-                })
-                .map(|row| row.pipeline.id)
-                .collect::<Vec<_>>())
-        })
+        .read(move |c| pipelines::superseded_by(c, repo_id, &newer_row))
         .await
-        .unwrap_or_default();
+        .unwrap_or_else(|err| {
+            tracing::warn!(repo = repo_id, error = %err, "cannot list the pipelines to supersede");
+            Vec::new()
+        });
     for id in older {
         match ci.queue.cancel(id, "").await {
             Ok(_) => {
@@ -489,13 +461,7 @@ fn trust_of(repo: &RepoRow) -> crate::pipeline::types::Trust {
 fn metadata(ci: &Services, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &str) -> Metadata {
     Metadata {
         event: t.event.clone(),
-        branch: t.branch.clone(),
-        git_ref: t.git_ref.clone(),
         commit: t.commit.clone(),
-        message: t.message.clone(),
-        author: t.author.clone(),
-        author_email: t.author_email.clone(),
-        changed_files: t.changed_files.clone(),
         repo: repo.repo.full_name.clone(),
         repo_clone_url: repo.repo.clone_url.clone(),
         default_branch: repo.repo.default_branch.clone(),
@@ -653,21 +619,10 @@ fn create_in(
         started: if has_errors { now } else { 0 },
         deploy_to: t.deploy_to.clone(),
         commit: t.commit.clone(),
-        branch: t.branch.clone(),
-        git_ref: t.git_ref.clone(),
-        refspec: t.refspec.clone(),
         rerun_count: t.rerun_count,
-        author: t.author.clone(),
-        author_avatar: t.author_avatar.clone(),
-        author_email: t.author_email.clone(),
-        sender: t.sender.clone(),
-        forge_url: t.forge_url.clone(),
-        changed_files: t.changed_files.clone(),
         variables: t.variables.clone(),
         cron: t.cron.clone(),
-        message: t.message.clone(),
-        title: t.message.lines().next().unwrap_or("").to_string(),
-        timestamp: t.timestamp,
+        title: t.commit.message.lines().next().unwrap_or("").to_string(),
         version: crate::ci::version_string(),
         ..Pipeline::default()
     };

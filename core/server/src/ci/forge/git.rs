@@ -13,10 +13,9 @@ use super::git_diff;
 use super::git_objects::{CatFile, Commit, GitError, Object, TreeEntry, hex};
 use super::git_pool::with_session;
 use super::{
-    CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
-    off_runtime,
+    CONFIG_DIR, CONFIG_FILES, ForgeDriver, ForgeError, PullRequest, RemoteRepo, off_runtime,
 };
-use crate::pipeline::types::ConfigFile;
+use crate::pipeline::types::{self, ConfigFile};
 use crate::store::repos::Repo;
 
 /// First line after the shebang of every hook we install; we only ever overwrite or remove
@@ -282,7 +281,7 @@ impl GitForge {
             .map_err(|e| ForgeError::Failed(format!("cannot install {}: {e}", path.display())))
     }
 
-    pub fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+    pub fn branch_head(&self, repo: &Repo, branch: &str) -> Result<types::Commit, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
         let not_found = || ForgeError::RepoNotFound(format!("{}: branch {branch}", repo.full_name));
         if !is_branch_name(branch) {
@@ -292,7 +291,7 @@ impl GitForge {
         commit.map(commit_info).ok_or_else(not_found)
     }
 
-    pub fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
+    pub fn commit(&self, repo: &Repo, sha: &str) -> Result<types::Commit, ForgeError> {
         if !is_sha(sha) {
             return Err(ForgeError::Invalid(format!("{sha:?} is not a commit id")));
         }
@@ -324,7 +323,7 @@ impl GitForge {
         repo: &Repo,
         before: &str,
         after: &str,
-    ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
+    ) -> Result<(types::Commit, Vec<String>), ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
         check_push_ids(before, after)?;
         // One session, and the commit read once for both answers.
@@ -402,12 +401,12 @@ impl ForgeDriver for GitForge {
         off_runtime(move || git.deactivate(&repo)).await
     }
 
-    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<types::Commit, ForgeError> {
         let (git, repo, branch) = (self.clone(), repo.clone(), branch.to_string());
         off_runtime(move || git.branch_head(&repo, &branch)).await
     }
 
-    async fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
+    async fn commit(&self, repo: &Repo, sha: &str) -> Result<types::Commit, ForgeError> {
         let (git, repo, sha) = (self.clone(), repo.clone(), sha.to_string());
         off_runtime(move || git.commit(&repo, &sha)).await
     }
@@ -429,7 +428,7 @@ impl ForgeDriver for GitForge {
         repo: &Repo,
         before: &str,
         after: &str,
-    ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
+    ) -> Result<(types::Commit, Vec<String>), ForgeError> {
         let (git, repo) = (self.clone(), repo.clone());
         let (before, after) = (before.to_string(), after.to_string());
         off_runtime(move || git.pushed(&repo, &before, &after)).await
@@ -552,13 +551,14 @@ fn changes(
 
 /// What the API shows of a commit: `git show`'s `%H %an %ae %ct %B`, the message without
 /// trailing whitespace.
-fn commit_info(commit: Commit) -> CommitInfo {
-    CommitInfo {
+fn commit_info(commit: Commit) -> types::Commit {
+    types::Commit {
         sha: commit.id,
         author: commit.author_name,
         author_email: commit.author_email,
         timestamp: commit.committer_time,
         message: commit.message.trim_end().to_string(),
+        ..types::Commit::default()
     }
 }
 

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use woodlark_stdx::{Classify, Fault};
 
 use super::Services;
+use crate::pipeline::types::Commit;
 use crate::store::StoreError;
 use crate::store::forges::{self, ForgeRow};
 use crate::store::repos::{DEFAULT_TIMEOUT, Repo, Trusted};
@@ -101,17 +102,6 @@ pub struct PullRequest {
     pub title: String,
 }
 
-/// A commit as the forge describes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CommitInfo {
-    pub sha: String,
-    pub message: String,
-    pub author: String,
-    pub author_email: String,
-    /// Unix seconds.
-    pub timestamp: i64,
-}
-
 /// Where pipeline configs are looked for when the repository names no `config_file`.
 pub const CONFIG_DIR: &str = ".woodpecker";
 pub const CONFIG_FILES: &[&str] = &[".woodpecker.yaml", ".woodpecker.yml"];
@@ -158,10 +148,10 @@ pub trait ForgeDriver: Send + Sync {
     async fn activate(&self, repo: &Repo, hook_url: &str) -> Result<(), ForgeError>;
     /// Removes the hook; a missing hook is not an error.
     async fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError>;
-    /// The commit a branch points at.
-    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError>;
-    /// Message, author and time of a commit.
-    async fn commit(&self, repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError>;
+    /// The commit a branch points at: its id, message, author and time (the rest empty).
+    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<Commit, ForgeError>;
+    /// Message, author and time of a commit (the rest of the record empty).
+    async fn commit(&self, repo: &Repo, sha: &str) -> Result<Commit, ForgeError>;
     /// Files changed between two commits (`before` empty or all zeros: by `after` alone).
     async fn changed_files(
         &self,
@@ -177,7 +167,7 @@ pub trait ForgeDriver: Send + Sync {
         repo: &Repo,
         before: &str,
         after: &str,
-    ) -> Result<(CommitInfo, Vec<String>), ForgeError> {
+    ) -> Result<(Commit, Vec<String>), ForgeError> {
         let commit = self.commit(repo, after).await?;
         let changed = self
             .changed_files(repo, before, after)

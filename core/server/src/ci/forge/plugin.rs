@@ -17,12 +17,11 @@
 use woodlark_plugin_host::{ApiContext, PluginError, PluginHost, WorldKind};
 
 use super::{
-    CONFIG_DIR, CONFIG_FILES, CommitInfo, ForgeDriver, ForgeError, PullRequest, RemoteRepo,
-    off_runtime,
+    CONFIG_DIR, CONFIG_FILES, ForgeDriver, ForgeError, PullRequest, RemoteRepo, off_runtime,
 };
 use crate::auth::sealing::SealError;
 use crate::ci::Services;
-use crate::pipeline::types::ConfigFile;
+use crate::pipeline::types::{Commit, ConfigFile};
 use crate::store::forges::{Forge, ForgeRow};
 use crate::store::repos::Repo;
 
@@ -167,7 +166,7 @@ impl ForgeDriver for PluginForge {
     }
 
     /// From the adapter; if it cannot answer, from the git remote (commit id only).
-    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<CommitInfo, ForgeError> {
+    async fn branch_head(&self, repo: &Repo, branch: &str) -> Result<Commit, ForgeError> {
         let asked =
             call(
                 self.host
@@ -175,12 +174,13 @@ impl ForgeDriver for PluginForge {
             )
             .await;
         match asked {
-            Ok(c) if !c.sha.is_empty() => Ok(CommitInfo {
+            Ok(c) if !c.sha.is_empty() => Ok(Commit {
                 sha: c.sha,
                 message: c.message,
                 author: c.author,
                 author_email: c.author_email,
                 timestamp: c.timestamp,
+                ..Commit::default()
             }),
             other => {
                 if let Err(err) = other {
@@ -197,18 +197,18 @@ impl ForgeDriver for PluginForge {
                     )
                 })
                 .await?;
-                Ok(CommitInfo {
+                Ok(Commit {
                     sha,
-                    ..CommitInfo::default()
+                    ..Commit::default()
                 })
             }
         }
     }
 
-    async fn commit(&self, _repo: &Repo, sha: &str) -> Result<CommitInfo, ForgeError> {
-        Ok(CommitInfo {
+    async fn commit(&self, _repo: &Repo, sha: &str) -> Result<Commit, ForgeError> {
+        Ok(Commit {
             sha: sha.to_string(),
-            ..CommitInfo::default()
+            ..Commit::default()
         })
     }
 

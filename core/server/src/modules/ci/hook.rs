@@ -15,6 +15,7 @@ use crate::ci::create::{self, Created, Trigger};
 use crate::ci::forge::plugin::plugin_for;
 use crate::ci::forge::{self, ForgeDriver, ForgeError};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::pipeline::types::Commit;
 use crate::store::forges::ForgeRow;
 use crate::store::repos::{self, Repo, RepoRow};
 use crate::store::{forges, now_unix};
@@ -248,29 +249,33 @@ async fn plugin_hook(
     if p.event.as_str().starts_with("pull_request") && !row.repo.allow_pr {
         return Ok(Response::empty(StatusCode::NO_CONTENT));
     }
+    // The plugin's record crosses the WIT boundary as its own type; from here on it is the
+    // pipeline's commit record.
     let mut trigger = Trigger {
         event: p.event.as_str().to_string(),
         event_reason: p.event_reason.clone(),
-        branch: p.branch.clone(),
-        git_ref: p.git_ref.clone(),
-        refspec: p.refspec.clone(),
-        commit: p.commit.clone(),
-        message: p.message.clone(),
-        author: p.author.clone(),
-        author_email: p.author_email.clone(),
-        author_avatar: p.author_avatar.clone(),
-        sender: p.sender.clone(),
-        forge_url: p.forge_url.clone(),
-        timestamp: p.timestamp,
-        changed_files: p.changed_files.clone(),
+        commit: Commit {
+            sha: p.commit.clone(),
+            branch: p.branch.clone(),
+            git_ref: p.git_ref.clone(),
+            refspec: p.refspec.clone(),
+            message: p.message.clone(),
+            author: p.author.clone(),
+            author_email: p.author_email.clone(),
+            author_avatar: p.author_avatar.clone(),
+            sender: p.sender.clone(),
+            forge_url: p.forge_url.clone(),
+            timestamp: p.timestamp,
+            changed_files: p.changed_files.clone(),
+        },
         deploy_to: p.deploy_to.clone(),
         ..Trigger::default()
     };
-    if trigger.changed_files.is_empty()
+    if trigger.commit.changed_files.is_empty()
         && trigger.event.starts_with("pull_request")
         && let Some(number) = p.pr_number
     {
-        trigger.changed_files = pr_changed_files(ctx, &row, &forge, plugin, number).await;
+        trigger.commit.changed_files = pr_changed_files(ctx, &row, &forge, plugin, number).await;
     }
     tracing::info!(
         repo = row.repo.full_name,
@@ -332,16 +337,14 @@ async fn push_trigger(
     };
     Ok(Trigger {
         event: event.into(),
-        branch,
-        git_ref: update.git_ref.clone(),
-        commit: commit.sha,
-        message: commit.message,
-        author: commit.author.clone(),
-        author_email: commit.author_email,
-        timestamp: commit.timestamp,
-        sender: commit.author,
-        forge_url: repo.forge_url.clone(),
-        changed_files: changed,
+        commit: Commit {
+            branch,
+            git_ref: update.git_ref.clone(),
+            sender: commit.author.clone(),
+            forge_url: repo.forge_url.clone(),
+            changed_files: changed,
+            ..commit
+        },
         ..Trigger::default()
     })
 }

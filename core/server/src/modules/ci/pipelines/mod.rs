@@ -27,7 +27,7 @@ use crate::app::Ctx;
 use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
 use crate::pipeline::status::{self, *};
-use crate::pipeline::types::CompiledWorkflow;
+use crate::pipeline::types::{Commit, CompiledWorkflow};
 use crate::store::logs;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
 use crate::store::{StoreError, now_unix};
@@ -210,22 +210,22 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let driver = crate::ci::forge::driver(&ctx.ci, repo.repo.forge_id).await?;
     let head = driver.branch_head(&repo.repo, &branch).await?;
     let user = access.user()?.user.clone();
+    let short = head.sha[..head.sha.len().min(12)].to_string();
     let trigger = Trigger {
         event: "manual".into(),
-        branch: branch.clone(),
-        git_ref: format!("refs/heads/{branch}"),
-        commit: head.sha.clone(),
-        message: if opts.message.is_empty() {
-            head.message.clone()
-        } else {
-            opts.message
+        commit: Commit {
+            git_ref: format!("refs/heads/{branch}"),
+            branch,
+            message: if opts.message.is_empty() {
+                head.message.clone()
+            } else {
+                opts.message
+            },
+            sender: user.login.clone(),
+            author_avatar: crate::modules::ci::avatars::shown(&ctx, user.clone()).avatar_url,
+            forge_url: repo.repo.forge_url.clone(),
+            ..head
         },
-        author: head.author.clone(),
-        author_email: head.author_email.clone(),
-        timestamp: head.timestamp,
-        sender: user.login.clone(),
-        author_avatar: crate::modules::ci::avatars::shown(&ctx, user.clone()).avatar_url,
-        forge_url: repo.repo.forge_url.clone(),
         variables: opts.variables,
         by_user: user.login.clone(),
         ..Trigger::default()
@@ -234,7 +234,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         Created::NoConfig => Err(ApiError::not_found(format!(
             "no pipeline config found in {} at {} (looked for .woodpecker/*.yaml, .woodpecker.yaml, .woodpecker.yml{})",
             repo.repo.full_name,
-            &head.sha[..head.sha.len().min(12)],
+            short,
             if repo.repo.config_file.is_empty() {
                 String::new()
             } else {
@@ -296,18 +296,10 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let trigger = Trigger {
         event,
         event_reason: old.event_reason.clone(),
-        branch: old.branch.clone(),
-        git_ref: old.git_ref.clone(),
-        refspec: old.refspec.clone(),
-        commit: old.commit.clone(),
-        message: old.message.clone(),
-        author: old.author.clone(),
-        author_email: old.author_email.clone(),
-        author_avatar: old.author_avatar.clone(),
-        sender: user.login.clone(),
-        forge_url: old.forge_url.clone(),
-        timestamp: old.timestamp,
-        changed_files: old.changed_files.clone(),
+        commit: Commit {
+            sender: user.login.clone(),
+            ..old.commit.clone()
+        },
         deploy_to,
         cron: old.cron.clone(),
         variables,
@@ -487,18 +479,18 @@ fn meta_pipeline(p: &Pipeline) -> Value {
         "status": p.status,
         "event": p.event,
         "event_reason": p.event_reason,
-        "forge_url": p.forge_url,
+        "forge_url": p.commit.forge_url,
         "target": p.deploy_to,
         "task": p.deploy_task,
         "commit": {
-            "sha": p.commit,
-            "ref": p.git_ref,
-            "refspec": p.refspec,
-            "branch": p.branch,
-            "message": p.message,
-            "timestamp": p.timestamp,
-            "author": {"name": p.author, "email": p.author_email},
-            "changed_files": p.changed_files,
+            "sha": p.commit.sha,
+            "ref": p.commit.git_ref,
+            "refspec": p.commit.refspec,
+            "branch": p.commit.branch,
+            "message": p.commit.message,
+            "timestamp": p.commit.timestamp,
+            "author": {"name": p.commit.author, "email": p.commit.author_email},
+            "changed_files": p.commit.changed_files,
             "labels": p.pr_labels,
             "milestone": p.pr_milestone,
             "draft": p.pr_draft,
@@ -506,8 +498,8 @@ fn meta_pipeline(p: &Pipeline) -> Value {
         "parent": p.parent,
         "rerun_count": p.rerun_count,
         "cron": p.cron,
-        "author": p.author,
-        "avatar": p.author_avatar,
+        "author": p.commit.author,
+        "avatar": p.commit.author_avatar,
     })
 }
 
@@ -524,7 +516,7 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 c,
                 repo_id,
                 &ListFilter {
-                    branch: Some(row.pipeline.branch.clone()),
+                    branch: Some(row.pipeline.commit.branch.clone()),
                     ..ListFilter::default()
                 },
                 1,
