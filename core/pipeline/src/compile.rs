@@ -293,7 +293,7 @@ fn build_steps(
 
     let scope = SecretScope {
         secrets: &input.secrets,
-        event: &input.meta.event,
+        event: input.meta.event.as_str(),
     };
     let mut steps = Vec::with_capacity(chosen.len() + 1);
     if clone.is_some() {
@@ -340,7 +340,7 @@ fn clone_step(input: &CompileInput, vars: &BTreeMap<String, String>) -> Compiled
     let mut environment = base_env(input, vars, CLONE_STEP, 1);
     // The settings upstream gives its clone plugin.
     environment.insert("PLUGIN_DEPTH".into(), "0".into());
-    if input.meta.event == "tag" {
+    if input.meta.event == crate::event::WebhookEvent::Tag {
         environment.insert("PLUGIN_TAGS".into(), "true".into());
     }
     CompiledStep {

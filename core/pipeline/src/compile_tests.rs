@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
+use crate::event::WebhookEvent;
 use crate::types::{Commit, Metadata, SecretValue, Trust};
 
 // ---------------------------------------------------------------------------------------
@@ -13,7 +14,7 @@ use crate::types::{Commit, Metadata, SecretValue, Trust};
 
 fn meta() -> Metadata {
     Metadata {
-        event: "push".into(),
+        event: WebhookEvent::Push,
         commit: Commit {
             sha: "abc123".into(),
             branch: "main".into(),
@@ -303,7 +304,7 @@ fn step_filters_by_event_branch_and_path() {
 
     // Tags: branch filters are ignored, path filters do not apply.
     let mut tag = Metadata {
-        event: "tag".into(),
+        event: WebhookEvent::Tag,
         ..m
     };
     tag.commit.git_ref = "refs/tags/v1".into();
@@ -703,7 +704,7 @@ fn errors_in_one_file_block_all_and_are_not_repeated_per_matrix_entry() {
 #[test]
 fn pull_request_variants_count_as_pull_request_for_secrets() {
     let m = Metadata {
-        event: "pull_request_closed".into(),
+        event: WebhookEvent::PullRequestClosed,
         ..meta()
     };
     let got = run(

@@ -2,9 +2,14 @@
 //! checks an event name (`when: event:`, secrets limited to events, a repository's
 //! `cancel_previous_pipeline_events`, restarts with `?event=`).
 
-/// An event that can start a pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An event that can start a pipeline; its wire name on the API and in stored records.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum WebhookEvent {
+    /// The default only fills records built with struct update; every trigger names its own.
+    #[default]
     Push,
     PullRequest,
     PullRequestClosed,
@@ -54,6 +59,16 @@ impl WebhookEvent {
         WebhookEvent::parse(name).is_some()
     }
 
+    /// `pull_request`, `pull_request_closed` or `pull_request_metadata`.
+    pub fn is_pull_request(self) -> bool {
+        matches!(
+            self,
+            WebhookEvent::PullRequest
+                | WebhookEvent::PullRequestClosed
+                | WebhookEvent::PullRequestMetadata
+        )
+    }
+
     /// Every wire name, comma-separated (for error messages).
     pub fn names() -> String {
         WebhookEvent::ALL.map(WebhookEvent::as_str).join(", ")
@@ -77,5 +92,15 @@ mod tests {
         }
         assert!(!WebhookEvent::is_known("lunch"));
         assert!(WebhookEvent::names().starts_with("push, pull_request, "));
+        for e in WebhookEvent::ALL {
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(
+                json,
+                format!("\"{}\"", e.as_str()),
+                "serde uses the wire name"
+            );
+            assert_eq!(serde_json::from_str::<WebhookEvent>(&json).unwrap(), e);
+            assert_eq!(e.is_pull_request(), e.as_str().starts_with("pull_request"));
+        }
     }
 }

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::event::WebhookEvent;
+
 /// One config file as read from the repository at the pipeline's commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigFile {
@@ -48,9 +50,7 @@ pub struct Commit {
 /// What the compiler knows about the run (drives `when` filters and `CI_*` variables).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metadata {
-    /// push, pull_request, pull_request_closed, pull_request_metadata, tag, release,
-    /// deployment, cron, manual.
-    pub event: String,
+    pub event: WebhookEvent,
     pub commit: Commit,
     /// `owner/name`.
     pub repo: String,

@@ -125,29 +125,25 @@ pub struct Facts<'a> {
     pub env: &'a BTreeMap<String, String>,
 }
 
-fn is_pull(event: &str) -> bool {
-    event.starts_with("pull_request")
-}
-
 impl Condition {
     /// `step`: apply step-only keys (`matrix`). `Err` only from `evaluate`.
     pub fn matches(&self, facts: &Facts<'_>, step: bool) -> Result<bool, String> {
         let m = facts.meta;
         let mut ok = (!step || self.matrix.matches(facts.matrix))
             && (m.platform.is_empty() || self.platform.matches(&m.platform))
-            && self.event.matches(&m.event)
+            && self.event.matches(m.event.as_str())
             && self.repo.matches(&m.repo)
             && self.git_ref.matches(&m.commit.git_ref);
-        if m.event == "push" || is_pull(&m.event) {
+        if m.event == WebhookEvent::Push || m.event.is_pull_request() {
             ok = ok
                 && self
                     .path
                     .matches(&m.commit.changed_files, &m.commit.message);
         }
-        if m.event != "tag" {
+        if m.event != WebhookEvent::Tag {
             ok = ok && self.branch.matches(&m.commit.branch);
         }
-        if m.event == "cron" {
+        if m.event == WebhookEvent::Cron {
             ok = ok && self.cron.matches(&m.cron);
         }
         if ok && !self.evaluate.is_empty() {
@@ -356,7 +352,7 @@ mod tests {
 
     fn meta(event: &str, branch: &str, files: &[&str]) -> Metadata {
         Metadata {
-            event: event.into(),
+            event: WebhookEvent::parse(event).expect("a known event"),
             commit: Commit {
                 branch: branch.into(),
                 git_ref: format!("refs/heads/{branch}"),

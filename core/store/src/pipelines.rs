@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix};
+use woodlark_pipeline::event::WebhookEvent;
 use woodlark_pipeline::status::Status;
 use woodlark_pipeline::types::{Commit, ConfigFile, PipelineError};
 
@@ -38,7 +39,7 @@ pub struct Pipeline {
     pub id: i64,
     pub number: i64,
     pub parent: i64,
-    pub event: String,
+    pub event: WebhookEvent,
     pub event_reason: Vec<String>,
     pub status: Status,
     pub errors: Vec<PipelineError>,
@@ -495,7 +496,7 @@ pub fn with_status(conn: &Tx, states: &[Status]) -> StoreResult<Vec<PipelineRow>
 /// supersedes (`cancel_previous_pipeline_events`): older ones of the same event on the same
 /// branch (pushes) or ref (other events). One indexed query on the repository's rows.
 pub fn superseded_by(conn: &Tx, repo_id: i64, newer: &Pipeline) -> StoreResult<Vec<i64>> {
-    let (column, value) = if newer.event == "push" {
+    let (column, value) = if newer.event == WebhookEvent::Push {
         ("branch", &newer.commit.branch)
     } else {
         ("ref", &newer.commit.git_ref)
@@ -511,7 +512,7 @@ pub fn superseded_by(conn: &Tx, repo_id: i64, newer: &Pipeline) -> StoreResult<V
         params![
             repo_id,
             newer.number,
-            newer.event,
+            newer.event.as_str(),
             value,
             active[0],
             active[1],
@@ -729,7 +730,7 @@ pub fn create(
             repo_id,
             number,
             p.status.as_str(),
-            p.event,
+            p.event.as_str(),
             p.commit.branch,
             p.commit.git_ref,
             now,
@@ -972,7 +973,7 @@ mod tests {
         let make = |repo: i64, event: &str, branch: &str, git_ref: &str, status: Status| {
             let p = Pipeline {
                 status,
-                event: event.into(),
+                event: WebhookEvent::parse(event).unwrap(),
                 commit: Commit {
                     branch: branch.into(),
                     git_ref: git_ref.into(),
@@ -1003,7 +1004,7 @@ mod tests {
         for message in ["plain", "quotes \" and \\ and\nnewline, ünïcødé 🚀 \u{1}"] {
             let pipeline = Pipeline {
                 status: Status::Pending,
-                event: "push".into(),
+                event: WebhookEvent::Push,
                 commit: Commit {
                     branch: "main".into(),
                     message: message.into(),

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use super::forge::{self, ForgeDriver};
 use super::queue::SEAL_PAYLOAD;
 use super::{Error, Services};
+use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::registry;
 use crate::pipeline::status::*;
 use crate::pipeline::types::{
@@ -32,7 +33,7 @@ use crate::store::{StoreError, StoreResult, forges, now_unix, registries, secret
 /// What started a pipeline: an event about a commit, and what the run was asked for.
 #[derive(Debug, Clone, Default)]
 pub struct Trigger {
-    pub event: String,
+    pub event: WebhookEvent,
     pub event_reason: Vec<String>,
     pub commit: Commit,
     pub deploy_to: String,
@@ -96,7 +97,7 @@ pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Resul
     let driver = forge::driver_from(ci, &forge)?;
     let head = driver.branch_head(&repo.repo, &branch).await?;
     let trigger = Trigger {
-        event: "cron".into(),
+        event: WebhookEvent::Cron,
         commit: Commit {
             git_ref: format!("refs/heads/{branch}"),
             branch,
@@ -114,8 +115,10 @@ pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Resul
 
 /// `[skip ci]` in the message of a push or pull request.
 fn skips_ci(trigger: &Trigger) -> bool {
-    matches!(trigger.event.as_str(), "push" | "pull_request")
-        && crate::pipeline::skip_ci(&trigger.commit.message)
+    matches!(
+        trigger.event,
+        WebhookEvent::Push | WebhookEvent::PullRequest
+    ) && crate::pipeline::skip_ci(&trigger.commit.message)
 }
 
 /// Creates the pipeline of a complete trigger with the config files `driver` finds at its
@@ -224,9 +227,9 @@ fn needs_approval(repo: &RepoRow, trigger: &Trigger) -> bool {
     {
         return false;
     }
-    let is_pr = trigger.event.starts_with("pull_request");
+    let is_pr = trigger.event.is_pull_request();
     match repo.repo.require_approval.as_str() {
-        "all_events" => !matches!(trigger.event.as_str(), "cron" | "manual"),
+        "all_events" => !matches!(trigger.event, WebhookEvent::Cron | WebhookEvent::Manual),
         "pull_requests" => is_pr,
         // Forks exist only on forges with pull requests from other repositories.
         "forks" => false,
@@ -273,7 +276,7 @@ fn ci_env(
         ("CI_COMMIT_AUTHOR_AVATAR", c.author_avatar.clone()),
         ("CI_PIPELINE_NUMBER", number.to_string()),
         ("CI_PIPELINE_PARENT", t.parent.to_string()),
-        ("CI_PIPELINE_EVENT", t.event.clone()),
+        ("CI_PIPELINE_EVENT", t.event.as_str().to_string()),
         (
             "CI_PIPELINE_URL",
             format!("{url}/repos/{}/pipeline/{number}", r.id),
@@ -339,7 +342,7 @@ async fn create_for(
         registries,
         ..Sources::default()
     };
-    plugin_secrets(ci, repo, &trigger.event, &mut sources).await;
+    plugin_secrets(ci, repo, trigger.event, &mut sources).await;
     if !ci.settings.pipeline.registry_auth.is_empty() && sources.failures.is_empty() {
         // Which images the steps use: a dry compile (the number does not change images).
         let dry = crate::pipeline::compile(&CompileInput {
@@ -384,7 +387,7 @@ async fn create_for(
             status = %p.status,
             "pipeline created"
         );
-        if repo_auto_cancels(&repo_copy, &p.event) {
+        if repo_auto_cancels(&repo_copy, p.event) {
             supersede_older(ci, repo_copy.repo.id, p).await;
         }
         ci.queue.wake();
@@ -392,11 +395,11 @@ async fn create_for(
     Ok(outcome)
 }
 
-fn repo_auto_cancels(repo: &RepoRow, event: &str) -> bool {
+fn repo_auto_cancels(repo: &RepoRow, event: WebhookEvent) -> bool {
     repo.repo
         .cancel_previous_pipeline_events
         .iter()
-        .any(|e| e == event)
+        .any(|e| e == event.as_str())
 }
 
 /// Cancels the older active pipelines of the same branch (push) or ref (other events) that
@@ -460,7 +463,7 @@ fn trust_of(repo: &RepoRow) -> crate::pipeline::types::Trust {
 
 fn metadata(ci: &Services, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &str) -> Metadata {
     Metadata {
-        event: t.event.clone(),
+        event: t.event,
         commit: t.commit.clone(),
         repo: repo.repo.full_name.clone(),
         repo_clone_url: repo.repo.clone_url.clone(),
@@ -476,7 +479,7 @@ fn metadata(ci: &Services, repo: &RepoRow, t: &Trigger, number: i64, forge_type:
 
 /// Adds the secrets of `[pipeline] secret_backends`, in order, after the built-in store's:
 /// a name already known is not replaced. A failing backend is recorded, never skipped.
-async fn plugin_secrets(ci: &Services, repo: &RepoRow, event: &str, sources: &mut Sources) {
+async fn plugin_secrets(ci: &Services, repo: &RepoRow, event: WebhookEvent, sources: &mut Sources) {
     for backend in &ci.settings.pipeline.secret_backends {
         let scope = woodlark_plugin_host::SecretScope {
             org: repo.repo.owner.clone(),
@@ -611,7 +614,7 @@ fn create_in(
     let now = now_unix();
     let pipeline = Pipeline {
         parent: t.parent,
-        event: t.event.clone(),
+        event: t.event,
         event_reason: t.event_reason.clone(),
         status,
         errors: result.errors.clone(),

@@ -15,6 +15,7 @@ use crate::ci::create::{self, Created, Trigger};
 use crate::ci::forge::plugin::plugin_for;
 use crate::ci::forge::{self, ForgeDriver, ForgeError};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::types::Commit;
 use crate::store::forges::ForgeRow;
 use crate::store::repos::{self, Repo, RepoRow};
@@ -246,13 +247,14 @@ async fn plugin_hook(
         return Ok(Response::empty(StatusCode::NO_CONTENT));
     }
     let p = &build.pipeline;
-    if p.event.as_str().starts_with("pull_request") && !row.repo.allow_pr {
+    let event = webhook_event(p.event);
+    if event.is_pull_request() && !row.repo.allow_pr {
         return Ok(Response::empty(StatusCode::NO_CONTENT));
     }
     // The plugin's record crosses the WIT boundary as its own type; from here on it is the
     // pipeline's commit record.
     let mut trigger = Trigger {
-        event: p.event.as_str().to_string(),
+        event,
         event_reason: p.event_reason.clone(),
         commit: Commit {
             sha: p.commit.clone(),
@@ -272,7 +274,7 @@ async fn plugin_hook(
         ..Trigger::default()
     };
     if trigger.commit.changed_files.is_empty()
-        && trigger.event.starts_with("pull_request")
+        && trigger.event.is_pull_request()
         && let Some(number) = p.pr_number
     {
         trigger.commit.changed_files = pr_changed_files(ctx, &row, &forge, plugin, number).await;
@@ -280,7 +282,7 @@ async fn plugin_hook(
     tracing::info!(
         repo = row.repo.full_name,
         plugin,
-        event = trigger.event,
+        event = %trigger.event,
         "hook parsed by plugin"
     );
     let created = create::from_forge_at(&ctx.ci, &row, &forge, trigger).await?;
@@ -288,6 +290,20 @@ async fn plugin_hook(
         Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
         other => created_response(other),
     })
+}
+
+/// A plugin's event (the WIT enum) as the pipeline's.
+fn webhook_event(event: woodlark_plugin_host::Event) -> WebhookEvent {
+    use woodlark_plugin_host::Event;
+    match event {
+        Event::Push => WebhookEvent::Push,
+        Event::PullRequest => WebhookEvent::PullRequest,
+        Event::PullRequestClosed => WebhookEvent::PullRequestClosed,
+        Event::PullRequestMetadata => WebhookEvent::PullRequestMetadata,
+        Event::Tag => WebhookEvent::Tag,
+        Event::Release => WebhookEvent::Release,
+        Event::Deployment => WebhookEvent::Deployment,
+    }
 }
 
 /// The files pull request `number` changes, asked of the forge because the hook did not list
@@ -325,9 +341,9 @@ async fn push_trigger(
 ) -> Result<Trigger, ForgeError> {
     let (commit, changed) = driver.pushed(repo, &update.old, &update.new).await?;
     let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
-        Some(_) => ("tag", repo.default_branch.clone()),
+        Some(_) => (WebhookEvent::Tag, repo.default_branch.clone()),
         None => (
-            "push",
+            WebhookEvent::Push,
             update
                 .git_ref
                 .strip_prefix("refs/heads/")
@@ -336,7 +352,7 @@ async fn push_trigger(
         ),
     };
     Ok(Trigger {
-        event: event.into(),
+        event,
         commit: Commit {
             branch,
             git_ref: update.git_ref.clone(),

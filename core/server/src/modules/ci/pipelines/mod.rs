@@ -26,6 +26,7 @@ use woodlark_stdx::{Classify, Fault};
 use crate::app::Ctx;
 use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
+use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::status::{self, *};
 use crate::pipeline::types::{Commit, CompiledWorkflow};
 use crate::store::logs;
@@ -212,7 +213,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user = access.user()?.user.clone();
     let short = head.sha[..head.sha.len().min(12)].to_string();
     let trigger = Trigger {
-        event: "manual".into(),
+        event: WebhookEvent::Manual,
         commit: Commit {
             git_ref: format!("refs/heads/{branch}"),
             branch,
@@ -257,12 +258,15 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             "cannot restart a pipeline that waits for approval",
         ));
     }
-    let mut event = old.event.clone();
+    let mut event = old.event;
     let mut deploy_to = old.deploy_to.clone();
     let mut variables = old.variables.clone();
     for (k, v) in form_urlencoded::parse(req.query.as_bytes()) {
         match k.as_ref() {
-            "event" => event = v.into_owned(),
+            "event" => {
+                event = WebhookEvent::parse(&v)
+                    .ok_or_else(|| ApiError::bad_request(format!("invalid event {v:?}")))?
+            }
             "deploy_to" => deploy_to = v.into_owned(),
             "access_token" => {}
             other => {
@@ -270,10 +274,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             }
         }
     }
-    if !crate::pipeline::event::WebhookEvent::is_known(&event) {
-        return Err(ApiError::bad_request(format!("invalid event {event:?}")));
-    }
-    if event == "deployment" && !access.row.repo.allow_deploy {
+    if event == WebhookEvent::Deployment && !access.row.repo.allow_deploy {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "deployments are not enabled for this repository (allow_deploy)",
