@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use woodlark::modules::participation::ids::{encode_address, encode_participation_id};
 use woodlark::modules::participation::keygen::{Plan, generate};
-use woodlark::modules::participation::keys::{FALCON_PK_LEN, FALCON_SK_LEN, PartKey};
+use woodlark::modules::participation::keys::{FALCON_PK_LEN, FALCON_SK_LEN, KeyMaterial, PartKey};
 use woodlark::modules::participation::msgpack::Enc;
 use woodlark::modules::participation::{ADMIN_TOKEN_FILE, export_partkey, partfile};
 

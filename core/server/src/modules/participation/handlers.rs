@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::ids::{encode_address, encode_participation_id, parse_address, parse_participation_id};
 use super::keygen::{self, Plan};
-use super::keys::PartKey;
+use super::keys::{KeyMaterial, PartKey};
 use super::partfile::{self, ReadError};
 use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, StatusCode};

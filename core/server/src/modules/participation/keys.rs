@@ -24,35 +24,9 @@ pub const FALCON_SK_LEN: usize = 2305;
 /// Size of a state-proof commitment (a Sumhash512 digest).
 pub const COMMITMENT_LEN: usize = 64;
 
-/// Everything a partkey file holds.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PartKey {
-    pub parent: [u8; 32],
-    pub first_valid: u64,
-    pub last_valid: u64,
-    pub key_dilution: u64,
-    /// msgpack VRF secrets.
-    pub vrf: Vec<u8>,
-    /// msgpack voting secrets.
-    pub voting: Vec<u8>,
-    /// msgpack state-proof secrets (public Merkle tree data), if the key has any.
-    pub state_proof: Option<Vec<u8>>,
-    /// State-proof signing keys: (round, msgpack `FalconSigner`).
-    pub state_proof_keys: Vec<(u64, Vec<u8>)>,
-}
-
-impl std::fmt::Debug for PartKey {
-    // Never print key material.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PartKey")
-            .field("parent", &super::ids::encode_address(&self.parent))
-            .field("first_valid", &self.first_valid)
-            .field("last_valid", &self.last_valid)
-            .field("key_dilution", &self.key_dilution)
-            .field("state_proof_keys", &self.state_proof_keys.len())
-            .finish_non_exhaustive()
-    }
-}
+/// Everything a partkey file holds: the store's record of its rows (the file is SQLite), whose
+/// material this module decodes ([`KeyMaterial`]).
+pub use crate::store::partfile::PartFile as PartKey;
 
 /// The public values of a key, read from its material.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,10 +37,15 @@ pub struct PublicKeys {
     pub state_proof: Option<[u8; COMMITMENT_LEN]>,
 }
 
-impl PartKey {
+/// What a key's material says, once decoded.
+pub trait KeyMaterial {
     /// Validates the material and derives the id and public keys; `Err` is a message for the
     /// client (which part of the key is malformed and how).
-    pub fn public_keys(&self) -> Result<PublicKeys, String> {
+    fn public_keys(&self) -> Result<PublicKeys, String>;
+}
+
+impl KeyMaterial for PartKey {
+    fn public_keys(&self) -> Result<PublicKeys, String> {
         let (selection, vrf_sk) = decode_vrf(&self.vrf)?;
         let vote = decode_voting(&self.voting)?;
         let state_proof = match &self.state_proof {

@@ -5,44 +5,14 @@
 
 use std::path::Path;
 
-use super::keys::PartKey;
-use crate::store::partfile::{self, PartFile};
+use super::keys::{KeyMaterial, PartKey};
+use crate::store::partfile;
 
 pub use crate::store::partfile::ReadError;
 
-impl From<PartFile> for PartKey {
-    fn from(f: PartFile) -> PartKey {
-        PartKey {
-            parent: f.parent,
-            first_valid: f.first_valid,
-            last_valid: f.last_valid,
-            key_dilution: f.key_dilution,
-            vrf: f.vrf,
-            voting: f.voting,
-            state_proof: f.state_proof,
-            state_proof_keys: f.state_proof_keys,
-        }
-    }
-}
-
-impl From<&PartKey> for PartFile {
-    fn from(k: &PartKey) -> PartFile {
-        PartFile {
-            parent: k.parent,
-            first_valid: k.first_valid,
-            last_valid: k.last_valid,
-            key_dilution: k.key_dilution,
-            vrf: k.vrf.clone(),
-            voting: k.voting.clone(),
-            state_proof: k.state_proof.clone(),
-            state_proof_keys: k.state_proof_keys.clone(),
-        }
-    }
-}
-
 /// Reads and validates a partkey file uploaded as `bytes` (staged in `tmp_dir`). Blocking.
 pub fn read(bytes: &[u8], tmp_dir: &Path) -> Result<PartKey, ReadError> {
-    let key = PartKey::from(partfile::read(bytes, tmp_dir)?);
+    let key = partfile::read(bytes, tmp_dir)?;
     key.public_keys()
         .map_err(|e| ReadError::Bad(format!("participation key file: {e}")))?;
     Ok(key)
@@ -50,7 +20,7 @@ pub fn read(bytes: &[u8], tmp_dir: &Path) -> Result<PartKey, ReadError> {
 
 /// Writes `key` as a version-3 partkey file at `path` (which must not exist yet).
 pub fn write(key: &PartKey, path: &Path) -> Result<(), partfile::WriteError> {
-    partfile::write(&PartFile::from(key), path)
+    partfile::write(key, path)
 }
 
 #[cfg(test)]
