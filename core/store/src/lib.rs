@@ -112,6 +112,33 @@ fn delete_recorded<T: serde::Serialize>(
     Ok(())
 }
 
+/// Deletes every row of `table` in `scope` (an organisation or repository being deleted),
+/// recording one `{record_type}.deleted` each with the rendering `record` picks out of the
+/// row. Returns how many were deleted. (`columns` and `from_row` read the table's rows.)
+fn delete_scope_recorded<R, T: serde::Serialize>(
+    conn: &Tx,
+    table: &str,
+    record_type: &str,
+    scope: secrets::ResourceScope,
+    columns: &str,
+    from_row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<R>,
+    record: fn(&R) -> (i64, &T),
+) -> StoreResult<usize> {
+    let owner = scope.owner(conn)?;
+    let all = {
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {columns} FROM {table} WHERE org_id = ?1 AND repo_id = ?2 ORDER BY id"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params![scope.org_id, scope.repo_id], from_row)?;
+        rows.collect::<Result<Vec<_>, _>>()?
+    };
+    for row in &all {
+        let (id, rendering) = record(row);
+        delete_recorded(conn, table, record_type, id, rendering, owner)?;
+    }
+    Ok(all.len())
+}
+
 /// Column `index` of a row, a JSON text, parsed; a parse failure is rusqlite's
 /// `FromSqlConversionFailure` for that column (as for any other unreadable column).
 pub(crate) fn json_column<T: serde::de::DeserializeOwned>(

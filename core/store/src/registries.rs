@@ -244,26 +244,15 @@ pub fn delete(conn: &Tx, scope: ResourceScope, address: &str) -> StoreResult<Reg
 /// Deletes every registry of a scope (an organisation or repository being deleted),
 /// recording one `registries.deleted` each. Returns how many were deleted.
 pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
-    let scope = ResourceScope { org_id, repo_id };
-    let owner = scope.owner(conn)?;
-    let all = {
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM registries WHERE org_id = ?1 AND repo_id = ?2 ORDER BY id"
-        ))?;
-        let rows = stmt.query_map(params![org_id, repo_id], from_row)?;
-        rows.collect::<Result<Vec<_>, _>>()?
-    };
-    for row in &all {
-        super::delete_recorded(
-            conn,
-            "registries",
-            RECORD_TYPE,
-            row.registry.id,
-            &row.registry,
-            owner,
-        )?;
-    }
-    Ok(all.len())
+    super::delete_scope_recorded(
+        conn,
+        "registries",
+        RECORD_TYPE,
+        ResourceScope { org_id, repo_id },
+        COLUMNS,
+        from_row,
+        |row| (row.registry.id, &row.registry),
+    )
 }
 
 #[cfg(test)]

@@ -361,26 +361,15 @@ pub fn delete(conn: &Tx, scope: ResourceScope, name: &str) -> StoreResult<Secret
 /// Deletes every secret of a scope (an organisation or repository being deleted), recording
 /// one `secrets.deleted` per secret. Returns how many were deleted.
 pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
-    let scope = ResourceScope { org_id, repo_id };
-    let owner = scope.owner(conn)?;
-    let all = {
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM secrets WHERE org_id = ?1 AND repo_id = ?2 ORDER BY id"
-        ))?;
-        let rows = stmt.query_map(params![org_id, repo_id], from_row)?;
-        rows.collect::<Result<Vec<_>, _>>()?
-    };
-    for row in &all {
-        super::delete_recorded(
-            conn,
-            "secrets",
-            RECORD_TYPE,
-            row.secret.id,
-            &row.secret,
-            owner,
-        )?;
-    }
-    Ok(all.len())
+    super::delete_scope_recorded(
+        conn,
+        "secrets",
+        RECORD_TYPE,
+        ResourceScope { org_id, repo_id },
+        COLUMNS,
+        from_row,
+        |row| (row.secret.id, &row.secret),
+    )
 }
 
 #[cfg(test)]
