@@ -14,6 +14,7 @@
 //! - [`forge_secrets`]: a forge's sealed API token and webhook secret, in clear.
 //! - [`forge`]: the forge drivers (the built-in `git` forge, forge-adapter plugins).
 //! - [`create`]: a trigger (push, manual run, cron, restart) becomes a pipeline.
+//! - [`hooks`]: a forge's webhook (a git push, a plugin-parsed delivery) becomes triggers.
 //!
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
@@ -21,6 +22,7 @@ pub mod bus;
 pub mod create;
 pub mod forge;
 pub mod forge_secrets;
+pub mod hooks;
 pub mod lifecycle;
 pub mod local;
 pub mod queue;
@@ -117,6 +119,9 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error(transparent)]
     Forge(#[from] forge::ForgeError),
+    /// The request cannot be acted on; the message says why and is shown.
+    #[error("{0}")]
+    Invalid(String),
     /// A stored value could not be opened (its text is logged, never shown).
     #[error("{0}")]
     Internal(String),
@@ -127,6 +132,7 @@ impl Classify for Error {
         match self {
             Error::Store(e) => e.fault(),
             Error::Forge(e) => e.fault(),
+            Error::Invalid(message) => Fault::Invalid(message.clone()),
             Error::Internal(_) => Fault::Internal,
         }
     }

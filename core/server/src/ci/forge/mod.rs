@@ -118,6 +118,9 @@ pub enum ForgeError {
     Conflict(String),
     #[error("forge operation failed: {0}")]
     Failed(String),
+    /// A forge-adapter plugin failed (trapped, ran out of fuel, broke its contract).
+    #[error("forge adapter failed: {0}")]
+    AdapterFailed(String),
 }
 
 impl Classify for ForgeError {
@@ -128,7 +131,7 @@ impl Classify for ForgeError {
             ForgeError::Invalid(_) => Fault::Unprocessable(message),
             ForgeError::Conflict(_) => Fault::Conflict(message),
             ForgeError::NoDriver(_) => Fault::Unavailable(message),
-            ForgeError::Failed(_) => Fault::Upstream(message),
+            ForgeError::Failed(_) | ForgeError::AdapterFailed(_) => Fault::Upstream(message),
         }
     }
 }

@@ -1,0 +1,302 @@
+//! Webhooks in: what a forge's delivery means for pipelines.
+//!
+//! The HTTP handler (`modules::ci::hook`) authenticates the delivery (hook token or a
+//! plugin's signature check) and renders the outcome; this module turns the delivery into
+//! pipelines. The built-in `git` forge posts what git gives a `post-receive` hook, one
+//! `<old-sha> <new-sha> <ref>` line per updated ref ([`parse_ref_updates`], [`git_push`]);
+//! forge-adapter plugins parse every other forge's webhooks ([`from_plugin`]).
+
+use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError};
+
+use super::create::{self, Created, Trigger};
+use super::forge::plugin::plugin_for;
+use super::forge::{self, ForgeDriver, ForgeError};
+use super::{Error, Services};
+use crate::pipeline::event::WebhookEvent;
+use crate::pipeline::types::Commit;
+use crate::store::forges::{self, ForgeRow};
+use crate::store::repos::{self, Repo, RepoRow};
+
+/// One ref update from a `post-receive` hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefUpdate {
+    pub old: String,
+    pub new: String,
+    pub git_ref: String,
+}
+
+impl RefUpdate {
+    /// A deleted ref (new sha all zeros) starts nothing.
+    pub fn is_delete(&self) -> bool {
+        self.new.bytes().all(|b| b == b'0')
+    }
+}
+
+/// Parses git's `<old> <new> <ref>` lines; anything else is an error naming the line.
+pub fn parse_ref_updates(body: &[u8]) -> Result<Vec<RefUpdate>, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "body is not UTF-8".to_string())?;
+    let is_sha =
+        |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let mut out = Vec::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            [old, new, r] if is_sha(old) && is_sha(new) && r.starts_with("refs/") => {
+                out.push(RefUpdate {
+                    old: old.to_string(),
+                    new: new.to_string(),
+                    git_ref: r.to_string(),
+                })
+            }
+            _ => {
+                return Err(format!(
+                    "line {}: expected '<old-sha> <new-sha> <ref>'",
+                    n + 1
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no ref updates in the body".into());
+    }
+    Ok(out)
+}
+
+/// What the pushed refs of a git hook made: the outcome of the last pushed ref, `None` when
+/// every update deleted a ref (which starts nothing).
+pub async fn git_push(
+    ci: &Services,
+    row: &RepoRow,
+    forge: &ForgeRow,
+    updates: &[RefUpdate],
+) -> Result<Option<Created>, Error> {
+    let pushed: Vec<&RefUpdate> = updates.iter().filter(|u| !u.is_delete()).collect();
+    tracing::info!(
+        repo = row.repo.full_name,
+        refs = updates.len(),
+        "push received from git hook"
+    );
+    if pushed.is_empty() {
+        return Ok(None);
+    }
+    let driver = forge::driver_from(ci, forge)?;
+    let mut last = None;
+    for update in pushed {
+        let trigger = push_trigger(driver.as_ref(), &row.repo, update).await?;
+        last =
+            Some(create::with_driver(ci, row, &forge.forge.kind, driver.as_ref(), trigger).await?);
+    }
+    Ok(last)
+}
+
+/// What a forge-adapter plugin's reading of a webhook came to.
+#[derive(Debug)]
+pub enum PluginHook {
+    /// The plugin recognised the delivery and says why it starts nothing.
+    Ignored(String),
+    /// About no active repository here (or a pull request where they are not allowed).
+    NotOurs,
+    Created(Created),
+}
+
+/// Hands a webhook to forge-adapter `plugin` and creates what it asks for. With `expected`
+/// (the repository a hook token named) the hook must be about that repository; without, the
+/// plugin must have verified the forge's signature, and the repository is found by its
+/// forge id among the forges the plugin serves.
+pub async fn from_plugin(
+    ci: &Services,
+    plugin: &str,
+    request: HookRequest,
+    expected: Option<(RepoRow, ForgeRow)>,
+) -> Result<PluginHook, Error> {
+    let outcome = ci
+        .plugins
+        .parse_hook(plugin, request)
+        .await
+        .map_err(|e| match e {
+            PluginError::NotLoaded(_) => Error::Forge(ForgeError::NoDriver(plugin.to_string())),
+            e if e.is_fault() => Error::Forge(ForgeError::AdapterFailed(e.to_string())),
+            e => Error::Invalid(format!("failure to parse hook: {e}")),
+        })?;
+    let build = match outcome {
+        HookOutcome::Ignored(reason) => return Ok(PluginHook::Ignored(reason)),
+        HookOutcome::Build(build) => build,
+    };
+    let remote_id = build.repo.forge_remote_id.clone();
+    let (row, forge) = match expected {
+        Some((row, forge)) => {
+            if row.repo.forge_remote_id != remote_id {
+                return Err(Error::Invalid(
+                    "failure to parse hook: the hook is about another repository".into(),
+                ));
+            }
+            (row, forge)
+        }
+        None => {
+            if !build.signature_verified {
+                return Err(Error::Invalid(
+                    "failure to parse hook: no hook token and no verified signature (grant the plugin the forge's webhook secret)".into(),
+                ));
+            }
+            let host = ci.plugins.clone();
+            let plugin = plugin.to_string();
+            let found = ci
+                .store
+                .read(move |c| {
+                    for f in forges::list(c, 1, 50)? {
+                        if plugin_for(&host, &f).as_deref() == Some(plugin.as_str())
+                            && let Some(row) = repos::by_remote_id(c, f.id, &remote_id)?
+                        {
+                            return Ok(Some((row, forges::by_id(c, f.id)?)));
+                        }
+                    }
+                    Ok(None)
+                })
+                .await?;
+            match found {
+                Some(found) => found,
+                None => return Ok(PluginHook::NotOurs),
+            }
+        }
+    };
+    if !row.repo.active {
+        return Ok(PluginHook::NotOurs);
+    }
+    let p = &build.pipeline;
+    let event = webhook_event(p.event);
+    if event.is_pull_request() && !row.repo.allow_pr {
+        return Ok(PluginHook::NotOurs);
+    }
+    // The plugin's record crosses the WIT boundary as its own type; from here on it is the
+    // pipeline's commit record.
+    let mut trigger = Trigger {
+        event,
+        event_reason: p.event_reason.clone(),
+        commit: Commit {
+            sha: p.commit.clone(),
+            branch: p.branch.clone(),
+            git_ref: p.git_ref.clone(),
+            refspec: p.refspec.clone(),
+            message: p.message.clone(),
+            author: p.author.clone(),
+            author_email: p.author_email.clone(),
+            author_avatar: p.author_avatar.clone(),
+            sender: p.sender.clone(),
+            forge_url: p.forge_url.clone(),
+            timestamp: p.timestamp,
+            changed_files: p.changed_files.clone(),
+        },
+        deploy_to: p.deploy_to.clone(),
+        ..Trigger::default()
+    };
+    if trigger.commit.changed_files.is_empty()
+        && trigger.event.is_pull_request()
+        && let Some(number) = p.pr_number
+    {
+        trigger.commit.changed_files = pr_changed_files(ci, &row, &forge, plugin, number).await;
+    }
+    tracing::info!(
+        repo = row.repo.full_name,
+        plugin,
+        event = %trigger.event,
+        "hook parsed by plugin"
+    );
+    let created = create::from_forge_at(ci, &row, &forge, trigger).await?;
+    Ok(PluginHook::Created(created))
+}
+
+/// A plugin's event (the WIT enum) as the pipeline's.
+fn webhook_event(event: woodlark_plugin_host::Event) -> WebhookEvent {
+    use woodlark_plugin_host::Event;
+    match event {
+        Event::Push => WebhookEvent::Push,
+        Event::PullRequest => WebhookEvent::PullRequest,
+        Event::PullRequestClosed => WebhookEvent::PullRequestClosed,
+        Event::PullRequestMetadata => WebhookEvent::PullRequestMetadata,
+        Event::Tag => WebhookEvent::Tag,
+        Event::Release => WebhookEvent::Release,
+        Event::Deployment => WebhookEvent::Deployment,
+    }
+}
+
+/// The files pull request `number` changes, asked of the forge because the hook did not list
+/// them. A failure costs only `when: path` precision, never the hook: it is logged and the
+/// list stays empty (as upstream does).
+async fn pr_changed_files(
+    ci: &Services,
+    row: &RepoRow,
+    forge: &ForgeRow,
+    plugin: &str,
+    number: u64,
+) -> Vec<String> {
+    let asked = match forge::driver_from(ci, forge) {
+        Ok(driver) => driver.pr_changed_files(&row.repo, number).await,
+        Err(e) => Err(e),
+    };
+    asked.unwrap_or_else(|err| {
+        tracing::warn!(
+            repo = row.repo.full_name,
+            plugin,
+            pr = number,
+            error = %err,
+            "changed files of the pull request not fetched; going on without them"
+        );
+        Vec::new()
+    })
+}
+
+/// The pipeline trigger of one pushed ref (a branch push or a tag), with the commit's details
+/// and changed files asked of the forge.
+async fn push_trigger(
+    driver: &dyn ForgeDriver,
+    repo: &Repo,
+    update: &RefUpdate,
+) -> Result<Trigger, ForgeError> {
+    let (commit, changed) = driver.pushed(repo, &update.old, &update.new).await?;
+    let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
+        Some(_) => (WebhookEvent::Tag, repo.default_branch.clone()),
+        None => (
+            WebhookEvent::Push,
+            update
+                .git_ref
+                .strip_prefix("refs/heads/")
+                .unwrap_or(&update.git_ref)
+                .to_string(),
+        ),
+    };
+    Ok(Trigger {
+        event,
+        commit: Commit {
+            branch,
+            git_ref: update.git_ref.clone(),
+            sender: commit.author.clone(),
+            forge_url: repo.forge_url.clone(),
+            changed_files: changed,
+            ..commit
+        },
+        ..Trigger::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_post_receive_lines() {
+        let a = "a".repeat(40);
+        let z = "0".repeat(40);
+        let body = format!("{z} {a} refs/heads/main\n{a} {z} refs/tags/v1\n");
+        let updates = parse_ref_updates(body.as_bytes()).unwrap();
+        assert_eq!(updates.len(), 2);
+        assert!(!updates[0].is_delete());
+        assert!(updates[1].is_delete());
+        assert!(parse_ref_updates(b"").is_err());
+        assert!(parse_ref_updates(b"x y z").is_err());
+        assert!(parse_ref_updates(format!("{a} {a} main").as_bytes()).is_err());
+    }
+}
