@@ -29,7 +29,7 @@ impl ComponentCache {
     /// A cache in `dir` (empty path: no disk cache).
     pub fn open(engine: &Engine, dir: &Path) -> Result<Self, HostError> {
         let mut h = DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut h);
+        compatibility(engine).hash(&mut h);
         env!("CARGO_PKG_VERSION").hash(&mut h);
         "wasmtime-48".hash(&mut h);
         let engine_tag = format!("{:016x}", h.finish());
@@ -81,19 +81,39 @@ impl ComponentCache {
                 }
             }
         }
-        let component = Component::from_binary(engine, bytes)?;
+        let code = precompile(engine, bytes)?;
         if let Some(p) = &path {
-            match component.serialize() {
-                Ok(data) => {
-                    if let Err(e) = write_atomically(p, &data) {
-                        tracing::warn!(path = %p.display(), error = %e, "could not write plugin cache entry");
-                    }
+            match write_atomically(p, &code) {
+                // Served from the file, as after a restart: its code pages belong to the
+                // page cache (file-backed, reclaimable) instead of this process's heap.
+                // SAFETY: as above; written just now from `precompile_component`.
+                Ok(()) => return unsafe { Component::deserialize_file(engine, p) },
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "could not write plugin cache entry")
                 }
-                Err(e) => tracing::warn!(error = %e, "could not serialize compiled plugin"),
             }
         }
-        Ok(component)
+        // SAFETY: `code` is what `precompile_component` made for this engine's configuration.
+        unsafe { Component::deserialize(engine, &code) }
     }
+}
+
+/// `bytes` compiled for `engine`, by a throwaway engine of the same configuration when it
+/// produces code `engine` accepts ([`crate::engine::compile_engine`]), else by `engine`.
+fn precompile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    match crate::engine::compile_engine() {
+        Ok(compiler) if compatibility(&compiler) == compatibility(engine) => {
+            compiler.precompile_component(bytes)
+        }
+        _ => engine.precompile_component(bytes),
+    }
+}
+
+/// A digest of what must match for `engine` to run code another engine compiled.
+fn compatibility(engine: &Engine) -> u64 {
+    let mut h = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    h.finish()
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {

@@ -58,14 +58,34 @@ fn pooling() -> PoolingAllocationConfig {
     pool
 }
 
-pub(crate) fn new_engine() -> Result<Engine, HostError> {
+/// What the code is compiled for; the serving engine adds the pooling allocator.
+fn compile_config() -> Config {
     let mut config = Config::new();
     config
         .wasm_component_model(true)
         .epoch_interruption(true)
         .max_wasm_stack(MAX_WASM_STACK)
-        .cranelift_opt_level(wasmtime::OptLevel::Speed)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
+        .cranelift_opt_level(wasmtime::OptLevel::Speed);
+    config
+}
+
+/// An engine that only compiles, to be dropped afterwards: Cranelift keeps its compilation
+/// contexts (grown to the largest function it has compiled) for as long as its engine
+/// lives, so compiling with the serving engine would keep them for the life of the server.
+/// It compiles on the calling thread: parallel compilation runs on a thread pool that
+/// outlives the engine, and each pool thread keeps the memory compilation freed in its own
+/// malloc arena (with both, a first start sat at ~46 MB resident instead of ~35 MB; see
+/// docs/benchmarks.md, "rss"). Its code loads into the serving engine when both have the
+/// same [`Engine::precompile_compatibility_hash`].
+pub(crate) fn compile_engine() -> Result<Engine, HostError> {
+    let mut config = compile_config();
+    config.parallel_compilation(false);
+    Engine::new(&config).map_err(|e| HostError::Engine(e.to_string()))
+}
+
+pub(crate) fn new_engine() -> Result<Engine, HostError> {
+    let mut config = compile_config();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
     let engine = Engine::new(&config).map_err(|e| HostError::Engine(e.to_string()))?;
     let weak = engine.weak();
     std::thread::Builder::new()
