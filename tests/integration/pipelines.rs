@@ -1183,3 +1183,72 @@ async fn a_flood_of_output_and_an_endless_line_are_stored_whole() {
     assert!(xs.iter().all(|l| l.len() <= 64 * 1024));
     assert_eq!(xs.iter().map(|l| l.len()).sum::<usize>(), 300_000);
 }
+
+/// Pipeline and event bodies are kept between equal requests (`modules::rendered`); a read
+/// after a change must never get a body from before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_pages_never_outlive_a_change() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/kept").await;
+    let id = repo["id"].as_i64().unwrap();
+    let get_list = || async {
+        s.http
+            .get(&format!("/api/repos/{id}/pipelines"), Some(&p.alice))
+            .await
+            .expect(200)
+            .json()
+    };
+    let get_one = || async {
+        s.http
+            .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+            .await
+            .json()
+    };
+    let events = || async {
+        s.http
+            .get("/events?limit=100&record_type=pipelines", Some(&p.alice))
+            .await
+            .expect(200)
+            .json()
+    };
+    for _ in 0..2 {
+        assert_eq!(get_list().await, serde_json::json!([]));
+        assert_eq!(events().await["data"], serde_json::json!([]));
+    }
+
+    push(
+        &s,
+        "alice/kept",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+        )],
+        "first",
+    )
+    .await;
+    let listed: Value = get_list().await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
+    let pending = get_one().await;
+    assert_eq!(
+        get_one().await,
+        pending,
+        "an unchanged pipeline reads the same"
+    );
+    assert_eq!(pending["status"], "pending");
+    let seen = events().await["data"].as_array().unwrap().len();
+    assert!(seen >= 1, "the new pipeline is in the feed at once");
+
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+    let canceled = get_one().await;
+    assert_ne!(canceled["status"], "pending", "{canceled:#}");
+    assert_eq!(get_list().await[0]["status"], canceled["status"]);
+    assert!(events().await["data"].as_array().unwrap().len() > seen);
+}

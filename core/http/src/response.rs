@@ -43,7 +43,7 @@ impl Response {
     }
 
     /// A 200 whose body is JSON text made elsewhere (e.g. by the store from stored records).
-    pub fn json_text(body: String) -> Response {
+    pub fn json_text(body: impl Into<Bytes>) -> Response {
         Response::new(StatusCode::OK, "application/json; charset=utf-8", body)
     }
 

@@ -49,6 +49,8 @@ pub struct AppState {
     pub runner_engine: OnceLock<crate::runner::docker::Docker>,
     /// Verified tokens and repository permissions, valid for one identity generation.
     pub access_cache: crate::modules::ci::access::AccessCache,
+    /// Pipeline and event bodies, valid while the tables they came from are unchanged.
+    pub rendered: crate::modules::rendered::RenderedPages,
 }
 
 impl AppState {
@@ -189,6 +191,7 @@ impl App {
             runner_engine: OnceLock::new(),
             plugins,
             access_cache: Default::default(),
+            rendered: Default::default(),
         });
         Ok(App {
             dispatcher: Arc::new(Dispatcher {

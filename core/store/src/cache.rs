@@ -128,4 +128,51 @@ mod tests {
             .await;
         assert!(store.identity_generation() >= g1);
     }
+
+    #[tokio::test]
+    async fn each_domain_counts_only_its_own_tables() {
+        use crate::Domain;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db.sqlite"), &StoreOptions::default()).unwrap();
+        let all = |s: &Store| {
+            [Domain::Identity, Domain::Pipelines, Domain::Events].map(|d| s.generation(d))
+        };
+        let before = all(&store);
+        store
+            .write(|c| {
+                let owner = crate::events::Owner {
+                    org_id: None,
+                    repo_id: None,
+                };
+                let action = crate::events::Action::Created;
+                crate::events::append(c, "things", action, 1, &serde_json::json!({}), owner)?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let [identity, pipelines, events] = all(&store);
+        assert_eq!((identity, pipelines), (before[0], before[1]));
+        assert!(
+            events > before[2],
+            "an appended event moves the events domain"
+        );
+        store
+            .write(|c| {
+                c.execute("DELETE FROM steps WHERE id = -1", [])?;
+                c.execute(
+                    "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///y', '{}', 's')",
+                    [],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let after = all(&store);
+        assert_eq!(
+            after[1], pipelines,
+            "an update that touched no row changes nothing"
+        );
+        assert!(after[0] > identity);
+        assert_eq!(after[2], events);
+    }
 }

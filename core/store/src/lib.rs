@@ -9,12 +9,13 @@
 //! - **N readers.** Read-only connections in WAL mode see the last commit and never block the
 //!   writer. A short read runs on the calling worker when a connection is free (the hand-off
 //!   to the blocking pool costs more than an indexed lookup); long reads use the pool.
-//! - **Identity generation.** A counter bumped after every commit that changed a row of
-//!   [`IDENTITY_TABLES`] (seen by SQLite's update hook on the writer, so no code path can
-//!   forget it). [`cache::GenerationCache`] entries tagged with an older value are misses:
-//!   who a token names and what a caller may do on a repository are cached without ever
-//!   being stale. (SQLite's update hook misses `DELETE FROM t` without a `WHERE`, its
-//!   truncate shortcut: the store never issues one on these tables.)
+//! - **Generations.** One counter per [`Domain`] (a group of tables), bumped after every
+//!   commit that changed a row of one of its tables (seen by SQLite's update hook on the
+//!   writer, so no code path can forget it). [`cache::GenerationCache`] entries tagged with
+//!   an older value are misses: who a token names, what a caller may do on a repository and
+//!   the rendered pipeline and event pages are cached without ever being stale. (SQLite's
+//!   update hook misses `DELETE FROM t` without a `WHERE`, its truncate shortcut: the store
+//!   never issues one on these tables.)
 //! - **Outbox.** Write jobs record their events ([`events::append`]) through the same
 //!   transaction handle as the change itself, so the feed can neither miss nor invent a change.
 //! - **Migrations** are numbered SQL scripts applied by `PRAGMA user_version`.
@@ -184,13 +185,43 @@ struct Inner {
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Bumped after every commit, so readers of the outbox know when to look.
     commits: tokio::sync::watch::Receiver<u64>,
-    /// Bumped after every commit that changed a row of [`IDENTITY_TABLES`].
-    identity: Arc<AtomicU64>,
+    /// One counter per [`Domain`], bumped after every commit that changed one of its tables.
+    generations: Arc<[AtomicU64; Domain::COUNT]>,
 }
 
-/// The tables whose rows decide who a caller is and what they may do on a repository:
-/// accounts, repositories, per-user permissions, organisations, forges.
-pub const IDENTITY_TABLES: [&str; 5] = ["users", "repos", "perms", "orgs", "forges"];
+/// A group of tables whose changes are counted together, for caches of what is read from
+/// them ([`Store::generation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    /// Who a caller is and what they may do on a repository: accounts, repositories,
+    /// per-user permissions, organisations, forges.
+    Identity,
+    /// Pipelines with their workflows and steps (not their logs).
+    Pipelines,
+    /// The outbox behind the events feed.
+    Events,
+}
+
+impl Domain {
+    const COUNT: usize = 3;
+    const ALL: [Domain; Domain::COUNT] = [Domain::Identity, Domain::Pipelines, Domain::Events];
+
+    /// The tables of this domain.
+    pub const fn tables(self) -> &'static [&'static str] {
+        match self {
+            Domain::Identity => &["users", "repos", "perms", "orgs", "forges"],
+            Domain::Pipelines => &["pipelines", "workflows", "steps"],
+            Domain::Events => &["events"],
+        }
+    }
+
+    /// The domain `table` belongs to, if any.
+    fn of_table(table: &str) -> Option<Domain> {
+        Domain::ALL
+            .into_iter()
+            .find(|d| d.tables().contains(&table))
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -268,19 +299,19 @@ impl Store {
             readers.push(conn);
         }
 
-        let touched = Arc::new(AtomicBool::new(false));
+        let touched: Arc<[AtomicBool; Domain::COUNT]> = Arc::default();
         let hook_touched = touched.clone();
         writer.update_hook(Some(
             move |_: rusqlite::hooks::Action, _: &str, table: &str, _| {
-                if IDENTITY_TABLES.contains(&table) {
-                    hook_touched.store(true, Ordering::Relaxed);
+                if let Some(domain) = Domain::of_table(table) {
+                    hook_touched[domain as usize].store(true, Ordering::Relaxed);
                 }
             },
         ));
-        let identity = Arc::new(AtomicU64::new(0));
+        let generations: Arc<[AtomicU64; Domain::COUNT]> = Arc::default();
         let generation = Generation {
             touched,
-            identity: identity.clone(),
+            counters: generations.clone(),
         };
 
         let (tx, rx) = std_mpsc::channel::<Job>();
@@ -298,7 +329,7 @@ impl Store {
                 reader_slots: Arc::new(Semaphore::new(options.readers)),
                 writer_thread: Mutex::new(Some(handle)),
                 commits: commit_rx,
-                identity,
+                generations,
             }),
         })
     }
@@ -307,10 +338,15 @@ impl Store {
         &self.inner.path
     }
 
-    /// The identity generation: read it **before** a read whose result is cached, and tag
+    /// The generation of `domain`: read it **before** a read whose result is cached, and tag
     /// the entry with it (a commit during the read then leaves the entry already stale).
+    pub fn generation(&self, domain: Domain) -> u64 {
+        self.inner.generations[domain as usize].load(Ordering::Acquire)
+    }
+
+    /// The [`Domain::Identity`] generation (what auth and access caches are tagged with).
     pub fn identity_generation(&self) -> u64 {
-        self.inner.identity.load(Ordering::Acquire)
+        self.generation(Domain::Identity)
     }
 
     /// A receiver that changes after every committed write batch.
@@ -609,12 +645,12 @@ fn configure(conn: &Connection, writer: bool, full_sync: bool) -> rusqlite::Resu
     Ok(())
 }
 
-/// The writer's side of the identity generation: the update hook marks `touched`; the
+/// The writer's side of the generations: the update hook marks a domain `touched`; its
 /// counter moves once the batch has committed (or rolled back: a harmless extra miss) and
 /// before the batch's callers are answered.
 struct Generation {
-    touched: Arc<AtomicBool>,
-    identity: Arc<AtomicU64>,
+    touched: Arc<[AtomicBool; Domain::COUNT]>,
+    counters: Arc<[AtomicU64; Domain::COUNT]>,
 }
 
 fn writer_loop(
@@ -674,8 +710,10 @@ fn run_batch(conn: &Connection, batch: Vec<WriteJob>, generation: &Generation) {
     }
     // Before any caller hears of its commit: a request sent after a reply must not find an
     // entry cached before the change.
-    if generation.touched.swap(false, Ordering::AcqRel) {
-        generation.identity.fetch_add(1, Ordering::AcqRel);
+    for (touched, counter) in generation.touched.iter().zip(generation.counters.iter()) {
+        if touched.swap(false, Ordering::AcqRel) {
+            counter.fetch_add(1, Ordering::AcqRel);
+        }
     }
     for finish in finishes {
         finish(match &commit {

@@ -8,6 +8,7 @@
 pub mod ci;
 pub mod events;
 pub mod participation;
+pub mod rendered;
 pub mod web;
 
 use crate::app::Ctx;

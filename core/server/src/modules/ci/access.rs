@@ -154,23 +154,26 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
     }))
 }
 
-/// The ids of the repositories and organisations the signed-in caller may read
-/// (`repos::readable_ids`); `None` for an instance admin, who may read everything. 401 for
-/// anonymous callers.
-pub async fn readable_by_caller(
-    ctx: &Ctx,
-    req: &Request,
-) -> Result<Option<Arc<Readable>>, ApiError> {
+/// What the signed-in caller may read: `readable` holds the ids of the repositories and
+/// organisations (`repos::readable_ids`), `None` for an instance admin, who may read
+/// everything. 401 for anonymous callers.
+pub async fn readable_by_caller(ctx: &Ctx, req: &Request) -> Result<CallerReads, ApiError> {
     let generation = ctx.store.identity_generation();
     let account = current_at(ctx, req, generation)
         .await?
         .ok_or_else(ApiError::unauthorized)?;
-    if account.user.admin {
-        return Ok(None);
-    }
     let user_id = account.user.id;
+    if account.user.admin {
+        return Ok(CallerReads {
+            user_id,
+            readable: None,
+        });
+    }
     if let Some(ids) = ctx.access_cache.readable.get(&user_id, generation) {
-        return Ok(Some(ids));
+        return Ok(CallerReads {
+            user_id,
+            readable: Some(ids),
+        });
     }
     let own_org = account.user.org_id;
     let ids = Arc::new(
@@ -181,7 +184,17 @@ pub async fn readable_by_caller(
     ctx.access_cache
         .readable
         .insert(user_id, generation, ids.clone());
-    Ok(Some(ids))
+    Ok(CallerReads {
+        user_id,
+        readable: Some(ids),
+    })
+}
+
+/// [`readable_by_caller`]'s answer.
+pub struct CallerReads {
+    pub user_id: i64,
+    /// `None`: an instance admin.
+    pub readable: Option<Arc<Readable>>,
 }
 
 /// The signed-in user, or 401.
@@ -552,7 +565,7 @@ mod tests {
                 readable_by_caller(&ctx, &get(&t))
                     .await
                     .ok()
-                    .flatten()
+                    .and_then(|reads| reads.readable)
                     .map(|ids| ids.0.len())
             }
         };

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use crate::app::Ctx;
 use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access::readable_by_caller;
+use crate::modules::ci::access::{CallerReads, readable_by_caller};
+use crate::modules::rendered;
 use crate::store::events::{self, Cursor, Direction, Filter, Visible};
 use crate::store::{StoreResult, now_unix_ms, orgs};
 use render::{Link, TextEvent};
@@ -77,12 +78,16 @@ fn parse_id(id: &str) -> Option<i64> {
         .filter(|seq| *seq > 0)
 }
 
-/// What the caller may see.
+/// What the caller may see (`None`: everything), 401 for anonymous callers.
 async fn visibility(ctx: &Ctx, req: &Request) -> Result<Option<Visible>, ApiError> {
-    Ok(readable_by_caller(ctx, req).await?.map(|ids| {
+    Ok(visible(readable_by_caller(ctx, req).await?))
+}
+
+fn visible(reads: CallerReads) -> Option<Visible> {
+    reads.readable.map(|ids| {
         let (repo_ids, org_ids) = (*ids).clone();
         Visible { repo_ids, org_ids }
-    }))
+    })
 }
 
 /// The parsed query of `GET /events`.
@@ -181,10 +186,30 @@ fn resolve_cursor(
 /// A page of events and whether more lie after and before it.
 type Page = (Vec<TextEvent>, bool, bool);
 
-/// `GET /events`.
+/// `GET /events`: the page as rendered for an earlier equal request while no event was
+/// appended or removed and no permission changed, else freshly read.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let visible = visibility(&ctx, &req).await?;
+    // Before any read, so a commit during this request leaves the body already stale.
+    let generation = rendered::events_generation(&ctx.store);
+    let reads = readable_by_caller(&ctx, &req).await?;
     let query = Query::parse(&req)?;
+    let viewer = reads.readable.is_some().then_some(reads.user_id);
+    let render = render_list(&ctx, &req, query, visible(reads));
+    let body = ctx
+        .rendered
+        .events
+        .get_or_render((viewer, req.query.clone()), generation, render)
+        .await?;
+    Ok(Response::json_text(body))
+}
+
+/// Reads and renders one page of `GET /events`.
+async fn render_list(
+    ctx: &Ctx,
+    req: &Request,
+    query: Query,
+    visible: Option<Visible>,
+) -> Result<String, ApiError> {
     let base = if ctx.config.events.module.mount.is_empty() {
         "/".to_string()
     } else {
@@ -279,7 +304,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             });
         }
     }
-    Ok(Response::json_text(render::page(&page, &base, &links)))
+    Ok(render::page(&page, &base, &links))
 }
 
 /// `GET /events/{id}`.

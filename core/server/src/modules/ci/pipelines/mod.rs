@@ -26,12 +26,13 @@ use woodlark_stdx::{Classify, Fault};
 use crate::app::Ctx;
 use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
+use crate::modules::rendered::PipelinePage;
 use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::status::{self, *};
 use crate::pipeline::types::{Commit, CompiledWorkflow};
 use crate::store::logs;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
-use crate::store::{StoreError, now_unix};
+use crate::store::{Domain, StoreError, now_unix};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -134,22 +135,36 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             .transpose()?,
     };
     let repo_id = access.row.repo.id;
+    let key = PipelinePage::List {
+        repo_id,
+        query: req.query.clone(),
+    };
+    let generation = ctx.store.generation(Domain::Pipelines);
     let list = ctx
-        .store
-        .read(move |c| pipelines::list_json(c, repo_id, &filter, page.page, page.per_page))
-        .await?;
-    Ok(Response::json_text(list))
+        .rendered
+        .pipelines
+        .get_or_render(key, generation, async {
+            ctx.store
+                .read(move |c| pipelines::list_json(c, repo_id, &filter, page.page, page.per_page))
+                .await
+        });
+    Ok(Response::json_text(list.await?))
 }
 
 async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let (repo_id, number) = (access.row.repo.id, number_param(&req)?);
+    let key = PipelinePage::One { repo_id, number };
+    let generation = ctx.store.generation(Domain::Pipelines);
     let json = ctx
-        .store
-        .read(move |c| pipelines::full_json(c, repo_id, number))
-        .await
-        .map_err(pipeline_not_found)?;
-    Ok(Response::json_text(json))
+        .rendered
+        .pipelines
+        .get_or_render(key, generation, async {
+            ctx.store
+                .read(move |c| pipelines::full_json(c, repo_id, number))
+                .await
+        });
+    Ok(Response::json_text(json.await.map_err(pipeline_not_found)?))
 }
 
 /// `GET /repos/{id}/pipelines/latest?branch=`: the newest push pipeline of the branch
