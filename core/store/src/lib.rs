@@ -640,6 +640,12 @@ fn configure(conn: &Connection, writer: bool, full_sync: bool) -> rusqlite::Resu
             "synchronous",
             if full_sync { "FULL" } else { "NORMAL" },
         )?;
+        // Each job runs in a savepoint, whose statement journal SQLite spills to a new
+        // temporary file once it passes 64 KiB (16 pages: creating one pipeline touches more,
+        // with its rows and indexes in six tables), opening, writing and unlinking a file
+        // inside every such job. In memory it stays: a job's journal is as big as what the
+        // job itself writes.
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
     }
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
