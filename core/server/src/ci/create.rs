@@ -122,7 +122,7 @@ fn skips_ci(trigger: &Trigger) -> bool {
 }
 
 /// Creates the pipeline of a complete trigger with the config files `driver` finds at its
-/// commit (a push hook asked the same driver for the commit first).
+/// commit.
 pub async fn with_driver(
     ci: &Services,
     repo: &RepoRow,
@@ -134,6 +134,21 @@ pub async fn with_driver(
         return Ok(Created::SkipCi);
     }
     let files = driver.config_files(&repo.repo, &trigger.commit.sha).await?;
+    with_config(ci, repo, forge_type, trigger, files).await
+}
+
+/// Creates the pipeline of a complete trigger from config files read at its commit already
+/// (a push hook reads them with the commit, in one trip to the forge).
+pub async fn with_config(
+    ci: &Services,
+    repo: &RepoRow,
+    forge_type: &str,
+    trigger: Trigger,
+    files: Vec<ConfigFile>,
+) -> Result<Created, Error> {
+    if skips_ci(&trigger) {
+        return Ok(Created::SkipCi);
+    }
     if files.is_empty() {
         return Ok(Created::NoConfig);
     }

@@ -13,7 +13,7 @@ use super::forge::plugin::plugin_for;
 use super::forge::{self, ForgeDriver, ForgeError};
 use super::{Error, Services};
 use crate::pipeline::event::WebhookEvent;
-use crate::pipeline::types::Commit;
+use crate::pipeline::types::{Commit, ConfigFile};
 use crate::store::forges::{self, ForgeRow};
 use crate::store::repos::{self, Repo, RepoRow};
 
@@ -86,9 +86,8 @@ pub async fn git_push(
     let driver = forge::driver_from(ci, forge)?;
     let mut last = None;
     for update in pushed {
-        let trigger = push_trigger(driver.as_ref(), &row.repo, update).await?;
-        last =
-            Some(create::with_driver(ci, row, &forge.forge.kind, driver.as_ref(), trigger).await?);
+        let (trigger, config) = push_trigger(driver.as_ref(), &row.repo, update).await?;
+        last = Some(create::with_config(ci, row, &forge.forge.kind, trigger, config).await?);
     }
     Ok(last)
 }
@@ -250,13 +249,14 @@ async fn pr_changed_files(
 }
 
 /// The pipeline trigger of one pushed ref (a branch push or a tag), with the commit's details
-/// and changed files asked of the forge.
+/// and changed files asked of the forge, and the config files at the commit.
 async fn push_trigger(
     driver: &dyn ForgeDriver,
     repo: &Repo,
     update: &RefUpdate,
-) -> Result<Trigger, ForgeError> {
-    let (commit, changed) = driver.pushed(repo, &update.old, &update.new).await?;
+) -> Result<(Trigger, Vec<ConfigFile>), ForgeError> {
+    let pushed = driver.pushed(repo, &update.old, &update.new).await?;
+    let (commit, changed) = (pushed.commit, pushed.changed);
     let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
         Some(_) => (WebhookEvent::Tag, repo.default_branch.clone()),
         None => (
@@ -268,7 +268,7 @@ async fn push_trigger(
                 .to_string(),
         ),
     };
-    Ok(Trigger {
+    let trigger = Trigger {
         event,
         commit: Commit {
             branch,
@@ -279,7 +279,8 @@ async fn push_trigger(
             ..commit
         },
         ..Trigger::default()
-    })
+    };
+    Ok((trigger, pushed.config))
 }
 
 #[cfg(test)]

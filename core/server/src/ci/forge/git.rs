@@ -323,16 +323,17 @@ impl GitForge {
         repo: &Repo,
         before: &str,
         after: &str,
-    ) -> Result<(types::Commit, Vec<String>), ForgeError> {
+    ) -> Result<super::Pushed, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
         check_push_ids(before, after)?;
-        // One session, and the commit read once for both answers.
-        let (commit, changed) = with_session(&dir, |cat| {
+        // One session, and the commit read once for all three answers.
+        let (commit, changed, config) = with_session(&dir, |cat| {
             let Some(commit) = cat.commit(after)? else {
                 return Ok(None);
             };
             let changed = changes(cat, before, &commit);
-            Ok(Some((commit, changed)))
+            let config = config_files_at(cat, repo.config_file.trim(), &commit.id)?;
+            Ok(Some((commit, changed, config)))
         })?
         .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {after}", repo.full_name)))?;
         let changed = match changed {
@@ -340,7 +341,11 @@ impl GitForge {
             Ok(None) => super::unknown_changes(repo, missing_push(repo, before, after)),
             Err(err) => super::unknown_changes(repo, err.into()),
         };
-        Ok((commit_info(commit), changed))
+        Ok(super::Pushed {
+            commit: commit_info(commit),
+            changed,
+            config,
+        })
     }
 
     pub fn config_files(&self, repo: &Repo, commit: &str) -> Result<Vec<ConfigFile>, ForgeError> {
@@ -422,13 +427,13 @@ impl ForgeDriver for GitForge {
         off_runtime(move || git.changed_files(&repo, &before, &after)).await
     }
 
-    /// One hop and one `cat-file` session for the commit and its changes.
+    /// One hop and one `cat-file` session for the commit, its changes and its config.
     async fn pushed(
         &self,
         repo: &Repo,
         before: &str,
         after: &str,
-    ) -> Result<(types::Commit, Vec<String>), ForgeError> {
+    ) -> Result<super::Pushed, ForgeError> {
         let (git, repo) = (self.clone(), repo.clone());
         let (before, after) = (before.to_string(), after.to_string());
         off_runtime(move || git.pushed(&repo, &before, &after)).await
@@ -842,14 +847,18 @@ mod tests {
             (&commits[1], &commits[4]),
             (&zeros, &commits[8]),
         ] {
-            let (commit, changed) = forge.pushed(&repo, before, after).unwrap();
-            assert_eq!(commit, forge.commit(&repo, after).unwrap());
-            assert_eq!(changed, forge.changed_files(&repo, before, after).unwrap());
+            let pushed = forge.pushed(&repo, before, after).unwrap();
+            assert_eq!(pushed.commit, forge.commit(&repo, after).unwrap());
+            assert_eq!(
+                pushed.changed,
+                forge.changed_files(&repo, before, after).unwrap()
+            );
+            assert_eq!(pushed.config, forge.config_files(&repo, after).unwrap());
         }
         // An unknown `before` (a force push after gc) costs the files, not the push.
-        let (commit, changed) = forge.pushed(&repo, &"1".repeat(40), &commits[1]).unwrap();
+        let pushed = forge.pushed(&repo, &"1".repeat(40), &commits[1]).unwrap();
         assert_eq!(
-            (commit.sha.as_str(), changed.len()),
+            (pushed.commit.sha.as_str(), pushed.changed.len()),
             (commits[1].as_str(), 0)
         );
         assert!(matches!(

@@ -162,21 +162,22 @@ pub trait ForgeDriver: Send + Sync {
         before: &str,
         after: &str,
     ) -> Result<Vec<String>, ForgeError>;
-    /// What a push of `before..after` needs: the commit `after` and the files the push
+    /// What a push of `before..after` needs: the commit `after`, the files the push
     /// changed ([`ForgeDriver::changed_files`]; empty when they cannot be worked out, which
-    /// costs only `when: path` precision).
-    async fn pushed(
-        &self,
-        repo: &Repo,
-        before: &str,
-        after: &str,
-    ) -> Result<(Commit, Vec<String>), ForgeError> {
+    /// costs only `when: path` precision) and the config files at the commit
+    /// ([`ForgeDriver::config_files`]).
+    async fn pushed(&self, repo: &Repo, before: &str, after: &str) -> Result<Pushed, ForgeError> {
         let commit = self.commit(repo, after).await?;
         let changed = self
             .changed_files(repo, before, after)
             .await
             .unwrap_or_else(|err| unknown_changes(repo, err));
-        Ok((commit, changed))
+        let config = self.config_files(repo, &commit.sha).await?;
+        Ok(Pushed {
+            commit,
+            changed,
+            config,
+        })
     }
     /// The files pull request `number` changes: PR hooks do not list them, and `when: path`
     /// filters need them. Forges without pull requests have none.
@@ -192,6 +193,14 @@ pub trait ForgeDriver: Send + Sync {
         repo: &Repo,
         commit: &str,
     ) -> Result<Vec<crate::pipeline::types::ConfigFile>, ForgeError>;
+}
+
+/// [`ForgeDriver::pushed`]'s answer.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub commit: Commit,
+    pub changed: Vec<String>,
+    pub config: Vec<crate::pipeline::types::ConfigFile>,
 }
 
 /// No changed files, logged: a push whose changed files cannot be worked out still runs.
