@@ -1,11 +1,12 @@
-//! Caches of rows that requests read on every call but that change rarely: who a token
-//! names, a repository and a caller's permission on it.
+//! Caches of what requests read on every call but that changes rarely: who a token names, a
+//! repository and a caller's permission on it, rendered pipeline and event pages.
 //!
 //! Correctness comes from the store, not from timeouts: each entry carries the
-//! [identity generation](super::Store::identity_generation) read *before* the read that
-//! produced it, and an entry whose generation is not the current one is a miss. The writer
-//! bumps the generation after every commit that touched an identity table, so a token
-//! rotation, a user deletion or a permission change is seen by the very next request.
+//! [generation](super::Store::generation) of the tables it was read from, read *before* the
+//! read that produced it, and an entry whose generation is not the current one is a miss.
+//! The writer bumps a domain's generation after every commit that touched one of its tables,
+//! so a token rotation, a user deletion, a permission change or a new pipeline is seen by the
+//! very next request.
 //!
 //! The cache is bounded: when it is full, stale entries go first, and if none are stale it is
 //! emptied (a cold cache costs one read per key; unbounded growth would cost memory forever).
