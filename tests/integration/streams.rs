@@ -195,6 +195,48 @@ async fn event_stream_shows_every_change_in_order_and_only_to_those_who_may_see(
     assert!(anon.next(Duration::from_millis(300)).await.is_none());
 }
 
+/// The tailer reads nothing while nobody listens; a pipeline that changed meanwhile is
+/// shown whole, as it stands, at its next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_listener_sees_pipelines_changed_while_nobody_listened() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/late").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = "steps:\n  - name: one\n    image: sh\n    commands: [\"echo one\"]\n  - name: two\n    image: sh\n    commands: [\"echo two\"]\n";
+    crate::pipelines::push_files(&s, "alice/late", &[(".woodpecker.yaml", config)], "go").await;
+    wait_for(&s.http, &p.alice, id, 1, 10, |p| p["status"] == "pending").await;
+
+    let (status, _, mut alice) =
+        Sse::open(s.http.addr, "/api/stream/events", Some(&p.alice), &[]).await;
+    assert_eq!(status, 200);
+    s.http
+        .post(
+            &format!("/api/repos/{id}/pipelines/1/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+    let mut v = Value::Null;
+    while v["pipeline"]["status"] != "canceled" {
+        let ev = alice
+            .next(Duration::from_secs(5))
+            .await
+            .expect("a message for the cancelled pipeline");
+        v = serde_json::from_str(&ev.data).unwrap();
+    }
+    assert_eq!(v["repo"]["full_name"], "alice/late");
+    assert_eq!(v["pipeline"]["number"], 1);
+    let steps: Vec<&str> = v["pipeline"]["workflows"][0]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["clone", "one", "two"], "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_stream_is_live_and_resumes_without_gap_or_duplicate() {
     let s = TestServer::start_with_runner().await;

@@ -2154,8 +2154,12 @@ async fn hooks_scenario() {
     let (_, warm_errors) = open_loop(50, 1, run(Api::new(server.api.addr), path.clone())).await;
     assert_eq!(warm_errors, 0, "warm-up hooks failed");
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let base_cpu = cpu_time();
     let (base, base_errors) = open_loop(rate, secs, run(Api::new(base_addr), path.clone())).await;
+    let base_cpu = cpu_time().saturating_sub(base_cpu);
+    let cpu_before = (cpu_time(), children_cpu_time());
     let (lat, errors) = open_loop(rate, secs, run(Api::new(server.api.addr), path.clone())).await;
+    let cpu_after = (cpu_time(), children_cpu_time());
     let stored = server
         .api
         .expect(
@@ -2195,10 +2199,42 @@ async fn hooks_scenario() {
         stored[0]["number"],
         load_before.trim()
     );
+    let per_hook = |d: Duration| ms(d / (lat.len().max(1) as u32));
+    println!(
+        "CPU per hook: {} ms in the bench process (server and client; the client and bare \
+         hyper together take {}), {} ms in git",
+        per_hook(cpu_after.0.saturating_sub(cpu_before.0)),
+        per_hook(base_cpu),
+        per_hook(cpu_after.1.saturating_sub(cpu_before.1)),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
 // rss
+
+/// CPU time (user + system) of this process's child processes that are still running (the
+/// forge's long-lived `git cat-file` sessions; `RUSAGE_CHILDREN` counts only waited-for ones).
+fn children_cpu_time() -> Duration {
+    fn of(stat: &str) -> Option<(i64, Duration)> {
+        // Fields after the parenthesised command name: state ppid … utime(14) stime(15).
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ppid = fields.get(1)?.parse().ok()?;
+        let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // Clock ticks; USER_HZ is 100 on Linux.
+        Some((ppid, Duration::from_millis(ticks * 10)))
+    }
+    let me = i64::from(std::process::id());
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|s| of(&s))
+        .filter(|(ppid, _)| *ppid == me)
+        .map(|(_, t)| t)
+        .sum()
+}
 
 /// Resident set size of process `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {

@@ -149,18 +149,34 @@ impl PipelineFeed {
             // (the cursor moves past them) instead of being rescanned after every commit.
             let batch = {
                 let f = filter.clone();
+                let feed = ctx.pipeline_feed.tx.clone();
                 ctx.store
                     .read(move |c| {
                         let newest = events::newest_seq(c)?;
-                        Ok((
-                            newest,
-                            events::page(c, last, newest + 1, &f, Direction::Forward, 500)?,
-                        ))
+                        // Nobody listening (checked after `newest` was read, so whoever
+                        // subscribes later subscribed after these events): nothing would be
+                        // sent, so no event is read.
+                        if feed.receiver_count() == 0 {
+                            return Ok((newest, None));
+                        }
+                        let page = events::page(c, last, newest + 1, &f, Direction::Forward, 500)?;
+                        Ok((newest, Some(page)))
                     })
                     .await
             };
             let (newest, batch) = match batch {
-                Ok(b) => b,
+                Ok((newest, Some(page))) => (newest, page),
+                Ok((newest, None)) => {
+                    // What is tracked would miss the changes passed over: a pipeline that
+                    // changes again is read afresh from the database (as after a restart).
+                    tracked.clear();
+                    repos_seen.clear();
+                    last = newest;
+                    if commits.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 Err(err) => {
                     tracing::warn!(%err, "event stream: cannot read the outbox");
                     tokio::time::sleep(Duration::from_secs(1)).await;
