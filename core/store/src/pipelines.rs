@@ -766,7 +766,7 @@ pub fn create(
         )?;
         let wf_id = conn.last_insert_rowid();
         for (name, kind) in &wf.steps {
-            let uuid = woodlark_stdx::random_secret();
+            let uuid = woodlark_stdx::uuid_v7();
             conn.cached_exec(
                 "INSERT INTO steps (uuid, pipeline_id, workflow_id, pid, ppid, name, state, type)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
