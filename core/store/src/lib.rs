@@ -183,6 +183,8 @@ struct Inner {
     /// connection is still in use.
     reader_slots: Arc<Semaphore>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Stops once the writer has (it holds the writer's end of the wake-up channel).
+    checkpoint_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Bumped after every commit, so readers of the outbox know when to look.
     commits: tokio::sync::watch::Receiver<u64>,
     /// One counter per [`Domain`], bumped after every commit that changed one of its tables.
@@ -314,12 +316,32 @@ impl Store {
             counters: generations.clone(),
         };
 
+        // The writer never checkpoints on its own; see `checkpoint_loop`.
+        writer
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(open_err)?;
+        let checkpointer = Connection::open(path).map_err(open_err)?;
+        configure(&checkpointer, true, options.full_sync).map_err(open_err)?;
+        let (wake_tx, wake_rx) = std_mpsc::sync_channel::<()>(1);
+        let restart = Arc::new(AtomicBool::new(false));
+        let checkpoint = Checkpoint {
+            wake: wake_tx,
+            restart: restart.clone(),
+        };
+        let spawn_err = |what: &str, e: std::io::Error| {
+            StoreError::Migration(format!("cannot start the {what} thread: {e}"))
+        };
+        let checkpoint_handle = std::thread::Builder::new()
+            .name("woodlark-store-checkpoint".into())
+            .spawn(move || checkpoint_loop(checkpointer, wake_rx, restart))
+            .map_err(|e| spawn_err("checkpoint", e))?;
+
         let (tx, rx) = std_mpsc::channel::<Job>();
         let (commit_tx, commit_rx) = tokio::sync::watch::channel(0u64);
         let handle = std::thread::Builder::new()
             .name("woodlark-store-writer".into())
-            .spawn(move || writer_loop(writer, rx, commit_tx, generation))
-            .map_err(|e| StoreError::Migration(format!("cannot start the writer thread: {e}")))?;
+            .spawn(move || writer_loop(writer, rx, commit_tx, generation, checkpoint))
+            .map_err(|e| spawn_err("writer", e))?;
 
         Ok(Store {
             inner: Arc::new(Inner {
@@ -328,6 +350,7 @@ impl Store {
                 readers: Mutex::new(readers),
                 reader_slots: Arc::new(Semaphore::new(options.readers)),
                 writer_thread: Mutex::new(Some(handle)),
+                checkpoint_thread: Mutex::new(Some(checkpoint_handle)),
                 commits: commit_rx,
                 generations,
             }),
@@ -449,6 +472,15 @@ impl Store {
         if let Some(handle) = self
             .inner
             .writer_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = handle.join();
+        }
+        if let Some(handle) = self
+            .inner
+            .checkpoint_thread
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
@@ -664,6 +696,7 @@ fn writer_loop(
     jobs: std_mpsc::Receiver<Job>,
     commits: tokio::sync::watch::Sender<u64>,
     generation: Generation,
+    checkpoint: Checkpoint,
 ) {
     let mut batch: Vec<WriteJob> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
@@ -682,7 +715,63 @@ fn writer_loop(
         if !batch.is_empty() {
             run_batch(&conn, std::mem::take(&mut batch), &generation);
             commits.send_modify(|n| *n += 1);
+            checkpoint.after_commit(&conn);
         }
+    }
+}
+
+/// How often at most the checkpoint thread copies the log into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+/// Log length (frames, one per page written) past which the log should start over.
+const RESTART_FRAMES: i64 = 4000;
+
+/// The writer's side of checkpointing.
+///
+/// SQLite's automatic checkpoint runs inside the commit that takes the log past 1,000
+/// pages: that commit copies every page into the database file and syncs it twice, a
+/// multi-millisecond stall every few dozen commits under load that every job queued behind
+/// it waits out. So the writer never checkpoints; a thread of its own with its own
+/// connection copies the log shortly after commits (`PASSIVE`: it never waits for, or
+/// blocks, the writer or a reader). The log can only start over from its beginning when a
+/// write transaction begins with every frame already copied, which a checkpoint running
+/// beside a busy writer never leaves it: once the log is long, the checkpoint thread asks
+/// the writer to copy the few frames since its last run itself, between two batches, so
+/// that the next transaction restarts the log.
+struct Checkpoint {
+    wake: std_mpsc::SyncSender<()>,
+    restart: Arc<AtomicBool>,
+}
+
+impl Checkpoint {
+    fn after_commit(&self, conn: &Connection) {
+        if self.restart.swap(false, Ordering::AcqRel)
+            && let Err(err) = wal_checkpoint(conn)
+        {
+            tracing::debug!(%err, "catch-up checkpoint skipped");
+        }
+        // Full: a wake-up is already pending, which covers this commit too.
+        let _ = self.wake.try_send(());
+    }
+}
+
+/// Runs a `PASSIVE` checkpoint; returns the log's length in frames.
+fn wal_checkpoint(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        // (busy, frames in the log, frames copied)
+        r.get::<_, i64>(1)
+    })
+}
+
+fn checkpoint_loop(conn: Connection, wake: std_mpsc::Receiver<()>, restart: Arc<AtomicBool>) {
+    while wake.recv().is_ok() {
+        match wal_checkpoint(&conn) {
+            Ok(frames) if frames >= RESTART_FRAMES => restart.store(true, Ordering::Release),
+            Ok(_) => {}
+            // Busy (the writer is catching up): the next wake-up tries again.
+            Err(err) => tracing::debug!(%err, "checkpoint skipped"),
+        }
+        std::thread::sleep(CHECKPOINT_EVERY);
     }
 }
 
@@ -782,6 +871,53 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(sum, 4);
+    }
+
+    /// Without the writer's catch-up checkpoint the log never starts over while writes keep
+    /// coming, and grows by every page written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_starts_over_under_continuous_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            readers: 2,
+            full_sync: false,
+        };
+        let path = dir.path().join("t.db");
+        let store = Store::open(&path, &options).unwrap();
+        store
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (v BLOB)")?))
+            .await
+            .unwrap();
+        // One page each: three times the length at which the log should start over.
+        let rows = 3 * RESTART_FRAMES;
+        for _ in 0..rows {
+            store
+                .write(|c| {
+                    c.execute("INSERT INTO t VALUES (zeroblob(3000))", [])?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+            // A reader now and then, as requests do.
+            store
+                .read(|c| Ok(c.query_row("SELECT max(rowid) FROM t", [], |r| r.get::<_, i64>(0))?))
+                .await
+                .unwrap();
+        }
+        let wal = std::fs::metadata(dir.path().join("t.db-wal"))
+            .unwrap()
+            .len();
+        let written = rows as u64 * 4096;
+        assert!(
+            wal < written / 2,
+            "the log holds {wal} bytes after {written} bytes were written: it never started over"
+        );
+        let count: i64 = store
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(count, rows);
+        store.close();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
