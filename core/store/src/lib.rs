@@ -469,23 +469,11 @@ impl Store {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if let Some(handle) = self
-            .inner
-            .writer_thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            let _ = handle.join();
-        }
-        if let Some(handle) = self
-            .inner
-            .checkpoint_thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            let _ = handle.join();
+        // The writer first: the checkpoint thread stops when the writer has.
+        for thread in [&self.inner.writer_thread, &self.inner.checkpoint_thread] {
+            if let Some(handle) = thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = handle.join();
+            }
         }
     }
 }
@@ -907,9 +895,11 @@ mod tests {
         let wal = std::fs::metadata(dir.path().join("t.db-wal"))
             .unwrap()
             .len();
+        // Every commit writes a row's page and the header page: a log that never started
+        // over holds ~3× `written` (measured); one that did, a fraction of it.
         let written = rows as u64 * 4096;
         assert!(
-            wal < written / 2,
+            wal < written,
             "the log holds {wal} bytes after {written} bytes were written: it never started over"
         );
         let count: i64 = store
