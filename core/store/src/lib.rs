@@ -316,24 +316,22 @@ impl Store {
             counters: generations.clone(),
         };
 
-        // The writer never checkpoints on its own; see `checkpoint_loop`.
-        writer
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(open_err)?;
+        // The writer never checkpoints inside a commit (this hook replaces SQLite's automatic
+        // checkpoint); see `Checkpoint`.
+        writer.wal_hook(Some(note_log_length));
         let checkpointer = Connection::open(path).map_err(open_err)?;
         configure(&checkpointer, true, options.full_sync).map_err(open_err)?;
         let (wake_tx, wake_rx) = std_mpsc::sync_channel::<()>(1);
-        let restart = Arc::new(AtomicBool::new(false));
         let checkpoint = Checkpoint {
             wake: wake_tx,
-            restart: restart.clone(),
+            caught_up_at: 0,
         };
         let spawn_err = |what: &str, e: std::io::Error| {
             StoreError::Migration(format!("cannot start the {what} thread: {e}"))
         };
         let checkpoint_handle = std::thread::Builder::new()
             .name("woodlark-store-checkpoint".into())
-            .spawn(move || checkpoint_loop(checkpointer, wake_rx, restart))
+            .spawn(move || checkpoint_loop(checkpointer, wake_rx))
             .map_err(|e| spawn_err("checkpoint", e))?;
 
         let (tx, rx) = std_mpsc::channel::<Job>();
@@ -684,7 +682,7 @@ fn writer_loop(
     jobs: std_mpsc::Receiver<Job>,
     commits: tokio::sync::watch::Sender<u64>,
     generation: Generation,
-    checkpoint: Checkpoint,
+    mut checkpoint: Checkpoint,
 ) {
     let mut batch: Vec<WriteJob> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
@@ -711,53 +709,73 @@ fn writer_loop(
 /// How often at most the checkpoint thread copies the log into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
-/// Log length (frames, one per page written) past which the log should start over.
+/// Log length (frames, one per page written) from which the checkpoint thread copies it
+/// (SQLite's own default for its automatic checkpoint).
+const CHECKPOINT_FRAMES: i64 = 1000;
+
+/// Log length past which the writer catches up the last frames itself so that the log can
+/// start over.
 const RESTART_FRAMES: i64 = 4000;
+
+thread_local! {
+    /// The log's length in frames after the last commit on this thread (the writer's).
+    static LOG_FRAMES: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// The writer's WAL hook: SQLite calls it after each commit with the log's length.
+fn note_log_length(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    LOG_FRAMES.with(|f| f.set(i64::from(frames)));
+    Ok(())
+}
 
 /// The writer's side of checkpointing.
 ///
 /// SQLite's automatic checkpoint runs inside the commit that takes the log past 1,000
 /// pages: that commit copies every page into the database file and syncs it twice, a
 /// multi-millisecond stall every few dozen commits under load that every job queued behind
-/// it waits out. So the writer never checkpoints; a thread of its own with its own
-/// connection copies the log shortly after commits (`PASSIVE`: it never waits for, or
-/// blocks, the writer or a reader). The log can only start over from its beginning when a
-/// write transaction begins with every frame already copied, which a checkpoint running
-/// beside a busy writer never leaves it: once the log is long, the checkpoint thread asks
-/// the writer to copy the few frames since its last run itself, between two batches, so
-/// that the next transaction restarts the log.
+/// it waits out. So the writer never checkpoints inside a commit; once the log is 1,000
+/// frames long, a thread of its own with its own connection copies it (`PASSIVE`: it never
+/// waits for, or blocks, the writer or a reader). The log can only start over from its
+/// beginning when a write transaction begins with every frame already copied, which a
+/// checkpoint running beside a busy writer never leaves it: once the log is long, the
+/// writer copies the few frames since the checkpoint thread's last run itself, between two
+/// batches, so that the next transaction restarts the log.
 struct Checkpoint {
     wake: std_mpsc::SyncSender<()>,
-    restart: Arc<AtomicBool>,
+    /// The log's length at the writer's last catch-up (0 once the log has started over): a
+    /// reader still on an old snapshot keeps the log from starting over, and catching up
+    /// after every commit meanwhile would sync the database file every time.
+    caught_up_at: i64,
 }
 
 impl Checkpoint {
-    fn after_commit(&self, conn: &Connection) {
-        if self.restart.swap(false, Ordering::AcqRel)
-            && let Err(err) = wal_checkpoint(conn)
-        {
-            tracing::debug!(%err, "catch-up checkpoint skipped");
+    fn after_commit(&mut self, conn: &Connection) {
+        let frames = LOG_FRAMES.with(std::cell::Cell::get);
+        if frames < self.caught_up_at {
+            self.caught_up_at = 0;
         }
-        // Full: a wake-up is already pending, which covers this commit too.
-        let _ = self.wake.try_send(());
+        if frames >= RESTART_FRAMES.max(self.caught_up_at + CHECKPOINT_FRAMES) {
+            self.caught_up_at = frames;
+            if let Err(err) = wal_checkpoint(conn) {
+                tracing::debug!(%err, "catch-up checkpoint skipped");
+            }
+        } else if frames >= CHECKPOINT_FRAMES {
+            // Full: a wake-up is already pending, which covers this commit too.
+            let _ = self.wake.try_send(());
+        }
     }
 }
 
-/// Runs a `PASSIVE` checkpoint; returns the log's length in frames.
-fn wal_checkpoint(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-        // (busy, frames in the log, frames copied)
-        r.get::<_, i64>(1)
-    })
+/// Runs a `PASSIVE` checkpoint.
+fn wal_checkpoint(conn: &Connection) -> rusqlite::Result<()> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
 }
 
-fn checkpoint_loop(conn: Connection, wake: std_mpsc::Receiver<()>, restart: Arc<AtomicBool>) {
+fn checkpoint_loop(conn: Connection, wake: std_mpsc::Receiver<()>) {
     while wake.recv().is_ok() {
-        match wal_checkpoint(&conn) {
-            Ok(frames) if frames >= RESTART_FRAMES => restart.store(true, Ordering::Release),
-            Ok(_) => {}
+        if let Err(err) = wal_checkpoint(&conn) {
             // Busy (the writer is catching up): the next wake-up tries again.
-            Err(err) => tracing::debug!(%err, "checkpoint skipped"),
+            tracing::debug!(%err, "checkpoint skipped");
         }
         std::thread::sleep(CHECKPOINT_EVERY);
     }
