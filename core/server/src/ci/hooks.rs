@@ -255,8 +255,11 @@ async fn push_trigger(
     repo: &Repo,
     update: &RefUpdate,
 ) -> Result<(Trigger, Vec<ConfigFile>), ForgeError> {
-    let pushed = driver.pushed(repo, &update.old, &update.new).await?;
-    let (commit, changed) = (pushed.commit, pushed.changed);
+    let forge::Pushed {
+        commit,
+        changed,
+        config,
+    } = driver.pushed(repo, &update.old, &update.new).await?;
     let (event, branch) = match update.git_ref.strip_prefix("refs/tags/") {
         Some(_) => (WebhookEvent::Tag, repo.default_branch.clone()),
         None => (
@@ -280,7 +283,7 @@ async fn push_trigger(
         },
         ..Trigger::default()
     };
-    Ok((trigger, pushed.config))
+    Ok((trigger, config))
 }
 
 #[cfg(test)]
