@@ -1,18 +1,54 @@
 #!/usr/bin/env bash
 # parse-hook latency: the GitHub adapter as a component through PluginHost, against the same
-# parser compiled natively. A benchmark, not a test: compare the two lines of one run.
+# parser compiled natively. A benchmark, not a test.
 #
-#   bash plugins/bench.sh [ITERATIONS]
+#   bash plugins/bench.sh [ITERATIONS] [ROUNDS]
+#
+# Each round runs the native parser (4 × ITERATIONS calls) and then the component
+# (ITERATIONS calls), each in a process of its own, and prints both medians. The summary
+# compares the best round of each side and the median round of each side. Compare like with
+# like: this machine switches between two speeds (about 2× apart) from one process to the
+# next, for native code and wasm alike, so one native run beside one component run can pair
+# a slow process with a fast one and show half or twice the real ratio; the best rounds of
+# both sides ran at the same (fast) speed.
 #
 # PROFILE=dev skips the (slow) release build of wasmtime for a rough number.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 n="${1:-5000}"
+rounds="${2:-5}"
 fixture="$root/core/plugin-host/src/tests/fixtures/github-push.json"
 profile_flag="--release"
-[ "${PROFILE:-release}" = dev ] && profile_flag=""
+profile_dir="release"
+if [ "${PROFILE:-release}" = dev ]; then
+    profile_flag=""
+    profile_dir="debug"
+fi
 
 bash "$here/build.sh" forge-github
-(cd "$here" && cargo run -q $profile_flag -p bench-native -- "$fixture" "$((n * 4))")
-(cd "$root" && cargo run -q $profile_flag -p woodlark-plugin-host --example bench_parse_hook -- "$here/dist" "$fixture" "$n")
+(cd "$here" && cargo build -q $profile_flag -p bench-native)
+(cd "$root" && cargo build -q $profile_flag -p woodlark-plugin-host --example bench_parse_hook)
+native="$here/target/$profile_dir/bench-native"
+wasm="$root/target/$profile_dir/examples/bench_parse_hook"
+
+median_of() { sed -n 's/.*median \([0-9.]*\) µs.*/\1/p'; }
+natives=()
+wasms=()
+for round in $(seq 1 "$rounds"); do
+    native_line="$("$native" "$fixture" "$((n * 4))")"
+    wasm_line="$("$wasm" "$here/dist" "$fixture" "$n")"
+    echo "round $round"
+    echo "  $native_line"
+    echo "  $wasm_line"
+    natives+=("$(median_of <<<"$native_line")")
+    wasms+=("$(median_of <<<"$wasm_line")")
+done
+# Prints "best median" of the numbers on stdin.
+best_and_median() { sort -n | awk '{ v[NR] = $1 } END { print v[1], v[int((NR + 1) / 2)] }'; }
+read -r native_best native_median < <(printf '%s\n' "${natives[@]}" | best_and_median)
+read -r wasm_best wasm_median < <(printf '%s\n' "${wasms[@]}" | best_and_median)
+awk -v r="$rounds" -v nb="$native_best" -v wb="$wasm_best" -v nm="$native_median" -v wm="$wasm_median" 'BEGIN {
+    printf "best round of %d:   native %.1f µs, wasm %.1f µs, ratio %.1f×\n", r, nb, wb, wb / nb
+    printf "median round of %d: native %.1f µs, wasm %.1f µs, ratio %.1f×\n", r, nm, wm, wm / nm
+}'

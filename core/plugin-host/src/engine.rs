@@ -66,6 +66,11 @@ fn compile_config() -> Config {
         .epoch_interruption(true)
         .max_wasm_stack(MAX_WASM_STACK)
         .cranelift_opt_level(wasmtime::OptLevel::Speed);
+    // For profiling: `perf` can then name the JIT code (`/tmp/perf-<pid>.map`, written as
+    // code loads; off by default because the file only grows).
+    if std::env::var_os("WOODLARK_WASM_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 

@@ -27,7 +27,9 @@
 //! - `hooks`: open-loop webhook intake at a fixed rate (500/s for 30 s by default): latency from
 //!   sending a git forge's push hook to the reply (the pipeline stored and queued; no runner),
 //!   against a bare hyper server answering the same POSTs at the same rate.
-//!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration.
+//!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration;
+//!   `WOODLARK_HOOKS_CONFIG` is appended to the server's configuration (TOML tables, e.g.
+//!   `[storage]` settings, to compare one against another).
 //! - `rss`: resident memory of the real `woodlark` binary on the default `config.toml` (the
 //!   first-party plugins loaded from `plugins/dist`, runner on): idle after the first start
 //!   (plugins compiled) and after a restart (compiled-code cache), then after 10,000
@@ -2120,7 +2122,11 @@ async fn hooks_scenario() {
     );
     let (feed, _) = broadcast::channel(16);
     let base_addr = baseline_server(feed).await;
-    let server = Server::start(false).await;
+    let extra = std::env::var("WOODLARK_HOOKS_CONFIG").unwrap_or_default();
+    if !extra.is_empty() {
+        println!("extra configuration: {extra:?}");
+    }
+    let server = Server::start_with(false, &extra).await;
     let admin = server.user("root", true).await;
     let alice = server.user("alice", false).await;
     let (_, bare) = server

@@ -12,7 +12,8 @@
 //!   written by versions that left rows behind.
 //!
 //! Step logs live in another database file (`logs.db`) and cannot share a transaction with
-//! the main one; logs of steps that no longer exist are swept by [`super::logs::sweep_orphans`].
+//! the main one; logs of steps that no longer exist are swept by the server (its
+//! `sweep_orphan_logs`, over [`super::logs::step_ids_after`] and [`super::logs::delete_steps`]).
 
 use crate::Tx;
 
