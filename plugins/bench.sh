@@ -5,9 +5,9 @@
 #   bash plugins/bench.sh [ITERATIONS] [ROUNDS]
 #
 # Each round runs the native parser (4 × ITERATIONS calls) and then the component
-# (ITERATIONS calls), each in a process of its own, and prints both medians. The summary
-# compares the best round of each side and the median round of each side. Compare like with
-# like: this machine switches between two speeds (about 2× apart) from one process to the
+# (ITERATIONS calls), each in a process of its own, and prints both medians and the load
+# average before it. The summary compares the best round of each side and the median round
+# of each side. Compare like with like: this machine switches between two speeds (about 2× apart) from one process to the
 # next, for native code and wasm alike, so one native run beside one component run can pair
 # a slow process with a fast one and show half or twice the real ratio; the best rounds of
 # both sides ran at the same (fast) speed.
@@ -29,8 +29,8 @@ fi
 bash "$here/build.sh" forge-github
 (cd "$here" && cargo build -q $profile_flag -p bench-native)
 (cd "$root" && cargo build -q $profile_flag -p woodlark-plugin-host --example bench_parse_hook)
-native="$here/target/$profile_dir/bench-native"
-wasm="$root/target/$profile_dir/examples/bench_parse_hook"
+native="${CARGO_TARGET_DIR:-$here/target}/$profile_dir/bench-native"
+wasm="${CARGO_TARGET_DIR:-$root/target}/$profile_dir/examples/bench_parse_hook"
 
 median_of() { sed -n 's/.*median \([0-9.]*\) µs.*/\1/p'; }
 natives=()
@@ -38,7 +38,7 @@ wasms=()
 for round in $(seq 1 "$rounds"); do
     native_line="$("$native" "$fixture" "$((n * 4))")"
     wasm_line="$("$wasm" "$here/dist" "$fixture" "$n")"
-    echo "round $round"
+    echo "round $round (load average before it: $(cut -d' ' -f1-3 /proc/loadavg))"
     echo "  $native_line"
     echo "  $wasm_line"
     natives+=("$(median_of <<<"$native_line")")
