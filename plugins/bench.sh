@@ -7,10 +7,10 @@
 # Each round runs the native parser (4 × ITERATIONS calls) and then the component
 # (ITERATIONS calls), each in a process of its own, and prints both medians and the load
 # average before it. The summary compares the best round of each side and the median round
-# of each side. Compare like with like: this machine switches between two speeds (about 2× apart) from one process to the
-# next, for native code and wasm alike, so one native run beside one component run can pair
-# a slow process with a fast one and show half or twice the real ratio; the best rounds of
-# both sides ran at the same (fast) speed.
+# of each side. Compare like with like: this machine switches between two speeds (about 2×
+# apart) from one process to the next, for native code and wasm alike, so one native run
+# beside one component run can pair a slow process with a fast one and show half or twice
+# the real ratio; the best rounds of both sides ran at the same (fast) speed.
 #
 # PROFILE=dev skips the (slow) release build of wasmtime for a rough number.
 set -euo pipefail
