@@ -18,6 +18,11 @@
 //! `encoding`, `gpgsig` with continuation lines that start with a space), an empty line, and
 //! the message.
 //!
+//! Most questions never reach the pipe: a session first reads the object from the
+//! repository's files itself ([`Odb`], `git_odb.rs`), which answers object ids and the
+//! `^{commit}`, `^{tree}` and `:<path>` forms of them in microseconds, and asks git only
+//! when that reader is not sure (a missing object, a form it does not parse, …).
+//!
 //! A [`CatFile`] is one such session; it is killed when dropped. Every answer must arrive
 //! within the session's timeout: a session that times out or breaks mid-answer is marked
 //! broken (its pipe may hold half an answer) and must be dropped, never reused; the pool
@@ -30,6 +35,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::ForgeError;
+use super::git_odb::Odb;
 
 /// Larger answers are refused (a config file, a commit or a tree listing is far smaller).
 const MAX_OBJECT: usize = 64 << 20;
@@ -141,6 +147,8 @@ pub struct CatFile {
     end: usize,
     timeout: Duration,
     broken: bool,
+    /// The repository's object files, read in place before asking the pipe.
+    native: Option<Odb>,
 }
 
 impl CatFile {
@@ -174,6 +182,7 @@ impl CatFile {
             end: 0,
             timeout,
             broken: false,
+            native: Odb::open(dir),
         })
     }
 
@@ -192,6 +201,9 @@ impl CatFile {
             return Err(GitError::Ended {
                 spec: spec.to_string(),
             });
+        }
+        if let Some(found) = self.native.as_mut().and_then(|odb| odb.get(spec)) {
+            return Ok(Some(found));
         }
         let answer = self.ask(spec);
         // After any failure the pipe may hold (part of) an answer: the session is done.
@@ -345,14 +357,28 @@ impl CatFile {
 
 #[cfg(test)]
 impl CatFile {
-    /// Kills git under the session (a crashed session).
+    /// This session without the in-place reader: every question goes down the pipe.
+    pub fn pipe_only(mut self) -> CatFile {
+        self.native = None;
+        self
+    }
+
+    /// Whether the in-place reader is on (the repository's files are readable to it).
+    pub fn reads_in_place(&self) -> bool {
+        self.native.is_some()
+    }
+
+    /// Kills git under the session (a crashed session); questions then go to the pipe.
     pub fn kill_for_test(&mut self) {
+        self.native = None;
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    /// Stops git under the session (a hung session); dropping the session still kills it.
+    /// Stops git under the session (a hung session; questions then go to the pipe); dropping
+    /// the session still kills it.
     pub fn stop_for_test(&mut self) {
+        self.native = None;
         // SAFETY: kill(2) sends a signal; no memory is touched.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGSTOP);

@@ -13,6 +13,7 @@
 pub mod git;
 pub mod git_diff;
 pub mod git_objects;
+pub mod git_odb;
 pub mod git_pool;
 pub mod plugin;
 pub mod remote_head;
