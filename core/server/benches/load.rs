@@ -221,6 +221,36 @@ fn cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// CPU time (user + system) of this process's threads by thread name, for the threads alive
+/// now (a blocking-pool thread that has exited is no longer counted).
+fn thread_cpu_times() -> std::collections::BTreeMap<String, Duration> {
+    let mut by_name = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        // Fields after the name: state(3) … utime(14) stime(15), in clock ticks (USER_HZ 100).
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        *by_name.entry(name).or_insert(Duration::ZERO) +=
+            Duration::from_millis((ticks(11) + ticks(12)) * 10);
+    }
+    by_name
+}
+
 // ---------------------------------------------------------------------------------------------
 // Statistics and tables
 
@@ -2164,8 +2194,10 @@ async fn hooks_scenario() {
     let (base, base_errors) = open_loop(rate, secs, run(Api::new(base_addr), path.clone())).await;
     let base_cpu = cpu_time().saturating_sub(base_cpu);
     let cpu_before = (cpu_time(), children_cpu_time());
+    let threads_before = thread_cpu_times();
     let (lat, errors) = open_loop(rate, secs, run(Api::new(server.api.addr), path.clone())).await;
     let cpu_after = (cpu_time(), children_cpu_time());
+    let threads_after = thread_cpu_times();
     let stored = server
         .api
         .expect(
@@ -2213,6 +2245,16 @@ async fn hooks_scenario() {
         per_hook(base_cpu),
         per_hook(cpu_after.1.saturating_sub(cpu_before.1)),
     );
+    // The store's writer is the one thread every hook goes through in turn: its CPU per
+    // hook is the steadiest figure of this scenario on a machine whose speed wanders.
+    let by_thread: Vec<String> = threads_after
+        .iter()
+        .filter_map(|(name, after)| {
+            let spent = after.saturating_sub(threads_before.get(name).copied().unwrap_or_default());
+            (spent > Duration::ZERO).then(|| format!("{name} {}", per_hook(spent)))
+        })
+        .collect();
+    println!("CPU per hook by thread (ms): {}", by_thread.join(", "));
 }
 
 // ---------------------------------------------------------------------------------------------
