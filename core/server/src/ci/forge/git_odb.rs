@@ -27,7 +27,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use miniz_oxide::inflate::stream::{InflateState, MinReset, inflate};
 use miniz_oxide::{DataFormat, MZError, MZFlush, MZStatus};
@@ -46,6 +46,8 @@ const CHUNK: usize = 16 << 10;
 /// What the first read of a loose object asks for (and the room first made for it
 /// inflated): config files and commits are smaller.
 const LOOSE_FIRST: usize = 4 << 10;
+/// How often a session looks at the pack directory even when no object was missing.
+const PACK_RECHECK: Duration = Duration::from_secs(2);
 /// An id's length in bytes (SHA-1).
 const ID_LEN: usize = 20;
 
@@ -61,6 +63,10 @@ pub struct Odb {
     /// The pack directory's modification time when `packs` was listed: a miss lists it
     /// again only when it changed (a push or a repack wrote a pack).
     listed: Option<SystemTime>,
+    /// When the pack directory was last looked at: a session that never misses looks again
+    /// every [`PACK_RECHECK`] all the same, so that packs a `git gc` deleted are let go of
+    /// (an open file keeps its disk space).
+    checked: Instant,
     /// Kept between objects: a fresh one is ~43 KB to allocate and zero.
     inflater: Inflater,
 }
@@ -99,6 +105,7 @@ impl Odb {
             objects: git_dir.join("objects"),
             packs: Vec::new(),
             listed: None,
+            checked: Instant::now(),
             inflater: Inflater {
                 state: InflateState::new_boxed(DataFormat::Zlib),
                 input: Vec::new(),
@@ -112,6 +119,9 @@ impl Odb {
     /// `<id>:<path>` with a full lowercase hex id; `None` means "ask git" (see the module
     /// documentation), never "missing".
     pub fn get(&mut self, spec: &str) -> Option<Object> {
+        if self.checked.elapsed() >= PACK_RECHECK {
+            self.list_packs();
+        }
         let (rev, path) = match spec.split_once(':') {
             Some((rev, path)) => (rev, Some(path)),
             None => (spec, None),
@@ -234,6 +244,7 @@ impl Odb {
     /// Lists the packs again if the pack directory changed since the last listing; whether
     /// it did.
     fn list_packs(&mut self) -> bool {
+        self.checked = Instant::now();
         let dir = self.objects.join("pack");
         let modified = std::fs::metadata(&dir).and_then(|m| m.modified()).ok();
         if self.listed.is_some() && modified == self.listed {
@@ -840,6 +851,41 @@ mod tests {
             .get(&format!("{new}:new"))
             .expect("found in the new pack");
         assert_eq!(read.data, b"new file\n");
+    }
+
+    #[test]
+    fn packs_deleted_by_a_repack_are_let_go_of() {
+        let repo = tempfile::tempdir().unwrap();
+        let d = repo.path();
+        let revs = history(d);
+        git(d, &["repack", "-adq"]);
+        let mut odb = Odb::open(d).unwrap();
+        let old = packs(d);
+        assert_eq!(odb.packs.len(), 1);
+        std::fs::write(d.join("more"), "more\n").unwrap();
+        commit_all(d, "more");
+        git(d, &["repack", "-adq"]);
+        assert!(old.iter().all(|p| !p.exists()), "the old pack is deleted");
+        // Open descriptors of the deleted pack files (Linux shows them as "<path> (deleted)").
+        let held = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter(|target| {
+                    let target = target.to_string_lossy();
+                    old.iter()
+                        .any(|p| target.starts_with(&*p.to_string_lossy()))
+                })
+                .count()
+        };
+        // Found in the deleted (still open) pack, so no miss lists the directory again…
+        assert!(odb.get(&revs[0]).is_some());
+        assert_eq!(held(), 1);
+        // …but the periodic look does.
+        odb.checked -= PACK_RECHECK;
+        assert!(odb.get(&revs[0]).is_some());
+        assert_eq!(held(), 0, "the deleted pack is closed");
     }
 
     #[test]
