@@ -7,7 +7,7 @@
 //!   `depends_on`, secrets, `CI_*` variables); never panics on input, reports `errors[]`.
 //!   Its parts: [`yaml`] (hardened YAML → tree, anchors and merge keys), [`subst`] (`${VAR}`),
 //!   [`matrix`], [`workflow`] (schema and lint), [`when`] with [`glob`] and [`expr`],
-//!   [`env`] (environment, settings, secrets), [`dag`] (step dependencies), [`read`] and
+//!   [`env`](mod@env) (environment, settings, secrets), [`dag`] (step dependencies), [`read`] and
 //!   [`diag`] (typed reads, issues); [`lookup`]: config file order, workflow names, skip-ci.
 
 pub mod compile;

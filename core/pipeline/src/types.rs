@@ -81,7 +81,7 @@ pub struct SecretValue {
     pub images: Vec<String>,
 }
 
-/// Input of [`crate::compile`].
+/// Input of [`crate::compile`](fn@crate::compile).
 #[derive(Debug, Clone, Default)]
 pub struct CompileInput {
     pub files: Vec<ConfigFile>,
@@ -118,7 +118,7 @@ pub struct PipelineError {
     pub data: serde_json::Value,
 }
 
-/// Output of [`crate::compile`]. Any error that is not a warning means the
+/// Output of [`crate::compile`](fn@crate::compile). Any error that is not a warning means the
 /// pipeline gets status `error`; an empty `workflows` without errors means everything was
 /// filtered out by `when`.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -3,7 +3,7 @@
 //! This is the "schema" layer: it knows which keys exist, their types and their forms (steps
 //! as a list or a map, `depends_on` as a string, a list or `{name, optional}` objects, …) and
 //! reports every problem as an [`Issue`] with the field path. It does not look at the run
-//! (filters, secrets, `CI_*`): [`super::compile`] does that with the spec.
+//! (filters, secrets, `CI_*`): [`super::compile`](fn@super::compile) does that with the spec.
 //!
 //! The container options (`pull`, `privileged`, `volumes`, `devices`, `network_mode`, `dns`,
 //! `dns_search`, `extra_hosts`, `tmpfs`, `backend_options.docker.user`) are read here and used

@@ -20,7 +20,7 @@
 //! - images are pulled when missing (always with `pull: true`), with the step's registry
 //!   login as `X-Registry-Auth`;
 //! - output is read from the container's log stream and goes through the same line splitting
-//!   and secret masking as host processes ([`super::process::read_lines`]).
+//!   and secret masking as host processes (`process::read_lines`).
 //!
 //! Everything a workflow created is removed when it ends (success, failure, cancel, error).
 //! After a crash of the server or agent, [`Docker::sweep`] removes whatever carries this

@@ -1,7 +1,7 @@
 //! Schema migrations, applied in order by `PRAGMA user_version`.
 //!
 //! **Invariant:** a released migration is never edited; a schema change is a new entry at the
-//! end of [`MIGRATIONS`]. Each one runs in its own transaction together with the version bump.
+//! end of `MIGRATIONS`. Each one runs in its own transaction together with the version bump.
 
 use rusqlite::Connection;
 

@@ -338,7 +338,7 @@ pub fn list(
 /// [`list`] as the API renders it: a JSON array built from the stored records and the rows'
 /// own `id`, `number` and `status`, without decoding each record into a [`Pipeline`] and
 /// encoding it again (which was most of a list request's time). A record is a whole
-/// `Pipeline` of this version minus those columns and the workflows ([`record_of`];
+/// `Pipeline` of this version minus those columns and the workflows (`record_of`;
 /// [`normalise_records`] rewrote older rows), so splicing the columns in front of it gives
 /// exactly what encoding the decoded row would, up to field order.
 pub fn list_json(
@@ -459,7 +459,7 @@ fn list_query(
     (sql, args)
 }
 
-/// Rewrites every stored pipeline record in [`record_of`]'s form (migration 11): records of
+/// Rewrites every stored pipeline record in `record_of`'s form (migration 11): records of
 /// earlier versions held the columns too and may lack fields added since, which decoding
 /// filled with defaults but [`list_json`] serves as stored.
 pub fn normalise_records(conn: &Tx) -> rusqlite::Result<()> {

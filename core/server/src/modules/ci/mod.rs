@@ -4,7 +4,7 @@
 //! (the caller, tokens and user administration), [`system`] (health, version, metrics, log
 //! level, signing key), [`forges`], [`repos`], [`orgs`], [`hook`] (pushes from forges).
 //! [`access`] turns a request's token into a principal and enforces the 401/403/404 rules;
-//! [`forge`] holds the forge drivers. Errors are plain text with Woodpecker's status codes.
+//! [`forge`](crate::ci::forge) holds the forge drivers. Errors are plain text with Woodpecker's status codes.
 
 pub mod access;
 pub mod agents;

@@ -1,15 +1,15 @@
 //! Resources that live at three scopes — secrets and registries — served by one handler flow.
 //!
 //! Each resource is reachable as `{prefix}/{collection}` and `{prefix}/{collection}/{key}`
-//! where the prefix picks the scope ([`Level`]): `""` for instance admins,
+//! where the prefix picks the scope (`Level`): `""` for instance admins,
 //! `/orgs/{org_id}` for org admins and `/repos/{repo_id}` for repo admins. This module owns
 //! everything the scopes have in common:
 //!
-//! - [`resolve`]: authorise the caller for the level and name the [`ResourceScope`];
-//! - [`routes`]: list (paged) / create / get / update / delete for every level;
-//! - the 404 for unknown keys ([`ScopedResource::NOT_FOUND`]) and the audit log lines.
+//! - `resolve`: authorise the caller for the level and name the [`ResourceScope`];
+//! - `routes`: list (paged) / create / get / update / delete for every level;
+//! - the 404 for unknown keys (`ScopedResource::NOT_FOUND`) and the audit log lines.
 //!
-//! A resource says only what differs, by implementing [`ScopedResource`]: how a request body
+//! A resource says only what differs, by implementing `ScopedResource`: how a request body
 //! becomes a validated new item or change (its 422s, its sealing), and which store functions
 //! read and write it.
 

@@ -98,7 +98,7 @@ pub(super) fn feed_entry(repo_id: i64, full_name: &str, p: &Pipeline) -> Value {
 
 /// `GET /user/repos?all=&name=`: the caller's active repositories with their newest pipeline
 /// (`RepoLastPipeline`); with `all=true`, what the caller may add, as upstream's "add
-/// repository" page lists it ([`addable_repos`]).
+/// repository" page lists it (`addable_repos`).
 pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
     let all = matches!(req.query("all").as_deref(), Some("true") | Some("1"));
