@@ -37,7 +37,8 @@ use super::git_objects::{Object, parse_tree};
 
 /// Larger objects are left to git (as big as the pipe accepts).
 const MAX_OBJECT: usize = 64 << 20;
-/// Longer delta chains are left to git (its own default depth is 50, `gc --aggressive` 250).
+/// Longer delta chains are left to git (its own default depth is 50, `gc --aggressive` 250),
+/// and so are chains whose instructions add up to more than [`MAX_OBJECT`].
 const MAX_CHAIN: usize = 1000;
 /// Deeper tag chains (a tag of a tag of …) are left to git.
 const MAX_PEEL: usize = 16;
@@ -283,13 +284,16 @@ impl Odb {
     /// the deltas applied oldest first.
     fn packed(&mut self, pack: usize, offset: u64) -> Option<(&'static str, Vec<u8>)> {
         let (mut pack, mut offset) = (pack, offset);
-        // The instructions of the deltas met on the way, newest first.
+        // The instructions of the deltas met on the way, newest first, and their bytes: a
+        // long chain of large deltas is left to git rather than held in memory here.
         let mut chain: Vec<Vec<u8>> = Vec::new();
+        let mut held = 0usize;
         loop {
-            if chain.len() > MAX_CHAIN {
+            if chain.len() > MAX_CHAIN || held > MAX_OBJECT {
                 return None;
             }
             let entry = self.packs[pack].entry_header(offset)?;
+            held += entry.size;
             let data =
                 self.inflater
                     .inflate(&self.packs[pack].pack, entry.data_at, Some(entry.size))?;
