@@ -230,25 +230,39 @@ fn thread_cpu_times() -> std::collections::BTreeMap<String, Duration> {
         .flatten()
         .flatten()
     {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = stat[open + 1..close].to_string();
-        // Fields after the name: state(3) … utime(14) stime(15), in clock ticks (USER_HZ 100).
-        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        *by_name.entry(name).or_insert(Duration::ZERO) +=
-            Duration::from_millis((ticks(11) + ticks(12)) * 10);
+        if let Some(stat) = std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|s| ProcStat::parse(&s))
+        {
+            *by_name.entry(stat.name).or_insert(Duration::ZERO) += stat.cpu;
+        }
     }
     by_name
+}
+
+/// What the scenarios read from a `/proc/<pid>/stat` (or `…/task/<tid>/stat`) line.
+struct ProcStat {
+    name: String,
+    ppid: i64,
+    /// User + system time.
+    cpu: Duration,
+}
+
+impl ProcStat {
+    fn parse(stat: &str) -> Option<ProcStat> {
+        // `pid (name) state ppid … utime(14) stime(15) …`; the name may hold spaces and
+        // parentheses, so the fields are counted from the last `)`.
+        let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+        let fields: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
+        let ppid = fields.get(1)?.parse().ok()?;
+        let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(ProcStat {
+            name: stat.get(open + 1..close)?.to_string(),
+            ppid,
+            // Clock ticks; USER_HZ is 100 on Linux.
+            cpu: Duration::from_millis(ticks * 10),
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2263,24 +2277,15 @@ async fn hooks_scenario() {
 /// CPU time (user + system) of this process's child processes that are still running (the
 /// forge's long-lived `git cat-file` sessions; `RUSAGE_CHILDREN` counts only waited-for ones).
 fn children_cpu_time() -> Duration {
-    fn of(stat: &str) -> Option<(i64, Duration)> {
-        // Fields after the parenthesised command name: state ppid … utime(14) stime(15).
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ppid = fields.get(1)?.parse().ok()?;
-        let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // Clock ticks; USER_HZ is 100 on Linux.
-        Some((ppid, Duration::from_millis(ticks * 10)))
-    }
     let me = i64::from(std::process::id());
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter_map(|s| of(&s))
-        .filter(|(ppid, _)| *ppid == me)
-        .map(|(_, t)| t)
+        .filter_map(|s| ProcStat::parse(&s))
+        .filter(|stat| stat.ppid == me)
+        .map(|stat| stat.cpu)
         .sum()
 }
 

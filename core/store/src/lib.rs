@@ -850,9 +850,9 @@ mod tests {
         (dir, store)
     }
 
-    #[tokio::test]
-    async fn a_failing_or_panicking_job_leaves_nothing_and_the_writer_goes_on() {
-        let (_dir, store) = temp_store();
+    /// A store with an empty table `t (v INTEGER)`.
+    async fn store_with_table() -> (tempfile::TempDir, Store) {
+        let (dir, store) = temp_store();
         store
             .write(|c| {
                 c.execute_batch("CREATE TABLE t (v INTEGER)")?;
@@ -860,6 +860,19 @@ mod tests {
             })
             .await
             .unwrap();
+        (dir, store)
+    }
+
+    async fn sum_of_t(store: &Store) -> i64 {
+        store
+            .read(|c| Ok(c.query_row("SELECT sum(v) FROM t", [], |r| r.get(0))?))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_failing_or_panicking_job_leaves_nothing_and_the_writer_goes_on() {
+        let (_dir, store) = store_with_table().await;
         let failed = store
             .write(|c| {
                 c.execute("INSERT INTO t VALUES (1)", [])?;
@@ -882,23 +895,12 @@ mod tests {
             })
             .await
             .unwrap();
-        let sum: i64 = store
-            .read(|c| Ok(c.query_row("SELECT sum(v) FROM t", [], |r| r.get(0))?))
-            .await
-            .unwrap();
-        assert_eq!(sum, 4);
+        assert_eq!(sum_of_t(&store).await, 4);
     }
 
     #[tokio::test]
     async fn failing_job_rolls_back_alone() {
-        let (_dir, store) = temp_store();
-        store
-            .write(|c| {
-                c.execute_batch("CREATE TABLE t (v INTEGER)")?;
-                Ok(())
-            })
-            .await
-            .unwrap();
+        let (_dir, store) = store_with_table().await;
         let a = store.write(|c| {
             c.execute("INSERT INTO t VALUES (1)", [])?;
             Ok(())
@@ -913,11 +915,7 @@ mod tests {
         });
         let (a, b, c) = tokio::join!(a, b, c);
         assert!(a.is_ok() && b.is_err() && c.is_ok());
-        let sum: i64 = store
-            .read(|c| Ok(c.query_row("SELECT sum(v) FROM t", [], |r| r.get(0))?))
-            .await
-            .unwrap();
-        assert_eq!(sum, 4);
+        assert_eq!(sum_of_t(&store).await, 4);
     }
 
     /// Without the writer's catch-up checkpoint the log never starts over while writes keep
