@@ -2152,6 +2152,83 @@ where
     (lat, errors)
 }
 
+/// Tables the durable-write baseline fills, one row each per commit: with an index each,
+/// plus the header page, a commit writes about as many log frames as a hook's does (22–28).
+const BARE_TABLES: usize = 12;
+
+/// The durable-write baseline: SQLite alone, one transaction per request (a row into each of
+/// [`BARE_TABLES`] indexed tables), WAL with `synchronous = FULL` and SQLite's default
+/// checkpoint (a `PASSIVE` one in the commit that takes the log past 1,000 frames), on a
+/// thread of its own that requests queue for, as they do for the server's writer. Its tail
+/// is what this disk gives a commit of a hook's size at that rate, beside which the hook's
+/// tail is judged. Returns a request maker for [`open_loop`] and a reader of the log frames
+/// per commit so far.
+fn bare_sqlite(dir: &Path) -> (impl Fn() -> BoxedCheck + use<>, impl Fn() -> f64 + use<>) {
+    /// The log's length after the connection's last commit (the WAL hook takes a plain fn).
+    static LOG_FRAMES: AtomicUsize = AtomicUsize::new(0);
+    fn note(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+        LOG_FRAMES.store(usize::try_from(frames).unwrap_or(0), Ordering::Relaxed);
+        Ok(())
+    }
+    let conn = rusqlite::Connection::open(dir.join("bare.db")).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    for t in 0..BARE_TABLES {
+        conn.execute_batch(&format!(
+            "CREATE TABLE t{t} (id INTEGER PRIMARY KEY, state INTEGER, body TEXT);
+             CREATE INDEX t{t}_state ON t{t} (state, id);"
+        ))
+        .unwrap();
+    }
+    // The hook replaces SQLite's automatic checkpoint, which the loop below does as it would.
+    conn.wal_hook(Some(note));
+    // (frames written, commits)
+    let counts = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let counted = counts.clone();
+    let (tx, rx) = std::sync::mpsc::channel::<oneshot::Sender<bool>>();
+    std::thread::spawn(move || {
+        let body = "x".repeat(200);
+        let mut last = 0;
+        while let Ok(reply) = rx.recv() {
+            let commit = || -> rusqlite::Result<()> {
+                let tx = conn.unchecked_transaction()?;
+                for t in 0..BARE_TABLES {
+                    tx.prepare_cached(&format!("INSERT INTO t{t} (state, body) VALUES (?1, ?2)"))?
+                        .execute(rusqlite::params![t % 5, body])?;
+                }
+                tx.commit()
+            };
+            let ok = commit().is_ok();
+            let frames = LOG_FRAMES.load(Ordering::Relaxed);
+            // A log that started over counts from its beginning.
+            let written = if frames >= last {
+                frames - last
+            } else {
+                frames
+            };
+            last = frames;
+            counted.0.fetch_add(written, Ordering::Relaxed);
+            counted.1.fetch_add(1, Ordering::Relaxed);
+            if frames >= 1000 {
+                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }
+            let _ = reply.send(ok);
+        }
+    });
+    let send = move || {
+        let (reply, answer) = oneshot::channel();
+        let queued = tx.send(reply).is_ok();
+        Box::pin(async move { queued && answer.await.unwrap_or(false) }) as BoxedCheck
+    };
+    let per_commit = move || {
+        counts.0.load(Ordering::Relaxed) as f64 / counts.1.load(Ordering::Relaxed).max(1) as f64
+    };
+    (send, per_commit)
+}
+
+/// A request of an open loop: true when it succeeded.
+type BoxedCheck = Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
 async fn hooks_scenario() {
     let rate: u64 = std::env::var("WOODLARK_HOOKS_RATE")
         .ok()
@@ -2207,6 +2284,9 @@ async fn hooks_scenario() {
     let base_cpu = cpu_time();
     let (base, base_errors) = open_loop(rate, secs, run(Api::new(base_addr), path.clone())).await;
     let base_cpu = cpu_time().saturating_sub(base_cpu);
+    let bare_dir = tempfile::tempdir().unwrap();
+    let (bare_commit, bare_frames) = bare_sqlite(bare_dir.path());
+    let (durable, durable_errors) = open_loop(rate, secs, bare_commit).await;
     let cpu_before = (cpu_time(), children_cpu_time());
     let threads_before = thread_cpu_times();
     let (lat, errors) = open_loop(rate, secs, run(Api::new(server.api.addr), path.clone())).await;
@@ -2239,15 +2319,23 @@ async fn hooks_scenario() {
         &["target", "requests", "errors", "p50", "p99", "p99.9", "max"],
         &[
             row("bare hyper (same POST)", &base, base_errors),
+            row(
+                &format!(
+                    "bare SQLite commit ({:.0} frames, full sync)",
+                    bare_frames()
+                ),
+                &durable,
+                durable_errors,
+            ),
             row("woodlark /api/hook → pipeline queued", &lat, errors),
         ],
     );
+    let p99 = |lat: &[Duration]| pct(lat, 0.99).as_secs_f64();
     println!(
-        "p99 ratio vs bare hyper: {}; newest pipeline number {}; load average before: {}",
-        ratio(
-            pct(&lat, 0.99).as_secs_f64(),
-            pct(&base, 0.99).as_secs_f64()
-        ),
+        "p99 ratio vs bare hyper: {}, vs bare SQLite commit: {}; newest pipeline number {}; \
+         load average before: {}",
+        ratio(p99(&lat), p99(&base)),
+        ratio(p99(&lat), p99(&durable)),
         stored[0]["number"],
         load_before.trim()
     );
