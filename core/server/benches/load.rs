@@ -2298,6 +2298,7 @@ async fn hooks_scenario() {
     let (mut lat, mut errors) = (Vec::new(), 0);
     let (mut server_cpu, mut git_cpu) = (Duration::ZERO, Duration::ZERO);
     let mut by_thread = std::collections::BTreeMap::<String, Duration>::new();
+    let mut catch_ups = 0;
     for _ in 0..rounds {
         let before = cpu_time();
         let (l, e) = open_loop(rate, slice, &hyper_hook).await;
@@ -2310,7 +2311,9 @@ async fn hooks_scenario() {
         durable_errors += e;
 
         let before = (cpu_time(), children_cpu_time(), thread_cpu_times());
+        let caught_up = server.state.store.writer_catch_ups();
         let (l, e) = open_loop(rate, slice, &woodlark_hook).await;
+        catch_ups += server.state.store.writer_catch_ups() - caught_up;
         server_cpu += cpu_time().saturating_sub(before.0);
         git_cpu += children_cpu_time().saturating_sub(before.1);
         for (name, after) in thread_cpu_times() {
@@ -2386,6 +2389,8 @@ async fn hooks_scenario() {
         .map(|(name, spent)| format!("{name} {}", per_hook(*spent)))
         .collect();
     println!("CPU per hook by thread (ms): {}", by_thread.join(", "));
+    // Each one held up the jobs queued behind it for a sync of the database file.
+    println!("checkpoints the store's writer had to finish itself: {catch_ups}");
 }
 
 // ---------------------------------------------------------------------------------------------
