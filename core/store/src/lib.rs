@@ -735,8 +735,8 @@ const RESTART_FRAMES: i64 = 4000;
 /// it sleeps.
 const FINISH_PASSES: u32 = 16;
 
-/// Pause between two of those passes: about one write transaction, so that the writer is
-/// likely between two when a pass ends.
+/// Pause between two of those passes, so that the thread does not spin: a pass with nothing
+/// new to copy costs next to nothing, one with new frames syncs twice.
 const PASS_PAUSE: Duration = Duration::from_millis(2);
 
 /// Log length past which the writer finishes the copy itself (the checkpoint thread has not
@@ -768,12 +768,12 @@ fn note_log_length(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlit
 /// it began and leaves the commits made meanwhile, and a pass that copies everything while
 /// a write transaction is open is undone by that transaction's commit. So once the log is
 /// [`RESTART_FRAMES`] long, the checkpoint thread makes passes [`PASS_PAUSE`] apart, each
-/// copying only the frames since the one before, until the log has started over (a pass
-/// ended with the writer between two transactions) or [`FINISH_PASSES`] have run. Only if
-/// the log still
-/// reaches [`CATCH_UP_FRAMES`] does the writer copy the last frames itself, between two
-/// batches: that stalls every job queued behind it for a sync of the database file (2–9 ms
-/// under load), which is why it is the fallback (with it every ~0.3 s at 500 hooks/s, it
+/// copying only the frames since the one before, until the log has started over (no commit
+/// landed while a pass ran, so the writer's next transaction began with every frame
+/// copied) or [`FINISH_PASSES`] have run. Only if the log still reaches
+/// [`CATCH_UP_FRAMES`] does the writer copy the last frames itself, between two batches:
+/// that stalls every job queued behind it for a sync of the database file (2–9 ms under
+/// load), which is why it is the fallback (as the rule, every ~0.3 s at 500 hooks/s, it
 /// held up ~3 % of the hooks).
 struct Checkpoint {
     wake: std_mpsc::SyncSender<()>,
