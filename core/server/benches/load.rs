@@ -1628,9 +1628,7 @@ async fn logs_scenario() {
     // Baseline 2: SQLite alone, same schema, 200-line transactions, synchronous = FULL.
     let sqlite_time = tokio::task::spawn_blocking(|| {
         let dir = tempfile::tempdir().unwrap();
-        let c = rusqlite::Connection::open(dir.path().join("logs.db")).unwrap();
-        c.pragma_update(None, "journal_mode", "WAL").unwrap();
-        c.pragma_update(None, "synchronous", "FULL").unwrap();
+        let c = durable_sqlite(&dir.path().join("logs.db"));
         c.execute_batch(
             "CREATE TABLE log_entries (
                 id INTEGER PRIMARY KEY, step_id INTEGER NOT NULL, line INTEGER NOT NULL,
@@ -2152,6 +2150,14 @@ where
     (lat, errors)
 }
 
+/// A bare SQLite connection as the baselines use it: WAL, every commit synced.
+fn durable_sqlite(path: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    conn
+}
+
 /// Tables the durable-write baseline fills, one row each per commit: with an index each,
 /// plus the header page, a commit writes about as many log frames as a hook's does (22–28).
 const BARE_TABLES: usize = 12;
@@ -2170,9 +2176,7 @@ fn bare_sqlite(dir: &Path) -> (impl Fn() -> BoxedCheck + use<>, impl Fn() -> f64
         LOG_FRAMES.store(usize::try_from(frames).unwrap_or(0), Ordering::Relaxed);
         Ok(())
     }
-    let conn = rusqlite::Connection::open(dir.join("bare.db")).unwrap();
-    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    let conn = durable_sqlite(&dir.join("bare.db"));
     for t in 0..BARE_TABLES {
         conn.execute_batch(&format!(
             "CREATE TABLE t{t} (id INTEGER PRIMARY KEY, state INTEGER, body TEXT);

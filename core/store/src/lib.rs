@@ -962,22 +962,35 @@ mod tests {
         assert_eq!(sum_of_t(&store).await, 4);
     }
 
-    /// Unless a checkpoint finishes the log between two transactions, the log never starts
-    /// over while writes keep coming, and grows by every page written. Writes that never
-    /// pause for a checkpoint pass's length leave it to the writer's catch-up.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_log_starts_over_under_continuous_writes() {
+    /// A store without per-commit syncs (the log tests write a lot) and an empty table
+    /// `t (v BLOB)`.
+    async fn store_for_the_log() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
         let options = StoreOptions {
             readers: 2,
             full_sync: false,
         };
-        let path = dir.path().join("t.db");
-        let store = Store::open(&path, &options).unwrap();
+        let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
         store
             .write(|c| Ok(c.execute_batch("CREATE TABLE t (v BLOB)")?))
             .await
             .unwrap();
+        (dir, store)
+    }
+
+    /// The log file's length in bytes: as long as the longest log so far.
+    fn log_file_len(dir: &tempfile::TempDir) -> u64 {
+        std::fs::metadata(dir.path().join("t.db-wal"))
+            .unwrap()
+            .len()
+    }
+
+    /// Unless a checkpoint finishes the log between two transactions, the log never starts
+    /// over while writes keep coming, and grows by every page written. Writes that never
+    /// pause for a checkpoint pass's length leave it to the writer's catch-up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_starts_over_under_continuous_writes() {
+        let (dir, store) = store_for_the_log().await;
         // One page each: three times the length at which the log should start over.
         let rows = 3 * RESTART_FRAMES;
         for _ in 0..rows {
@@ -994,9 +1007,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let wal = std::fs::metadata(dir.path().join("t.db-wal"))
-            .unwrap()
-            .len();
+        let wal = log_file_len(&dir);
         // A log that never started over holds ~3× `written` (measured: a commit writes the
         // row's page, the header page and more); one that started over once the writer's
         // catch-up length was reached, ~1.1×.
@@ -1020,16 +1031,7 @@ mod tests {
     /// queued behind it).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_checkpoint_thread_starts_the_log_over_when_the_writer_pauses() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = StoreOptions {
-            readers: 2,
-            full_sync: false,
-        };
-        let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
-        store
-            .write(|c| Ok(c.execute_batch("CREATE TABLE t (v BLOB)")?))
-            .await
-            .unwrap();
+        let (dir, store) = store_for_the_log().await;
         // Ten pages a write: the writer's catch-up length and more, written in ~2.5 s.
         const PAGES: i64 = 10;
         let writes = (CATCH_UP_FRAMES + RESTART_FRAMES) / PAGES;
@@ -1046,10 +1048,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // A frame is a page and a 24-byte header; the file is as long as the longest log.
-        let wal = std::fs::metadata(dir.path().join("t.db-wal"))
-            .unwrap()
-            .len();
-        let longest = wal / (4096 + 24);
+        let longest = log_file_len(&dir) / (4096 + 24);
         assert!(
             longest < CATCH_UP_FRAMES as u64 * 3 / 4,
             "the log reached {longest} frames: the checkpoint thread did not start it over"
