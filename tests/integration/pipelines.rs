@@ -1252,3 +1252,86 @@ async fn kept_pages_never_outlive_a_change() {
     assert_eq!(get_list().await[0]["status"], canceled["status"]);
     assert!(events().await["data"].as_array().unwrap().len() > seen);
 }
+
+/// Creations compile before their write with the number they expect (`ci::numbers`): runs
+/// started at once must each carry their own number, and after the newest pipeline is
+/// deleted (the table's next number goes back, the server's guess does not) the write
+/// compiles again with the number it really gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pipeline_is_compiled_with_its_own_number() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: number\n    image: sh\n    environment:\n      SUBSTITUTED: \"n${CI_PIPELINE_NUMBER}\"\n    commands: [\"echo env $CI_PIPELINE_NUMBER sub $$SUBSTITUTED\"]\n",
+        )],
+        "echo the number",
+    )
+    .await;
+    let says_its_number = |n: i64| {
+        let (http, token) = (s.http.clone(), p.alice.clone());
+        async move {
+            let done = wait_for(&http, &token, id, n, 60, finished).await;
+            assert_eq!(done["status"], "success", "{done:#}");
+            let step_id = step(&done, "number")["id"].as_i64().unwrap();
+            let lines = log_text(&http, &token, id, n, step_id).await;
+            assert!(
+                lines.contains(&format!("env {n} sub n{n}")),
+                "pipeline {n}: {lines:?}"
+            );
+        }
+    };
+    says_its_number(1).await;
+
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            let (http, token) = (s.http.clone(), p.alice.clone());
+            tokio::spawn(async move {
+                http.post(
+                    &format!("/api/repos/{id}/pipelines"),
+                    Some(&token),
+                    r#"{"branch":"main"}"#,
+                )
+                .await
+                .expect(200)
+                .json()["number"]
+                    .as_i64()
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut numbers = Vec::new();
+    for run in runs {
+        numbers.push(run.await.unwrap());
+    }
+    numbers.sort();
+    assert_eq!(numbers, (2..=9).collect::<Vec<_>>());
+    for n in numbers {
+        says_its_number(n).await;
+    }
+
+    // The newest pipeline goes: the next run gets its number again, compiled for it.
+    s.http
+        .delete(&format!("/api/repos/{id}/pipelines/9"), Some(&p.alice))
+        .await
+        .expect(204);
+    for expected in [9, 10] {
+        let run = s
+            .http
+            .post(
+                &format!("/api/repos/{id}/pipelines"),
+                Some(&p.alice),
+                r#"{"branch":"main"}"#,
+            )
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(run["number"], expected);
+        says_its_number(expected).await;
+    }
+}

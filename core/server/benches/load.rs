@@ -2303,6 +2303,7 @@ async fn hooks_scenario() {
     let (mut server_cpu, mut git_cpu) = (Duration::ZERO, Duration::ZERO);
     let mut by_thread = std::collections::BTreeMap::<String, Duration>::new();
     let mut catch_ups = 0;
+    let mut recompiled = 0;
     for _ in 0..rounds {
         let before = cpu_time();
         let (l, e) = open_loop(rate, slice, &hyper_hook).await;
@@ -2318,8 +2319,10 @@ async fn hooks_scenario() {
 
         let before = (cpu_time(), children_cpu_time(), thread_cpu_times());
         let caught_up = server.state.store.writer_catch_ups();
+        let missed = server.state.ci.numbers.misses();
         let (l, e) = open_loop(rate, slice, &woodlark_hook).await;
         catch_ups += server.state.store.writer_catch_ups() - caught_up;
+        recompiled += server.state.ci.numbers.misses() - missed;
         server_cpu += cpu_time().saturating_sub(before.0);
         git_cpu += children_cpu_time().saturating_sub(before.1);
         for (name, after) in thread_cpu_times() {
@@ -2398,6 +2401,7 @@ async fn hooks_scenario() {
     println!("CPU per hook by thread (ms): {}", by_thread.join(", "));
     // Each one held up the jobs queued behind it for a sync of the database file.
     println!("checkpoints the store's writer had to finish itself: {catch_ups}");
+    println!("pipelines compiled again in the write (number guessed wrong): {recompiled}");
 }
 
 // ---------------------------------------------------------------------------------------------

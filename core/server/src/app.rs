@@ -174,6 +174,7 @@ impl App {
                 mount: config.ci.mount.clone(),
                 public_url: crate::ci::PublicUrl::new(&config.server.listen),
             }),
+            numbers: Arc::default(),
         };
         let state = Arc::new(AppState {
             env_admins: EnvAdmins(config.auth.admins.clone()),

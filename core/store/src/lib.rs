@@ -398,6 +398,17 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
+        self.submit(f).await
+    }
+
+    /// [`Store::write`], but the job joins the writer's queue now, before the returned future
+    /// is first polled: jobs submitted one after another run in that order, whatever order
+    /// their callers then await them in.
+    pub fn submit<T, F>(&self, f: F) -> impl Future<Output = StoreResult<T>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let job: WriteJob = Box::new(move |conn| {
             let result = f(Tx::new(conn));
@@ -407,9 +418,12 @@ impl Store {
             });
             (ok, finish)
         });
-        self.send(Job::Write(job))?;
-        rx.await
-            .map_err(|_| StoreError::Unavailable("the write job was dropped".into()))?
+        let queued = self.send(Job::Write(job));
+        async move {
+            queued?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the write job was dropped".into()))?
+        }
     }
 
     fn send(&self, job: Job) -> StoreResult<()> {
@@ -960,6 +974,30 @@ mod tests {
         let (a, b, c) = tokio::join!(a, b, c);
         assert!(a.is_ok() && b.is_err() && c.is_ok());
         assert_eq!(sum_of_t(&store).await, 4);
+    }
+
+    #[tokio::test]
+    async fn submitted_jobs_run_in_submission_order_whatever_order_they_are_awaited_in() {
+        let (_dir, store) = store_with_table().await;
+        store
+            .write(|c| Ok(c.execute("INSERT INTO t VALUES (0)", []).map(drop)?))
+            .await
+            .unwrap();
+        // v = v * times + plus: submission order gives (0 * 0 + 2) * 10 + 3 = 23; the
+        // order of the awaits below (last first) would give 2.
+        let jobs: Vec<_> = [(0, 2), (10, 3)]
+            .into_iter()
+            .map(|(times, plus)| {
+                store.submit(move |c| {
+                    c.execute("UPDATE t SET v = v * ?1 + ?2", [times, plus])?;
+                    Ok(())
+                })
+            })
+            .collect();
+        for job in jobs.into_iter().rev() {
+            job.await.unwrap();
+        }
+        assert_eq!(sum_of_t(&store).await, 23);
     }
 
     /// A store without per-commit syncs (the log tests write a lot) and an empty table

@@ -3,9 +3,10 @@
 //! 1. `[skip ci]` in a push or pull-request message → nothing is created.
 //! 2. The config files are read from the forge at the commit (or, for a restart, taken from
 //!    the pipeline being restarted).
-//! 3. The secrets in scope are opened, and — inside one write transaction, so the pipeline
-//!    number is final — the metadata and `CI_*` variables are completed and the configs are
-//!    compiled. Compile errors give a pipeline with status `error` and `errors[]`; when every
+//! 3. The secrets in scope are opened, the metadata and `CI_*` variables completed and the
+//!    configs compiled, with the pipeline number the repository's next write is expected to
+//!    give (`numbers`); the write checks the number and compiles again if it was wrong.
+//!    Compile errors give a pipeline with status `error` and `errors[]`; when every
 //!    workflow is filtered out nothing is created; when the repository requires approval the
 //!    pipeline is `blocked`; otherwise it is `pending` and its workflows are queued.
 //!
@@ -377,24 +378,46 @@ async fn create_for(
         plugin_registries(ci, repo, images, &mut sources).await;
     }
     let approval = needs_approval(repo, &trigger);
-    let repo = repo.clone();
-    let repo_copy = repo.clone();
+    let repo_id = repo.repo.id;
+    // Compiled here, with the number the book expects, so the writer only checks it (see
+    // `numbers`); the turn lasts until the write is queued.
+    let mut turn = ci.numbers.turn(repo_id).await;
+    let guess = match turn.expected() {
+        Some(number) => number,
+        None => {
+            ci.store
+                .read(move |c| pipelines::next_number(c, repo_id))
+                .await?
+        }
+    };
+    let inputs = Inputs {
+        repo: repo.clone(),
+        trigger,
+        files,
+        sources,
+        approval,
+        forge_type,
+    };
+    let prepared = prepare(ci, &inputs, guess)?;
+    let next = if prepared.stores_pipeline() {
+        guess + 1
+    } else {
+        guess
+    };
     let ci2 = ci.clone();
-    let outcome = ci
+    let written = ci
         .store
-        .write(move |c| {
-            create_in(
-                c,
-                &ci2,
-                &repo,
-                &trigger,
-                &files,
-                sources,
-                approval,
-                &forge_type,
-            )
-        })
-        .await?;
+        .submit(move |c| create_in(c, &ci2, &inputs, prepared));
+    turn.set_next(next);
+    drop(turn);
+    let written = written.await;
+    let actual_next = match &written {
+        Ok((Created::Pipeline(p), _)) => Some(p.number + 1),
+        Ok((_, number)) => Some(*number),
+        Err(_) => None,
+    };
+    ci.numbers.settle(repo_id, next, actual_next).await;
+    let (outcome, _) = written?;
     if let Created::Pipeline(p) = &outcome {
         tracing::info!(
             pipeline = p.id,
@@ -402,8 +425,8 @@ async fn create_for(
             status = %p.status,
             "pipeline created"
         );
-        if repo_auto_cancels(&repo_copy, p.event) {
-            supersede_older(ci, repo_copy.repo.id, p).await;
+        if repo_auto_cancels(repo, p.event) {
+            supersede_older(ci, repo_id, p).await;
         }
         ci.queue.wake();
     }
@@ -574,23 +597,51 @@ async fn plugin_registries(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn create_in(
-    c: &Tx,
-    ci: &Services,
-    repo: &RepoRow,
-    t: &Trigger,
-    files: &[ConfigFile],
+/// What a pipeline is compiled from, its sources opened.
+struct Inputs {
+    repo: RepoRow,
+    trigger: Trigger,
+    files: Vec<ConfigFile>,
     sources: Sources,
+    /// The repository requires approval for this trigger.
     approval: bool,
-    forge_type: &str,
-) -> StoreResult<Created> {
-    let number = pipelines::next_number(c, repo.repo.id)?;
+    forge_type: String,
+}
+
+/// A trigger compiled for pipeline `number`, ready to store.
+struct Prepared {
+    number: i64,
+    /// Workflows with their registry logins attached.
+    result: CompileResult,
+    /// The workflows as stored: compiled payloads sealed.
+    new_workflows: Vec<NewWorkflow>,
+    has_errors: bool,
+}
+
+impl Prepared {
+    /// False when every workflow was filtered out: nothing is stored, no number is used.
+    fn stores_pipeline(&self) -> bool {
+        self.has_errors || !self.result.workflows.is_empty()
+    }
+}
+
+/// Compiles the config for pipeline `number` and seals the compiled workflows (no I/O:
+/// runs before the write, and again inside it when `number` turns out wrong).
+fn prepare(ci: &Services, inputs: &Inputs, number: i64) -> StoreResult<Prepared> {
+    let Inputs {
+        repo,
+        trigger: t,
+        files,
+        sources,
+        approval,
+        forge_type,
+    } = inputs;
+    let approval = *approval;
     let mut result = if sources.failures.is_empty() {
         crate::pipeline::compile(&CompileInput {
             files: files.to_vec(),
             meta: metadata(ci, repo, t, number, forge_type),
-            secrets: sources.secrets,
+            secrets: sources.secrets.clone(),
             trust: trust_of(repo),
             privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),
         })
@@ -616,34 +667,6 @@ fn create_in(
         &sources.plugin_registries,
     );
     let has_errors = result.errors.iter().any(|e| !e.is_warning);
-    if !has_errors && result.workflows.is_empty() {
-        return Ok(Created::Filtered);
-    }
-    let status = if has_errors {
-        ERROR
-    } else if approval {
-        BLOCKED
-    } else {
-        PENDING
-    };
-    let now = now_unix();
-    let pipeline = Pipeline {
-        parent: t.parent,
-        event: t.event,
-        event_reason: t.event_reason.clone(),
-        status,
-        errors: result.errors.clone(),
-        finished: if has_errors { now } else { 0 },
-        started: if has_errors { now } else { 0 },
-        deploy_to: t.deploy_to.clone(),
-        commit: t.commit.clone(),
-        rerun_count: t.rerun_count,
-        variables: t.variables.clone(),
-        cron: t.cron.clone(),
-        title: t.commit.message.lines().next().unwrap_or("").to_string(),
-        version: crate::ci::version_string(),
-        ..Pipeline::default()
-    };
     let mut new_workflows = Vec::new();
     if !has_errors {
         for wf in &result.workflows {
@@ -667,6 +690,71 @@ fn create_in(
             });
         }
     }
+    Ok(Prepared {
+        number,
+        result,
+        new_workflows,
+        has_errors,
+    })
+}
+
+/// The write: stores `prepared` if it was compiled for the number the repository's next
+/// pipeline gets, else compiles again for that number first. Returns what was created and
+/// that number (used or not).
+fn create_in(
+    c: &Tx,
+    ci: &Services,
+    inputs: &Inputs,
+    prepared: Prepared,
+) -> StoreResult<(Created, i64)> {
+    let Inputs {
+        repo,
+        trigger: t,
+        files,
+        approval,
+        ..
+    } = inputs;
+    let number = pipelines::next_number(c, repo.repo.id)?;
+    let prepared = if prepared.number == number {
+        prepared
+    } else {
+        ci.numbers.missed();
+        prepare(ci, inputs, number)?
+    };
+    if !prepared.stores_pipeline() {
+        return Ok((Created::Filtered, number));
+    }
+    let Prepared {
+        result,
+        new_workflows,
+        has_errors,
+        ..
+    } = prepared;
+    let status = if has_errors {
+        ERROR
+    } else if *approval {
+        BLOCKED
+    } else {
+        PENDING
+    };
+    let now = now_unix();
+    let pipeline = Pipeline {
+        parent: t.parent,
+        event: t.event,
+        event_reason: t.event_reason.clone(),
+        status,
+        errors: result.errors.clone(),
+        finished: if has_errors { now } else { 0 },
+        started: if has_errors { now } else { 0 },
+        deploy_to: t.deploy_to.clone(),
+        commit: t.commit.clone(),
+        rerun_count: t.rerun_count,
+        variables: t.variables.clone(),
+        cron: t.cron.clone(),
+        title: t.commit.message.lines().next().unwrap_or("").to_string(),
+        version: crate::ci::version_string(),
+        ..Pipeline::default()
+    };
     let row = pipelines::create(c, repo.repo.id, &pipeline, &new_workflows, files)?;
     if row.pipeline.number != number {
         return Err(StoreError::Conflict(
@@ -676,7 +764,7 @@ fn create_in(
     if status == PENDING {
         enqueue(c, &row, &result.workflows, repo)?;
     }
-    Ok(Created::Pipeline(Box::new(row.pipeline)))
+    Ok((Created::Pipeline(Box::new(row.pipeline)), number))
 }
 
 /// Puts a pipeline's workflows in the queue (all of them `pending` or `waiting`).

@@ -14,6 +14,7 @@
 //! - [`forge_secrets`]: a forge's sealed API token and webhook secret, in clear.
 //! - [`forge`]: the forge drivers (the built-in `git` forge, forge-adapter plugins).
 //! - [`create`]: a trigger (push, manual run, cron, restart) becomes a pipeline.
+//! - [`numbers`]: the pipeline numbers creations compile with before their write.
 //! - [`hooks`]: a forge's webhook (a git push, a plugin-parsed delivery) becomes triggers.
 //!
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
@@ -25,6 +26,7 @@ pub mod forge_secrets;
 pub mod hooks;
 pub mod lifecycle;
 pub mod local;
+pub mod numbers;
 pub mod queue;
 
 use std::sync::{Arc, OnceLock};
@@ -46,6 +48,8 @@ pub struct Services {
     pub plugins: PluginHost,
     pub queue: Arc<queue::Queue>,
     pub settings: Arc<Settings>,
+    /// The number each repository's next pipeline is expected to get.
+    pub numbers: Arc<numbers::NumberBook>,
 }
 
 /// The configuration the CI services read.
