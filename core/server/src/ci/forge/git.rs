@@ -313,7 +313,7 @@ impl GitForge {
             let Some(commit) = cat.commit(after)? else {
                 return Ok(None);
             };
-            changes(cat, before, &commit)
+            changes(cat, before, &commit, None)
         })?
         .ok_or_else(|| missing_push(repo, before, after))
     }
@@ -326,13 +326,19 @@ impl GitForge {
     ) -> Result<super::Pushed, ForgeError> {
         let dir = self.locate(&repo.forge_remote_id)?;
         check_push_ids(before, after)?;
-        // One session, and the commit read once for all three answers.
+        // One session, and the commit and its root tree read once for all three answers.
         let (commit, changed, config) = with_session(&dir, |cat| {
             let Some(commit) = cat.commit(after)? else {
                 return Ok(None);
             };
-            let changed = changes(cat, before, &commit);
-            let config = config_files_at(cat, repo.config_file.trim(), &commit.id)?;
+            // Missing or malformed, the answers below read it again and say why.
+            let root = match cat.get(&commit.tree)? {
+                Some(obj) if obj.kind == "tree" => obj.tree_entries().ok(),
+                _ => None,
+            };
+            let changed = changes(cat, before, &commit, root.as_deref());
+            let config =
+                config_files_at(cat, repo.config_file.trim(), &commit.id, root.as_deref())?;
             Ok(Some((commit, changed, config)))
         })?
         .ok_or_else(|| ForgeError::RepoNotFound(format!("{}: commit {after}", repo.full_name)))?;
@@ -357,7 +363,7 @@ impl GitForge {
         let dir = self.locate(&repo.forge_remote_id)?;
         // One pooled `cat-file --batch` session answers the listing and every file.
         Ok(with_session(&dir, |cat| {
-            config_files_at(cat, repo.config_file.trim(), commit)
+            config_files_at(cat, repo.config_file.trim(), commit, None)
         })?)
     }
 
@@ -448,13 +454,14 @@ impl ForgeDriver for GitForge {
 /// The pipeline config files at `commit` in upstream's lookup order (see
 /// [`ForgeDriver::config_files`]); `config` is the repository's `config_file`.
 ///
-/// The default lookup reads the root tree once and fetches what it lists by id (one object
-/// per question, not a path walk from the commit per candidate); a `config_file` is looked
-/// up as `git` resolves `<commit>:<path>`.
+/// The default lookup reads the root tree once (or takes it as `root`, already read) and
+/// fetches what it lists by id (one object per question, not a path walk from the commit
+/// per candidate); a `config_file` is looked up as `git` resolves `<commit>:<path>`.
 fn config_files_at(
     cat: &mut CatFile,
     config: &str,
     commit: &str,
+    root: Option<&[TreeEntry]>,
 ) -> Result<Vec<ConfigFile>, GitError> {
     if !config.is_empty() {
         let path = config.trim_end_matches('/');
@@ -470,9 +477,16 @@ fn config_files_at(
             _ => Ok(Vec::new()),
         };
     }
-    let root = match cat.get(&format!("{commit}^{{tree}}"))? {
-        Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
-        _ => return Ok(Vec::new()),
+    let read;
+    let root = match root {
+        Some(root) => root,
+        None => {
+            read = match cat.get(&format!("{commit}^{{tree}}"))? {
+                Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+                _ => return Ok(Vec::new()),
+            };
+            &read
+        }
     };
     let named = |name: &str| root.iter().find(|e| e.name == name.as_bytes());
     if let Some(dir) = named(CONFIG_DIR).filter(|e| e.is_tree()) {
@@ -541,16 +555,26 @@ fn missing_push(repo: &Repo, before: &str, after: &str) -> ForgeError {
 }
 
 /// The files a push of `before..commit` changed (`before` empty or all zeros: those the
-/// commit itself changed); `None` when `before` does not exist.
+/// commit itself changed); `None` when `before` does not exist. `root` is the commit's root
+/// tree if already read.
 fn changes(
     cat: &mut CatFile,
     before: &str,
     commit: &Commit,
+    root: Option<&[TreeEntry]>,
 ) -> Result<Option<Vec<String>>, GitError> {
+    let read;
+    let root = match root {
+        Some(root) => root,
+        None => {
+            read = git_diff::tree(cat, &commit.tree)?;
+            &read
+        }
+    };
     if before.is_empty() || before.bytes().all(|b| b == b'0') {
-        git_diff::of_commit(cat, commit).map(Some)
+        git_diff::of_commit(cat, commit, root).map(Some)
     } else {
-        git_diff::between(cat, before, &commit.id)
+        git_diff::between(cat, before, root)
     }
 }
 

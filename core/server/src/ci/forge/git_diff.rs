@@ -23,27 +23,31 @@ use super::git_objects::{CatFile, Commit, GitError, TreeEntry, hex};
 /// 2 MiB; git's own `core.maxTreeDepth` is 2048). The push then has no changed files.
 const MAX_DEPTH: usize = 256;
 
-/// The paths that differ between the trees of commits (or tags) `before` and `after`;
-/// `None` when either does not exist.
+/// The paths that differ between the tree of the commit (or tag) `before` and `new`, the
+/// root tree of the pushed commit; `None` when `before` does not exist.
 pub fn between(
     cat: &mut CatFile,
     before: &str,
-    after: &str,
+    new: &[TreeEntry],
 ) -> Result<Option<Vec<String>>, GitError> {
-    let (Some(old), Some(new)) = (root_tree(cat, before)?, root_tree(cat, after)?) else {
+    let Some(old) = root_tree(cat, before)? else {
         return Ok(None);
     };
     let mut out = Vec::new();
-    diff(cat, &old, &new, &mut Vec::new(), 0, &mut out)?;
+    diff(cat, &old, new, &mut Vec::new(), 0, &mut out)?;
     Ok(Some(out))
 }
 
-/// The paths `commit` changes, as `git show` lists them (see the module documentation).
-pub fn of_commit(cat: &mut CatFile, commit: &Commit) -> Result<Vec<String>, GitError> {
-    let new = tree(cat, &commit.tree)?;
+/// The paths `commit` changes, as `git show` lists them (see the module documentation);
+/// `new` is its root tree.
+pub fn of_commit(
+    cat: &mut CatFile,
+    commit: &Commit,
+    new: &[TreeEntry],
+) -> Result<Vec<String>, GitError> {
     let mut per_parent = Vec::with_capacity(commit.parents.len().max(1));
     if commit.parents.is_empty() {
-        per_parent.push(against(cat, &[], &new)?);
+        per_parent.push(against(cat, &[], new)?);
     }
     for parent in &commit.parents {
         let old = match root_tree(cat, parent)? {
@@ -56,7 +60,7 @@ pub fn of_commit(cat: &mut CatFile, commit: &Commit) -> Result<Vec<String>, GitE
                 });
             }
         };
-        per_parent.push(against(cat, &old, &new)?);
+        per_parent.push(against(cat, &old, new)?);
     }
     let mut lists = per_parent.into_iter();
     let first = lists.next().unwrap_or_default();
@@ -85,7 +89,8 @@ fn root_tree(cat: &mut CatFile, rev: &str) -> Result<Option<Vec<TreeEntry>>, Git
     }
 }
 
-fn tree(cat: &mut CatFile, id: &str) -> Result<Vec<TreeEntry>, GitError> {
+/// The entries of tree `id`.
+pub fn tree(cat: &mut CatFile, id: &str) -> Result<Vec<TreeEntry>, GitError> {
     cat.get_kind(id, "tree")?.tree_entries()
 }
 
@@ -207,7 +212,8 @@ mod tests {
         let head = commit_all(dir.path(), "deep");
         let mut cat = CatFile::start(dir.path(), Duration::from_secs(10)).unwrap();
         let commit = cat.commit(&head).unwrap().unwrap();
-        let err = of_commit(&mut cat, &commit).unwrap_err();
+        let root = tree(&mut cat, &commit.tree).unwrap();
+        let err = of_commit(&mut cat, &commit, &root).unwrap_err();
         assert!(matches!(err, GitError::Malformed { .. }), "{err}");
         // The answer was complete: the session still works.
         assert!(cat.is_usable());
