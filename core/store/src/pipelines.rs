@@ -748,6 +748,9 @@ pub fn create(
         owner(repo_id, org_id),
     )?;
 
+    // The rows are returned as inserted, with the schema's defaults for the columns not
+    // written (a test checks them against a read), rather than read back inside the write.
+    let mut created = Vec::with_capacity(workflows.len());
     let mut next_pid = 1;
     for wf in workflows {
         let wf_pid = next_pid;
@@ -764,7 +767,23 @@ pub fn create(
                 wf.sealed_payload
             ],
         )?;
-        let wf_id = conn.last_insert_rowid();
+        let mut workflow = Workflow {
+            id: conn.last_insert_rowid(),
+            pipeline_id: p.id,
+            pid: wf_pid,
+            name: wf.name.clone(),
+            state: wf.state,
+            environ: wf.environ.clone(),
+            ..Workflow::default()
+        };
+        events::append(
+            conn,
+            WORKFLOWS,
+            Action::Created,
+            workflow.id,
+            &workflow,
+            owner(repo_id, org_id),
+        )?;
         for (name, kind) in &wf.steps {
             let uuid = woodlark_stdx::uuid_v7();
             conn.cached_exec(
@@ -773,7 +792,7 @@ pub fn create(
                 params![
                     uuid,
                     p.id,
-                    wf_id,
+                    workflow.id,
                     next_pid,
                     wf_pid,
                     name,
@@ -781,31 +800,35 @@ pub fn create(
                     kind
                 ],
             )?;
-            next_pid += 1;
-        }
-        let created = workflow(conn, wf_id)?;
-        let mut bare = created.clone();
-        bare.children.clear();
-        events::append(
-            conn,
-            WORKFLOWS,
-            Action::Created,
-            wf_id,
-            &bare,
-            owner(repo_id, org_id),
-        )?;
-        for s in &created.children {
+            let step = Step {
+                id: conn.last_insert_rowid(),
+                uuid,
+                pipeline_id: p.id,
+                pid: next_pid,
+                ppid: wf_pid,
+                name: name.clone(),
+                state: wf.state,
+                kind: kind.clone(),
+                ..Step::default()
+            };
             events::append(
                 conn,
                 STEPS,
                 Action::Created,
-                s.id,
-                s,
+                step.id,
+                &step,
                 owner(repo_id, org_id),
             )?;
+            workflow.children.push(step);
+            next_pid += 1;
         }
+        created.push(workflow);
     }
-    full(conn, repo_id, number)
+    p.workflows = (!created.is_empty()).then_some(created);
+    Ok(PipelineRow {
+        repo_id,
+        pipeline: p,
+    })
 }
 
 /// Loads a pipeline, applies `change`, stores it and records `pipelines.updated` (if the
@@ -963,6 +986,77 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
         Tx::owned(conn)
+    }
+
+    /// `create` returns its rows as inserted instead of reading them back: they must be what
+    /// a read returns, column defaults and JSON round trip included.
+    #[test]
+    fn a_created_pipeline_is_what_a_read_returns() {
+        let conn = db();
+        let pipeline = Pipeline {
+            parent: 3,
+            event: WebhookEvent::parse("tag").unwrap(),
+            event_reason: vec!["because".into()],
+            status: Status::Pending,
+            errors: vec![PipelineError {
+                kind: "linter".into(),
+                message: "a warning".into(),
+                is_warning: true,
+                data: serde_json::json!({"field": "steps"}),
+            }],
+            deploy_to: "prod".into(),
+            commit: Commit {
+                sha: "a".repeat(40),
+                branch: "main".into(),
+                git_ref: "refs/tags/v1".into(),
+                message: "release\n\nbody".into(),
+                changed_files: vec!["a.txt".into(), "b/c.txt".into()],
+                ..Commit::default()
+            },
+            rerun_count: 1,
+            variables: [("K".to_string(), "v".to_string())].into(),
+            cron: "nightly".into(),
+            version: "3.17.0+woodlark".into(),
+            title: "release".into(),
+            ..Pipeline::default()
+        };
+        let workflows = [
+            NewWorkflow {
+                name: "build".into(),
+                state: Status::Pending,
+                environ: [("GOOS".to_string(), "linux".to_string())].into(),
+                sealed_payload: "sealed".into(),
+                steps: vec![
+                    ("clone".into(), "clone".into()),
+                    ("test".into(), "commands".into()),
+                ],
+            },
+            NewWorkflow {
+                name: "deploy".into(),
+                state: Status::Blocked,
+                environ: BTreeMap::new(),
+                sealed_payload: "sealed".into(),
+                steps: vec![("push".into(), "plugin".into())],
+            },
+        ];
+        let created = create(&conn, 7, &pipeline, &workflows, &[]).unwrap();
+        let read = full(&conn, 7, created.pipeline.number).unwrap();
+        assert_eq!(created.repo_id, read.repo_id);
+        assert_eq!(created.pipeline, read.pipeline);
+        let steps: Vec<i64> = read
+            .pipeline
+            .workflows
+            .iter()
+            .flatten()
+            .map(|w| w.children.len() as i64)
+            .collect();
+        assert_eq!(steps, [2, 1]);
+        // Without workflows (an error pipeline), `workflows` is absent either way.
+        let bare = create(&conn, 7, &pipeline, &[], &[]).unwrap();
+        assert_eq!(
+            bare.pipeline,
+            full(&conn, 7, bare.pipeline.number).unwrap().pipeline
+        );
     }
 
     /// Only older active pipelines of the same repository, event and branch (pushes) or ref
