@@ -399,11 +399,7 @@ async fn create_for(
         forge_type,
     };
     let prepared = prepare(ci, &inputs, guess)?;
-    let next = if prepared.stores_pipeline() {
-        guess + 1
-    } else {
-        guess
-    };
+    let next = prepared.next_number();
     let ci2 = ci.clone();
     let written = ci
         .store
@@ -411,11 +407,7 @@ async fn create_for(
     turn.set_next(next);
     drop(turn);
     let written = written.await;
-    let actual_next = match &written {
-        Ok((Created::Pipeline(p), _)) => Some(p.number + 1),
-        Ok((_, number)) => Some(*number),
-        Err(_) => None,
-    };
+    let actual_next = written.as_ref().ok().map(|(_, next)| *next);
     ci.numbers.settle(repo_id, next, actual_next).await;
     let (outcome, _) = written?;
     if let Created::Pipeline(p) = &outcome {
@@ -623,6 +615,11 @@ impl Prepared {
     fn stores_pipeline(&self) -> bool {
         self.has_errors || !self.result.workflows.is_empty()
     }
+
+    /// The repository's next number once this is stored.
+    fn next_number(&self) -> i64 {
+        self.number + i64::from(self.stores_pipeline())
+    }
 }
 
 /// Compiles the config for pipeline `number` and seals the compiled workflows (no I/O:
@@ -700,7 +697,7 @@ fn prepare(ci: &Services, inputs: &Inputs, number: i64) -> StoreResult<Prepared>
 
 /// The write: stores `prepared` if it was compiled for the number the repository's next
 /// pipeline gets, else compiles again for that number first. Returns what was created and
-/// that number (used or not).
+/// the repository's next number after it.
 fn create_in(
     c: &Tx,
     ci: &Services,
@@ -721,8 +718,9 @@ fn create_in(
         ci.numbers.missed();
         prepare(ci, inputs, number)?
     };
+    let next = prepared.next_number();
     if !prepared.stores_pipeline() {
-        return Ok((Created::Filtered, number));
+        return Ok((Created::Filtered, next));
     }
     let Prepared {
         result,
@@ -764,7 +762,7 @@ fn create_in(
     if status == PENDING {
         enqueue(c, &row, &result.workflows, repo)?;
     }
-    Ok((Created::Pipeline(Box::new(row.pipeline)), number))
+    Ok((Created::Pipeline(Box::new(row.pipeline)), next))
 }
 
 /// Puts a pipeline's workflows in the queue (all of them `pending` or `waiting`).

@@ -15,9 +15,9 @@
 //! the writer meets the creations of a repository in the order their numbers were handed
 //! out, and a burst of hooks to one repository does not miss.
 //!
-//! The book only ever guesses: a pipeline deleted from the top, a creation that stores
-//! nothing or a failed write makes the next guess wrong once, after which the entry is
-//! read from the table again.
+//! The book only ever guesses: a pipeline deleted from the top, a failed write or a config
+//! whose filters read the number (stored in one compile, filtered out in the other) makes
+//! the guess wrong, and the creation that finds out sets the book right when it settles.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
