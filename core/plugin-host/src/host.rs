@@ -32,7 +32,7 @@ use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets as wit_se
 use crate::cache::ComponentCache;
 use crate::config::{InstanceConfig, PluginsConfig};
 use crate::convert;
-use crate::engine::new_engine;
+use crate::engine::{EpochClock, new_engine};
 use crate::error::{HostError, LoadError, PluginError};
 use crate::http_client::HttpClient;
 use crate::loader::{self, Linkers, LoadedPlugin};
@@ -149,6 +149,8 @@ type Registry = BTreeMap<String, Arc<Slot>>;
 pub(crate) struct Inner {
     config: PluginsConfig,
     engine: Engine,
+    /// Ticks `engine`'s epoch while calls run.
+    clock: EpochClock,
     cache: ComponentCache,
     linkers: Linkers,
     services: Arc<Services>,
@@ -168,7 +170,7 @@ impl PluginHost {
     /// `async` and run on the caller's tokio runtime.
     pub fn new(config: PluginsConfig, services: HostServices) -> Result<Self, HostError> {
         config.validate()?;
-        let engine = new_engine()?;
+        let (engine, clock) = new_engine()?;
         let cache = ComponentCache::open(&engine, &config.cache_dir)?;
         let link = |w| {
             crate::caps::linker_for(&engine, w).map_err(|e| HostError::Engine(format!("{e:#}")))
@@ -187,6 +189,7 @@ impl PluginHost {
             inner: Arc::new(Inner {
                 config,
                 engine,
+                clock,
                 cache,
                 linkers,
                 services,
@@ -733,16 +736,18 @@ impl PluginHost {
         // The epoch deadline stops guest code and host I/O is bounded by the same deadline;
         // this outer timeout is a backstop for anything else (dropping the call's future
         // unwinds the guest and throws its store away).
-        let result =
-            match tokio::time::timeout(timeout + Duration::from_secs(2), run(&loaded, services, f))
-                .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(PluginError::Timeout {
-                    plugin: plugin.to_string(),
-                    timeout_ms: timeout.as_millis() as u64,
-                }),
-            };
+        let result = match tokio::time::timeout(
+            timeout + Duration::from_secs(2),
+            run(&loaded, &self.inner.clock, services, f),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(PluginError::Timeout {
+                plugin: plugin.to_string(),
+                timeout_ms: timeout.as_millis() as u64,
+            }),
+        };
         drop(permit);
         stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         match &result {
@@ -796,7 +801,12 @@ type CallFuture<'a, T> =
 /// One call on a fresh store. Runs on the caller's task: the epoch callback (every
 /// [`crate::engine::TICK`]) yields to the runtime until the call's deadline, then traps
 /// with `Trap::Interrupt`, so a guest holds a runtime worker for at most one tick at a time.
-async fn run<T, F>(loaded: &LoadedPlugin, services: Arc<Services>, f: F) -> Result<T, PluginError>
+async fn run<T, F>(
+    loaded: &LoadedPlugin,
+    clock: &EpochClock,
+    services: Arc<Services>,
+    f: F,
+) -> Result<T, PluginError>
 where
     F: for<'a> FnOnce(&'a LoadedPlugin, &'a mut Store<CallState>) -> CallFuture<'a, T>,
 {
@@ -806,6 +816,8 @@ where
         loaded.limits,
         services,
     );
+    // Declared before the store, so the clock keeps ticking until the store is gone.
+    let _ticking = clock.running();
     let mut store = Store::new(&loaded.engine, state);
     store.limiter(|s| &mut s.limiter);
     store.set_epoch_deadline(1);

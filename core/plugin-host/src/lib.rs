@@ -8,9 +8,10 @@
 //!
 //! - [`config`]: `[plugins]` of `config.toml` — directory, cache, grants and limits per instance.
 //! - `bindings`: `bindgen!` output for `wit/` (capabilities once, then one module per world).
-//! - `engine`: the engine (epoch interruption + ticker thread); `cache`: compiled-code cache.
+//! - `engine`: the engine (epoch interruption + a clock that ticks while calls run); `cache`:
+//!   compiled-code cache.
 //! - `loader`: file → world check → `InstancePre`; `host`: registry, reload, call path;
-//!   `watch`: debounced directory watcher.
+//!   `watch`: directory watcher (reloads once a burst of `.wasm` events settles).
 //! - `caps` + `http_client` + `state`: the host side of the capabilities, per-call state and caps.
 //! - [`services`]: what the server provides ([`KvStore`], [`SecretSource`]).
 //!

@@ -94,7 +94,9 @@ fn main() {
             let (feed, _) = broadcast::channel(16);
             let _addr = baseline_server(feed).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
-            println!("{}", rss_kib(std::process::id()));
+            let rss = rss_kib(std::process::id());
+            let (wakeups, cpu) = idle_activity(std::process::id(), IDLE_SPAN).await;
+            println!("{rss} {wakeups} {cpu}");
         });
         return;
     }
@@ -2435,6 +2437,48 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// How often process `pid` has been woken so far (context switches of all its threads) and
+/// the CPU time it has used.
+fn wakeups_and_cpu(pid: u32) -> (u64, Duration) {
+    let switches = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| {
+                    l.starts_with("voluntary_ctxt_switches:")
+                        || l.starts_with("nonvoluntary_ctxt_switches:")
+                })
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| ProcStat::parse(&s))
+        .map_or(Duration::ZERO, |stat| stat.cpu);
+    (switches, cpu)
+}
+
+/// Wake-ups per second and CPU milliseconds per minute of process `pid` over `span`, doing
+/// nothing.
+async fn idle_activity(pid: u32, span: Duration) -> (f64, f64) {
+    let (w0, c0) = wakeups_and_cpu(pid);
+    tokio::time::sleep(span).await;
+    let (w1, c1) = wakeups_and_cpu(pid);
+    let secs = span.as_secs_f64();
+    (
+        (w1 - w0) as f64 / secs,
+        (c1 - c0).as_secs_f64() * 1000.0 * 60.0 / secs,
+    )
+}
+
+/// How long the `rss` scenario watches each idle process.
+const IDLE_SPAN: Duration = Duration::from_secs(20);
+
 async fn rss_scenario() {
     const REQUESTS: usize = 10_000;
     println!("\n# rss: the woodlark binary on config.toml, idle and after {REQUESTS} requests");
@@ -2491,6 +2535,7 @@ async fn rss_scenario() {
     // Every later start loads compiled code from the cache.
     let mut child = serve().await;
     let idle = rss_kib(child.id());
+    let (idle_wakeups, idle_cpu) = idle_activity(child.id(), IDLE_SPAN).await;
     for path in [
         "/api/user",
         "/api/repos",
@@ -2519,10 +2564,13 @@ async fn rss_scenario() {
         .output()
         .ok()
         .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<u64>()
-                .ok()
+            let out = String::from_utf8_lossy(&o.stdout).to_string();
+            let mut fields = out.split_whitespace();
+            Some((
+                fields.next()?.parse::<u64>().ok()?,
+                fields.next()?.parse::<f64>().ok()?,
+                fields.next()?.parse::<f64>().ok()?,
+            ))
         });
     let mb = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
     let mut rows = vec![
@@ -2540,11 +2588,28 @@ async fn rss_scenario() {
         mb(after),
     ]);
     rows.push(vec!["growth".to_string(), mb(after.saturating_sub(idle))]);
-    if let Some(base) = base {
+    if let Some((base, ..)) = base {
         rows.push(vec![
             "baseline: bare hyper process, idle".to_string(),
             mb(base),
         ]);
     }
     table("rss: resident memory (MB)", &["process", "RSS MB"], &rows);
+    let mut rows = vec![vec![
+        "woodlark idle, restart (plugins loaded, local runner)".to_string(),
+        format!("{idle_wakeups:.1}"),
+        format!("{idle_cpu:.0}"),
+    ]];
+    if let Some((_, wakeups, cpu)) = base {
+        rows.push(vec![
+            "baseline: bare hyper process, idle".to_string(),
+            format!("{wakeups:.1}"),
+            format!("{cpu:.0}"),
+        ]);
+    }
+    table(
+        &format!("idle: doing nothing for {} s", IDLE_SPAN.as_secs()),
+        &["process", "wake-ups/s", "CPU ms/min"],
+        &rows,
+    );
 }
