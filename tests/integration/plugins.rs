@@ -260,7 +260,9 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     let created = hooks.lock().unwrap().clone();
     assert_eq!(created.len(), 1, "{created:?}");
     let hook_url = created[0]["config"]["url"].as_str().unwrap().to_string();
-    assert!(hook_url.ends_with("/api/hook"), "{hook_url}");
+    // The URL names the forge, so only its adapter parses the deliveries.
+    assert!(hook_url.ends_with("/api/hook?forge=1"), "{hook_url}");
+    let hook_path = hook_url[hook_url.find("/api/hook").unwrap()..].to_string();
     assert_eq!(created[0]["config"]["secret"], secret.as_str());
     assert_eq!(created[0]["config"]["content_type"], "json");
     assert!(
@@ -269,7 +271,13 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
             .unwrap()
             .contains(&json!("push"))
     );
-    // Repair replaces it instead of adding a second one.
+    // Repair replaces it instead of adding a second one, and removes a webhook registered
+    // before the URL named the forge (it would deliver every push twice).
+    let legacy_url = hook_url.trim_end_matches("?forge=1").to_string();
+    hooks
+        .lock()
+        .unwrap()
+        .push(json!({"id": 7, "config": {"url": legacy_url}}));
     s.http
         .post(&format!("/api/repos/{id}/repair"), Some(&p.admin), "")
         .await
@@ -277,6 +285,7 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     let again = hooks.lock().unwrap().clone();
     assert_eq!(again.len(), 1, "{again:?}");
     assert_ne!(again[0]["id"], created[0]["id"]);
+    assert_eq!(again[0]["config"]["url"], hook_url.as_str());
 
     // GitHub's push payload for that commit, signed with the forge's webhook secret.
     let mut payload: Value =
@@ -308,7 +317,7 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         .http
         .send(
             "POST",
-            "/api/hook",
+            &hook_path,
             None,
             Some(body.as_bytes()),
             &[
@@ -320,27 +329,56 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     assert_eq!(bad.status, 400, "{}", bad.text());
     let ping_body = b"{\"zen\":\"hi\"}";
     let ping_sig = sign(ping_body);
-    let ping = s
-        .http
-        .send(
-            "POST",
-            "/api/hook",
-            None,
-            Some(ping_body),
-            &[
-                ("x-github-event", "ping"),
-                ("x-hub-signature-256", &ping_sig),
-            ],
-        )
-        .await
-        .expect(200);
-    assert!(ping.text().contains("ignored"), "{}", ping.text());
+    // A ping is ignored through the registered URL and through plain `/api/hook` (webhooks
+    // registered before the URL named the forge: every adapter is asked to recognise it); a
+    // URL naming no forge, or not a number, is refused before any plugin runs.
+    for (path, status, says) in [
+        (hook_path.as_str(), 200, "ignored"),
+        ("/api/hook", 200, "ignored"),
+        ("/api/hook?forge=99", 404, "not found"),
+        ("/api/hook?forge=x", 400, "invalid forge id"),
+    ] {
+        let answer = s
+            .http
+            .send(
+                "POST",
+                path,
+                None,
+                Some(ping_body),
+                &[
+                    ("x-github-event", "ping"),
+                    ("x-hub-signature-256", &ping_sig),
+                ],
+            )
+            .await;
+        assert_eq!(answer.status, status, "{path}: {}", answer.text());
+        assert!(
+            answer.text().to_lowercase().contains(says),
+            "{path}: {}",
+            answer.text()
+        );
+    }
 
+    // Calls of the other forge adapters: a delivery to the registered URL asks none of them.
+    let others = || async {
+        let list = s.http.get("/api/plugins", Some(&p.admin)).await.json();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["world"] == "forge-adapter" && p["name"] != "github")
+            .map(|p| p["calls"]["total"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let others_before = others().await;
+    assert!(
+        others_before > 0,
+        "the plain /api/hook ping above went through every adapter's recognize"
+    );
     let created = s
         .http
         .send(
             "POST",
-            "/api/hook",
+            &hook_path,
             None,
             Some(body.as_bytes()),
             &[("x-github-event", "push"), ("x-hub-signature-256", &sig)],
@@ -351,6 +389,7 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     assert_eq!(created["event"], "push");
     assert_eq!(created["commit"], sha.as_str());
     assert_eq!(created["branch"], "main");
+    assert_eq!(others().await, others_before, "other adapters were asked");
     let done = wait_for(
         &s.http,
         &p.admin,
@@ -465,7 +504,8 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         .iter()
         .find(|p| p["name"] == "github")
         .unwrap();
-    assert!(gh["calls"].to_string().contains('1'), "{gh}");
+    assert!(gh["calls"]["ok"].as_u64().unwrap() > 0, "{gh}");
+    assert_eq!(gh["calls"]["faults"], 0, "{gh}");
 
     // Deactivation removes the webhook.
     s.http

@@ -25,11 +25,17 @@
 //!   process (this binary, re-executed) so that resident memory is measured in isolation.
 //!
 //! - `hooks`: open-loop webhook intake at a fixed rate (500/s for 30 s by default): latency from
-//!   sending a git forge's push hook to the reply (the pipeline stored and queued; no runner),
-//!   against a bare hyper server answering the same POSTs at the same rate.
+//!   sending a push hook to the reply (the pipeline stored and queued; no runner), for the
+//!   git forge and for a GitHub forge served by the first-party `forge-github` adapter (a
+//!   signed push payload; the config fetched through the adapter from a fake GitHub API on
+//!   127.0.0.1), against a bare hyper server answering the same POSTs and bare SQLite
+//!   committing a hook's worth of rows at the same rate, in turns.
 //!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration;
 //!   `WOODLARK_HOOKS_CONFIG` is appended to the server's configuration (TOML tables, e.g.
-//!   `[storage]` settings, to compare one against another).
+//!   `[storage]` settings, to compare one against another; not `[plugins]`, which the
+//!   scenario sets).
+//! - `rss` also watches the restarted server doing nothing for 20 s: wake-ups per second
+//!   (context switches of its threads) and CPU per minute, beside the bare hyper process.
 //! - `rss`: resident memory of the real `woodlark` binary on the default `config.toml` (the
 //!   first-party plugins loaded from `plugins/dist`, runner on): idle after the first start
 //!   (plugins compiled) and after a restart (compiled-code cache), then after 10,000
@@ -363,9 +369,24 @@ impl Api {
         token: Option<&str>,
         body: Option<&str>,
     ) -> (StatusCode, Bytes) {
+        self.send_with(method, path, token, body, &[]).await
+    }
+
+    /// [`send`](Self::send) with extra request headers.
+    async fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Bytes) {
         let mut builder = Request::builder()
             .method(Method::from_bytes(method.as_bytes()).unwrap())
             .uri(format!("http://{}{}", self.addr, path));
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
         if let Some(t) = token {
             builder = builder.header("authorization", format!("Bearer {t}"));
         }
@@ -2238,6 +2259,109 @@ type BoxedCheck = Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 /// Length of one target's turn in the hooks scenario.
 const HOOKS_SLICE_SECS: u64 = 5;
 
+/// A fake GitHub API for `octo/app` on 127.0.0.1, as much as activating the repository and
+/// a push need: the repository, its webhooks (none listed; the URL of the one created is
+/// kept) and the config file at any commit (a `.woodpecker/` directory is not found).
+async fn fake_github_api(config: &'static str) -> (SocketAddr, Arc<Mutex<Option<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let webhook = Arc::new(Mutex::new(None::<String>));
+    let registered = webhook.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let registered = registered.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let registered = registered.clone();
+                    async move {
+                        let (method, path) = (req.method().clone(), req.uri().path().to_string());
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                        let (status, reply) = match (method.as_str(), path.as_str()) {
+                            ("GET", "/repos/octo/app") => (
+                                200,
+                                json!({
+                                    "id": 42, "name": "app", "full_name": "octo/app",
+                                    "private": true, "owner": {"login": "octo"},
+                                    "html_url": "https://github.com/octo/app",
+                                    "clone_url": "https://github.com/octo/app.git",
+                                    "default_branch": "main",
+                                })
+                                .to_string(),
+                            ),
+                            ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => {
+                                (200, config.to_string())
+                            }
+                            ("GET", "/repos/octo/app/hooks") => (200, "[]".to_string()),
+                            ("POST", "/repos/octo/app/hooks") => {
+                                let hook: Value = body
+                                    .ok()
+                                    .and_then(|b| serde_json::from_slice(&b).ok())
+                                    .unwrap_or(Value::Null);
+                                *registered.lock().unwrap() =
+                                    hook["config"]["url"].as_str().map(str::to_string);
+                                (201, "{\"id\": 1}".to_string())
+                            }
+                            _ => (404, "{\"message\": \"Not Found\"}".to_string()),
+                        };
+                        let mut resp = Response::new(Full::new(Bytes::from(reply)));
+                        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, webhook)
+}
+
+/// The `[plugins]` tables that load the first-party GitHub adapter (built by
+/// `plugins/build.sh` into `plugins/dist`) for forge `forge_id`, talking to `api`.
+fn github_plugin_tables(api: SocketAddr, forge_id: i64) -> String {
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/dist");
+    assert!(
+        dist.join("forge-github.wasm").exists(),
+        "the hooks scenario needs the first-party plugins: run `bash plugins/build.sh`"
+    );
+    format!(
+        "[plugins]\ndir = {:?}\nwatch = false\n\n[plugins.instances.github]\n\
+         file = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\n\
+         secrets = [\"forge:{forge_id}\"]\n\
+         config = {{ hook-secret = \"forge:{forge_id}\", api-url = \"http://{api}\" }}\n",
+        dist.canonicalize().unwrap().display().to_string()
+    )
+}
+
+/// GitHub's push payload (the plugin host's fixture) for `octo/app`, and its
+/// `X-Hub-Signature-256` with `secret`.
+fn signed_github_push(secret: &str) -> (String, String) {
+    use hmac::{Hmac, Mac};
+    let mut payload: Value = serde_json::from_str(include_str!(
+        "../../plugin-host/src/tests/fixtures/github-push.json"
+    ))
+    .unwrap();
+    payload["repository"]["id"] = json!(42);
+    payload["repository"]["name"] = json!("app");
+    payload["repository"]["full_name"] = json!("octo/app");
+    payload["repository"]["owner"]["login"] = json!("octo");
+    payload["repository"]["owner"]["name"] = json!("octo");
+    let body = payload.to_string();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    (body, format!("sha256={hex}"))
+}
+
 async fn hooks_scenario() {
     let rate: u64 = std::env::var("WOODLARK_HOOKS_RATE")
         .ok()
@@ -2248,7 +2372,7 @@ async fn hooks_scenario() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
     println!(
-        "\n# hooks: open loop, {rate} push hooks/s for {secs} s per target in {} s turns (git forge, storage.synchronous = full, no runner): hook sent → pipeline queued",
+        "\n# hooks: open loop, {rate} push hooks/s for {secs} s per target in {} s turns (git forge and GitHub plugin forge, storage.synchronous = full, no runner): hook sent → pipeline queued",
         secs.min(HOOKS_SLICE_SECS)
     );
     let (feed, _) = broadcast::channel(16);
@@ -2257,12 +2381,65 @@ async fn hooks_scenario() {
     if !extra.is_empty() {
         println!("extra configuration: {extra:?}");
     }
-    let server = Server::start_with(false, &extra).await;
+    // The git forge is forge 1 (repository 1); the GitHub plugin forge is forge 2.
+    let (github_api, github_webhook) = fake_github_api(ECHO).await;
+    let tables = format!("{}{extra}", github_plugin_tables(github_api, 2));
+    let server = Server::start_with(false, &tables).await;
     let admin = server.user("root", true).await;
     let alice = server.user("alice", false).await;
     let (_, bare) = server
         .git_repo(&admin, &alice, "alice/hook", &[(".woodpecker.yaml", ECHO)])
         .await;
+    let github = server
+        .api
+        .expect(
+            "POST",
+            "/api/forges",
+            Some(&admin),
+            Some(r#"{"type":"github","url":"https://github.com","oauth_client_secret":"gh-api-token","additional_options":{"plugin":"github"}}"#),
+            200,
+        )
+        .await;
+    assert_eq!(github["id"], 2, "the GitHub forge's id (its secret's name)");
+    server
+        .api
+        .expect(
+            "POST",
+            "/api/repos?forge_remote_id=octo/app&forge_id=2",
+            Some(&admin),
+            Some(""),
+            200,
+        )
+        .await;
+    let (github_body, github_sig) =
+        signed_github_push(github["webhook_secret"].as_str().expect("webhook secret"));
+    // Deliveries go where activation registered the webhook (its URL names the forge).
+    let github_path = {
+        let url = github_webhook
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("webhook created");
+        url[url.find("/api/hook").expect("hook URL")..].to_string()
+    };
+    let github_hook = {
+        let api = Arc::new(Api::new(server.api.addr));
+        let (path, body, sig) = (
+            Arc::new(github_path),
+            Arc::new(github_body),
+            Arc::new(github_sig),
+        );
+        move || {
+            let (api, path, body, sig) = (api.clone(), path.clone(), body.clone(), sig.clone());
+            async move {
+                let headers = [("x-github-event", "push"), ("x-hub-signature-256", &**sig)];
+                let (status, _) = api
+                    .send_with("POST", &path, None, Some(&body), &headers)
+                    .await;
+                status == StatusCode::OK
+            }
+        }
+    };
     let script = std::fs::read_to_string(bare.join("hooks/post-receive")).unwrap();
     let url = script
         .lines()
@@ -2290,6 +2467,8 @@ async fn hooks_scenario() {
     // Warm-up (first git spawn, statement caches), then the measured runs.
     let (_, warm_errors) = open_loop(50, 1, run(Api::new(server.api.addr), path.clone())).await;
     assert_eq!(warm_errors, 0, "warm-up hooks failed");
+    let (_, warm_errors) = open_loop(50, 1, &github_hook).await;
+    assert_eq!(warm_errors, 0, "warm-up GitHub hooks failed");
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     // The three targets take turns, a slice each, so that each sees the machine's fast and
     // slow stretches (its disk's too) alike instead of one of them getting a stall alone.
@@ -2306,6 +2485,7 @@ async fn hooks_scenario() {
     let mut by_thread = std::collections::BTreeMap::<String, Duration>::new();
     let mut catch_ups = 0;
     let mut recompiled = 0;
+    let (mut plugin_lat, mut plugin_errors, mut plugin_cpu) = (Vec::new(), 0, Duration::ZERO);
     for _ in 0..rounds {
         let before = cpu_time();
         let (l, e) = open_loop(rate, slice, &hyper_hook).await;
@@ -2333,8 +2513,14 @@ async fn hooks_scenario() {
         }
         lat.extend(l);
         errors += e;
+
+        let before = cpu_time();
+        let (l, e) = open_loop(rate, slice, &github_hook).await;
+        plugin_cpu += cpu_time().saturating_sub(before);
+        plugin_lat.extend(l);
+        plugin_errors += e;
     }
-    for l in [&mut base, &mut durable, &mut lat] {
+    for l in [&mut base, &mut durable, &mut lat, &mut plugin_lat] {
         l.sort_unstable();
     }
     let stored = server
@@ -2343,6 +2529,16 @@ async fn hooks_scenario() {
             "GET",
             "/api/repos/1/pipelines?perPage=1",
             Some(&alice),
+            None,
+            200,
+        )
+        .await;
+    let github_stored = server
+        .api
+        .expect(
+            "GET",
+            "/api/repos/2/pipelines?perPage=1",
+            Some(&admin),
             None,
             200,
         )
@@ -2373,6 +2569,11 @@ async fn hooks_scenario() {
                 durable_errors,
             ),
             row("woodlark /api/hook → pipeline queued", &lat, errors),
+            row(
+                "woodlark /api/hook, GitHub plugin → pipeline queued",
+                &plugin_lat,
+                plugin_errors,
+            ),
         ],
     );
     let p99 = |lat: &[Duration]| pct(lat, 0.99).as_secs_f64();
@@ -2404,6 +2605,15 @@ async fn hooks_scenario() {
     // Each one held up the jobs queued behind it for a sync of the database file.
     println!("checkpoints the store's writer had to finish itself: {catch_ups}");
     println!("pipelines compiled again in the write (number guessed wrong): {recompiled}");
+    println!(
+        "GitHub plugin forge (parse-hook and the config fetched from a local fake API through \
+         the plugin): p99 ratio vs bare hyper: {}, vs bare SQLite commit: {}; CPU per hook {} ms \
+         (server, client and the fake API); newest pipeline number {}",
+        ratio(p99(&plugin_lat), p99(&base)),
+        ratio(p99(&plugin_lat), p99(&durable)),
+        ms(plugin_cpu / (plugin_lat.len().max(1) as u32)),
+        github_stored[0]["number"],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -102,15 +102,25 @@ pub enum PluginHook {
     Created(Created),
 }
 
-/// Hands a webhook to forge-adapter `plugin` and creates what it asks for. With `expected`
-/// (the repository a hook token named) the hook must be about that repository; without, the
-/// plugin must have verified the forge's signature, and the repository is found by its
-/// forge id among the forges the plugin serves.
+/// What a plugin webhook is known to be about before the plugin parses it.
+pub enum HookScope {
+    /// The repository (and its forge) a hook token named: the hook must be about it.
+    Repo(Box<RepoRow>, ForgeRow),
+    /// The forge the webhook's URL names (`/api/hook?forge=<id>`, as activation registers
+    /// it): the plugin must have verified the signature, and the repository is looked up in
+    /// that forge alone.
+    Forge(ForgeRow),
+    /// Nothing (the adapter recognised the request): the plugin must have verified the
+    /// signature, and the repository is found among the forges the plugin serves.
+    Any,
+}
+
+/// Hands a webhook to forge-adapter `plugin` and creates what it asks for, within `scope`.
 pub async fn from_plugin(
     ci: &Services,
     plugin: &str,
     request: HookRequest,
-    expected: Option<(RepoRow, ForgeRow)>,
+    scope: HookScope,
 ) -> Result<PluginHook, Error> {
     let outcome = ci
         .plugins
@@ -126,25 +136,38 @@ pub async fn from_plugin(
         HookOutcome::Build(build) => build,
     };
     let remote_id = build.repo.forge_remote_id.clone();
-    let (row, forge) = match expected {
-        Some((row, forge)) => {
+    let unsigned = || {
+        Error::Invalid(
+            "failure to parse hook: no hook token and no verified signature (grant the plugin the forge's webhook secret)".into(),
+        )
+    };
+    let found = match scope {
+        HookScope::Repo(row, forge) => {
+            let row = *row;
             if row.repo.forge_remote_id != remote_id {
                 return Err(Error::Invalid(
                     "failure to parse hook: the hook is about another repository".into(),
                 ));
             }
-            (row, forge)
+            Some((row, forge))
         }
-        None => {
+        HookScope::Forge(forge) => {
             if !build.signature_verified {
-                return Err(Error::Invalid(
-                    "failure to parse hook: no hook token and no verified signature (grant the plugin the forge's webhook secret)".into(),
-                ));
+                return Err(unsigned());
+            }
+            let forge_id = forge.forge.id;
+            ci.store
+                .read(move |c| repos::by_remote_id(c, forge_id, &remote_id))
+                .await?
+                .map(|row| (row, forge))
+        }
+        HookScope::Any => {
+            if !build.signature_verified {
+                return Err(unsigned());
             }
             let host = ci.plugins.clone();
             let plugin = plugin.to_string();
-            let found = ci
-                .store
+            ci.store
                 .read(move |c| {
                     for f in forges::list(c, 1, 50)? {
                         if plugin_for(&host, &f).as_deref() == Some(plugin.as_str())
@@ -155,12 +178,11 @@ pub async fn from_plugin(
                     }
                     Ok(None)
                 })
-                .await?;
-            match found {
-                Some(found) => found,
-                None => return Ok(PluginHook::NotOurs),
-            }
+                .await?
         }
+    };
+    let Some((row, forge)) = found else {
+        return Ok(PluginHook::NotOurs);
     };
     if !row.repo.active {
         return Ok(PluginHook::NotOurs);

@@ -7,9 +7,11 @@
 //! client, authenticated with the forge's `oauth_client_secret` used as an API token (Woodlark
 //! has no OAuth login).
 //!
-//! Activation asks the adapter to create the forge's webhook: it calls `<public_url>/api/hook`
-//! (no token in the URL; the adapter recognises the forge and checks the signature), signed
-//! with the forge's `webhook_secret`, which the operator grants to the plugin as `forge:<id>`.
+//! Activation asks the adapter to create the forge's webhook: it calls
+//! `<public_url>/api/hook?forge=<id>` (no token in the URL; the id only picks the adapter, which
+//! checks the signature), signed with the forge's `webhook_secret`, which the operator grants
+//! to the plugin as `forge:<id>`. Webhooks registered before the URL named the forge (plain
+//! `/api/hook`) still work: every adapter is asked to recognise them.
 //! An adapter that cannot (or a token without the permission) only costs a warning: the
 //! webhook can be created by hand. A branch's head (manual runs, cron) comes from the adapter,
 //! else from the git remote with the same token ([`super::remote_head`]).
@@ -24,6 +26,9 @@ use crate::ci::Services;
 use crate::pipeline::types::{Commit, ConfigFile};
 use crate::store::forges::{Forge, ForgeRow};
 use crate::store::repos::Repo;
+
+/// The query parameter of a plugin forge's webhook URL that names the forge.
+pub const FORGE_PARAM: &str = "forge";
 
 /// The loaded forge-adapter plugin that serves `forge`, if any.
 pub fn plugin_for(host: &PluginHost, forge: &Forge) -> Option<String> {
@@ -43,8 +48,12 @@ pub struct PluginForge {
     host: PluginHost,
     plugin: String,
     api: ApiContext,
-    /// The endpoint the forge's webhook calls, and the secret it signs deliveries with.
+    /// The endpoint the forge's webhook calls (naming the forge), and the secret it signs
+    /// deliveries with.
     hook_endpoint: String,
+    /// The endpoint webhooks were registered with before it named the forge (removed on
+    /// deactivation too).
+    legacy_endpoint: String,
     webhook_secret: String,
 }
 
@@ -60,7 +69,8 @@ impl PluginForge {
                 forge_url: row.forge.url.clone(),
                 token: crate::ci::forge_secrets::api_token(&ci.seal, row).map_err(unsealed)?,
             },
-            hook_endpoint: ci.hook_endpoint(),
+            hook_endpoint: format!("{}?{FORGE_PARAM}={}", ci.hook_endpoint(), row.forge.id),
+            legacy_endpoint: ci.hook_endpoint(),
             webhook_secret: crate::ci::forge_secrets::webhook_secret(&ci.seal, row)
                 .map_err(unsealed)?,
         })
@@ -119,6 +129,9 @@ impl ForgeDriver for PluginForge {
     /// Creates the forge's webhook (see the module docs); `_hook_url` is the built-in git
     /// forge's per-repository URL, which plugin forges do not use.
     async fn activate(&self, repo: &Repo, _hook_url: &str) -> Result<(), ForgeError> {
+        // A webhook registered with the URL that did not name the forge would deliver every
+        // push a second time: it goes first.
+        self.remove_hook(repo, &self.legacy_endpoint).await;
         let created = call(self.host.create_hook(
             &self.plugin,
             self.api.clone(),
@@ -152,16 +165,8 @@ impl ForgeDriver for PluginForge {
     }
 
     async fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
-        if let Err(err) = call(self.host.delete_hook(
-            &self.plugin,
-            self.api.clone(),
-            &repo.full_name,
-            &self.hook_endpoint,
-        ))
-        .await
-        {
-            tracing::warn!(repo = repo.full_name, plugin = self.plugin, error = %err, "webhook not removed");
-        }
+        self.remove_hook(repo, &self.hook_endpoint).await;
+        self.remove_hook(repo, &self.legacy_endpoint).await;
         Ok(())
     }
 
@@ -259,6 +264,18 @@ impl ForgeDriver for PluginForge {
 }
 
 impl PluginForge {
+    /// Removes the repository's webhooks that call `endpoint`; a failure is only logged (the
+    /// webhook can be removed by hand).
+    async fn remove_hook(&self, repo: &Repo, endpoint: &str) {
+        let removed = self
+            .host
+            .delete_hook(&self.plugin, self.api.clone(), &repo.full_name, endpoint)
+            .await;
+        if let Err(err) = removed {
+            tracing::warn!(repo = repo.full_name, plugin = self.plugin, url = endpoint, error = %err, "webhook not removed");
+        }
+    }
+
     /// The file at `path` at `commit`, if there is one.
     async fn file_at(
         &self,

@@ -3,8 +3,12 @@
 //! The URL a repository registers with its forge carries a hook token (`?access_token=`) that
 //! names the repository and is signed with that repository's own key, so the repository — and
 //! with it the forge driver that must parse the body — is known before the body is read; the
-//! body is never sniffed. What a delivery means for pipelines is the service layer's
-//! ([`crate::ci::hooks`]); this handler authenticates it and renders the outcome.
+//! body is never sniffed. Forges served by plugins register one webhook per repository
+//! without a token, signed with the forge's secret; its URL names the forge
+//! (`?forge=<id>`), so only that forge's adapter parses it (a delivery without either is
+//! offered to every loaded adapter's `recognize`). What a delivery means for pipelines is
+//! the service layer's ([`crate::ci::hooks`]); this handler authenticates it and renders the
+//! outcome.
 
 use woodlark_plugin_host::HookRequest;
 
@@ -13,10 +17,9 @@ use crate::app::Ctx;
 use crate::auth::{self, token};
 use crate::ci::create::Created;
 use crate::ci::forge::ForgeError;
-use crate::ci::forge::plugin::plugin_for;
-use crate::ci::hooks::{self, PluginHook};
+use crate::ci::forge::plugin::{FORGE_PARAM, plugin_for};
+use crate::ci::hooks::{self, HookScope, PluginHook};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::store::forges::ForgeRow;
 use crate::store::repos::{self, RepoRow};
 use crate::store::{forges, now_unix};
 
@@ -57,11 +60,22 @@ async fn repo_of(ctx: &Ctx, req: &Request) -> Result<RepoRow, ApiError> {
 
 async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if hook_token(&req).is_none() {
-        // No token in the URL: a forge-wide webhook, recognised and verified by a plugin.
+        // No token in the URL: a forge-wide webhook, verified by a plugin. The URL names its
+        // forge when activation registered it; else every adapter is asked whether the
+        // request is its forge's (a plugin call each).
+        if let Some(forge) = req.query(FORGE_PARAM) {
+            let forge_id: i64 = forge.parse().map_err(|_| {
+                ApiError::bad_request(format!("failure to parse hook: invalid forge id {forge:?}"))
+            })?;
+            let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+            let plugin = plugin_for(&ctx.plugins, &forge.forge)
+                .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
+            return plugin_hook(&ctx, &req, &plugin, HookScope::Forge(forge)).await;
+        }
         let Some(plugin) = ctx.plugins.recognize(&plugin_headers(&req)).await else {
             return Err(ApiError::bad_request("failure to parse token from hook"));
         };
-        return plugin_hook(&ctx, &req, &plugin, None).await;
+        return plugin_hook(&ctx, &req, &plugin, HookScope::Any).await;
     }
     let row = repo_of(&ctx, &req).await?;
     if !row.repo.active {
@@ -72,7 +86,7 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if forge.forge.kind != "git" {
         let plugin = plugin_for(&ctx.plugins, &forge.forge)
             .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
-        return plugin_hook(&ctx, &req, &plugin, Some((row, forge))).await;
+        return plugin_hook(&ctx, &req, &plugin, HookScope::Repo(Box::new(row), forge)).await;
     }
     let updates = hooks::parse_ref_updates(&req.body)
         .map_err(|why| ApiError::bad_request(format!("failure to parse hook: {why}")))?;
@@ -97,7 +111,7 @@ async fn plugin_hook(
     ctx: &Ctx,
     req: &Request,
     plugin: &str,
-    expected: Option<(RepoRow, ForgeRow)>,
+    scope: HookScope,
 ) -> Result<Response, ApiError> {
     let path = if req.query.is_empty() {
         req.path.clone()
@@ -111,7 +125,7 @@ async fn plugin_hook(
         body: req.body.to_vec(),
     };
     Ok(
-        match hooks::from_plugin(&ctx.ci, plugin, request, expected).await? {
+        match hooks::from_plugin(&ctx.ci, plugin, request, scope).await? {
             PluginHook::Ignored(reason) => Response::text(
                 StatusCode::OK,
                 format!("forge driver: explicit ignored event: {reason}\n"),
