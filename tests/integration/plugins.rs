@@ -331,12 +331,14 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     let ping_sig = sign(ping_body);
     // A ping is ignored through the registered URL and through plain `/api/hook` (webhooks
     // registered before the URL named the forge: every adapter is asked to recognise it); a
-    // URL naming no forge, or not a number, is refused before any plugin runs.
+    // URL naming no forge, not a number, or the git forge is refused before any plugin runs.
+    let git_forge = format!("/api/hook?forge={}", s.git_forge(&p.admin).await);
     for (path, status, says) in [
         (hook_path.as_str(), 200, "ignored"),
         ("/api/hook", 200, "ignored"),
         ("/api/hook?forge=99", 404, "not found"),
         ("/api/hook?forge=x", 400, "invalid forge id"),
+        (git_forge.as_str(), 400, "git forge"),
     ] {
         let answer = s
             .http

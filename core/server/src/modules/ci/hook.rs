@@ -68,6 +68,11 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 ApiError::bad_request(format!("failure to parse hook: invalid forge id {forge:?}"))
             })?;
             let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+            if forge.forge.kind == "git" {
+                return Err(ApiError::bad_request(format!(
+                    "failure to parse hook: forge {forge_id} is a git forge; its hooks carry a hook token"
+                )));
+            }
             let plugin = plugin_for(&ctx.plugins, &forge.forge)
                 .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
             return plugin_hook(&ctx, &req, &plugin, HookScope::Forge(forge)).await;
