@@ -224,25 +224,38 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
 
     let config = "steps:\n  - name: hi\n    image: sh\n    commands: [\"echo from a github push\", \"test -f README.md\"]\n";
     let (api, hooks) = fake_github(format!("file://{}", bare.display()), config, sha.clone()).await;
+    // Fifty other forges come first: a delivery to plain `/api/hook` (the pull request below)
+    // must find the repository beyond the first page of forges.
+    const GITHUB: i64 = 51;
     let instance = format!(
-        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:1\"]\nconfig = {{ hook-secret = \"forge:1\", api-url = \"http://{api}\" }}\n"
+        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{GITHUB}\"]\nconfig = {{ hook-secret = \"forge:{GITHUB}\", api-url = \"http://{api}\" }}\n"
     );
     let tables = crate::util::with_runner(data.path()) + &plugins_table(&dist, false, &instance);
     let s = TestServer::start_in_with_tables(data, "", &tables).await;
     let p = s.principals().await;
 
+    for n in 1..GITHUB {
+        s.http
+            .post(
+                "/api/forges",
+                Some(&p.admin),
+                &format!(r#"{{"type":"gitea","url":"https://gitea-{n}.example.com"}}"#),
+            )
+            .await
+            .expect(200);
+    }
     let forge = s
         .http
         .post("/api/forges", Some(&p.admin), r#"{"type":"github","url":"https://github.com","oauth_client_secret":"gh-api-token","additional_options":{"plugin":"github"}}"#)
         .await
         .expect(200)
         .json();
-    assert_eq!(forge["id"], 1);
+    assert_eq!(forge["id"], GITHUB);
     let secret = forge["webhook_secret"].as_str().unwrap().to_string();
     let repo = s
         .http
         .post(
-            "/api/repos?forge_remote_id=octo/app&forge_id=1",
+            &format!("/api/repos?forge_remote_id=octo/app&forge_id={GITHUB}"),
             Some(&p.admin),
             "",
         )
@@ -261,7 +274,10 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     assert_eq!(created.len(), 1, "{created:?}");
     let hook_url = created[0]["config"]["url"].as_str().unwrap().to_string();
     // The URL names the forge, so only its adapter parses the deliveries.
-    assert!(hook_url.ends_with("/api/hook?forge=1"), "{hook_url}");
+    assert!(
+        hook_url.ends_with(&format!("/api/hook?forge={GITHUB}")),
+        "{hook_url}"
+    );
     let hook_path = hook_url[hook_url.find("/api/hook").unwrap()..].to_string();
     assert_eq!(created[0]["config"]["secret"], secret.as_str());
     assert_eq!(created[0]["config"]["content_type"], "json");
@@ -273,7 +289,7 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     );
     // Repair replaces it instead of adding a second one, and removes a webhook registered
     // before the URL named the forge (it would deliver every push twice).
-    let legacy_url = hook_url.trim_end_matches("?forge=1").to_string();
+    let legacy_url = hook_url[..hook_url.find('?').unwrap()].to_string();
     hooks
         .lock()
         .unwrap()

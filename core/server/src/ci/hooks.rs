@@ -169,11 +169,18 @@ pub async fn from_plugin(
             let plugin = plugin.to_string();
             ci.store
                 .read(move |c| {
-                    for f in forges::list(c, 1, 50)? {
-                        if plugin_for(&host, &f).as_deref() == Some(plugin.as_str())
-                            && let Some(row) = repos::by_remote_id(c, f.id, &remote_id)?
-                        {
-                            return Ok(Some((row, forges::by_id(c, f.id)?)));
+                    const PAGE: u32 = 50;
+                    for page in 1.. {
+                        let forges = forges::list(c, page, PAGE)?;
+                        for f in &forges {
+                            if plugin_for(&host, f).as_deref() == Some(plugin.as_str())
+                                && let Some(row) = repos::by_remote_id(c, f.id, &remote_id)?
+                            {
+                                return Ok(Some((row, forges::by_id(c, f.id)?)));
+                            }
+                        }
+                        if forges.len() < PAGE as usize {
+                            break;
                         }
                     }
                     Ok(None)
