@@ -1,4 +1,4 @@
-//! The wasmtime engine and its epoch ticker.
+//! The wasmtime engine and its epoch clock.
 //!
 //! Async support and epoch interruption are on: calls run on the caller's tokio task (a
 //! fiber per call), a clock thread bumps the engine's epoch every [`TICK`] while calls run

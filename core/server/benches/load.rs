@@ -618,9 +618,13 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
-/// A bare hyper server: `/sse` streams `feed` (a broadcast with one forwarding task and a
-/// 64-message buffer per client, as the real server does), anything else answers `ok`.
-async fn baseline_server(feed: broadcast::Sender<Bytes>) -> SocketAddr {
+/// Serves HTTP/1.1 on a fresh 127.0.0.1 port, answering every request with `handle` (the
+/// bench's own servers: the bare hyper baseline, the fake GitHub API).
+async fn serve_http1<F, Fut>(handle: F) -> SocketAddr
+where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<BoxBody<Bytes, Infallible>>> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -628,32 +632,11 @@ async fn baseline_server(feed: broadcast::Sender<Bytes>) -> SocketAddr {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let feed = feed.clone();
+            let handle = handle.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let feed = feed.clone();
-                    async move {
-                        let body: BoxBody<Bytes, Infallible> = if req.uri().path() == "/sse" {
-                            let mut sub = feed.subscribe();
-                            let (tx, rx) = mpsc::channel::<Bytes>(64);
-                            let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));
-                            tokio::spawn(async move {
-                                loop {
-                                    tokio::select! {
-                                        m = sub.recv() => match m {
-                                            Ok(b) => if tx.try_send(b).is_err() { break },
-                                            Err(_) => break,
-                                        },
-                                        _ = tx.closed() => break,
-                                    }
-                                }
-                            });
-                            BoxBody::new(ChannelBody(rx))
-                        } else {
-                            BoxBody::new(Full::new(Bytes::from_static(b"ok")))
-                        };
-                        Ok::<_, Infallible>(Response::new(body))
-                    }
+                let svc = hyper::service::service_fn(move |req| {
+                    let reply = handle(req);
+                    async move { Ok::<_, Infallible>(reply.await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
@@ -662,6 +645,37 @@ async fn baseline_server(feed: broadcast::Sender<Bytes>) -> SocketAddr {
         }
     });
     addr
+}
+
+/// A bare hyper server: `/sse` streams `feed` (a broadcast with one forwarding task and a
+/// 64-message buffer per client, as the real server does), anything else answers `ok`.
+async fn baseline_server(feed: broadcast::Sender<Bytes>) -> SocketAddr {
+    serve_http1(move |req: Request<hyper::body::Incoming>| {
+        let feed = feed.clone();
+        async move {
+            let body: BoxBody<Bytes, Infallible> = if req.uri().path() == "/sse" {
+                let mut sub = feed.subscribe();
+                let (tx, rx) = mpsc::channel::<Bytes>(64);
+                let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            m = sub.recv() => match m {
+                                Ok(b) => if tx.try_send(b).is_err() { break },
+                                Err(_) => break,
+                            },
+                            _ = tx.closed() => break,
+                        }
+                    }
+                });
+                BoxBody::new(ChannelBody(rx))
+            } else {
+                BoxBody::new(Full::new(Bytes::from_static(b"ok")))
+            };
+            Response::new(body)
+        }
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2263,71 +2277,60 @@ const HOOKS_SLICE_SECS: u64 = 5;
 /// a push need: the repository, its webhooks (none listed; the URL of the one created is
 /// kept) and the config file at any commit (a `.woodpecker/` directory is not found).
 async fn fake_github_api(config: &'static str) -> (SocketAddr, Arc<Mutex<Option<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let webhook = Arc::new(Mutex::new(None::<String>));
     let registered = webhook.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+    let addr = serve_http1(move |req: Request<hyper::body::Incoming>| {
+        let registered = registered.clone();
+        async move {
+            let (method, path) = (req.method().clone(), req.uri().path().to_string());
+            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+            let (status, reply) = match (method.as_str(), path.as_str()) {
+                ("GET", "/repos/octo/app") => (
+                    200,
+                    json!({
+                        "id": 42, "name": "app", "full_name": "octo/app",
+                        "private": true, "owner": {"login": "octo"},
+                        "html_url": "https://github.com/octo/app",
+                        "clone_url": "https://github.com/octo/app.git",
+                        "default_branch": "main",
+                    })
+                    .to_string(),
+                ),
+                ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => (200, config.to_string()),
+                ("GET", "/repos/octo/app/hooks") => (200, "[]".to_string()),
+                ("POST", "/repos/octo/app/hooks") => {
+                    let hook: Value = body
+                        .ok()
+                        .and_then(|b| serde_json::from_slice(&b).ok())
+                        .unwrap_or(Value::Null);
+                    *registered.lock().unwrap() =
+                        hook["config"]["url"].as_str().map(str::to_string);
+                    (201, "{\"id\": 1}".to_string())
+                }
+                _ => (404, "{\"message\": \"Not Found\"}".to_string()),
             };
-            let registered = registered.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let registered = registered.clone();
-                    async move {
-                        let (method, path) = (req.method().clone(), req.uri().path().to_string());
-                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
-                        let (status, reply) = match (method.as_str(), path.as_str()) {
-                            ("GET", "/repos/octo/app") => (
-                                200,
-                                json!({
-                                    "id": 42, "name": "app", "full_name": "octo/app",
-                                    "private": true, "owner": {"login": "octo"},
-                                    "html_url": "https://github.com/octo/app",
-                                    "clone_url": "https://github.com/octo/app.git",
-                                    "default_branch": "main",
-                                })
-                                .to_string(),
-                            ),
-                            ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => {
-                                (200, config.to_string())
-                            }
-                            ("GET", "/repos/octo/app/hooks") => (200, "[]".to_string()),
-                            ("POST", "/repos/octo/app/hooks") => {
-                                let hook: Value = body
-                                    .ok()
-                                    .and_then(|b| serde_json::from_slice(&b).ok())
-                                    .unwrap_or(Value::Null);
-                                *registered.lock().unwrap() =
-                                    hook["config"]["url"].as_str().map(str::to_string);
-                                (201, "{\"id\": 1}".to_string())
-                            }
-                            _ => (404, "{\"message\": \"Not Found\"}".to_string()),
-                        };
-                        let mut resp = Response::new(Full::new(Bytes::from(reply)));
-                        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
-                        Ok::<_, Infallible>(resp)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
+            let mut resp = Response::new(BoxBody::new(Full::new(Bytes::from(reply))));
+            *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+            resp
         }
-    });
+    })
+    .await;
     (addr, webhook)
 }
 
-/// The `[plugins]` tables that load the first-party GitHub adapter (built by
-/// `plugins/build.sh` into `plugins/dist`) for forge `forge_id`, talking to `api`.
+/// The `[plugins]` tables that load the first-party GitHub adapter for forge `forge_id`,
+/// talking to `api` (`plugins/build.sh` builds `plugins/dist` first if it is missing, as the
+/// integration tests do).
 fn github_plugin_tables(api: SocketAddr, forge_id: i64) -> String {
-    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/dist");
-    assert!(
-        dist.join("forge-github.wasm").exists(),
-        "the hooks scenario needs the first-party plugins: run `bash plugins/build.sh`"
-    );
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
+    let dist = plugins.join("dist");
+    if !dist.join("forge-github.wasm").exists() {
+        let built = Command::new("bash")
+            .arg(plugins.join("build.sh"))
+            .status()
+            .expect("run plugins/build.sh");
+        assert!(built.success(), "plugins/build.sh failed");
+    }
     format!(
         "[plugins]\ndir = {:?}\nwatch = false\n\n[plugins.instances.github]\n\
          file = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\n\
@@ -2353,12 +2356,7 @@ fn signed_github_push(secret: &str) -> (String, String) {
     let body = payload.to_string();
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(body.as_bytes());
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = woodlark::ci::forge::git_objects::hex(&mac.finalize().into_bytes());
     (body, format!("sha256={hex}"))
 }
 
