@@ -2273,6 +2273,13 @@ type BoxedCheck = Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 /// Length of one target's turn in the hooks scenario.
 const HOOKS_SLICE_SECS: u64 = 5;
 
+/// The hooks scenario's two woodlark targets.
+#[derive(Clone, Copy)]
+enum HookTarget {
+    Git,
+    Plugin,
+}
+
 /// A fake GitHub API for `octo/app` on 127.0.0.1, as much as activating the repository and
 /// a push need: the repository, its webhooks (none listed; the URL of the one created is
 /// kept) and the config file at any commit (a `.woodpecker/` directory is not found).
@@ -2468,8 +2475,8 @@ async fn hooks_scenario() {
     let (_, warm_errors) = open_loop(50, 1, &github_hook).await;
     assert_eq!(warm_errors, 0, "warm-up GitHub hooks failed");
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    // The three targets take turns, a slice each, so that each sees the machine's fast and
-    // slow stretches (its disk's too) alike instead of one of them getting a stall alone.
+    // The targets take turns, a slice each, so that each sees the machine's fast and slow
+    // stretches (its disk's too) alike instead of one of them getting a stall alone.
     let slice = secs.min(HOOKS_SLICE_SECS);
     let rounds = (secs / slice).max(1);
     let bare_dir = tempfile::tempdir().unwrap();
@@ -2484,7 +2491,9 @@ async fn hooks_scenario() {
     let mut catch_ups = 0;
     let mut recompiled = 0;
     let (mut plugin_lat, mut plugin_errors, mut plugin_cpu) = (Vec::new(), 0, Duration::ZERO);
-    for _ in 0..rounds {
+    // Both server targets' latencies by their place in the round (first, second).
+    let mut by_place: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
         let before = cpu_time();
         let (l, e) = open_loop(rate, slice, &hyper_hook).await;
         base_cpu += cpu_time().saturating_sub(before);
@@ -2497,28 +2506,48 @@ async fn hooks_scenario() {
         durable.extend(l);
         durable_errors += e;
 
-        let before = (cpu_time(), children_cpu_time(), thread_cpu_times());
-        let caught_up = server.state.store.writer_catch_ups();
-        let missed = server.state.ci.numbers.misses();
-        let (l, e) = open_loop(rate, slice, &woodlark_hook).await;
-        catch_ups += server.state.store.writer_catch_ups() - caught_up;
-        recompiled += server.state.ci.numbers.misses() - missed;
-        server_cpu += cpu_time().saturating_sub(before.0);
-        git_cpu += children_cpu_time().saturating_sub(before.1);
-        for (name, after) in thread_cpu_times() {
-            let spent = after.saturating_sub(before.2.get(&name).copied().unwrap_or_default());
-            *by_thread.entry(name).or_default() += spent;
+        // The server's two targets swap places every round: the second inherits the first's
+        // unfinished checkpoint work and dirty pages, the first a rested disk.
+        let order = if round % 2 == 0 {
+            [HookTarget::Git, HookTarget::Plugin]
+        } else {
+            [HookTarget::Plugin, HookTarget::Git]
+        };
+        for (place, target) in order.into_iter().enumerate() {
+            match target {
+                HookTarget::Git => {
+                    let before = (cpu_time(), children_cpu_time(), thread_cpu_times());
+                    let caught_up = server.state.store.writer_catch_ups();
+                    let missed = server.state.ci.numbers.misses();
+                    let (l, e) = open_loop(rate, slice, &woodlark_hook).await;
+                    catch_ups += server.state.store.writer_catch_ups() - caught_up;
+                    recompiled += server.state.ci.numbers.misses() - missed;
+                    server_cpu += cpu_time().saturating_sub(before.0);
+                    git_cpu += children_cpu_time().saturating_sub(before.1);
+                    for (name, after) in thread_cpu_times() {
+                        let spent =
+                            after.saturating_sub(before.2.get(&name).copied().unwrap_or_default());
+                        *by_thread.entry(name).or_default() += spent;
+                    }
+                    by_place[place].extend(&l);
+                    lat.extend(l);
+                    errors += e;
+                }
+                HookTarget::Plugin => {
+                    let before = cpu_time();
+                    let (l, e) = open_loop(rate, slice, &github_hook).await;
+                    plugin_cpu += cpu_time().saturating_sub(before);
+                    by_place[place].extend(&l);
+                    plugin_lat.extend(l);
+                    plugin_errors += e;
+                }
+            }
         }
-        lat.extend(l);
-        errors += e;
-
-        let before = cpu_time();
-        let (l, e) = open_loop(rate, slice, &github_hook).await;
-        plugin_cpu += cpu_time().saturating_sub(before);
-        plugin_lat.extend(l);
-        plugin_errors += e;
     }
     for l in [&mut base, &mut durable, &mut lat, &mut plugin_lat] {
+        l.sort_unstable();
+    }
+    for l in &mut by_place {
         l.sort_unstable();
     }
     let stored = server
@@ -2611,6 +2640,19 @@ async fn hooks_scenario() {
         ratio(p99(&plugin_lat), p99(&durable)),
         ms(plugin_cpu / (plugin_lat.len().max(1) as u32)),
         github_stored[0]["number"],
+    );
+    let place = |l: &[Duration]| {
+        format!(
+            "p50 {} / p99 {} / p99.9 {} ms",
+            ms(pct(l, 0.50)),
+            ms(pct(l, 0.99)),
+            ms(pct(l, 0.999))
+        )
+    };
+    println!(
+        "both server targets by their place in the round (they swap every round): first {}, second {}",
+        place(&by_place[0]),
+        place(&by_place[1])
     );
 }
 
