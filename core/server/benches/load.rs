@@ -29,7 +29,8 @@
 //!   git forge and for a GitHub forge served by the first-party `forge-github` adapter (a
 //!   signed push payload; the config fetched through the adapter from a fake GitHub API on
 //!   127.0.0.1), against a bare hyper server answering the same POSTs and bare SQLite
-//!   committing a hook's worth of rows at the same rate, in turns.
+//!   committing a hook's worth of rows at the same rate, in turns (the two server targets
+//!   swap places every round; their latencies are also printed by place).
 //!   `WOODLARK_HOOKS_RATE` and `WOODLARK_HOOKS_SECS` change rate and duration;
 //!   `WOODLARK_HOOKS_CONFIG` is appended to the server's configuration (TOML tables, e.g.
 //!   `[storage]` settings, to compare one against another; not `[plugins]`, which the

@@ -6,10 +6,10 @@
 //! `<old-sha> <new-sha> <ref>` line per updated ref ([`parse_ref_updates`], [`git_push`]);
 //! forge-adapter plugins parse every other forge's webhooks ([`from_plugin`]).
 
-use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError};
+use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError, WorldKind};
 
 use super::create::{self, Created, Trigger};
-use super::forge::plugin::plugin_for;
+use super::forge::plugin::plugin_among;
 use super::forge::{self, ForgeDriver, ForgeError};
 use super::{Error, Services};
 use crate::pipeline::event::WebhookEvent;
@@ -165,7 +165,7 @@ pub async fn from_plugin(
             if !build.signature_verified {
                 return Err(unsigned());
             }
-            let host = ci.plugins.clone();
+            let loaded = ci.plugins.names(WorldKind::ForgeAdapter);
             let plugin = plugin.to_string();
             ci.store
                 .read(move |c| {
@@ -173,7 +173,7 @@ pub async fn from_plugin(
                     for page in 1.. {
                         let forges = forges::list(c, page, PAGE)?;
                         for f in &forges {
-                            if plugin_for(&host, f).as_deref() == Some(plugin.as_str())
+                            if plugin_among(&loaded, f).as_deref() == Some(plugin.as_str())
                                 && let Some(row) = repos::by_remote_id(c, f.id, &remote_id)?
                             {
                                 return Ok(Some((row, forges::by_id(c, f.id)?)));

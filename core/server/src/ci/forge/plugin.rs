@@ -32,7 +32,11 @@ pub const FORGE_PARAM: &str = "forge";
 
 /// The loaded forge-adapter plugin that serves `forge`, if any.
 pub fn plugin_for(host: &PluginHost, forge: &Forge) -> Option<String> {
-    let loaded = host.names(WorldKind::ForgeAdapter);
+    plugin_among(&host.names(WorldKind::ForgeAdapter), forge)
+}
+
+/// [`plugin_for`] among forge adapters `loaded` (listed once for many forges).
+pub fn plugin_among(loaded: &[String], forge: &Forge) -> Option<String> {
     let wanted: Vec<String> = match forge
         .additional_options
         .get("plugin")
