@@ -1335,3 +1335,55 @@ async fn every_pipeline_is_compiled_with_its_own_number() {
         says_its_number(expected).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_variables_are_validated_and_never_replace_the_servers() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"echo sha=$CI_COMMIT_SHA\"]\n",
+        )],
+        "first",
+    )
+    .await;
+    let first = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    let runs = format!("/api/repos/{id}/pipelines");
+    for (variables, why) in [
+        (r#"{"CI_COMMIT_SHA":"0000"}"#, "reserved"),
+        (r#"{"ci_repo":"x"}"#, "reserved"),
+        (r#"{"CI":"x"}"#, "reserved"),
+        (r#"{"A-B":"x"}"#, "is not valid"),
+        (r#"{"":"x"}"#, "is not valid"),
+        (r#"{"9LIVES":"x"}"#, "is not valid"),
+    ] {
+        let body = format!(r#"{{"branch":"main","variables":{variables}}}"#);
+        let text = s
+            .http
+            .post(&runs, Some(&p.alice), &body)
+            .await
+            .expect(400)
+            .text();
+        assert!(text.contains(why), "{variables}: {text}");
+    }
+    let restart = format!("/api/repos/{id}/pipelines/1?CI_COMMIT_SHA=0000");
+    let text = s
+        .http
+        .post(&restart, Some(&p.alice), "")
+        .await
+        .expect(400)
+        .text();
+    assert!(text.contains("reserved"), "{text}");
+    // Nothing was created by the refused requests.
+    let list = s.http.get(&runs, Some(&p.alice)).await.expect(200).json();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list:#}");
+    let sha = first["commit"].as_str().unwrap().to_string();
+    let step_id = step(&first, "a")["id"].as_i64().unwrap();
+    let lines = log_text(&s.http, &p.alice, id, 1, step_id).await;
+    assert!(lines.contains(&format!("sha={sha}")), "{lines:?}");
+}

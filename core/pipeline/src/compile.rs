@@ -187,9 +187,10 @@ fn compile_workflow(
         return Outcome::Failed(issues);
     }
 
-    // Filters see the pipeline variables too (they win, as in the step environment).
+    // Filters see the pipeline variables too, but never in place of a run variable: a manual
+    // run cannot make `evaluate: CI_COMMIT_BRANCH == "main"` true on another branch.
     let mut filter_env = vars.clone();
-    filter_env.extend(meta.variables.iter().map(|(k, v)| (k.clone(), v.clone())));
+    add_pipeline_variables(&mut filter_env, &meta.variables, &vars);
     let facts = Facts {
         meta,
         matrix: axis,
@@ -316,9 +317,8 @@ fn build_steps(
     (!failed).then_some(steps)
 }
 
-/// The environment every step starts from: run, workflow, step, then pipeline variables.
+/// The environment every step starts from: run, workflow and step variables.
 fn base_env(
-    input: &CompileInput,
     vars: &BTreeMap<String, String>,
     step_name: &str,
     number: usize,
@@ -326,18 +326,31 @@ fn base_env(
     let mut env = vars.clone();
     env.insert("CI_STEP_NAME".into(), step_name.to_string());
     env.insert("CI_STEP_NUMBER".into(), number.to_string());
-    env.extend(
-        input
-            .meta
-            .variables
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone())),
-    );
     env
 }
 
+/// Adds the pipeline variables (a manual run's, a restart's, a cron job's) to `env`, except
+/// where the run already set the name (`CI_*`, the workflow's, the matrix values): what the
+/// person asking for a run types never stands in for what the server computed.
+///
+/// Only steps that run the author's commands get them (upstream's "non-plugin" environment):
+/// the clone and plugin steps run images whose behaviour depends on their environment
+/// (`PATH`, `GIT_*`, `PLUGIN_*`), and with `privileged_plugins` a plugin is a privileged
+/// container.
+fn add_pipeline_variables(
+    env: &mut BTreeMap<String, String>,
+    variables: &BTreeMap<String, String>,
+    run: &BTreeMap<String, String>,
+) {
+    for (k, v) in variables {
+        if !run.contains_key(k) && !crate::variables::is_reserved(k) {
+            env.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+}
+
 fn clone_step(input: &CompileInput, vars: &BTreeMap<String, String>) -> CompiledStep {
-    let mut environment = base_env(input, vars, CLONE_STEP, 1);
+    let mut environment = base_env(vars, CLONE_STEP, 1);
     // The settings upstream gives its clone plugin.
     environment.insert("PLUGIN_DEPTH".into(), "0".into());
     if input.meta.event == crate::event::WebhookEvent::Tag {
@@ -350,6 +363,7 @@ fn clone_step(input: &CompileInput, vars: &BTreeMap<String, String>) -> Compiled
         environment,
         when_status: vec!["success".to_string()],
         failure: OnFailure::Fail,
+        hardened: true,
         ..CompiledStep::default()
     }
 }
@@ -371,7 +385,10 @@ fn build_step(
     } else {
         StepKind::Commands
     };
-    let mut environment = base_env(input, vars, &s.name, number);
+    let mut environment = base_env(vars, &s.name, number);
+    if !is_plugin {
+        add_pipeline_variables(&mut environment, &input.meta.variables, vars);
+    }
     let mut conv = Converter {
         scope,
         step: Consumer {
@@ -431,6 +448,7 @@ fn build_step(
         extra_hosts: c.extra_hosts.clone(),
         tmpfs: c.tmpfs.clone(),
         user: c.user.clone(),
+        hardened: !input.trust.security && !c.privileged,
     })
 }
 

@@ -94,6 +94,7 @@ fn clone(wf: &str, wf_no: usize) -> CompiledStep {
         image: "git".into(),
         environment: env(wf, wf_no, "clone", 1, &[("PLUGIN_DEPTH", "0")]),
         when_status: strings(&["success"]),
+        hardened: true,
         ..CompiledStep::default()
     }
 }
@@ -115,6 +116,7 @@ fn cmd(
         environment: env(wf.0, wf.1, name, no, &[]),
         depends_on: strings(deps),
         when_status: strings(&["success"]),
+        hardened: true,
         ..CompiledStep::default()
     }
 }
@@ -408,16 +410,12 @@ fn variables_substitution_and_precedence() {
         m,
         Vec::new(),
     );
-    // Substitution: CI_* win over pipeline variables; the step environment: variables win over
-    // CI_*, and the step's own `environment` wins over everything.
+    // Substitution: CI_* win over pipeline variables. The step environment: pipeline variables
+    // never replace a run variable, and the step's own `environment` wins over them. The
+    // clone gets none of them.
     let mut a = cmd(W, 2, "a", "sh", &["echo main ${HOME} yes"], &["clone"]);
-    a.environment
-        .insert("CI_COMMIT_BRANCH".into(), "overridden".into());
     a.environment.insert("DEPLOY".into(), "no-from-step".into());
-    let mut c = clone("woodpecker", 1);
-    c.environment
-        .insert("CI_COMMIT_BRANCH".into(), "overridden".into());
-    c.environment.insert("DEPLOY".into(), "yes".into());
+    let c = clone("woodpecker", 1);
     assert_eq!(got, ok(vec![workflow("woodpecker", vec![c, a])]));
 }
 
@@ -998,4 +996,42 @@ fn container_options_need_the_repository_trust() {
     });
     let fields: Vec<String> = error_keys(&r).into_iter().map(|(_, _, f, _)| f).collect();
     assert_eq!(fields, ["steps.cmds.privileged"]);
+}
+
+#[test]
+fn pipeline_variables_reach_command_steps_only_and_never_replace_run_variables() {
+    let mut m = meta();
+    m.variables = BTreeMap::from([
+        ("PATH".into(), "/workspace/evil".into()),
+        ("PLUGIN_TARGET".into(), "evil".into()),
+        ("GIT_CONFIG_COUNT".into(), "1".into()),
+        ("CI_COMMIT_BRANCH".into(), "main".into()),
+    ]);
+    m.commit.branch = "feature".into();
+    m.env.insert("CI_COMMIT_BRANCH".into(), "feature".into());
+    let got = run(
+        &[file(
+            ".woodpecker.yml",
+            "steps:\n  build:\n    image: sh\n    commands: [make]\n  publish:\n    image: plugins/x\n    settings:\n      target: prod\n  deploy:\n    image: sh\n    commands: [deploy]\n    when:\n      evaluate: 'CI_COMMIT_BRANCH == \"main\"'\n",
+        )],
+        m,
+        Vec::new(),
+    );
+    assert!(got.errors.is_empty(), "{:?}", got.errors);
+    let steps = &got.workflows[0].steps;
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["clone", "build", "publish"],
+        "a variable cannot pass a filter"
+    );
+    let env = |name: &str| &steps.iter().find(|s| s.name == name).unwrap().environment;
+    assert_eq!(env("build")["PATH"], "/workspace/evil");
+    assert_eq!(env("build")["GIT_CONFIG_COUNT"], "1");
+    assert_eq!(env("build")["CI_COMMIT_BRANCH"], "feature");
+    for step in ["clone", "publish"] {
+        assert!(!env(step).contains_key("PATH"), "{step}");
+        assert!(!env(step).contains_key("GIT_CONFIG_COUNT"), "{step}");
+    }
+    assert_eq!(env("publish")["PLUGIN_TARGET"], "prod");
 }

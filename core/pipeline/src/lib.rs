@@ -8,7 +8,8 @@
 //!   Its parts: [`yaml`] (hardened YAML → tree, anchors and merge keys), [`subst`] (`${VAR}`),
 //!   [`matrix`], [`workflow`] (schema and lint), [`when`] with [`glob`] and [`expr`],
 //!   [`env`](mod@env) (environment, settings, secrets), [`dag`] (step dependencies), [`read`] and
-//!   [`diag`] (typed reads, issues); [`lookup`]: config file order, workflow names, skip-ci.
+//!   [`diag`] (typed reads, issues); [`lookup`]: config file order, workflow names, skip-ci;
+//!   [`variables`]: the checks and placement rules for pipeline variables.
 
 pub mod compile;
 pub mod dag;
@@ -25,6 +26,7 @@ pub mod registry;
 pub mod status;
 pub mod subst;
 pub mod types;
+pub mod variables;
 pub mod when;
 pub mod workflow;
 pub mod yaml;

@@ -208,6 +208,12 @@ struct PipelineOptions {
     variables: BTreeMap<String, String>,
 }
 
+/// Pipeline variables a request gives (a manual run's body, a restart's query): 400 with
+/// the reason for a bad name or value, a reserved `CI_*` name, or too many.
+pub fn check_variables(variables: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    crate::pipeline::variables::check(variables).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
 /// `POST /repos/{id}/pipelines`: a manual run of a branch's head.
 async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
@@ -217,6 +223,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         req.json()?
     };
+    check_variables(&opts.variables)?;
     let repo = access.row.clone();
     let branch = if opts.branch.is_empty() {
         repo.repo.default_branch.clone()
@@ -289,6 +296,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             }
         }
     }
+    check_variables(&variables)?;
     if event == WebhookEvent::Deployment && !access.row.repo.allow_deploy {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
