@@ -54,14 +54,20 @@ pub fn ensure_images() {
         ),
         Err(e) => panic!("docker is not installed (bash .ci/test installs docker.io): {e}"),
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/docker/images.sh");
-    let out = Command::new("bash").arg(&script).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // The step images, and the clone image the runner uses (idempotent, as `.ci/test` runs
+    // it too).
+    for script in ["tests/docker/images.sh", ".ci/clone-image"] {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(script);
+        let out = Command::new("bash").arg(&script).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     *built = true;
 }
 
@@ -685,4 +691,165 @@ async fn private_images_are_pulled_with_logins_from_the_registry_static_plugin()
     assert_eq!(done["status"], "success", "{done:#}");
     let _: Value = done;
     let _ = docker(&["rmi", &format!("{}/private/busybox:1", registry.addr)]);
+}
+
+/// A docker-backend server with `runner` lines added to its `[runner]` table.
+async fn docker_server_with(runner: &str) -> DockerServer {
+    ensure_images();
+    let dir = tempfile::tempdir().unwrap();
+    let tables = format!("{}{runner}\n", docker_runner(dir.path()));
+    let cleanup = EngineCleanup(owner_of(dir.path()));
+    DockerServer {
+        server: TestServer::start_in_with_tables(dir, "", &tables).await,
+        _cleanup: cleanup,
+    }
+}
+
+/// A command that prints a container's own limits as `memory=`, `pids=` and `cpu=` (the CFS
+/// quota per 100 ms period), on cgroup v2 and v1 engines.
+const LIMITS: &str = "if [ -f /sys/fs/cgroup/memory.max ]; then echo memory=$(cat /sys/fs/cgroup/memory.max) pids=$(cat /sys/fs/cgroup/pids.max) cpu=$(cut -d' ' -f1 /sys/fs/cgroup/cpu.max); else echo memory=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes) pids=$(cat /sys/fs/cgroup/pids/pids.max) cpu=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us); fi | tr ' ' '\\n'";
+
+/// The capability bits of a `CapBnd:` line of /proc/self/status.
+fn bounding_set(status_line: &str) -> u64 {
+    let hex = status_line.trim_start_matches("CapBnd:").trim();
+    u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("{status_line:?}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clone_runs_in_a_container_and_run_variables_reach_only_command_steps() {
+    let s = docker_server_with("memory_mb = 256\npids = 300\ncpus = 0.5").await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = format!(
+        r#"steps:
+  publish:
+    image: {PLUGIN}
+    settings:
+      greeting: hello-plugin
+  build:
+    image: {BUSYBOX}
+    commands:
+      - echo "note=$${{DEPLOY_NOTE}} path=$${{PATH}}"
+      - test -d .git && cat README.md
+      - {LIMITS}
+      - grep -E '^(NoNewPrivs|CapBnd)' /proc/self/status
+"#
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
+    wait_for(&s.http, &p.alice, id, 1, 120, finished).await;
+    let mut variables = crate::sandbox::git_config_attack();
+    variables["PLUGIN_GREETING"] = "overridden-by-the-run".into();
+    variables["PATH"] = "/workspace-tools".into();
+    let body = serde_json::json!({"branch": "main", "variables": variables});
+    let run = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.alice),
+            &body.to_string(),
+        )
+        .await
+        .expect(200)
+        .json();
+    let n = run["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, &p.alice, id, n, 120, finished).await;
+    let log = |name: &str| {
+        let step_id = step_of(&done, name)["id"].as_i64().unwrap();
+        let http = &s.http;
+        let token = p.alice.clone();
+        async move { log_text(http, &token, id, n, step_id).await }
+    };
+    assert_eq!(done["status"], "success", "{done:#}");
+    let clone = log("clone").await.join("\n");
+    for marker in ["FSMONITOR-RAN", "PARAMETERS-RAN", "SSH-RAN"] {
+        assert!(
+            !clone.contains(marker),
+            "the clone obeyed {marker}: {clone}"
+        );
+    }
+    // Nothing was checked out on the runner's host: the clone wrote into the volume.
+    let runs = s.dir.path().join("runs");
+    let host_checkouts = std::fs::read_dir(&runs)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join("workspace/.git").exists())
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(
+        host_checkouts,
+        0,
+        "a clone landed on the host under {}",
+        runs.display()
+    );
+    // The plugin keeps its own settings and environment.
+    let publish = log("publish").await;
+    assert!(
+        publish.contains(&"plugin sees hello-plugin in /woodpecker/src".to_string()),
+        "{publish:?}"
+    );
+    // The author's own commands get the run's variables, under the limits and hardened.
+    let build = log("build").await;
+    assert!(
+        build.contains(&"note=from-the-run path=/workspace-tools".to_string()),
+        "{build:?}"
+    );
+    assert!(
+        build.contains(&"hello".to_string()),
+        "the workspace holds the clone: {build:?}"
+    );
+    for limit in ["memory=268435456", "pids=300", "cpu=50000"] {
+        assert!(
+            build.contains(&limit.to_string()),
+            "{limit} missing: {build:?}"
+        );
+    }
+    assert!(build.contains(&"NoNewPrivs:\t1".to_string()), "{build:?}");
+    let caps = bounding_set(build.iter().find(|l| l.starts_with("CapBnd:")).unwrap());
+    for (name, bit) in [
+        ("NET_RAW", 13),
+        ("MKNOD", 27),
+        ("AUDIT_WRITE", 29),
+        ("SETFCAP", 31),
+    ] {
+        assert_eq!(caps & (1 << bit), 0, "{name} kept: {caps:x}");
+    }
+    assert_ne!(
+        caps & (1 << 7),
+        0,
+        "SETUID stays (package managers need it): {caps:x}"
+    );
+
+    // A repository trusted for security runs without the hardening.
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.admin),
+            r#"{"trusted": {"security": true}}"#,
+        )
+        .await
+        .expect(200);
+    let run = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.alice),
+            r#"{"branch":"main"}"#,
+        )
+        .await
+        .expect(200)
+        .json();
+    let n = run["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, &p.alice, id, n, 120, finished).await;
+    let build = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        n,
+        step_of(&done, "build")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(build.contains(&"NoNewPrivs:\t0".to_string()), "{build:?}");
+    assert_none_left(&owner_of(s.dir.path())).await;
 }

@@ -255,3 +255,99 @@ fn sandbox_none_starts_with_a_loud_warning() {
     assert!(stderr.contains("NOT sandboxed"), "{stderr}");
     assert!(stderr.contains("runner.sandbox"), "{stderr}");
 }
+
+/// Variables that configure git, as an attacker with push access passes them to a manual run:
+/// on the host they would run `core.fsmonitor` as the server's user.
+pub fn git_config_attack() -> serde_json::Value {
+    serde_json::json!({
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "core.fsmonitor",
+        "GIT_CONFIG_VALUE_0": "echo FSMONITOR-RAN >&2; false",
+        "GIT_CONFIG_PARAMETERS": "'core.fsmonitor'='echo PARAMETERS-RAN >&2; false'",
+        "GIT_SSH_COMMAND": "echo SSH-RAN >&2",
+        "DEPLOY_NOTE": "from-the-run",
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_variables_do_not_configure_the_host_clone_and_sockets_stay_hidden() {
+    // A socket of a service under /run, as the Docker engine's is: a step that reaches it
+    // talks to a process with the host's rights.
+    struct Removed(std::path::PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let socket =
+        std::path::PathBuf::from(format!("/run/woodlark-test-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    let _listener = std::os::unix::net::UnixListener::bind(&socket)
+        .unwrap_or_else(|e| panic!("bind {}: {e} (the tests run as root)", socket.display()));
+    let _removed = Removed(socket.clone());
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let sock = socket.display();
+    let config = format!(
+        r#"
+steps:
+  - name: look
+    image: sh
+    commands:
+      - echo "note=$${{DEPLOY_NOTE}} count=$${{GIT_CONFIG_COUNT}}"
+      - if [ -S {sock} ]; then echo TEST-SOCKET-REACHABLE; fi
+      - if [ -S /var/run/docker.sock ] || [ -S /run/docker.sock ]; then echo ENGINE-REACHABLE; fi
+      - find /run /var/run -type s 2>/dev/null | while read -r f; do if [ -S "$$f" ]; then echo "SOCKET $$f"; fi; done
+      - echo looked
+"#
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
+    wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    let body = serde_json::json!({"branch": "main", "variables": git_config_attack()});
+    let run = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/pipelines"),
+            Some(&p.alice),
+            &body.to_string(),
+        )
+        .await
+        .expect(200)
+        .json();
+    let n = run["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, &p.alice, id, n, 60, finished).await;
+    let log = |name: &str| {
+        let step_id = step_of(&done, name)["id"].as_i64().unwrap();
+        log_text(&s.http, &p.alice, id, n, step_id)
+    };
+    assert_eq!(
+        done["status"],
+        "success",
+        "{done:#}\n{:?}",
+        log("clone").await
+    );
+    let clone = log("clone").await.join("\n");
+    for marker in ["FSMONITOR-RAN", "PARAMETERS-RAN", "SSH-RAN"] {
+        assert!(
+            !clone.contains(marker),
+            "the host clone obeyed {marker}: {clone}"
+        );
+    }
+    let look = log("look").await;
+    // The author's own commands get the run's variables...
+    assert!(
+        look.contains(&"note=from-the-run count=1".to_string()),
+        "{look:?}"
+    );
+    // ...but no socket of the host's services.
+    assert!(look.contains(&"looked".to_string()), "{look:?}");
+    assert!(
+        !look
+            .iter()
+            .filter(|l| !l.starts_with("+ "))
+            .any(|l| l.contains("REACHABLE") || l.starts_with("SOCKET ")),
+        "{look:?}"
+    );
+}

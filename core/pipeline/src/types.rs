@@ -205,6 +205,15 @@ pub struct CompiledStep {
     /// The user the container runs as (`backend_options.docker.user`).
     #[serde(default)]
     pub user: String,
+    /// Run with `no-new-privileges` and without the capabilities a build does not need
+    /// (docker backend): every step of a repository not trusted for security, and the
+    /// clone. A payload stored before the field existed reads as hardened.
+    #[serde(default = "hardened_unless_said")]
+    pub hardened: bool,
+}
+
+fn hardened_unless_said() -> bool {
+    true
 }
 
 /// A registry login handed to a step.

@@ -9,16 +9,20 @@
 //!   pool ([`LABEL_POOL`]): a workflow takes an idle one (or creates one), and once every
 //!   container of the workflow is removed an empty network goes back to the pool, up to
 //!   [`IDLE_NETWORKS`]; a network is never shared by two workflows at once;
-//! - the volume is the workspace, mounted at [`WORKSPACE`] in every step; the clone step
-//!   checks the commit out on the runner's host (the same git and sandbox as the local
-//!   backend) and the first container step copies the tree into the volume through the
-//!   archive API, with its own image (so a failing pull is that step's error), before it
-//!   starts; the engine may be remote;
+//! - the volume is the workspace, mounted at [`WORKSPACE`] in every step; the clone step is
+//!   a container too, of the operator's clone image ([`Settings::clone_image`], by default
+//!   the small git image `.ci/clone-image` builds), speaking upstream's clone-plugin protocol
+//!   (`CI_REPO_CLONE_URL`, `CI_COMMIT_SHA`, `CI_NETRC_*`, `PLUGIN_*`) and given nothing else:
+//!   nothing a pipeline's author or a person starting a run controls runs on the host;
 //! - steps and services are containers named `<key>_<step>` on the network, reachable by their
 //!   step name (a network alias); `commands` become a shell script (`/bin/sh -c`), plugin
 //!   steps run the image's own entrypoint with `settings:` as `PLUGIN_*` variables;
 //! - images are pulled when missing (always with `pull: true`), with the step's registry
 //!   login as `X-Registry-Auth`;
+//! - every container (steps, services, the clone) runs under the operator's [`Limits`]
+//!   (memory without extra swap, processes, CPUs); a hardened step (any step of a repository
+//!   not trusted for security, and the clone) also runs with `no-new-privileges` and without
+//!   [`DROPPED_CAPABILITIES`];
 //! - output is read from the container's log stream and goes through the same line splitting
 //!   and secret masking as host processes (`process::read_lines`).
 //!
@@ -40,7 +44,6 @@ use bollard::models::{
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, ListContainersOptions, ListNetworksOptions,
     ListVolumesOptions, LogsOptions, RemoveContainerOptions, RemoveVolumeOptions,
-    UploadToContainerOptions,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -48,7 +51,7 @@ use tokio::sync::mpsc;
 
 use super::process::{self, Exit};
 use woodlark_pipeline::registry::{normalize, registry_of};
-use woodlark_pipeline::types::{CompiledStep, StepKind};
+use woodlark_pipeline::types::CompiledStep;
 
 /// Label naming the runner that created an object (what [`Docker::sweep`] removes).
 pub const LABEL_OWNER: &str = "io.woodlark.owner";
@@ -60,6 +63,43 @@ pub const IDLE_NETWORKS: usize = 2;
 pub const LABEL_WORKFLOW: &str = "io.woodlark.workflow";
 /// Where the workspace volume is mounted in every step (`CI_WORKSPACE`).
 pub const WORKSPACE: &str = "/woodpecker/src";
+/// The clone image `.ci/clone-image` builds. `localhost/` keeps the engine from ever pulling a
+/// look-alike from a public registry when the image is missing.
+pub const DEFAULT_CLONE_IMAGE: &str = "localhost/woodlark/clone:1";
+/// Capabilities of Docker's default set a hardened step does without: raw sockets (forged
+/// packets on the host's bridges), device nodes, audit records, file capabilities and
+/// capability changes. `CHOWN`, `SETUID`/`SETGID` and friends stay: package managers need them.
+pub const DROPPED_CAPABILITIES: &[&str] =
+    &["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SETPCAP"];
+
+/// What the operator sets for every container of a runner (`[runner]`, `woodlark agent`
+/// flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The image the clone step runs.
+    pub clone_image: String,
+    pub limits: Limits,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            clone_image: DEFAULT_CLONE_IMAGE.to_string(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Per-container resource limits; 0 means none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    /// Memory in bytes; swap is not added on top (memory+swap is the same number).
+    pub memory_bytes: i64,
+    /// Processes and threads.
+    pub pids: i64,
+    /// CPUs (fractions allowed); 0 here means "all of the engine's but one" once connected.
+    pub cpus: f64,
+}
 
 /// A connection to a Docker engine, for one runner.
 #[derive(Clone)]
@@ -67,6 +107,8 @@ pub struct Docker {
     client: bollard::Docker,
     /// The runner's owner key: stable across restarts of the same server or agent.
     owner: String,
+    /// The clone image and limits, with the CPU limit resolved against the engine.
+    settings: Arc<Settings>,
     /// Empty networks ready for the next workflow (names).
     idle_networks: Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -87,16 +129,16 @@ pub struct WorkflowResources {
     /// The workflow's network (from the pool), where steps reach each other by name.
     pub network: String,
     pub workflow_id: i64,
-    /// The host directory of the clone, until it is copied into the volume (by the first
-    /// container step that starts; the others wait for it).
-    pending_fill: Arc<tokio::sync::Mutex<Option<std::path::PathBuf>>>,
 }
 
-impl WorkflowResources {
-    /// The clone in `dir` is to be copied into the workspace volume before the next step.
-    pub async fn cloned_into(&self, dir: std::path::PathBuf) {
-        *self.pending_fill.lock().await = Some(dir);
-    }
+/// What the clone step checks out, from the work the server handed out (never from the
+/// step's environment).
+#[derive(Debug, Clone, Default)]
+pub struct CloneSource {
+    pub url: String,
+    pub commit: String,
+    pub git_ref: String,
+    pub netrc: Option<crate::protocol::Netrc>,
 }
 
 /// What the sweep removed.
@@ -123,8 +165,8 @@ fn err(what: &str, e: impl std::fmt::Display) -> String {
 
 impl Docker {
     /// Connects to the engine (`DOCKER_HOST`, else the local socket), agrees on an API
-    /// version and checks that it answers.
-    pub async fn connect(owner: &str) -> Result<Docker, String> {
+    /// version and checks that it answers; a zero CPU limit becomes the engine's CPUs but one.
+    pub async fn connect(owner: &str, settings: Settings) -> Result<Docker, String> {
         let client =
             bollard::Docker::connect_with_defaults().map_err(|e| err("cannot connect", e))?;
         let client = client
@@ -136,11 +178,35 @@ impl Docker {
             .ping()
             .await
             .map_err(|e| err("the engine does not answer", e))?;
+        let mut settings = settings;
+        if settings.limits.cpus <= 0.0 {
+            let cpus = client.info().await.ok().and_then(|i| i.ncpu).unwrap_or(1);
+            settings.limits.cpus = default_cpus(cpus);
+        }
         Ok(Docker {
             client,
             owner: owner.to_string(),
+            settings: Arc::new(settings),
             idle_networks: Arc::default(),
         })
+    }
+
+    /// The settings in force (the CPU limit resolved).
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Warns when the clone image is missing and cannot be pulled by name alone (the
+    /// default one is built locally, never pulled).
+    pub async fn check_clone_image(&self) {
+        let image = &self.settings.clone_image;
+        if self.client.inspect_image(image).await.is_err() {
+            tracing::warn!(
+                image,
+                "the clone image is missing: clones will fail until it exists (bash \
+                 .ci/clone-image builds the default one; runner.clone_image names another)"
+            );
+        }
     }
 
     fn labels(&self, workflow_id: i64) -> HashMap<String, String> {
@@ -245,7 +311,6 @@ impl Docker {
             key,
             network,
             workflow_id,
-            pending_fill: Arc::default(),
         };
         if let Err(e) = volume {
             self.remove_workflow(&resources).await;
@@ -397,65 +462,6 @@ impl Docker {
         Ok(())
     }
 
-    /// Copies the host directory `dir` (the cloned workspace) into the workspace volume. The
-    /// copy goes through a container of `image` (present already) that is never started.
-    async fn fill_workspace(
-        &self,
-        res: &WorkflowResources,
-        image: &CompiledStep,
-        dir: &std::path::Path,
-    ) -> Result<(), String> {
-        let out = tokio::process::Command::new("tar")
-            .arg("-C")
-            .arg(dir)
-            .args(["-cf", "-", "."])
-            .output()
-            .await
-            .map_err(|e| format!("cannot run tar: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "cannot pack the workspace: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        let name = format!("{}__workspace", res.key);
-        let created = self
-            .client
-            .create_container(
-                Some(CreateContainerOptions {
-                    name: Some(name),
-                    ..Default::default()
-                }),
-                ContainerCreateBody {
-                    image: Some(image.image.clone()),
-                    // Never started; the engine still wants a command for images without one.
-                    entrypoint: Some(vec!["/nonexistent".into()]),
-                    labels: Some(self.labels(res.workflow_id)),
-                    network_disabled: Some(true),
-                    host_config: Some(HostConfig {
-                        mounts: Some(vec![workspace_mount(res)]),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| err("cannot create the workspace container", e))?;
-        let uploaded = self
-            .client
-            .upload_to_container(
-                &created.id,
-                Some(UploadToContainerOptions {
-                    path: WORKSPACE.into(),
-                    ..Default::default()
-                }),
-                bollard::body_full(Bytes::from(out.stdout)),
-            )
-            .await;
-        self.remove_container(&created.id).await;
-        uploaded.map_err(|e| err("cannot copy the workspace into its volume", e))
-    }
-
     /// Creates and starts the container of `step`; its output lines (masked) go to `lines`.
     pub async fn start(
         &self,
@@ -465,16 +471,56 @@ impl Docker {
         lines: mpsc::UnboundedSender<(i64, String)>,
     ) -> Result<Container, String> {
         self.ensure_image(step).await?;
-        {
-            let mut pending = res.pending_fill.lock().await;
-            if let Some(dir) = pending.take()
-                && let Err(e) = self.fill_workspace(res, step, &dir).await
-            {
-                *pending = Some(dir);
-                return Err(e);
-            }
+        let body = container_body(
+            res,
+            step,
+            env,
+            self.labels(res.workflow_id),
+            &self.settings.limits,
+        );
+        self.run_container(res, step, body, lines).await
+    }
+
+    /// Creates and starts the clone step's container: the clone image with only the clone's
+    /// own environment, and the local repository it clones from (a `file://` URL) read-only.
+    pub async fn start_clone(
+        &self,
+        res: &WorkflowResources,
+        step: &CompiledStep,
+        source: &CloneSource,
+        lines: mpsc::UnboundedSender<(i64, String)>,
+    ) -> Result<Container, String> {
+        let mut step = step.clone();
+        step.image = self.settings.clone_image.clone();
+        step.hardened = true;
+        if let Some(netrc) = &source.netrc {
+            step.secrets.push(netrc.password.clone());
         }
-        let body = container_body(res, step, env, self.labels(res.workflow_id));
+        self.ensure_image(&step).await.map_err(|e| {
+            if step.image == DEFAULT_CLONE_IMAGE {
+                format!("{e} (build it on the engine's host with `bash .ci/clone-image`)")
+            } else {
+                e
+            }
+        })?;
+        let body = clone_body(
+            res,
+            &step,
+            source,
+            self.labels(res.workflow_id),
+            &self.settings.limits,
+        );
+        self.run_container(res, &step, body, lines).await
+    }
+
+    /// Creates and starts a container; its output lines (masked) go to `lines`.
+    async fn run_container(
+        &self,
+        res: &WorkflowResources,
+        step: &CompiledStep,
+        body: ContainerCreateBody,
+        lines: mpsc::UnboundedSender<(i64, String)>,
+    ) -> Result<Container, String> {
         let created = self
             .client
             .create_container(
@@ -628,13 +674,95 @@ fn workspace_mount(res: &WorkflowResources) -> Mount {
     }
 }
 
-/// The container of a step: image, command, environment, workspace, network and the
-/// trusted options the compiler allowed.
+/// All the engine's CPUs but one (at least one), so a busy step leaves room for the runner
+/// and, on the same machine, the server.
+fn default_cpus(engine_cpus: i64) -> f64 {
+    (engine_cpus - 1).max(1) as f64
+}
+
+/// The operator's limits and, for a hardened step, the reduced privileges, on top of `host`.
+fn confine(host: &mut HostConfig, step: &CompiledStep, limits: &Limits) {
+    if limits.memory_bytes > 0 {
+        host.memory = Some(limits.memory_bytes);
+        host.memory_swap = Some(limits.memory_bytes);
+    }
+    if limits.pids > 0 {
+        host.pids_limit = Some(limits.pids);
+    }
+    if limits.cpus > 0.0 {
+        host.nano_cpus = Some((limits.cpus * 1e9) as i64);
+    }
+    if step.hardened && !step.privileged {
+        host.security_opt = Some(vec!["no-new-privileges".into()]);
+        host.cap_drop = Some(DROPPED_CAPABILITIES.iter().map(|c| c.to_string()).collect());
+    }
+}
+
+/// The clone step's container: the clone image's own entrypoint, the `CI_*` and `PLUGIN_*`
+/// values the compiler gave the clone (anything else a payload carries is dropped) with the
+/// source's URL, commit and ref over them, and the netrc login as upstream's clone plugins
+/// read it.
+fn clone_body(
+    res: &WorkflowResources,
+    step: &CompiledStep,
+    source: &CloneSource,
+    labels: HashMap<String, String>,
+    limits: &Limits,
+) -> ContainerCreateBody {
+    let mut env: BTreeMap<String, String> = step
+        .environment
+        .iter()
+        .filter(|(k, _)| k.starts_with("CI_") || k.starts_with("PLUGIN_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.insert("CI_REPO_CLONE_URL".into(), source.url.clone());
+    env.insert("CI_COMMIT_SHA".into(), source.commit.clone());
+    env.insert("CI_COMMIT_REF".into(), source.git_ref.clone());
+    env.insert("CI_WORKSPACE".into(), WORKSPACE.into());
+    if let Some(n) = &source.netrc {
+        env.insert("CI_NETRC_MACHINE".into(), n.machine.clone());
+        env.insert("CI_NETRC_USERNAME".into(), n.login.clone());
+        env.insert("CI_NETRC_PASSWORD".into(), n.password.clone());
+    }
+    let mut mounts = vec![workspace_mount(res)];
+    if let Some(repo) = crate::local_repository(&source.url) {
+        // A `git` forge's repository: readable by the clone alone. Its owner may differ from
+        // the container's root, which git would otherwise refuse as "dubious ownership".
+        mounts.push(Mount {
+            target: Some(repo.clone()),
+            source: Some(repo),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        env.insert("GIT_CONFIG_COUNT".into(), "1".into());
+        env.insert("GIT_CONFIG_KEY_0".into(), "safe.directory".into());
+        env.insert("GIT_CONFIG_VALUE_0".into(), "*".into());
+    }
+    let mut host_config = HostConfig {
+        mounts: Some(mounts),
+        network_mode: Some(res.network.clone()),
+        ..Default::default()
+    };
+    confine(&mut host_config, step, limits);
+    ContainerCreateBody {
+        image: Some(step.image.clone()),
+        env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        working_dir: Some(WORKSPACE.into()),
+        labels: Some(labels),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// The container of a step: image, command, environment, workspace, network, the trusted
+/// options the compiler allowed and the operator's limits.
 fn container_body(
     res: &WorkflowResources,
     step: &CompiledStep,
     env: &BTreeMap<String, String>,
     labels: HashMap<String, String>,
+    limits: &Limits,
 ) -> ContainerCreateBody {
     let mut env = env.clone();
     env.insert("CI_WORKSPACE".into(), WORKSPACE.into());
@@ -663,7 +791,7 @@ fn container_body(
         format!("{WORKSPACE}/{}", step.directory.trim_matches('/'))
     };
     let own_network = step.network_mode.is_empty();
-    let host_config = HostConfig {
+    let mut host_config = HostConfig {
         mounts: Some(vec![workspace_mount(res)]),
         network_mode: Some(if own_network {
             res.network.clone()
@@ -688,6 +816,7 @@ fn container_body(
         }),
         ..Default::default()
     };
+    confine(&mut host_config, step, limits);
     let networking_config = own_network.then(|| NetworkingConfig {
         endpoints_config: Some(HashMap::from([(
             res.network.clone(),
@@ -757,21 +886,16 @@ fn pull_error(e: &bollard::errors::Error) -> String {
     }
 }
 
-/// Whether a step runs in a container on this backend (the clone runs on the host).
-pub fn in_container(step: &CompiledStep) -> bool {
-    step.kind != StepKind::Clone
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use woodlark_pipeline::types::StepKind;
 
     fn res() -> WorkflowResources {
         WorkflowResources {
             key: "wl_7_abc".into(),
             network: "wl_net_abc".into(),
             workflow_id: 7,
-            pending_fill: Arc::default(),
         }
     }
 
@@ -793,7 +917,13 @@ mod tests {
             directory: "sub/".into(),
             ..CompiledStep::default()
         };
-        let body = container_body(&res(), &step, &BTreeMap::new(), HashMap::new());
+        let body = container_body(
+            &res(),
+            &step,
+            &BTreeMap::new(),
+            HashMap::new(),
+            &Limits::default(),
+        );
         assert_eq!(
             body.entrypoint.unwrap(),
             ["/bin/sh".to_string(), "-c".to_string()]
@@ -824,9 +954,152 @@ mod tests {
             image: "plugins/x".into(),
             ..CompiledStep::default()
         };
-        let body = container_body(&res(), &plugin, &BTreeMap::new(), HashMap::new());
+        let body = container_body(
+            &res(),
+            &plugin,
+            &BTreeMap::new(),
+            HashMap::new(),
+            &Limits::default(),
+        );
         assert_eq!(body.entrypoint, None);
         assert_eq!(body.cmd, None);
+    }
+
+    #[test]
+    fn every_container_gets_the_limits_and_untrusted_ones_the_hardening() {
+        let limits = Limits {
+            memory_bytes: 256 << 20,
+            pids: 300,
+            cpus: 0.5,
+        };
+        for kind in [StepKind::Commands, StepKind::Service, StepKind::Plugin] {
+            let step = CompiledStep {
+                name: "s".into(),
+                kind,
+                image: "busybox".into(),
+                hardened: true,
+                ..CompiledStep::default()
+            };
+            let host = container_body(&res(), &step, &BTreeMap::new(), HashMap::new(), &limits)
+                .host_config
+                .unwrap();
+            assert_eq!(host.memory, Some(256 << 20), "{kind:?}");
+            assert_eq!(host.memory_swap, Some(256 << 20), "no swap on top");
+            assert_eq!(host.pids_limit, Some(300));
+            assert_eq!(host.nano_cpus, Some(500_000_000));
+            assert_eq!(host.security_opt.unwrap(), ["no-new-privileges"]);
+            assert!(host.cap_drop.unwrap().contains(&"NET_RAW".to_string()));
+        }
+        // Trusted, or privileged (which a trusted repository or a privileged plugin asked
+        // for): limits, but no hardening.
+        for (hardened, privileged) in [(false, false), (true, true)] {
+            let step = CompiledStep {
+                hardened,
+                privileged,
+                ..CompiledStep::default()
+            };
+            let host = container_body(&res(), &step, &BTreeMap::new(), HashMap::new(), &limits)
+                .host_config
+                .unwrap();
+            assert_eq!(host.pids_limit, Some(300));
+            assert_eq!(host.security_opt, None);
+            assert_eq!(host.cap_drop, None);
+        }
+        // Zero means none.
+        let host = container_body(
+            &res(),
+            &CompiledStep::default(),
+            &BTreeMap::new(),
+            HashMap::new(),
+            &Limits::default(),
+        )
+        .host_config
+        .unwrap();
+        assert_eq!(
+            (host.memory, host.pids_limit, host.nano_cpus),
+            (None, None, None)
+        );
+        assert_eq!(default_cpus(1), 1.0);
+        assert_eq!(default_cpus(8), 7.0);
+    }
+
+    #[test]
+    fn the_clone_gets_only_its_own_environment() {
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::write(repo.path().join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let repo_dir = repo.path().display().to_string();
+        let step = CompiledStep {
+            name: "clone".into(),
+            kind: StepKind::Clone,
+            image: DEFAULT_CLONE_IMAGE.into(),
+            hardened: true,
+            // What a payload compiled before variables were kept out of the clone carried.
+            environment: BTreeMap::from([
+                ("CI_REPO".into(), "alice/app".into()),
+                ("PLUGIN_DEPTH".into(), "0".into()),
+                ("GIT_CONFIG_COUNT".into(), "1".into()),
+                (
+                    "GIT_CONFIG_PARAMETERS".into(),
+                    "'core.fsmonitor'='id'".into(),
+                ),
+                ("LD_PRELOAD".into(), "/workspace/x.so".into()),
+                ("CI_COMMIT_SHA".into(), "from-the-payload".into()),
+            ]),
+            ..CompiledStep::default()
+        };
+        let source = CloneSource {
+            url: format!("file://{repo_dir}"),
+            commit: "abc123".into(),
+            git_ref: "refs/heads/main".into(),
+            netrc: Some(crate::protocol::Netrc {
+                machine: "forge.example".into(),
+                login: "bot".into(),
+                password: "pw".into(),
+            }),
+        };
+        let body = clone_body(&res(), &step, &source, HashMap::new(), &Limits::default());
+        let env: BTreeMap<String, String> = body
+            .env
+            .unwrap()
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap();
+                (k.to_string(), v.to_string())
+            })
+            .collect();
+        let expected: BTreeMap<String, String> = [
+            ("CI_COMMIT_REF", "refs/heads/main"),
+            ("CI_COMMIT_SHA", "abc123"),
+            ("CI_NETRC_MACHINE", "forge.example"),
+            ("CI_NETRC_PASSWORD", "pw"),
+            ("CI_NETRC_USERNAME", "bot"),
+            ("CI_REPO", "alice/app"),
+            ("CI_REPO_CLONE_URL", source.url.as_str()),
+            ("CI_WORKSPACE", WORKSPACE),
+            ("GIT_CONFIG_COUNT", "1"),
+            ("GIT_CONFIG_KEY_0", "safe.directory"),
+            ("GIT_CONFIG_VALUE_0", "*"),
+            ("PLUGIN_DEPTH", "0"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, expected);
+        assert_eq!(body.entrypoint, None, "the image's own entrypoint");
+        let host = body.host_config.unwrap();
+        let mounts = host.mounts.unwrap();
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[1].source.as_deref(), Some(repo_dir.as_str()));
+        assert_eq!(mounts[1].read_only, Some(true));
+        assert_eq!(host.security_opt.unwrap(), ["no-new-privileges"]);
+        // A remote repository: no bind, no git configuration of ours.
+        let remote = CloneSource {
+            url: "https://forge.example/alice/app.git".into(),
+            ..source
+        };
+        let body = clone_body(&res(), &step, &remote, HashMap::new(), &Limits::default());
+        assert_eq!(body.host_config.unwrap().mounts.unwrap().len(), 1);
+        assert!(!body.env.unwrap().iter().any(|kv| kv.starts_with("GIT_")));
     }
 
     #[test]

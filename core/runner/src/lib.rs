@@ -86,19 +86,23 @@ pub struct RunnerConfig {
     /// Run every step inside this bubblewrap sandbox; `None` runs steps directly on the host
     /// (`runner.sandbox = "none"`), able to read whatever the runner's user can.
     pub sandbox: Option<sandbox::Sandbox>,
-    /// Run steps in containers on this engine (the docker backend); `None`: the local
-    /// backend (host processes). The clone runs on the host either way.
+    /// Run steps, the clone included, in containers on this engine (the docker backend);
+    /// `None`: the local backend (host processes).
     pub docker: Option<docker::Docker>,
 }
 
 /// The engine a runner should use for `backend` (`auto`, `docker` or `local`): `docker`
 /// fails when no engine answers; `auto` falls back to the local backend with a warning. The
 /// engine is swept of this runner's leftovers (`owner`) before any work starts.
-pub async fn choose_backend(backend: &str, owner: &str) -> Result<Option<docker::Docker>, String> {
+pub async fn choose_backend(
+    backend: &str,
+    owner: &str,
+    settings: docker::Settings,
+) -> Result<Option<docker::Docker>, String> {
     if backend == "local" {
         return Ok(None);
     }
-    let engine = match docker::Docker::connect(owner).await {
+    let engine = match docker::Docker::connect(owner, settings).await {
         Ok(engine) => engine,
         Err(e) if backend == "auto" => {
             tracing::warn!(
@@ -121,6 +125,7 @@ pub async fn choose_backend(backend: &str, owner: &str) -> Result<Option<docker:
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not sweep the engine"),
     }
+    engine.check_clone_image().await;
     Ok(Some(engine))
 }
 
@@ -437,8 +442,12 @@ async fn execute<A: AgentApi>(
                 root: ws.root().to_path_buf(),
                 sandbox: sandbox.clone(),
                 containers: containers.clone(),
-                clone_url: work.clone_url.clone(),
-                commit: work.commit.clone(),
+                clone: docker::CloneSource {
+                    url: work.clone_url.clone(),
+                    commit: work.commit.clone(),
+                    git_ref: work.git_ref.clone(),
+                    netrc: work.netrc.clone(),
+                },
                 cancel: cancel.clone(),
                 deadline,
                 detached: detached_tx.clone(),
@@ -515,12 +524,12 @@ struct StepContext<A> {
     /// The workflow's directory (parent of `dir` and `home`).
     root: PathBuf,
     sandbox: Option<Arc<sandbox::Sandbox>>,
-    clone_url: String,
-    commit: String,
+    /// What the clone step checks out.
+    clone: docker::CloneSource,
     cancel: watch::Receiver<bool>,
     deadline: Instant,
     detached: mpsc::UnboundedSender<Handle>,
-    /// Set on the docker backend: steps other than the clone run in containers there.
+    /// Set on the docker backend: every step runs in a container there.
     containers: Option<Arc<Containers>>,
 }
 
@@ -642,15 +651,22 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
 
     let (tx, mut rx) = mpsc::unbounded_channel();
     let started_step = match &ctx.containers {
-        Some(c) if docker::in_container(&ctx.step) => {
-            // The compiler's environment plus the workspace path; image, network and the
-            // trusted options are the backend's.
-            c.engine
-                .start(&c.resources, &ctx.step, &ctx.step.environment, tx)
+        Some(c) if ctx.step.kind == StepKind::Clone => match checked_commit(&ctx.clone.commit) {
+            Ok(_) => c
+                .engine
+                .start_clone(&c.resources, &ctx.step, &ctx.clone, tx)
                 .await
-                .map(Handle::Container)
-        }
-        _ => start_process(&ctx, tx).map(Handle::Process),
+                .map(Handle::Container),
+            Err(e) => Err(e),
+        },
+        // The compiler's environment plus the workspace path; image, network and the
+        // trusted options are the backend's.
+        Some(c) => c
+            .engine
+            .start(&c.resources, &ctx.step, &ctx.step.environment, tx)
+            .await
+            .map(Handle::Container),
+        None => start_process(&ctx, tx).map(Handle::Process),
     };
     let mut proc = match started_step {
         Ok(p) => p,
@@ -717,18 +733,40 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         (Exit::Killed, None) => (status::KILLED, 137, "killed by a signal".to_string()),
         (Exit::StartFailed(e), None) => (status::FAILURE, 1, e),
     };
-    if let Some(c) = &ctx.containers
-        && state == status::SUCCESS
-        && ctx.step.kind == StepKind::Clone
-    {
-        c.resources.cloned_into(ctx.dir.clone()).await;
-    }
     shipper.flush().await;
     finish(&ctx, started, state, code, error).await
 }
 
-/// Starts a step as a host process (the local backend, and the clone on either backend),
-/// inside the sandbox when there is one.
+/// The environment of the host clone (local backend): fixed, whatever the step's payload
+/// says. Git reads configuration and commands from its environment (`GIT_CONFIG_*`,
+/// `GIT_SSH_COMMAND`, `core.fsmonitor` through `GIT_CONFIG_PARAMETERS`), so nothing of a
+/// pipeline's or a person's choosing may reach this process.
+fn host_clone_env(home: &Path) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("HOME".to_string(), home.display().to_string()),
+        ("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string()),
+        ("GIT_TERMINAL_PROMPT".to_string(), "0".to_string()),
+        // No `ext::` or `fd::` transports, whatever a clone URL says.
+        (
+            "GIT_ALLOW_PROTOCOL".to_string(),
+            "file:git:http:https:ssh".to_string(),
+        ),
+    ])
+}
+
+/// A commit id as forges give it (hex): anything else could read as an option to git.
+fn checked_commit(commit: &str) -> Result<&str, String> {
+    let ok = (4..=64).contains(&commit.len()) && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    if ok {
+        Ok(commit)
+    } else {
+        Err(format!(
+            "the commit to clone, {commit:?}, is not a commit id"
+        ))
+    }
+}
+
+/// Starts a step as a host process (the local backend), inside the sandbox when there is one.
 fn start_process<A>(
     ctx: &StepContext<A>,
     tx: mpsc::UnboundedSender<(i64, String)>,
@@ -740,9 +778,9 @@ fn start_process<A>(
                 "-e".into(),
                 "-c".into(),
                 format!(
-                    "echo '+ git clone'\ngit clone --quiet --no-checkout {url} .\necho '+ git checkout {commit}'\ngit -c advice.detachedHead=false checkout --quiet {commit}\n",
-                    url = shell_quote(&ctx.clone_url),
-                    commit = shell_quote(&ctx.commit)
+                    "echo '+ git clone'\ngit clone --quiet --no-checkout -- {url} .\necho '+ git checkout {commit}'\ngit -c advice.detachedHead=false checkout --quiet {commit}\n",
+                    url = shell_quote(&ctx.clone.url),
+                    commit = shell_quote(checked_commit(&ctx.clone.commit)?)
                 ),
             ],
         ),
@@ -753,6 +791,23 @@ fn start_process<A>(
     } else {
         ctx.dir.join(&ctx.step.directory)
     };
+    if ctx.step.kind == StepKind::Clone {
+        let mut env = host_clone_env(&ctx.home);
+        let (program, args) = match &ctx.sandbox {
+            // The clone alone sees the local repository it clones from (which may lie in a
+            // covered directory, such as a `git` forge inside the data dir), and only if it is
+            // one: a clone URL cannot uncover any other directory.
+            Some(sandbox) => {
+                let readonly: Vec<PathBuf> = local_repository(&ctx.clone.url)
+                    .map(PathBuf::from)
+                    .into_iter()
+                    .collect();
+                sandbox.wrap(&ctx.root, &readonly, &workdir, &program, &args, &mut env)
+            }
+            None => (program, args),
+        };
+        return process::spawn(&program, &args, &workdir, &env, Vec::new(), tx);
+    }
     let mut env: BTreeMap<String, String> = ctx.step.environment.clone();
     env.insert("HOME".into(), ctx.home.display().to_string());
     if !ctx.step.registries.is_empty() {
@@ -770,19 +825,7 @@ fn start_process<A>(
     }
     env.insert("CI_WORKSPACE".into(), ctx.dir.display().to_string());
     let (program, args) = match &ctx.sandbox {
-        Some(sandbox) => {
-            // The clone step alone sees the local repository it clones from (which may lie
-            // in a covered directory, such as a `git` forge inside the data dir), and only if
-            // it is one: a clone URL cannot uncover any other directory.
-            let readonly: Vec<PathBuf> = match ctx.step.kind {
-                StepKind::Clone => local_repo(&ctx.clone_url)
-                    .filter(|p| p.join("HEAD").is_file() || p.join(".git").exists())
-                    .into_iter()
-                    .collect(),
-                _ => Vec::new(),
-            };
-            sandbox.wrap(&ctx.root, &readonly, &workdir, &program, &args)
-        }
+        Some(sandbox) => sandbox.wrap(&ctx.root, &[], &workdir, &program, &args, &mut env),
         None => (program, args),
     };
     process::spawn(
@@ -795,10 +838,13 @@ fn start_process<A>(
     )
 }
 
-/// The directory of a clone URL that names a local repository (`file:///…` or `/…`).
-fn local_repo(url: &str) -> Option<PathBuf> {
+/// The directory of a clone URL that names a repository on this machine (`file:///…` or
+/// `/…`), if it is one.
+pub fn local_repository(url: &str) -> Option<String> {
     let path = url.strip_prefix("file://").unwrap_or(url);
-    path.starts_with('/').then(|| PathBuf::from(path))
+    let dir = std::path::Path::new(path);
+    (path.starts_with('/') && (dir.join("HEAD").is_file() || dir.join(".git").exists()))
+        .then(|| path.to_string())
 }
 
 fn shell_quote(s: &str) -> String {
@@ -871,15 +917,38 @@ mod tests {
     }
 
     #[test]
+    fn only_commit_ids_are_cloned() {
+        assert_eq!(checked_commit("0123abcDEF"), Ok("0123abcDEF"));
+        assert!(checked_commit(&"a".repeat(64)).is_ok());
+        for bad in [
+            "",
+            "abc",
+            "--upload-pack=x",
+            "main",
+            "a b c d",
+            &"a".repeat(65),
+        ] {
+            assert!(checked_commit(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn local_clone_urls_name_their_directory() {
+        let top = tempfile::tempdir().unwrap();
+        let bare = top.path().join("app.git");
+        std::fs::create_dir_all(&bare).unwrap();
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let bare = bare.display().to_string();
         assert_eq!(
-            local_repo("file:///srv/git/alice/app.git"),
-            Some(PathBuf::from("/srv/git/alice/app.git"))
+            local_repository(&format!("file://{bare}")),
+            Some(bare.clone())
         );
-        assert_eq!(local_repo("/srv/git/a"), Some(PathBuf::from("/srv/git/a")));
-        assert_eq!(local_repo("https://example.com/a.git"), None);
-        assert_eq!(local_repo("git@example.com:a.git"), None);
-        assert_eq!(local_repo("file://relative"), None);
+        assert_eq!(local_repository(&bare), Some(bare.clone()));
+        let plain = top.path().display().to_string();
+        assert_eq!(local_repository(&plain), None, "not a repository");
+        assert_eq!(local_repository("https://example.com/a.git"), None);
+        assert_eq!(local_repository("git@example.com:a.git"), None);
+        assert_eq!(local_repository("file://relative"), None);
     }
 
     #[tokio::test]

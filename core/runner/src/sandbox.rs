@@ -12,6 +12,9 @@
 //!   tmpfs, files by `/dev/null` (reading them fails);
 //! - the parent of the workspaces covered too, so one workflow cannot read another's
 //!   workspace (its `.netrc` or registry logins);
+//! - every Unix socket under `/run` and `/var/run` covered by `/dev/null`: a read-only view
+//!   of a socket still lets one connect, and the Docker engine's socket alone is root on the
+//!   host (start a container with `/` mounted); D-Bus, containerd and systemd listen there too;
 //! - the workflow's own directory (workspace and home) read-write, and for the clone step the
 //!   local repository it clones from (a `file://` URL) read-only;
 //! - no capabilities (`--cap-drop ALL`): even a step running as root cannot unmount the
@@ -76,6 +79,9 @@ pub fn checked(
 pub struct Sandbox {
     program: PathBuf,
     hidden: Vec<PathBuf>,
+    /// Directories whose Unix sockets are covered ([`SOCKET_DIRS`]), looked at anew for
+    /// every step: a service started later is covered too.
+    socket_dirs: Vec<PathBuf>,
 }
 
 /// One mount of a step's sandbox, below `--ro-bind / /`.
@@ -120,6 +126,69 @@ fn resolve(path: &Path) -> PathBuf {
         .unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// Whether glibc or the dynamic loader act on variable `name` when a program starts (or
+/// write files it names): such a variable must not reach bwrap, which runs on the host.
+fn acts_on_start_up(name: &str) -> bool {
+    name.starts_with("LD_")
+        || name.starts_with("MALLOC_")
+        || matches!(
+            name,
+            "GCONV_PATH"
+                | "GLIBC_TUNABLES"
+                | "LOCPATH"
+                | "NLSPATH"
+                | "HOSTALIASES"
+                | "RES_OPTIONS"
+                | "LOCALDOMAIN"
+                | "TZDIR"
+                | "TMPDIR"
+        )
+}
+
+/// Where services keep their Unix sockets.
+const SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
+/// How deep and how far [`sockets_under`] looks: `/run` holds a few hundred entries on a
+/// busy host; the bounds keep a pathological tree from slowing every step's start.
+const SOCKET_SCAN_DEPTH: usize = 8;
+const SOCKET_SCAN_ENTRIES: usize = 50_000;
+
+/// The Unix sockets below `dirs` (symlinks not followed; `/var/run` is usually `/run`).
+fn sockets_under(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut roots: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|d| std::fs::canonicalize(d).ok())
+        .collect();
+    roots.sort();
+    roots.dedup();
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut stack: Vec<(PathBuf, usize)> = roots.into_iter().map(|r| (r, 0)).collect();
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > SOCKET_SCAN_ENTRIES {
+                return found;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_socket() {
+                found.push(entry.path());
+            } else if kind.is_dir() && depth < SOCKET_SCAN_DEPTH {
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    // One directory may lie below another of `dirs`.
+    found.sort();
+    found.dedup();
+    found
+}
+
 fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -151,7 +220,14 @@ impl Sandbox {
         Sandbox {
             program,
             hidden: paths,
+            socket_dirs: SOCKET_DIRS.iter().map(PathBuf::from).collect(),
         }
+    }
+
+    /// The same sandbox covering the sockets under `dirs` instead of [`SOCKET_DIRS`].
+    pub fn with_socket_dirs(mut self, dirs: Vec<PathBuf>) -> Sandbox {
+        self.socket_dirs = dirs;
+        self
     }
 
     /// The paths steps do not see (absolute).
@@ -179,6 +255,9 @@ impl Sandbox {
         for path in &self.hidden {
             hide(path);
         }
+        for socket in sockets_under(&self.socket_dirs) {
+            hide(&socket);
+        }
         if let Some(root) = root {
             let root = resolve(root);
             // The other workflows' directories beside this one.
@@ -200,7 +279,7 @@ impl Sandbox {
     }
 
     /// bwrap's arguments for a step of the workflow directory `root` that runs `program
-    /// args` in `cwd`, seeing `readonly` too.
+    /// args` in `cwd`, seeing `readonly` too, with `inner_env` set inside the sandbox only.
     pub fn args(
         &self,
         root: Option<&Path>,
@@ -208,6 +287,7 @@ impl Sandbox {
         cwd: &Path,
         program: &str,
         args: &[String],
+        inner_env: &[(String, String)],
     ) -> Vec<String> {
         let mut out: Vec<String> = BASE_ARGS.iter().map(|s| s.to_string()).collect();
         let mounts = self.mounts(root, readonly);
@@ -229,12 +309,21 @@ impl Sandbox {
                 out.extend(["--remount-ro".into(), text(path)]);
             }
         }
+        for (name, value) in inner_env {
+            out.extend(["--setenv".into(), name.clone(), value.clone()]);
+        }
         out.extend(["--chdir".into(), text(cwd), "--".into(), program.into()]);
         out.extend(args.iter().cloned());
         out
     }
 
     /// The program and arguments that run `program args` in `cwd` inside the sandbox.
+    ///
+    /// `env` is what the step is to see; bwrap itself starts with it too, outside any
+    /// namespace, as the runner's user. The variables glibc and the dynamic loader act on at
+    /// start-up (`LD_PRELOAD`, …: a library written to the workspace would load into bwrap on
+    /// the host) are taken out of `env` and set inside the sandbox with `--setenv` instead.
+    /// Their values show in the host's process list; a secret belongs under another name.
     pub fn wrap(
         &self,
         root: &Path,
@@ -242,17 +331,24 @@ impl Sandbox {
         cwd: &Path,
         program: &str,
         args: &[String],
+        env: &mut std::collections::BTreeMap<String, String>,
     ) -> (String, Vec<String>) {
+        let inner: Vec<(String, String)> = env
+            .iter()
+            .filter(|(name, _)| acts_on_start_up(name))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        env.retain(|name, _| !acts_on_start_up(name));
         (
             self.program.display().to_string(),
-            self.args(Some(root), readonly, cwd, program, args),
+            self.args(Some(root), readonly, cwd, program, args, &inner),
         )
     }
 
     /// Runs `true` in the sandbox once, so a missing or unusable bwrap (no user namespaces,
     /// a seccomp filter, a path it cannot cover) stops start-up instead of failing every step.
     pub fn probe(&self) -> Result<(), String> {
-        let args = self.args(None, &[], Path::new("/"), "true", &[]);
+        let args = self.args(None, &[], Path::new("/"), "true", &[], &[]);
         let out = Command::new(&self.program)
             .args(&args)
             .stdin(Stdio::null())
@@ -279,11 +375,70 @@ impl Sandbox {
 mod tests {
     use super::*;
 
+    /// A sandbox hiding `hidden`, without the host's sockets (they differ per machine).
     fn sandbox(hidden: &[&Path]) -> Sandbox {
         Sandbox::with_program(
             "/usr/bin/bwrap".into(),
             hidden.iter().map(|p| p.to_path_buf()),
         )
+        .with_socket_dirs(Vec::new())
+    }
+
+    #[test]
+    fn loader_variables_are_set_inside_the_sandbox_not_on_bwrap() {
+        let sb = sandbox(&[]);
+        let mut env = std::collections::BTreeMap::from([
+            ("LD_PRELOAD".to_string(), "/w/evil.so".to_string()),
+            ("GLIBC_TUNABLES".to_string(), "x".to_string()),
+            ("GREETING".to_string(), "hi".to_string()),
+        ]);
+        let (_, args) = sb.wrap(Path::new("/w"), &[], Path::new("/w"), "sh", &[], &mut env);
+        assert_eq!(env.keys().collect::<Vec<_>>(), ["GREETING"]);
+        let end = args.iter().position(|a| a == "--").unwrap();
+        let setenv: Vec<&[String]> = args[..end]
+            .windows(3)
+            .filter(|w| w[0] == "--setenv")
+            .collect();
+        assert_eq!(
+            setenv,
+            [
+                ["--setenv", "GLIBC_TUNABLES", "x"]
+                    .map(String::from)
+                    .as_slice(),
+                ["--setenv", "LD_PRELOAD", "/w/evil.so"]
+                    .map(String::from)
+                    .as_slice(),
+            ]
+        );
+    }
+
+    #[test]
+    fn sockets_under_the_run_dirs_are_covered() {
+        let top = tempfile::tempdir().unwrap();
+        let run = top.path().canonicalize().unwrap();
+        std::fs::create_dir_all(run.join("user/0")).unwrap();
+        let engine = run.join("docker.sock");
+        let bus = run.join("user/0/bus");
+        let _a = std::os::unix::net::UnixListener::bind(&engine).unwrap();
+        let _b = std::os::unix::net::UnixListener::bind(&bus).unwrap();
+        std::fs::write(run.join("app.pid"), "1").unwrap();
+        let sb = sandbox(&[]).with_socket_dirs(vec![run.clone(), run.join("user")]);
+        let args = sb.args(None, &[], Path::new("/"), "true", &[], &[]);
+        let mounts = mount_args(&args);
+        for socket in [&engine, &bus] {
+            assert!(
+                mounts
+                    .windows(3)
+                    .any(|w| w == ["--ro-bind", "/dev/null", &s(socket)]),
+                "{} not covered: {mounts:?}",
+                socket.display()
+            );
+        }
+        assert_eq!(
+            mounts.iter().filter(|m| *m == "/dev/null").count(),
+            2,
+            "each socket once, plain files left alone: {mounts:?}"
+        );
     }
 
     /// The mount arguments alone (between the base options and `--chdir`).
@@ -309,6 +464,7 @@ mod tests {
             Path::new("/w"),
             "sh",
             &["-c".into(), "echo hi".into()],
+            &[],
         );
         assert_eq!(&args[..BASE_ARGS.len()], BASE_ARGS);
         assert!(args.windows(2).any(|w| w == ["--cap-drop", "ALL"]));
@@ -334,7 +490,7 @@ mod tests {
         let sb = sandbox(&[&data, &key, &missing, Path::new("")]);
         assert_eq!(sb.hidden(), [data.clone(), key.clone(), missing.clone()]);
         let cwd = root.join("workspace");
-        let args = sb.args(Some(&root), &[], &cwd, "sh", &[]);
+        let args = sb.args(Some(&root), &[], &cwd, "sh", &[], &[]);
         assert_eq!(
             mount_args(&args),
             v(&[
@@ -358,7 +514,7 @@ mod tests {
                 &s(&runs),
             ])
         );
-        let (program, wrapped) = sb.wrap(&root, &[], &cwd, "sh", &[]);
+        let (program, wrapped) = sb.wrap(&root, &[], &cwd, "sh", &[], &mut Default::default());
         assert_eq!(program, "/usr/bin/bwrap");
         assert_eq!(wrapped, args);
     }
@@ -372,7 +528,14 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(&repo).unwrap();
         let sb = sandbox(&[&data]);
-        let args = sb.args(Some(&root), std::slice::from_ref(&repo), &root, "git", &[]);
+        let args = sb.args(
+            Some(&root),
+            std::slice::from_ref(&repo),
+            &root,
+            "git",
+            &[],
+            &[],
+        );
         let mounts = mount_args(&args);
         let at = |flag: &str, path: &Path| {
             mounts
@@ -401,6 +564,7 @@ mod tests {
             std::slice::from_ref(&secret),
             Path::new("/"),
             "true",
+            &[],
             &[],
         );
         assert_eq!(
@@ -467,6 +631,7 @@ mod tests {
             &root.join("workspace"),
             "sh",
             &["-c".into(), script],
+            &mut Default::default(),
         );
         let out = Command::new(program)
             .args(args)
@@ -498,7 +663,14 @@ mod tests {
         // A duration no other process uses marks this test's sleepers.
         let marker = format!("600.{}", std::process::id());
         let script = format!("sleep {marker} & setsid sleep {marker} & sleep {marker}; wait");
-        let (program, args) = sb.wrap(&root, &[], &root, "sh", &["-c".into(), script]);
+        let (program, args) = sb.wrap(
+            &root,
+            &[],
+            &root,
+            "sh",
+            &["-c".into(), script],
+            &mut Default::default(),
+        );
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let mut run = process::spawn(
             &program,

@@ -66,6 +66,18 @@ enum Command {
         /// socket), `local` (host processes) or `auto` (docker when an engine answers).
         #[arg(long, default_value = "auto", value_parser = ["auto", "docker", "local"])]
         backend: String,
+        /// The clone step's image (docker backend).
+        #[arg(long, default_value = crate::runner::docker::DEFAULT_CLONE_IMAGE)]
+        clone_image: String,
+        /// Memory limit of each container in MiB (docker backend; 0 = none).
+        #[arg(long, default_value_t = 4096)]
+        memory_mb: u64,
+        /// Most processes and threads in each container (0 = none).
+        #[arg(long, default_value_t = 4096)]
+        pids: u64,
+        /// CPUs each container may use (0 = the engine's CPUs but one).
+        #[arg(long, default_value_t = 0.0)]
+        cpus: f64,
     },
     /// Manage users.
     User {
@@ -154,6 +166,10 @@ pub fn main() -> ExitCode {
             labels,
             sandbox,
             backend,
+            clone_image,
+            memory_mb,
+            pids,
+            cpus,
         } => agent(AgentOptions {
             server: &server,
             token: &token,
@@ -163,6 +179,13 @@ pub fn main() -> ExitCode {
             labels: &labels,
             sandbox: &sandbox,
             backend: &backend,
+            docker: crate::config::RunnerConfig {
+                clone_image,
+                memory_mb,
+                pids,
+                cpus,
+                ..Default::default()
+            },
         }),
         Command::User {
             command:
@@ -329,6 +352,8 @@ struct AgentOptions<'a> {
     labels: &'a [String],
     sandbox: &'a str,
     backend: &'a str,
+    /// The container settings (`clone_image`, limits) as `[runner]` has them.
+    docker: crate::config::RunnerConfig,
 }
 
 fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
@@ -342,7 +367,12 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
         labels,
         sandbox,
         backend,
+        docker,
     } = options;
+    if !(docker.cpus.is_finite() && docker.cpus >= 0.0) {
+        anyhow::bail!("--cpus must be 0 or more");
+    }
+    let docker_settings = docker.docker_settings();
     LogControl::install(LogLevel::Info);
     if !(server.starts_with("http://") || server.starts_with("https://")) {
         anyhow::bail!("--server {server:?} must be an http:// URL");
@@ -380,7 +410,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
             "agent-{}",
             &crate::store::agents::token_hash(&format!("{server}\n{token}"))[..16]
         );
-        let engine = runner::choose_backend(backend, &owner)
+        let engine = runner::choose_backend(backend, &owner, docker_settings)
             .await
             .map_err(anyhow::Error::msg)?;
         let mut info = info;

@@ -364,6 +364,29 @@ pub struct RunnerConfig {
     /// `DOCKER_HOST` or the local socket), "local" (host processes) or "auto" (docker when an
     /// engine answers at start-up, else local with a warning).
     pub backend: String,
+    /// The image of the clone step on the docker backend (upstream's clone-plugin protocol);
+    /// the default is built locally by `.ci/clone-image`.
+    pub clone_image: String,
+    /// Memory limit of each container (docker backend), MiB; no swap on top; 0 = none.
+    pub memory_mb: u64,
+    /// Most processes and threads in each container; 0 = none.
+    pub pids: u64,
+    /// CPUs each container may use (fractions allowed); 0 = the engine's CPUs but one.
+    pub cpus: f64,
+}
+
+impl RunnerConfig {
+    /// What the docker backend applies to every container.
+    pub fn docker_settings(&self) -> crate::runner::docker::Settings {
+        crate::runner::docker::Settings {
+            clone_image: self.clone_image.clone(),
+            limits: crate::runner::docker::Limits {
+                memory_bytes: (self.memory_mb as i64).saturating_mul(1024 * 1024),
+                pids: self.pids as i64,
+                cpus: self.cpus,
+            },
+        }
+    }
 }
 
 impl Default for Config {
@@ -436,6 +459,10 @@ impl Default for RunnerConfig {
             workdir: PathBuf::new(),
             sandbox: "bwrap".into(),
             backend: "auto".into(),
+            clone_image: crate::runner::docker::DEFAULT_CLONE_IMAGE.into(),
+            memory_mb: 4096,
+            pids: 4096,
+            cpus: 0.0,
         }
     }
 }
@@ -650,6 +677,27 @@ impl Config {
                     self.runner.backend
                 ),
             ));
+        }
+        if self.runner.clone_image.trim().is_empty() {
+            return Err(invalid("runner.clone_image", "must name an image".into()));
+        }
+        if !(self.runner.cpus.is_finite() && self.runner.cpus >= 0.0) {
+            return Err(invalid(
+                "runner.cpus",
+                format!("{} is not a CPU count (0 or more)", self.runner.cpus),
+            ));
+        }
+        if self.runner.memory_mb != 0 && self.runner.memory_mb < 6 {
+            return Err(invalid(
+                "runner.memory_mb",
+                "must be 0 (no limit) or at least 6 (the engine's minimum)".into(),
+            ));
+        }
+        if self.runner.memory_mb > (i64::MAX as u64) >> 20 {
+            return Err(invalid("runner.memory_mb", "is too large".into()));
+        }
+        if self.runner.pids > i64::MAX as u64 {
+            return Err(invalid("runner.pids", "is too large".into()));
         }
         if !matches!(self.runner.sandbox.as_str(), "bwrap" | "none") {
             return Err(invalid(

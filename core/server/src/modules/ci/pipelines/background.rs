@@ -169,7 +169,8 @@ async fn run_local(ctx: Ctx) {
         "server-{}",
         &crate::store::agents::token_hash(&ctx.config.server.data_dir.display().to_string())[..16]
     );
-    let engine = match runner::choose_backend(&ctx.config.runner.backend, &owner).await {
+    let settings = ctx.config.runner.docker_settings();
+    let engine = match runner::choose_backend(&ctx.config.runner.backend, &owner, settings).await {
         Ok(engine) => engine,
         Err(err) => {
             tracing::error!(%err, "runner.backend = \"docker\" but no Docker engine answers; the local runner is off");
