@@ -57,7 +57,7 @@ pub fn raise_fd_limit() -> Option<u64> {
         if lim.rlim_cur == libc::RLIM_INFINITY {
             return None;
         }
-        Some(lim.rlim_cur as u64)
+        Some(lim.rlim_cur)
     }
     #[cfg(not(unix))]
     None
