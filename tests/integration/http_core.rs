@@ -288,6 +288,14 @@ async fn tls_connect(
     der: &[u8],
     alpn: &[&[u8]],
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
+    try_tls_connect(addr, der, alpn).await.unwrap()
+}
+
+async fn try_tls_connect(
+    addr: std::net::SocketAddr,
+    der: &[u8],
+    alpn: &[&[u8]],
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     use tokio_rustls::rustls::{
         self,
         pki_types::{CertificateDer, ServerName},
@@ -302,11 +310,10 @@ async fn tls_connect(
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = TcpStream::connect(addr).await.unwrap();
+    let tcp = TcpStream::connect(addr).await?;
     connector
         .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
         .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -376,4 +383,103 @@ fn tls_needs_both_files_and_readable_pem() {
     .expect("bad PEM is refused")
     .to_string();
     assert!(err.contains("bad.pem"), "{err}");
+}
+
+/// Everything the server sends on `stream` until it closes it (or 5 s pass).
+async fn read_to_close(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Retries `GET /version` on fresh connections until one is answered 200: closed
+/// connections free their places as soon as the server has seen them close.
+async fn version_answers_again(addr: std::net::SocketAddr) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut stream).await;
+        if answer.starts_with("HTTP/1.1 200") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still refused: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_get_a_clean_503_until_places_free_up() {
+    let s = TestServer::start_with("max_connections = 8").await;
+    // Eight idle connections take every place (the backlog is accepted in order).
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        idle.push(TcpStream::connect(s.http.addr).await.unwrap());
+    }
+    // The ninth is answered at once, without the server waiting for its request.
+    let mut ninth = TcpStream::connect(s.http.addr).await.unwrap();
+    let answer = read_to_close(&mut ninth).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{answer:?}"
+    );
+    let head = answer.to_ascii_lowercase();
+    assert!(head.contains("\r\nretry-after: 1\r\n"), "{answer}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{answer}");
+    // One with its request already sent is refused the same way.
+    let mut tenth = TcpStream::connect(s.http.addr).await.unwrap();
+    tenth
+        .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_to_close(&mut tenth).await.starts_with("HTTP/1.1 503"));
+
+    drop(idle);
+    version_answers_again(s.http.addr).await;
+    let metrics = s.http.get("/metrics", None).await.expect(200).text();
+    assert!(
+        metrics.contains("\nwoodlark_http_connections_max 8\n"),
+        "{metrics}"
+    );
+    // The two above, and any retry that came before the idle ones were seen closing.
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("woodlark_http_connections_refused_total "))
+        .and_then(|n| n.parse().ok())
+        .expect("refused counter");
+    assert!(refused >= 2, "{metrics}");
+}
+
+#[tokio::test]
+async fn tls_connections_count_toward_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, der) = self_signed(dir.path());
+    let s = TestServer::start_with(&format!(
+        "max_connections = 2\ntls_cert = {:?}\ntls_key = {:?}",
+        cert.display().to_string(),
+        key.display().to_string()
+    ))
+    .await;
+    let first = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    let second = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    assert!(
+        try_tls_connect(s.http.addr, &der, &[b"http/1.1"])
+            .await
+            .is_err()
+    );
+    drop((first, second));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while try_tls_connect(s.http.addr, &der, &[b"http/1.1"])
+        .await
+        .is_err()
+    {
+        assert!(std::time::Instant::now() < deadline, "TLS still refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -118,6 +118,66 @@ async fn sigterm_shuts_down_gracefully() {
     assert!(server.stderr().contains("shutdown signal received"));
 }
 
+/// A rolling restart may stop a server the moment it announces its address: the signal must
+/// lead to a clean exit whenever it comes, not kill the process.
+#[test]
+fn sigterm_right_after_start_up_shuts_down_gracefully() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    for round in 0..5 {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut log = String::new();
+        // Read the log as it is written and signal on the very line that names the address.
+        loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            log.push_str(&line);
+            if line.contains("woodlark listening") {
+                // SAFETY: kill(2) on our own child's pid.
+                let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                assert_eq!(sent, 0);
+                break;
+            }
+        }
+        assert!(log.contains("woodlark listening"), "round {round}: {log}");
+        // The rest of the log arrives until the process exits and closes its stderr.
+        let reader = std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+            rest
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("round {round}: the server did not stop");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        log.push_str(&reader.join().unwrap());
+        assert!(status.success(), "round {round}: {status}: {log}");
+        assert!(
+            log.contains("shutdown signal received"),
+            "round {round}: {log}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn kill_9_after_a_successful_create_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,8 @@
 //! Layout:
 //! - [`server`]: the accept loop (hyper-util's auto builder: HTTP/1.1 and h2c), header-read
 //!   timeout, graceful shutdown.
+//! - [`connections`]: the connection limit, the 503 refusal past it, the open-file limit.
+//! - [`heap`]: freed heap handed back to the kernel after a flood of connections.
 //! - [`router`]: a matchit table from path patterns to handlers, with per-route body limits and
 //!   405 + `Allow`; modules add their routes through a [`router::Scope`] under their mount.
 //! - [`request`] / [`response`]: the plain types handlers see and return.
@@ -16,7 +18,9 @@
 //! methods, header maps) are plain data and safe to use anywhere.
 
 pub mod client;
+pub mod connections;
 pub mod error;
+pub mod heap;
 pub mod metrics;
 pub mod request;
 pub mod response;

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,19 @@ const BUCKETS: [f64; 12] = [
 #[derive(Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    /// Client connections, kept by the accept loop (`connections::Admission`).
+    pub connections: ConnectionCounts,
+}
+
+/// Atomics rather than the mutex: every accepted and every closed connection touches them.
+#[derive(Default)]
+pub struct ConnectionCounts {
+    /// Open now (TLS handshakes included).
+    pub open: AtomicU64,
+    /// Refused (answered 503 and closed) because `limit` were open.
+    pub refused: AtomicU64,
+    /// The limit in force.
+    pub limit: AtomicU64,
 }
 
 #[derive(Default)]
@@ -103,6 +117,32 @@ impl Metrics {
                 h.count
             );
         }
+        let connections = &self.connections;
+        for (name, kind, help, value) in [
+            (
+                "woodlark_http_connections_open",
+                "gauge",
+                "Client connections open now.",
+                connections.open.load(Ordering::Relaxed),
+            ),
+            (
+                "woodlark_http_connections_max",
+                "gauge",
+                "Client connections served at once; more are refused.",
+                connections.limit.load(Ordering::Relaxed),
+            ),
+            (
+                "woodlark_http_connections_refused_total",
+                "counter",
+                "Connections refused with 503 because the connection limit was reached.",
+                connections.refused.load(Ordering::Relaxed),
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
         for (name, help, value) in extra {
             let _ = writeln!(
                 out,
@@ -145,5 +185,7 @@ mod tests {
             text.contains("woodlark_http_request_duration_seconds_count{route=\"/api/users\"} 3")
         );
         assert!(text.contains("woodlark_up 1"));
+        assert!(text.contains("# TYPE woodlark_http_connections_refused_total counter\n"));
+        assert!(text.contains("\nwoodlark_http_connections_open 0\n"));
     }
 }

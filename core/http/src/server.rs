@@ -3,7 +3,9 @@
 //! Connections are served by hyper-util's auto builder (HTTP/1.1, and HTTP/2 with prior
 //! knowledge) with hyper's timer set, so the header-read timeout is live (without a timer hyper
 //! ignores it). On shutdown the listener stops accepting and open connections get a grace
-//! period to finish (hyper-util's `GracefulShutdown`).
+//! period to finish (hyper-util's `GracefulShutdown`). At most `max_connections` are open at
+//! once (TLS handshakes included); past that a connection is refused (`connections`). After a
+//! flood of connections, freed heap goes back to the kernel (`heap`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,6 +24,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
+use super::connections::{AcceptErrors, Admission};
 use super::error::{ApiError, ErrorStyle};
 use super::metrics::Metrics;
 use super::request::Request;
@@ -54,6 +57,9 @@ impl hyper::body::Body for ChannelBody {
 pub struct ServerOptions {
     pub header_read_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// Connections served at once; more are refused with a 503. [`serve`] raises the
+    /// open-file limit and lowers this to fit it.
+    pub max_connections: usize,
     /// When set, connections are TLS with ALPN `h2` and `http/1.1`.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
@@ -126,19 +132,47 @@ pub async fn serve<S>(
     builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
+    let limit = super::connections::effective_limit(
+        options.max_connections,
+        super::connections::raise_fd_limit(),
+    );
+    if limit < options.max_connections {
+        tracing::warn!(
+            max_connections = limit,
+            configured = options.max_connections,
+            "connection limit lowered to fit the open-file limit"
+        );
+    } else {
+        tracing::info!(max_connections = limit, "connection limit");
+    }
+    let flood = Arc::new(tokio::sync::Notify::new());
+    let admission = Admission::new(dispatcher.metrics.clone(), limit, flood.clone());
+    let trimmer = tokio::spawn(super::heap::trim_after_floods(
+        dispatcher.metrics.clone(),
+        flood,
+    ));
+    let mut accept_errors = AcceptErrors::default();
 
     loop {
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(err) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(%err, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let pause = accept_errors.on_error(&err);
+                    if !pause.is_zero() {
+                        tokio::select! {
+                            () = tokio::time::sleep(pause) => {}
+                            () = &mut shutdown => break,
+                        }
+                    }
                     continue;
                 }
             },
             () = &mut shutdown => break,
+        };
+        let Some(admitted) = admission.admit() else {
+            super::connections::refuse(stream, options.tls.is_some());
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let dispatcher = dispatcher.clone();
@@ -153,6 +187,7 @@ pub async fn serve<S>(
                 .into_owned();
             let conn = graceful.watch(conn);
             tokio::spawn(async move {
+                let _admitted = admitted;
                 if let Err(err) = conn.await {
                     tracing::debug!(%err, %remote, "connection ended with an error");
                 }
@@ -164,6 +199,7 @@ pub async fn serve<S>(
         let watcher = graceful.watcher();
         let handshake_timeout = options.header_read_timeout;
         tokio::spawn(async move {
+            let _admitted = admitted;
             let acceptor = tokio_rustls::TlsAcceptor::from(tls_config);
             let stream =
                 match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
@@ -187,6 +223,7 @@ pub async fn serve<S>(
     }
 
     drop(listener);
+    trimmer.abort();
     tracing::info!("shutting down: waiting for open connections");
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections closed"),

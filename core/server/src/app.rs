@@ -151,10 +151,16 @@ impl App {
         let options = ServerOptions {
             header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
+            max_connections: config.server.max_connections,
             tls,
         };
         let plugins = start_plugins(&config, &store, &seal)?;
-        release_free_heap();
+        // Compiling the plugins (on several threads, each with its own malloc arena) can
+        // leave megabytes freed but still resident: trimming a running server by hand took it
+        // from 42 to 38 MB. With today's plugins most of a first start's extra heap stays live
+        // and this returns little (docs/benchmarks.md, rss); starts from the compiled-code
+        // cache do not need it.
+        crate::http::heap::release_free_heap();
         if config.ci.enabled && config.runner.enabled {
             modules::ci::pipelines::background::check_sandbox(&config).map_err(AppError::Runner)?;
         }
@@ -271,19 +277,6 @@ impl App {
 /// Builds the plugin host (inside the current tokio runtime) and loads the plugin directory
 /// once; the watcher starts when the server starts serving. Compiled code is cached in
 /// `<data_dir>/plugin-cache` unless `plugins.cache_dir` says otherwise.
-/// Hands the heap's free pages back to the kernel. Compiling the plugins (on several
-/// threads, each with its own malloc arena) can leave megabytes freed but still resident:
-/// trimming a running server by hand took it from 42 to 38 MB. With today's plugins most of
-/// a first start's extra heap stays live and this returns little (docs/benchmarks.md, rss);
-/// starts from the compiled-code cache do not need it.
-fn release_free_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 fn start_plugins(
     config: &Config,
     store: &Store,

@@ -229,41 +229,69 @@ fn serve(config_path: PathBuf) -> anyhow::Result<()> {
     let log = LogControl::install(level);
     let addr = config.listen_addr().map_err(anyhow::Error::msg)?;
     runtime()?.block_on(async move {
+        // Before anything is announced: a SIGTERM from here on (a rolling restart right after
+        // start) is kept and ends the serve loop cleanly instead of killing the process.
+        let signals = ShutdownSignals::install()?;
         let app = App::build(config, log)?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
         let local = listener.local_addr()?;
         tracing::info!(address = %local, "woodlark listening");
-        app.serve(listener, shutdown_signal()).await;
+        app.serve(listener, signals.recv()).await;
         Ok(())
     })
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        // A handler that cannot be installed must not read as a signal (and stop at once).
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+/// SIGINT and SIGTERM handlers, installed when this is made: a signal delivered between
+/// [`install`](Self::install) and [`recv`](Self::recv) is kept, not lost or fatal.
+struct ShutdownSignals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Must be called inside the runtime.
+    fn install() -> anyhow::Result<ShutdownSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let handler = |kind: SignalKind, name: &str| {
+                signal(kind).map_err(|e| anyhow::anyhow!("cannot handle {name}: {e}"))
+            };
+            Ok(ShutdownSignals {
+                interrupt: handler(SignalKind::interrupt(), "SIGINT")?,
+                terminate: handler(SignalKind::terminate(), "SIGTERM")?,
+            })
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        #[cfg(not(unix))]
+        Ok(ShutdownSignals {})
     }
-    tracing::info!("shutdown signal received");
+
+    /// Resolves on SIGINT or SIGTERM (at once if one came since `install`).
+    async fn recv(self) {
+        #[cfg(unix)]
+        {
+            let ShutdownSignals {
+                mut interrupt,
+                mut terminate,
+            } = self;
+            tokio::select! {
+                _ = interrupt.recv() => {},
+                _ = terminate.recv() => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            // A handler that cannot be installed must not read as a signal (and stop at once).
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        tracing::info!("shutdown signal received");
+    }
 }
 
 /// `key=value` → (key, value), or an error naming the flag.
@@ -399,9 +427,10 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
     };
     let api = HttpAgent::new(server, api_prefix, token).map_err(anyhow::Error::msg)?;
     runtime()?.block_on(async move {
+        let signals = ShutdownSignals::install()?;
         let (stop, shutdown) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            shutdown_signal().await;
+            signals.recv().await;
             let _ = stop.send(true);
         });
         // The owner key labels this agent's containers: the same server and token after a

@@ -85,6 +85,9 @@ pub struct ServerConfig {
     pub body_read_timeout_ms: u64,
     /// On SIGINT/SIGTERM, open connections get this long to finish.
     pub shutdown_grace_ms: u64,
+    /// Client connections served at once (lowered to fit the open-file limit); one more is
+    /// answered 503 and closed.
+    pub max_connections: usize,
     /// If set, `GET /metrics` requires `Authorization: Bearer <token>`.
     pub metrics_token: String,
     /// PEM certificate chain; with `tls_key`, the server speaks HTTPS (HTTP/2 by ALPN).
@@ -418,6 +421,7 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
+            max_connections: 4096,
             metrics_token: String::new(),
             tls_cert: PathBuf::new(),
             tls_key: PathBuf::new(),
@@ -592,6 +596,12 @@ impl Config {
             return Err(invalid(
                 "server.body_read_timeout_ms",
                 "must be greater than 0".into(),
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.server.max_connections) {
+            return Err(invalid(
+                "server.max_connections",
+                "must be between 1 and 1000000".into(),
             ));
         }
         if self.storage.readers == 0 || self.storage.readers > 64 {
@@ -959,6 +969,24 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
             .to_string();
         assert!(err.contains("server.listen"), "{err}");
         assert!(err.contains("invalid socket address"), "{err}");
+    }
+
+    #[test]
+    fn max_connections_is_bounded() {
+        assert_eq!(load("").unwrap().server.max_connections, 4096);
+        assert_eq!(
+            load("[server]\nmax_connections = 8\n")
+                .unwrap()
+                .server
+                .max_connections,
+            8
+        );
+        for bad in ["0", "1000001"] {
+            let err = load(&format!("[server]\nmax_connections = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("server.max_connections"), "{err}");
+        }
     }
 
     #[test]
