@@ -182,7 +182,7 @@ enum Schedule {
     Every(i64),
     /// A pattern or macro, in its timezone.
     Pattern {
-        cron: croner::Cron,
+        cron: Box<croner::Cron>,
         tz: Tz,
         original: String,
     },
@@ -280,7 +280,7 @@ impl Schedule {
         check_feasible(&cron.pattern, pattern)
             .map_err(|why| format!("schedule {original:?} never runs: {why}"))?;
         Ok(Schedule::Pattern {
-            cron,
+            cron: Box::new(cron),
             tz,
             original: original.to_string(),
         })
