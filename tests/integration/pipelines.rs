@@ -806,6 +806,141 @@ async fn queue_admin_endpoints() {
     );
 }
 
+/// The attack: an agent asks about a workflow another agent holds. Bob's org agent (another
+/// tenant) and an instance-wide agent that never took it learn nothing (404, as for a workflow
+/// that does not exist); the agent that leased it learns of the cancel, also after its report
+/// ended the lease. Its other calls stay the holder's alone (409).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_learn_only_about_their_own_workflows() {
+    let s = TestServer::start().await; // no runner: the remote agents take the work
+    let p = s.principals().await;
+    let http = &s.http;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let repo_id = repo["id"].as_i64().unwrap();
+    let org_of = |token: &str| {
+        let token = token.to_string();
+        async move {
+            http.get("/api/user", Some(&token)).await.expect(200).json()["org_id"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let (alice_org, bob_org) = (org_of(&p.alice).await, org_of(&p.bob).await);
+    let agent_token = |path: String, owner: String, name: &'static str| async move {
+        let body = format!(r#"{{"name":"{name}"}}"#);
+        http.post(&path, Some(&owner), &body)
+            .await
+            .expect(200)
+            .json()["token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let alices = agent_token(
+        format!("/api/orgs/{alice_org}/agents"),
+        p.alice.clone(),
+        "alices",
+    )
+    .await;
+    let bobs = agent_token(format!("/api/orgs/{bob_org}/agents"), p.bob.clone(), "bobs").await;
+    let global = agent_token("/api/agents".into(), p.admin.clone(), "global").await;
+
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+        )],
+        "queued",
+    )
+    .await;
+    let info = br#"{"platform":"linux/amd64","backend":"local","capacity":1,"version":"t"}"#;
+    let work = http
+        .send("POST", "/api/agent/next", Some(&alices), Some(info), &[])
+        .await
+        .expect(200)
+        .json();
+    let wf = work["workflow_id"].as_i64().unwrap();
+    let canceled = format!("/api/agent/workflows/{wf}/canceled");
+    let ask = |token: String, wait: u64| {
+        let path = canceled.clone();
+        async move {
+            http.send_within("GET", &path, Some(&token), None, Duration::from_secs(wait))
+                .await
+        }
+    };
+
+    // Before the cancel: the holder's long poll waits; the others are refused at once.
+    assert!(ask(alices.clone(), 1).await.is_none(), "the holder waits");
+    for (who, token) in [("another org's agent", &bobs), ("another agent", &global)] {
+        let r = ask(token.clone(), 5)
+            .await
+            .unwrap_or_else(|| panic!("{who}: held open instead of refused"));
+        assert_eq!(r.status.as_u16(), 404, "{who}: {}", r.text());
+        for call in ["init", "extend"] {
+            http.send(
+                "POST",
+                &format!("/api/agent/workflows/{wf}/{call}"),
+                Some(token),
+                None,
+                &[],
+            )
+            .await
+            .expect(409);
+        }
+        http.send(
+            "POST",
+            &format!("/api/agent/workflows/{wf}/done"),
+            Some(token),
+            Some(br#"{"state":"success"}"#),
+            &[],
+        )
+        .await
+        .expect(409);
+    }
+    // A workflow that does not exist reads the same.
+    let missing = http
+        .send_within(
+            "GET",
+            "/api/agent/workflows/999999/canceled",
+            Some(&alices),
+            None,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("answered at once");
+    assert_eq!(missing.status.as_u16(), 404);
+
+    // The cancel reaches the holder, also after its `done` ended the lease; only the holder.
+    http.post(
+        &format!("/api/repos/{repo_id}/pipelines/1/cancel"),
+        Some(&p.alice),
+        "",
+    )
+    .await
+    .expect(204);
+    let told = ask(alices.clone(), 5).await.expect("answered at once");
+    assert_eq!(told.status.as_u16(), 200, "{}", told.text());
+    assert_eq!(told.json()["canceled"], true);
+    http.send(
+        "POST",
+        &format!("/api/agent/workflows/{wf}/done"),
+        Some(&alices),
+        Some(br#"{"state":"killed"}"#),
+        &[],
+    )
+    .await
+    .expect(204);
+    let told = ask(alices.clone(), 5).await.expect("answered at once");
+    assert_eq!(told.status.as_u16(), 200, "{}", told.text());
+    assert_eq!(told.json()["canceled"], true);
+    for token in [&bobs, &global] {
+        let r = ask(token.clone(), 5).await.expect("answered at once");
+        assert_eq!(r.status.as_u16(), 404, "{}", r.text());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
     let s = TestServer::start().await; // runner off

@@ -1106,6 +1106,141 @@ async fn crons() {
     }
 }
 
+/// A cron job starts a pipeline each time it runs: schedules firing more often than
+/// `pipeline.cron_min_interval_secs` (default 60) are refused with 400, nothing is stored or
+/// changed, and the scheduler keeps crons stored before the rule to the minimum.
+#[tokio::test]
+async fn crons_run_no_more_often_than_the_minimum() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/hello").await;
+    let base = format!("/api/repos/{}/cron", repo["id"]);
+
+    for (schedule, message) in [
+        (
+            "@every 1s",
+            r#"schedule "@every 1s" runs every 1s; the minimum interval is 60s"#,
+        ),
+        (
+            "* * * * * *",
+            r#"schedule "* * * * * *" has runs only 1s apart; the minimum interval is 60s"#,
+        ),
+        (
+            "*/30 * * * * *",
+            r#"schedule "*/30 * * * * *" has runs only 30s apart; the minimum interval is 60s"#,
+        ),
+        (
+            "CRON_TZ=Europe/Berlin @every 59s",
+            r#"schedule "CRON_TZ=Europe/Berlin @every 59s" runs every 59s; the minimum interval is 60s"#,
+        ),
+    ] {
+        let body = json!({"name": "flood", "schedule": schedule}).to_string();
+        let r = http.post(&base, Some(&p.alice), &body).await;
+        assert_eq!(r.status.as_u16(), 400, "{schedule}: {}", r.text());
+        assert!(r.text().contains(message), "{schedule}: {}", r.text());
+    }
+    let listed = http.get(&base, Some(&p.alice)).await.expect(200).json();
+    assert_eq!(listed, json!([]), "nothing stored");
+    assert!(events_of(&s, "crons").await.is_empty());
+
+    // Once a minute, with or without a seconds field, is fine.
+    for (name, schedule) in [("minutely", "* * * * *"), ("fives", "0 */5 * * * *")] {
+        let body = json!({"name": name, "schedule": schedule}).to_string();
+        http.post(&base, Some(&p.alice), &body).await.expect(200);
+    }
+    let cron = http
+        .post(
+            &base,
+            Some(&p.alice),
+            r#"{"name":"hourly","schedule":"@every 1m"}"#,
+        )
+        .await
+        .expect(200)
+        .json();
+    let one = format!("{base}/{}", cron["id"]);
+    for body in [
+        r#"{"schedule":"@every 1s"}"#,
+        r#"{"schedule":"* * * * * *","name":"renamed","enabled":false}"#,
+        r#"{"schedule":"0,30 * * * * *","timezone":"Europe/Berlin"}"#,
+    ] {
+        let r = http.patch(&one, Some(&p.alice), body).await;
+        assert_eq!(r.status.as_u16(), 400, "{body}: {}", r.text());
+        assert!(
+            r.text().contains("the minimum interval is 60s"),
+            "{body}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        http.get(&one, Some(&p.alice)).await.expect(200).json(),
+        cron,
+        "nothing changed"
+    );
+    let updates = events_of(&s, "crons")
+        .await
+        .iter()
+        .filter(|e| e.event_type() == "crons.updated")
+        .count();
+    assert_eq!(updates, 0);
+
+    // A cron stored before the rule (straight into the store) runs no more often than the
+    // minimum: the scheduler's next time is at least 60 s after the due one.
+    let repo_id = repo["id"].as_i64().unwrap();
+    let due = woodlark::store::now_unix() - 1;
+    let old = s
+        .app_state
+        .store
+        .write(move |c| {
+            woodlark::store::crons::create(
+                c,
+                &woodlark::store::crons::NewCron {
+                    name: "legacy".into(),
+                    repo_id,
+                    creator_id: 1,
+                    next_exec: due,
+                    schedule: "@every 1s".into(),
+                    timezone: "UTC".into(),
+                    enabled: true,
+                    ..Default::default()
+                },
+            )
+        })
+        .await
+        .unwrap();
+    woodlark::modules::ci::pipelines::background::run_due_crons(&s.app_state).await;
+    let after = http
+        .get(&format!("{base}/{}", old.id), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    let next = after["next_exec"].as_i64().unwrap();
+    assert!(next >= due + 60, "next {next}, due {due}");
+}
+
+/// A lower minimum lets faster schedules through.
+#[tokio::test]
+async fn a_lower_cron_minimum_accepts_faster_schedules() {
+    let s = TestServer::start_with_tables("[pipeline]\ncron_min_interval_secs = 1\n").await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/hello").await;
+    let base = format!("/api/repos/{}/cron", repo["id"]);
+    let every = http
+        .post(
+            &base,
+            Some(&p.alice),
+            r#"{"name":"fast","schedule":"@every 2s"}"#,
+        )
+        .await
+        .expect(200)
+        .json();
+    let one = format!("{base}/{}", every["id"]);
+    http.patch(&one, Some(&p.alice), r#"{"schedule":"* * * * * *"}"#)
+        .await
+        .expect(200);
+}
+
 // -------------------------------------------------------------------------------------------
 // Cascades
 

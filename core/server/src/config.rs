@@ -126,8 +126,9 @@ pub struct ModuleConfig {
     pub mount: String,
 }
 
-/// `[pipeline]`: where pipelines get secrets and registry logins besides the API-managed ones.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// `[pipeline]`: where pipelines get secrets and registry logins besides the API-managed ones,
+/// and how often cron jobs may start them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
     /// Secret-backend plugin instances asked after the built-in store, in order; a name one
@@ -139,6 +140,27 @@ pub struct PipelineConfig {
     /// Plugin images that may run `privileged: true` in any repository (docker backend);
     /// everything else needs a repository trusted for security.
     pub privileged_plugins: Vec<String>,
+    /// The shortest time between two runs of a cron job, in seconds: every cron job starts a
+    /// pipeline, so a schedule firing every second would be a denial of service.
+    pub cron_min_interval_secs: u64,
+}
+
+impl PipelineConfig {
+    /// `cron_min_interval_secs` as the store's schedule arithmetic counts (unix seconds).
+    pub fn cron_min_interval(&self) -> i64 {
+        i64::try_from(self.cron_min_interval_secs).unwrap_or(i64::MAX)
+    }
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            secret_backends: Vec::new(),
+            registry_auth: Vec::new(),
+            privileged_plugins: Vec::new(),
+            cron_min_interval_secs: 60,
+        }
+    }
 }
 
 /// `[events]`: the events feed and the retention of the outbox behind it.
@@ -668,6 +690,12 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
+        if self.pipeline.cron_min_interval_secs == 0 {
+            return Err(invalid(
+                "pipeline.cron_min_interval_secs",
+                "must be at least 1".into(),
+            ));
+        }
         self.plugins.validate().map_err(|e| {
             let key = if e.key.starts_with("plugins") {
                 e.key.clone()
@@ -1103,6 +1131,20 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("test.toml: runner.backend: "), "{err}");
+    }
+
+    #[test]
+    fn cron_min_interval() {
+        assert_eq!(load("").unwrap().pipeline.cron_min_interval_secs, 60);
+        let c = load("[pipeline]\ncron_min_interval_secs = 1\n").unwrap();
+        assert_eq!(c.pipeline.cron_min_interval_secs, 1);
+        let err = load("[pipeline]\ncron_min_interval_secs = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pipeline.cron_min_interval_secs: must be at least 1"),
+            "{err}"
+        );
     }
 
     #[test]

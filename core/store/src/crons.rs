@@ -14,6 +14,10 @@
 //! `0 6 * * *` in `Europe/Berlin` is 06:00 Berlin time across daylight-saving changes. Cron
 //! parsing is croner's (<https://github.com/hexagon/croner-rust>), zones are chrono-tz's.
 //!
+//! **Frequency**: [`check_interval`] refuses schedules whose runs come closer together than a
+//! minimum (the server's `pipeline.cron_min_interval_secs`), and [`next_exec_spaced`] keeps the
+//! scheduler to that minimum for crons stored before it.
+//!
 //! **Scheduler hooks**: [`due`] lists enabled crons whose `next_exec` has passed; [`claim`]
 //! moves a cron's `next_exec` forward only if nobody else did (upstream's `CronGetLock`).
 
@@ -96,83 +100,209 @@ pub fn parse_timezone(name: &str) -> Result<Tz, String> {
 /// The first run of `schedule` strictly after `after` (unix seconds), evaluated in `timezone`.
 /// An `Err` describes why the schedule or timezone is unusable.
 pub fn next_exec(schedule: &str, timezone: &str, after: i64) -> Result<i64, String> {
-    let mut spec = schedule.trim();
-    if spec.is_empty() {
-        return Err("schedule is required".into());
-    }
-    if spec.len() > MAX_FIELD {
-        return Err(format!("schedule must be at most {MAX_FIELD} characters"));
-    }
-    let mut tz = parse_timezone(timezone)?;
-    for prefix in ["CRON_TZ=", "TZ="] {
-        if let Some(rest) = spec.strip_prefix(prefix) {
-            let (zone, pattern) = rest
-                .split_once(char::is_whitespace)
-                .ok_or_else(|| format!("schedule {schedule:?} has a timezone but no pattern"))?;
-            tz = parse_timezone(zone)?;
-            spec = pattern.trim();
-            break;
-        }
-    }
-    if let Some(macro_) = spec.strip_prefix('@') {
-        let lower = macro_.to_ascii_lowercase();
-        if let Some(duration) = lower.strip_prefix("every") {
-            let seconds = parse_go_duration(duration.trim())
-                .map_err(|e| format!("can't parse schedule {schedule:?}: {e}"))?;
-            return Ok(after.saturating_add(seconds));
-        }
-        let canonical = match lower.as_str() {
-            "yearly" | "annually" => "@yearly",
-            "monthly" => "@monthly",
-            "weekly" => "@weekly",
-            "daily" | "midnight" => "@daily",
-            "hourly" => "@hourly",
-            _ => {
-                return Err(format!(
-                    "can't parse schedule {schedule:?}: unknown descriptor; use @yearly, \
-                     @annually, @monthly, @weekly, @daily, @midnight, @hourly or @every <duration>"
-                ));
-            }
-        };
-        return next_of_pattern(canonical, schedule, tz, after);
-    }
-    let fields = spec.split_whitespace().count();
-    if !(5..=6).contains(&fields) {
-        return Err(format!(
-            "can't parse schedule {schedule:?}: expected 5 fields (minute hour day month weekday) \
-             or 6 (with seconds first), got {fields}"
-        ));
-    }
-    if spec
-        .split_whitespace()
-        .any(|field| field.split(',').any(str::is_empty))
-    {
-        return Err(format!(
-            "can't parse schedule {schedule:?}: empty item in a list"
-        ));
-    }
-    next_of_pattern(spec, schedule, tz, after)
+    Schedule::parse(schedule, timezone)?.next_after(after)
 }
 
-fn next_of_pattern(pattern: &str, original: &str, tz: Tz, after: i64) -> Result<i64, String> {
-    let cron = CronParser::builder()
-        .seconds(Seconds::Optional)
-        .year(Year::Disallowed)
-        .sloppy_ranges(true)
-        .build()
-        .parse(pattern)
-        .map_err(|e| format!("can't parse schedule {original:?}: {e}"))?;
-    check_feasible(&cron.pattern, pattern)
-        .map_err(|why| format!("schedule {original:?} never runs: {why}"))?;
-    let start = Utc
-        .timestamp_opt(after, 0)
-        .single()
-        .ok_or_else(|| "time out of range".to_string())?
-        .with_timezone(&tz);
-    let next = cron
-        .find_next_occurrence(&start, false)
-        .map_err(|e| format!("schedule {original:?} never runs: {e}"))?;
-    Ok(next.timestamp())
+/// How many consecutive runs [`smallest_gap`] looks at.
+const GAP_SAMPLE: usize = 64;
+
+/// The shortest time, in seconds, between two consecutive runs of `schedule` (in `timezone`):
+/// an `@every` duration itself; for a pattern, the smallest gap among [`GAP_SAMPLE`]
+/// consecutive runs from the first one after `from`. Sampling finds a pattern's bursts:
+/// every field is a set, so runs come in nested bursts (the selected seconds of a selected
+/// minute, the selected minutes of a selected hour, ...) and the sample, which starts at a
+/// run, starts inside such a burst; the tightest gap of a pattern is the spacing of its
+/// innermost burst, or a boundary between two of them (`59,0`), both of which the first runs
+/// show. Only a daylight-saving fold can bring two runs closer later, which the scheduler's
+/// floor ([`next_exec_spaced`]) covers. `None` when the schedule runs only once in the sample.
+pub fn smallest_gap(schedule: &str, timezone: &str, from: i64) -> Result<Option<i64>, String> {
+    let parsed = Schedule::parse(schedule, timezone)?;
+    if let Schedule::Every(seconds) = parsed {
+        return Ok(Some(seconds));
+    }
+    let mut previous = parsed.next_after(from)?;
+    let mut smallest: Option<i64> = None;
+    for _ in 1..GAP_SAMPLE {
+        // A pattern that stops matching (croner's search has an upper year) ends the sample.
+        let Ok(next) = parsed.next_after(previous) else {
+            break;
+        };
+        let gap = next - previous;
+        smallest = Some(smallest.map_or(gap, |s| s.min(gap)));
+        previous = next;
+    }
+    Ok(smallest)
+}
+
+/// Refuses a schedule whose runs can come less than `min_interval` seconds apart; the
+/// message names the schedule, the gap found and the minimum. An unusable schedule is an
+/// `Err` too, as from [`next_exec`].
+pub fn check_interval(
+    schedule: &str,
+    timezone: &str,
+    from: i64,
+    min_interval: i64,
+) -> Result<(), String> {
+    let Some(gap) = smallest_gap(schedule, timezone, from)? else {
+        return Ok(());
+    };
+    if gap >= min_interval {
+        return Ok(());
+    }
+    let runs = if Schedule::is_every(schedule) {
+        format!("runs every {gap}s")
+    } else {
+        format!("has runs only {gap}s apart")
+    };
+    Err(format!(
+        "schedule {schedule:?} {runs}; the minimum interval is {min_interval}s"
+    ))
+}
+
+/// The scheduler's next run of a cron that was due at `due` and runs at `now`: the schedule's
+/// first run after `now`, but never sooner than `min_interval` seconds after `due` (crons
+/// stored before the minimum existed, runs that a daylight-saving fold brings together).
+/// Measured from the due time, not from `now`, so a scheduler pass that comes a few seconds
+/// late does not push an every-minute cron to every other minute.
+pub fn next_exec_spaced(
+    schedule: &str,
+    timezone: &str,
+    due: i64,
+    now: i64,
+    min_interval: i64,
+) -> Result<i64, String> {
+    // `next_exec` is strictly after its start: the first run at or after the floor.
+    let floor = due.saturating_add(min_interval.max(1) - 1);
+    next_exec(schedule, timezone, now.max(floor))
+}
+
+/// A schedule checked and ready to evaluate.
+enum Schedule {
+    /// `@every <duration>`, in whole seconds.
+    Every(i64),
+    /// A pattern or macro, in its timezone.
+    Pattern {
+        cron: Box<croner::Cron>,
+        tz: Tz,
+        original: String,
+    },
+}
+
+impl Schedule {
+    /// Everything [`next_exec`] accepts; an `Err` describes why the schedule or timezone is
+    /// unusable.
+    fn parse(schedule: &str, timezone: &str) -> Result<Schedule, String> {
+        let mut spec = schedule.trim();
+        if spec.is_empty() {
+            return Err("schedule is required".into());
+        }
+        if spec.len() > MAX_FIELD {
+            return Err(format!("schedule must be at most {MAX_FIELD} characters"));
+        }
+        let mut tz = parse_timezone(timezone)?;
+        if let Some((zone, pattern)) = Self::split_zone(spec) {
+            let pattern = pattern
+                .ok_or_else(|| format!("schedule {schedule:?} has a timezone but no pattern"))?;
+            tz = parse_timezone(zone)?;
+            spec = pattern;
+        }
+        if let Some(macro_) = spec.strip_prefix('@') {
+            let lower = macro_.to_ascii_lowercase();
+            if let Some(duration) = lower.strip_prefix("every") {
+                let seconds = parse_go_duration(duration.trim())
+                    .map_err(|e| format!("can't parse schedule {schedule:?}: {e}"))?;
+                return Ok(Schedule::Every(seconds));
+            }
+            let canonical = match lower.as_str() {
+                "yearly" | "annually" => "@yearly",
+                "monthly" => "@monthly",
+                "weekly" => "@weekly",
+                "daily" | "midnight" => "@daily",
+                "hourly" => "@hourly",
+                _ => {
+                    return Err(format!(
+                        "can't parse schedule {schedule:?}: unknown descriptor; use @yearly, \
+                         @annually, @monthly, @weekly, @daily, @midnight, @hourly or @every \
+                         <duration>"
+                    ));
+                }
+            };
+            return Self::pattern(canonical, schedule, tz);
+        }
+        let fields = spec.split_whitespace().count();
+        if !(5..=6).contains(&fields) {
+            return Err(format!(
+                "can't parse schedule {schedule:?}: expected 5 fields (minute hour day month \
+                 weekday) or 6 (with seconds first), got {fields}"
+            ));
+        }
+        if spec
+            .split_whitespace()
+            .any(|field| field.split(',').any(str::is_empty))
+        {
+            return Err(format!(
+                "can't parse schedule {schedule:?}: empty item in a list"
+            ));
+        }
+        Self::pattern(spec, schedule, tz)
+    }
+
+    /// A `CRON_TZ=Zone ` / `TZ=Zone ` prefix: the zone, and the pattern after it if any.
+    fn split_zone(spec: &str) -> Option<(&str, Option<&str>)> {
+        let rest = ["CRON_TZ=", "TZ="]
+            .iter()
+            .find_map(|prefix| spec.strip_prefix(prefix))?;
+        Some(match rest.split_once(char::is_whitespace) {
+            Some((zone, pattern)) => (zone, Some(pattern.trim())),
+            None => (rest, None),
+        })
+    }
+
+    /// Whether `schedule` is an `@every` duration (after any timezone prefix).
+    fn is_every(schedule: &str) -> bool {
+        let spec = schedule.trim();
+        let spec = match Self::split_zone(spec) {
+            Some((_, pattern)) => pattern.unwrap_or(""),
+            None => spec,
+        };
+        spec.get(..6)
+            .is_some_and(|head| head.eq_ignore_ascii_case("@every"))
+    }
+
+    fn pattern(pattern: &str, original: &str, tz: Tz) -> Result<Schedule, String> {
+        let cron = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .year(Year::Disallowed)
+            .sloppy_ranges(true)
+            .build()
+            .parse(pattern)
+            .map_err(|e| format!("can't parse schedule {original:?}: {e}"))?;
+        check_feasible(&cron.pattern, pattern)
+            .map_err(|why| format!("schedule {original:?} never runs: {why}"))?;
+        Ok(Schedule::Pattern {
+            cron: Box::new(cron),
+            tz,
+            original: original.to_string(),
+        })
+    }
+
+    /// The first run strictly after `after` (unix seconds).
+    fn next_after(&self, after: i64) -> Result<i64, String> {
+        let (cron, tz, original) = match self {
+            // At least one second, whatever the timezone.
+            Schedule::Every(seconds) => return Ok(after.saturating_add(*seconds)),
+            Schedule::Pattern { cron, tz, original } => (cron, tz, original),
+        };
+        let start = Utc
+            .timestamp_opt(after, 0)
+            .single()
+            .ok_or_else(|| "time out of range".to_string())?
+            .with_timezone(tz);
+        let next = cron
+            .find_next_occurrence(&start, false)
+            .map_err(|e| format!("schedule {original:?} never runs: {e}"))?;
+        Ok(next.timestamp())
+    }
 }
 
 /// Rejects patterns that can never match before croner searches for a match (which, for
@@ -649,6 +779,90 @@ mod tests {
             next_exec("0 0 29 2 *", "UTC", NOW).unwrap(),
             at("2024-02-29T00:00:00Z")
         );
+    }
+
+    #[test]
+    fn smallest_gaps() {
+        let gap = |schedule: &str| smallest_gap(schedule, "UTC", NOW).unwrap().unwrap();
+        assert_eq!(gap("@every 1s"), 1);
+        assert_eq!(gap("@every 30s"), 30);
+        assert_eq!(gap("@every 1m"), 60);
+        assert_eq!(gap("@EVERY 1h"), 3600);
+        assert_eq!(gap("* * * * *"), 60);
+        assert_eq!(gap("* * * * * *"), 1);
+        assert_eq!(gap("0 * * * * *"), 60);
+        assert_eq!(gap("*/30 * * * * *"), 30);
+        assert_eq!(gap("0 */5 * * * *"), 300);
+        assert_eq!(gap("0,1 * * * *"), 60);
+        assert_eq!(gap("@hourly"), 3600);
+        assert_eq!(gap("@daily"), 86400);
+        assert_eq!(gap("CRON_TZ=Europe/Berlin */5 * * * *"), 300);
+        // A burst at a boundary: 23:59 then 00:00 the next day.
+        assert_eq!(gap("0,59 0,23 * * *"), 60);
+        // A burst far away: every minute of a leap day.
+        assert_eq!(gap("* * 29 2 *"), 60);
+        assert!(smallest_gap("61 * * * *", "UTC", NOW).is_err());
+    }
+
+    #[test]
+    fn interval_check_names_the_schedule_the_gap_and_the_minimum() {
+        let check = |schedule: &str, min: i64| check_interval(schedule, "UTC", NOW, min);
+        assert_eq!(
+            check("@every 1s", 60).unwrap_err(),
+            r#"schedule "@every 1s" runs every 1s; the minimum interval is 60s"#
+        );
+        assert_eq!(
+            check("* * * * * *", 60).unwrap_err(),
+            r#"schedule "* * * * * *" has runs only 1s apart; the minimum interval is 60s"#
+        );
+        assert!(check("@every 30s", 60).is_err());
+        assert!(check("*/30 * * * * *", 60).is_err());
+        assert!(check("@every 1m", 60).is_ok());
+        assert!(check("* * * * *", 60).is_ok());
+        assert!(check("0 * * * * *", 60).is_ok());
+        assert!(check("0 */5 * * * *", 60).is_ok());
+        assert!(check("@hourly", 60).is_ok());
+        assert!(check("0,1 * * * *", 60).is_ok());
+        assert_eq!(
+            check("0,1 * * * *", 120).unwrap_err(),
+            r#"schedule "0,1 * * * *" has runs only 60s apart; the minimum interval is 120s"#
+        );
+        assert!(check_interval("CRON_TZ=Europe/Berlin */5 * * * *", "UTC", NOW, 60).is_ok());
+        assert!(check("CRON_TZ=Europe/Berlin @every 10s", 60).is_err());
+        assert!(check("@every 1s", 1).is_ok());
+        // An unusable schedule is refused as such.
+        assert!(check("@every", 60).unwrap_err().contains("can't parse"));
+    }
+
+    #[test]
+    fn the_scheduler_keeps_the_minimum_after_a_run() {
+        let spaced = |schedule: &str, due: i64, now: i64| {
+            next_exec_spaced(schedule, "UTC", due, now, 60).unwrap()
+        };
+        // A cron stored before the minimum existed runs no more often than the minimum ...
+        assert_eq!(spaced("* * * * * *", NOW, NOW), NOW + 60);
+        assert_eq!(spaced("@every 1s", NOW, NOW + 5), NOW + 60);
+        // ... the schedule's own runs are kept, also when the pass comes late ...
+        let minute = at("2022-08-31T16:13:00Z");
+        assert_eq!(spaced("* * * * *", minute, minute + 9), minute + 60);
+        assert_eq!(spaced("0 * * * * *", minute, minute), minute + 60);
+        assert_eq!(
+            spaced("@hourly", minute, minute),
+            at("2022-08-31T17:00:00Z")
+        );
+        // ... and a pass long after the due time does not catch up on missed runs.
+        assert_eq!(spaced("* * * * *", minute, minute + 3601), minute + 3660);
+        assert!(next_exec_spaced("61 * * * *", "UTC", NOW, NOW, 60).is_err());
+    }
+
+    #[test]
+    fn sampling_a_rare_pattern_is_quick() {
+        let started = std::time::Instant::now();
+        for rare in ["0 0 29 2 *", "0 0 1 1 *", "0 0 29 2 MON#5", "0 0 31 12 5"] {
+            smallest_gap(rare, "Pacific/Chatham", NOW).unwrap();
+        }
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
     }
 
     fn new(name: &str, repo_id: i64) -> NewCron {

@@ -499,7 +499,10 @@ impl Queue {
         if ok { Ok(()) } else { Err(QueueError::NotHeld) }
     }
 
-    /// Waits (at most [`LONG_POLL`]) until the workflow's pipeline is canceled.
+    /// Waits (at most [`LONG_POLL`]) until the workflow's pipeline is canceled. Only for the
+    /// agent the workflow is or was leased to (its recorded `agent_id`, which outlives the
+    /// lease, so the agent still learns of a cancel that ended its task); for any other
+    /// agent the workflow does not exist, as one that does not.
     pub async fn wait_canceled(&self, agent: i64, id: i64) -> Result<bool, QueueError> {
         self.touch(agent, false);
         let deadline = tokio::time::Instant::now() + LONG_POLL;
@@ -509,6 +512,9 @@ impl Queue {
                 .store
                 .read(move |c| {
                     let wf = pipelines::workflow(c, id)?;
+                    if wf.agent_id != agent {
+                        return Err(StoreError::NotFound);
+                    }
                     let p = pipelines::by_id(c, wf.pipeline_id)?;
                     Ok(matches!(p.pipeline.status, KILLED | CANCELED | DECLINED))
                 })
@@ -537,11 +543,23 @@ impl Queue {
             )));
         }
         self.touch(agent, true);
-        let held = self.store.read(move |c| Self::holds(c, id, agent)).await?;
-        if !held {
+        // The lease is checked in the write that ends the workflow, so a lease that expires
+        // and goes to another agent in between cannot be ended by the old holder.
+        let ended = self
+            .store
+            .write(move |c| {
+                if !Self::holds(c, id, agent)? {
+                    return Ok(false);
+                }
+                Self::finish_in(c, id, done.state, &done.error)?;
+                Ok(true)
+            })
+            .await?;
+        if !ended {
             return Err(QueueError::NotHeld);
         }
-        self.finish_workflow(id, done.state, &done.error).await
+        self.wake();
+        Ok(())
     }
 
     /// Ends a workflow (steps left unfinished end with it), releases dependents, and rolls
@@ -554,15 +572,17 @@ impl Queue {
     ) -> Result<(), QueueError> {
         let error = error.to_string();
         self.store
-            .write(move |c| {
-                let pipeline_id = end_workflow(c, id, state, &error)?;
-                release_dependents(c, pipeline_id)?;
-                roll_up(c, pipeline_id)?;
-                Ok(())
-            })
+            .write(move |c| Self::finish_in(c, id, state, &error))
             .await?;
         self.wake();
         Ok(())
+    }
+
+    /// [`Queue::finish_workflow`]'s write.
+    fn finish_in(c: &Tx, id: i64, state: Status, error: &str) -> StoreResult<()> {
+        let pipeline_id = end_workflow(c, id, state, error)?;
+        release_dependents(c, pipeline_id)?;
+        roll_up(c, pipeline_id)
     }
 
     /// Cancels a pipeline: queued workflows are skipped at once, running ones are killed by

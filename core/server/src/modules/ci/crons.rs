@@ -1,12 +1,14 @@
 //! `/repos/{repo_id}/cron`: a repository's cron jobs (repo admins). `{cron}` is the cron id.
 //!
 //! Create needs `name` (unique per repository, 409) and a valid `schedule` (422; the syntax
-//! is documented in `store::crons`); `timezone` is an IANA name (default `UTC`, unknown →
-//! 422); `branch` empty means the default branch; `enabled` defaults to true; `variables` is an
-//! object of strings. `next_exec` is computed in the cron's timezone and recomputed whenever
-//! the schedule or timezone changes or the cron is re-enabled. As upstream, PATCH ignores an
-//! empty `name` or `schedule` and makes the caller the cron's `creator_id`. Running a cron now
-//! (`POST /repos/{repo_id}/cron/{cron}`) belongs to the pipelines issue.
+//! is documented in `store::crons`) whose runs are at least `pipeline.cron_min_interval_secs`
+//! apart (400 otherwise, as for an update that sets a schedule or timezone); `timezone` is an
+//! IANA name (default `UTC`, unknown → 422); `branch` empty means the default branch;
+//! `enabled` defaults to true; `variables` is an object of strings. `next_exec` is computed
+//! in the cron's timezone and recomputed whenever the schedule or timezone changes or the
+//! cron is re-enabled. As upstream, PATCH ignores an empty `name` or `schedule` and makes the
+//! caller the cron's `creator_id`. Running a cron now (`POST /repos/{repo_id}/cron/{cron}`)
+//! belongs to the pipelines issue.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +19,8 @@ use super::pagination::Page;
 use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::store::crons::{
-    self, Cron, CronChange, DEFAULT_TIMEZONE, MAX_FIELD, NewCron, next_exec, parse_timezone,
+    self, Cron, CronChange, DEFAULT_TIMEZONE, MAX_FIELD, NewCron, check_interval, next_exec,
+    parse_timezone,
 };
 use crate::store::{StoreError, now_unix};
 
@@ -99,13 +102,31 @@ fn timezone_or_default(timezone: Option<String>) -> Result<String, ApiError> {
     Ok(tz)
 }
 
-/// [`next_exec`] off the async runtime (a pattern that rarely matches can take a while to
-/// search); an unusable schedule or timezone is 422.
-async fn compute_next(schedule: String, timezone: String, now: i64) -> Result<i64, ApiError> {
-    tokio::task::spawn_blocking(move || next_exec(&schedule, &timezone, now))
+/// [`next_exec`] of a schedule that runs no more often than `min_interval` allows: an
+/// unusable schedule or timezone is 422, one that runs too often 400.
+fn next_within_limit(
+    schedule: &str,
+    timezone: &str,
+    now: i64,
+    min_interval: i64,
+) -> Result<i64, ApiError> {
+    let next = next_exec(schedule, timezone, now).map_err(ApiError::unprocessable)?;
+    check_interval(schedule, timezone, now, min_interval).map_err(ApiError::bad_request)?;
+    Ok(next)
+}
+
+/// [`next_within_limit`] off the async runtime (a pattern that rarely matches can take a
+/// while to search).
+async fn compute_next(
+    ctx: &Ctx,
+    schedule: String,
+    timezone: String,
+    now: i64,
+) -> Result<i64, ApiError> {
+    let min_interval = ctx.ci.settings.pipeline.cron_min_interval();
+    tokio::task::spawn_blocking(move || next_within_limit(&schedule, &timezone, now, min_interval))
         .await
         .map_err(ApiError::internal)?
-        .map_err(ApiError::unprocessable)
 }
 
 /// `GET /repos/{repo_id}/cron`: one page, by name.
@@ -128,7 +149,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     check_name(&name)?;
     let timezone = timezone_or_default(body.timezone)?;
     let schedule = body.schedule.unwrap_or_default().trim().to_string();
-    let next = compute_next(schedule.clone(), timezone.clone(), now_unix()).await?;
+    let next = compute_next(&ctx, schedule.clone(), timezone.clone(), now_unix()).await?;
     let branch = body.branch.unwrap_or_default();
     check_branch(&branch)?;
     let variables = body.variables.unwrap_or_default();
@@ -193,7 +214,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         let tz = timezone
             .clone()
             .unwrap_or_else(|| DEFAULT_TIMEZONE.to_string());
-        compute_next(s.clone(), tz, now_unix()).await?;
+        compute_next(&ctx, s.clone(), tz, now_unix()).await?;
     }
     if let Some(branch) = &body.branch {
         check_branch(branch)?;
@@ -205,21 +226,29 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let branch = body.branch;
     let variables = body.variables;
     // Merge with the stored cron and recompute `next_exec` inside the write, so two updates
-    // cannot interleave between read and write. A schedule error aborts without writing.
+    // cannot interleave between read and write. A schedule error aborts without writing; the
+    // frequency is checked again when the schedule or timezone changes, with the zone and
+    // schedule that will be stored (re-enabling a cron stored before the minimum existed is
+    // left to the scheduler's floor).
     let now = now_unix();
+    let min_interval = ctx.ci.settings.pipeline.cron_min_interval();
     let outcome = ctx
         .store
-        .write(move |c| -> Result<Result<Cron, String>, StoreError> {
+        .write(move |c| -> Result<Result<Cron, ApiError>, StoreError> {
             let current = crons::find(c, repo, id)?;
-            let reschedule = schedule.is_some()
-                || timezone.is_some()
-                || (enabled == Some(true) && !current.enabled);
+            let retimed = schedule.is_some() || timezone.is_some();
+            let reschedule = retimed || (enabled == Some(true) && !current.enabled);
             let next = if reschedule {
                 let s = schedule.as_deref().unwrap_or(&current.schedule);
                 let tz = timezone.as_deref().unwrap_or(&current.timezone);
-                match next_exec(s, tz, now) {
+                let next = if retimed {
+                    next_within_limit(s, tz, now, min_interval)
+                } else {
+                    next_exec(s, tz, now).map_err(ApiError::unprocessable)
+                };
+                match next {
                     Ok(next) => Some(next),
-                    Err(message) => return Ok(Err(message)),
+                    Err(refusal) => return Ok(Err(refusal)),
                 }
             } else {
                 None
@@ -238,7 +267,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         })
         .await
         .map_err(not_found)?;
-    let cron = outcome.map_err(ApiError::unprocessable)?;
+    let cron = outcome?;
     Ok(Response::json(&cron))
 }
 

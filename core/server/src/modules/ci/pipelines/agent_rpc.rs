@@ -11,7 +11,10 @@
 //! | `POST /agent/workflows/{id}/done` | `WorkflowDone` | 204 |
 //!
 //! 401 for a missing or unknown token, 409 when the agent does not hold the workflow's
-//! lease (it expired and the workflow went to another agent), 400 for bad bodies.
+//! lease (it expired and the workflow went to another agent, or it was never this agent's),
+//! 400 for bad bodies. `canceled` answers only the agent the workflow is or was leased to
+//! (also after a cancel ended the lease): for any other agent it is 404, as for a workflow
+//! that does not exist.
 
 use serde_json::json;
 

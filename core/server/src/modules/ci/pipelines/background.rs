@@ -257,7 +257,9 @@ pub fn check_sandbox(config: &Config) -> Result<(), String> {
 }
 
 /// Starts a pipeline for every cron job that is due (each job once per due time, even with
-/// several servers on one database: the next time is claimed first).
+/// several servers on one database: the next time is claimed first). The next time is never
+/// sooner than `pipeline.cron_min_interval_secs` after this one, whatever the stored schedule
+/// says; a schedule that no longer parses runs at that minimum.
 pub async fn run_due_crons(ctx: &Ctx) {
     let due = match ctx.store.read(|c| crons::due(c, now_unix(), 20)).await {
         Ok(due) => due,
@@ -266,8 +268,20 @@ pub async fn run_due_crons(ctx: &Ctx) {
             return;
         }
     };
+    let min_interval = ctx.ci.settings.pipeline.cron_min_interval();
     for cron in due {
-        let next = crons::next_exec(&cron.schedule, &cron.timezone, now_unix()).unwrap_or(0);
+        let now = now_unix();
+        let next = crons::next_exec_spaced(
+            &cron.schedule,
+            &cron.timezone,
+            cron.next_exec,
+            now,
+            min_interval,
+        )
+        .unwrap_or_else(|err| {
+            tracing::warn!(cron = cron.name, repo = cron.repo_id, %err, "unusable cron schedule");
+            now.max(cron.next_exec).saturating_add(min_interval)
+        });
         let (id, expected) = (cron.id, cron.next_exec);
         let claimed = ctx
             .store
