@@ -1514,6 +1514,35 @@ async fn run_variables_are_validated_and_never_replace_the_servers() {
         .expect(400)
         .text();
     assert!(text.contains("reserved"), "{text}");
+    // A cron job's variables are checked the same way, on create and update.
+    let crons = format!("/api/repos/{id}/cron");
+    let bad = r#"{"name":"nightly","schedule":"@daily","variables":{"CI_REPO":"x"}}"#;
+    let text = s
+        .http
+        .post(&crons, Some(&p.alice), bad)
+        .await
+        .expect(400)
+        .text();
+    assert!(text.contains("reserved"), "{text}");
+    let cron = s
+        .http
+        .post(
+            &crons,
+            Some(&p.alice),
+            r#"{"name":"nightly","schedule":"@daily"}"#,
+        )
+        .await
+        .expect(200)
+        .json();
+    let one = format!("{crons}/{}", cron["id"]);
+    let bad = r#"{"variables":{"A B":"x"}}"#;
+    let text = s
+        .http
+        .patch(&one, Some(&p.alice), bad)
+        .await
+        .expect(400)
+        .text();
+    assert!(text.contains("is not valid"), "{text}");
     // Nothing was created by the refused requests.
     let list = s.http.get(&runs, Some(&p.alice)).await.expect(200).json();
     assert_eq!(list.as_array().unwrap().len(), 1, "{list:#}");

@@ -4,7 +4,8 @@
 //! is documented in `store::crons`) whose runs are at least `pipeline.cron_min_interval_secs`
 //! apart (400 otherwise, as for an update that sets a schedule or timezone); `timezone` is an
 //! IANA name (default `UTC`, unknown → 422); `branch` empty means the default branch;
-//! `enabled` defaults to true; `variables` is an object of strings. `next_exec` is computed
+//! `enabled` defaults to true; `variables` is an object of strings checked as a manual run's
+//! are (400: `pipeline::variables`). `next_exec` is computed
 //! in the cron's timezone and recomputed whenever the schedule or timezone changes or the
 //! cron is re-enabled. As upstream, PATCH ignores an empty `name` or `schedule` and makes the
 //! caller the cron's `creator_id`. Running a cron now (`POST /repos/{repo_id}/cron/{cron}`)
@@ -85,13 +86,6 @@ fn check_branch(branch: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_variables(variables: &BTreeMap<String, String>) -> Result<(), ApiError> {
-    if variables.keys().any(|k| k.is_empty()) {
-        return Err(ApiError::unprocessable("variable names must not be empty"));
-    }
-    Ok(())
-}
-
 /// A timezone as given, or the default when empty: 422 for an unknown one.
 fn timezone_or_default(timezone: Option<String>) -> Result<String, ApiError> {
     let tz = timezone
@@ -153,7 +147,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let branch = body.branch.unwrap_or_default();
     check_branch(&branch)?;
     let variables = body.variables.unwrap_or_default();
-    check_variables(&variables)?;
+    super::pipelines::check_variables(&variables)?;
     let new = NewCron {
         name,
         repo_id: access.row.repo.id,
@@ -220,7 +214,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         check_branch(branch)?;
     }
     if let Some(variables) = &body.variables {
-        check_variables(variables)?;
+        super::pipelines::check_variables(variables)?;
     }
     let enabled = body.enabled;
     let branch = body.branch;
