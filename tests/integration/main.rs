@@ -12,6 +12,7 @@
 
 mod util;
 
+mod approval;
 mod authz;
 mod browser;
 mod clients;

@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use crate::pipelines::wait_for;
 use crate::util::{TestServer, first_party_plugins, git};
 
-fn plugins_table(dir: &std::path::Path, watch: bool, extra: &str) -> String {
+pub fn plugins_table(dir: &std::path::Path, watch: bool, extra: &str) -> String {
     format!(
         "#plugins\n[plugins]\ndir = {:?}\nwatch = {watch}\ndebounce_ms = 100\n{extra}",
         dir.display().to_string()
@@ -534,15 +534,15 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
 }
 
 /// One request as a [`fake_service`] sees it.
-struct FakeRequest {
-    method: String,
-    path: String,
-    headers: hyper::HeaderMap,
-    body: Bytes,
+pub struct FakeRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
 }
 
 /// A fake HTTP service answering every request with `answer(request)`; `None` never answers.
-async fn fake_service<F>(answer: F) -> std::net::SocketAddr
+pub async fn fake_service<F>(answer: F) -> std::net::SocketAddr
 where
     F: Fn(&FakeRequest) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
 {

@@ -42,8 +42,15 @@ pub struct Trigger {
     pub variables: BTreeMap<String, String>,
     pub parent: i64,
     pub rerun_count: i64,
-    /// Login of the user who asked (manual runs, restarts), for approval checks.
+    /// Login of the user who asked (manual runs, restarts): a run a user with push access
+    /// started, which never waits for approval.
     pub by_user: String,
+    /// The pull request comes from another repository than its base (as the forge adapter
+    /// read the signed delivery); kept by restarts.
+    pub from_fork: bool,
+    /// The forge login an authenticated forge delivery names as its sender, the identity
+    /// `approval_allowed_users` is checked against. Empty when no forge vouches for one.
+    pub verified_sender: String,
 }
 
 /// What became of a trigger.
@@ -233,23 +240,38 @@ fn attach_registries(
     }
 }
 
-/// Whether a pipeline must wait for approval (upstream's `require_approval` modes).
+/// Whether a pipeline must wait for approval: upstream's rule (`server/pipeline/gated.go`)
+/// for the repository's `require_approval` mode and `approval_allowed_users`.
 fn needs_approval(repo: &RepoRow, trigger: &Trigger) -> bool {
-    if repo
-        .repo
-        .approval_allowed_users
-        .iter()
-        .any(|u| *u == trigger.by_user && !u.is_empty())
+    approval_required(
+        &repo.repo.require_approval,
+        &repo.repo.approval_allowed_users,
+        trigger,
+    )
+}
+
+/// [`needs_approval`] on the repository's two settings.
+fn approval_required(mode: &str, allowed_users: &[String], trigger: &Trigger) -> bool {
+    // Started by the server (cron) or by a user with push access (manual runs, restarts).
+    if matches!(trigger.event, WebhookEvent::Cron | WebhookEvent::Manual)
+        || !trigger.by_user.is_empty()
     {
         return false;
     }
+    // Only a login the forge vouches for counts: never the commit's author, which whoever
+    // pushes writes as they like (the git forge's `sender` is just that).
+    let sender = trigger.verified_sender.as_str();
+    if !sender.is_empty() && allowed_users.iter().any(|u| u == sender) {
+        return false;
+    }
     let is_pr = trigger.event.is_pull_request();
-    match repo.repo.require_approval.as_str() {
-        "all_events" => !matches!(trigger.event, WebhookEvent::Cron | WebhookEvent::Manual),
+    match mode {
+        "none" => false,
+        "forks" => is_pr && trigger.from_fork,
         "pull_requests" => is_pr,
-        // Forks exist only on forges with pull requests from other repositories.
-        "forks" => false,
-        _ => false,
+        "all_events" => true,
+        // A mode this server does not know (an old or hand-edited row): hold the run.
+        _ => true,
     }
 }
 
@@ -749,6 +771,7 @@ fn create_in(
         rerun_count: t.rerun_count,
         variables: t.variables.clone(),
         cron: t.cron.clone(),
+        from_fork: t.from_fork,
         title: t.commit.message.lines().next().unwrap_or("").to_string(),
         version: crate::ci::version_string(),
         ..Pipeline::default()
@@ -811,4 +834,96 @@ pub fn enqueue(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trigger(event: WebhookEvent, from_fork: bool, verified_sender: &str) -> Trigger {
+        Trigger {
+            event,
+            from_fork,
+            verified_sender: verified_sender.into(),
+            commit: Commit {
+                // The commit's author claims to be an allowed user: it must not matter.
+                author: "maintainer".into(),
+                sender: "maintainer".into(),
+                ..Commit::default()
+            },
+            ..Trigger::default()
+        }
+    }
+
+    #[test]
+    fn approval_follows_the_mode() {
+        use WebhookEvent::*;
+        let fork_pr = trigger(PullRequest, true, "stranger");
+        let own_pr = trigger(PullRequest, false, "stranger");
+        let fork_edit = trigger(PullRequestMetadata, true, "stranger");
+        let push = trigger(Push, false, "");
+        let tag = trigger(Tag, false, "stranger");
+        let deploy = trigger(Deployment, false, "stranger");
+        let cases: &[(&str, &Trigger, bool)] = &[
+            ("none", &fork_pr, false),
+            ("none", &push, false),
+            ("forks", &fork_pr, true),
+            ("forks", &fork_edit, true),
+            ("forks", &own_pr, false),
+            ("forks", &push, false),
+            ("pull_requests", &fork_pr, true),
+            ("pull_requests", &own_pr, true),
+            ("pull_requests", &push, false),
+            ("all_events", &push, true),
+            ("all_events", &tag, true),
+            ("all_events", &deploy, true),
+            ("all_events", &own_pr, true),
+            // Unknown modes fail closed.
+            ("", &push, true),
+            ("sometimes", &own_pr, true),
+            ("Forks", &push, true),
+        ];
+        for (mode, t, want) in cases {
+            assert_eq!(
+                approval_required(mode, &[], t),
+                *want,
+                "{mode} {:?} fork={}",
+                t.event,
+                t.from_fork
+            );
+        }
+    }
+
+    #[test]
+    fn cron_manual_runs_and_restarts_never_wait() {
+        for event in [WebhookEvent::Cron, WebhookEvent::Manual] {
+            assert!(!approval_required(
+                "all_events",
+                &[],
+                &trigger(event, false, "")
+            ));
+            assert!(!approval_required("bogus", &[], &trigger(event, false, "")));
+        }
+        let restart = Trigger {
+            by_user: "alice".into(),
+            ..trigger(WebhookEvent::PullRequest, true, "")
+        };
+        assert!(!approval_required("all_events", &[], &restart));
+    }
+
+    #[test]
+    fn allowed_users_are_matched_on_the_forge_verified_sender_only() {
+        let allowed = vec!["maintainer".to_string()];
+        let by_maintainer = trigger(WebhookEvent::PullRequest, true, "maintainer");
+        assert!(!approval_required("forks", &allowed, &by_maintainer));
+        assert!(!approval_required("all_events", &allowed, &by_maintainer));
+        // The commit says "maintainer", the forge says "stranger".
+        let by_stranger = trigger(WebhookEvent::PullRequest, true, "stranger");
+        assert!(approval_required("forks", &allowed, &by_stranger));
+        // A git push: no forge-verified sender, whatever the commit's author claims.
+        let push = trigger(WebhookEvent::Push, false, "");
+        assert!(approval_required("all_events", &allowed, &push));
+        // An empty entry allows nobody.
+        assert!(approval_required("all_events", &[String::new()], &push));
+    }
 }

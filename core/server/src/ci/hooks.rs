@@ -219,6 +219,9 @@ pub async fn from_plugin(
             changed_files: p.changed_files.clone(),
         },
         deploy_to: p.deploy_to.clone(),
+        from_fork: p.from_fork,
+        // The delivery was authenticated (signature or hook token): its sender is the forge's.
+        verified_sender: p.sender.clone(),
         ..Trigger::default()
     };
     if trigger.commit.changed_files.is_empty()
@@ -302,6 +305,8 @@ async fn push_trigger(
     };
     let trigger = Trigger {
         event,
+        // The commit's author, which whoever pushes writes: shown as the sender, never
+        // `verified_sender` (it must not pass `approval_allowed_users`).
         commit: Commit {
             branch,
             git_ref: update.git_ref.clone(),

@@ -30,7 +30,9 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope.route_with_limit(crate::http::Method::POST, "/hook", HOOK_BODY_LIMIT, receive);
 }
 
-/// The hook token of a request: Bearer, then `X-Gitlab-Token`, then `?access_token=`.
+/// The hook token of a request: Bearer, then `X-Gitlab-Token`, then `?access_token=`. An
+/// `X-Gitlab-Token` that is no hook token is the forge's webhook secret, left for the GitLab
+/// adapter to check.
 fn hook_token(req: &Request) -> Option<String> {
     if let Some(t) = req
         .header("authorization")
@@ -38,8 +40,12 @@ fn hook_token(req: &Request) -> Option<String> {
     {
         return Some(t.trim().to_string());
     }
-    if let Some(t) = req.header("x-gitlab-token") {
-        return Some(t.trim().to_string());
+    if let Some(t) = req
+        .header("x-gitlab-token")
+        .map(str::trim)
+        .filter(|t| token::hook_token_subject(t).is_some())
+    {
+        return Some(t.to_string());
     }
     auth::bearer(req)
 }

@@ -329,7 +329,10 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         variables,
         parent: old.number,
         rerun_count: old.rerun_count + 1,
+        // A user with push access asked: not held for approval (as upstream's restart).
         by_user: user.login,
+        from_fork: old.from_fork,
+        verified_sender: String::new(),
     };
     let created = create::create(&ctx.ci, &access.row, trigger, files).await?;
     Ok(created_response(created))
