@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use crate::pipelines::{finished, log_text, push_files, step_of, wait_for};
+use crate::pipelines::{finished, log_text, push_files, run_manually, step_of, wait_for};
 use crate::util::{Http, Process, TestServer, cli_user_add, git, write_config};
 
 /// A busybox image with every applet, `/etc/passwd` and `/tmp` (tests/docker/images.sh).
@@ -741,19 +741,9 @@ async fn the_clone_runs_in_a_container_and_run_variables_reach_only_command_step
     let mut variables = crate::sandbox::git_config_attack();
     variables["PLUGIN_GREETING"] = "overridden-by-the-run".into();
     variables["PATH"] = "/workspace-tools".into();
-    let body = serde_json::json!({"branch": "main", "variables": variables});
-    let run = s
-        .http
-        .post(
-            &format!("/api/repos/{id}/pipelines"),
-            Some(&p.alice),
-            &body.to_string(),
-        )
-        .await
-        .expect(200)
-        .json();
-    let n = run["number"].as_i64().unwrap();
-    let done = wait_for(&s.http, &p.alice, id, n, 120, finished).await;
+    let body = serde_json::json!({"branch": "main", "variables": variables}).to_string();
+    let done = run_manually(&s.http, &p.alice, id, &body, 120).await;
+    let n = done["number"].as_i64().unwrap();
     let log = |name: &str| {
         let step_id = step_of(&done, name)["id"].as_i64().unwrap();
         let http = &s.http;
@@ -830,18 +820,8 @@ async fn the_clone_runs_in_a_container_and_run_variables_reach_only_command_step
         )
         .await
         .expect(200);
-    let run = s
-        .http
-        .post(
-            &format!("/api/repos/{id}/pipelines"),
-            Some(&p.alice),
-            r#"{"branch":"main"}"#,
-        )
-        .await
-        .expect(200)
-        .json();
-    let n = run["number"].as_i64().unwrap();
-    let done = wait_for(&s.http, &p.alice, id, n, 120, finished).await;
+    let done = run_manually(&s.http, &p.alice, id, r#"{"branch":"main"}"#, 120).await;
+    let n = done["number"].as_i64().unwrap();
     let build = log_text(
         &s.http,
         &p.alice,

@@ -54,6 +54,18 @@ async fn push(s: &TestServer, remote_id: &str, files: &[(&str, &str)], message: 
 }
 
 /// Polls a pipeline until `done(pipeline)` or the timeout.
+/// Starts a manual run (`body`: upstream's `PipelineOptions`) and waits up to `secs` for it
+/// to finish; returns the finished pipeline.
+pub async fn run_manually(http: &Http, token: &str, repo: i64, body: &str, secs: u64) -> Value {
+    let run = http
+        .post(&format!("/api/repos/{repo}/pipelines"), Some(token), body)
+        .await
+        .expect(200)
+        .json();
+    let number = run["number"].as_i64().unwrap();
+    wait_for(http, token, repo, number, secs, finished).await
+}
+
 pub async fn wait_for(
     http: &Http,
     token: &str,

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::pipelines::{finished, log_text, push_files, step_of, wait_for};
+use crate::pipelines::{finished, log_text, push_files, run_manually, step_of, wait_for};
 use crate::util::{BIN, TestServer, write_config};
 
 /// Outside /tmp (which every step gets fresh and empty anyway), so that only the cover over
@@ -306,18 +306,8 @@ steps:
     push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
     wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
     let body = serde_json::json!({"branch": "main", "variables": git_config_attack()});
-    let run = s
-        .http
-        .post(
-            &format!("/api/repos/{id}/pipelines"),
-            Some(&p.alice),
-            &body.to_string(),
-        )
-        .await
-        .expect(200)
-        .json();
-    let n = run["number"].as_i64().unwrap();
-    let done = wait_for(&s.http, &p.alice, id, n, 60, finished).await;
+    let done = run_manually(&s.http, &p.alice, id, &body.to_string(), 60).await;
+    let n = done["number"].as_i64().unwrap();
     let log = |name: &str| {
         let step_id = step_of(&done, name)["id"].as_i64().unwrap();
         log_text(&s.http, &p.alice, id, n, step_id)
