@@ -12,9 +12,12 @@
 //!   tmpfs, files by `/dev/null` (reading them fails);
 //! - the parent of the workspaces covered too, so one workflow cannot read another's
 //!   workspace (its `.netrc` or registry logins);
-//! - every Unix socket under `/run` and `/var/run` covered by `/dev/null`: a read-only view
-//!   of a socket still lets one connect, and the Docker engine's socket alone is root on the
-//!   host (start a container with `/` mounted); D-Bus, containerd and systemd listen there too;
+//! - no Unix socket under `/run` and `/var/run`: a read-only view of a socket still lets one
+//!   connect, and the Docker engine's socket alone is root on the host (start a container with
+//!   `/` mounted); D-Bus, containerd and systemd listen there too. Such a directory is covered
+//!   by an empty tmpfs on which everything else in it is shown again (`--ro-bind-try`, so an
+//!   entry that vanished meanwhile is skipped, never a failed step); a socket created later
+//!   does not show either;
 //! - the workflow's own directory (workspace and home) read-write, and for the clone step the
 //!   local repository it clones from (a `file://` URL) read-only;
 //! - no capabilities (`--cap-drop ALL`): even a step running as root cannot unmount the
@@ -95,13 +98,23 @@ enum Mount {
     Bind(PathBuf),
     /// Visible read-only although below a covered path (the clone step's local repository).
     ReadOnly(PathBuf),
+    /// Shown again, read-only, on a covered socket directory; skipped if it is gone by then.
+    Shown(PathBuf),
+    /// An empty directory on a covered socket directory, for the entries shown inside it.
+    Dir(PathBuf),
+    /// A symbolic link on a covered socket directory, as it is on the host.
+    Link { path: PathBuf, target: PathBuf },
 }
 
 impl Mount {
     fn path(&self) -> &Path {
         match self {
-            Mount::Scratch(p) | Mount::Bind(p) | Mount::ReadOnly(p) => p,
-            Mount::Hide { path, .. } => path,
+            Mount::Scratch(p)
+            | Mount::Bind(p)
+            | Mount::ReadOnly(p)
+            | Mount::Shown(p)
+            | Mount::Dir(p) => p,
+            Mount::Hide { path, .. } | Mount::Link { path, .. } => path,
         }
     }
 
@@ -111,7 +124,11 @@ impl Mount {
     fn order(&self) -> (usize, u8) {
         let rank = match self {
             Mount::Scratch(_) => 0,
-            Mount::Bind(_) | Mount::ReadOnly(_) => 1,
+            Mount::Bind(_)
+            | Mount::ReadOnly(_)
+            | Mount::Shown(_)
+            | Mount::Dir(_)
+            | Mount::Link { .. } => 1,
             Mount::Hide { .. } => 2,
         };
         (self.path().components().count(), rank)
@@ -147,46 +164,62 @@ fn acts_on_start_up(name: &str) -> bool {
 
 /// Where services keep their Unix sockets.
 const SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
-/// How deep and how far [`sockets_under`] looks: `/run` holds a few hundred entries on a
-/// busy host; the bounds keep a pathological tree from slowing every step's start.
+/// How deep and how far [`without_sockets`] looks: `/run` holds a few hundred entries on a
+/// busy host; past the bounds a directory is shown empty rather than unexamined.
 const SOCKET_SCAN_DEPTH: usize = 8;
-const SOCKET_SCAN_ENTRIES: usize = 50_000;
+const SOCKET_SCAN_ENTRIES: usize = 20_000;
 
-/// The Unix sockets below `dirs` (symlinks not followed; `/var/run` is usually `/run`).
-fn sockets_under(dirs: &[PathBuf]) -> Vec<PathBuf> {
+/// How directory `dir` is shown without its Unix sockets and without `covered` (paths the
+/// sandbox covers for other reasons): `None` when nothing in it needs hiding (it can be
+/// shown whole), else the mounts that rebuild its other entries on a cover.
+fn without_sockets(
+    dir: &Path,
+    depth: usize,
+    budget: &mut usize,
+    covered: &[PathBuf],
+) -> Option<Vec<Mount>> {
     use std::os::unix::fs::FileTypeExt;
-    let mut roots: Vec<PathBuf> = dirs
-        .iter()
-        .filter_map(|d| std::fs::canonicalize(d).ok())
-        .collect();
-    roots.sort();
-    roots.dedup();
-    let mut found = Vec::new();
-    let mut seen = 0usize;
-    let mut stack: Vec<(PathBuf, usize)> = roots.into_iter().map(|r| (r, 0)).collect();
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Some(Vec::new());
+    };
+    let mut rebuilt = Vec::new();
+    let mut hides_something = false;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            hides_something = true;
             continue;
         };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > SOCKET_SCAN_ENTRIES {
-                return found;
+        if *budget == 0 || covered.contains(&path) || kind.is_socket() {
+            hides_something = true;
+            continue;
+        }
+        *budget -= 1;
+        if kind.is_symlink() {
+            if let Ok(target) = std::fs::read_link(&path) {
+                rebuilt.push(Mount::Link { path, target });
             }
-            let Ok(kind) = entry.file_type() else {
-                continue;
+        } else if kind.is_dir() {
+            // A directory holding a covered path is rebuilt too (its entry is left out below),
+            // so that showing the directory whole cannot uncover it.
+            let inside = if depth >= SOCKET_SCAN_DEPTH {
+                Some(Vec::new())
+            } else {
+                without_sockets(&path, depth + 1, budget, covered)
             };
-            if kind.is_socket() {
-                found.push(entry.path());
-            } else if kind.is_dir() && depth < SOCKET_SCAN_DEPTH {
-                stack.push((entry.path(), depth + 1));
+            match inside {
+                None => rebuilt.push(Mount::Shown(path)),
+                Some(mounts) => {
+                    hides_something = true;
+                    rebuilt.push(Mount::Dir(path));
+                    rebuilt.extend(mounts);
+                }
             }
+        } else {
+            rebuilt.push(Mount::Shown(path));
         }
     }
-    // One directory may lie below another of `dirs`.
-    found.sort();
-    found.dedup();
-    found
+    hides_something.then_some(rebuilt)
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -255,9 +288,6 @@ impl Sandbox {
         for path in &self.hidden {
             hide(path);
         }
-        for socket in sockets_under(&self.socket_dirs) {
-            hide(&socket);
-        }
         if let Some(root) = root {
             let root = resolve(root);
             // The other workflows' directories beside this one.
@@ -270,6 +300,24 @@ impl Sandbox {
             let path = resolve(path);
             if path.exists() {
                 mounts.push(Mount::ReadOnly(path));
+            }
+        }
+        let covered: Vec<PathBuf> = mounts.iter().map(|m| m.path().to_path_buf()).collect();
+        let mut socket_dirs: Vec<PathBuf> = self
+            .socket_dirs
+            .iter()
+            .filter_map(|d| std::fs::canonicalize(d).ok())
+            .collect();
+        socket_dirs.sort();
+        socket_dirs.dedup();
+        for dir in socket_dirs {
+            let mut budget = SOCKET_SCAN_ENTRIES;
+            if let Some(rebuilt) = without_sockets(&dir, 0, &mut budget, &covered) {
+                mounts.push(Mount::Hide {
+                    path: dir,
+                    dir: true,
+                });
+                mounts.extend(rebuilt);
             }
         }
         // `/tmp` is a fresh scratch space already; covering it again would make it read-only.
@@ -301,6 +349,11 @@ impl Sandbox {
                 }
                 Mount::Bind(p) => out.extend(["--bind".into(), text(p), text(p)]),
                 Mount::ReadOnly(p) => out.extend(["--ro-bind".into(), text(p), text(p)]),
+                Mount::Shown(p) => out.extend(["--ro-bind-try".into(), text(p), text(p)]),
+                Mount::Dir(p) => out.extend(["--dir".into(), text(p)]),
+                Mount::Link { path, target } => {
+                    out.extend(["--symlink".into(), text(target), text(path)])
+                }
             }
         }
         // Read-only only now: deeper mounts needed their mount points created first.
@@ -412,35 +465,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn sockets_under_the_run_dirs_are_covered() {
-        let top = tempfile::tempdir().unwrap();
-        let run = top.path().canonicalize().unwrap();
-        std::fs::create_dir_all(run.join("user/0")).unwrap();
-        let engine = run.join("docker.sock");
-        let bus = run.join("user/0/bus");
-        let _a = std::os::unix::net::UnixListener::bind(&engine).unwrap();
-        let _b = std::os::unix::net::UnixListener::bind(&bus).unwrap();
-        std::fs::write(run.join("app.pid"), "1").unwrap();
-        let sb = sandbox(&[]).with_socket_dirs(vec![run.clone(), run.join("user")]);
-        let args = sb.args(None, &[], Path::new("/"), "true", &[], &[]);
-        let mounts = mount_args(&args);
-        for socket in [&engine, &bus] {
-            assert!(
-                mounts
-                    .windows(3)
-                    .any(|w| w == ["--ro-bind", "/dev/null", &s(socket)]),
-                "{} not covered: {mounts:?}",
-                socket.display()
-            );
-        }
-        assert_eq!(
-            mounts.iter().filter(|m| *m == "/dev/null").count(),
-            2,
-            "each socket once, plain files left alone: {mounts:?}"
-        );
-    }
-
     /// The mount arguments alone (between the base options and `--chdir`).
     fn mount_args(args: &[String]) -> Vec<String> {
         let end = args.iter().position(|a| a == "--chdir").unwrap();
@@ -453,6 +477,62 @@ mod tests {
 
     fn v(items: &[&str]) -> Vec<String> {
         items.iter().map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn socket_dirs_are_covered_and_everything_else_in_them_shown_again() {
+        let top = tempfile::tempdir().unwrap();
+        let run = top.path().canonicalize().unwrap();
+        std::fs::create_dir_all(run.join("user/0")).unwrap();
+        std::fs::create_dir_all(run.join("lock")).unwrap();
+        let _a = std::os::unix::net::UnixListener::bind(run.join("docker.sock")).unwrap();
+        let _b = std::os::unix::net::UnixListener::bind(run.join("user/0/bus")).unwrap();
+        std::fs::write(run.join("app.pid"), "1").unwrap();
+        std::fs::write(run.join("user/0/notes"), "n").unwrap();
+        std::os::unix::fs::symlink("app.pid", run.join("link")).unwrap();
+        let sb = sandbox(&[]).with_socket_dirs(vec![run.clone(), run.clone()]);
+        let args = sb.args(None, &[], Path::new("/"), "true", &[], &[]);
+        let mounts = mount_args(&args);
+        let has = |w: &[&str]| {
+            mounts
+                .windows(w.len())
+                .any(|m| m.iter().zip(w).all(|(a, b)| a == b))
+        };
+        assert!(has(&["--tmpfs", &s(&run)]), "{mounts:?}");
+        assert!(has(&["--remount-ro", &s(&run)]), "{mounts:?}");
+        for shown in [
+            run.join("app.pid"),
+            run.join("lock"),
+            run.join("user/0/notes"),
+        ] {
+            assert!(
+                has(&["--ro-bind-try", &s(&shown), &s(&shown)]),
+                "{shown:?}: {mounts:?}"
+            );
+        }
+        assert!(has(&["--dir", &s(&run.join("user"))]), "{mounts:?}");
+        assert!(has(&["--dir", &s(&run.join("user/0"))]), "{mounts:?}");
+        assert!(
+            has(&["--symlink", "app.pid", &s(&run.join("link"))]),
+            "{mounts:?}"
+        );
+        assert!(
+            !mounts
+                .iter()
+                .any(|m| m.ends_with("docker.sock") || m.ends_with("/bus")),
+            "sockets are not shown again: {mounts:?}"
+        );
+        assert_eq!(
+            mounts.iter().filter(|m| *m == "--tmpfs").count(),
+            2,
+            "/tmp and the socket dir, once: {mounts:?}"
+        );
+        // A directory without sockets needs no cover.
+        let calm = tempfile::tempdir().unwrap();
+        std::fs::write(calm.path().join("x.pid"), "1").unwrap();
+        let sb = sandbox(&[]).with_socket_dirs(vec![calm.path().to_path_buf()]);
+        let args = sb.args(None, &[], Path::new("/"), "true", &[], &[]);
+        assert_eq!(mount_args(&args), ["--tmpfs", "/tmp"]);
     }
 
     #[test]
