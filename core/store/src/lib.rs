@@ -1070,7 +1070,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_checkpoint_thread_starts_the_log_over_when_the_writer_pauses() {
         let (dir, store) = store_for_the_log().await;
-        // Ten pages a write: the writer's catch-up length and more, written in ~2.5 s.
+        // Ten pages a write: the writer's catch-up length and more, written in ~6 s.
         const PAGES: i64 = 10;
         let writes = (CATCH_UP_FRAMES + RESTART_FRAMES) / PAGES;
         for _ in 0..writes {
@@ -1083,7 +1083,10 @@ mod tests {
                 })
                 .await
                 .unwrap();
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            // Pauses of a few milliseconds, as between hooks: long enough for a pass to end
+            // in one even while the disk is slow (1 ms missed every pause once in a CI run
+            // whose docker tests had just ended).
+            tokio::time::sleep(Duration::from_millis(3)).await;
         }
         // A frame is a page and a 24-byte header; the file is as long as the longest log.
         let longest = log_file_len(&dir) / (4096 + 24);
