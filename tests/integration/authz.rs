@@ -26,9 +26,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use woodlark::modules::participation::ADMIN_TOKEN_FILE;
-use woodlark::modules::participation::handlers::install;
-use woodlark::modules::participation::ids::encode_address;
-use woodlark::modules::participation::keygen::{Plan, generate};
+
+use woodlark::participation::ids::encode_address;
+use woodlark::participation::keygen::{Plan, generate};
 use woodlark::store::repos::{self, Perm};
 
 use crate::pipelines::push_files;
@@ -608,7 +608,12 @@ async fn new_partkey(s: &TestServer, parent: u8) -> String {
     })
     .await
     .unwrap();
-    install(&s.app_state, key).await.expect("install key").id
+    s.app_state
+        .keyring
+        .install(key)
+        .await
+        .expect("install key")
+        .id
 }
 
 /// Builds every record the routes' parameters name; returns the fixture and the tokens.
@@ -661,6 +666,7 @@ async fn fixture(s: &TestServer) -> (Fixture, BTreeMap<Who, String>) {
     // moving a repository leave), which must not make her an admin of Alice's organisation.
     let (dave_id, carol_id) = (user_id(s, &dave).await, user_id(s, &carol).await);
     s.app_state
+        .ci
         .store
         .write(move |c| {
             for r in [repo, trash_repo, mover_repo] {
@@ -806,6 +812,7 @@ async fn fixture(s: &TestServer) -> (Fixture, BTreeMap<Who, String>) {
     let hook = {
         let row = s
             .app_state
+            .ci
             .store
             .read(move |c| repos::by_id(c, repo))
             .await

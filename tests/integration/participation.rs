@@ -4,11 +4,12 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use woodlark::modules::participation::ids::{encode_address, encode_participation_id};
-use woodlark::modules::participation::keygen::{Plan, generate};
-use woodlark::modules::participation::keys::{FALCON_PK_LEN, FALCON_SK_LEN, KeyMaterial, PartKey};
-use woodlark::modules::participation::msgpack::Enc;
-use woodlark::modules::participation::{ADMIN_TOKEN_FILE, export_partkey, partfile};
+use woodlark::modules::participation::ADMIN_TOKEN_FILE;
+use woodlark::participation::ids::{encode_address, encode_participation_id};
+use woodlark::participation::keygen::{Plan, generate};
+use woodlark::participation::keys::{FALCON_PK_LEN, FALCON_SK_LEN, KeyMaterial, PartKey};
+use woodlark::participation::msgpack::Enc;
+use woodlark::participation::partfile;
 
 use pprof::protos::Message;
 
@@ -360,6 +361,7 @@ async fn import_get_list_delete() {
     // Events: created then deleted, each with the key as the API renders it.
     let events = s
         .app_state
+        .ci
         .store
         .read(|c| woodlark::store::events::list_after(c, 0, 1000))
         .await
@@ -665,7 +667,7 @@ async fn a_generated_key_round_trips_through_a_partkey_file() {
 
     let out = tempfile::tempdir().unwrap();
     let path = out.path().join("exported.partkey");
-    export_partkey(&s.app_state, &id, &path).await.unwrap();
+    s.app_state.keyring.export(&id, &path).await.unwrap();
     let bytes = std::fs::read(&path).unwrap();
 
     // A fresh server installs it under the same participation id, with the same public keys.
@@ -699,10 +701,11 @@ async fn private_key_material_is_sealed_at_rest() {
     let s = TestServer::start().await;
     let token = admin_token(&s);
     let key = new_key(8, 0, 5000);
-    let (vrf_pk, vrf_sk) = woodlark::modules::participation::keys::decode_vrf(&key.vrf).unwrap();
+    let (vrf_pk, vrf_sk) = woodlark::participation::keys::decode_vrf(&key.vrf).unwrap();
     let id = install(&s, &token, &key).await;
     let (stored_vrf, stored_voting): (String, String) = s
         .app_state
+        .ci
         .store
         .read(move |c| {
             Ok(c.raw_for_tests().query_row(
@@ -714,7 +717,7 @@ async fn private_key_material_is_sealed_at_rest() {
         .await
         .unwrap();
     assert!(stored_vrf.starts_with("v1:") && stored_voting.starts_with("v1:"));
-    s.app_state.store.ping().await.unwrap();
+    s.app_state.ci.store.ping().await.unwrap();
     // Neither the database nor its WAL holds the VRF secret key (public keys are fine).
     let mut raw = std::fs::read(s.db_path()).unwrap();
     if let Ok(wal) = std::fs::read(s.db_path().with_extension("db-wal")) {
@@ -749,6 +752,7 @@ async fn append_state_proof_keys() {
     let count = {
         let id = id.clone();
         s.app_state
+            .ci
             .store
             .read(move |c| woodlark::store::partkeys::state_proof_key_count(c, &id))
             .await
@@ -829,6 +833,7 @@ async fn append_state_proof_keys() {
     // The event records the update; the rejected requests changed nothing.
     let events = s
         .app_state
+        .ci
         .store
         .read(|c| woodlark::store::events::list_after(c, 0, 1000))
         .await

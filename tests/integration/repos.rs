@@ -759,6 +759,7 @@ async fn resource_changes_write_events() {
     let p = s.principals().await;
     let start = s
         .app_state
+        .ci
         .store
         .read(|c| woodlark::store::events::list_after(c, 0, 10_000))
         .await
@@ -782,6 +783,7 @@ async fn resource_changes_write_events() {
         .expect(200);
     let events = s
         .app_state
+        .ci
         .store
         .read(move |c| woodlark::store::events::list_after(c, start, 100))
         .await

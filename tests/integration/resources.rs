@@ -91,6 +91,7 @@ fn field_lists_match_the_swagger() {
 
 async fn all_events(s: &TestServer) -> Vec<StoredEvent> {
     s.app_state
+        .ci
         .store
         .read(|c| events::list_after(c, 0, 100_000))
         .await
@@ -675,6 +676,7 @@ async fn global_agents() {
     let t = token.clone();
     let found = s
         .app_state
+        .ci
         .store
         .read(move |c| woodlark::store::agents::by_token(c, &t))
         .await
@@ -1057,6 +1059,7 @@ async fn crons() {
     // Due crons for the scheduler: enabled and past next_exec.
     let due = s
         .app_state
+        .ci
         .store
         .read(|c| woodlark::store::crons::due(c, i64::MAX, 100))
         .await
@@ -1190,6 +1193,7 @@ async fn crons_run_no_more_often_than_the_minimum() {
     let due = woodlark::store::now_unix() - 1;
     let old = s
         .app_state
+        .ci
         .store
         .write(move |c| {
             woodlark::store::crons::create(
@@ -1208,7 +1212,7 @@ async fn crons_run_no_more_often_than_the_minimum() {
         })
         .await
         .unwrap();
-    woodlark::modules::ci::pipelines::background::run_due_crons(&s.app_state).await;
+    woodlark::ci::jobs::run_due_crons(&s.app_state.ci).await;
     let after = http
         .get(&format!("{base}/{}", old.id), Some(&p.alice))
         .await
@@ -1285,6 +1289,7 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
     }
     let left: i64 = s
         .app_state
+        .ci
         .store
         .read(move |c| {
             Ok(c.raw_for_tests().query_row(
@@ -1336,6 +1341,7 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
     }
     let left: i64 = s
         .app_state
+        .ci
         .store
         .read(move |c| {
             Ok(c.raw_for_tests().query_row(

@@ -12,6 +12,7 @@ use woodlark::store::{integrity, logs, repos};
 async fn assert_no_orphans(s: &TestServer) {
     let found = s
         .app_state
+        .ci
         .store
         .read(|c| Ok(integrity::orphans(c)?))
         .await
@@ -122,6 +123,7 @@ async fn a_permission_on_one_repository_never_makes_an_org_admin() {
         .unwrap();
     // However Bob came by an admin row on one of Alice's repositories…
     s.app_state
+        .ci
         .store
         .write(move |c| repos::set_perm(c, bob_id, repo_id, repos::Perm::all()))
         .await
@@ -199,6 +201,7 @@ async fn a_removed_repository_leaves_nothing_for_the_next_one() {
         .expect(200);
     let logged = s
         .app_state
+        .ci
         .logs
         .read(|c| logs::step_ids_after(c, 0, 100))
         .await
@@ -212,6 +215,7 @@ async fn a_removed_repository_leaves_nothing_for_the_next_one() {
     assert_no_orphans(&s).await;
     let left = s
         .app_state
+        .ci
         .logs
         .read(|c| logs::step_ids_after(c, 0, 100))
         .await

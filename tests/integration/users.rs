@@ -295,6 +295,7 @@ async fn user_changes_are_recorded_as_events_in_the_same_transaction() {
     let p = s.principals().await;
     let before = s
         .app_state
+        .ci
         .store
         .read(|c| woodlark::store::events::list_after(c, 0, 1000))
         .await
@@ -334,6 +335,7 @@ async fn user_changes_are_recorded_as_events_in_the_same_transaction() {
 
     let events = s
         .app_state
+        .ci
         .store
         .read(move |c| woodlark::store::events::list_after(c, start, 100))
         .await

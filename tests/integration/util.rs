@@ -301,7 +301,7 @@ impl TestServer {
     /// returns its personal access token.
     pub async fn user(&self, login: &str, admin: bool) -> String {
         use woodlark::store::users::{self, NewUser};
-        let env = self.app_state.env_admins.clone();
+        let env = self.app_state.ci.settings.env_admins.clone();
         let new = NewUser {
             login: login.into(),
             admin,
@@ -310,6 +310,7 @@ impl TestServer {
         };
         let account = self
             .app_state
+            .ci
             .store
             .write(move |c| users::create(c, &env, &new))
             .await

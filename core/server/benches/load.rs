@@ -491,7 +491,7 @@ impl Server {
     /// A user created through the store (as `woodlark user add` does) and its token.
     async fn user(&self, login: &str, admin: bool) -> String {
         use woodlark::store::users::{self, NewUser};
-        let env = self.state.env_admins.clone();
+        let env = self.state.ci.settings.env_admins.clone();
         let new = NewUser {
             login: login.into(),
             admin,
@@ -500,6 +500,7 @@ impl Server {
         };
         let account = self
             .state
+            .ci
             .store
             .write(move |c| users::create(c, &env, &new))
             .await
@@ -901,6 +902,7 @@ async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
     let started = Instant::now();
     let have: i64 = server
         .state
+        .ci
         .store
         .read(|c| {
             Ok(c.raw_for_tests()
@@ -915,6 +917,7 @@ async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
         left -= n;
         server
             .state
+            .ci
             .store
             .write(move |c| {
                 let now = woodlark::store::now_unix_ms();
@@ -947,6 +950,7 @@ async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
 async fn max_seq(server: &Server) -> i64 {
     server
         .state
+        .ci
         .store
         .read(|c| {
             Ok(c.raw_for_tests().query_row(
@@ -1264,6 +1268,7 @@ async fn docker_scenario() {
 async fn statuses(server: &Server, repo: i64) -> (i64, i64) {
     server
         .state
+        .ci
         .store
         .read(move |c| {
             Ok(c.raw_for_tests().query_row(
@@ -1591,7 +1596,7 @@ async fn logs_scenario() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let count = |server: &Server| {
-        let logs = server.state.logs.clone();
+        let logs = server.state.ci.logs.clone();
         async move {
             logs.read(move |c| {
                 Ok(c.raw_for_tests().query_row(
@@ -2527,10 +2532,10 @@ async fn hooks_scenario() {
             match target {
                 HookTarget::Git => {
                     let before = (cpu_time(), children_cpu_time(), thread_cpu_times());
-                    let caught_up = server.state.store.writer_catch_ups();
+                    let caught_up = server.state.ci.store.writer_catch_ups();
                     let missed = server.state.ci.numbers.misses();
                     let (l, e) = open_loop(rate, slice, &woodlark_hook).await;
-                    catch_ups += server.state.store.writer_catch_ups() - caught_up;
+                    catch_ups += server.state.ci.store.writer_catch_ups() - caught_up;
                     recompiled += server.state.ci.numbers.misses() - missed;
                     server_cpu += cpu_time().saturating_sub(before.0);
                     git_cpu += children_cpu_time().saturating_sub(before.1);

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
@@ -19,54 +19,13 @@ use crate::http::router::RouteError;
 use crate::http::server::{self, Dispatcher, ServerOptions};
 use crate::http::{ErrorStyle, Router};
 use crate::logging::LogControl;
-use crate::modules;
-use crate::store::users::{Account, EnvAdmins};
+use crate::modules::participation::state::InitError;
+use crate::modules::{self, Module};
+use crate::participation::Keyring;
+use crate::state::Mount;
+pub use crate::state::{AppState, Ctx};
+use crate::store::users::EnvAdmins;
 use crate::store::{Store, StoreError, StoreOptions};
-
-/// Shared by every handler.
-pub struct AppState {
-    pub config: Config,
-    pub store: Store,
-    pub env_admins: EnvAdmins,
-    pub key: ServerKey,
-    /// Encrypts secret values at rest.
-    pub seal: SealKey,
-    /// Step logs, in their own database.
-    pub logs: Store,
-    /// The WebAssembly plugin host (forge adapters, secret backends, registry auth).
-    pub plugins: woodlark_plugin_host::PluginHost,
-    /// Pipeline changes for `/stream/events`, rebuilt from the outbox.
-    pub pipeline_feed: crate::modules::ci::stream::PipelineFeed,
-    /// The CI service layer: queue (with the live log bus), pipeline creation, forge drivers.
-    pub ci: crate::ci::Services,
-    pub log: LogControl,
-    pub metrics: Arc<Metrics>,
-    pub started: Instant,
-    /// Participation module state: admin token, key-generation slot, debug settings.
-    pub participation: Arc<crate::modules::participation::State>,
-    /// The embedded runner's Docker engine, once it chose the docker backend: swept when the
-    /// server stops, as the runner's workflows end with it.
-    pub runner_engine: OnceLock<crate::runner::docker::Docker>,
-    /// Verified tokens and repository permissions, valid for one identity generation.
-    pub access_cache: crate::modules::ci::access::AccessCache,
-    /// Pipeline and event bodies, valid while the tables they came from are unchanged.
-    pub rendered: crate::modules::rendered::RenderedPages,
-}
-
-impl AppState {
-    /// The key that signs and verifies `account`'s tokens (personal, session, CSRF, login link).
-    pub fn token_key(&self, account: &Account) -> String {
-        crate::auth::user_token_key(&self.seal, account)
-    }
-
-    /// The public base URL without a trailing slash.
-    pub fn public_url(&self) -> String {
-        self.ci.settings.public_url.get()
-    }
-}
-
-/// What handlers receive: cheap to clone.
-pub type Ctx = Arc<AppState>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -90,6 +49,15 @@ pub enum AppError {
     /// The local runner cannot run steps as configured (`runner.sandbox`).
     #[error("{0}")]
     Runner(String),
+}
+
+impl From<InitError> for AppError {
+    fn from(e: InitError) -> AppError {
+        AppError::DataDir {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 pub struct App {
@@ -162,41 +130,39 @@ impl App {
         // cache do not need it.
         crate::http::heap::release_free_heap();
         if config.ci.enabled && config.runner.enabled {
-            modules::ci::pipelines::background::check_sandbox(&config).map_err(AppError::Runner)?;
+            crate::ci::embedded::check_sandbox(&config).map_err(AppError::Runner)?;
         }
         let router = build_router(&config)?;
-        let queue = Arc::new(crate::ci::queue::Queue::new(
+        let ci = crate::ci::Services::new(
             store.clone(),
-            logs.clone(),
+            logs,
             seal.clone(),
-        ));
-        let ci = crate::ci::Services {
-            store: store.clone(),
-            seal: seal.clone(),
-            plugins: plugins.clone(),
-            queue,
-            settings: Arc::new(crate::ci::Settings {
+            plugins,
+            crate::ci::Settings {
                 pipeline: config.pipeline.clone(),
                 mount: config.ci.mount.clone(),
                 public_url: crate::ci::PublicUrl::new(&config.server.listen),
-            }),
-            numbers: Arc::default(),
-        };
+                env_admins: EnvAdmins(config.auth.admins.clone()),
+            },
+        );
+        let mounts = enabled(&config)
+            .into_iter()
+            .map(|(module, settings)| Mount {
+                name: module.name(),
+                prefix: settings.mount,
+                style: module.error_style(),
+            })
+            .collect();
         let state = Arc::new(AppState {
-            env_admins: EnvAdmins(config.auth.admins.clone()),
+            keyring: Keyring::new(store, seal),
             config,
-            store,
             key,
-            seal,
-            logs,
             ci,
-            pipeline_feed: Default::default(),
             log,
             metrics: Arc::new(Metrics::default()),
             started: Instant::now(),
+            mounts,
             participation,
-            runner_engine: OnceLock::new(),
-            plugins,
             access_cache: Default::default(),
             rendered: Default::default(),
         });
@@ -236,23 +202,20 @@ impl App {
             (true, Err(_)) => format!("http://{}", state.config.server.listen),
         };
         state.ci.settings.public_url.set(url);
-        let store = state.store.clone();
-        let logs = state.logs.clone();
-        let runner_state = state.clone();
+        let ci = state.ci.clone();
+        let store = state.ci.store.clone();
+        let logs = state.ci.logs.clone();
         if state.config.plugins.watch
-            && let Err(err) = state.plugins.watch()
+            && let Err(err) = state.ci.plugins.watch()
         {
             tracing::warn!(%err, "cannot watch the plugin directory; changes need a restart");
         }
-        let background: Vec<_> = modules::enabled(&state.config)
-            .iter()
-            .flat_map(|(module, _)| module.spawn_background(state))
-            .collect();
+        let background = spawn_background(&state.config, &state.ci);
         server::serve(listener, self.dispatcher, self.options, shutdown).await;
         for task in background {
             task.abort();
         }
-        if let Some(engine) = runner_state.runner_engine.get() {
+        if let Some(engine) = ci.runner_engine.get() {
             match engine.sweep().await {
                 Ok(swept) => tracing::info!(
                     containers = swept.containers,
@@ -314,9 +277,64 @@ fn start_plugins(
     Ok(host)
 }
 
+/// Every interface this build has, in mount order.
+fn all(config: &Config) -> Vec<Box<dyn Module>> {
+    vec![
+        Box::new(modules::ci::Ci),
+        Box::new(modules::events::Events),
+        Box::new(modules::participation::Participation),
+        Box::new(modules::web::Web::new(&config.web)),
+    ]
+}
+
+/// The interfaces `config` enables, with their config sections.
+fn enabled(config: &Config) -> Vec<(Box<dyn Module>, crate::config::ModuleConfig)> {
+    all(config)
+        .into_iter()
+        .filter_map(|module| {
+            let (_, settings) = config
+                .modules()
+                .into_iter()
+                .find(|(name, _)| *name == module.name())?;
+            settings.enabled.then(|| (module, settings.clone()))
+        })
+        .collect()
+}
+
+/// The work that runs beside the requests while the server serves: the pipeline feed, the
+/// CI jobs (leases, crons, the embedded runner) and retention. Aborted when serving stops.
+fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if config.ci.enabled {
+        tasks.push(tokio::spawn(ci.feed.clone().run()));
+        tasks.extend(crate::ci::jobs::spawn(ci));
+        if config.runner.enabled {
+            tasks.push(tokio::spawn(crate::ci::embedded::run(
+                ci.clone(),
+                config.clone(),
+            )));
+        }
+    }
+    if config.ci.enabled && config.storage.log_retention_days > 0 {
+        let days = config.storage.log_retention_days;
+        tasks.push(tokio::spawn(crate::retention::step_logs(
+            ci.logs.clone(),
+            days,
+        )));
+    }
+    if config.events.module.enabled {
+        let settings = config.events.clone();
+        tasks.push(tokio::spawn(crate::retention::events(
+            ci.store.clone(),
+            settings,
+        )));
+    }
+    tasks
+}
+
 fn build_router(config: &Config) -> Result<Router<Ctx>, RouteError> {
     let mut router = Router::new(config.server.max_body_bytes);
-    for (module, settings) in modules::enabled(config) {
+    for (module, settings) in enabled(config) {
         module.routes(&mut router.scope(&settings.mount, module.error_style()));
         module.root_routes(&mut router.scope("", ErrorStyle::PlainText));
     }

@@ -408,7 +408,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
     if capacity == 0 {
         anyhow::bail!("--capacity must be at least 1");
     }
-    let mut info = crate::modules::ci::pipelines::background::local_info(capacity);
+    let mut info = crate::ci::embedded::local_info(capacity);
     for label in labels {
         let (k, v) = label
             .split_once('=')

@@ -678,7 +678,7 @@ impl Config {
             }
         }
         let token = &self.participation.admin_token;
-        if !token.is_empty() && !crate::modules::participation::valid_token(token) {
+        if !token.is_empty() && !valid_admin_token(token) {
             return Err(invalid(
                 "participation.admin_token",
                 "must be 64 to 256 visible ASCII characters (algod's API token rules)".into(),
@@ -898,9 +898,22 @@ fn describe_serde_error(path: &str, e: &toml::de::Error, text: &str) -> String {
     }
 }
 
+/// A participation admin token algod would accept: 64–256 visible ASCII characters.
+pub fn valid_admin_token(token: &str) -> bool {
+    (64..=256).contains(&token.len()) && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn admin_token_validity() {
+        assert!(valid_admin_token(&"x".repeat(64)));
+        assert!(!valid_admin_token(&"x".repeat(63)));
+        assert!(!valid_admin_token(&"x".repeat(257)));
+        assert!(!valid_admin_token(&format!("{} ", "x".repeat(64))));
+    }
 
     fn load(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(text, "test.toml", &[])

@@ -24,11 +24,16 @@ pub mod ci;
 pub mod cli;
 pub mod config;
 pub use woodlark_http as http;
+#[cfg(test)]
+mod layering;
 pub mod logging;
 pub mod modules;
+pub mod participation;
 pub use woodlark_pipeline as pipeline;
 pub mod plugin_services;
 pub mod profiler;
+pub mod retention;
 pub use woodlark_runner as runner;
+pub mod state;
 pub use woodlark_store as store;
 pub mod timefmt;

@@ -181,6 +181,32 @@ impl Queue {
         }
     }
 
+    /// Keeps an agent record's platform, backend, capacity and version up to date (a write
+    /// only when they change).
+    pub async fn record_info(&self, row: &AgentRow, info: &AgentInfo) -> StoreResult<()> {
+        let a = &row.agent;
+        if a.platform == info.platform
+            && a.backend == info.backend
+            && a.capacity == info.capacity
+            && a.version == info.version
+        {
+            return Ok(());
+        }
+        let (id, info) = (a.id, info.clone());
+        self.store
+            .write(move |c| {
+                agents::report(
+                    c,
+                    id,
+                    &info.platform,
+                    &info.backend,
+                    info.capacity,
+                    &info.version,
+                )
+            })
+            .await
+    }
+
     /// Writes the contact times gathered since the last flush.
     pub async fn flush_contact(&self) -> StoreResult<()> {
         let batch: Vec<(i64, (i64, i64))> = {

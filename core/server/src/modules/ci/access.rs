@@ -31,55 +31,14 @@ use crate::store::Tx;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::app::Ctx;
+use super::access_cache::{Readable, Verified};
 use crate::auth::{self, session, token};
 use crate::http::{ApiError, Request, StatusCode};
-use crate::store::cache::GenerationCache;
+use crate::state::Ctx;
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow};
 use crate::store::users::{self, Account, User};
 use crate::store::{StoreError, StoreResult, now_unix};
-
-/// Entries per cache; past that, stale entries go, then everything (see `store::cache`).
-const CACHE_ENTRIES: usize = 4096;
-
-/// What verifying a token established, for the token's next requests.
-#[derive(Clone)]
-struct Verified {
-    account: Account,
-    /// The token's claims and the key that signed it (a session's CSRF check needs both).
-    claims: Arc<Value>,
-    key: Arc<str>,
-    session: bool,
-    /// `exp` claim, checked on every use.
-    expires: Option<i64>,
-}
-
-/// Cached answers of [`current`], [`repo`] and [`readable_by_caller`], valid for one
-/// identity generation.
-pub struct AccessCache {
-    /// Raw token → what it proved. Only tokens that verified are kept.
-    tokens: GenerationCache<String, Verified>,
-    /// (caller's user id, 0 when anonymous; repository id) → the repository and the
-    /// caller's permission on it.
-    repos: GenerationCache<(i64, i64), (RepoRow, Perm)>,
-    /// User id → the repositories and organisations that user may read (the events feed's
-    /// visibility filter; computing it reads every repository).
-    readable: GenerationCache<i64, Arc<Readable>>,
-}
-
-/// Ids of the repositories and of the organisations a user may read.
-pub type Readable = (Vec<i64>, Vec<i64>);
-
-impl Default for AccessCache {
-    fn default() -> Self {
-        AccessCache {
-            tokens: GenerationCache::new(CACHE_ENTRIES),
-            repos: GenerationCache::new(CACHE_ENTRIES),
-            readable: GenerationCache::new(CACHE_ENTRIES),
-        }
-    }
-}
 
 /// The signed-in user, if the request carries a valid personal access token or browser
 /// session token (`sess`, normally from the `user_sess` cookie; see `auth::session`).
@@ -89,7 +48,7 @@ impl Default for AccessCache {
 /// that session. Without it the request is refused with 401 (not downgraded to anonymous), as
 /// upstream does. Personal access tokens need no CSRF header, wherever they are carried.
 pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiError> {
-    current_at(ctx, req, ctx.store.identity_generation()).await
+    current_at(ctx, req, ctx.ci.store.identity_generation()).await
 }
 
 /// [`current`], with the token's verification cached under `generation` (read before any
@@ -131,8 +90,9 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
     let Some(session::Subject { user_id, session }) = session::subject(raw) else {
         return Ok(None);
     };
-    let env = ctx.env_admins.clone();
+    let env = ctx.ci.settings.env_admins.clone();
     let account = match ctx
+        .ci
         .store
         .read(move |c| users::by_id(c, &env, user_id))
         .await
@@ -158,7 +118,7 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
 /// organisations (`repos::readable_ids`), `None` for an instance admin, who may read
 /// everything. 401 for anonymous callers.
 pub async fn readable_by_caller(ctx: &Ctx, req: &Request) -> Result<CallerReads, ApiError> {
-    let generation = ctx.store.identity_generation();
+    let generation = ctx.ci.store.identity_generation();
     let account = current_at(ctx, req, generation)
         .await?
         .ok_or_else(ApiError::unauthorized)?;
@@ -177,7 +137,8 @@ pub async fn readable_by_caller(ctx: &Ctx, req: &Request) -> Result<CallerReads,
     }
     let own_org = account.user.org_id;
     let ids = Arc::new(
-        ctx.store
+        ctx.ci
+            .store
             .read(move |c| repos::readable_ids(c, user_id, own_org))
             .await?,
     );
@@ -306,7 +267,7 @@ impl RepoAccess {
 /// Loads the repository named by the `repo_id` path parameter and checks pull permission.
 pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
     let id = req.param_i64("repo_id")?;
-    let generation = ctx.store.identity_generation();
+    let generation = ctx.ci.store.identity_generation();
     let user = current_at(ctx, req, generation).await?;
     let key = (user.as_ref().map_or(0, |a| a.user.id), id);
     let found = match ctx.access_cache.repos.get(&key, generation) {
@@ -314,6 +275,7 @@ pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
         None => {
             let u = user.as_ref().map(|a| a.user.clone());
             let found = ctx
+                .ci
                 .store
                 .read(move |c| {
                     let row = repos::by_id(c, id)?;
@@ -347,6 +309,7 @@ where
 {
     let u = user.as_ref().map(|a| a.user.clone());
     let found = ctx
+        .ci
         .store
         .read(move |c| {
             let row = find(c)?;
@@ -395,6 +358,7 @@ pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess
     let user = must_user(ctx, req).await?;
     let u = user.user.clone();
     let found = ctx
+        .ci
         .store
         .read(move |c| {
             let org = orgs::by_id(c, id)?;
@@ -445,6 +409,7 @@ mod tests {
         };
         let account = app
             .state()
+            .ci
             .store
             .write(move |c| users::create(c, &Default::default(), &new))
             .await
@@ -545,8 +510,9 @@ mod tests {
         assert_eq!(ctx.access_cache.tokens.len(), 1);
 
         // A change of the user shows at once.
-        let env = ctx.env_admins.clone();
-        ctx.store
+        let env = ctx.ci.settings.env_admins.clone();
+        ctx.ci
+            .store
             .write(move |c| {
                 let patch = users::UserPatch {
                     admin: Some(true),
@@ -569,7 +535,8 @@ mod tests {
                     .map(|ids| ids.0.len())
             }
         };
-        ctx.store
+        ctx.ci
+            .store
             .write(move |c| {
                 let patch = users::UserPatch {
                     admin: Some(false),
@@ -582,13 +549,15 @@ mod tests {
         assert_eq!(readable(ctx, pat.clone()).await, Some(0));
         assert_eq!(readable(ctx, pat.clone()).await, Some(0), "from the cache");
         let org_id = account.user.org_id;
-        ctx.store
+        ctx.ci
+            .store
             .write(move |c| repos::insert_bare(c, org_id, id, "alice/x"))
             .await
             .unwrap();
         assert_eq!(readable(ctx, pat.clone()).await, Some(1));
-        let env = ctx.env_admins.clone();
-        ctx.store
+        let env = ctx.ci.settings.env_admins.clone();
+        ctx.ci
+            .store
             .write(move |c| {
                 let patch = users::UserPatch {
                     admin: Some(true),
@@ -600,8 +569,9 @@ mod tests {
             .unwrap();
 
         // Rotating the token seed revokes the cached token.
-        let env = ctx.env_admins.clone();
+        let env = ctx.ci.settings.env_admins.clone();
         let rotated = ctx
+            .ci
             .store
             .write(move |c| users::set_token_seed(c, &env, id, "new-seed"))
             .await
@@ -611,8 +581,9 @@ mod tests {
         assert_eq!(admin_flag(current(ctx, &get(&new_pat)).await), Some(true));
 
         // Deleting the user ends it too.
-        let env = ctx.env_admins.clone();
-        ctx.store
+        let env = ctx.ci.settings.env_admins.clone();
+        ctx.ci
+            .store
             .write(move |c| users::delete(c, &env, "alice"))
             .await
             .unwrap();

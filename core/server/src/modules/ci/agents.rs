@@ -11,10 +11,10 @@ use serde::Deserialize;
 
 use super::access::{must_admin, org};
 use super::pagination::Page;
-use crate::app::Ctx;
 use crate::auth::random_secret;
 use crate::ci::local::is_embedded;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::state::Ctx;
 use crate::store::StoreError;
 use crate::store::agents::{
     self, Agent, AgentChange, AgentRow, ID_NOT_SET, NewAgent, SEAL_PURPOSE, token_hash,
@@ -50,7 +50,7 @@ fn not_found(err: StoreError) -> ApiError {
 /// (the secrets key was replaced) renders empty rather than failing the whole response.
 fn render(ctx: &Ctx, row: AgentRow) -> Agent {
     let mut agent = row.agent;
-    match ctx.seal.open(SEAL_PURPOSE, &row.sealed_token) {
+    match ctx.ci.seal.open(SEAL_PURPOSE, &row.sealed_token) {
         Ok(bytes) => agent.token = String::from_utf8(bytes).unwrap_or_default(),
         Err(err) => {
             tracing::warn!(agent = agent.id, %err, "cannot open the agent's token");
@@ -89,9 +89,9 @@ async fn create_in(
         owner_id,
         org_id,
         token_hash: token_hash(&token),
-        sealed_token: ctx.seal.seal(SEAL_PURPOSE, token.as_bytes()),
+        sealed_token: ctx.ci.seal.seal(SEAL_PURPOSE, token.as_bytes()),
     };
-    let row = ctx.store.write(move |c| agents::create(c, &new)).await?;
+    let row = ctx.ci.store.write(move |c| agents::create(c, &new)).await?;
     tracing::info!(
         agent = row.agent.id,
         name = row.agent.name,
@@ -119,6 +119,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let page = Page::from_request(&req);
     let rows = ctx
+        .ci
         .store
         .read(move |c| agents::list(c, page.page, page.per_page))
         .await?;
@@ -137,6 +138,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
     let row = ctx
+        .ci
         .store
         .read(move |c| agents::by_id(c, id))
         .await
@@ -150,6 +152,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("agent_id")?;
     let change = change_from(&req)?;
     let current = ctx
+        .ci
         .store
         .read(move |c| agents::by_id(c, id))
         .await
@@ -165,6 +168,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         ));
     }
     let row = ctx
+        .ci
         .store
         .write(move |c| agents::update(c, id, &change))
         .await
@@ -177,6 +181,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
     let current = ctx
+        .ci
         .store
         .read(move |c| agents::by_id(c, id))
         .await
@@ -188,6 +193,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         ));
     }
     let agent = ctx
+        .ci
         .store
         .write(move |c| agents::delete(c, id))
         .await
@@ -202,6 +208,7 @@ async fn tasks(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
     let list = ctx
+        .ci
         .store
         .read(move |c| {
             agents::by_id(c, id)?;
@@ -221,6 +228,7 @@ async fn org_list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let org_id = access.org.id;
     let page = Page::from_request(&req);
     let rows = ctx
+        .ci
         .store
         .read(move |c| agents::list_for_org(c, org_id, page.page, page.per_page))
         .await?;
@@ -239,6 +247,7 @@ async fn org_agent(ctx: &Ctx, req: &Request) -> Result<i64, ApiError> {
     let access = org(ctx, req, true).await?;
     let id = req.param_i64("agent_id")?;
     let row = ctx
+        .ci
         .store
         .read(move |c| agents::by_id(c, id))
         .await
@@ -254,6 +263,7 @@ async fn org_update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = org_agent(&ctx, &req).await?;
     let change = change_from(&req)?;
     let row = ctx
+        .ci
         .store
         .write(move |c| agents::update(c, id, &change))
         .await
@@ -265,6 +275,7 @@ async fn org_update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn org_delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = org_agent(&ctx, &req).await?;
     let agent = ctx
+        .ci
         .store
         .write(move |c| agents::delete(c, id))
         .await

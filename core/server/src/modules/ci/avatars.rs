@@ -6,8 +6,8 @@
 //! colour derived from the login. It is public like a forge's avatars and depends on nothing
 //! but the login in the path, so it reveals nothing about which users exist.
 
-use crate::app::Ctx;
 use crate::http::{ApiError, HeaderValue, Request, Response, StatusCode, header};
+use crate::state::Ctx;
 use crate::store::users::{User, validate_login};
 
 /// `GET /users/{login}/avatar.svg`.

@@ -3,9 +3,9 @@
 //! repositories; private ones need a token with pull permission, like every read.
 
 use super::access::{self, current, repo_by};
-use crate::app::Ctx;
 use crate::http::{ApiError, HeaderValue, Request, Response, StatusCode, header};
 use crate::pipeline::status::{Status, *};
+use crate::state::Ctx;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
 use crate::store::repos;
 
@@ -104,6 +104,7 @@ async fn status_svg(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .unwrap_or_else(|| vec!["push".to_string()]);
     let repo_id = access.row.repo.id;
     let newest = ctx
+        .ci
         .store
         .read(move |c| {
             let list = pipelines::list(
@@ -166,6 +167,7 @@ async fn cc_xml(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = repo_of(&ctx, &req).await?;
     let repo_id = access.row.repo.id;
     let newest = ctx
+        .ci
         .store
         .read(move |c| {
             Ok(pipelines::list(c, repo_id, &ListFilter::default(), 1, 1)?

@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use super::access::repo_admin;
 use super::pagination::Page;
-use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::state::Ctx;
 use crate::store::crons::{
     self, Cron, CronChange, DEFAULT_TIMEZONE, MAX_FIELD, NewCron, check_interval, next_exec,
     parse_timezone,
@@ -128,6 +128,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = repo_admin(&ctx, &req).await?.row.repo.id;
     let page = Page::from_request(&req);
     let list = ctx
+        .ci
         .store
         .read(move |c| crons::list(c, repo, page.page, page.per_page))
         .await?;
@@ -159,7 +160,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         enabled: body.enabled.unwrap_or(true),
         variables,
     };
-    let cron = ctx.store.write(move |c| crons::create(c, &new)).await?;
+    let cron = ctx.ci.store.write(move |c| crons::create(c, &new)).await?;
     tracing::info!(
         cron = cron.id,
         repo = cron.repo_id,
@@ -174,6 +175,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = repo_admin(&ctx, &req).await?.row.repo.id;
     let id = cron_id(&req)?;
     let cron = ctx
+        .ci
         .store
         .read(move |c| crons::find(c, repo, id))
         .await
@@ -227,6 +229,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let now = now_unix();
     let min_interval = ctx.ci.settings.pipeline.cron_min_interval();
     let outcome = ctx
+        .ci
         .store
         .write(move |c| -> Result<Result<Cron, ApiError>, StoreError> {
             let current = crons::find(c, repo, id)?;
@@ -270,6 +273,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = repo_admin(&ctx, &req).await?.row.repo.id;
     let id = cron_id(&req)?;
     let cron = ctx
+        .ci
         .store
         .write(move |c| crons::delete(c, repo, id))
         .await

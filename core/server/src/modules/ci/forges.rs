@@ -6,11 +6,11 @@ use serde_json::{Map, Value, json};
 
 use super::access::{current, must_admin};
 use super::pagination::Page;
-use crate::app::Ctx;
 use crate::auth::random_secret;
 use crate::ci::forge::{FORGE_TYPES, git};
 use crate::ci::forge_secrets::{SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET, webhook_secret};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::state::Ctx;
 use crate::store::StoreError;
 use crate::store::forges::{self, Forge};
 
@@ -27,6 +27,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let admin = current(&ctx, &req).await?.is_some_and(|a| a.user.admin);
     let page = Page::from_request(&req);
     let list = ctx
+        .ci
         .store
         .read(move |c| forges::list(c, page.page, page.per_page))
         .await?;
@@ -43,6 +44,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("forge_id")?;
     let admin = current(&ctx, &req).await?.is_some_and(|a| a.user.admin);
     let row = ctx
+        .ci
         .store
         .read(move |c| forges::by_id(c, id))
         .await
@@ -50,7 +52,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if !admin {
         return Ok(Response::json(&row.forge.public(&ctx.public_url())));
     }
-    let secret = webhook_secret(&ctx.seal, &row).map_err(ApiError::internal)?;
+    let secret = webhook_secret(&ctx.ci.seal, &row).map_err(ApiError::internal)?;
     Ok(Response::json(&with_webhook_secret(
         &row.forge,
         secret.as_bytes(),
@@ -171,12 +173,16 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let sealed_client = if client_secret.is_empty() {
         String::new()
     } else {
-        ctx.seal.seal(SEAL_CLIENT_SECRET, client_secret.as_bytes())
+        ctx.ci
+            .seal
+            .seal(SEAL_CLIENT_SECRET, client_secret.as_bytes())
     };
     let sealed_webhook = ctx
+        .ci
         .seal
         .seal(SEAL_WEBHOOK_SECRET, webhook_secret.as_bytes());
     let created = ctx
+        .ci
         .store
         .write(move |c| forges::create(c, &forge, &sealed_client, &sealed_webhook))
         .await?;
@@ -192,6 +198,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("forge_id")?;
     let body: ForgeIn = req.json()?;
     let mut forge = ctx
+        .ci
         .store
         .read(move |c| forges::by_id(c, id))
         .await
@@ -201,10 +208,11 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .oauth_client_secret
         .as_deref()
         .filter(|s| !s.is_empty())
-        .map(|s| ctx.seal.seal(SEAL_CLIENT_SECRET, s.as_bytes()));
+        .map(|s| ctx.ci.seal.seal(SEAL_CLIENT_SECRET, s.as_bytes()));
     body.apply(&mut forge);
     validate(&forge)?;
     let updated = ctx
+        .ci
         .store
         .write(move |c| forges::update(c, &forge, sealed_client.as_deref()))
         .await
@@ -215,7 +223,8 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("forge_id")?;
-    ctx.store
+    ctx.ci
+        .store
         .write(move |c| forges::delete(c, id))
         .await
         .map_err(forge_not_found)?;

@@ -13,13 +13,13 @@
 use woodlark_plugin_host::HookRequest;
 
 use super::pipelines::created_response;
-use crate::app::Ctx;
 use crate::auth::{self, token};
 use crate::ci::create::Created;
 use crate::ci::forge::ForgeError;
 use crate::ci::forge::plugin::{FORGE_PARAM, plugin_for};
 use crate::ci::hooks::{self, HookScope, PluginHook};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::state::Ctx;
 use crate::store::repos::{self, RepoRow};
 use crate::store::{forges, now_unix};
 
@@ -56,6 +56,7 @@ async fn repo_of(ctx: &Ctx, req: &Request) -> Result<RepoRow, ApiError> {
     let raw = hook_token(req).ok_or_else(bad_token)?;
     let (forge_id, remote_id) = token::hook_token_subject(&raw).ok_or_else(bad_token)?;
     let row = ctx
+        .ci
         .store
         .read(move |c| repos::by_remote_id(c, forge_id, &remote_id))
         .await?
@@ -73,17 +74,21 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             let forge_id: i64 = forge.parse().map_err(|_| {
                 ApiError::bad_request(format!("failure to parse hook: invalid forge id {forge:?}"))
             })?;
-            let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+            let forge = ctx
+                .ci
+                .store
+                .read(move |c| forges::by_id(c, forge_id))
+                .await?;
             if forge.forge.kind == "git" {
                 return Err(ApiError::bad_request(format!(
                     "failure to parse hook: forge {forge_id} is a git forge; its hooks carry a hook token"
                 )));
             }
-            let plugin = plugin_for(&ctx.plugins, &forge.forge)
+            let plugin = plugin_for(&ctx.ci.plugins, &forge.forge)
                 .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
             return plugin_hook(&ctx, &req, &plugin, HookScope::Forge(forge)).await;
         }
-        let Some(plugin) = ctx.plugins.recognize(&plugin_headers(&req)).await else {
+        let Some(plugin) = ctx.ci.plugins.recognize(&plugin_headers(&req)).await else {
             return Err(ApiError::bad_request("failure to parse token from hook"));
         };
         return plugin_hook(&ctx, &req, &plugin, HookScope::Any).await;
@@ -93,9 +98,13 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         return Ok(Response::empty(StatusCode::NO_CONTENT));
     }
     let forge_id = row.repo.forge_id;
-    let forge = ctx.store.read(move |c| forges::by_id(c, forge_id)).await?;
+    let forge = ctx
+        .ci
+        .store
+        .read(move |c| forges::by_id(c, forge_id))
+        .await?;
     if forge.forge.kind != "git" {
-        let plugin = plugin_for(&ctx.plugins, &forge.forge)
+        let plugin = plugin_for(&ctx.ci.plugins, &forge.forge)
             .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
         return plugin_hook(&ctx, &req, &plugin, HookScope::Repo(Box::new(row), forge)).await;
     }

@@ -7,6 +7,7 @@
 //! [`forge`](crate::ci::forge) holds the forge drivers. Errors are plain text with Woodpecker's status codes.
 
 pub mod access;
+pub mod access_cache;
 pub mod agents;
 pub mod avatars;
 pub mod badges;
@@ -25,8 +26,8 @@ pub mod stream;
 pub mod system;
 pub mod users;
 
-use crate::app::Ctx;
 use crate::http::{ErrorStyle, Scope};
+use crate::state::Ctx;
 
 pub struct Ci;
 
@@ -68,12 +69,6 @@ impl super::Module for Ci {
         registries::routes(scope);
         agents::routes(scope);
         crons::routes(scope);
-    }
-
-    fn spawn_background(&self, ctx: &Ctx) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = pipelines::background::spawn(ctx);
-        tasks.push(tokio::spawn(stream::PipelineFeed::run(ctx.clone())));
-        tasks
     }
 
     fn root_routes(&self, scope: &mut Scope<'_, Ctx>) {

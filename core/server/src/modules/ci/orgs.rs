@@ -2,8 +2,8 @@
 
 use super::access::{self, current, must_admin, must_user, org_perm};
 use super::pagination::Page;
-use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::state::Ctx;
 use crate::store::StoreError;
 use crate::store::orgs;
 
@@ -23,6 +23,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let page = Page::from_request(&req);
     let list = ctx
+        .ci
         .store
         .read(move |c| orgs::list(c, page.page, page.per_page))
         .await?;
@@ -39,7 +40,8 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("org_id")?;
-    ctx.store
+    ctx.ci
+        .store
         .write(move |c| orgs::delete_with_contents(c, id))
         .await
         .map_err(org_not_found)?;
@@ -51,6 +53,7 @@ async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("org_id")?;
     let user = current(&ctx, &req).await?.map(|a| a.user);
     let perm = ctx
+        .ci
         .store
         .read(move |c| {
             let org = orgs::by_id(c, id)?;
@@ -66,6 +69,7 @@ async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user = must_user(&ctx, &req).await?.user;
     let name = req.param("org_full_name").trim_matches('/').to_string();
     let found = ctx
+        .ci
         .store
         .read(move |c| {
             let org = orgs::by_any_name(c, &name)?;

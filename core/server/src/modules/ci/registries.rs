@@ -11,8 +11,8 @@ use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
-use crate::app::Ctx;
 use crate::http::{ApiError, Request, Scope};
+use crate::state::Ctx;
 use crate::store::StoreResult;
 use crate::store::registries::{
     self, MAX_FIELD, NewRegistry, Registry, RegistryChange, SEAL_PURPOSE, validate_address,
@@ -77,7 +77,7 @@ impl ScopedResource for Registries {
         Ok(NewRegistry {
             address,
             username,
-            sealed_password: ctx.seal.seal(SEAL_PURPOSE, password.as_bytes()),
+            sealed_password: ctx.ci.seal.seal(SEAL_PURPOSE, password.as_bytes()),
         })
     }
 
@@ -98,7 +98,7 @@ impl ScopedResource for Registries {
             sealed_password: body
                 .password
                 .filter(|p| !p.is_empty())
-                .map(|p| ctx.seal.seal(SEAL_PURPOSE, p.as_bytes())),
+                .map(|p| ctx.ci.seal.seal(SEAL_PURPOSE, p.as_bytes())),
         })
     }
 

@@ -4,11 +4,11 @@ use serde::Deserialize;
 
 use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
 use super::pagination::Page;
-use crate::app::Ctx;
 use crate::auth::{random_secret, token};
 use crate::ci::forge::{self, RemoteRepo};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::pipeline::event::WebhookEvent;
+use crate::state::Ctx;
 use crate::store::forges::{self, ForgeRow};
 use crate::store::logs;
 use crate::store::orgs;
@@ -51,6 +51,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     };
     let page = Page::from_request(&req);
     let list = ctx
+        .ci
         .store
         .read(move |c| repos::list(c, active, page.page, page.per_page))
         .await?;
@@ -72,6 +73,7 @@ pub(super) async fn pick_forge(
     };
     let own = user.user.forge_id;
     let found = ctx
+        .ci
         .store
         .read(move |c| {
             if let Some(id) = explicit {
@@ -141,6 +143,7 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let owner = remote.owner.clone();
     let rid = remote_id.clone();
     let (existing, allowed) = ctx
+        .ci
         .store
         .read(move |c| {
             let existing = repos::by_remote_id(c, forge_id, &rid)?;
@@ -166,6 +169,7 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
     let user_id = account.user.id;
     let written = ctx
+        .ci
         .store
         .write(move |c| {
             let org = orgs::find_or_create(c, forge_id, &remote.owner)?;
@@ -357,6 +361,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     );
 
     let row = ctx
+        .ci
         .store
         .write(move |c| repos::update(c, &repo, None))
         .await?;
@@ -387,6 +392,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     repo.active = false;
     let r = repo.clone();
     let step_ids = ctx
+        .ci
         .store
         .write(move |c| {
             if remove {
@@ -397,7 +403,8 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         })
         .await?;
     if !step_ids.is_empty() {
-        ctx.logs
+        ctx.ci
+            .logs
             .write(move |c| logs::delete_steps(c, &step_ids))
             .await?;
     }
@@ -444,6 +451,7 @@ async fn chown(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user_id = access.user()?.user.id;
     let repo = access.row.repo.clone();
     let row = ctx
+        .ci
         .store
         .write(move |c| {
             let row = repos::update(c, &repo, Some(user_id))?;
@@ -464,7 +472,8 @@ async fn repair_one(ctx: &Ctx, row: RepoRow) -> Result<(), ApiError> {
     refresh_from_forge(&mut repo, &remote);
     let url = hook_url(ctx, repo.forge_id, &repo.forge_remote_id, &row.hash);
     driver.activate(&repo, &url).await?;
-    ctx.store
+    ctx.ci
+        .store
         .write(move |c| repos::update(c, &repo, None))
         .await?;
     Ok(())
@@ -484,6 +493,7 @@ async fn repair(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn repair_all(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let rows: Vec<RepoRow> = ctx
+        .ci
         .store
         .read(|c| -> StoreResult<Vec<RepoRow>> {
             let mut out = Vec::new();
@@ -539,6 +549,7 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let owner = remote.owner.clone();
     let remote_id = remote.forge_remote_id.clone();
     let (taken, allowed) = ctx
+        .ci
         .store
         .read(move |c| {
             let taken = repos::by_remote_id(c, forge_id, &remote_id)?;
@@ -557,6 +568,7 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let mut repo = row.repo.clone();
     refresh_from_forge(&mut repo, &remote);
     let moved = ctx
+        .ci
         .store
         .write(move |c| {
             let org = orgs::find_or_create(c, repo.forge_id, &remote.owner)?;

@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use super::access::{must_admin, org, repo_admin};
 use super::pagination::Page;
-use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::state::Ctx;
 use crate::store::Tx;
 use crate::store::secrets::ResourceScope;
 use crate::store::{StoreError, StoreResult};
@@ -151,6 +151,7 @@ async fn list<R: ScopedResource>(
     let scope = resolve(&ctx, &req, level).await?;
     let page = Page::from_request(&req);
     let list = ctx
+        .ci
         .store
         .read(move |c| R::list(c, scope, page.page, page.per_page))
         .await?;
@@ -165,7 +166,11 @@ async fn create<R: ScopedResource>(
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level).await?;
     let new = R::new_from(&ctx, &req)?;
-    let item = ctx.store.write(move |c| R::create(c, scope, &new)).await?;
+    let item = ctx
+        .ci
+        .store
+        .write(move |c| R::create(c, scope, &new))
+        .await?;
     tracing::info!(
         key = R::key(&item),
         org_id = scope.org_id,
@@ -185,6 +190,7 @@ async fn get<R: ScopedResource>(
     let scope = resolve(&ctx, &req, level).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
     let item = ctx
+        .ci
         .store
         .read(move |c| R::find(c, scope, &key))
         .await
@@ -202,6 +208,7 @@ async fn update<R: ScopedResource>(
     let key = path_text(&req, R::KEY_PARAM)?;
     let change = R::change_from(&ctx, &req)?;
     let item = ctx
+        .ci
         .store
         .write(move |c| R::update(c, scope, &key, &change))
         .await
@@ -218,6 +225,7 @@ async fn delete<R: ScopedResource>(
     let scope = resolve(&ctx, &req, level).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
     let item = ctx
+        .ci
         .store
         .write(move |c| R::delete(c, scope, &key))
         .await

@@ -12,8 +12,8 @@ use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
-use crate::app::Ctx;
 use crate::http::{ApiError, Request, Scope};
+use crate::state::Ctx;
 use crate::store::StoreResult;
 use crate::store::secrets::{
     self, MAX_NOTE, NewSecret, ResourceScope, SEAL_PURPOSE, Secret, SecretChange, validate_events,
@@ -82,7 +82,7 @@ impl ScopedResource for Secrets {
         check_note(&note)?;
         Ok(NewSecret {
             name,
-            sealed_value: ctx.seal.seal(SEAL_PURPOSE, value.as_bytes()),
+            sealed_value: ctx.ci.seal.seal(SEAL_PURPOSE, value.as_bytes()),
             images,
             events,
             note,
@@ -107,7 +107,7 @@ impl ScopedResource for Secrets {
             sealed_value: body
                 .value
                 .filter(|v| !v.is_empty())
-                .map(|v| ctx.seal.seal(SEAL_PURPOSE, v.as_bytes())),
+                .map(|v| ctx.ci.seal.seal(SEAL_PURPOSE, v.as_bytes())),
             images: body.images,
             events,
             note: body.note,

@@ -3,14 +3,14 @@
 use serde::{Deserialize, Serialize};
 
 use super::access::{must_admin, must_user};
-use crate::app::Ctx;
 use crate::ci::version_string;
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::logging::LogLevel;
+use crate::state::Ctx;
 
 /// `GET /healthz`: 204 while the database answers reads and writes, else 500.
 pub async fn healthz(ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
-    match ctx.store.ping().await {
+    match ctx.ci.store.ping().await {
         Ok(()) => Ok(Response::empty(StatusCode::NO_CONTENT)),
         Err(err) => {
             tracing::error!(%err, "health check failed");

@@ -6,10 +6,10 @@ use serde_json::{Value, json};
 use super::access::{may_activate_in, must_admin, must_user};
 use super::avatars;
 use super::pagination::Page;
-use crate::app::Ctx;
 use crate::auth::{random_secret, token};
 use crate::ci::forge::{self, RemoteRepo};
 use crate::http::{ApiError, Request, Response, StatusCode};
+use crate::state::Ctx;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
 use crate::store::users::{self, NewUser, UserPatch, validate_login};
 use crate::store::{StoreError, StoreResult, repos};
@@ -34,10 +34,11 @@ pub async fn token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// the new token.
 pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
-    let env = ctx.env_admins.clone();
+    let env = ctx.ci.settings.env_admins.clone();
     let id = account.user.id;
     let seed = random_secret();
     let account = ctx
+        .ci
         .store
         .write(move |c| users::set_token_seed(c, &env, id, &seed))
         .await?;
@@ -50,6 +51,7 @@ pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
 pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user = must_user(&ctx, &req).await?.user;
     let list = ctx
+        .ci
         .store
         .read(move |c| {
             let mut out = Vec::new();
@@ -106,6 +108,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
     if all && let Some(listed) = forge_listing(&ctx, &req, &account).await? {
         let user = account.user;
         let list = ctx
+            .ci
             .store
             .read(move |c| addable_repos(c, &user, listed, &name))
             .await?;
@@ -113,6 +116,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
     }
     let user = account.user;
     let list = ctx
+        .ci
         .store
         .read(move |c| {
             let mut out = Vec::new();
@@ -222,8 +226,9 @@ pub async fn refresh_repos(ctx: Ctx, req: Request) -> Result<Response, ApiError>
 pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let env = ctx.env_admins.clone();
+    let env = ctx.ci.settings.env_admins.clone();
     let list = ctx
+        .ci
         .store
         .read(move |c| users::list(c, &env, page.page, page.per_page))
         .await?;
@@ -263,8 +268,9 @@ pub async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         forge_remote_id: body.forge_remote_id,
         token_seed: random_secret(),
     };
-    let env = ctx.env_admins.clone();
+    let env = ctx.ci.settings.env_admins.clone();
     let account = ctx
+        .ci
         .store
         .write(move |c| users::create(c, &env, &new))
         .await?;
@@ -281,8 +287,9 @@ pub async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let login = req.param("login").to_string();
     let forge_id = forge_filter(&req)?;
-    let env = ctx.env_admins.clone();
+    let env = ctx.ci.settings.env_admins.clone();
     let account = ctx
+        .ci
         .store
         .read(move |c| users::by_login(c, &env, &login))
         .await
@@ -317,8 +324,9 @@ pub async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         admin: body.admin,
     };
     let login = req.param("login").to_string();
-    let env = ctx.env_admins.clone();
+    let env = ctx.ci.settings.env_admins.clone();
     let user = ctx
+        .ci
         .store
         .write(move |c| users::update(c, &env, &login, &patch))
         .await
@@ -330,8 +338,9 @@ pub async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 pub async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let login = req.param("login").to_string();
-    let env = ctx.env_admins.clone();
+    let env = ctx.ci.settings.env_admins.clone();
     let user = ctx
+        .ci
         .store
         .write(move |c| users::delete(c, &env, &login))
         .await

@@ -14,19 +14,17 @@
 //! see every event, other users only events of repositories they can pull and of
 //! organisations they belong to.
 //!
-//! A retention task ([`prune_loop`]) removes events older than `events.retention_days` and
+//! A retention task (`crate::retention`) removes events older than `events.retention_days` and
 //! beyond `events.max_events`; a cursor that fell off answers 404 saying so.
 
 mod render;
 
-use std::time::Duration;
-
-use crate::app::Ctx;
 use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::{CallerReads, readable_by_caller};
 use crate::modules::rendered;
+use crate::state::Ctx;
 use crate::store::events::{self, Cursor, Direction, Filter, Visible};
-use crate::store::{StoreResult, now_unix_ms, orgs};
+use crate::store::{StoreResult, orgs};
 use render::{Link, TextEvent};
 
 pub const DEFAULT_LIMIT: usize = 100;
@@ -45,10 +43,6 @@ impl super::Module for Events {
 
     fn routes(&self, scope: &mut Scope<'_, Ctx>) {
         scope.get("", list).get("/{id}", get);
-    }
-
-    fn spawn_background(&self, ctx: &Ctx) -> Vec<tokio::task::JoinHandle<()>> {
-        vec![tokio::spawn(prune_loop(ctx.clone()))]
     }
 }
 
@@ -190,7 +184,7 @@ type Page = (Vec<TextEvent>, bool, bool);
 /// appended or removed and no permission changed, else freshly read.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     // Before any read, so a commit during this request leaves the body already stale.
-    let generation = rendered::events_generation(&ctx.store);
+    let generation = rendered::events_generation(&ctx.ci.store);
     let reads = readable_by_caller(&ctx, &req).await?;
     let query = Query::parse(&req)?;
     let viewer = reads.readable.is_some().then_some(reads.user_id);
@@ -227,6 +221,7 @@ async fn render_list(
     let record_types = query.record_types.clone();
     let limit = query.limit;
     let outcome = ctx
+        .ci
         .store
         .read(move |c| -> StoreResult<Result<Page, ApiError>> {
             let org_id = match &school {
@@ -319,6 +314,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         ..Filter::default()
     };
     let found = ctx
+        .ci
         .store
         .read(move |c| {
             let event: Option<TextEvent> = events::get(c, seq, &filter)?;
@@ -332,49 +328,6 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         ))),
         (None, _) => Err(ApiError::not_found(format!("no event with id {id:?}"))),
     }
-}
-
-/// Rows removed per write transaction, so pruning never holds the writer for long.
-const PRUNE_BATCH: usize = 5_000;
-
-/// Applies retention every `events.prune_interval_secs`, forever.
-pub async fn prune_loop(ctx: Ctx) {
-    let settings = &ctx.config.events;
-    if settings.retention_days == 0 && settings.max_events == 0 {
-        return;
-    }
-    let mut tick = tokio::time::interval(Duration::from_secs(settings.prune_interval_secs));
-    // The first tick fires at once; start-up is no time to hold the writer.
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        if let Err(err) = prune_once(&ctx).await {
-            tracing::warn!(%err, "event retention failed; will retry");
-        }
-    }
-}
-
-/// One retention pass; returns the number of events removed.
-pub async fn prune_once(ctx: &Ctx) -> StoreResult<usize> {
-    let settings = &ctx.config.events;
-    let older_than = (settings.retention_days > 0)
-        .then(|| now_unix_ms() - (settings.retention_days as i64) * 86_400_000);
-    let keep = (settings.max_events > 0).then_some(settings.max_events);
-    let mut total = 0;
-    loop {
-        let removed = ctx
-            .store
-            .write(move |c| events::prune(c, older_than, keep, PRUNE_BATCH))
-            .await?;
-        total += removed;
-        if removed < PRUNE_BATCH {
-            break;
-        }
-    }
-    if total > 0 {
-        tracing::info!(removed = total, "old events removed");
-    }
-    Ok(total)
 }
 
 #[cfg(test)]

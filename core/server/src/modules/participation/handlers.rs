@@ -6,14 +6,15 @@
 
 use serde::Serialize;
 
-use super::ids::{encode_address, encode_participation_id, parse_address, parse_participation_id};
-use super::keygen::{self, Plan};
-use super::keys::{KeyMaterial, PartKey};
-use super::partfile::{self, ReadError};
-use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, StatusCode};
+use crate::participation::KeyringError;
+use crate::participation::ids::{encode_participation_id, parse_address, parse_participation_id};
+use crate::participation::keygen::{self, Plan};
+use crate::participation::keys::PartKey;
+use crate::participation::partfile::{self, ReadError};
+use crate::state::Ctx;
 use crate::store::StoreError;
-use crate::store::partkeys::{self, NewPartKey, ParticipationKey, Secrets};
+use crate::store::partkeys::{self, ParticipationKey};
 
 /// algod's reply when the uploaded body is empty.
 pub const ZERO_LENGTH: &str = "payload was of zero length";
@@ -30,78 +31,15 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Response, ApiError> {
     Ok(Response::new(StatusCode::OK, "application/json", body))
 }
 
-fn sealing_purpose(part: &str, id: &str) -> String {
-    format!("partkey-{part}:{id}")
-}
-
-/// Validates `key`, seals its secrets (bound to its id) and renders what the store needs.
-fn prepare(ctx: &Ctx, key: &PartKey) -> Result<NewPartKey, String> {
-    let public = key.public_keys()?;
-    let id = encode_participation_id(&public.id);
-    let signer_purpose = sealing_purpose("stateproof", &id);
-    Ok(NewPartKey {
-        address: encode_address(&key.parent),
-        first_valid: key.first_valid,
-        last_valid: key.last_valid,
-        key_dilution: key.key_dilution,
-        selection_key: public.selection,
-        vote_key: public.vote,
-        state_proof_key: public.state_proof,
-        sealed_vrf: ctx.seal.seal(&sealing_purpose("vrf", &id), &key.vrf),
-        sealed_voting: ctx.seal.seal(&sealing_purpose("voting", &id), &key.voting),
-        state_proof_data: key.state_proof.clone(),
-        state_proof_keys: key
-            .state_proof_keys
-            .iter()
-            .map(|(round, signer)| (*round, ctx.seal.seal(&signer_purpose, signer)))
-            .collect(),
-        id,
-    })
-}
-
-/// Opens the sealed material of an installed key.
-pub(crate) fn unseal(ctx: &Ctx, s: &Secrets) -> Result<PartKey, String> {
-    let id = &s.key.id;
-    let open = |part: &str, sealed: &str| {
-        ctx.seal
-            .open(&sealing_purpose(part, id), sealed)
-            .map_err(|e| format!("participation key {id}: {e}"))
-    };
-    let parent = parse_address(&s.key.address)?;
-    Ok(PartKey {
-        parent,
-        first_valid: s.key.key.vote_first_valid,
-        last_valid: s.key.key.vote_last_valid,
-        key_dilution: s.key.key.vote_key_dilution,
-        vrf: open("vrf", &s.sealed_vrf)?,
-        voting: open("voting", &s.sealed_voting)?,
-        state_proof: s.state_proof_data.clone(),
-        state_proof_keys: s
-            .state_proof_keys
-            .iter()
-            .map(|(round, sealed)| Ok((*round, open("stateproof", sealed)?)))
-            .collect::<Result<_, String>>()?,
-    })
-}
-
-/// Seals and stores `key`; a second install of the same key is algod's duplicate 400.
+/// Installs `key` through the keyring; a duplicate is algod's 400.
 pub async fn install(ctx: &Ctx, key: PartKey) -> Result<ParticipationKey, ApiError> {
-    let worker = ctx.clone();
-    let new = tokio::task::spawn_blocking(move || prepare(&worker, &key))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::bad_request)?;
-    match ctx.store.write(move |c| partkeys::insert(c, &new)).await {
-        Ok(key) => Ok(key),
-        Err(StoreError::Conflict(message)) => Err(ApiError::bad_request(message)),
-        Err(err) => Err(err.into()),
-    }
+    Ok(ctx.keyring.install(key).await?)
 }
 
 /// `GET /v2/participation`: every installed key. Like algod, no keys is `null`.
 pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     ctx.participation.authorize(&req)?;
-    let keys = ctx.store.read(partkeys::list).await?;
+    let keys = ctx.ci.store.read(partkeys::list).await?;
     if keys.is_empty() {
         return json(&serde_json::Value::Null);
     }
@@ -130,7 +68,6 @@ pub async fn add(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             ReadError::Internal(cause) => ApiError::internal(cause),
         })?;
     let key = install(&ctx, key).await?;
-    tracing::info!(id = %key.id, address = %key.address, "participation key installed");
     json(&PostParticipationResponse { part_id: key.id })
 }
 
@@ -216,7 +153,7 @@ fn id_param(req: &Request) -> Result<String, ApiError> {
 pub async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     ctx.participation.authorize(&req)?;
     let id = id_param(&req)?;
-    match ctx.store.read(move |c| partkeys::get(c, &id)).await {
+    match ctx.ci.store.read(move |c| partkeys::get(c, &id)).await {
         Ok(key) => json(&key),
         Err(StoreError::NotFound) => Err(ApiError::not_found(ID_NOT_FOUND)),
         Err(err) => Err(err.into()),
@@ -227,12 +164,9 @@ pub async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 pub async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     ctx.participation.authorize(&req)?;
     let id = id_param(&req)?;
-    match ctx.store.write(move |c| partkeys::delete(c, &id)).await {
-        Ok(key) => {
-            tracing::info!(id = %key.id, "participation key deleted");
-            Ok(Response::empty(StatusCode::OK))
-        }
-        Err(StoreError::NotFound) => Err(ApiError::not_found(DELETE_NOT_FOUND)),
+    match ctx.keyring.delete(id).await {
+        Ok(()) => Ok(Response::empty(StatusCode::OK)),
+        Err(KeyringError::NotFound) => Err(ApiError::not_found(DELETE_NOT_FOUND)),
         Err(err) => Err(err.into()),
     }
 }
@@ -242,35 +176,13 @@ pub async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 pub async fn append_keys(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     ctx.participation.authorize(&req)?;
     let id = id_param(&req)?;
-    let body = req.body.clone();
-    let worker = ctx.clone();
-    let purpose = sealing_purpose("stateproof", &id);
-    let sealed = tokio::task::spawn_blocking(move || {
-        let pairs = super::keys::decode_key_round_pairs(&body)
-            .map_err(|e| format!("unable to parse keys from body: {e}"))?;
-        if pairs.is_empty() {
-            return Err("empty request, please attach keys to request body".to_string());
-        }
-        Ok(pairs
-            .into_iter()
-            .map(|(round, signer)| (round, worker.seal.seal(&purpose, &signer)))
-            .collect::<Vec<_>>())
-    })
-    .await
-    .map_err(ApiError::internal)?
-    .map_err(ApiError::bad_request)?;
-    let count = sealed.len();
     match ctx
-        .store
-        .write(move |c| partkeys::append_state_proof_keys(c, &id, &sealed))
+        .keyring
+        .append_state_proof_keys(id, req.body.clone())
         .await
     {
-        Ok(key) => {
-            tracing::info!(id = %key.id, count, "state proof keys appended");
-            Ok(Response::empty(StatusCode::OK))
-        }
-        Err(StoreError::NotFound) => Err(ApiError::not_found(ID_NOT_FOUND)),
-        Err(StoreError::Conflict(message)) => Err(ApiError::bad_request(message)),
+        Ok(()) => Ok(Response::empty(StatusCode::OK)),
+        Err(KeyringError::NotFound) => Err(ApiError::not_found(ID_NOT_FOUND)),
         Err(err) => Err(err.into()),
     }
 }

@@ -7,11 +7,11 @@
 
 use serde_json::Value;
 
-use crate::app::Ctx;
 use crate::auth::{self, session};
 use crate::ci::version_string;
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::{access, avatars};
+use crate::state::Ctx;
 
 /// Longest log the UI shows before it offers a download instead (upstream's default).
 const MAX_PIPELINE_LOG_LINES: u64 = 5000;

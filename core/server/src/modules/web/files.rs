@@ -13,10 +13,10 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::{escape_html, html_page, page_frame};
-use crate::app::Ctx;
 use crate::http::{
     ApiError, ErrorStyle, HeaderValue, Method, Request, Response, StatusCode, header,
 };
+use crate::state::Ctx;
 
 /// Cache policy of hashed build assets.
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
@@ -104,24 +104,16 @@ fn api_style(ctx: &Ctx, path: &str) -> Option<ErrorStyle> {
                 .strip_prefix(prefix)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     };
-    let modules = crate::modules::all(&ctx.config);
-    ctx.config
-        .modules()
-        .into_iter()
-        .filter(|(name, m)| *name != "web" && m.enabled)
-        .find(|(name, m)| {
-            under(&m.mount)
+    ctx.mounts
+        .iter()
+        .filter(|m| m.name != "web")
+        .find(|m| {
+            under(&m.prefix)
                 // Participation lives at the root by default; its routes are all below these.
-                || (*name == "participation"
-                    && (under(&format!("{}/v2", m.mount)) || under(&format!("{}/debug", m.mount))))
+                || (m.name == "participation"
+                    && (under(&format!("{}/v2", m.prefix)) || under(&format!("{}/debug", m.prefix))))
         })
-        .map(|(name, _)| {
-            modules
-                .iter()
-                .find(|m| m.name() == name)
-                .map(|m| m.error_style())
-                .unwrap_or(ErrorStyle::PlainText)
-        })
+        .map(|m| m.style)
 }
 
 /// `decoded` (a URL path below the root, percent-decoded by the router) as a relative file

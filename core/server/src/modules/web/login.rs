@@ -19,10 +19,10 @@ use super::{
     SESSION_COOKIE, cookie, cookie_value, escape_html, home, html_page, over_tls, page_frame,
     redirect, set_cookie,
 };
-use crate::app::Ctx;
 use crate::auth::{self, session, token};
 use crate::config::Config;
 use crate::http::{ApiError, Method, Request, Response, StatusCode};
+use crate::state::Ctx;
 use crate::store::users::{self, Account};
 use crate::store::{StoreError, forges, now_unix, used_tokens};
 
@@ -49,7 +49,8 @@ pub async fn authorize(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             ApiError::bad_request(format!("invalid forge_id {raw:?}: expected an integer"))
         })?;
         // Every forge gets the token form: Woodlark does not do OAuth with forges (yet).
-        ctx.store
+        ctx.ci
+            .store
             .read(move |c| forges::by_id(c, id))
             .await
             .map_err(|err| match err {
@@ -152,6 +153,7 @@ async fn sign_in_with_link(ctx: &Ctx, req: &Request, link: &str) -> Result<Respo
         return Ok(invalid(ctx));
     };
     let fresh = ctx
+        .ci
         .store
         .write(move |c| used_tokens::spend(c, &jti, exp, now))
         .await?;
@@ -162,8 +164,8 @@ async fn sign_in_with_link(ctx: &Ctx, req: &Request, link: &str) -> Result<Respo
 }
 
 async fn account_by_id(ctx: &Ctx, id: i64) -> Result<Option<Account>, ApiError> {
-    let env = ctx.env_admins.clone();
-    match ctx.store.read(move |c| users::by_id(c, &env, id)).await {
+    let env = ctx.ci.settings.env_admins.clone();
+    match ctx.ci.store.read(move |c| users::by_id(c, &env, id)).await {
         Ok(account) => Ok(Some(account)),
         Err(StoreError::NotFound) => Ok(None),
         Err(err) => Err(err.into()),

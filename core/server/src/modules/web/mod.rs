@@ -19,9 +19,9 @@ pub mod login;
 
 use std::path::PathBuf;
 
-use crate::app::Ctx;
 use crate::config::{Config, WebConfig};
 use crate::http::{ErrorStyle, HeaderValue, Method, Request, Response, Scope, StatusCode, header};
+use crate::state::Ctx;
 
 /// Name of the cookie that carries a browser's token (Woodpecker's).
 pub const SESSION_COOKIE: &str = "user_sess";

@@ -3,11 +3,11 @@
 
 use serde_json::{Value, json};
 
-use crate::app::Ctx;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::must_admin;
 use crate::modules::ci::users::feed_entry;
 use crate::pipeline::status::{PENDING, RUNNING};
+use crate::state::Ctx;
 use crate::store::pipelines;
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreResult, agents, repos};
@@ -57,6 +57,7 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let paused = ctx.ci.queue.paused();
     let workers = ctx.ci.queue.free_workers();
     let (pending, running, waiting) = ctx
+        .ci
         .store
         .read(|c| {
             let mut groups: [Vec<Value>; 3] = Default::default();
@@ -111,6 +112,7 @@ async fn wait_idle(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn active_pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let list = ctx
+        .ci
         .store
         .read(|c| {
             let mut out = Vec::new();

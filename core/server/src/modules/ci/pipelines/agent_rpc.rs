@@ -18,11 +18,11 @@
 
 use serde_json::json;
 
-use crate::app::Ctx;
 use crate::auth;
 use crate::ci::queue::AgentIdent;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, WorkflowDone};
+use crate::state::Ctx;
 use crate::store::agents::{self, AgentRow};
 
 /// Log batches can be large; everything else is small.
@@ -47,7 +47,8 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 /// The agent a request's token belongs to.
 async fn agent(ctx: &Ctx, req: &Request) -> Result<AgentRow, ApiError> {
     let token = auth::bearer(req).ok_or_else(ApiError::unauthorized)?;
-    ctx.store
+    ctx.ci
+        .store
         .read(move |c| agents::by_token(c, &token))
         .await?
         .ok_or_else(ApiError::unauthorized)
@@ -60,39 +61,12 @@ async fn next(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         req.json()?
     };
-    record_info(&ctx, &row, &info).await?;
+    ctx.ci.queue.record_info(&row, &info).await?;
     let ident = AgentIdent::new(&row, &info);
     match ctx.ci.queue.next(&ident).await? {
         Some(work) => Ok(Response::json(&work)),
         None => Ok(Response::empty(StatusCode::NO_CONTENT)),
     }
-}
-
-/// Keeps the agent record's platform, backend, capacity and version up to date (a write only
-/// when they change).
-pub async fn record_info(ctx: &Ctx, row: &AgentRow, info: &AgentInfo) -> Result<(), ApiError> {
-    let a = &row.agent;
-    if a.platform == info.platform
-        && a.backend == info.backend
-        && a.capacity == info.capacity
-        && a.version == info.version
-    {
-        return Ok(());
-    }
-    let (id, info) = (a.id, info.clone());
-    ctx.store
-        .write(move |c| {
-            agents::report(
-                c,
-                id,
-                &info.platform,
-                &info.backend,
-                info.capacity,
-                &info.version,
-            )
-        })
-        .await?;
-    Ok(())
 }
 
 fn workflow_id(req: &Request) -> Result<i64, ApiError> {

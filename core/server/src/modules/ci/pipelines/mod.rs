@@ -10,7 +10,6 @@
 
 pub mod admin;
 pub mod agent_rpc;
-pub mod background;
 
 use std::collections::BTreeMap;
 
@@ -23,13 +22,13 @@ use super::access::{self, RepoAccess};
 use super::pagination::Page;
 use woodlark_stdx::{Classify, Fault};
 
-use crate::app::Ctx;
 use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
 use crate::modules::rendered::PipelinePage;
 use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::status::{self, *};
 use crate::pipeline::types::{Commit, CompiledWorkflow};
+use crate::state::Ctx;
 use crate::store::logs;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
 use crate::store::{Domain, StoreError, now_unix};
@@ -84,7 +83,8 @@ fn number_param(req: &Request) -> Result<i64, ApiError> {
 }
 
 async fn load(ctx: &Ctx, repo_id: i64, number: i64) -> Result<PipelineRow, ApiError> {
-    ctx.store
+    ctx.ci
+        .store
         .read(move |c| pipelines::full(c, repo_id, number))
         .await
         .map_err(pipeline_not_found)
@@ -139,12 +139,13 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         repo_id,
         query: req.query.clone(),
     };
-    let generation = ctx.store.generation(Domain::Pipelines);
+    let generation = ctx.ci.store.generation(Domain::Pipelines);
     let list = ctx
         .rendered
         .pipelines
         .get_or_render(key, generation, async {
-            ctx.store
+            ctx.ci
+                .store
                 .read(move |c| pipelines::list_json(c, repo_id, &filter, page.page, page.per_page))
                 .await
         });
@@ -155,12 +156,13 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let (repo_id, number) = (access.row.repo.id, number_param(&req)?);
     let key = PipelinePage::One { repo_id, number };
-    let generation = ctx.store.generation(Domain::Pipelines);
+    let generation = ctx.ci.store.generation(Domain::Pipelines);
     let json = ctx
         .rendered
         .pipelines
         .get_or_render(key, generation, async {
-            ctx.store
+            ctx.ci
+                .store
                 .read(move |c| pipelines::full_json(c, repo_id, number))
                 .await
         });
@@ -177,6 +179,7 @@ async fn latest(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .unwrap_or_else(|| access.row.repo.default_branch.clone());
     let repo_id = access.row.repo.id;
     let row = ctx
+        .ci
         .store
         .read(move |c| {
             let row = pipelines::latest(c, repo_id, Some(&branch), Some("push"))?;
@@ -305,6 +308,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     }
     let pipeline_id = old.id;
     let files: Vec<_> = ctx
+        .ci
         .store
         .read(move |c| pipelines::configs(c, pipeline_id))
         .await?
@@ -349,8 +353,13 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         )));
     }
     let id = row.pipeline.id;
-    let step_ids = ctx.store.write(move |c| pipelines::delete(c, id)).await?;
-    ctx.logs
+    let step_ids = ctx
+        .ci
+        .store
+        .write(move |c| pipelines::delete(c, id))
+        .await?;
+    ctx.ci
+        .logs
         .write(move |c| logs::delete_steps(c, &step_ids))
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
@@ -394,6 +403,7 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .map(|w| w.id)
         .collect();
     let sealed = ctx
+        .ci
         .store
         .read(move |c| {
             wf_ids
@@ -405,6 +415,7 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let mut compiled: Vec<CompiledWorkflow> = Vec::new();
     for s in sealed {
         let bytes = ctx
+            .ci
             .seal
             .open(crate::ci::queue::SEAL_PAYLOAD, &s)
             .map_err(ApiError::internal)?;
@@ -414,6 +425,7 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = access.row.clone();
     let id = row.pipeline.id;
     let updated = ctx
+        .ci
         .store
         .write(move |c| {
             let now = now_unix();
@@ -459,6 +471,7 @@ async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let login = access.user()?.user.login.clone();
     let (id, repo_id, number) = (row.pipeline.id, access.row.repo.id, row.pipeline.number);
     let updated = ctx
+        .ci
         .store
         .write(move |c| {
             let now = now_unix();
@@ -489,7 +502,11 @@ async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
     let id = row.pipeline.id;
-    let files = ctx.store.read(move |c| pipelines::configs(c, id)).await?;
+    let files = ctx
+        .ci
+        .store
+        .read(move |c| pipelines::configs(c, id))
+        .await?;
     let out: Vec<Value> = files
         .into_iter()
         .map(|(hash, f)| json!({"hash": hash, "name": f.name, "data": STANDARD.encode(f.data)}))
@@ -536,6 +553,7 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let number = number_param(&req)?;
     let repo_id = access.row.repo.id;
     let (row, prev) = ctx
+        .ci
         .store
         .read(move |c| {
             let row = pipelines::by_number(c, repo_id, number)?;
@@ -558,6 +576,7 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let r = &access.row.repo;
     let forge_id = r.forge_id;
     let forge_type = ctx
+        .ci
         .store
         .read(move |c| crate::store::forges::by_id(c, forge_id))
         .await
@@ -619,6 +638,7 @@ async fn step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (_, _, step) = find_step(&ctx, &req).await?;
     let id = step.id;
     let entries = ctx
+        .ci
         .logs
         .read_blocking(move |c| logs::list(c, id, 0, usize::MAX >> 1))
         .await?;
@@ -629,7 +649,11 @@ async fn step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (access, row, step) = find_step(&ctx, &req).await?;
     let id = step.id;
-    let text = ctx.logs.read_blocking(move |c| logs::text(c, id)).await?;
+    let text = ctx
+        .ci
+        .logs
+        .read_blocking(move |c| logs::text(c, id))
+        .await?;
     let name = format!(
         "{}-{}-{}.log",
         access.row.repo.name, row.pipeline.number, step.name
@@ -657,7 +681,8 @@ async fn delete_step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
         )));
     }
     let id = step.id;
-    ctx.logs
+    ctx.ci
+        .logs
         .write(move |c| logs::delete_steps(c, &[id]))
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
@@ -669,6 +694,7 @@ async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("cron")?;
     let repo_id = access.row.repo.id;
     let cron = ctx
+        .ci
         .store
         .read(move |c| crate::store::crons::find(c, repo_id, id))
         .await
@@ -702,6 +728,9 @@ async fn delete_pipeline_logs(ctx: Ctx, req: Request) -> Result<Response, ApiErr
         .flatten()
         .flat_map(|w| w.children.iter().map(|s| s.id))
         .collect();
-    ctx.logs.write(move |c| logs::delete_steps(c, &ids)).await?;
+    ctx.ci
+        .logs
+        .write(move |c| logs::delete_steps(c, &ids))
+        .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

@@ -154,8 +154,8 @@ pub fn generate(plan: &Plan) -> PartKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modules::participation::keys::KeyMaterial;
-    use crate::modules::participation::msgpack;
+    use crate::participation::keys::KeyMaterial;
+    use crate::participation::msgpack;
     use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 
     #[test]
@@ -233,7 +233,7 @@ mod tests {
 #[cfg(test)]
 mod bench {
     use super::*;
-    use crate::modules::participation::keys::KeyMaterial;
+    use crate::participation::keys::KeyMaterial;
 
     /// `cargo test -p woodlark --release --lib keygen_3m -- --ignored --nocapture`
     #[test]

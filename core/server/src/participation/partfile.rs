@@ -26,7 +26,7 @@ pub fn write(key: &PartKey, path: &Path) -> Result<(), partfile::WriteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modules::participation::keygen::{Plan, generate};
+    use crate::participation::keygen::{Plan, generate};
 
     fn file_bytes(key: &PartKey) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
