@@ -318,7 +318,6 @@ fn the_service_layers_import_no_handler() {
 
 /// State changes go through a service: no HTTP handler (`modules/`) writes through a store.
 #[test]
-#[ignore = "the CI handlers' writes move into ci:: services in the next commit"]
 fn handlers_never_write_through_the_store() {
     let src = server_src();
     let handlers = rust_files(&src.join("modules"));

@@ -19,7 +19,7 @@ use super::queue::SEAL_PAYLOAD;
 use super::{Error, Services};
 use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::registry;
-use crate::pipeline::status::*;
+use crate::pipeline::status::Status;
 use crate::pipeline::types::{
     Commit, CompileInput, CompileResult, ConfigFile, Metadata, PipelineError, RegistryCredential,
     SecretValue,
@@ -692,7 +692,11 @@ fn prepare(ci: &Services, inputs: &Inputs, number: i64) -> StoreResult<Prepared>
             let payload = serde_json::to_vec(wf)?;
             new_workflows.push(NewWorkflow {
                 name: wf.name.clone(),
-                state: if approval { BLOCKED } else { PENDING },
+                state: if approval {
+                    Status::Blocked
+                } else {
+                    Status::Pending
+                },
                 environ: wf.environ.clone(),
                 sealed_payload: ci.seal.seal(SEAL_PAYLOAD, &payload),
                 steps: wf
@@ -751,11 +755,11 @@ fn create_in(
         ..
     } = prepared;
     let status = if has_errors {
-        ERROR
+        Status::Error
     } else if *approval {
-        BLOCKED
+        Status::Blocked
     } else {
-        PENDING
+        Status::Pending
     };
     let now = now_unix();
     let pipeline = Pipeline {
@@ -782,7 +786,7 @@ fn create_in(
             "pipeline number changed while creating".into(),
         ));
     }
-    if status == PENDING {
+    if status == Status::Pending {
         enqueue(c, &row, &result.workflows, repo)?;
     }
     Ok((Created::Pipeline(Box::new(row.pipeline)), next))

@@ -59,7 +59,7 @@ impl Tracked {
             && !self
                 .steps
                 .values()
-                .any(|(_, s)| !status::is_done(s.state) && s.state != status::BLOCKED)
+                .any(|(_, s)| !status::is_done(s.state) && s.state != Status::Blocked)
     }
 
     fn from_db(repo_id: i64, mut p: Pipeline) -> Tracked {

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::pipeline::status::{self, *};
+use crate::pipeline::status::{self, Status};
 use crate::store::pipelines::{self, CancelInfo, PipelineRow};
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, Tx, now_unix};
@@ -20,14 +20,14 @@ pub(crate) fn end_workflow(c: &Tx, id: i64, state: Status, error: &str) -> Store
     for s in &wf.children {
         if !status::is_done(s.state) {
             let step_state = match state {
-                KILLED | CANCELED => {
-                    if s.state == RUNNING {
-                        KILLED
+                Status::Killed | Status::Canceled => {
+                    if s.state == Status::Running {
+                        Status::Killed
                     } else {
-                        CANCELED
+                        Status::Canceled
                     }
                 }
-                _ => SKIPPED,
+                _ => Status::Skipped,
             };
             pipelines::update_step(c, s.id, |s| {
                 s.state = step_state;
@@ -68,7 +68,10 @@ pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
             if !deps.iter().all(|s| status::is_done(*s)) {
                 continue;
             }
-            let outcome = if deps.iter().all(|s| *s == SUCCESS || *s == SKIPPED) {
+            let outcome = if deps
+                .iter()
+                .all(|s| *s == Status::Success || *s == Status::Skipped)
+            {
                 "success"
             } else {
                 "failure"
@@ -76,7 +79,7 @@ pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
             if task.run_on.iter().any(|r| r == outcome) {
                 tasks::set_state(c, task.id, TaskState::Pending)?;
             } else {
-                end_workflow(c, task.id, SKIPPED, "")?;
+                end_workflow(c, task.id, Status::Skipped, "")?;
             }
             changed = true;
         }
@@ -96,7 +99,10 @@ pub(crate) fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
     let now = now_unix();
     pipelines::update(c, pipeline_id, |p| {
         // A canceled pipeline keeps the state the cancel gave it.
-        if !matches!(p.status, KILLED | CANCELED | DECLINED) {
+        if !matches!(
+            p.status,
+            Status::Killed | Status::Canceled | Status::Declined
+        ) {
             p.status = merged;
         }
         if p.finished == 0 {
@@ -108,29 +114,38 @@ pub(crate) fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
 
 pub(crate) fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
     let row = pipelines::by_id(c, pipeline_id)?;
-    if !matches!(row.pipeline.status, PENDING | RUNNING | BLOCKED) {
+    if !matches!(
+        row.pipeline.status,
+        Status::Pending | Status::Running | Status::Blocked
+    ) {
         return Err(StoreError::Conflict(format!(
             "pipeline {} is {} and cannot be canceled",
             row.pipeline.number, row.pipeline.status
         )));
     }
     let wfs = pipelines::workflows(c, pipeline_id)?;
-    let started = wfs.iter().any(|w| w.state == RUNNING || w.started > 0);
+    let started = wfs
+        .iter()
+        .any(|w| w.state == Status::Running || w.started > 0);
     let now = now_unix();
     for task in tasks::of_pipeline(c, pipeline_id)? {
         if task.state != TaskState::Running {
-            end_workflow(c, task.id, SKIPPED, "")?;
+            end_workflow(c, task.id, Status::Skipped, "")?;
         }
     }
     // Blocked pipelines have workflows but no tasks.
     for wf in &wfs {
-        if wf.state == BLOCKED {
-            end_workflow(c, wf.id, SKIPPED, "")?;
+        if wf.state == Status::Blocked {
+            end_workflow(c, wf.id, Status::Skipped, "")?;
         }
     }
     let user = user.to_string();
     let row = pipelines::update(c, pipeline_id, |p| {
-        p.status = if started { KILLED } else { CANCELED };
+        p.status = if started {
+            Status::Killed
+        } else {
+            Status::Canceled
+        };
         p.cancel_info = Some(CancelInfo {
             canceled_by_user: user,
             ..CancelInfo::default()
@@ -152,18 +167,21 @@ pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Tas
     };
     for task in &stale {
         let pipeline = pipelines::by_id(c, task.pipeline_id)?;
-        if matches!(pipeline.pipeline.status, KILLED | CANCELED | DECLINED) {
+        if matches!(
+            pipeline.pipeline.status,
+            Status::Killed | Status::Canceled | Status::Declined
+        ) {
             // Canceled while its agent was gone: end it instead of running it again.
-            end_workflow(c, task.id, KILLED, "")?;
+            end_workflow(c, task.id, Status::Killed, "")?;
             roll_up(c, task.pipeline_id)?;
             continue;
         }
         tasks::set_state(c, task.id, TaskState::Pending)?;
         let wf = pipelines::workflow(c, task.id)?;
         for s in &wf.children {
-            if !status::is_done(s.state) || s.state == RUNNING {
+            if !status::is_done(s.state) || s.state == Status::Running {
                 pipelines::update_step(c, s.id, |s| {
-                    s.state = PENDING;
+                    s.state = Status::Pending;
                     s.started = 0;
                     s.finished = 0;
                     s.exit_code = 0;
@@ -171,7 +189,7 @@ pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Tas
             }
         }
         pipelines::update_workflow(c, task.id, |w| {
-            w.state = PENDING;
+            w.state = Status::Pending;
             w.agent_id = 0;
         })?;
         tracing::warn!(
@@ -192,7 +210,7 @@ mod tests {
     use crate::store::repos;
 
     /// Stands for a workflow whose task waits for the first workflow (its state: created).
-    const WAITING: Status = CREATED;
+    const WAITING: Status = Status::Created;
 
     /// A pipeline in `status` with one workflow per `(name, state, steps' states)`, and a
     /// task for each workflow that is still to run ([`WAITING`] ones wait for the first).
@@ -234,13 +252,13 @@ mod tests {
             for (step, s) in wf.children.iter().zip(steps.iter()) {
                 pipelines::update_step(&db, step.id, |st| {
                     st.state = *s;
-                    st.started = if *s == PENDING { 0 } else { 10 };
+                    st.started = if *s == Status::Pending { 0 } else { 10 };
                 })
                 .unwrap();
             }
             let task_state = match *state {
-                RUNNING => TaskState::Running,
-                PENDING => TaskState::Pending,
+                Status::Running => TaskState::Running,
+                Status::Pending => TaskState::Pending,
                 WAITING => TaskState::Waiting,
                 _ => continue,
             };
@@ -314,31 +332,48 @@ mod tests {
 
     #[test]
     fn an_ended_workflow_ends_its_unfinished_steps_and_leaves_the_queue() {
-        let f = fixture(RUNNING, &[("build", RUNNING, &[SUCCESS, RUNNING, PENDING])]);
+        let f = fixture(
+            Status::Running,
+            &[(
+                "build",
+                Status::Running,
+                &[Status::Success, Status::Running, Status::Pending],
+            )],
+        );
         assert_eq!(
-            end_workflow(&f.db, f.workflows[0], KILLED, "").unwrap(),
+            end_workflow(&f.db, f.workflows[0], Status::Killed, "").unwrap(),
             f.pipeline
         );
-        assert_eq!(f.step_states(0), [SUCCESS, KILLED, CANCELED]);
+        assert_eq!(
+            f.step_states(0),
+            [Status::Success, Status::Killed, Status::Canceled]
+        );
         let wf = f.workflow(0);
-        assert_eq!((wf.state, wf.finished > 0), (KILLED, true));
+        assert_eq!((wf.state, wf.finished > 0), (Status::Killed, true));
         assert_eq!(f.task_state(0), None);
 
         // Any other end skips what had not finished.
-        let f = fixture(RUNNING, &[("build", RUNNING, &[RUNNING, PENDING])]);
-        end_workflow(&f.db, f.workflows[0], FAILURE, "exit 1").unwrap();
-        assert_eq!(f.step_states(0), [SKIPPED, SKIPPED]);
+        let f = fixture(
+            Status::Running,
+            &[(
+                "build",
+                Status::Running,
+                &[Status::Running, Status::Pending],
+            )],
+        );
+        end_workflow(&f.db, f.workflows[0], Status::Failure, "exit 1").unwrap();
+        assert_eq!(f.step_states(0), [Status::Skipped, Status::Skipped]);
         assert_eq!(f.workflow(0).error, "exit 1");
     }
 
     #[test]
     fn dependents_run_when_their_dependency_ended_the_way_they_ask() {
         let f = fixture(
-            RUNNING,
+            Status::Running,
             &[
-                ("build", RUNNING, &[RUNNING]),
-                ("deploy", WAITING, &[PENDING]),
-                ("on-failure-notify", WAITING, &[PENDING]),
+                ("build", Status::Running, &[Status::Running]),
+                ("deploy", WAITING, &[Status::Pending]),
+                ("on-failure-notify", WAITING, &[Status::Pending]),
             ],
         );
         release_dependents(&f.db, f.pipeline).unwrap();
@@ -348,78 +383,93 @@ mod tests {
             "build still runs"
         );
 
-        end_workflow(&f.db, f.workflows[0], SUCCESS, "").unwrap();
+        end_workflow(&f.db, f.workflows[0], Status::Success, "").unwrap();
         release_dependents(&f.db, f.pipeline).unwrap();
         assert_eq!(f.task_state(1), Some(TaskState::Pending));
         assert_eq!(f.task_state(2), None, "runs only on failure: skipped");
-        assert_eq!(f.workflow(2).state, SKIPPED);
+        assert_eq!(f.workflow(2).state, Status::Skipped);
 
         let f = fixture(
-            RUNNING,
+            Status::Running,
             &[
-                ("build", RUNNING, &[RUNNING]),
-                ("deploy", WAITING, &[PENDING]),
-                ("on-failure-notify", WAITING, &[PENDING]),
+                ("build", Status::Running, &[Status::Running]),
+                ("deploy", WAITING, &[Status::Pending]),
+                ("on-failure-notify", WAITING, &[Status::Pending]),
             ],
         );
-        end_workflow(&f.db, f.workflows[0], FAILURE, "").unwrap();
+        end_workflow(&f.db, f.workflows[0], Status::Failure, "").unwrap();
         release_dependents(&f.db, f.pipeline).unwrap();
-        assert_eq!(f.workflow(1).state, SKIPPED);
+        assert_eq!(f.workflow(1).state, Status::Skipped);
         assert_eq!(f.task_state(2), Some(TaskState::Pending));
     }
 
     #[test]
     fn the_pipeline_takes_the_merged_state_once_nothing_is_left_to_run() {
         let f = fixture(
-            RUNNING,
-            &[("a", RUNNING, &[RUNNING]), ("b", RUNNING, &[RUNNING])],
+            Status::Running,
+            &[
+                ("a", Status::Running, &[Status::Running]),
+                ("b", Status::Running, &[Status::Running]),
+            ],
         );
-        end_workflow(&f.db, f.workflows[0], SUCCESS, "").unwrap();
+        end_workflow(&f.db, f.workflows[0], Status::Success, "").unwrap();
         roll_up(&f.db, f.pipeline).unwrap();
-        assert_eq!(f.status(), RUNNING, "b still runs");
-        end_workflow(&f.db, f.workflows[1], FAILURE, "").unwrap();
+        assert_eq!(f.status(), Status::Running, "b still runs");
+        end_workflow(&f.db, f.workflows[1], Status::Failure, "").unwrap();
         roll_up(&f.db, f.pipeline).unwrap();
         let p = pipelines::by_id(&f.db, f.pipeline).unwrap().pipeline;
-        assert_eq!((p.status, p.finished > 0), (FAILURE, true));
+        assert_eq!((p.status, p.finished > 0), (Status::Failure, true));
     }
 
     #[test]
     fn cancel_skips_queued_work_kills_a_started_pipeline_and_refuses_a_finished_one() {
         let f = fixture(
-            RUNNING,
-            &[("a", RUNNING, &[RUNNING]), ("b", PENDING, &[PENDING])],
+            Status::Running,
+            &[
+                ("a", Status::Running, &[Status::Running]),
+                ("b", Status::Pending, &[Status::Pending]),
+            ],
         );
         let row = cancel_in(&f.db, f.pipeline, "alice").unwrap();
-        assert_eq!(row.pipeline.status, KILLED);
+        assert_eq!(row.pipeline.status, Status::Killed);
         assert_eq!(
             row.pipeline.cancel_info.map(|i| i.canceled_by_user),
             Some("alice".into())
         );
-        assert_eq!(f.workflow(1).state, SKIPPED);
+        assert_eq!(f.workflow(1).state, Status::Skipped);
         assert_eq!(
             f.task_state(0),
             Some(TaskState::Running),
             "its agent sees the cancel and reports"
         );
         // The running workflow's end then rolls up without overriding the cancel.
-        end_workflow(&f.db, f.workflows[0], KILLED, "").unwrap();
+        end_workflow(&f.db, f.workflows[0], Status::Killed, "").unwrap();
         roll_up(&f.db, f.pipeline).unwrap();
-        assert_eq!(f.status(), KILLED);
+        assert_eq!(f.status(), Status::Killed);
 
-        let queued = fixture(PENDING, &[("a", PENDING, &[PENDING])]);
+        let queued = fixture(
+            Status::Pending,
+            &[("a", Status::Pending, &[Status::Pending])],
+        );
         assert_eq!(
             cancel_in(&queued.db, queued.pipeline, "")
                 .unwrap()
                 .pipeline
                 .status,
-            CANCELED
+            Status::Canceled
         );
 
-        let blocked = fixture(BLOCKED, &[("a", BLOCKED, &[PENDING])]);
+        let blocked = fixture(
+            Status::Blocked,
+            &[("a", Status::Blocked, &[Status::Pending])],
+        );
         cancel_in(&blocked.db, blocked.pipeline, "").unwrap();
-        assert_eq!(blocked.workflow(0).state, SKIPPED);
+        assert_eq!(blocked.workflow(0).state, Status::Skipped);
 
-        let done = fixture(SUCCESS, &[("a", SUCCESS, &[SUCCESS])]);
+        let done = fixture(
+            Status::Success,
+            &[("a", Status::Success, &[Status::Success])],
+        );
         assert!(matches!(
             cancel_in(&done.db, done.pipeline, ""),
             Err(StoreError::Conflict(_))
@@ -428,22 +478,35 @@ mod tests {
 
     #[test]
     fn lost_leases_go_back_to_the_queue_unless_the_pipeline_was_canceled() {
-        let f = fixture(RUNNING, &[("a", RUNNING, &[SUCCESS, RUNNING, PENDING])]);
+        let f = fixture(
+            Status::Running,
+            &[(
+                "a",
+                Status::Running,
+                &[Status::Success, Status::Running, Status::Pending],
+            )],
+        );
         let stale = requeue_in(&f.db, Some(7)).unwrap();
         assert_eq!(stale.len(), 1);
         assert_eq!(f.task_state(0), Some(TaskState::Pending));
-        assert_eq!(f.step_states(0), [SUCCESS, PENDING, PENDING]);
+        assert_eq!(
+            f.step_states(0),
+            [Status::Success, Status::Pending, Status::Pending]
+        );
         let wf = f.workflow(0);
-        assert_eq!((wf.state, wf.agent_id), (PENDING, 0));
+        assert_eq!((wf.state, wf.agent_id), (Status::Pending, 0));
         assert!(
             requeue_in(&f.db, Some(8)).unwrap().is_empty(),
             "another agent's"
         );
 
-        let f = fixture(RUNNING, &[("a", RUNNING, &[RUNNING])]);
-        pipelines::update(&f.db, f.pipeline, |p| p.status = CANCELED).unwrap();
+        let f = fixture(
+            Status::Running,
+            &[("a", Status::Running, &[Status::Running])],
+        );
+        pipelines::update(&f.db, f.pipeline, |p| p.status = Status::Canceled).unwrap();
         requeue_in(&f.db, Some(7)).unwrap();
         assert_eq!(f.task_state(0), None);
-        assert_eq!(f.workflow(0).state, KILLED);
+        assert_eq!(f.workflow(0).state, Status::Killed);
     }
 }

@@ -20,18 +20,26 @@
 //!
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
+pub mod agents;
 pub mod bus;
 pub mod create;
+pub mod crons;
 pub mod embedded;
 pub mod feed;
 pub mod forge;
 pub mod forge_secrets;
+pub mod forges;
 pub mod hooks;
 pub mod jobs;
 pub mod lifecycle;
 pub mod local;
 pub mod numbers;
+pub mod orgs;
+pub mod pipelines;
 pub mod queue;
+pub mod repos;
+pub mod scoped;
+pub mod users;
 
 use std::sync::{Arc, OnceLock};
 
@@ -161,9 +169,24 @@ pub enum Error {
     /// The request cannot be acted on; the message says why and is shown.
     #[error("{0}")]
     Invalid(String),
+    /// The request clashes with the current state; the message says why and is shown.
+    #[error("{0}")]
+    Conflict(String),
+    /// Well-formed, but a value in it cannot be used (upstream's 422); shown.
+    #[error("{0}")]
+    Unprocessable(String),
     /// A stored value could not be opened (its text is logged, never shown).
     #[error("{0}")]
     Internal(String),
+}
+
+impl From<forge::DriverError> for Error {
+    fn from(e: forge::DriverError) -> Error {
+        match e {
+            forge::DriverError::Store(e) => Error::Store(e),
+            forge::DriverError::Forge(e) => Error::Forge(e),
+        }
+    }
 }
 
 impl Classify for Error {
@@ -172,6 +195,8 @@ impl Classify for Error {
             Error::Store(e) => e.fault(),
             Error::Forge(e) => e.fault(),
             Error::Invalid(message) => Fault::Invalid(message.clone()),
+            Error::Conflict(message) => Fault::Conflict(message.clone()),
+            Error::Unprocessable(message) => Fault::Unprocessable(message.clone()),
             Error::Internal(_) => Fault::Internal,
         }
     }

@@ -23,7 +23,7 @@ use super::forge_secrets;
 use super::lifecycle::{cancel_in, end_workflow, release_dependents, requeue_in, roll_up};
 use crate::auth::sealing::SealKey;
 use crate::pipeline::labels;
-use crate::pipeline::status::*;
+use crate::pipeline::status::Status;
 use crate::pipeline::types::CompiledWorkflow;
 use crate::runner::protocol::{AgentInfo, LogLine, StepRef, StepUpdate, Work, WorkflowDone};
 use crate::store::agents::{self, AgentRow};
@@ -293,7 +293,7 @@ impl Queue {
             Err(err) => {
                 // The task cannot be run (its repository or payload is gone): end it as an error.
                 tracing::warn!(workflow = task.id, error = %err, "cannot hand out a workflow");
-                self.finish_workflow(task.id, ERROR, &err.public_message())
+                self.finish_workflow(task.id, Status::Error, &err.public_message())
                     .await?;
                 Ok(None)
             }
@@ -410,14 +410,14 @@ impl Queue {
                 }
                 let now = now_unix();
                 let wf = pipelines::update_workflow(c, id, |w| {
-                    w.state = RUNNING;
+                    w.state = Status::Running;
                     if w.started == 0 {
                         w.started = now;
                     }
                 })?;
                 pipelines::update(c, wf.pipeline_id, |p| {
-                    if p.status == PENDING {
-                        p.status = RUNNING;
+                    if p.status == Status::Pending {
+                        p.status = Status::Running;
                     }
                     if p.started == 0 {
                         p.started = now;
@@ -433,7 +433,7 @@ impl Queue {
     /// A step changed state.
     pub async fn step(&self, agent: i64, id: i64, update: StepUpdate) -> Result<(), QueueError> {
         self.touch(agent, true);
-        let cancel = update.cancel_pipeline && update.state == FAILURE;
+        let cancel = update.cancel_pipeline && update.state == Status::Failure;
         let ok = self
             .store
             .write(move |c| {
@@ -542,7 +542,10 @@ impl Queue {
                         return Err(StoreError::NotFound);
                     }
                     let p = pipelines::by_id(c, wf.pipeline_id)?;
-                    Ok(matches!(p.pipeline.status, KILLED | CANCELED | DECLINED))
+                    Ok(matches!(
+                        p.pipeline.status,
+                        Status::Killed | Status::Canceled | Status::Declined
+                    ))
                 })
                 .await
                 .map_err(|e| match e {
@@ -562,7 +565,10 @@ impl Queue {
 
     /// The runner finished the workflow.
     pub async fn done(&self, agent: i64, id: i64, done: WorkflowDone) -> Result<(), QueueError> {
-        if !matches!(done.state, SUCCESS | FAILURE | KILLED | ERROR) {
+        if !matches!(
+            done.state,
+            Status::Success | Status::Failure | Status::Killed | Status::Error
+        ) {
             return Err(QueueError::Invalid(format!(
                 "a workflow cannot end as {:?}",
                 done.state
@@ -647,7 +653,7 @@ impl Queue {
                 .store
                 .read(|c| {
                     Ok(tasks::count_running(c)?
-                        + pipelines::with_status(c, &[RUNNING])?.len() as i64)
+                        + pipelines::with_status(c, &[Status::Running])?.len() as i64)
                 })
                 .await?;
             if running == 0 {

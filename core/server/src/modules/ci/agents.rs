@@ -11,14 +11,12 @@ use serde::Deserialize;
 
 use super::access::{must_admin, org};
 use super::pagination::Page;
-use crate::auth::random_secret;
-use crate::ci::local::is_embedded;
+use crate::ci;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
 use crate::store::StoreError;
 use crate::store::agents::{
-    self, Agent, AgentChange, AgentRow, ID_NOT_SET, NewAgent, SEAL_PURPOSE, token_hash,
-    validate_name,
+    self, Agent, AgentChange, AgentRow, ID_NOT_SET, SEAL_PURPOSE, validate_name,
 };
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
@@ -39,9 +37,9 @@ fn agent_not_found() -> ApiError {
     ApiError::not_found("Agent not found")
 }
 
-fn not_found(err: StoreError) -> ApiError {
-    match err {
-        StoreError::NotFound => agent_not_found(),
+fn not_found(err: impl Into<ci::Error>) -> ApiError {
+    match err.into() {
+        ci::Error::Store(StoreError::NotFound) => agent_not_found(),
         other => other.into(),
     }
 }
@@ -82,25 +80,8 @@ async fn create_in(
     let body: AgentIn = req.json()?;
     let name = body.name.unwrap_or_default();
     validate_name(&name).map_err(ApiError::unprocessable)?;
-    let token = random_secret();
-    let new = NewAgent {
-        name,
-        no_schedule: body.no_schedule.unwrap_or(false),
-        owner_id,
-        org_id,
-        token_hash: token_hash(&token),
-        sealed_token: ctx.ci.seal.seal(SEAL_PURPOSE, token.as_bytes()),
-    };
-    let row = ctx.ci.store.write(move |c| agents::create(c, &new)).await?;
-    tracing::info!(
-        agent = row.agent.id,
-        name = row.agent.name,
-        org_id,
-        "agent created"
-    );
-    let mut agent = row.agent;
-    agent.token = token;
-    Ok(agent)
+    let no_schedule = body.no_schedule.unwrap_or(false);
+    Ok(ci::agents::register(&ctx.ci, owner_id, org_id, name, no_schedule).await?)
 }
 
 fn change_from(req: &Request) -> Result<AgentChange, ApiError> {
@@ -151,26 +132,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
     let change = change_from(&req)?;
-    let current = ctx
-        .ci
-        .store
-        .read(move |c| agents::by_id(c, id))
-        .await
-        .map_err(not_found)?;
-    if is_embedded(&current.agent)
-        && change
-            .name
-            .as_ref()
-            .is_some_and(|n| *n != current.agent.name)
-    {
-        return Err(ApiError::conflict(
-            "the embedded agent cannot be renamed (the server finds its runner by this name)",
-        ));
-    }
-    let row = ctx
-        .ci
-        .store
-        .write(move |c| agents::update(c, id, &change))
+    let row = ci::agents::update(&ctx.ci, id, change)
         .await
         .map_err(not_found)?;
     Ok(Response::json(&render(&ctx, row)))
@@ -180,25 +142,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
-    let current = ctx
-        .ci
-        .store
-        .read(move |c| agents::by_id(c, id))
-        .await
-        .map_err(not_found)?;
-    if is_embedded(&current.agent) {
-        return Err(ApiError::conflict(
-            "the embedded agent runs inside this server and cannot be deleted: pause it with \
-             no_schedule, or set [runner] enabled = false in config.toml to turn it off",
-        ));
-    }
-    let agent = ctx
-        .ci
-        .store
-        .write(move |c| agents::delete(c, id))
-        .await
-        .map_err(not_found)?;
-    tracing::info!(agent = agent.id, name = agent.name, "agent deleted");
+    ci::agents::remove(&ctx.ci, id).await.map_err(not_found)?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -262,10 +206,7 @@ async fn org_agent(ctx: &Ctx, req: &Request) -> Result<i64, ApiError> {
 async fn org_update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = org_agent(&ctx, &req).await?;
     let change = change_from(&req)?;
-    let row = ctx
-        .ci
-        .store
-        .write(move |c| agents::update(c, id, &change))
+    let row = ci::agents::update(&ctx.ci, id, change)
         .await
         .map_err(not_found)?;
     Ok(Response::json(&render(&ctx, row)))
@@ -274,12 +215,6 @@ async fn org_update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// `DELETE /orgs/{org_id}/agents/{agent_id}` (org admin): 204.
 async fn org_delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = org_agent(&ctx, &req).await?;
-    let agent = ctx
-        .ci
-        .store
-        .write(move |c| agents::delete(c, id))
-        .await
-        .map_err(not_found)?;
-    tracing::info!(agent = agent.id, name = agent.name, "agent deleted");
+    ci::agents::remove(&ctx.ci, id).await.map_err(not_found)?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

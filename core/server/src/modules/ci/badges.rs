@@ -4,7 +4,7 @@
 
 use super::access::{self, current, repo_by};
 use crate::http::{ApiError, HeaderValue, Request, Response, StatusCode, header};
-use crate::pipeline::status::{Status, *};
+use crate::pipeline::status::Status;
 use crate::state::Ctx;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
 use crate::store::repos;
@@ -20,10 +20,10 @@ pub fn routes(scope: &mut crate::http::Scope<'_, Ctx>) {
 /// The badge word and colour for a pipeline status (upstream's mapping).
 fn badge_for(status: Option<Status>) -> (&'static str, &'static str) {
     match status {
-        Some(SUCCESS) => ("success", "#44cc11"),
-        Some(FAILURE) => ("failure", "#e05d44"),
-        Some(PENDING | RUNNING) => ("started", "#dfb317"),
-        Some(ERROR | KILLED) => ("error", "#9f9f9f"),
+        Some(Status::Success) => ("success", "#44cc11"),
+        Some(Status::Failure) => ("failure", "#e05d44"),
+        Some(Status::Pending | Status::Running) => ("started", "#dfb317"),
+        Some(Status::Error | Status::Killed) => ("error", "#9f9f9f"),
         _ => ("none", "#9f9f9f"),
     }
 }
@@ -118,7 +118,7 @@ async fn status_svg(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 1,
                 50,
             )?;
-            Ok(list.into_iter().find(|p| p.status != BLOCKED))
+            Ok(list.into_iter().find(|p| p.status != Status::Blocked))
         })
         .await?;
     Ok(Response::new(
@@ -138,15 +138,15 @@ fn xml_escape(s: &str) -> String {
 
 /// The CCTray `<Project>` of a repository's newest pipeline.
 pub fn cc_project(name: &str, pipeline: &Pipeline, web_url: &str) -> String {
-    let activity = if matches!(pipeline.status, PENDING | RUNNING) {
+    let activity = if matches!(pipeline.status, Status::Pending | Status::Running) {
         "Building"
     } else {
         "Sleeping"
     };
     let last = match pipeline.status {
-        SUCCESS => "Success",
-        FAILURE => "Failure",
-        ERROR | KILLED => "Exception",
+        Status::Success => "Success",
+        Status::Failure => "Failure",
+        Status::Error | Status::Killed => "Exception",
         _ => "Unknown",
     };
     let time = pipeline
@@ -196,11 +196,11 @@ mod tests {
 
     #[test]
     fn badge_geometry() {
-        let s = svg(Some(FAILURE));
+        let s = svg(Some(Status::Failure));
         assert!(s.contains(r#"width="89" height="20""#));
         assert!(s.contains(r#"<text x="68" y="14">failure</text>"#));
-        assert!(svg(Some(RUNNING)).contains(">started<"));
-        assert!(svg(Some(BLOCKED)).contains(">none<"));
+        assert!(svg(Some(Status::Running)).contains(">started<"));
+        assert!(svg(Some(Status::Blocked)).contains(">none<"));
         assert!(svg(None).contains(r#"<text x="64.5" y="14">none</text>"#));
     }
 
@@ -208,7 +208,7 @@ mod tests {
     fn cc_project_fields() {
         let p = Pipeline {
             number: 7,
-            status: RUNNING,
+            status: Status::Running,
             created: 0,
             ..Pipeline::default()
         };

@@ -17,13 +17,11 @@ use serde::Deserialize;
 
 use super::access::repo_admin;
 use super::pagination::Page;
+use crate::ci;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
-use crate::store::crons::{
-    self, Cron, CronChange, DEFAULT_TIMEZONE, MAX_FIELD, NewCron, check_interval, next_exec,
-    parse_timezone,
-};
-use crate::store::{StoreError, now_unix};
+use crate::store::StoreError;
+use crate::store::crons::{self, CronChange, DEFAULT_TIMEZONE, MAX_FIELD, NewCron, parse_timezone};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -34,9 +32,9 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         .delete("/repos/{repo_id}/cron/{cron}", delete);
 }
 
-fn not_found(err: StoreError) -> ApiError {
-    match err {
-        StoreError::NotFound => ApiError::not_found("Cron not found"),
+fn not_found(err: impl Into<ci::Error>) -> ApiError {
+    match err.into() {
+        ci::Error::Store(StoreError::NotFound) => ApiError::not_found("Cron not found"),
         other => other.into(),
     }
 }
@@ -96,33 +94,6 @@ fn timezone_or_default(timezone: Option<String>) -> Result<String, ApiError> {
     Ok(tz)
 }
 
-/// [`next_exec`] of a schedule that runs no more often than `min_interval` allows: an
-/// unusable schedule or timezone is 422, one that runs too often 400.
-fn next_within_limit(
-    schedule: &str,
-    timezone: &str,
-    now: i64,
-    min_interval: i64,
-) -> Result<i64, ApiError> {
-    let next = next_exec(schedule, timezone, now).map_err(ApiError::unprocessable)?;
-    check_interval(schedule, timezone, now, min_interval).map_err(ApiError::bad_request)?;
-    Ok(next)
-}
-
-/// [`next_within_limit`] off the async runtime (a pattern that rarely matches can take a
-/// while to search).
-async fn compute_next(
-    ctx: &Ctx,
-    schedule: String,
-    timezone: String,
-    now: i64,
-) -> Result<i64, ApiError> {
-    let min_interval = ctx.ci.settings.pipeline.cron_min_interval();
-    tokio::task::spawn_blocking(move || next_within_limit(&schedule, &timezone, now, min_interval))
-        .await
-        .map_err(ApiError::internal)?
-}
-
 /// `GET /repos/{repo_id}/cron`: one page, by name.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = repo_admin(&ctx, &req).await?.row.repo.id;
@@ -144,7 +115,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     check_name(&name)?;
     let timezone = timezone_or_default(body.timezone)?;
     let schedule = body.schedule.unwrap_or_default().trim().to_string();
-    let next = compute_next(&ctx, schedule.clone(), timezone.clone(), now_unix()).await?;
+    let next = ci::crons::next_run(&ctx.ci, schedule.clone(), timezone.clone()).await?;
     let branch = body.branch.unwrap_or_default();
     check_branch(&branch)?;
     let variables = body.variables.unwrap_or_default();
@@ -160,13 +131,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         enabled: body.enabled.unwrap_or(true),
         variables,
     };
-    let cron = ctx.ci.store.write(move |c| crons::create(c, &new)).await?;
-    tracing::info!(
-        cron = cron.id,
-        repo = cron.repo_id,
-        name = cron.name,
-        "cron created"
-    );
+    let cron = ci::crons::create(&ctx.ci, new).await?;
     Ok(Response::json(&cron))
 }
 
@@ -210,7 +175,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         let tz = timezone
             .clone()
             .unwrap_or_else(|| DEFAULT_TIMEZONE.to_string());
-        compute_next(&ctx, s.clone(), tz, now_unix()).await?;
+        ci::crons::next_run(&ctx.ci, s.clone(), tz).await?;
     }
     if let Some(branch) = &body.branch {
         check_branch(branch)?;
@@ -218,53 +183,19 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if let Some(variables) = &body.variables {
         super::pipelines::check_variables(variables)?;
     }
-    let enabled = body.enabled;
-    let branch = body.branch;
-    let variables = body.variables;
-    // Merge with the stored cron and recompute `next_exec` inside the write, so two updates
-    // cannot interleave between read and write. A schedule error aborts without writing; the
-    // frequency is checked again when the schedule or timezone changes, with the zone and
-    // schedule that will be stored (re-enabling a cron stored before the minimum existed is
-    // left to the scheduler's floor).
-    let now = now_unix();
-    let min_interval = ctx.ci.settings.pipeline.cron_min_interval();
-    let outcome = ctx
-        .ci
-        .store
-        .write(move |c| -> Result<Result<Cron, ApiError>, StoreError> {
-            let current = crons::find(c, repo, id)?;
-            let retimed = schedule.is_some() || timezone.is_some();
-            let reschedule = retimed || (enabled == Some(true) && !current.enabled);
-            let next = if reschedule {
-                let s = schedule.as_deref().unwrap_or(&current.schedule);
-                let tz = timezone.as_deref().unwrap_or(&current.timezone);
-                let next = if retimed {
-                    next_within_limit(s, tz, now, min_interval)
-                } else {
-                    next_exec(s, tz, now).map_err(ApiError::unprocessable)
-                };
-                match next {
-                    Ok(next) => Some(next),
-                    Err(refusal) => return Ok(Err(refusal)),
-                }
-            } else {
-                None
-            };
-            let change = CronChange {
-                name,
-                creator_id: Some(creator_id),
-                next_exec: next,
-                schedule,
-                timezone,
-                branch,
-                enabled,
-                variables,
-            };
-            crons::update(c, repo, id, &change).map(Ok)
-        })
+    let change = CronChange {
+        name,
+        creator_id: Some(creator_id),
+        next_exec: None,
+        schedule,
+        timezone,
+        branch: body.branch,
+        enabled: body.enabled,
+        variables: body.variables,
+    };
+    let cron = ci::crons::update(&ctx.ci, repo, id, change)
         .await
         .map_err(not_found)?;
-    let cron = outcome?;
     Ok(Response::json(&cron))
 }
 
@@ -272,12 +203,8 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = repo_admin(&ctx, &req).await?.row.repo.id;
     let id = cron_id(&req)?;
-    let cron = ctx
-        .ci
-        .store
-        .write(move |c| crons::delete(c, repo, id))
+    ci::crons::delete(&ctx.ci, repo, id)
         .await
         .map_err(not_found)?;
-    tracing::info!(cron = cron.id, repo = cron.repo_id, "cron deleted");
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

@@ -7,8 +7,9 @@ use serde_json::{Map, Value, json};
 use super::access::{current, must_admin};
 use super::pagination::Page;
 use crate::auth::random_secret;
+use crate::ci;
 use crate::ci::forge::{FORGE_TYPES, git};
-use crate::ci::forge_secrets::{SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET, webhook_secret};
+use crate::ci::forge_secrets::webhook_secret;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
 use crate::store::StoreError;
@@ -170,23 +171,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     body.apply(&mut forge);
     validate(&forge)?;
     let webhook_secret = random_secret();
-    let sealed_client = if client_secret.is_empty() {
-        String::new()
-    } else {
-        ctx.ci
-            .seal
-            .seal(SEAL_CLIENT_SECRET, client_secret.as_bytes())
-    };
-    let sealed_webhook = ctx
-        .ci
-        .seal
-        .seal(SEAL_WEBHOOK_SECRET, webhook_secret.as_bytes());
-    let created = ctx
-        .ci
-        .store
-        .write(move |c| forges::create(c, &forge, &sealed_client, &sealed_webhook))
-        .await?;
-    tracing::info!(forge = created.id, kind = created.kind, "forge created");
+    let created = ci::forges::create(&ctx.ci, forge, &client_secret, &webhook_secret).await?;
     Ok(Response::json(&with_webhook_secret(
         &created,
         webhook_secret.as_bytes(),
@@ -204,17 +189,10 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await
         .map_err(forge_not_found)?
         .forge;
-    let sealed_client = body
-        .oauth_client_secret
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .map(|s| ctx.ci.seal.seal(SEAL_CLIENT_SECRET, s.as_bytes()));
+    let secret = body.oauth_client_secret.clone();
     body.apply(&mut forge);
     validate(&forge)?;
-    let updated = ctx
-        .ci
-        .store
-        .write(move |c| forges::update(c, &forge, sealed_client.as_deref()))
+    let updated = ci::forges::update(&ctx.ci, forge, secret.as_deref())
         .await
         .map_err(forge_not_found)?;
     Ok(Response::json(&updated))
@@ -223,17 +201,15 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("forge_id")?;
-    ctx.ci
-        .store
-        .write(move |c| forges::delete(c, id))
+    ci::forges::delete(&ctx.ci, id)
         .await
         .map_err(forge_not_found)?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
-fn forge_not_found(err: StoreError) -> ApiError {
-    match err {
-        StoreError::NotFound => ApiError::not_found("Forge not found"),
+fn forge_not_found(err: impl Into<ci::Error>) -> ApiError {
+    match err.into() {
+        ci::Error::Store(StoreError::NotFound) => ApiError::not_found("Forge not found"),
         other => other.into(),
     }
 }

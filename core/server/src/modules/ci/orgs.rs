@@ -2,6 +2,7 @@
 
 use super::access::{self, current, must_admin, must_user, org_perm};
 use super::pagination::Page;
+use crate::ci;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
 use crate::store::StoreError;
@@ -40,11 +41,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("org_id")?;
-    ctx.ci
-        .store
-        .write(move |c| orgs::delete_with_contents(c, id))
-        .await
-        .map_err(org_not_found)?;
+    ci::orgs::delete(&ctx.ci, id).await.map_err(org_not_found)?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -84,9 +81,9 @@ async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     }
 }
 
-fn org_not_found(err: StoreError) -> ApiError {
-    match err {
-        StoreError::NotFound => ApiError::not_found("Organization not found"),
+fn org_not_found(err: impl Into<ci::Error>) -> ApiError {
+    match err.into() {
+        ci::Error::Store(StoreError::NotFound) => ApiError::not_found("Organization not found"),
         other => other.into(),
     }
 }

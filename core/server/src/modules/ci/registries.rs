@@ -11,6 +11,7 @@ use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
+use crate::ci::scoped::ScopedRecord;
 use crate::http::{ApiError, Request, Scope};
 use crate::state::Ctx;
 use crate::store::StoreResult;
@@ -55,11 +56,6 @@ impl ScopedResource for Registries {
     const COLLECTION: &'static str = "registries";
     const KEY_PARAM: &'static str = "registry";
     const NOT_FOUND: &'static str = "Registry not found";
-    const NOUN: &'static str = "registry";
-
-    type Item = Registry;
-    type New = NewRegistry;
-    type Change = RegistryChange;
 
     /// Create needs `address`, `username` and `password`.
     fn new_from(ctx: &Ctx, req: &Request) -> Result<NewRegistry, ApiError> {
@@ -101,6 +97,14 @@ impl ScopedResource for Registries {
                 .map(|p| ctx.ci.seal.seal(SEAL_PURPOSE, p.as_bytes())),
         })
     }
+}
+
+impl ScopedRecord for Registries {
+    const NOUN: &'static str = "registry";
+
+    type Item = Registry;
+    type New = NewRegistry;
+    type Change = RegistryChange;
 
     fn key(item: &Registry) -> &str {
         &item.address

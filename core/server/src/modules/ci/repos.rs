@@ -4,15 +4,13 @@ use serde::Deserialize;
 
 use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
 use super::pagination::Page;
-use crate::auth::{random_secret, token};
-use crate::ci::forge::{self, RemoteRepo};
+use crate::ci;
+use crate::ci::forge::{self};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::pipeline::event::WebhookEvent;
 use crate::state::Ctx;
 use crate::store::forges::{self, ForgeRow};
-use crate::store::logs;
-use crate::store::orgs;
-use crate::store::repos::{self, APPROVAL_MODES, Perm, Repo, RepoRow, Trusted, VISIBILITIES};
+use crate::store::repos::{self, APPROVAL_MODES, RepoRow, Trusted, VISIBILITIES};
 use crate::store::users::Account;
 use crate::store::{StoreError, StoreResult};
 
@@ -101,28 +99,6 @@ pub(super) async fn pick_forge(
     }
 }
 
-/// Copies what the forge knows (names, URLs, default branch) onto a stored repository.
-fn refresh_from_forge(repo: &mut Repo, remote: &RemoteRepo) {
-    repo.forge_remote_id = remote.forge_remote_id.clone();
-    repo.owner = remote.owner.clone();
-    repo.name = remote.name.clone();
-    repo.full_name = format!("{}/{}", remote.owner, remote.name);
-    repo.forge_url = remote.forge_url.clone();
-    repo.clone_url = remote.clone_url.clone();
-    repo.default_branch = remote.default_branch.clone();
-    repo.avatar_url = remote.avatar_url.clone();
-}
-
-/// The URL a forge posts pushes to for this repository.
-pub fn hook_url(ctx: &Ctx, forge_id: i64, remote_id: &str, hash: &str) -> String {
-    format!(
-        "{}{}/hook?access_token={}",
-        ctx.public_url(),
-        ctx.config.ci.mount,
-        token::hook_token(forge_id, remote_id, hash)
-    )
-}
-
 /// `POST /repos?forge_remote_id=&forge_id=`: activates a repository; the caller becomes its
 /// owner. 409 if it is active already.
 async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
@@ -154,56 +130,16 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if !allowed {
         return Err(namespace_denied(&remote.owner));
     }
-    if existing.as_ref().is_some_and(|row| row.repo.active) {
-        return Err(ApiError::conflict("Repository is already active."));
-    }
-
-    let hash = existing
-        .as_ref()
-        .map(|row| row.hash.clone())
-        .unwrap_or_else(random_secret);
-    let url = hook_url(&ctx, forge_id, &remote_id, &hash);
-    let mut repo = remote.new_repo(forge_id, 0);
-    let cleanup = repo.clone();
-    driver.activate(&repo, &url).await?;
-
-    let user_id = account.user.id;
-    let written = ctx
-        .ci
-        .store
-        .write(move |c| {
-            let org = orgs::find_or_create(c, forge_id, &remote.owner)?;
-            let row = match existing {
-                Some(mut row) => {
-                    refresh_from_forge(&mut row.repo, &remote);
-                    row.repo.org_id = org.id;
-                    row.repo.active = true;
-                    repos::update(c, &row.repo, Some(user_id))?
-                }
-                None => {
-                    repo.org_id = org.id;
-                    repos::create(c, &repo, user_id, &hash)?
-                }
-            };
-            repos::set_perm(c, user_id, row.repo.id, Perm::all())?;
-            Ok(row)
-        })
-        .await;
-    match written {
-        Ok(row) => {
-            tracing::info!(
-                repo = row.repo.full_name,
-                user = account.user.login,
-                "repository activated"
-            );
-            Ok(Response::json(&row.repo))
-        }
-        Err(err) => {
-            // Leave no hook behind for a repository we did not record.
-            let _ = driver.deactivate(&cleanup).await;
-            Err(err.into())
-        }
-    }
+    let row = ci::repos::activate(
+        &ctx.ci,
+        &driver,
+        forge_id,
+        remote,
+        existing,
+        account.user.id,
+    )
+    .await?;
+    Ok(Response::json(&row.repo))
 }
 
 async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
@@ -360,11 +296,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         patch.secret_extension_netrc,
     );
 
-    let row = ctx
-        .ci
-        .store
-        .write(move |c| repos::update(c, &repo, None))
-        .await?;
+    let row = ci::repos::save(&ctx.ci, repo).await?;
     Ok(Response::json(&row.repo))
 }
 
@@ -383,32 +315,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         Some("true") | Some("1") => true,
         Some(other) => return Err(ApiError::bad_request(format!("invalid remove {other:?}"))),
     };
-    let mut repo = access.row.repo.clone();
-    if let Ok(driver) = forge::driver(&ctx.ci, repo.forge_id).await
-        && let Err(err) = driver.deactivate(&repo).await
-    {
-        tracing::warn!(repo = repo.full_name, error = %err, "could not remove the hook");
-    }
-    repo.active = false;
-    let r = repo.clone();
-    let step_ids = ctx
-        .ci
-        .store
-        .write(move |c| {
-            if remove {
-                repos::delete(c, r.id).map(|removed| removed.step_ids)
-            } else {
-                repos::update(c, &r, None).map(|_| Vec::new())
-            }
-        })
-        .await?;
-    if !step_ids.is_empty() {
-        ctx.ci
-            .logs
-            .write(move |c| logs::delete_steps(c, &step_ids))
-            .await?;
-    }
-    tracing::info!(repo = repo.full_name, remove, "repository deactivated");
+    let repo = ci::repos::deactivate(&ctx.ci, access.row.repo.clone(), remove).await?;
     Ok(Response::json(&repo))
 }
 
@@ -449,34 +356,8 @@ fn paginate<T>(all: Vec<T>, page: Page) -> Vec<T> {
 async fn chown(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let user_id = access.user()?.user.id;
-    let repo = access.row.repo.clone();
-    let row = ctx
-        .ci
-        .store
-        .write(move |c| {
-            let row = repos::update(c, &repo, Some(user_id))?;
-            repos::set_perm(c, user_id, row.repo.id, Perm::all())?;
-            Ok(row)
-        })
-        .await?;
+    let row = ci::repos::chown(&ctx.ci, access.row.repo.clone(), user_id).await?;
     Ok(Response::json(&row.repo))
-}
-
-/// Re-reads a repository from its forge, re-installs its hook and stores the result. Looked
-/// up by full name, which every driver takes (a plugin forge's remote id is the forge's own
-/// numeric id, which its `repo-info` does not accept).
-async fn repair_one(ctx: &Ctx, row: RepoRow) -> Result<(), ApiError> {
-    let driver = forge::driver(&ctx.ci, row.repo.forge_id).await?;
-    let remote = driver.repo(&row.repo.full_name).await?;
-    let mut repo = row.repo.clone();
-    refresh_from_forge(&mut repo, &remote);
-    let url = hook_url(ctx, repo.forge_id, &repo.forge_remote_id, &row.hash);
-    driver.activate(&repo, &url).await?;
-    ctx.ci
-        .store
-        .write(move |c| repos::update(c, &repo, None))
-        .await?;
-    Ok(())
 }
 
 /// `POST /repos/{id}/repair` (repo admin): 204.
@@ -485,7 +366,7 @@ async fn repair(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if !access.row.repo.active {
         return Err(ApiError::unprocessable("Repository is not active"));
     }
-    repair_one(&ctx, access.row).await?;
+    ci::repos::repair(&ctx.ci, access.row).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -514,7 +395,8 @@ async fn repair_all(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let mut failed = Vec::new();
     for row in rows {
         let name = row.repo.full_name.clone();
-        if let Err(err) = repair_one(&ctx, row).await {
+        if let Err(err) = ci::repos::repair(&ctx.ci, row).await {
+            let err = ApiError::from(err);
             tracing::warn!(repo = name, error = %err.message, "repair failed");
             failed.push(format!("{name}: {}", err.message));
         }
@@ -564,18 +446,6 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             "another repository is already registered there",
         ));
     }
-    let _ = driver.deactivate(&row.repo).await;
-    let mut repo = row.repo.clone();
-    refresh_from_forge(&mut repo, &remote);
-    let moved = ctx
-        .ci
-        .store
-        .write(move |c| {
-            let org = orgs::find_or_create(c, repo.forge_id, &remote.owner)?;
-            repo.org_id = org.id;
-            repos::update(c, &repo, None)
-        })
-        .await?;
-    repair_one(&ctx, moved).await?;
+    ci::repos::move_to(&ctx.ci, &driver, row, remote).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

@@ -10,18 +10,16 @@
 //! - the 404 for unknown keys (`ScopedResource::NOT_FOUND`) and the audit log lines.
 //!
 //! A resource says only what differs, by implementing `ScopedResource`: how a request body
-//! becomes a validated new item or change (its 422s, its sealing), and which store functions
-//! read and write it.
-
-use serde::Serialize;
+//! becomes a validated new item or change (its 422s, its sealing); its `ci::scoped::ScopedRecord`
+//! side names the store functions that read and write it, and writes go through `ci::scoped`.
 
 use super::access::{must_admin, org, repo_admin};
 use super::pagination::Page;
+use crate::ci::{self, scoped::ScopedRecord};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
-use crate::store::Tx;
+use crate::store::StoreError;
 use crate::store::secrets::ResourceScope;
-use crate::store::{StoreError, StoreResult};
 
 /// Which of the three scopes a route serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,42 +81,21 @@ pub(super) fn path_text(req: &Request, name: &str) -> Result<String, ApiError> {
     String::from_utf8(out).map_err(|_| ApiError::bad_request(format!("{name} is not UTF-8")))
 }
 
-/// One kind of scoped resource: what it is called, how requests become writes, and where the
-/// store keeps it. Implementors are unit structs; nothing is instantiated.
-pub(super) trait ScopedResource: 'static {
+/// One kind of scoped resource as the API serves it: where it is routed and how a request
+/// becomes a validated new item or change. What it is and where the store keeps it is its
+/// [`ScopedRecord`] side. Implementors are unit structs; nothing is instantiated.
+pub(super) trait ScopedResource: ScopedRecord {
     /// The collection's path segment (`secrets`).
     const COLLECTION: &'static str;
     /// The key's path parameter (`secret`), percent-decoded by [`path_text`].
     const KEY_PARAM: &'static str;
     /// The 404 message for an unknown key (`Secret not found`).
     const NOT_FOUND: &'static str;
-    /// The noun in log lines (`secret created`).
-    const NOUN: &'static str;
-
-    /// The API rendering (never carries a sealed value).
-    type Item: Serialize + Send + 'static;
-    /// A validated, sealed new item.
-    type New: Send + 'static;
-    /// A validated, sealed change.
-    type Change: Send + 'static;
 
     /// The create body, validated (422s) and sealed; 400 for an unparsable body.
     fn new_from(ctx: &Ctx, req: &Request) -> Result<Self::New, ApiError>;
     /// The update body, validated and sealed: only what it is given.
     fn change_from(ctx: &Ctx, req: &Request) -> Result<Self::Change, ApiError>;
-    /// The item's key, for log lines.
-    fn key(item: &Self::Item) -> &str;
-
-    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Self::Item>>;
-    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
-    fn create(c: &Tx, scope: ResourceScope, new: &Self::New) -> StoreResult<Self::Item>;
-    fn update(
-        c: &Tx,
-        scope: ResourceScope,
-        key: &str,
-        change: &Self::Change,
-    ) -> StoreResult<Self::Item>;
-    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
 }
 
 /// Registers list / create / get / update / delete of `R` at every [`Level`].
@@ -135,9 +112,9 @@ pub(super) fn routes<R: ScopedResource>(scope: &mut Scope<'_, Ctx>) {
     }
 }
 
-fn not_found<R: ScopedResource>(err: StoreError) -> ApiError {
-    match err {
-        StoreError::NotFound => ApiError::not_found(R::NOT_FOUND),
+fn not_found<R: ScopedResource>(err: impl Into<ci::Error>) -> ApiError {
+    match err.into() {
+        ci::Error::Store(StoreError::NotFound) => ApiError::not_found(R::NOT_FOUND),
         other => other.into(),
     }
 }
@@ -166,18 +143,7 @@ async fn create<R: ScopedResource>(
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level).await?;
     let new = R::new_from(&ctx, &req)?;
-    let item = ctx
-        .ci
-        .store
-        .write(move |c| R::create(c, scope, &new))
-        .await?;
-    tracing::info!(
-        key = R::key(&item),
-        org_id = scope.org_id,
-        repo_id = scope.repo_id,
-        "{} created",
-        R::NOUN
-    );
+    let item = ci::scoped::create::<R>(&ctx.ci, scope, new).await?;
     Ok(Response::json(&item))
 }
 
@@ -207,10 +173,7 @@ async fn update<R: ScopedResource>(
     let scope = resolve(&ctx, &req, level).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
     let change = R::change_from(&ctx, &req)?;
-    let item = ctx
-        .ci
-        .store
-        .write(move |c| R::update(c, scope, &key, &change))
+    let item = ci::scoped::update::<R>(&ctx.ci, scope, key, change)
         .await
         .map_err(not_found::<R>)?;
     Ok(Response::json(&item))
@@ -224,18 +187,8 @@ async fn delete<R: ScopedResource>(
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
-    let item = ctx
-        .ci
-        .store
-        .write(move |c| R::delete(c, scope, &key))
+    ci::scoped::delete::<R>(&ctx.ci, scope, key)
         .await
         .map_err(not_found::<R>)?;
-    tracing::info!(
-        key = R::key(&item),
-        org_id = scope.org_id,
-        repo_id = scope.repo_id,
-        "{} deleted",
-        R::NOUN
-    );
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

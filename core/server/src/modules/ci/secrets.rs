@@ -12,6 +12,7 @@ use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
+use crate::ci::scoped::ScopedRecord;
 use crate::http::{ApiError, Request, Scope};
 use crate::state::Ctx;
 use crate::store::StoreResult;
@@ -60,11 +61,6 @@ impl ScopedResource for Secrets {
     const COLLECTION: &'static str = "secrets";
     const KEY_PARAM: &'static str = "secret";
     const NOT_FOUND: &'static str = "Secret not found";
-    const NOUN: &'static str = "secret";
-
-    type Item = Secret;
-    type New = NewSecret;
-    type Change = SecretChange;
 
     /// Create needs a valid name and a non-empty value; events and images default to none.
     fn new_from(ctx: &Ctx, req: &Request) -> Result<NewSecret, ApiError> {
@@ -113,6 +109,14 @@ impl ScopedResource for Secrets {
             note: body.note,
         })
     }
+}
+
+impl ScopedRecord for Secrets {
+    const NOUN: &'static str = "secret";
+
+    type Item = Secret;
+    type New = NewSecret;
+    type Change = SecretChange;
 
     fn key(item: &Secret) -> &str {
         &item.name

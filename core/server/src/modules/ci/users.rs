@@ -7,6 +7,7 @@ use super::access::{may_activate_in, must_admin, must_user};
 use super::avatars;
 use super::pagination::Page;
 use crate::auth::{random_secret, token};
+use crate::ci;
 use crate::ci::forge::{self, RemoteRepo};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::state::Ctx;
@@ -34,15 +35,7 @@ pub async fn token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// the new token.
 pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
-    let env = ctx.ci.settings.env_admins.clone();
-    let id = account.user.id;
-    let seed = random_secret();
-    let account = ctx
-        .ci
-        .store
-        .write(move |c| users::set_token_seed(c, &env, id, &seed))
-        .await?;
-    tracing::info!(user = account.user.login, "personal access token rotated");
+    let account = ci::users::rotate_token_seed(&ctx.ci, account.user.id).await?;
     let t = token::user_token(account.user.id, &ctx.token_key(&account));
     Ok(Response::text(StatusCode::OK, t))
 }
@@ -268,17 +261,7 @@ pub async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         forge_remote_id: body.forge_remote_id,
         token_seed: random_secret(),
     };
-    let env = ctx.ci.settings.env_admins.clone();
-    let account = ctx
-        .ci
-        .store
-        .write(move |c| users::create(c, &env, &new))
-        .await?;
-    tracing::info!(
-        user = account.user.login,
-        admin = account.user.admin,
-        "user created"
-    );
+    let account = ci::users::create(&ctx.ci, new).await?;
     Ok(Response::json(&avatars::shown(&ctx, account.user)))
 }
 
@@ -324,11 +307,7 @@ pub async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         admin: body.admin,
     };
     let login = req.param("login").to_string();
-    let env = ctx.ci.settings.env_admins.clone();
-    let user = ctx
-        .ci
-        .store
-        .write(move |c| users::update(c, &env, &login, &patch))
+    let user = ci::users::update(&ctx.ci, login, patch)
         .await
         .map_err(user_not_found)?;
     Ok(Response::json(&avatars::shown(&ctx, user)))
@@ -338,20 +317,15 @@ pub async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 pub async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let login = req.param("login").to_string();
-    let env = ctx.ci.settings.env_admins.clone();
-    let user = ctx
-        .ci
-        .store
-        .write(move |c| users::delete(c, &env, &login))
+    ci::users::delete(&ctx.ci, login)
         .await
         .map_err(user_not_found)?;
-    tracing::info!(user = user.login, "user deleted");
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
-fn user_not_found(err: StoreError) -> ApiError {
-    match err {
-        StoreError::NotFound => ApiError::not_found("User not found"),
+fn user_not_found(err: impl Into<ci::Error>) -> ApiError {
+    match err.into() {
+        ci::Error::Store(StoreError::NotFound) => ApiError::not_found("User not found"),
         other => other.into(),
     }
 }

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::http::{ApiError, Method, Request, Response, StatusCode};
 use crate::state::Ctx;
 use crate::store::users::{self, Account};
-use crate::store::{StoreError, forges, now_unix, used_tokens};
+use crate::store::{StoreError, forges, now_unix};
 
 /// The cookie holding the nonce of the sign-in form the browser was given.
 const FORM_COOKIE: &str = "woodlark_login";
@@ -152,11 +152,7 @@ async fn sign_in_with_link(ctx: &Ctx, req: &Request, link: &str) -> Result<Respo
     let Some((jti, exp)) = session::verify_login_link(link, &ctx.token_key(&account), now) else {
         return Ok(invalid(ctx));
     };
-    let fresh = ctx
-        .ci
-        .store
-        .write(move |c| used_tokens::spend(c, &jti, exp, now))
-        .await?;
+    let fresh = crate::ci::users::spend_once(&ctx.ci, jti, exp, now).await?;
     if !fresh {
         return Ok(invalid(ctx));
     }

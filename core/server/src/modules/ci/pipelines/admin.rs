@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::must_admin;
 use crate::modules::ci::users::feed_entry;
-use crate::pipeline::status::{PENDING, RUNNING};
+use crate::pipeline::status::Status;
 use crate::state::Ctx;
 use crate::store::pipelines;
 use crate::store::tasks::{self, Task, TaskState};
@@ -116,7 +116,7 @@ async fn active_pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
         .store
         .read(|c| {
             let mut out = Vec::new();
-            for row in pipelines::with_status(c, &[PENDING, RUNNING])? {
+            for row in pipelines::with_status(c, &[Status::Pending, Status::Running])? {
                 let repo = repos::by_id(c, row.repo_id)?;
                 out.push(feed_entry(row.repo_id, &repo.repo.full_name, &row.pipeline));
             }

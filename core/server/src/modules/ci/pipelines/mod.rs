@@ -6,7 +6,6 @@
 //! - [`create`]: trigger → config → compiled, stored, queued pipeline;
 //! - [`agent_rpc`]: the agent protocol's HTTP endpoints;
 //! - [`admin`]: `/queue/*` and `/pipelines` for instance admins;
-//! - [`background`]: lease expiry, contact times, cron, log retention.
 
 pub mod admin;
 pub mod agent_rpc;
@@ -22,16 +21,17 @@ use super::access::{self, RepoAccess};
 use super::pagination::Page;
 use woodlark_stdx::{Classify, Fault};
 
+use crate::ci;
 use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
 use crate::modules::rendered::PipelinePage;
 use crate::pipeline::event::WebhookEvent;
-use crate::pipeline::status::{self, *};
-use crate::pipeline::types::{Commit, CompiledWorkflow};
+use crate::pipeline::status::{self, Status};
+use crate::pipeline::types::Commit;
 use crate::state::Ctx;
 use crate::store::logs;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
-use crate::store::{Domain, StoreError, now_unix};
+use crate::store::{Domain, StoreError};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -278,7 +278,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let old = load(&ctx, access.row.repo.id, number_param(&req)?)
         .await?
         .pipeline;
-    if old.status == BLOCKED {
+    if old.status == Status::Blocked {
         return Err(ApiError::bad_request(
             "cannot restart a pipeline that waits for approval",
         ));
@@ -346,22 +346,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    if status::is_active(row.pipeline.status) {
-        return Err(ApiError::unprocessable(format!(
-            "cannot delete a pipeline that is {}",
-            row.pipeline.status
-        )));
-    }
-    let id = row.pipeline.id;
-    let step_ids = ctx
-        .ci
-        .store
-        .write(move |c| pipelines::delete(c, id))
-        .await?;
-    ctx.ci
-        .logs
-        .write(move |c| logs::delete_steps(c, &step_ids))
-        .await?;
+    ci::pipelines::delete(&ctx.ci, &row).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -388,72 +373,8 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     require_push(&access)?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    if row.pipeline.status != BLOCKED {
-        return Err(ApiError::bad_request(format!(
-            "pipeline is {}, not blocked",
-            row.pipeline.status
-        )));
-    }
-    // Open the compiled workflows to queue them with their dependencies and labels.
-    let wf_ids: Vec<i64> = row
-        .pipeline
-        .workflows
-        .iter()
-        .flatten()
-        .map(|w| w.id)
-        .collect();
-    let sealed = ctx
-        .ci
-        .store
-        .read(move |c| {
-            wf_ids
-                .iter()
-                .map(|id| pipelines::workflow_payload(c, *id))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await?;
-    let mut compiled: Vec<CompiledWorkflow> = Vec::new();
-    for s in sealed {
-        let bytes = ctx
-            .ci
-            .seal
-            .open(crate::ci::queue::SEAL_PAYLOAD, &s)
-            .map_err(ApiError::internal)?;
-        compiled.push(serde_json::from_slice(&bytes).map_err(ApiError::internal)?);
-    }
     let login = access.user()?.user.login.clone();
-    let repo = access.row.clone();
-    let id = row.pipeline.id;
-    let updated = ctx
-        .ci
-        .store
-        .write(move |c| {
-            let now = now_unix();
-            let current = pipelines::by_id(c, id)?;
-            if current.pipeline.status != BLOCKED {
-                return Err(StoreError::Conflict("pipeline is no longer blocked".into()));
-            }
-            for wf in pipelines::workflows(c, id)? {
-                pipelines::update_workflow(c, wf.id, |w| w.state = PENDING)?;
-                for s in &wf.children {
-                    pipelines::update_step(c, s.id, |s| s.state = PENDING)?;
-                }
-            }
-            pipelines::update(c, id, |p| {
-                p.status = PENDING;
-                p.reviewed_by = login.clone();
-                p.reviewed = now;
-            })?;
-            let row = pipelines::full(c, repo.repo.id, current.pipeline.number)?;
-            create::enqueue(c, &row, &compiled, &repo)?;
-            Ok(row)
-        })
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(m) => ApiError::bad_request(m),
-            other => other.into(),
-        })?;
-    ctx.ci.queue.wake();
+    let updated = ci::pipelines::approve(&ctx.ci, &access.row, &row, login).await?;
     Ok(Response::json(&updated.pipeline))
 }
 
@@ -462,38 +383,8 @@ async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     require_push(&access)?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    if row.pipeline.status != BLOCKED {
-        return Err(ApiError::bad_request(format!(
-            "pipeline is {}, not blocked",
-            row.pipeline.status
-        )));
-    }
     let login = access.user()?.user.login.clone();
-    let (id, repo_id, number) = (row.pipeline.id, access.row.repo.id, row.pipeline.number);
-    let updated = ctx
-        .ci
-        .store
-        .write(move |c| {
-            let now = now_unix();
-            for wf in pipelines::workflows(c, id)? {
-                for s in &wf.children {
-                    pipelines::update_step(c, s.id, |s| s.state = DECLINED)?;
-                }
-                pipelines::update_workflow(c, wf.id, |w| {
-                    w.state = DECLINED;
-                    w.finished = now;
-                })?;
-            }
-            pipelines::update(c, id, |p| {
-                p.status = DECLINED;
-                p.reviewed_by = login.clone();
-                p.reviewed = now;
-                p.finished = now;
-            })?;
-            pipelines::full(c, repo_id, number)
-        })
-        .await?;
-    ctx.ci.queue.wake();
+    let updated = ci::pipelines::decline(&ctx.ci, access.row.repo.id, &row, login).await?;
     Ok(Response::json(&updated.pipeline))
 }
 
@@ -674,17 +565,7 @@ async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete_step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (access, _, step) = find_step(&ctx, &req).await?;
     require_push(&access)?;
-    if !status::is_done(step.state) && step.state != BLOCKED {
-        return Err(ApiError::unprocessable(format!(
-            "cannot delete the log of a step that is {}",
-            step.state
-        )));
-    }
-    let id = step.id;
-    ctx.ci
-        .logs
-        .write(move |c| logs::delete_steps(c, &[id]))
-        .await?;
+    ci::pipelines::delete_step_log(&ctx.ci, &step).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -715,22 +596,6 @@ async fn delete_pipeline_logs(ctx: Ctx, req: Request) -> Result<Response, ApiErr
     let access = access::repo(&ctx, &req).await?;
     require_push(&access)?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    if status::is_active(row.pipeline.status) {
-        return Err(ApiError::unprocessable(format!(
-            "cannot delete the logs of a pipeline that is {}",
-            row.pipeline.status
-        )));
-    }
-    let ids: Vec<i64> = row
-        .pipeline
-        .workflows
-        .iter()
-        .flatten()
-        .flat_map(|w| w.children.iter().map(|s| s.id))
-        .collect();
-    ctx.ci
-        .logs
-        .write(move |c| logs::delete_steps(c, &ids))
-        .await?;
+    ci::pipelines::delete_logs(&ctx.ci, &row).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

@@ -1,0 +1,77 @@
+//! Agents: registering, changing and removing the runners that lease workflows.
+//!
+//! An agent's token is shown to its managers, so it is stored sealed (and as a hash to look
+//! it up by). The embedded agent is the server's own runner: it can be paused but not
+//! renamed (the server finds it by name) or deleted.
+
+use super::local::is_embedded;
+use super::{Error, Services};
+use crate::auth::random_secret;
+use crate::store::agents::{
+    self, Agent, AgentChange, AgentRow, NewAgent, SEAL_PURPOSE, token_hash,
+};
+
+/// Registers an agent owned by `owner_id` (for organisation `org_id`, 0 = every org's work);
+/// returns it with its token in clear, shown this once.
+pub async fn register(
+    ci: &Services,
+    owner_id: i64,
+    org_id: i64,
+    name: String,
+    no_schedule: bool,
+) -> Result<Agent, Error> {
+    let token = random_secret();
+    let new = NewAgent {
+        name,
+        no_schedule,
+        owner_id,
+        org_id,
+        token_hash: token_hash(&token),
+        sealed_token: ci.seal.seal(SEAL_PURPOSE, token.as_bytes()),
+    };
+    let row = ci.store.write(move |c| agents::create(c, &new)).await?;
+    tracing::info!(
+        agent = row.agent.id,
+        name = row.agent.name,
+        org_id,
+        "agent created"
+    );
+    let mut agent = row.agent;
+    agent.token = token;
+    Ok(agent)
+}
+
+/// Changes agent `id`'s name or scheduling.
+pub async fn update(ci: &Services, id: i64, change: AgentChange) -> Result<AgentRow, Error> {
+    let current = ci.store.read(move |c| agents::by_id(c, id)).await?;
+    if is_embedded(&current.agent)
+        && change
+            .name
+            .as_ref()
+            .is_some_and(|n| *n != current.agent.name)
+    {
+        return Err(Error::Conflict(
+            "the embedded agent cannot be renamed (the server finds its runner by this name)"
+                .into(),
+        ));
+    }
+    Ok(ci
+        .store
+        .write(move |c| agents::update(c, id, &change))
+        .await?)
+}
+
+/// Removes agent `id`; its leases expire and go back to the queue.
+pub async fn remove(ci: &Services, id: i64) -> Result<(), Error> {
+    let current = ci.store.read(move |c| agents::by_id(c, id)).await?;
+    if is_embedded(&current.agent) {
+        return Err(Error::Conflict(
+            "the embedded agent runs inside this server and cannot be deleted: pause it with \
+             no_schedule, or set [runner] enabled = false in config.toml to turn it off"
+                .into(),
+        ));
+    }
+    let agent = ci.store.write(move |c| agents::delete(c, id)).await?;
+    tracing::info!(agent = agent.id, name = agent.name, "agent deleted");
+    Ok(())
+}
