@@ -261,6 +261,7 @@ async fn log_stream_is_live_and_resumes_without_gap_or_duplicate() {
     let mut ticks = Vec::new();
     let mut ids = Vec::new();
     let mut lags = Vec::new();
+    let mut live_entries = Vec::new();
     loop {
         let ev = live
             .next(Duration::from_secs(20))
@@ -271,6 +272,7 @@ async fn log_stream_is_live_and_resumes_without_gap_or_duplicate() {
         }
         let entry: Value = serde_json::from_str(&ev.data).unwrap();
         ids.push(ev.id.parse::<i64>().unwrap());
+        live_entries.push(entry.clone());
         let text = String::from_utf8(
             base64::Engine::decode(
                 &base64::engine::general_purpose::STANDARD,
@@ -300,6 +302,15 @@ async fn log_stream_is_live_and_resumes_without_gap_or_duplicate() {
         late <= 1 && watched.iter().all(|ms| *ms <= 1000),
         "lines arrived late (ms): {lags:?}"
     );
+
+    // A line reads the same live and stored: same row id, same rendering.
+    let stored = s
+        .http
+        .get(&format!("/api/repos/{id}/logs/1/{step_id}"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(stored, Value::Array(live_entries));
 
     // The step ended: a new stream replays the stored lines, numbered from 0, and ends; one
     // that resumes past the end gets only the end.

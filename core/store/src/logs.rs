@@ -67,24 +67,35 @@ pub struct LogEntry {
     pub kind: i64,
 }
 
-/// Stores lines; lines already stored (same step and number) are skipped. Returns how many
-/// were new.
-pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<usize> {
+impl LogEntry {
+    /// The one rendering of a stored line, for reads and for live readers alike.
+    fn new(id: i64, step_id: i64, time: i64, line: i64, kind: i64, data: &[u8]) -> LogEntry {
+        LogEntry {
+            id,
+            step_id,
+            time,
+            line,
+            data: STANDARD.encode(data),
+            kind,
+        }
+    }
+}
+
+/// Stores lines; lines already stored (same step and number) are skipped. Returns the lines
+/// that were new, as stored (with their row ids).
+pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<Vec<LogEntry>> {
     let now = now_unix_ms();
     let mut stmt = conn.prepare_cached(
         "INSERT OR IGNORE INTO log_entries (step_id, line, time, type, data, created_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    let mut added = 0;
+    let mut added = Vec::with_capacity(lines.len());
     for l in lines {
-        added += stmt.execute(params![
-            l.step_id,
-            l.line,
-            l.time,
-            l.kind,
-            l.data.as_bytes(),
-            now
-        ])?;
+        let data = l.data.as_bytes();
+        if stmt.execute(params![l.step_id, l.line, l.time, l.kind, data, now])? == 1 {
+            let id = conn.last_insert_rowid();
+            added.push(LogEntry::new(id, l.step_id, l.time, l.line, l.kind, data));
+        }
     }
     Ok(added)
 }
@@ -97,14 +108,14 @@ pub fn list(conn: &Tx, step_id: i64, from: i64, limit: usize) -> StoreResult<Vec
     )?;
     let rows = stmt.query_map(params![step_id, from, limit as i64], |r| {
         let data: Vec<u8> = r.get(4)?;
-        Ok(LogEntry {
-            id: r.get(0)?,
-            step_id: r.get(1)?,
-            time: r.get(2)?,
-            line: r.get(3)?,
-            data: STANDARD.encode(data),
-            kind: r.get(5)?,
-        })
+        Ok(LogEntry::new(
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(5)?,
+            &data,
+        ))
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -181,15 +192,14 @@ mod tests {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
         assert_eq!(next_line(Tx::new(&c), 1).unwrap(), 0);
-        assert_eq!(
-            append(Tx::new(&c), &[line(1, 1, "b"), line(1, 0, "a")]).unwrap(),
-            2
-        );
-        assert_eq!(
-            append(Tx::new(&c), &[line(1, 1, "b"), line(1, 2, "c")]).unwrap(),
-            1
-        );
+        let first = append(Tx::new(&c), &[line(1, 1, "b"), line(1, 0, "a")]).unwrap();
+        assert_eq!(first.len(), 2);
+        let again = append(Tx::new(&c), &[line(1, 1, "b"), line(1, 2, "c")]).unwrap();
+        assert_eq!(again.iter().map(|e| e.line).collect::<Vec<_>>(), [2]);
         let all = list(Tx::new(&c), 1, 0, 100).unwrap();
+        // What `append` returns is what a later read shows: same ids, same rendering.
+        assert_eq!(all[1], first[0]);
+        assert_eq!(all[2], again[0]);
         assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(all[0].data, STANDARD.encode("a"));
         assert_eq!(list(Tx::new(&c), 1, 2, 100).unwrap().len(), 1);
@@ -208,7 +218,7 @@ mod tests {
             kind: TYPE_EXIT_CODE,
             ..line(7, 3, "0")
         });
-        assert_eq!(append(Tx::new(&c), &old).unwrap(), 4);
+        assert_eq!(append(Tx::new(&c), &old).unwrap().len(), 4);
         migrate(&mut c).unwrap();
         let lines = |step| {
             list(Tx::new(&c), step, 0, 10)

@@ -40,7 +40,7 @@ pub struct Repo {
     pub pr_enabled: bool,
     /// Minutes.
     pub timeout: i64,
-    pub visibility: String,
+    pub visibility: Visibility,
     pub private: bool,
     pub trusted: Trusted,
     pub require_approval: String,
@@ -62,7 +62,36 @@ pub struct Repo {
     pub has_no_forge_repo: bool,
 }
 
-pub const VISIBILITIES: &[&str] = &["public", "private", "internal"];
+/// Who may see a repository without a permission of their own: anyone (`public`), any
+/// signed-in user (`internal`), or nobody (`private`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Visibility {
+    Public,
+    Private,
+    Internal,
+}
+
+impl Visibility {
+    pub const ALL: [Visibility; 3] = [
+        Visibility::Public,
+        Visibility::Private,
+        Visibility::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Visibility::Public => "public",
+            Visibility::Private => "private",
+            Visibility::Internal => "internal",
+        }
+    }
+
+    /// The visibility named `text`, if it is one.
+    pub fn parse(text: &str) -> Option<Visibility> {
+        Visibility::ALL.into_iter().find(|v| v.as_str() == text)
+    }
+}
 pub const APPROVAL_MODES: &[&str] = &["none", "forks", "pull_requests", "all_events"];
 /// Default pipeline timeout, minutes (as upstream).
 pub const DEFAULT_TIMEOUT: i64 = 60;

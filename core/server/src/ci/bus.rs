@@ -1,6 +1,6 @@
 //! Live log lines, fanned out to stream readers (`/api/stream/logs`).
 //!
-//! Lines are published after they are stored, so a reader that catches up from the database
+//! Lines are published as they were stored (with their row ids), so a reader that catches up from the database
 //! and then follows the bus sees every line. A reader that falls behind by more than the
 //! channel's capacity loses its place (`Lagged`) and re-reads from the database.
 
@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use crate::pipeline::types::LogLine;
+use crate::store::logs::LogEntry;
 
 /// Batches kept for slow readers before they have to re-read from the database.
 const CAPACITY: usize = 1024;
 
 pub struct LogBus {
-    tx: broadcast::Sender<Arc<Vec<LogLine>>>,
+    tx: broadcast::Sender<Arc<Vec<LogEntry>>>,
 }
 
 impl Default for LogBus {
@@ -27,14 +27,14 @@ impl Default for LogBus {
 
 impl LogBus {
     /// Hands stored lines to every reader (shared, not copied per reader).
-    pub fn publish(&self, lines: Arc<Vec<LogLine>>) {
+    pub fn publish(&self, lines: Arc<Vec<LogEntry>>) {
         if !lines.is_empty() {
             // No receiver is not an error: nobody is watching.
             let _ = self.tx.send(lines);
         }
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Vec<LogLine>>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Vec<LogEntry>>> {
         self.tx.subscribe()
     }
 }

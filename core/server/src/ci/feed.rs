@@ -21,7 +21,7 @@ use crate::pipeline::status::{self, Status};
 use crate::store::Store;
 use crate::store::events::{self, Direction, Filter, StoredEvent};
 use crate::store::pipelines::{self, PIPELINES, Pipeline, STEPS, Step, WORKFLOWS, Workflow};
-use crate::store::repos::{self, Repo};
+use crate::store::repos::{self, Repo, Visibility};
 
 /// Messages kept for subscribers that fall behind.
 const FEED_CAPACITY: usize = 4096;
@@ -30,7 +30,7 @@ const FEED_CAPACITY: usize = 4096;
 #[derive(Debug)]
 pub struct FeedMessage {
     pub repo_id: i64,
-    pub visibility: String,
+    pub visibility: Visibility,
     pub pipeline_id: i64,
     /// Step id → state, for log streams waiting for their step to end.
     pub steps: Vec<(i64, Status)>,
@@ -306,7 +306,7 @@ impl PipelineFeed {
         let frame = Bytes::from(format!("data: {body}\n\n"));
         let _ = self.tx.send(Arc::new(FeedMessage {
             repo_id,
-            visibility: repo.visibility.clone(),
+            visibility: repo.visibility,
             pipeline_id,
             steps: t.steps.values().map(|(_, s)| (s.id, s.state)).collect(),
             frame,

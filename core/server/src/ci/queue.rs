@@ -509,10 +509,8 @@ impl Queue {
                 bad.step_id
             )));
         }
-        let rows = std::sync::Arc::new(lines);
-        let stored = rows.clone();
-        self.logs.write(move |c| logs::append(c, &stored)).await?;
-        self.bus.publish(rows);
+        let stored = self.logs.write(move |c| logs::append(c, &lines)).await?;
+        self.bus.publish(std::sync::Arc::new(stored));
         Ok(())
     }
 

@@ -27,7 +27,7 @@ use super::Services;
 use crate::pipeline::types::Commit;
 use crate::store::StoreError;
 use crate::store::forges::{self, ForgeRow};
-use crate::store::repos::{DEFAULT_TIMEOUT, Repo, Trusted};
+use crate::store::repos::{DEFAULT_TIMEOUT, Repo, Trusted, Visibility};
 
 /// Forge types the API accepts (`git` is Woodlark's own; the rest are Woodpecker's).
 pub const FORGE_TYPES: &[&str] = &[
@@ -73,7 +73,11 @@ impl RemoteRepo {
             default_branch: self.default_branch.clone(),
             pr_enabled: true,
             timeout: DEFAULT_TIMEOUT,
-            visibility: if self.private { "private" } else { "public" }.into(),
+            visibility: if self.private {
+                Visibility::Private
+            } else {
+                Visibility::Public
+            },
             private: self.private,
             trusted: Trusted::default(),
             require_approval: "forks".into(),

@@ -36,7 +36,7 @@ use crate::auth::{self, session, token};
 use crate::http::{ApiError, Request, StatusCode};
 use crate::state::Ctx;
 use crate::store::orgs::{self, Org};
-use crate::store::repos::{self, Perm, RepoRow};
+use crate::store::repos::{self, Perm, RepoRow, Visibility};
 use crate::store::users::{self, Account, User};
 use crate::store::{StoreError, StoreResult, now_unix};
 
@@ -182,9 +182,9 @@ fn admin_required() -> ApiError {
 /// A user's permission on a repository, by the rules in the module docs.
 pub fn repo_perm(conn: &Tx, user: Option<&User>, row: &RepoRow) -> StoreResult<Perm> {
     let repo = &row.repo;
-    let public = match repo.visibility.as_str() {
-        "public" => Perm::pull_only(),
-        "internal" if user.is_some() => Perm::pull_only(),
+    let public = match repo.visibility {
+        Visibility::Public => Perm::pull_only(),
+        Visibility::Internal if user.is_some() => Perm::pull_only(),
         _ => Perm::default(),
     };
     let Some(user) = user else {

@@ -10,7 +10,7 @@ use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::pipeline::event::WebhookEvent;
 use crate::state::Ctx;
 use crate::store::forges::{self, ForgeRow};
-use crate::store::repos::{self, APPROVAL_MODES, RepoRow, Trusted, VISIBILITIES};
+use crate::store::repos::{self, APPROVAL_MODES, RepoRow, Trusted, Visibility};
 use crate::store::users::Account;
 use crate::store::{StoreError, StoreResult};
 
@@ -199,14 +199,15 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let mut repo = access.row.repo.clone();
 
     if let Some(v) = patch.visibility {
-        if !VISIBILITIES.contains(&v.as_str()) {
+        let Some(visibility) = Visibility::parse(&v) else {
+            let known: Vec<&str> = Visibility::ALL.iter().map(|v| v.as_str()).collect();
             return Err(ApiError::bad_request(format!(
                 "invalid visibility {v:?}: expected one of {}",
-                VISIBILITIES.join(", ")
+                known.join(", ")
             )));
-        }
-        repo.private = v != "public";
-        repo.visibility = v;
+        };
+        repo.private = visibility != Visibility::Public;
+        repo.visibility = visibility;
     }
     if let Some(v) = patch.require_approval {
         if !APPROVAL_MODES.contains(&v.as_str()) {

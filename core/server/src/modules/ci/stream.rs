@@ -23,6 +23,7 @@ use crate::state::Ctx;
 use crate::store::StoreResult;
 use crate::store::logs::{self, LogEntry};
 use crate::store::pipelines::{self};
+use crate::store::repos::Visibility;
 use crate::store::repos::{self};
 use crate::store::users::User;
 
@@ -44,9 +45,9 @@ async fn may_see(
     cache: &mut HashMap<i64, bool>,
     msg: &FeedMessage,
 ) -> bool {
-    match msg.visibility.as_str() {
-        "public" => return true,
-        "internal" if user.is_some() => return true,
+    match msg.visibility {
+        Visibility::Public => return true,
+        Visibility::Internal if user.is_some() => return true,
         _ => {}
     }
     let Some(user) = user else {
@@ -204,15 +205,7 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                                 }
                                 continue;
                             }
-                            let entry = LogEntry {
-                                id: l.line,
-                                step_id,
-                                time: l.time,
-                                line: l.line,
-                                data: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, l.data.as_bytes()),
-                                kind: l.kind,
-                            };
-                            if tx.try_send(log_frame(&entry)).is_err() {
+                            if tx.try_send(log_frame(l)).is_err() {
                                 return;
                             }
                             next = l.line + 1;
