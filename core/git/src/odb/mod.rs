@@ -10,9 +10,9 @@
 //! What is read (the formats are described where they are read):
 //!
 //! - **Loose objects**: `objects/<2 hex>/<38 hex>`, zlib-deflated `<type> SP <size> NUL
-//!   <content>` ([`inflate`]).
-//! - **Packs**: `objects/pack/pack-*.idx` beside `pack-*.pack` ([`pack`]), whose entries
-//!   may be deltas of other entries ([`delta`]).
+//!   <content>` (`inflate.rs`).
+//! - **Packs**: `objects/pack/pack-*.idx` beside `pack-*.pack` (`pack.rs`), whose entries
+//!   may be deltas of other entries (`delta.rs`).
 //!
 //!
 //! Trust nothing, answer only when sure: every object put together here is hashed and must
