@@ -2378,7 +2378,7 @@ fn signed_github_push(secret: &str) -> (String, String) {
     let body = payload.to_string();
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(body.as_bytes());
-    let hex = woodlark::ci::forge::git_objects::hex(&mac.finalize().into_bytes());
+    let hex = woodlark_git::hex(&mac.finalize().into_bytes());
     (body, format!("sha256={hex}"))
 }
 

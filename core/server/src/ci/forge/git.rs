@@ -9,9 +9,9 @@
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use super::git_diff;
-use super::git_objects::{CatFile, Commit, GitError, Object, TreeEntry, hex};
-use super::git_pool::with_session;
+use woodlark_git::diff as git_diff;
+use woodlark_git::{CatFile, Commit, GitError, Kind, Object, TreeEntry, hex, with_session};
+
 use super::{
     CONFIG_DIR, CONFIG_FILES, ForgeDriver, ForgeError, PullRequest, RemoteRepo, off_runtime,
 };
@@ -26,6 +26,12 @@ const HOOK_MARKER: &str = "# Installed by Woodlark";
 const LIST_DEPTH: usize = 4;
 /// At most this many repositories are listed (a huge directory must not stall a request).
 const LIST_MAX: usize = 2000;
+
+impl From<GitError> for ForgeError {
+    fn from(err: GitError) -> ForgeError {
+        ForgeError::Failed(err.to_string())
+    }
+}
 
 #[derive(Clone)]
 pub struct GitForge {
@@ -333,7 +339,7 @@ impl GitForge {
             };
             // Missing or malformed, the answers below read it again and say why.
             let root = match cat.get(&commit.tree)? {
-                Some(obj) if obj.kind == "tree" => obj.tree_entries().ok(),
+                Some(obj) if obj.kind == Kind::Tree => obj.tree_entries().ok(),
                 _ => None,
             };
             let changed = changes(cat, before, &commit, root.as_deref());
@@ -468,12 +474,12 @@ fn config_files_at(
         let Some(obj) = cat.get(&format!("{commit}:{path}"))? else {
             return Ok(Vec::new());
         };
-        return match obj.kind.as_str() {
+        return match obj.kind {
             // A malformed tree holds no config, as a missing one does.
-            "tree" if config.ends_with('/') => {
+            Kind::Tree if config.ends_with('/') => {
                 yaml_files_in(cat, path, &obj.tree_entries().unwrap_or_default())
             }
-            "blob" if !config.ends_with('/') => Ok(vec![config_file(path, obj)]),
+            Kind::Blob if !config.ends_with('/') => Ok(vec![config_file(path, obj)]),
             _ => Ok(Vec::new()),
         };
     }
@@ -482,7 +488,7 @@ fn config_files_at(
         Some(root) => root,
         None => {
             read = match cat.get(&format!("{commit}^{{tree}}"))? {
-                Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+                Some(obj) if obj.kind == Kind::Tree => obj.tree_entries().unwrap_or_default(),
                 _ => return Ok(Vec::new()),
             };
             &read
@@ -491,7 +497,7 @@ fn config_files_at(
     let named = |name: &str| root.iter().find(|e| e.name == name.as_bytes());
     if let Some(dir) = named(CONFIG_DIR).filter(|e| e.is_tree()) {
         let entries = match cat.get(&hex(&dir.id))? {
-            Some(obj) if obj.kind == "tree" => obj.tree_entries().unwrap_or_default(),
+            Some(obj) if obj.kind == Kind::Tree => obj.tree_entries().unwrap_or_default(),
             _ => Vec::new(),
         };
         let files = yaml_files_in(cat, CONFIG_DIR, &entries)?;
@@ -644,8 +650,8 @@ exit 0
 
 #[cfg(test)]
 mod tests {
-    use super::super::git_objects::testing::{commit_all, git as run};
     use super::*;
+    use woodlark_git::testing::{change_history, commit_all, git as run, names};
 
     /// `alice/work` (a work tree) below a forge root, with a history of every kind of
     /// change; the forge, the repository record and every commit id.
@@ -653,92 +659,12 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let d = root.path().join("alice/work");
         std::fs::create_dir_all(&d).unwrap();
-        let write = |path: &str, data: &str| {
-            let p = d.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, data).unwrap();
-        };
-        let remove = |path: &str| {
-            let p = d.join(path);
-            if p.is_dir() {
-                std::fs::remove_dir_all(p).unwrap()
-            } else {
-                std::fs::remove_file(p).unwrap()
-            }
-        };
-        let mut commits = Vec::new();
-        run(&d, &["init", "-q", "-b", "main"]);
-        write("f", "1\n2\n3\n4\n5\n6\n7\n8\n9\n");
-        write("dir/a", "a");
-        write("dir/sub/b", "b");
-        write("dir-x", "x");
-        write("dir.z", "z");
-        write("caf\u{e9}/\u{e9}t\u{e9}.yml", "e");
-        write("tab\there \"q\"", "t");
-        commits.push(commit_all(&d, "root"));
-        write("dir/sub/b", "b2");
-        write("new/deep/er/file", "n");
-        remove("dir-x");
-        commits.push(commit_all(&d, "modify, add deep, delete"));
-        run(&d, &["mv", "dir.z", "renamed.z"]);
-        std::os::unix::fs::symlink("f", d.join("link")).unwrap();
-        commits.push(commit_all(&d, "rename and symlink"));
-        remove("link");
-        write("link", "now a file");
-        run(&d, &["update-index", "--chmod=+x", "f"]);
-        commits.push(commit_all(&d, "typechange and mode"));
-        remove("dir");
-        write("dir", "a file where a directory was");
-        remove("renamed.z");
-        write("renamed.z/inside", "a directory where a file was");
-        commits.push(commit_all(&d, "file <-> directory"));
-        commits.push(commit_all(&d, "empty"));
-        // Branches and merges: both sides touch `f` (merged cleanly), each adds a file.
-        run(&d, &["checkout", "-q", "-b", "side"]);
-        let f = std::fs::read_to_string(d.join("f")).unwrap();
-        write("f", &f.replacen("1\n", "one\n", 1));
-        write("side-only", "s");
-        commits.push(commit_all(&d, "side"));
-        run(&d, &["checkout", "-q", "main"]);
-        write("f", &f.replacen("9\n", "nine\n", 1));
-        write("main-only", "m");
-        commits.push(commit_all(&d, "main"));
-        run(&d, &["merge", "-q", "--no-edit", "side"]);
-        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
-        // A merge that keeps main's tree, and an octopus.
-        run(&d, &["checkout", "-q", "-b", "other", &commits[2]]);
-        write("other", "o");
-        commits.push(commit_all(&d, "other"));
-        run(&d, &["checkout", "-q", "main"]);
-        run(&d, &["merge", "-q", "-s", "ours", "--no-edit", "other"]);
-        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
-        run(&d, &["checkout", "-q", "-b", "o1", &commits[5]]);
-        write("o1", "1");
-        commits.push(commit_all(&d, "o1"));
-        run(&d, &["checkout", "-q", "-b", "o2", &commits[5]]);
-        write("o2", "2");
-        commits.push(commit_all(&d, "o2"));
-        run(&d, &["checkout", "-q", "main"]);
-        run(&d, &["merge", "-q", "--no-edit", "o1", "o2"]);
-        commits.push(run(&d, &["rev-parse", "HEAD"]).trim().to_string());
+        let commits = change_history(&d);
 
         let forge = GitForge::from_url(&format!("file://{}", root.path().display())).unwrap();
         let remote = forge.repo("alice/work").unwrap();
         let repo = remote.new_repo(1, 1);
         (root, forge, repo, commits)
-    }
-
-    /// The `-z` names a `git` command prints (raw bytes, never quoted).
-    fn names(dir: &Path, args: &[&str]) -> Vec<String> {
-        let mut all = vec!["-c", "core.quotePath=false"];
-        all.extend_from_slice(args);
-        all.push("-z");
-        run(dir, &all)
-            .split('\0')
-            .map(|l| l.trim_start_matches('\n'))
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()
     }
 
     #[test]

@@ -11,10 +11,6 @@
 //! plugin host directly, with no thread hop.
 
 pub mod git;
-pub mod git_diff;
-pub mod git_objects;
-pub mod git_odb;
-pub mod git_pool;
 pub mod plugin;
 pub mod remote_head;
 

@@ -147,8 +147,8 @@ fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<(String, String), 
 
 #[cfg(test)]
 mod tests {
-    use super::super::git_objects::testing::git;
     use super::*;
+    use woodlark_git::testing::git;
 
     #[test]
     fn finds_the_exact_branch_on_a_remote() {

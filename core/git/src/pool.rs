@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
-use super::git_objects::{CatFile, GitError};
+use crate::{CatFile, GitError};
 
 /// How many sessions the pool keeps, for how long, and how long an answer may take.
 #[derive(Debug, Clone, Copy)]
@@ -301,8 +301,8 @@ impl Drop for Lease<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::git_objects::testing::repo;
     use super::*;
+    use crate::testing::repo;
     use std::sync::Arc;
 
     fn limits() -> Limits {
@@ -319,7 +319,7 @@ mod tests {
         let (dir, head) = repo();
         let pool = Pool::new(limits());
         let found = pool.with(dir.path(), |cat| cat.get(&head)).unwrap();
-        assert_eq!(found.unwrap().kind, "commit");
+        assert_eq!(found.unwrap().kind, crate::Kind::Commit);
         assert_eq!(pool.counts(dir.path()), (1, 1));
         // Sequential use reuses the one session.
         for _ in 0..5 {

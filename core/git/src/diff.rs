@@ -1,7 +1,7 @@
 //! Which files a push changed, from tree objects read over a `cat-file` session.
 //!
-//! The answers are those of the `git` commands the driver used to run, so `when: path`
-//! filters behave as before:
+//! The answers are those of the `git` commands the server's forge driver used to run, so
+//! `when: path` filters behave as before:
 //!
 //! - [`between`]: `git diff --no-renames --name-only <before> <after>` — every path whose
 //!   blob, mode or type differs between the two commits' trees (a rename is a deletion and
@@ -17,7 +17,8 @@
 use std::cmp::Ordering;
 use std::collections::HashSet;
 
-use super::git_objects::{CatFile, Commit, GitError, TreeEntry, hex};
+use crate::object::{Commit, Kind, TreeEntry, hex};
+use crate::{CatFile, GitError};
 
 /// Deeper trees are refused (the walk recurses, and a blocking-pool thread's stack is
 /// 2 MiB; git's own `core.maxTreeDepth` is 2048). The push then has no changed files.
@@ -53,10 +54,9 @@ pub fn of_commit(
         let old = match root_tree(cat, parent)? {
             Some(old) => old,
             None => {
-                return Err(GitError::WrongKind {
+                return Err(GitError::Missing {
                     id: parent.clone(),
-                    found: "missing object".into(),
-                    expected: "commit",
+                    expected: Kind::Commit,
                 });
             }
         };
@@ -84,14 +84,14 @@ fn against(
 /// The root tree entries of the commit (or tag) `rev`; `None` when there is none.
 fn root_tree(cat: &mut CatFile, rev: &str) -> Result<Option<Vec<TreeEntry>>, GitError> {
     match cat.get(&format!("{rev}^{{tree}}"))? {
-        Some(obj) if obj.kind == "tree" => obj.tree_entries().map(Some),
+        Some(obj) if obj.kind == Kind::Tree => obj.tree_entries().map(Some),
         _ => Ok(None),
     }
 }
 
 /// The entries of tree `id`.
 pub fn tree(cat: &mut CatFile, id: &str) -> Result<Vec<TreeEntry>, GitError> {
-    cat.get_kind(id, "tree")?.tree_entries()
+    cat.get_kind(id, Kind::Tree)?.tree_entries()
 }
 
 /// git's order of tree entries: by name, a directory's name compared as if it ended in `/`
@@ -120,7 +120,7 @@ fn diff(
 ) -> Result<(), GitError> {
     if depth > MAX_DEPTH {
         return Err(GitError::Malformed {
-            kind: "tree",
+            kind: Kind::Tree,
             id: String::from_utf8_lossy(prefix).into_owned(),
             why: "nested deeper than 256 directories",
         });
@@ -199,9 +199,57 @@ fn path(prefix: &[u8], name: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::git_objects::testing::{commit_all, repo};
-    use super::*;
     use std::time::Duration;
+
+    use super::*;
+    use crate::testing::{change_history, commit_all, names, repo};
+
+    /// The root tree entries of commit `id`.
+    fn root(cat: &mut CatFile, id: &str) -> (Commit, Vec<TreeEntry>) {
+        let commit = cat.commit(id).unwrap().unwrap();
+        let entries = tree(cat, &commit.tree).unwrap();
+        (commit, entries)
+    }
+
+    #[test]
+    fn lists_what_git_diff_and_git_show_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let commits = change_history(d);
+        let mut cat = CatFile::start(d, Duration::from_secs(10)).unwrap();
+        for (n, after) in commits.iter().enumerate() {
+            let (commit, new) = root(&mut cat, after);
+            let shown = names(
+                d,
+                &["show", "--no-renames", "--name-only", "--format=", after],
+            );
+            assert_eq!(of_commit(&mut cat, &commit, &new).unwrap(), shown, "{n}");
+            for before in &commits {
+                let listed = names(d, &["diff", "--no-renames", "--name-only", before, after]);
+                let got = between(&mut cat, before, &new).unwrap();
+                assert_eq!(got, Some(listed), "{before}..{after}");
+            }
+        }
+        // A `before` that does not exist is no answer; a parent that does not is an error.
+        let (commit, new) = root(&mut cat, &commits[1]);
+        assert_eq!(between(&mut cat, &"1".repeat(40), &new).unwrap(), None);
+        let orphan = Commit {
+            parents: vec!["1".repeat(40)],
+            ..commit
+        };
+        let err = of_commit(&mut cat, &orphan, &new).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                GitError::Missing {
+                    expected: Kind::Commit,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(cat.is_usable());
+    }
 
     #[test]
     fn a_tree_too_deep_is_an_error_not_a_crash() {

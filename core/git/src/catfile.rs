@@ -10,131 +10,32 @@
 //! <input> SP missing LF                                          (not found)
 //! ```
 //!
-//! Tree objects come back raw and binary: a sequence of `<octal mode> SP <name> NUL <id>`,
-//! where the id is 20 bytes in SHA-1 repositories and 32 in SHA-256 ones (the length of the
-//! hex id in the answer header tells which). Names are bytes, not necessarily UTF-8.
-//!
-//! Commit objects are text: header lines (`tree`, `parent`…, `author`, `committer`, maybe
-//! `encoding`, `gpgsig` with continuation lines that start with a space), an empty line, and
-//! the message.
+//! ([`crate::object`] describes the tree and commit formats the answers carry.)
 //!
 //! Most questions never reach the pipe: a session first reads the object from the
-//! repository's files itself ([`Odb`], `git_odb.rs`), which answers object ids and the
-//! `^{commit}`, `^{tree}` and `:<path>` forms of them in microseconds, and asks git only
-//! when that reader is not sure (a missing object, a form it does not parse, …).
+//! repository's files itself ([`Odb`]), which answers object ids and the `^{commit}`,
+//! `^{tree}` and `:<path>` forms of them in microseconds, and asks git only when that
+//! reader is not sure (a missing object, a form it does not parse, …).
 //!
 //! A [`CatFile`] is one such session; it is killed when dropped. Every answer must arrive
 //! within the session's timeout: a session that times out or breaks mid-answer is marked
 //! broken (its pipe may hold half an answer) and must be dropped, never reused; the pool
-//! (`git_pool.rs`) does that.
+//! ([`crate::pool`]) does that.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::ForgeError;
-use super::git_odb::Odb;
+use crate::GitError;
+use crate::object::{Commit, Kind, MAX_OBJECT, Object, parse_commit, parse_header};
+use crate::odb::Odb;
 
-/// Larger answers are refused (a config file, a commit or a tree listing is far smaller).
-const MAX_OBJECT: usize = 64 << 20;
 /// Longer questions are answered "missing" without asking (no path is that long).
 const MAX_SPEC: usize = 4096;
 /// What one read from the pipe asks for.
 const CHUNK: usize = 64 << 10;
-
-/// What can go wrong reading objects; every variant names the question or the object.
-#[derive(Debug, thiserror::Error)]
-pub enum GitError {
-    #[error("cannot run git cat-file in {dir}: {source}")]
-    Spawn {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("git cat-file {spec:?}: {source}")]
-    Io {
-        spec: String,
-        source: std::io::Error,
-    },
-    #[error("git cat-file {spec:?}: no answer within {timeout:?}; the session is killed")]
-    Timeout { spec: String, timeout: Duration },
-    #[error("git cat-file {spec:?}: the session ended")]
-    Ended { spec: String },
-    #[error("git cat-file {spec:?}: bad answer {header:?}")]
-    BadAnswer { spec: String, header: String },
-    #[error("git cat-file {spec:?}: object of {size} bytes is too large")]
-    TooLarge { spec: String, size: usize },
-    #[error("malformed {kind} object {id}: {why}")]
-    Malformed {
-        kind: &'static str,
-        id: String,
-        why: &'static str,
-    },
-    #[error("{id} is a {found}, not a {expected}")]
-    WrongKind {
-        id: String,
-        found: String,
-        expected: &'static str,
-    },
-    #[error("every git session of {dir} stayed busy for {waited:?}")]
-    Busy { dir: PathBuf, waited: Duration },
-}
-
-impl From<GitError> for ForgeError {
-    fn from(err: GitError) -> ForgeError {
-        ForgeError::Failed(err.to_string())
-    }
-}
-
-/// An object as `cat-file --batch` returns it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Object {
-    /// The object's id, hex.
-    pub id: String,
-    pub kind: String,
-    /// The object id's length in bytes (20: SHA-1, 32: SHA-256).
-    pub id_len: usize,
-    pub data: Vec<u8>,
-}
-
-/// One entry of a tree object.
-#[derive(Debug, PartialEq, Eq)]
-pub struct TreeEntry {
-    pub mode: u32,
-    pub name: Vec<u8>,
-    /// The entry's object id, raw bytes.
-    pub id: Vec<u8>,
-}
-
-impl TreeEntry {
-    /// A file (regular, executable or symlink), not a directory or a submodule.
-    pub fn is_blob(&self) -> bool {
-        self.mode & 0o170000 == 0o100000 || self.mode & 0o170000 == 0o120000
-    }
-
-    /// A directory (another tree).
-    pub fn is_tree(&self) -> bool {
-        self.mode & 0o170000 == 0o040000
-    }
-}
-
-/// What a commit object says (the parts a pipeline needs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Commit {
-    /// The commit's id, hex.
-    pub id: String,
-    /// Its root tree's id, hex.
-    pub tree: String,
-    /// Parent ids, hex, in order.
-    pub parents: Vec<String>,
-    pub author_name: String,
-    pub author_email: String,
-    /// The committer's time, Unix seconds (git's `%ct`); 0 when unreadable.
-    pub committer_time: i64,
-    /// Everything after the headers (git's `%B`), as text.
-    pub message: String,
-}
 
 /// One running `git cat-file --batch` in a repository directory.
 pub struct CatFile {
@@ -217,10 +118,9 @@ impl CatFile {
     }
 
     /// The object `id` names, which must be of `kind`.
-    pub fn get_kind(&mut self, id: &str, kind: &'static str) -> Result<Object, GitError> {
-        let obj = self.get(id)?.ok_or_else(|| GitError::WrongKind {
+    pub fn get_kind(&mut self, id: &str, kind: Kind) -> Result<Object, GitError> {
+        let obj = self.get(id)?.ok_or_else(|| GitError::Missing {
             id: id.to_string(),
-            found: "missing object".to_string(),
             expected: kind,
         })?;
         if obj.kind != kind {
@@ -237,7 +137,7 @@ impl CatFile {
     /// is none.
     pub fn commit(&mut self, rev: &str) -> Result<Option<Commit>, GitError> {
         match self.get(&format!("{rev}^{{commit}}"))? {
-            Some(obj) if obj.kind == "commit" => parse_commit(&obj.id, &obj.data).map(Some),
+            Some(obj) if obj.kind == Kind::Commit => parse_commit(&obj.id, &obj.data).map(Some),
             _ => Ok(None),
         }
     }
@@ -261,10 +161,9 @@ impl CatFile {
             spec: spec.to_string(),
             header: header.clone(),
         };
-        let mut parts = header.rsplitn(3, ' ');
-        let size: usize = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-        let kind = parts.next().ok_or_else(bad)?.to_string();
-        let id = parts.next().ok_or_else(bad)?.to_string();
+        let (id, rest) = header.split_once(' ').ok_or_else(bad)?;
+        let (kind, size) = parse_header(rest.as_bytes()).ok_or_else(bad)?;
+        let id = id.to_string();
         let id_len = match id.len() {
             40 => 20,
             64 => 32,
@@ -357,17 +256,6 @@ impl CatFile {
 
 #[cfg(test)]
 impl CatFile {
-    /// This session without the in-place reader: every question goes down the pipe.
-    pub fn pipe_only(mut self) -> CatFile {
-        self.native = None;
-        self
-    }
-
-    /// Whether the in-place reader is on (the repository's files are readable to it).
-    pub fn reads_in_place(&self) -> bool {
-        self.native.is_some()
-    }
-
     /// Kills git under the session (a crashed session); questions then go to the pipe.
     pub fn kill_for_test(&mut self) {
         self.native = None;
@@ -421,192 +309,10 @@ fn wait_readable(fd: i32, deadline: Instant) -> std::io::Result<bool> {
     }
 }
 
-/// Hex of raw id bytes.
-pub fn hex(id: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(id.len() * 2);
-    for b in id {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
-    }
-    out
-}
-
-impl Object {
-    /// The entries of this tree object.
-    pub fn tree_entries(&self) -> Result<Vec<TreeEntry>, GitError> {
-        parse_tree(&self.id, &self.data, self.id_len)
-    }
-}
-
-/// The entries of raw tree object `id` whose entry ids are `id_len` bytes long.
-pub fn parse_tree(id: &str, data: &[u8], id_len: usize) -> Result<Vec<TreeEntry>, GitError> {
-    let bad = |why| GitError::Malformed {
-        kind: "tree",
-        id: id.to_string(),
-        why,
-    };
-    let mut entries = Vec::new();
-    let mut rest = data;
-    while !rest.is_empty() {
-        let space = rest
-            .iter()
-            .position(|&b| b == b' ')
-            .ok_or_else(|| bad("no mode"))?;
-        let mode = std::str::from_utf8(&rest[..space])
-            .ok()
-            .and_then(|m| u32::from_str_radix(m, 8).ok())
-            .ok_or_else(|| bad("mode is not octal"))?;
-        rest = &rest[space + 1..];
-        let nul = rest
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or_else(|| bad("no name end"))?;
-        let name = rest[..nul].to_vec();
-        rest = &rest[nul + 1..];
-        if rest.len() < id_len {
-            return Err(bad("truncated id"));
-        }
-        let id = rest[..id_len].to_vec();
-        rest = &rest[id_len..];
-        entries.push(TreeEntry { mode, name, id });
-    }
-    Ok(entries)
-}
-
-/// Reads a commit object's headers and message the way `git show --format=…` does.
-pub fn parse_commit(id: &str, data: &[u8]) -> Result<Commit, GitError> {
-    let bad = |why| GitError::Malformed {
-        kind: "commit",
-        id: id.to_string(),
-        why,
-    };
-    let (head, message) = match data.windows(2).position(|w| w == b"\n\n") {
-        Some(at) => (&data[..at], &data[at + 2..]),
-        None => (data.strip_suffix(b"\n").unwrap_or(data), &[][..]),
-    };
-    let mut commit = Commit {
-        id: id.to_string(),
-        tree: String::new(),
-        parents: Vec::new(),
-        author_name: String::new(),
-        author_email: String::new(),
-        committer_time: 0,
-        message: String::from_utf8_lossy(message).into_owned(),
-    };
-    let (mut author, mut committer) = (false, false);
-    for line in head.split(|&b| b == b'\n') {
-        let (key, value) = match line.iter().position(|&b| b == b' ') {
-            Some(at) => (&line[..at], &line[at + 1..]),
-            None => (line, &[][..]),
-        };
-        match key {
-            b"tree" if commit.tree.is_empty() => {
-                commit.tree = String::from_utf8_lossy(value).into_owned();
-            }
-            b"parent" => commit
-                .parents
-                .push(String::from_utf8_lossy(value).into_owned()),
-            b"author" if !author => {
-                author = true;
-                let (name, email) = ident(value);
-                (commit.author_name, commit.author_email) = (name, email);
-            }
-            b"committer" if !committer => {
-                committer = true;
-                commit.committer_time = ident_time(value);
-            }
-            _ => {}
-        }
-    }
-    let is_id =
-        |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
-    if !is_id(&commit.tree) {
-        return Err(bad("no tree"));
-    }
-    if !commit.parents.iter().all(|p| is_id(p)) {
-        return Err(bad("bad parent"));
-    }
-    Ok(commit)
-}
-
-/// Name and email of an ident (`Name <email> 1700000000 +0100`), as git's
-/// `split_ident_line` reads them: the name runs up to the first `<` (trailing blanks
-/// dropped), the email up to the next `>`. Empty when there is no `<`.
-fn ident(value: &[u8]) -> (String, String) {
-    let Some(lt) = value.iter().position(|&b| b == b'<') else {
-        return (String::new(), String::new());
-    };
-    let name = value[..lt].trim_ascii_end();
-    let rest = &value[lt + 1..];
-    let email = &rest[..rest.iter().position(|&b| b == b'>').unwrap_or(rest.len())];
-    (
-        String::from_utf8_lossy(name).into_owned(),
-        String::from_utf8_lossy(email).into_owned(),
-    )
-}
-
-/// The Unix time of an ident: the digits after its last `>`; 0 when there are none.
-fn ident_time(value: &[u8]) -> i64 {
-    let Some(gt) = value.iter().rposition(|&b| b == b'>') else {
-        return 0;
-    };
-    let rest = value[gt + 1..].trim_ascii_start();
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&rest[..digits])
-        .ok()
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Real repositories for the forge tests.
-#[cfg(test)]
-pub mod testing {
-    use std::path::Path;
-    use std::process::Command;
-
-    /// Runs `git` in `dir` with a fixed identity; stdout. Panics (a test failure) on error.
-    pub fn git(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "A")
-            .env("GIT_AUTHOR_EMAIL", "a@x")
-            .env("GIT_COMMITTER_NAME", "A")
-            .env("GIT_COMMITTER_EMAIL", "a@x")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Commits everything in the work tree; the new commit's id.
-    pub fn commit_all(dir: &Path, msg: &str) -> String {
-        git(dir, &["add", "-A"]);
-        git(dir, &["commit", "-qm", msg, "--allow-empty"]);
-        git(dir, &["rev-parse", "HEAD"]).trim().to_string()
-    }
-
-    /// A new repository (branch `main`) with one commit of a file unique to it.
-    pub fn repo() -> (tempfile::TempDir, String) {
-        let dir = tempfile::tempdir().unwrap();
-        git(dir.path(), &["init", "-q", "-b", "main"]);
-        // Unique content: two repositories never share a commit id.
-        std::fs::write(
-            dir.path().join("a"),
-            dir.path().to_string_lossy().as_bytes(),
-        )
-        .unwrap();
-        let head = commit_all(dir.path(), "one");
-        (dir, head)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::testing::{commit_all, git};
     use super::*;
+    use crate::testing::{commit_all, git};
 
     #[test]
     fn reads_blobs_trees_and_missing_objects_in_one_session() {
@@ -633,7 +339,7 @@ mod tests {
         assert_eq!(cat.get("a\nb").unwrap(), None);
 
         let tree = cat.get(&format!("{first}:.woodpecker")).unwrap().unwrap();
-        assert_eq!(tree.kind, "tree");
+        assert_eq!(tree.kind, Kind::Tree);
         let entries = tree.tree_entries().unwrap();
         let names: Vec<(String, bool)> = entries
             .iter()
@@ -738,39 +444,5 @@ mod tests {
         let tree = c.tree.clone();
         assert_eq!(cat.commit(&tree).unwrap(), None);
         assert!(cat.is_usable());
-    }
-
-    #[test]
-    fn commit_headers_edge_cases() {
-        let tree = "a".repeat(40);
-        let raw = format!(
-            "tree {tree}\nparent {p1}\nparent {p2}\nauthor No Email 12 +0000\ncommitter X <x> 99 +0000\ngpgsig -----BEGIN\n author fake <f> 1\n -----END\n\nmsg\n",
-            p1 = "b".repeat(40),
-            p2 = "c".repeat(40)
-        );
-        let c = parse_commit("id", raw.as_bytes()).unwrap();
-        assert_eq!(c.parents.len(), 2);
-        assert_eq!((c.author_name.as_str(), c.author_email.as_str()), ("", ""));
-        assert_eq!((c.committer_time, c.message.as_str()), (99, "msg\n"));
-        // No message at all, and garbage.
-        let bare = parse_commit(
-            "id",
-            format!("tree {tree}\ncommitter X <x> 5 +0000\n").as_bytes(),
-        )
-        .unwrap();
-        assert_eq!((bare.message.as_str(), bare.committer_time), ("", 5));
-        assert!(parse_commit("id", b"").is_err());
-        assert!(parse_commit("id", format!("tree {tree}\nparent zz\n\n").as_bytes()).is_err());
-        assert_eq!(ident(b"A <b"), ("A".to_string(), "b".to_string()));
-        assert_eq!(ident_time(b"A <b> x"), 0);
-    }
-
-    #[test]
-    fn malformed_trees_are_errors() {
-        assert!(parse_tree("t", b"100644 a\0short", 20).is_err());
-        assert!(parse_tree("t", b"xyz a\0", 0).is_err());
-        assert!(parse_tree("t", b"100644 a", 20).is_err());
-        assert_eq!(parse_tree("t", b"", 20).unwrap(), vec![]);
-        assert_eq!(hex(&[0, 0xab, 0x7f]), "00ab7f");
     }
 }
