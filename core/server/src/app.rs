@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
@@ -44,9 +44,8 @@ pub struct AppState {
     pub started: Instant,
     /// Participation module state: admin token, key-generation slot, debug settings.
     pub participation: Arc<crate::modules::participation::State>,
-    /// The embedded runner's Docker engine, once it chose the docker backend: swept when the
-    /// server stops, as the runner's workflows end with it.
-    pub runner_engine: OnceLock<crate::runner::docker::Docker>,
+    /// Stops the embedded runner; a graceful stop waits until it has swept its backend.
+    pub runner_shutdown: crate::runner::Shutdown,
     /// Verified tokens and repository permissions, valid for one identity generation.
     pub access_cache: crate::modules::ci::access::AccessCache,
     /// Pipeline and event bodies, valid while the tables they came from are unchanged.
@@ -195,7 +194,7 @@ impl App {
             metrics: Arc::new(Metrics::default()),
             started: Instant::now(),
             participation,
-            runner_engine: OnceLock::new(),
+            runner_shutdown: Default::default(),
             plugins,
             access_cache: Default::default(),
             rendered: Default::default(),
@@ -249,21 +248,10 @@ impl App {
             .flat_map(|(module, _)| module.spawn_background(state))
             .collect();
         server::serve(listener, self.dispatcher, self.options, shutdown).await;
+        // The runner's workflows end with the server: it stops and sweeps before the rest.
+        runner_state.runner_shutdown.stop().await;
         for task in background {
             task.abort();
-        }
-        if let Some(engine) = runner_state.runner_engine.get() {
-            match engine.sweep().await {
-                Ok(swept) => tracing::info!(
-                    containers = swept.containers,
-                    networks = swept.networks,
-                    volumes = swept.volumes,
-                    "removed the runner's containers, networks and volumes"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not clean the Docker engine up; the next start sweeps")
-                }
-            }
         }
         tokio::task::spawn_blocking(move || {
             store.close();

@@ -75,7 +75,9 @@ pub fn spawn(ctx: &Ctx) -> Vec<JoinHandle<()>> {
         )));
     }
     if ctx.config.runner.enabled {
-        tasks.push(tokio::spawn(run_local(ctx.clone())));
+        // Subscribed now, so a stop that comes before the runner runs still waits for it.
+        let shutdown = ctx.runner_shutdown.subscribe();
+        tasks.push(tokio::spawn(run_local(ctx.clone(), shutdown)));
     }
     tasks
 }
@@ -146,8 +148,9 @@ pub fn local_info(capacity: usize) -> AgentInfo {
     }
 }
 
-/// The embedded agent: re-queues what it held before a restart, then runs the runner.
-async fn run_local(ctx: Ctx) {
+/// The embedded agent: re-queues what it held before a restart, then runs the runner until
+/// `shutdown` (the server's graceful stop, which waits for the runner's sweep).
+async fn run_local(ctx: Ctx, shutdown: tokio::sync::watch::Receiver<bool>) {
     let row = match local::ensure_agent(&ctx.store, &ctx.seal).await {
         Ok(row) => row,
         Err(err) => {
@@ -169,23 +172,6 @@ async fn run_local(ctx: Ctx) {
         "server-{}",
         &crate::store::agents::token_hash(&ctx.config.server.data_dir.display().to_string())[..16]
     );
-    let settings = ctx.config.runner.docker_settings();
-    let engine = match runner::choose_backend(&ctx.config.runner.backend, &owner, settings).await {
-        Ok(engine) => engine,
-        Err(err) => {
-            tracing::error!(%err, "runner.backend = \"docker\" but no Docker engine answers; the local runner is off");
-            return;
-        }
-    };
-    let mut info = local_info(ctx.config.runner.capacity);
-    if let Some(engine) = &engine {
-        let _ = ctx.runner_engine.set(engine.clone());
-        info.backend = "docker".into();
-    }
-    if let Err(err) = super::agent_rpc::record_info(&ctx, &row, &info).await {
-        tracing::warn!(error = %err.message, "could not record the local agent's details");
-    }
-    let api = LocalAgent::new(ctx.ci.queue.clone(), &row, &info);
     let sandbox = match local_sandbox(&ctx.config) {
         Ok(sandbox) => sandbox,
         Err(err) => {
@@ -193,14 +179,38 @@ async fn run_local(ctx: Ctx) {
             return;
         }
     };
+    let kind = match ctx.config.runner.backend.parse() {
+        Ok(kind) => kind,
+        Err(err) => {
+            tracing::error!(%err, "runner.backend: the local runner is off");
+            return;
+        }
+    };
+    let options = runner::BackendOptions {
+        kind,
+        owner,
+        workdir: ctx.config.runner.workdir.clone(),
+        sandbox,
+        docker: ctx.config.runner.docker_settings(),
+    };
+    let backend = match runner::choose_backend(options).await {
+        Ok(backend) => backend,
+        Err(err) => {
+            tracing::error!(%err, "runner.backend = \"docker\" but no Docker engine answers; the local runner is off");
+            return;
+        }
+    };
+    let mut info = local_info(ctx.config.runner.capacity);
+    info.backend = backend.kind().to_string();
+    if let Err(err) = super::agent_rpc::record_info(&ctx, &row, &info).await {
+        tracing::warn!(error = %err.message, "could not record the local agent's details");
+    }
+    let api = LocalAgent::new(ctx.ci.queue.clone(), &row, &info);
     let config = RunnerConfig {
         capacity: ctx.config.runner.capacity,
-        workdir: ctx.config.runner.workdir.clone(),
         info,
-        sandbox,
-        docker: engine,
+        backend,
     };
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
     tracing::info!(
         agent = api.id(),
         capacity = config.capacity,
