@@ -759,6 +759,7 @@ mod tests {
 
     impl AgentApi for Batches {
         async fn next(&self, _: &AgentInfo) -> Result<Option<Work>, RunnerError> {
+            tokio::time::sleep(Duration::from_millis(10)).await;
             Ok(None)
         }
         async fn init(&self, _: i64) -> Result<(), RunnerError> {
@@ -781,6 +782,36 @@ mod tests {
         async fn done(&self, _: i64, _: WorkflowDone) -> Result<(), RunnerError> {
             Ok(())
         }
+    }
+
+    #[tokio::test]
+    async fn a_stopped_runner_sweeps_its_backend_and_the_stop_waits_for_it() {
+        // Nobody subscribed: the stop returns at once.
+        Shutdown::default().stop().await;
+
+        let top = tempfile::tempdir().unwrap();
+        let backend: Arc<dyn Backend> = Arc::new(local::Local::new(top.path(), "o", None));
+        // What a workflow aborted by a stop would leave.
+        backend
+            .create_workflow(&WorkflowSetup::default())
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read_dir(top.path()).unwrap().count(), 1);
+        let shutdown = Shutdown::default();
+        let config = RunnerConfig {
+            capacity: 2,
+            info: AgentInfo::default(),
+            backend,
+        };
+        let runner = tokio::spawn(run(Batches::default(), config, shutdown.subscribe()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        shutdown.stop().await;
+        assert_eq!(
+            std::fs::read_dir(top.path()).unwrap().count(),
+            0,
+            "swept before the stop returned"
+        );
+        runner.await.unwrap();
     }
 
     #[test]
