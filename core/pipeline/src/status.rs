@@ -21,21 +21,18 @@ pub enum Status {
     Declined,
 }
 
-pub const CREATED: Status = Status::Created;
-pub const PENDING: Status = Status::Pending;
-pub const RUNNING: Status = Status::Running;
-pub const SUCCESS: Status = Status::Success;
-pub const FAILURE: Status = Status::Failure;
-pub const KILLED: Status = Status::Killed;
-pub const CANCELED: Status = Status::Canceled;
-pub const ERROR: Status = Status::Error;
-pub const SKIPPED: Status = Status::Skipped;
-pub const BLOCKED: Status = Status::Blocked;
-pub const DECLINED: Status = Status::Declined;
-
 pub const ALL: &[Status] = &[
-    CREATED, PENDING, RUNNING, SUCCESS, FAILURE, KILLED, CANCELED, ERROR, SKIPPED, BLOCKED,
-    DECLINED,
+    Status::Created,
+    Status::Pending,
+    Status::Running,
+    Status::Success,
+    Status::Failure,
+    Status::Killed,
+    Status::Canceled,
+    Status::Error,
+    Status::Skipped,
+    Status::Blocked,
+    Status::Declined,
 ];
 
 impl Status {
@@ -69,8 +66,17 @@ impl std::fmt::Display for Status {
 
 /// Roll-up priority, highest first (upstream's `MergeStatusValues`).
 const PRIORITY: &[Status] = &[
-    DECLINED, BLOCKED, CREATED, ERROR, KILLED, CANCELED, RUNNING, PENDING, FAILURE, SUCCESS,
-    SKIPPED,
+    Status::Declined,
+    Status::Blocked,
+    Status::Created,
+    Status::Error,
+    Status::Killed,
+    Status::Canceled,
+    Status::Running,
+    Status::Pending,
+    Status::Failure,
+    Status::Success,
+    Status::Skipped,
 ];
 
 /// The combined status of several: the one with the highest priority (`skipped` when empty).
@@ -88,13 +94,22 @@ pub fn merge(states: impl IntoIterator<Item = Status>) -> Status {
 pub fn is_done(state: Status) -> bool {
     matches!(
         state,
-        SUCCESS | FAILURE | KILLED | CANCELED | ERROR | SKIPPED | DECLINED
+        Status::Success
+            | Status::Failure
+            | Status::Killed
+            | Status::Canceled
+            | Status::Error
+            | Status::Skipped
+            | Status::Declined
     )
 }
 
 /// States in which a pipeline still holds resources (cannot be deleted).
 pub fn is_active(state: Status) -> bool {
-    matches!(state, CREATED | PENDING | RUNNING | BLOCKED)
+    matches!(
+        state,
+        Status::Created | Status::Pending | Status::Running | Status::Blocked
+    )
 }
 
 #[cfg(test)]
@@ -103,18 +118,21 @@ mod tests {
 
     #[test]
     fn merge_follows_priority() {
-        assert_eq!(merge([SUCCESS, FAILURE]), FAILURE);
-        assert_eq!(merge([SUCCESS, SKIPPED]), SUCCESS);
-        assert_eq!(merge([FAILURE, RUNNING]), RUNNING);
-        assert_eq!(merge([KILLED, SUCCESS, CANCELED]), KILLED);
-        assert_eq!(merge([ERROR, DECLINED]), DECLINED);
-        assert_eq!(merge([]), SKIPPED);
+        assert_eq!(merge([Status::Success, Status::Failure]), Status::Failure);
+        assert_eq!(merge([Status::Success, Status::Skipped]), Status::Success);
+        assert_eq!(merge([Status::Failure, Status::Running]), Status::Running);
+        assert_eq!(
+            merge([Status::Killed, Status::Success, Status::Canceled]),
+            Status::Killed
+        );
+        assert_eq!(merge([Status::Error, Status::Declined]), Status::Declined);
+        assert_eq!(merge([]), Status::Skipped);
     }
 
     #[test]
     fn classes() {
-        assert!(is_done(KILLED) && !is_done(RUNNING));
-        assert!(is_active(BLOCKED) && !is_active(SUCCESS));
+        assert!(is_done(Status::Killed) && !is_done(Status::Running));
+        assert!(is_active(Status::Blocked) && !is_active(Status::Success));
         assert_eq!(ALL.len(), 11);
         for s in ALL {
             assert_eq!(Status::parse(s.as_str()), Some(*s));

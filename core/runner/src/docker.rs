@@ -23,18 +23,19 @@
 //!   (memory without extra swap, processes, CPUs); a hardened step (any step of a repository
 //!   not trusted for security, and the clone) also runs with `no-new-privileges` and without
 //!   [`DROPPED_CAPABILITIES`];
-//! - output is read from the container's log stream and goes through the same line splitting
-//!   and secret masking as host processes (`process::read_lines`).
+//! - output is the container's log stream, consumed by the runtime as a stream of chunks;
+//!   the runner cuts and masks it as it does a host process's ([`crate::lines`]).
 //!
-//! Everything a workflow created is removed when it ends (success, failure, cancel, error).
-//! After a crash of the server or agent, [`Docker::sweep`] removes whatever carries this
+//! Everything a workflow created is removed when it ends (success, failure, cancel, error),
+//! and after a crash of the server or agent [`Backend::sweep`] removes whatever carries this
 //! runner's owner label before new work starts: nothing of ours can still be running then.
+//! Both go through one removal by labels ([`Docker::remove_labelled`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
+use async_trait::async_trait;
 use base64::Engine;
 use bollard::auth::DockerCredentials;
 use bollard::models::{
@@ -45,13 +46,15 @@ use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, ListContainersOptions, ListNetworksOptions,
     ListVolumesOptions, LogsOptions, RemoveContainerOptions, RemoveVolumeOptions,
 };
-use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
 
-use super::process::{self, Exit};
+use crate::backend::{
+    Backend, BackendError, BackendKind, CloneSource, Exit, Started, StepHandle, Swept, Workflow,
+    WorkflowSetup,
+};
+use crate::process;
 use woodlark_pipeline::registry::{normalize, registry_of};
-use woodlark_pipeline::types::CompiledStep;
+use woodlark_pipeline::types::{CompiledStep, StepKind};
 
 /// Label naming the runner that created an object (what [`Docker::sweep`] removes).
 pub const LABEL_OWNER: &str = "io.woodlark.owner";
@@ -61,6 +64,9 @@ pub const LABEL_POOL: &str = "io.woodlark.pool";
 pub const IDLE_NETWORKS: usize = 2;
 /// Label naming the workflow an object belongs to.
 pub const LABEL_WORKFLOW: &str = "io.woodlark.workflow";
+/// Label naming the run of a workflow an object belongs to (its key, `wl_<workflow>_<random>`):
+/// what removing one run's objects goes by, so a second run of the workflow keeps its own.
+pub const LABEL_RUN: &str = "io.woodlark.run";
 /// Where the workspace volume is mounted in every step (`CI_WORKSPACE`).
 pub const WORKSPACE: &str = "/woodpecker/src";
 /// The clone image `.ci/clone-image` builds. `localhost/` keeps the engine from ever pulling a
@@ -131,24 +137,6 @@ pub struct WorkflowResources {
     pub workflow_id: i64,
 }
 
-/// What the clone step checks out, from the work the server handed out (never from the
-/// step's environment).
-#[derive(Debug, Clone, Default)]
-pub struct CloneSource {
-    pub url: String,
-    pub commit: String,
-    pub git_ref: String,
-    pub netrc: Option<crate::protocol::Netrc>,
-}
-
-/// What the sweep removed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Swept {
-    pub containers: usize,
-    pub networks: usize,
-    pub volumes: usize,
-}
-
 /// Eight lowercase alphanumerics: keeps names of two runs of one workflow apart.
 fn random_suffix() -> String {
     woodlark_stdx::random_secret()
@@ -159,25 +147,21 @@ fn random_suffix() -> String {
         .to_lowercase()
 }
 
-fn err(what: &str, e: impl std::fmt::Display) -> String {
-    format!("docker: {what}: {e}")
-}
-
 impl Docker {
     /// Connects to the engine (`DOCKER_HOST`, else the local socket), agrees on an API
     /// version and checks that it answers; a zero CPU limit becomes the engine's CPUs but one.
-    pub async fn connect(owner: &str, settings: Settings) -> Result<Docker, String> {
-        let client =
-            bollard::Docker::connect_with_defaults().map_err(|e| err("cannot connect", e))?;
+    pub async fn connect(owner: &str, settings: Settings) -> Result<Docker, BackendError> {
+        let client = bollard::Docker::connect_with_defaults()
+            .map_err(BackendError::docker("cannot connect"))?;
         let client = client
             .with_timeout(std::time::Duration::from_secs(600))
             .negotiate_version()
             .await
-            .map_err(|e| err("the engine does not answer", e))?;
+            .map_err(BackendError::docker("the engine does not answer"))?;
         client
             .ping()
             .await
-            .map_err(|e| err("the engine does not answer", e))?;
+            .map_err(BackendError::docker("the engine does not answer"))?;
         let mut settings = settings;
         if settings.limits.cpus <= 0.0 {
             let cpus = client.info().await.ok().and_then(|i| i.ncpu).unwrap_or(1);
@@ -209,80 +193,82 @@ impl Docker {
         }
     }
 
-    fn labels(&self, workflow_id: i64) -> HashMap<String, String> {
+    /// The labels of a run's containers and volume.
+    fn labels(&self, res: &WorkflowResources) -> HashMap<String, String> {
         HashMap::from([
             (LABEL_OWNER.to_string(), self.owner.clone()),
-            (LABEL_WORKFLOW.to_string(), workflow_id.to_string()),
+            (LABEL_WORKFLOW.to_string(), res.workflow_id.to_string()),
+            (LABEL_RUN.to_string(), res.key.clone()),
         ])
     }
 
-    fn owner_filter(&self) -> HashMap<String, Vec<String>> {
-        HashMap::from([(
-            "label".to_string(),
-            vec![format!("{LABEL_OWNER}={}", self.owner)],
-        )])
+    /// A filter for this runner's objects, and of them only one run's if `run` is given.
+    fn filter(&self, run: Option<&str>) -> HashMap<String, Vec<String>> {
+        let mut labels = vec![format!("{LABEL_OWNER}={}", self.owner)];
+        labels.extend(run.map(|key| format!("{LABEL_RUN}={key}")));
+        HashMap::from([("label".to_string(), labels)])
     }
 
-    /// Removes every container, network and volume carrying this runner's owner label,
-    /// the pool's idle networks included.
-    pub async fn sweep(&self) -> Result<Swept, String> {
+    /// Removes the containers, then the networks, then the volumes that match `filter`.
+    /// Objects that cannot be removed (yet) are counted in the second value.
+    async fn remove_labelled(
+        &self,
+        filter: HashMap<String, Vec<String>>,
+    ) -> Result<(Swept, usize), BackendError> {
         let mut swept = Swept::default();
-        self.idle_networks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let mut left = 0;
         let containers = self
             .client
             .list_containers(Some(ListContainersOptions {
                 all: true,
-                filters: Some(self.owner_filter()),
+                filters: Some(filter.clone()),
                 ..Default::default()
             }))
             .await
-            .map_err(|e| err("cannot list containers", e))?;
-        for c in containers {
-            if let Some(id) = c.id
-                && self.remove_container(&id).await
-            {
-                swept.containers += 1;
+            .map_err(BackendError::docker("cannot list containers"))?;
+        for id in containers.into_iter().filter_map(|c| c.id) {
+            match self.remove_container(&id).await {
+                true => swept.containers += 1,
+                false => left += 1,
             }
         }
         let networks = self
             .client
             .list_networks(Some(ListNetworksOptions {
-                filters: Some(self.owner_filter()),
+                filters: Some(filter.clone()),
             }))
             .await
-            .map_err(|e| err("cannot list networks", e))?;
-        for n in networks {
-            if let Some(name) = n.name
-                && self.client.remove_network(&name).await.is_ok()
-            {
-                swept.networks += 1;
+            .map_err(BackendError::docker("cannot list networks"))?;
+        for name in networks.into_iter().filter_map(|n| n.name) {
+            match gone(self.client.remove_network(&name).await) {
+                true => swept.networks += 1,
+                false => left += 1,
             }
         }
         let volumes = self
             .client
             .list_volumes(Some(ListVolumesOptions {
-                filters: Some(self.owner_filter()),
+                filters: Some(filter),
             }))
             .await
-            .map_err(|e| err("cannot list volumes", e))?;
+            .map_err(BackendError::docker("cannot list volumes"))?;
         for v in volumes.volumes.unwrap_or_default() {
-            if self
+            let removed = self
                 .client
                 .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
-                .await
-                .is_ok()
-            {
-                swept.volumes += 1;
+                .await;
+            match gone(removed) {
+                true => swept.volumes += 1,
+                false => left += 1,
             }
         }
-        Ok(swept)
+        Ok((swept, left))
     }
 
+    /// Removes a container, stopping it first; `true` when it is gone.
     async fn remove_container(&self, id: &str) -> bool {
-        self.client
+        let removed = self
+            .client
             .remove_container(
                 id,
                 Some(RemoveContainerOptions {
@@ -291,36 +277,43 @@ impl Docker {
                     ..Default::default()
                 }),
             )
-            .await
-            .is_ok()
+            .await;
+        gone(removed)
     }
 
     /// Creates the workflow's network and workspace volume.
-    pub async fn create_workflow(&self, workflow_id: i64) -> Result<WorkflowResources, String> {
+    pub async fn create_resources(
+        &self,
+        workflow_id: i64,
+    ) -> Result<WorkflowResources, BackendError> {
         let key = format!("wl_{workflow_id}_{}", random_suffix());
         let network = self.take_network().await?;
-        let volume = self
-            .client
-            .create_volume(VolumeCreateRequest {
-                name: Some(key.clone()),
-                labels: Some(self.labels(workflow_id)),
-                ..Default::default()
-            })
-            .await;
         let resources = WorkflowResources {
             key,
             network,
             workflow_id,
         };
+        let volume = self
+            .client
+            .create_volume(VolumeCreateRequest {
+                name: Some(resources.key.clone()),
+                labels: Some(self.labels(&resources)),
+                ..Default::default()
+            })
+            .await;
         if let Err(e) = volume {
-            self.remove_workflow(&resources).await;
-            return Err(err("cannot create the workspace volume", e));
+            if let Err(left) = self.remove_workflow(&resources).await {
+                tracing::warn!(error = %left, key = resources.key, "could not clean a failed workflow up");
+            }
+            return Err(BackendError::docker("cannot create the workspace volume")(
+                e,
+            ));
         }
         Ok(resources)
     }
 
     /// An empty network for a workflow: an idle one of the pool, else a new one.
-    async fn take_network(&self) -> Result<String, String> {
+    async fn take_network(&self) -> Result<String, BackendError> {
         let idle = self
             .idle_networks
             .lock()
@@ -342,7 +335,7 @@ impl Docker {
                 ..Default::default()
             })
             .await
-            .map_err(|e| err("cannot create the workflow's network", e))?;
+            .map_err(BackendError::docker("cannot create the workflow's network"))?;
         Ok(name)
     }
 
@@ -364,78 +357,47 @@ impl Docker {
         true
     }
 
-    /// Removes the workflow's containers, network and volume (errors are logged: the sweep
-    /// at the next start catches what is left).
-    pub async fn remove_workflow(&self, res: &WorkflowResources) {
-        let filter = HashMap::from([(
-            "label".to_string(),
-            vec![
-                format!("{LABEL_OWNER}={}", self.owner),
-                format!("{LABEL_WORKFLOW}={}", res.workflow_id),
-            ],
-        )]);
-        if let Ok(list) = self
-            .client
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(filter),
-                ..Default::default()
-            }))
-            .await
-        {
-            for c in list {
-                if let Some(id) = c.id {
-                    self.remove_container(&id).await;
-                }
-            }
-        }
-        let mut network_done = self.give_back_network(&res.network).await;
-        // A container being removed concurrently (a killed step) still holds the network
-        // and the volume for a moment: retry briefly before leaving them to the sweep.
+    /// Removes the run's containers and volume, and gives its network back to the pool
+    /// (or removes it). A container being removed concurrently (a killed step) still holds
+    /// the network and the volume for a moment: retried briefly before the rest is left to
+    /// the sweep.
+    pub async fn remove_workflow(&self, res: &WorkflowResources) -> Result<(), BackendError> {
+        let filter = self.filter(Some(&res.key));
+        let mut labelled = self.remove_labelled(filter.clone()).await;
+        let mut network = self.give_back_network(&res.network).await;
         for attempt in 0..10 {
-            let network = if network_done {
-                Ok(())
-            } else {
-                match self.client.remove_network(&res.network).await {
-                    Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code: 404,
-                        ..
-                    }) => Ok(()),
-                    other => other,
-                }
+            if !network {
+                network = gone(self.client.remove_network(&res.network).await);
+            }
+            if !matches!(labelled, Ok((_, 0))) {
+                labelled = self.remove_labelled(filter.clone()).await;
+            }
+            let objects = match &labelled {
+                Ok((_, 0)) => None,
+                Ok((_, left)) => Some(format!("{left} container(s) or volume(s)")),
+                Err(e) => Some(e.to_string()),
             };
-            network_done = network.is_ok();
-            let volume = match self
-                .client
-                .remove_volume(&res.key, Some(RemoveVolumeOptions { force: true }))
-                .await
-            {
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => Ok(()),
-                other => other,
-            };
-            match (network, volume) {
-                (Ok(()), Ok(())) => return,
-                (n, v) if attempt == 9 => {
-                    tracing::warn!(
-                        key = res.key,
-                        network_name = res.network,
-                        network = ?n.err().map(|e| e.to_string()),
-                        volume = ?v.err().map(|e| e.to_string()),
-                        "could not remove a workflow's network or volume; the next start sweeps them"
-                    );
+            match (network, objects) {
+                (true, None) => return Ok(()),
+                (network, objects) if attempt == 9 => {
+                    let mut what = Vec::new();
+                    if !network {
+                        what.push(format!("network {}", res.network));
+                    }
+                    what.extend(objects.map(|o| format!("{o} of {}", res.key)));
+                    return Err(BackendError::Leftover(what.join(" and ")));
                 }
                 _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
             }
         }
+        Ok(())
     }
 
     /// Pulls `step`'s image if it is missing, or always with `pull: true`.
-    pub async fn ensure_image(&self, step: &CompiledStep) -> Result<(), String> {
+    pub async fn ensure_image(&self, step: &CompiledStep) -> Result<(), BackendError> {
         let image = step.image.trim();
         if image.is_empty() {
-            return Err(format!("step {:?} has no image", step.name));
+            return Err(BackendError::NoImage(step.name.clone()));
         }
         if !step.pull && self.client.inspect_image(image).await.is_ok() {
             return Ok(());
@@ -456,29 +418,33 @@ impl Docker {
         );
         while let Some(item) = progress.next().await {
             if let Err(e) = item {
-                return Err(format!("cannot pull image {image:?}: {}", pull_error(&e)));
+                return Err(BackendError::Pull {
+                    image: image.to_string(),
+                    reason: pull_error(&e),
+                    hint: "",
+                });
             }
         }
         Ok(())
     }
 
-    /// Creates and starts the container of `step`; its output lines (masked) go to `lines`.
+    /// Creates and starts the container of `step`.
     pub async fn start(
         &self,
         res: &WorkflowResources,
         step: &CompiledStep,
-        env: &BTreeMap<String, String>,
-        lines: mpsc::UnboundedSender<(i64, String)>,
-    ) -> Result<Container, String> {
+    ) -> Result<Started, BackendError> {
         self.ensure_image(step).await?;
+        // The compiler's environment plus the workspace path; image, network and the
+        // trusted options are the backend's.
         let body = container_body(
             res,
             step,
-            env,
-            self.labels(res.workflow_id),
+            &step.environment,
+            self.labels(res),
             &self.settings.limits,
         );
-        self.run_container(res, step, body, lines).await
+        self.run_container(res, step, body).await
     }
 
     /// Creates and starts the clone step's container: the clone image with only the clone's
@@ -488,39 +454,32 @@ impl Docker {
         res: &WorkflowResources,
         step: &CompiledStep,
         source: &CloneSource,
-        lines: mpsc::UnboundedSender<(i64, String)>,
-    ) -> Result<Container, String> {
+    ) -> Result<Started, BackendError> {
+        source.checked_commit()?;
         let mut step = step.clone();
         step.image = self.settings.clone_image.clone();
         step.hardened = true;
-        if let Some(netrc) = &source.netrc {
-            step.secrets.push(netrc.password.clone());
-        }
-        self.ensure_image(&step).await.map_err(|e| {
-            if step.image == DEFAULT_CLONE_IMAGE {
-                format!("{e} (build it on the engine's host with `bash .ci/clone-image`)")
-            } else {
-                e
+        self.ensure_image(&step).await.map_err(|e| match e {
+            BackendError::Pull { image, reason, .. } if image == DEFAULT_CLONE_IMAGE => {
+                BackendError::Pull {
+                    image,
+                    reason,
+                    hint: " (build it on the engine's host with `bash .ci/clone-image`)",
+                }
             }
+            other => other,
         })?;
-        let body = clone_body(
-            res,
-            &step,
-            source,
-            self.labels(res.workflow_id),
-            &self.settings.limits,
-        );
-        self.run_container(res, &step, body, lines).await
+        let body = clone_body(res, &step, source, self.labels(res), &self.settings.limits);
+        self.run_container(res, &step, body).await
     }
 
-    /// Creates and starts a container; its output lines (masked) go to `lines`.
+    /// Creates and starts a container; its output is the container's log stream.
     async fn run_container(
         &self,
         res: &WorkflowResources,
         step: &CompiledStep,
         body: ContainerCreateBody,
-        lines: mpsc::UnboundedSender<(i64, String)>,
-    ) -> Result<Container, String> {
+    ) -> Result<Started, BackendError> {
         let created = self
             .client
             .create_container(
@@ -531,56 +490,96 @@ impl Docker {
                 body,
             )
             .await
-            .map_err(|e| {
-                err(
-                    &format!("cannot create the container of {:?}", step.name),
-                    e,
-                )
-            })?;
+            .map_err(BackendError::docker(format!(
+                "cannot create the container of {:?}",
+                step.name
+            )))?;
         let id = created.id;
         if let Err(e) = self.client.start_container(&id, None).await {
             self.remove_container(&id).await;
-            return Err(err(&format!("cannot start {:?}", step.name), e));
+            return Err(BackendError::docker(format!(
+                "cannot start {:?}",
+                step.name
+            ))(e));
         }
-        let started = Instant::now();
-        let mut logs = self.client.logs(
-            &id,
-            Some(LogsOptions {
-                follow: true,
-                stdout: true,
-                stderr: true,
-                ..Default::default()
+        let output = self
+            .client
+            .logs(
+                &id,
+                Some(LogsOptions {
+                    follow: true,
+                    stdout: true,
+                    stderr: true,
+                    ..Default::default()
+                }),
+            )
+            .take_while(|chunk| std::future::ready(chunk.is_ok()))
+            .filter_map(|chunk| std::future::ready(chunk.ok().map(|c| c.into_bytes())))
+            .boxed();
+        Ok(Started {
+            handle: Box::new(Container {
+                docker: self.clone(),
+                id,
+                killed: Arc::new(AtomicBool::new(false)),
             }),
-        );
-        // Chunks of output → a blocking reader → the shared line splitter and masking.
-        let (chunks_tx, chunks_rx) = std::sync::mpsc::channel::<Bytes>();
-        tokio::spawn(async move {
-            while let Some(Ok(chunk)) = logs.next().await {
-                if chunks_tx.send(chunk.into_bytes()).is_err() {
-                    break;
-                }
-            }
-        });
-        let secrets = step.secrets.clone();
-        std::thread::Builder::new()
-            .name("woodlark-container-output".into())
-            .spawn(move || {
-                let reader = ChunkReader {
-                    rx: chunks_rx,
-                    current: Bytes::new(),
-                };
-                process::read_lines(reader, &secrets, |line| {
-                    lines
-                        .send((started.elapsed().as_secs() as i64, line))
-                        .is_ok()
-                });
-            })
-            .map_err(|e| format!("cannot start the output reader: {e}"))?;
-        Ok(Container {
-            docker: self.clone(),
-            id,
-            killed: Arc::new(AtomicBool::new(false)),
+            output,
         })
+    }
+}
+
+#[async_trait]
+impl Backend for Docker {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    async fn create_workflow(
+        &self,
+        setup: &WorkflowSetup,
+    ) -> Result<Box<dyn Workflow>, BackendError> {
+        let resources = self.create_resources(setup.workflow_id).await?;
+        Ok(Box::new(DockerWorkflow {
+            docker: self.clone(),
+            resources,
+            clone: setup.clone.clone(),
+        }))
+    }
+
+    /// Removes every container, network and volume carrying this runner's owner label, the
+    /// pool's idle networks included.
+    async fn sweep(&self) -> Result<Swept, BackendError> {
+        self.idle_networks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.remove_labelled(self.filter(None))
+            .await
+            .map(|(swept, _)| swept)
+    }
+}
+
+/// A workflow's network and volume, and what its clone step checks out.
+struct DockerWorkflow {
+    docker: Docker,
+    resources: WorkflowResources,
+    clone: CloneSource,
+}
+
+#[async_trait]
+impl Workflow for DockerWorkflow {
+    async fn start(&self, _step_id: i64, step: &CompiledStep) -> Result<Started, BackendError> {
+        match step.kind {
+            StepKind::Clone => {
+                self.docker
+                    .start_clone(&self.resources, step, &self.clone)
+                    .await
+            }
+            _ => self.docker.start(&self.resources, step).await,
+        }
+    }
+
+    async fn remove(&self) -> Result<(), BackendError> {
+        self.docker.remove_workflow(&self.resources).await
     }
 }
 
@@ -591,9 +590,10 @@ pub struct Container {
     killed: Arc<AtomicBool>,
 }
 
-impl Container {
+#[async_trait]
+impl StepHandle for Container {
     /// Stops and removes the container (in the background; `wait` then reports `Killed`).
-    pub fn kill(&self) {
+    fn kill(&self) {
         self.killed.store(true, Ordering::SeqCst);
         let docker = self.docker.clone();
         let id = self.id.clone();
@@ -602,14 +602,8 @@ impl Container {
         });
     }
 
-    /// Stops and removes the container, waiting until the engine has done it.
-    pub async fn stop(&self) {
-        self.killed.store(true, Ordering::SeqCst);
-        self.docker.remove_container(&self.id).await;
-    }
-
     /// Waits for the container to end and removes it.
-    pub async fn wait(&mut self) -> Exit {
+    async fn wait(&mut self) -> Exit {
         let mut waiting = self.docker.client.wait_container(&self.id, None);
         let exit = match waiting.next().await {
             Some(Ok(response)) => Exit::Code(response.status_code as i32),
@@ -617,8 +611,8 @@ impl Container {
                 Exit::Code(code as i32)
             }
             _ if self.killed.load(Ordering::SeqCst) => Exit::Killed,
-            Some(Err(e)) => Exit::StartFailed(err("lost the container", e)),
-            None => Exit::StartFailed("docker: lost the container".into()),
+            Some(Err(e)) => Exit::Lost(BackendError::docker("lost the container")(e)),
+            None => Exit::Lost(BackendError::LostContainer),
         };
         let exit = match exit {
             _ if self.killed.load(Ordering::SeqCst) => Exit::Killed,
@@ -627,27 +621,24 @@ impl Container {
         self.docker.remove_container(&self.id).await;
         exit
     }
-}
 
-/// Reads the chunks of a container's output as one byte stream (EOF when the log ends).
-struct ChunkReader {
-    rx: std::sync::mpsc::Receiver<Bytes>,
-    current: Bytes,
-}
-
-impl std::io::Read for ChunkReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.recv() {
-                Ok(chunk) => self.current = chunk,
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current = self.current.slice(n..);
-        Ok(n)
+    /// Stops and removes the container, waiting until the engine has done it.
+    async fn stop(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        self.docker.remove_container(&self.id).await;
     }
+}
+
+/// Whether a removal left the object gone (removed now, or not there any more).
+fn gone<T>(result: Result<T, bollard::errors::Error>) -> bool {
+    matches!(
+        result,
+        Ok(_)
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+    )
 }
 
 /// `<key>_<step>` with characters Docker refuses in names replaced.
@@ -889,7 +880,6 @@ fn pull_error(e: &bollard::errors::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use woodlark_pipeline::types::StepKind;
 
     fn res() -> WorkflowResources {
         WorkflowResources {

@@ -4,36 +4,42 @@
 //! agents (`woodlark agent`): it only talks to the server through [`AgentApi`], which the
 //! server implements in memory and [`http::HttpAgent`] implements over the agent protocol.
 //!
-//! A workflow runs in a fresh directory (`workspace/` + `home/`): the clone step checks out
-//! the pipeline's commit with `git`, then steps run in dependency order — independent steps
-//! in parallel — each as a process group ([`process`]). A step runs when the workflow so far
-//! matches its `when.status` (success unless a non-ignored step failed); otherwise it is
-//! skipped. Cancellation (the server says so through `wait_canceled`) and the repository's
-//! timeout kill the running process groups.
-//!
-//! Steps run as host processes, so this backend is for trusted code only. By default each
-//! step runs inside bubblewrap ([`sandbox`]): it cannot see the server's data dir, secrets
-//! key or configuration, nor other workflows' directories; `runner.sandbox = "none"` (or
-//! `woodlark agent --sandbox none`) runs it with everything the runner's user can read.
+//! Steps run on one [`Backend`], chosen once ([`choose_backend`]): host processes
+//! ([`local`], under bubblewrap by default: trusted code only) or containers ([`docker`]).
+//! A workflow gets its resources from the backend (a directory, or a network and a volume):
+//! the clone step checks out the pipeline's commit, then steps run in dependency order —
+//! independent steps in parallel. A step runs when the workflow so far matches its
+//! `when.status` (success unless a non-ignored step failed); otherwise it is skipped.
+//! Cancellation (the server says so through `wait_canceled`) and the repository's timeout
+//! kill the running steps. Every step's output goes through the same line splitting and
+//! masking ([`lines`]) and is shipped in batches; the workflow's resources are removed when
+//! it ends, and the runner sweeps its backend when it starts and when it stops.
 
+pub mod backend;
 pub mod docker;
 pub mod http;
+pub mod lines;
+pub mod local;
 pub mod process;
 pub mod protocol;
 pub mod sandbox;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use process::Exit;
-use protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
-use woodlark_pipeline::status::{self, Status};
+pub use backend::{
+    Backend, BackendError, BackendKind, CloneSource, Exit, Started, StepHandle, Swept, Workflow,
+    WorkflowSetup,
+};
+use protocol::{AgentInfo, LineKind, LogLine, Netrc, StepUpdate, Work, WorkflowDone};
+use woodlark_pipeline::status::Status;
 use woodlark_pipeline::types::{CompiledStep, OnFailure, StepKind};
 
 #[derive(Debug, thiserror::Error)]
@@ -80,56 +86,106 @@ pub trait AgentApi: Clone + Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
     pub capacity: usize,
-    /// Parent of per-workflow directories ("" = the system temp dir).
-    pub workdir: PathBuf,
     pub info: AgentInfo,
-    /// Run every step inside this bubblewrap sandbox; `None` runs steps directly on the host
-    /// (`runner.sandbox = "none"`), able to read whatever the runner's user can.
-    pub sandbox: Option<sandbox::Sandbox>,
-    /// Run steps, the clone included, in containers on this engine (the docker backend);
-    /// `None`: the local backend (host processes).
-    pub docker: Option<docker::Docker>,
+    /// Where steps run ([`choose_backend`]).
+    pub backend: Arc<dyn Backend>,
 }
 
-/// The engine a runner should use for `backend` (`auto`, `docker` or `local`): `docker`
-/// fails when no engine answers; `auto` falls back to the local backend with a warning. The
-/// engine is swept of this runner's leftovers (`owner`) before any work starts.
-pub async fn choose_backend(
-    backend: &str,
-    owner: &str,
-    settings: docker::Settings,
-) -> Result<Option<docker::Docker>, String> {
-    if backend == "local" {
-        return Ok(None);
-    }
-    let engine = match docker::Docker::connect(owner, settings).await {
-        Ok(engine) => engine,
-        Err(e) if backend == "auto" => {
-            tracing::warn!(
-                error = %e,
-                "no Docker engine answers: steps run as HOST PROCESSES with the local backend \
-                 (trusted code only); install and start Docker, or set runner.backend = \"local\" \
-                 to silence this"
-            );
-            return Ok(None);
+/// Where a runner's steps are to run, as the operator set it.
+#[derive(Debug, Clone)]
+pub struct BackendOptions {
+    pub kind: BackendKind,
+    /// The runner's owner key: stable across restarts of the same server or agent, it marks
+    /// what the backend creates, so a restart sweeps what a crashed run left.
+    pub owner: String,
+    /// Parent of per-workflow directories of the local backend ("" = the system temp dir).
+    pub workdir: PathBuf,
+    /// Run every step of the local backend inside this bubblewrap sandbox; `None` runs steps
+    /// directly on the host (`runner.sandbox = "none"`), able to read whatever the runner's
+    /// user can.
+    pub sandbox: Option<sandbox::Sandbox>,
+    /// The docker backend's clone image and limits.
+    pub docker: docker::Settings,
+}
+
+/// The backend for `options.kind`: `docker` fails when no engine answers; `auto` falls back
+/// to the local backend with a warning. The backend is swept of this owner's leftovers
+/// before it is returned, so before any work starts.
+pub async fn choose_backend(options: BackendOptions) -> Result<Arc<dyn Backend>, BackendError> {
+    let local = || local::Local::new(&options.workdir, &options.owner, options.sandbox.clone());
+    let backend: Arc<dyn Backend> = match options.kind {
+        BackendKind::Local => Arc::new(local()),
+        BackendKind::Docker | BackendKind::Auto => {
+            match docker::Docker::connect(&options.owner, options.docker.clone()).await {
+                Ok(engine) => Arc::new(engine),
+                Err(e) if options.kind == BackendKind::Auto => {
+                    tracing::warn!(
+                        error = %e,
+                        "no Docker engine answers: steps run as HOST PROCESSES with the local backend \
+                         (trusted code only); install and start Docker, or set runner.backend = \"local\" \
+                         to silence this"
+                    );
+                    Arc::new(local())
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Err(e) => return Err(e),
     };
-    match engine.sweep().await {
-        Ok(swept) if swept != docker::Swept::default() => tracing::info!(
+    sweep(&*backend, "removed what an earlier run left behind").await;
+    Ok(backend)
+}
+
+/// Sweeps `backend`, logging what went (with `done`) or why it could not.
+async fn sweep(backend: &dyn Backend, done: &str) {
+    match backend.sweep().await {
+        Ok(swept) if !swept.is_empty() => tracing::info!(
+            backend = %backend.kind(),
             containers = swept.containers,
             networks = swept.networks,
             volumes = swept.volumes,
-            "removed containers, networks and volumes left by an earlier run"
+            workspaces = swept.workspaces,
+            "{done}"
         ),
         Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "could not sweep the engine"),
+        Err(e) => tracing::warn!(
+            backend = %backend.kind(),
+            error = %e,
+            "could not clean the backend up; the next start sweeps"
+        ),
     }
-    engine.check_clone_image().await;
-    Ok(Some(engine))
 }
 
-/// Runs `capacity` workers until `shutdown` fires.
+/// Tells runners to stop, and waits until they have: a graceful stop of the process that
+/// hosts them waits for their sweep.
+#[derive(Debug)]
+pub struct Shutdown {
+    tx: watch::Sender<bool>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown {
+            tx: watch::channel(false).0,
+        }
+    }
+}
+
+impl Shutdown {
+    /// What to pass to [`run`]; the runner holds it (and its copies) until it has swept.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.tx.subscribe()
+    }
+
+    /// Tells every subscribed runner to stop and waits until all have returned from [`run`]
+    /// (a subscriber that never ran returns at once when it drops its receiver).
+    pub async fn stop(&self) {
+        self.tx.send_replace(true);
+        self.tx.closed().await;
+    }
+}
+
+/// Runs `capacity` workers until `shutdown` fires, then sweeps the backend: the workflows
+/// still running end with the workers, and what they created goes with the sweep.
 pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch::Receiver<bool>) {
     let config = Arc::new(config);
     let mut workers = JoinSet::new();
@@ -172,12 +228,7 @@ pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch:
     }
     let _ = shutdown.changed().await;
     workers.shutdown().await;
-    // The workflows ended with the workers: remove their containers and the idle networks.
-    if let Some(engine) = &config.docker
-        && let Err(e) = engine.sweep().await
-    {
-        tracing::warn!(error = %e, "could not clean the Docker engine up; the next start sweeps");
-    }
+    sweep(&*config.backend, "removed the runner's leftovers").await;
 }
 
 /// Retries an API call a few times (transport errors only).
@@ -258,20 +309,27 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
         })
     };
 
-    let result = match &config.docker {
-        Some(engine) => match engine.create_workflow(work.workflow_id).await {
-            Ok(resources) => {
-                let containers = Containers {
-                    engine: engine.clone(),
-                    resources,
-                };
-                let result = execute(api, &work, config, Some(&containers), cancel_rx).await;
-                engine.remove_workflow(&containers.resources).await;
-                result
-            }
-            Err(e) => Err(e),
+    let setup = WorkflowSetup {
+        workflow_id: id,
+        clone: CloneSource {
+            url: work.clone_url.clone(),
+            commit: work.commit.clone(),
+            git_ref: work.git_ref.clone(),
+            netrc: work.netrc.clone(),
         },
-        None => execute(api, &work, config, None, cancel_rx).await,
+    };
+    let result = match config.backend.create_workflow(&setup).await {
+        Ok(workflow) => {
+            let workflow: Arc<dyn Workflow> = Arc::from(workflow);
+            let result = execute(api, &work, workflow.clone(), cancel_rx).await;
+            // The one removal path: after the steps (detached ones stopped), whatever ended
+            // them; what cannot go now is the next sweep's.
+            if let Err(e) = workflow.remove().await {
+                tracing::warn!(workflow = id, error = %e, "could not remove the workflow's resources");
+            }
+            result
+        }
+        Err(e) => Err(WorkflowError::Backend(e)),
     };
     watcher.abort();
     extender.abort();
@@ -281,8 +339,8 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
             error: String::new(),
         },
         Err(error) => WorkflowDone {
-            state: status::ERROR,
-            error,
+            state: Status::Error,
+            error: error.to_string(),
         },
     };
     if let Err(err) = retry(|| api.done(id, done.clone())).await {
@@ -290,80 +348,27 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
     }
 }
 
-/// A workflow's directory; removed when dropped.
-struct Workspace {
-    root: PathBuf,
-}
-
-impl Drop for Workspace {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-impl Workspace {
-    fn create(parent: &Path, workflow_id: i64) -> Result<Workspace, String> {
-        let parent = if parent.as_os_str().is_empty() {
-            std::env::temp_dir()
-        } else {
-            parent.to_path_buf()
-        };
-        let suffix: String = woodlark_stdx::random_secret()
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(8)
-            .collect();
-        let root = parent.join(format!("woodlark-{workflow_id}-{suffix}"));
-        for sub in ["workspace", "home"] {
-            std::fs::create_dir_all(root.join(sub))
-                .map_err(|e| format!("cannot create {}: {e}", root.join(sub).display()))?;
-        }
-        Ok(Workspace { root })
-    }
-
-    fn dir(&self) -> PathBuf {
-        self.root.join("workspace")
-    }
-
-    /// The workflow's directory: the workspace and its home (what a sandboxed step may write).
-    fn root(&self) -> &Path {
-        &self.root
-    }
-
-    fn home(&self) -> PathBuf {
-        self.root.join("home")
-    }
+/// Why a workflow could not run (its steps' failures are states, not errors).
+#[derive(Debug, thiserror::Error)]
+enum WorkflowError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("the workflow's steps and their ids do not match")]
+    StepIds,
+    #[error("a step task failed: {0}")]
+    StepTask(#[from] tokio::task::JoinError),
 }
 
 /// Runs the steps; returns the workflow's final state, or an error that prevented running.
-/// A workflow's place on the docker backend.
-#[derive(Clone)]
-struct Containers {
-    engine: docker::Docker,
-    resources: docker::WorkflowResources,
-}
-
 async fn execute<A: AgentApi>(
     api: &A,
     work: &Work,
-    config: &RunnerConfig,
-    containers: Option<&Containers>,
+    workflow: Arc<dyn Workflow>,
     cancel: watch::Receiver<bool>,
-) -> Result<Status, String> {
-    let ws = Workspace::create(&config.workdir, work.workflow_id)?;
-    let sandbox = config.sandbox.as_ref().map(|s| Arc::new(s.clone()));
-    let containers = containers.map(|c| Arc::new(c.clone()));
-    if let Some(netrc) = &work.netrc {
-        let text = format!(
-            "machine {}\nlogin {}\npassword {}\n",
-            netrc.machine, netrc.login, netrc.password
-        );
-        woodlark_stdx::write_private(&ws.home().join(".netrc"), &text)
-            .map_err(|e| format!("cannot write .netrc: {e}"))?;
-    }
+) -> Result<Status, WorkflowError> {
     let steps = &work.workflow.steps;
     if steps.len() != work.steps.len() {
-        return Err("the workflow's steps and their ids do not match".into());
+        return Err(WorkflowError::StepIds);
     }
     let deadline = Instant::now() + Duration::from_secs(60 * work.timeout_minutes.max(1) as u64);
     let index: HashMap<&str, usize> = steps
@@ -374,8 +379,8 @@ async fn execute<A: AgentApi>(
     let mut outcomes: Vec<Option<Outcome>> = vec![None; steps.len()];
     let mut started = vec![false; steps.len()];
     let mut running: JoinSet<(usize, Outcome)> = JoinSet::new();
-    let mut detached: Vec<Handle> = Vec::new();
-    let (detached_tx, mut detached_rx) = mpsc::unbounded_channel::<Handle>();
+    let mut detached: Vec<Box<dyn StepHandle>> = Vec::new();
+    let (detached_tx, mut detached_rx) = mpsc::unbounded_channel::<Box<dyn StepHandle>>();
 
     loop {
         let canceled = *cancel.borrow();
@@ -406,9 +411,9 @@ async fn execute<A: AgentApi>(
             let so_far = if failed { "failure" } else { "success" };
             if canceled || !wanted.iter().any(|w| w == so_far) {
                 let state = if canceled {
-                    status::CANCELED
+                    Status::Canceled
                 } else {
-                    status::SKIPPED
+                    Status::Skipped
                 };
                 report(
                     api,
@@ -436,18 +441,9 @@ async fn execute<A: AgentApi>(
                     .get(&work.steps[i].id)
                     .copied()
                     .unwrap_or(0),
+                secrets: masked_values(step, work.netrc.as_ref()),
                 step: step.clone(),
-                dir: ws.dir(),
-                home: ws.home(),
-                root: ws.root().to_path_buf(),
-                sandbox: sandbox.clone(),
-                containers: containers.clone(),
-                clone: docker::CloneSource {
-                    url: work.clone_url.clone(),
-                    commit: work.commit.clone(),
-                    git_ref: work.git_ref.clone(),
-                    netrc: work.netrc.clone(),
-                },
+                workflow: workflow.clone(),
                 cancel: cancel.clone(),
                 deadline,
                 detached: detached_tx.clone(),
@@ -462,7 +458,7 @@ async fn execute<A: AgentApi>(
         }
         match running.join_next().await {
             Some(Ok((i, outcome))) => outcomes[i] = Some(outcome),
-            Some(Err(e)) => return Err(format!("a step task failed: {e}")),
+            Some(Err(e)) => return Err(WorkflowError::StepTask(e)),
             None => {
                 // Nothing runs and nothing can start: dependencies on unknown steps.
                 for (i, o) in outcomes.iter_mut().enumerate() {
@@ -472,7 +468,7 @@ async fn execute<A: AgentApi>(
                             work.workflow_id,
                             StepUpdate {
                                 step_id: work.steps[i].id,
-                                state: status::SKIPPED,
+                                state: Status::Skipped,
                                 exit_code: 0,
                                 error: "dependencies cannot be met".into(),
                                 started: 0,
@@ -499,11 +495,11 @@ async fn execute<A: AgentApi>(
         .iter()
         .any(|o| matches!(o, Some(Outcome::Failure { ignored: false })));
     Ok(if canceled || any_killed {
-        status::KILLED
+        Status::Killed
     } else if failed {
-        status::FAILURE
+        Status::Failure
     } else {
-        status::SUCCESS
+        Status::Success
     })
 }
 
@@ -513,54 +509,49 @@ async fn report<A: AgentApi>(api: &A, workflow_id: i64, update: StepUpdate) {
     }
 }
 
+/// The values masked in a step's output: its secrets, and for the clone the password it
+/// clones with.
+fn masked_values(step: &CompiledStep, netrc: Option<&Netrc>) -> Vec<String> {
+    let mut secrets = step.secrets.clone();
+    if step.kind == StepKind::Clone {
+        secrets.extend(netrc.map(|n| n.password.clone()));
+    }
+    secrets
+}
+
 struct StepContext<A> {
     api: A,
     workflow_id: i64,
     step_id: i64,
     first_line: i64,
     step: CompiledStep,
-    dir: PathBuf,
-    home: PathBuf,
-    /// The workflow's directory (parent of `dir` and `home`).
-    root: PathBuf,
-    sandbox: Option<Arc<sandbox::Sandbox>>,
-    /// What the clone step checks out.
-    clone: docker::CloneSource,
+    /// What to mask in the step's output.
+    secrets: Vec<String>,
+    /// Where the step runs.
+    workflow: Arc<dyn Workflow>,
     cancel: watch::Receiver<bool>,
     deadline: Instant,
-    detached: mpsc::UnboundedSender<Handle>,
-    /// Set on the docker backend: every step runs in a container there.
-    containers: Option<Arc<Containers>>,
+    detached: mpsc::UnboundedSender<Box<dyn StepHandle>>,
 }
 
-/// A running step on either backend.
-enum Handle {
-    Process(process::Running),
-    Container(docker::Container),
+/// Why the runner killed a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KillReason {
+    /// The workflow was canceled.
+    Canceled,
+    /// The repository's timeout was reached.
+    Timeout,
 }
 
-impl Handle {
-    fn kill(&self) {
-        match self {
-            Handle::Process(p) => p.kill(),
-            Handle::Container(c) => c.kill(),
-        }
-    }
-
-    async fn wait(&mut self) -> Exit {
-        match self {
-            Handle::Process(p) => p.wait().await,
-            Handle::Container(c) => c.wait().await,
-        }
-    }
-
-    /// Kills and, for containers, waits until the engine removed it (detached steps at the
-    /// end of the workflow, before its network and volume go).
-    async fn stop(&self) {
-        match self {
-            Handle::Process(p) => p.kill(),
-            Handle::Container(c) => c.stop().await,
-        }
+/// A step's state, exit code and error from how it ended and why we killed it, if we did.
+fn step_end(exit: Exit, killed: Option<KillReason>) -> (Status, i64, String) {
+    match (exit, killed) {
+        (_, Some(KillReason::Canceled)) => (Status::Killed, 137, String::new()),
+        (_, Some(KillReason::Timeout)) => (Status::Failure, 137, "timeout exceeded".to_string()),
+        (Exit::Code(0), None) => (Status::Success, 0, String::new()),
+        (Exit::Code(c), None) => (Status::Failure, i64::from(c), String::new()),
+        (Exit::Killed, None) => (Status::Killed, 137, "killed by a signal".to_string()),
+        (Exit::Lost(e), None) => (Status::Failure, 1, e.to_string()),
     }
 }
 
@@ -577,13 +568,13 @@ struct LogShipper<A> {
 }
 
 impl<A: AgentApi> LogShipper<A> {
-    fn push(&mut self, time: i64, kind: i64, data: String) {
+    fn push(&mut self, time: i64, kind: LineKind, data: String) {
         self.batch_bytes += data.len();
         self.batch.push(LogLine {
             step_id: self.step_id,
             line: self.next_line,
             time,
-            kind,
+            kind: kind.code(),
             data,
         });
         self.next_line += 1;
@@ -603,7 +594,7 @@ impl<A: AgentApi> LogShipper<A> {
     fn take_waiting(&mut self, rx: &mut mpsc::UnboundedReceiver<(i64, String)>) {
         while !self.full() {
             match rx.try_recv() {
-                Ok((time, text)) => self.push(time, 0, text),
+                Ok((time, text)) => self.push(time, LineKind::Output, text),
                 Err(_) => break,
             }
         }
@@ -630,7 +621,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         ctx.workflow_id,
         StepUpdate {
             step_id: ctx.step_id,
-            state: status::RUNNING,
+            state: Status::Running,
             exit_code: 0,
             error: String::new(),
             started,
@@ -649,49 +640,37 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         last_flush: Instant::now(),
     };
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let started_step = match &ctx.containers {
-        Some(c) if ctx.step.kind == StepKind::Clone => match checked_commit(&ctx.clone.commit) {
-            Ok(_) => c
-                .engine
-                .start_clone(&c.resources, &ctx.step, &ctx.clone, tx)
-                .await
-                .map(Handle::Container),
-            Err(e) => Err(e),
-        },
-        // The compiler's environment plus the workspace path; image, network and the
-        // trusted options are the backend's.
-        Some(c) => c
-            .engine
-            .start(&c.resources, &ctx.step, &ctx.step.environment, tx)
-            .await
-            .map(Handle::Container),
-        None => start_process(&ctx, tx).map(Handle::Process),
-    };
-    let mut proc = match started_step {
-        Ok(p) => p,
+    let Started {
+        handle: mut proc,
+        output,
+    } = match ctx.workflow.start(ctx.step_id, &ctx.step).await {
+        Ok(started) => started,
         Err(error) => {
-            shipper.push(0, 0, error.clone());
+            let error = error.to_string();
+            shipper.push(0, LineKind::Output, error.clone());
             shipper.flush().await;
-            return finish(&ctx, started, status::FAILURE, 1, error).await;
+            return finish(&ctx, started, Status::Failure, 1, error).await;
         }
     };
 
     if ctx.step.detach {
-        // Detached steps run beside the others until the workflow ends.
-        tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        // Detached steps run beside the others until the workflow ends; their output is
+        // read (a step writing to a closed pipe would die) but not logged.
+        tokio::spawn(output.for_each(|_| std::future::ready(())));
         let _ = ctx.detached.send(proc);
-        return finish(&ctx, started, status::SUCCESS, 0, String::new()).await;
+        return finish(&ctx, started, Status::Success, 0, String::new()).await;
     }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(lines::pump(output, ctx.secrets.clone(), tx));
 
     let mut cancel = ctx.cancel.clone();
     let mut ticker = tokio::time::interval(FLUSH_EVERY);
-    let mut killed_reason: Option<&str> = None;
+    let mut killed_reason: Option<KillReason> = None;
     let exit = loop {
         tokio::select! {
             line = rx.recv() => match line {
                 Some((time, text)) => {
-                    shipper.push(time, 0, text);
+                    shipper.push(time, LineKind::Output, text);
                     if shipper.due() {
                         shipper.take_waiting(&mut rx);
                         shipper.flush().await;
@@ -706,13 +685,13 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
             }
             changed = cancel.changed(), if killed_reason.is_none() => {
                 if changed.is_ok() && *cancel.borrow() {
-                    killed_reason = Some("canceled");
+                    killed_reason = Some(KillReason::Canceled);
                     proc.kill();
                 }
             }
             _ = tokio::time::sleep_until(ctx.deadline.into()), if killed_reason.is_none() => {
-                killed_reason = Some("timeout");
-                shipper.push(0, 0, "woodlark: the repository's timeout was reached; killing the step".into());
+                killed_reason = Some(KillReason::Timeout);
+                shipper.push(0, LineKind::Output, "woodlark: the repository's timeout was reached; killing the step".into());
                 proc.kill();
             }
         }
@@ -725,117 +704,9 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         }
         shipper.flush().await;
     }
-    let (state, code, error) = match (exit, killed_reason) {
-        (_, Some("canceled")) => (status::KILLED, 137, String::new()),
-        (_, Some(_)) => (status::FAILURE, 137, "timeout exceeded".to_string()),
-        (Exit::Code(0), None) => (status::SUCCESS, 0, String::new()),
-        (Exit::Code(c), None) => (status::FAILURE, i64::from(c), String::new()),
-        (Exit::Killed, None) => (status::KILLED, 137, "killed by a signal".to_string()),
-        (Exit::StartFailed(e), None) => (status::FAILURE, 1, e),
-    };
+    let (state, code, error) = step_end(exit, killed_reason);
     shipper.flush().await;
     finish(&ctx, started, state, code, error).await
-}
-
-/// The environment of the host clone (local backend): fixed, whatever the step's payload
-/// says. Git reads configuration and commands from its environment (`GIT_CONFIG_*`,
-/// `GIT_SSH_COMMAND`, `core.fsmonitor` through `GIT_CONFIG_PARAMETERS`), so nothing of a
-/// pipeline's or a person's choosing may reach this process.
-fn host_clone_env(home: &Path) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("HOME".to_string(), home.display().to_string()),
-        ("GIT_CONFIG_NOSYSTEM".to_string(), "1".to_string()),
-        ("GIT_TERMINAL_PROMPT".to_string(), "0".to_string()),
-        // No `ext::` or `fd::` transports, whatever a clone URL says.
-        (
-            "GIT_ALLOW_PROTOCOL".to_string(),
-            "file:git:http:https:ssh".to_string(),
-        ),
-    ])
-}
-
-/// A commit id as forges give it (hex): anything else could read as an option to git.
-fn checked_commit(commit: &str) -> Result<&str, String> {
-    let ok = (4..=64).contains(&commit.len()) && commit.bytes().all(|b| b.is_ascii_hexdigit());
-    if ok {
-        Ok(commit)
-    } else {
-        Err(format!(
-            "the commit to clone, {commit:?}, is not a commit id"
-        ))
-    }
-}
-
-/// Starts a step as a host process (the local backend), inside the sandbox when there is one.
-fn start_process<A>(
-    ctx: &StepContext<A>,
-    tx: mpsc::UnboundedSender<(i64, String)>,
-) -> Result<process::Running, String> {
-    let (program, args) = match ctx.step.kind {
-        StepKind::Clone => (
-            "sh".to_string(),
-            vec![
-                "-e".into(),
-                "-c".into(),
-                format!(
-                    "echo '+ git clone'\ngit clone --quiet --no-checkout -- {url} .\necho '+ git checkout {commit}'\ngit -c advice.detachedHead=false checkout --quiet {commit}\n",
-                    url = shell_quote(&ctx.clone.url),
-                    commit = shell_quote(checked_commit(&ctx.clone.commit)?)
-                ),
-            ],
-        ),
-        _ => process::command_for(&ctx.step)?,
-    };
-    let workdir = if ctx.step.directory.is_empty() {
-        ctx.dir.clone()
-    } else {
-        ctx.dir.join(&ctx.step.directory)
-    };
-    if ctx.step.kind == StepKind::Clone {
-        let mut env = host_clone_env(&ctx.home);
-        let (program, args) = match &ctx.sandbox {
-            // The clone alone sees the local repository it clones from (which may lie in a
-            // covered directory, such as a `git` forge inside the data dir), and only if it is
-            // one: a clone URL cannot uncover any other directory.
-            Some(sandbox) => {
-                let readonly: Vec<PathBuf> = local_repository(&ctx.clone.url)
-                    .map(PathBuf::from)
-                    .into_iter()
-                    .collect();
-                sandbox.wrap(&ctx.root, &readonly, &workdir, &program, &args, &mut env)
-            }
-            None => (program, args),
-        };
-        return process::spawn(&program, &args, &workdir, &env, Vec::new(), tx);
-    }
-    let mut env: BTreeMap<String, String> = ctx.step.environment.clone();
-    env.insert("HOME".into(), ctx.home.display().to_string());
-    if !ctx.step.registries.is_empty() {
-        // A Docker config dir per step, so image-building steps can log in.
-        let dir = ctx.home.join(".docker-steps").join(ctx.step_id.to_string());
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| {
-                woodlark_stdx::write_private(
-                    &dir.join("config.json"),
-                    &woodlark_pipeline::registry::docker_config(&ctx.step.registries),
-                )
-            })
-            .map_err(|e| format!("cannot write the registry logins: {e}"))?;
-        env.insert("DOCKER_CONFIG".into(), dir.display().to_string());
-    }
-    env.insert("CI_WORKSPACE".into(), ctx.dir.display().to_string());
-    let (program, args) = match &ctx.sandbox {
-        Some(sandbox) => sandbox.wrap(&ctx.root, &[], &workdir, &program, &args, &mut env),
-        None => (program, args),
-    };
-    process::spawn(
-        &program,
-        &args,
-        &workdir,
-        &env,
-        ctx.step.secrets.clone(),
-        tx,
-    )
 }
 
 /// The directory of a clone URL that names a repository on this machine (`file:///…` or
@@ -845,10 +716,6 @@ pub fn local_repository(url: &str) -> Option<String> {
     let dir = std::path::Path::new(path);
     (path.starts_with('/') && (dir.join("HEAD").is_file() || dir.join(".git").exists()))
         .then(|| path.to_string())
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 async fn finish<A: AgentApi>(
@@ -868,13 +735,13 @@ async fn finish<A: AgentApi>(
             error,
             started,
             finished: now(),
-            cancel_pipeline: state == status::FAILURE && ctx.step.failure == OnFailure::Cancel,
+            cancel_pipeline: state == Status::Failure && ctx.step.failure == OnFailure::Cancel,
         },
     )
     .await;
     match state {
-        status::SUCCESS => Outcome::Success,
-        status::KILLED => Outcome::Killed,
+        Status::Success => Outcome::Success,
+        Status::Killed => Outcome::Killed,
         _ => Outcome::Failure {
             ignored: ctx.step.failure == OnFailure::Ignore,
         },
@@ -892,6 +759,7 @@ mod tests {
 
     impl AgentApi for Batches {
         async fn next(&self, _: &AgentInfo) -> Result<Option<Work>, RunnerError> {
+            tokio::time::sleep(Duration::from_millis(10)).await;
             Ok(None)
         }
         async fn init(&self, _: i64) -> Result<(), RunnerError> {
@@ -916,20 +784,87 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_stopped_runner_sweeps_its_backend_and_the_stop_waits_for_it() {
+        // Nobody subscribed: the stop returns at once.
+        Shutdown::default().stop().await;
+
+        let top = tempfile::tempdir().unwrap();
+        let backend: Arc<dyn Backend> = Arc::new(local::Local::new(top.path(), "o", None));
+        // What a workflow aborted by a stop would leave.
+        backend
+            .create_workflow(&WorkflowSetup::default())
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read_dir(top.path()).unwrap().count(), 1);
+        let shutdown = Shutdown::default();
+        let config = RunnerConfig {
+            capacity: 2,
+            info: AgentInfo::default(),
+            backend,
+        };
+        let runner = tokio::spawn(run(Batches::default(), config, shutdown.subscribe()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        shutdown.stop().await;
+        assert_eq!(
+            std::fs::read_dir(top.path()).unwrap().count(),
+            0,
+            "swept before the stop returned"
+        );
+        runner.await.unwrap();
+    }
+
     #[test]
-    fn only_commit_ids_are_cloned() {
-        assert_eq!(checked_commit("0123abcDEF"), Ok("0123abcDEF"));
-        assert!(checked_commit(&"a".repeat(64)).is_ok());
-        for bad in [
-            "",
-            "abc",
-            "--upload-pack=x",
-            "main",
-            "a b c d",
-            &"a".repeat(65),
-        ] {
-            assert!(checked_commit(bad).is_err(), "{bad:?}");
-        }
+    fn how_a_step_ended_becomes_its_state() {
+        let end = |exit, killed| {
+            let (state, code, error) = step_end(exit, killed);
+            (state, code, error)
+        };
+        assert_eq!(
+            end(Exit::Code(0), None),
+            (Status::Success, 0, String::new())
+        );
+        assert_eq!(
+            end(Exit::Code(3), None),
+            (Status::Failure, 3, String::new())
+        );
+        assert_eq!(
+            end(Exit::Killed, None),
+            (Status::Killed, 137, "killed by a signal".to_string())
+        );
+        assert_eq!(
+            end(Exit::Lost(BackendError::LostContainer), None),
+            (Status::Failure, 1, "docker: lost the container".to_string())
+        );
+        // Our own kill decides, whatever the exit says.
+        assert_eq!(
+            end(Exit::Code(0), Some(KillReason::Canceled)),
+            (Status::Killed, 137, String::new())
+        );
+        assert_eq!(
+            end(Exit::Killed, Some(KillReason::Timeout)),
+            (Status::Failure, 137, "timeout exceeded".to_string())
+        );
+    }
+
+    #[test]
+    fn the_clone_masks_its_password() {
+        let netrc = Netrc {
+            machine: "m".into(),
+            login: "l".into(),
+            password: "pw-123".into(),
+        };
+        let clone = CompiledStep {
+            kind: StepKind::Clone,
+            secrets: vec!["s".into()],
+            ..CompiledStep::default()
+        };
+        assert_eq!(masked_values(&clone, Some(&netrc)), ["s", "pw-123"]);
+        let step = CompiledStep {
+            secrets: vec!["s".into()],
+            ..CompiledStep::default()
+        };
+        assert_eq!(masked_values(&step, Some(&netrc)), ["s"]);
     }
 
     #[test]
@@ -969,7 +904,7 @@ mod tests {
             tx.send((0, format!("line {i}"))).unwrap();
         }
         for _ in 0..40 {
-            tx.send((0, "x".repeat(process::MAX_LINE_BYTES))).unwrap();
+            tx.send((0, "x".repeat(lines::MAX_LINE_BYTES))).unwrap();
         }
         drop(tx);
         loop {
@@ -988,7 +923,7 @@ mod tests {
         );
         for (n, bytes) in &batches {
             assert!(*n <= MAX_BATCH_LINES);
-            assert!(*bytes < MAX_BATCH_BYTES + process::MAX_LINE_BYTES);
+            assert!(*bytes < MAX_BATCH_BYTES + lines::MAX_LINE_BYTES);
         }
         assert!(batches.len() <= 6, "{batches:?}");
     }

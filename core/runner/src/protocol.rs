@@ -89,3 +89,43 @@ pub struct AgentInfo {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
 }
+
+/// What a log line carries: Woodpecker's `LogEntry` types. On the wire (and in
+/// [`LogLine::kind`]) it stays the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineKind {
+    /// A line of the step's output.
+    Output,
+    /// The step's exit code.
+    ExitCode,
+}
+
+impl LineKind {
+    /// The number the agent protocol and the API use.
+    pub fn code(self) -> i64 {
+        match self {
+            LineKind::Output => 0,
+            LineKind::ExitCode => 2,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_kinds_keep_their_numbers_on_the_wire() {
+        assert_eq!(LineKind::Output.code(), 0);
+        assert_eq!(LineKind::ExitCode.code(), 2);
+        let line = LogLine {
+            step_id: 1,
+            line: 0,
+            time: 0,
+            kind: LineKind::Output.code(),
+            data: "x".into(),
+        };
+        let json = serde_json::to_value(&line).unwrap();
+        assert_eq!(json["kind"], 0);
+    }
+}

@@ -212,21 +212,10 @@ impl App {
         }
         let background = spawn_background(&state.config, &state.ci);
         server::serve(listener, self.dispatcher, self.options, shutdown).await;
+        // The runner's workflows end with the server: it stops and sweeps before the rest.
+        ci.runner_shutdown.stop().await;
         for task in background {
             task.abort();
-        }
-        if let Some(engine) = ci.runner_engine.get() {
-            match engine.sweep().await {
-                Ok(swept) => tracing::info!(
-                    containers = swept.containers,
-                    networks = swept.networks,
-                    volumes = swept.volumes,
-                    "removed the runner's containers, networks and volumes"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not clean the Docker engine up; the next start sweeps")
-                }
-            }
         }
         tokio::task::spawn_blocking(move || {
             store.close();
@@ -309,10 +298,10 @@ fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::tas
         tasks.push(tokio::spawn(ci.feed.clone().run()));
         tasks.extend(crate::ci::jobs::spawn(ci));
         if config.runner.enabled {
-            tasks.push(tokio::spawn(crate::ci::embedded::run(
-                ci.clone(),
-                config.clone(),
-            )));
+            // Subscribed now, so a stop that comes before the runner runs still waits for it.
+            let shutdown = ci.runner_shutdown.subscribe();
+            let runner = crate::ci::embedded::run(ci.clone(), config.clone(), shutdown);
+            tasks.push(tokio::spawn(runner));
         }
     }
     if config.ci.enabled && config.storage.log_retention_days > 0 {

@@ -401,6 +401,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
         anyhow::bail!("--cpus must be 0 or more");
     }
     let docker_settings = docker.docker_settings();
+    let kind: runner::BackendKind = backend.parse()?;
     LogControl::install(LogLevel::Info);
     if !(server.starts_with("http://") || server.starts_with("https://")) {
         anyhow::bail!("--server {server:?} must be an http:// URL");
@@ -439,20 +440,23 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
             "agent-{}",
             &crate::store::agents::token_hash(&format!("{server}\n{token}"))[..16]
         );
-        let engine = runner::choose_backend(backend, &owner, docker_settings)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let backend = runner::choose_backend(runner::BackendOptions {
+            kind,
+            owner,
+            workdir,
+            sandbox,
+            docker: docker_settings,
+        })
+        .await?;
         let mut info = info;
-        info.backend = if engine.is_some() { "docker" } else { "local" }.into();
+        info.backend = backend.kind().to_string();
         tracing::info!(server, capacity, backend = info.backend, "agent started");
         runner::run(
             api,
             RunnerConfig {
                 capacity,
-                workdir,
                 info,
-                sandbox,
-                docker: engine,
+                backend,
             },
             shutdown,
         )

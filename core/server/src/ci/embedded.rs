@@ -27,7 +27,8 @@ pub fn local_info(capacity: usize) -> AgentInfo {
 }
 
 /// The embedded agent: re-queues what it held before a restart, then runs the runner.
-pub async fn run(ci: Services, config: Config) {
+/// Runs until `shutdown` (the server's graceful stop, which waits for the runner's sweep).
+pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Receiver<bool>) {
     let row = match local::ensure_agent(&ci.store, &ci.seal).await {
         Ok(row) => row,
         Err(err) => {
@@ -49,23 +50,6 @@ pub async fn run(ci: Services, config: Config) {
         "server-{}",
         &crate::store::agents::token_hash(&config.server.data_dir.display().to_string())[..16]
     );
-    let settings = config.runner.docker_settings();
-    let engine = match runner::choose_backend(&config.runner.backend, &owner, settings).await {
-        Ok(engine) => engine,
-        Err(err) => {
-            tracing::error!(%err, "runner.backend = \"docker\" but no Docker engine answers; the local runner is off");
-            return;
-        }
-    };
-    let mut info = local_info(config.runner.capacity);
-    if let Some(engine) = &engine {
-        let _ = ci.runner_engine.set(engine.clone());
-        info.backend = "docker".into();
-    }
-    if let Err(err) = ci.queue.record_info(&row, &info).await {
-        tracing::warn!(%err, "could not record the local agent's details");
-    }
-    let api = LocalAgent::new(ci.queue.clone(), &row, &info);
     let sandbox = match local_sandbox(&config) {
         Ok(sandbox) => sandbox,
         Err(err) => {
@@ -73,14 +57,38 @@ pub async fn run(ci: Services, config: Config) {
             return;
         }
     };
+    let kind = match config.runner.backend.parse() {
+        Ok(kind) => kind,
+        Err(err) => {
+            tracing::error!(%err, "runner.backend: the local runner is off");
+            return;
+        }
+    };
+    let options = runner::BackendOptions {
+        kind,
+        owner,
+        workdir: config.runner.workdir.clone(),
+        sandbox,
+        docker: config.runner.docker_settings(),
+    };
+    let backend = match runner::choose_backend(options).await {
+        Ok(backend) => backend,
+        Err(err) => {
+            tracing::error!(%err, "runner.backend = \"docker\" but no Docker engine answers; the local runner is off");
+            return;
+        }
+    };
+    let mut info = local_info(config.runner.capacity);
+    info.backend = backend.kind().to_string();
+    if let Err(err) = ci.queue.record_info(&row, &info).await {
+        tracing::warn!(%err, "could not record the local agent's details");
+    }
+    let api = LocalAgent::new(ci.queue.clone(), &row, &info);
     let runner_config = RunnerConfig {
         capacity: config.runner.capacity,
-        workdir: config.runner.workdir.clone(),
         info,
-        sandbox,
-        docker: engine,
+        backend,
     };
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
     tracing::info!(
         agent = api.id(),
         capacity = runner_config.capacity,

@@ -67,9 +67,8 @@ pub struct Services {
     pub numbers: Arc<numbers::NumberBook>,
     /// Pipeline changes for live views, rebuilt from the outbox.
     pub feed: Arc<feed::PipelineFeed>,
-    /// The embedded runner's Docker engine, once it chose the docker backend: swept when the
-    /// server stops, as the runner's workflows end with it.
-    pub runner_engine: Arc<OnceLock<crate::runner::docker::Docker>>,
+    /// Stops the embedded runner; a graceful stop waits until it has swept its backend.
+    pub runner_shutdown: Arc<crate::runner::Shutdown>,
 }
 
 /// The configuration the CI services read.
@@ -96,7 +95,7 @@ impl Services {
             queue: Arc::new(queue::Queue::new(store.clone(), logs.clone(), seal.clone())),
             feed: Arc::new(feed::PipelineFeed::new(store.clone())),
             numbers: Arc::default(),
-            runner_engine: Arc::default(),
+            runner_shutdown: Arc::default(),
             settings: Arc::new(settings),
             store,
             logs,

@@ -1,0 +1,275 @@
+//! What the runner needs from a place that runs steps: the [`Backend`] interface.
+//!
+//! The runner schedules steps, ships their logs and reports their states; a backend only
+//! creates a workflow's resources, starts steps in them, removes them again and sweeps
+//! whatever its owner left behind. [`crate::local`] runs steps as host processes (under
+//! bubblewrap by default), [`crate::docker`] as containers. A runner holds one backend,
+//! picked once at start ([`crate::choose_backend`]).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+
+use crate::lines::Output;
+use woodlark_pipeline::types::CompiledStep;
+
+/// Runs steps somewhere. Implemented by the local (host processes) and the docker backends;
+/// a Kubernetes backend would implement it next (workspace as a volume claim, steps as pods,
+/// the sweep as label-selected deletes; see ARCHITECTURE.md).
+///
+/// Every object a backend creates is marked with its owner (a label, a name prefix), so that
+/// [`Backend::sweep`] finds what a crashed run left: the runner sweeps when it starts and
+/// when it stops.
+#[async_trait]
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// Which backend this is (never [`BackendKind::Auto`]); agents report it to the server.
+    fn kind(&self) -> BackendKind;
+
+    /// Creates a workflow's resources (workspace, network, …). What is created before a
+    /// failure is removed again.
+    async fn create_workflow(
+        &self,
+        setup: &WorkflowSetup,
+    ) -> Result<Box<dyn Workflow>, BackendError>;
+
+    /// Removes everything this backend's owner created and that is still there (after a
+    /// crash, or when the runner stops with workflows running).
+    async fn sweep(&self) -> Result<Swept, BackendError>;
+}
+
+/// One workflow's resources on a backend.
+#[async_trait]
+pub trait Workflow: Send + Sync {
+    /// Starts step `step_id` (`step`), in the workflow's workspace.
+    async fn start(&self, step_id: i64, step: &CompiledStep) -> Result<Started, BackendError>;
+
+    /// Removes the workflow's resources: called once, after its steps ended (detached ones
+    /// stopped). What cannot be removed is left to the next sweep.
+    async fn remove(&self) -> Result<(), BackendError>;
+}
+
+/// A step that started: its handle and its output.
+pub struct Started {
+    pub handle: Box<dyn StepHandle>,
+    /// stdout and stderr merged, unmasked: the runner cuts and masks it ([`crate::lines`]).
+    pub output: Output,
+}
+
+/// A running step.
+#[async_trait]
+pub trait StepHandle: Send + Sync {
+    /// Kills the step without waiting; `wait` then returns [`Exit::Killed`].
+    fn kill(&self);
+
+    /// Waits for the step to end (and frees what only it used).
+    async fn wait(&mut self) -> Exit;
+
+    /// Kills the step and waits until it is gone (detached steps at the end of a workflow,
+    /// before its resources go).
+    async fn stop(&self) {
+        self.kill();
+    }
+}
+
+/// How a step ended.
+#[derive(Debug)]
+pub enum Exit {
+    Code(i32),
+    /// Killed (cancel, timeout, or a signal).
+    Killed,
+    /// The backend lost the step.
+    Lost(BackendError),
+}
+
+/// What a backend needs to know of a workflow before its first step.
+#[derive(Debug, Clone, Default)]
+pub struct WorkflowSetup {
+    pub workflow_id: i64,
+    /// What the clone step checks out.
+    pub clone: CloneSource,
+}
+
+/// What the clone step checks out, from the work the server handed out (never from the
+/// step's environment).
+#[derive(Debug, Clone, Default)]
+pub struct CloneSource {
+    pub url: String,
+    pub commit: String,
+    pub git_ref: String,
+    pub netrc: Option<crate::protocol::Netrc>,
+}
+
+impl CloneSource {
+    /// The commit id as forges give it (hex): anything else could read as an option to git.
+    pub fn checked_commit(&self) -> Result<&str, BackendError> {
+        let commit = self.commit.as_str();
+        let ok = (4..=64).contains(&commit.len()) && commit.bytes().all(|b| b.is_ascii_hexdigit());
+        if ok {
+            Ok(commit)
+        } else {
+            Err(BackendError::NotACommit(commit.to_string()))
+        }
+    }
+
+    /// The directory of the clone URL if it names a repository on this machine (`file:///…`
+    /// or `/…`).
+    pub fn local_repository(&self) -> Option<String> {
+        crate::local_repository(&self.url)
+    }
+}
+
+/// What a sweep removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub containers: usize,
+    pub networks: usize,
+    pub volumes: usize,
+    /// Workflow directories of the local backend.
+    pub workspaces: usize,
+}
+
+impl Swept {
+    pub fn is_empty(&self) -> bool {
+        *self == Swept::default()
+    }
+}
+
+/// The backend setting (`runner.backend`, `woodlark agent --backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// Docker when an engine answers, else local (with a warning).
+    Auto,
+    Docker,
+    Local,
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 3] = [BackendKind::Auto, BackendKind::Docker, BackendKind::Local];
+
+    /// The setting's value, as agents also report the backend they use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Docker => "docker",
+            BackendKind::Local => "local",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = BackendError;
+
+    fn from_str(s: &str) -> Result<BackendKind, BackendError> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| BackendError::UnknownBackend(s.to_string()))
+    }
+}
+
+/// Why a backend could not do something. The text is what a step's log and error show.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("unknown backend {0:?} (auto, docker or local)")]
+    UnknownBackend(String),
+    /// A file system or process call of the local backend.
+    #[error("cannot {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the step's directory {} does not exist", .0.display())]
+    NoDirectory(PathBuf),
+    #[error("the commit to clone, {0:?}, is not a commit id")]
+    NotACommit(String),
+    #[error(
+        "plugin {0:?} is not an executable on this agent (the local backend runs plugins from PATH)"
+    )]
+    NoPlugin(String),
+    /// A blocking task of the backend panicked or was cancelled.
+    #[error("a background task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// A call to the Docker engine.
+    #[error("docker: {what}: {source}")]
+    Docker {
+        what: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("step {0:?} has no image")]
+    NoImage(String),
+    /// `hint` says how to get the image, if we know.
+    #[error("cannot pull image {image:?}: {reason}{hint}")]
+    Pull {
+        image: String,
+        reason: String,
+        hint: &'static str,
+    },
+    #[error("docker: lost the container")]
+    LostContainer,
+    #[error("could not remove {0}; the next start sweeps it")]
+    Leftover(String),
+}
+
+impl BackendError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BackendError {
+        let what = what.into();
+        move |source| BackendError::Io { what, source }
+    }
+
+    pub(crate) fn docker(
+        what: impl Into<String>,
+    ) -> impl FnOnce(bollard::errors::Error) -> BackendError {
+        let what = what.into();
+        move |source| BackendError::Docker { what, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_kinds_parse_from_their_names_only() {
+        for kind in BackendKind::ALL {
+            assert_eq!(kind.as_str().parse::<BackendKind>().unwrap(), kind);
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+        for bad in ["", "Docker", "kubernetes", " local"] {
+            let err = bad.parse::<BackendKind>().unwrap_err();
+            assert!(matches!(err, BackendError::UnknownBackend(_)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_commit_ids_are_cloned() {
+        let source = |commit: &str| CloneSource {
+            commit: commit.into(),
+            ..CloneSource::default()
+        };
+        assert_eq!(source("0123abcDEF").checked_commit().unwrap(), "0123abcDEF");
+        assert!(source(&"a".repeat(64)).checked_commit().is_ok());
+        for bad in [
+            "",
+            "abc",
+            "--upload-pack=x",
+            "main",
+            "a b c d",
+            &"a".repeat(65),
+        ] {
+            let err = source(bad).checked_commit().unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("the commit to clone, {bad:?}, is not a commit id")
+            );
+        }
+    }
+}
