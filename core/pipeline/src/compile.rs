@@ -30,7 +30,7 @@ use super::matrix::{self, Axis};
 use super::subst;
 use super::types::{
     CompileInput, CompileResult, CompiledStep, CompiledWorkflow, ConfigFile, OnFailure,
-    PipelineError, StepKind,
+    PipelineError, RunOn, StepKind,
 };
 use super::when::Facts;
 use super::workflow::{self, StepSpec, WorkflowSpec};
@@ -361,7 +361,7 @@ fn clone_step(input: &CompileInput, vars: &BTreeMap<String, String>) -> Compiled
         kind: StepKind::Clone,
         image: "git".to_string(),
         environment,
-        when_status: vec!["success".to_string()],
+        when_status: vec![RunOn::Success],
         failure: OnFailure::Fail,
         hardened: true,
         ..CompiledStep::default()

@@ -93,7 +93,7 @@ fn clone(wf: &str, wf_no: usize) -> CompiledStep {
         kind: StepKind::Clone,
         image: "git".into(),
         environment: env(wf, wf_no, "clone", 1, &[("PLUGIN_DEPTH", "0")]),
-        when_status: strings(&["success"]),
+        when_status: vec![RunOn::Success],
         hardened: true,
         ..CompiledStep::default()
     }
@@ -115,7 +115,7 @@ fn cmd(
         commands: strings(commands),
         environment: env(wf.0, wf.1, name, no, &[]),
         depends_on: strings(deps),
-        when_status: strings(&["success"]),
+        when_status: vec![RunOn::Success],
         hardened: true,
         ..CompiledStep::default()
     }
@@ -326,10 +326,10 @@ fn status_and_failure() {
     let mut build = cmd(W, 2, "build", "sh", &["make"], &["clone"]);
     build.failure = OnFailure::Ignore;
     let mut notify = cmd(W, 3, "notify", "sh", &["notify"], &["build"]);
-    notify.when_status = strings(&["success", "failure"]);
+    notify.when_status = vec![RunOn::Success, RunOn::Failure];
     let mut on_fail = cmd(W, 4, "on-fail", "sh", &["x"], &["notify"]);
     on_fail.failure = OnFailure::Cancel;
-    on_fail.when_status = strings(&["failure"]);
+    on_fail.when_status = vec![RunOn::Failure];
     assert_eq!(
         got,
         ok(vec![workflow(

@@ -170,9 +170,8 @@ pub struct CompiledStep {
     /// full dependency list.
     pub depends_on: Vec<String>,
     pub failure: OnFailure,
-    /// Run when the workflow so far is in one of these states ("success", "failure");
-    /// default `["success"]`.
-    pub when_status: Vec<String>,
+    /// Run when the workflow so far came to one of these; default `[success]`.
+    pub when_status: Vec<RunOn>,
     /// Keep running in the background (services, `detach: true`).
     pub detach: bool,
     /// Working directory relative to the workspace.
@@ -256,4 +255,29 @@ pub struct LogLine {
     #[serde(default, alias = "type")]
     pub kind: i64,
     pub data: String,
+}
+
+/// What the workflow's steps so far came to, as a step's `when: status:` names it: a step
+/// runs only in the outcomes it lists (`success` when it lists none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunOn {
+    Success,
+    Failure,
+}
+
+impl RunOn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOn::Success => "success",
+            RunOn::Failure => "failure",
+        }
+    }
+
+    /// The outcome named `text`, if it is one.
+    pub fn parse(text: &str) -> Option<RunOn> {
+        [RunOn::Success, RunOn::Failure]
+            .into_iter()
+            .find(|r| r.as_str() == text)
+    }
 }

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use super::diag::{Issue, field, index};
 use super::event::WebhookEvent;
-use super::types::Metadata;
+use super::types::{Metadata, RunOn};
 use super::yaml::Node;
 use super::{expr, glob, read};
 
@@ -110,7 +110,7 @@ pub struct Condition {
     pub repo: List,
     pub platform: List,
     pub cron: List,
-    pub status: Vec<String>,
+    pub status: Vec<RunOn>,
     pub matrix: MapFilter,
     pub path: PathFilter,
     pub evaluate: String,
@@ -176,7 +176,7 @@ impl When {
     /// The workflow states in which a step runs (`when_status`), from the `status:` of the
     /// conditions that pass: `success` unless a passing condition lists statuses without it;
     /// `failure` when a passing condition lists it.
-    pub fn statuses(&self, facts: &Facts<'_>) -> Vec<String> {
+    pub fn statuses(&self, facts: &Facts<'_>) -> Vec<RunOn> {
         let passing: Vec<&Condition> = self
             .conditions
             .iter()
@@ -184,16 +184,14 @@ impl When {
             .collect();
         let success = passing
             .iter()
-            .all(|c| c.status.is_empty() || c.status.iter().any(|s| s == "success"));
-        let failure = passing
-            .iter()
-            .any(|c| c.status.iter().any(|s| s == "failure"));
+            .all(|c| c.status.is_empty() || c.status.contains(&RunOn::Success));
+        let failure = passing.iter().any(|c| c.status.contains(&RunOn::Failure));
         let mut out = Vec::new();
         if success {
-            out.push("success".to_string());
+            out.push(RunOn::Success);
         }
         if failure {
-            out.push("failure".to_string());
+            out.push(RunOn::Failure);
         }
         out
     }
@@ -251,16 +249,19 @@ fn parse_condition(node: &Node, at: &str, issues: &mut Vec<Issue>) -> Option<Con
             "instance" => parse_list(value, &here).map(|_| ()),
             "local" => read::boolean(value, &here).map(|_| ()),
             "status" => read::string_list(value, &here).and_then(|s| {
-                match s.iter().find(|s| *s != "success" && *s != "failure") {
-                    Some(bad) => Err(Issue::linter(
-                        &here,
-                        format!("status must be success or failure, not `{bad}`"),
-                    )),
-                    None => {
-                        c.status = s;
-                        Ok(())
-                    }
-                }
+                let parsed: Result<Vec<RunOn>, Issue> = s
+                    .iter()
+                    .map(|text| {
+                        RunOn::parse(text).ok_or_else(|| {
+                            Issue::linter(
+                                &here,
+                                format!("status must be success or failure, not `{text}`"),
+                            )
+                        })
+                    })
+                    .collect();
+                c.status = parsed?;
+                Ok(())
             }),
             "matrix" => parse_map_filter(value, &here).map(|m| c.matrix = m),
             "path" => parse_path(value, &here).map(|p| c.path = p),
@@ -480,7 +481,8 @@ mod tests {
             let mut issues = Vec::new();
             let when = parse(&yaml::parse(w).unwrap(), "when", &mut issues);
             assert!(issues.is_empty());
-            assert_eq!(when.statuses(&facts), *want, "{w}");
+            let got: Vec<&str> = when.statuses(&facts).iter().map(|r| r.as_str()).collect();
+            assert_eq!(got, *want, "{w}");
         }
     }
 

@@ -40,7 +40,7 @@ pub use backend::{
 };
 use protocol::{AgentInfo, LineKind, LogLine, Netrc, StepUpdate, Work, WorkflowDone};
 use woodlark_pipeline::status::Status;
-use woodlark_pipeline::types::{CompiledStep, OnFailure, StepKind};
+use woodlark_pipeline::types::{CompiledStep, OnFailure, RunOn, StepKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
@@ -403,13 +403,17 @@ async fn execute<A: AgentApi>(
                 continue;
             }
             started[i] = true;
-            let wanted = if step.when_status.is_empty() {
-                vec!["success".to_string()]
+            let so_far = if failed {
+                RunOn::Failure
             } else {
-                step.when_status.clone()
+                RunOn::Success
             };
-            let so_far = if failed { "failure" } else { "success" };
-            if canceled || !wanted.iter().any(|w| w == so_far) {
+            let runs = if step.when_status.is_empty() {
+                so_far == RunOn::Success
+            } else {
+                step.when_status.contains(&so_far)
+            };
+            if canceled || !runs {
                 let state = if canceled {
                     Status::Canceled
                 } else {

@@ -254,6 +254,12 @@ pub fn update(conn: &Tx, id: i64, change: &AgentChange) -> StoreResult<AgentRow>
         "UPDATE agents SET name = ?2, no_schedule = ?3, updated = ?4 WHERE id = ?1",
         params![id, name, no_schedule, now_unix()],
     )?;
+    recorded_update(conn, &before)
+}
+
+/// Reads the agent back after an update and records `agents.updated` from `before` to it.
+fn recorded_update(conn: &Tx, before: &AgentRow) -> StoreResult<AgentRow> {
+    let id = before.agent.id;
     let after = by_id(conn, id)?;
     events::append_update(
         conn,
@@ -289,16 +295,7 @@ pub fn report(
         "UPDATE agents SET platform = ?2, backend = ?3, capacity = ?4, version = ?5, updated = ?6 WHERE id = ?1",
         params![id, platform, backend, capacity, version, now_unix()],
     )?;
-    let after = by_id(conn, id)?;
-    events::append_update(
-        conn,
-        RECORD_TYPE,
-        id,
-        &before.agent,
-        &after.agent,
-        owner(&after.agent),
-    )?;
-    Ok(())
+    recorded_update(conn, &before).map(drop)
 }
 
 /// Deletes an agent. Records `agents.deleted`.
