@@ -1,13 +1,18 @@
 //! Woodlark: one server, three HTTP interfaces, WebAssembly plugins.
 //!
 //! Layout (read ARCHITECTURE.md at the repository root for the invariants):
-//! - [`cli`]: the `woodlark` command line (`serve`, `user add`).
+//! - [`cli`]: the `woodlark` command line (`serve`, `agent`, `user …`, `plugin run-hook`).
 //! - [`config`]: `config.toml` → validated [`config::Config`].
-//! - [`app`]: builds the state, the route table and serves.
+//! - [`app`]: builds the state, the route table and the background jobs, and serves.
+//! - [`state`]: `AppState`/`Ctx`, what every handler receives.
 //! - [`http`]: crate `woodlark-http`, the only one that knows hyper: server, router,
 //!   request/response, errors, outbound client.
-//! - [`ci`]: the CI service layer (queue, pipeline lifecycle, embedded agent), no HTTP.
-//! - [`modules`]: one folder per interface (`ci`, …), each registering routes under its mount.
+//! - [`ci`]: the CI service layer (every CI state change, the queue, the embedded agent), no
+//!   HTTP.
+//! - [`participation`]: the participation service (installed keys, key material), no HTTP.
+//! - [`retention`]: the jobs that delete aged events and log lines.
+//! - [`modules`]: one folder per interface (`ci`, …): HTTP handlers only, registering routes
+//!   under its mount; they call the services for every change.
 //! - [`pipeline`]: crate `woodlark-pipeline`, configs → compiled workflows (no I/O).
 //! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
 //! - [`profiler`]: the process-wide CPU sampler behind `/debug/settings/pprof`.

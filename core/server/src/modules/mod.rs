@@ -2,8 +2,9 @@
 //!
 //! A [`Module`] adds its routes under the mount prefix its config section names (`[ci] mount`,
 //! …) and decides how its errors look. Handlers are plain `async fn(Ctx, Request) ->
-//! Result<Response, ApiError>`; they authenticate explicitly (see `ci::access`) and reach the
-//! database only through `crate::store`.
+//! Result<Response, ApiError>`: they parse the request, authorise the caller (see
+//! `ci::access`), call one service (`crate::ci`, `crate::participation`) for any change, and
+//! render the result. They read through `crate::store` but never write (`layering` checks).
 
 pub mod ci;
 pub mod events;
