@@ -1,6 +1,7 @@
-//! `flood`: the real `woodlark` binary on `config.toml` (started as in [`crate::rss`]) gets
-//! up to 20,000 connections from 127.0.0.1 at once (fewer when this process's open-file limit
-//! is lower), half of them idle and half sending `GET /version`, held for 5 s and closed.
+//! `flood`: the real `woodlark` binary on `config.toml` (started by [`crate::server::Binary`],
+//! as in `rss`) gets up to 20,000 connections from 127.0.0.1 at once (fewer when this
+//! process's open-file limit is lower), half of them idle and half sending `GET /version`,
+//! held for 5 s and closed.
 //!
 //! Reported: how many were served, held, refused with a 503 (`server.max_connections`) or
 //! failed; the server's connection metrics after; its RSS before, at the peak, and every 5 s
@@ -17,9 +18,9 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::procfs::rss_kib;
-use crate::report::table;
-use crate::server::{Api, start_woodlark};
+use crate::procfs::{open_file_limit, rss_kib};
+use crate::report::{mb, table};
+use crate::server::{Api, Binary};
 
 /// Connections the `flood` scenario opens (fewer when this process's open-file limit is lower).
 const FLOOD_CONNECTIONS: usize = 20_000;
@@ -72,31 +73,14 @@ fn flood_outcome(stream: &TcpStream) -> FloodOutcome {
 }
 
 pub async fn run() {
-    let client_fds = {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit fills the struct it is given.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        lim.rlim_cur as usize
-    };
+    let client_fds = open_file_limit().map_or(0, |lim| lim.rlim_cur as usize);
     let n = FLOOD_CONNECTIONS.min(client_fds.saturating_sub(512));
     println!(
         "\n# flood: {n} connections to the woodlark binary on config.toml (half idle, half GET /version), held 5 s, closed"
     );
-    let data = tempfile::tempdir().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let env = [
-        ("WOODLARK_DATA_DIR", data.path().display().to_string()),
-        ("WOODLARK_LISTEN", format!("127.0.0.1:{port}")),
-        ("WOODLARK_LOG_LEVEL", "warn".to_string()),
-    ];
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut child = start_woodlark(&env, addr).await;
+    let woodlark = Binary::new();
+    let addr = woodlark.addr;
+    let mut child = woodlark.serve().await;
     let pid = child.id();
     let before = rss_kib(pid);
 
@@ -181,7 +165,6 @@ pub async fn run() {
         metric("woodlark_http_connections_refused_total"),
         metric("woodlark_http_connections_open"),
     );
-    let mb = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
     let mut rows = vec![
         vec![
             "before the flood (idle)".to_string(),

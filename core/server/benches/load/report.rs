@@ -70,6 +70,11 @@ pub fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// KiB as MB with one decimal (the memory tables of `rss` and `flood`).
+pub fn mb(kib: u64) -> String {
+    format!("{:.1}", kib as f64 / 1024.0)
+}
+
 /// Prints an aligned table.
 pub fn table(title: &str, header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();

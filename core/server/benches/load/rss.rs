@@ -10,8 +10,6 @@
 //! re-executed as `__rss_baseline`): its idle RSS, wake-ups and CPU. The memory numbers also
 //! stand on their own (issue 17's goals: idle < 40 MB, growth ≤ 10 MB).
 
-use std::net::SocketAddr;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,8 +18,8 @@ use tokio::sync::broadcast;
 use crate::baseline::baseline_server;
 use crate::client::load;
 use crate::procfs::{idle_activity, rss_kib};
-use crate::report::table;
-use crate::server::start_woodlark;
+use crate::report::{mb, table};
+use crate::server::Binary;
 
 /// How long the `rss` scenario watches each idle process.
 pub const IDLE_SPAN: Duration = Duration::from_secs(20);
@@ -40,22 +38,9 @@ pub async fn baseline_child() {
 pub async fn run() {
     const REQUESTS: usize = 10_000;
     println!("\n# rss: the woodlark binary on config.toml, idle and after {REQUESTS} requests");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let bin = env!("CARGO_BIN_EXE_woodlark");
-    let data = tempfile::tempdir().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let env = [
-        ("WOODLARK_DATA_DIR", data.path().display().to_string()),
-        ("WOODLARK_LISTEN", format!("127.0.0.1:{port}")),
-        ("WOODLARK_LOG_LEVEL", "warn".to_string()),
-    ];
-    let add = Command::new(bin)
-        .current_dir(&root)
-        .args(["user", "add", "bench", "--admin", "--config", "config.toml"])
-        .envs(env.iter().cloned())
+    let woodlark = Binary::new();
+    let add = woodlark
+        .command(&["user", "add", "bench", "--admin", "--config", "config.toml"])
         .output()
         .expect("woodlark user add");
     assert!(
@@ -64,8 +49,8 @@ pub async fn run() {
         String::from_utf8_lossy(&add.stderr)
     );
     let token = String::from_utf8_lossy(&add.stdout).trim().to_string();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let serve = || start_woodlark(&env, addr);
+    let addr = woodlark.addr;
+    let serve = || woodlark.serve();
     // First start: every plugin is compiled (and written to the compiled-code cache).
     let mut child = serve().await;
     let cold = rss_kib(child.id());
@@ -111,7 +96,6 @@ pub async fn run() {
                 fields.next()?.parse::<f64>().ok()?,
             ))
         });
-    let mb = |kib: u64| format!("{:.1}", kib as f64 / 1024.0);
     let mut rows = vec![
         vec![
             "woodlark idle, first start (compiles the plugins)".to_string(),

@@ -5,8 +5,8 @@
 //! data dir, default storage settings (`synchronous = FULL`: every acknowledged write is
 //! fsynced). It creates users through the store (as `woodlark user add` does), the `git`
 //! forge, and bare repositories activated over the HTTP API; [`Api`] is the client the
-//! scenarios drive it with. [`start_woodlark`] starts the real binary instead, for the
-//! scenarios that measure the process (`rss`, `flood`).
+//! scenarios drive it with. [`Binary`] runs the real binary instead, for the scenarios
+//! that measure the process (`rss`, `flood`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -298,25 +298,63 @@ pub async fn statuses(server: &Server, repo: i64) -> (i64, i64) {
         .unwrap()
 }
 
-/// Starts `woodlark serve` on the repository's `config.toml` with `env`, waits until `addr`
-/// answers and the server has settled (plugins loaded, runner registered).
-pub async fn start_woodlark(env: &[(&str, String)], addr: SocketAddr) -> std::process::Child {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let child = Command::new(env!("CARGO_BIN_EXE_woodlark"))
-        .current_dir(&root)
-        .args(["serve", "--config", "config.toml"])
-        .envs(env.iter().cloned())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("woodlark serve");
-    let up = Instant::now();
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(
-            up.elapsed() < Duration::from_secs(60),
-            "server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// The real `woodlark` binary on the repository's `config.toml` (the first-party plugins
+/// loaded from `plugins/dist`, the runner on), with a temporary data dir and a 127.0.0.1 port
+/// of its own, logging at `warn`: what `rss` and `flood` measure as a process.
+pub struct Binary {
+    pub addr: SocketAddr,
+    env: [(&'static str, String); 3],
+    /// Removed when the scenario is done with the binary.
+    _data: tempfile::TempDir,
+}
+
+impl Binary {
+    pub fn new() -> Binary {
+        let data = tempfile::tempdir().unwrap();
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let env = [
+            ("WOODLARK_DATA_DIR", data.path().display().to_string()),
+            ("WOODLARK_LISTEN", format!("127.0.0.1:{port}")),
+            ("WOODLARK_LOG_LEVEL", "warn".to_string()),
+        ];
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        Binary {
+            addr,
+            env,
+            _data: data,
+        }
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    child
+
+    /// `woodlark <args>` in the repository's root, on this data dir and port.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_woodlark"));
+        command
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+            .args(args)
+            .envs(self.env.iter().cloned());
+        command
+    }
+
+    /// Starts `woodlark serve` on `config.toml`, waits until it answers and has settled
+    /// (plugins loaded, runner registered).
+    pub async fn serve(&self) -> std::process::Child {
+        let child = self
+            .command(&["serve", "--config", "config.toml"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("woodlark serve");
+        let up = Instant::now();
+        while tokio::net::TcpStream::connect(self.addr).await.is_err() {
+            assert!(
+                up.elapsed() < Duration::from_secs(60),
+                "server did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        child
+    }
 }
