@@ -34,20 +34,10 @@ pub async fn run() {
     let admin = server.user("root", true).await;
     let alice = server.user("alice", false).await;
     let (plain, _) = server
-        .git_repo(
-            &admin,
-            &alice,
-            "alice/plain",
-            &[(".woodpecker.yaml", &config)],
-        )
+        .pipeline_repo(&admin, &alice, "alice/plain", &config)
         .await;
     let (cloned, _) = server
-        .git_repo(
-            &admin,
-            &alice,
-            "alice/cloned",
-            &[(".woodpecker.yaml", &with_clone)],
-        )
+        .pipeline_repo(&admin, &alice, "alice/cloned", &with_clone)
         .await;
     let one_by_one = |repo: i64| {
         let (api, alice) = (server.api.clone(), alice.clone());
@@ -55,24 +45,9 @@ pub async fn run() {
             let mut times = Vec::with_capacity(N);
             for number in 1..=N as i64 {
                 let t = Instant::now();
-                api.expect(
-                    "POST",
-                    &format!("/api/repos/{repo}/pipelines"),
-                    Some(&alice),
-                    Some(r#"{"branch":"main"}"#),
-                    200,
-                )
-                .await;
+                api.run_pipeline(repo, &alice).await;
                 loop {
-                    let p = api
-                        .expect(
-                            "GET",
-                            &format!("/api/repos/{repo}/pipelines/{number}"),
-                            Some(&alice),
-                            None,
-                            200,
-                        )
-                        .await;
+                    let p = api.pipeline(repo, number, &alice).await;
                     match p["status"].as_str() {
                         Some("success") => break,
                         Some("failure" | "error" | "killed") => panic!("pipeline failed: {p:#}"),

@@ -37,7 +37,7 @@ use crate::baseline::{bare_sqlite, baseline_server, serve_http1};
 use crate::client::open_loop;
 use crate::procfs::{children_cpu_time, cpu_time, thread_cpu_times};
 use crate::report::{ms, pct, ratio, table};
-use crate::server::{Api, ECHO, Server, git};
+use crate::server::{Api, ECHO, Server, post_receive_hook};
 
 /// Length of one target's turn in the hooks scenario.
 const HOOKS_SLICE_SECS: u64 = 5;
@@ -162,7 +162,7 @@ pub async fn run() {
     let admin = server.user("root", true).await;
     let alice = server.user("alice", false).await;
     let (_, bare) = server
-        .git_repo(&admin, &alice, "alice/hook", &[(".woodpecker.yaml", ECHO)])
+        .pipeline_repo(&admin, &alice, "alice/hook", ECHO)
         .await;
     let github = server
         .api
@@ -214,19 +214,7 @@ pub async fn run() {
             }
         }
     };
-    let script = std::fs::read_to_string(bare.join("hooks/post-receive")).unwrap();
-    let url = script
-        .lines()
-        .find_map(|l| l.strip_prefix("url='"))
-        .and_then(|l| l.strip_suffix('\''))
-        .expect("hook url")
-        .to_string();
-    let path = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
-        .expect("hook path");
-    let sha = git(&bare, &["rev-parse", "main"]).trim().to_string();
-    let body = format!("{} {sha} refs/heads/main\n", "0".repeat(40));
+    let (path, body) = post_receive_hook(&bare);
 
     let run = |api: Api, path: String| {
         let (api, path, body) = (Arc::new(api), Arc::new(path), Arc::new(body.clone()));

@@ -40,7 +40,7 @@ pub async fn run() {
     // A repository of the bench user with five (pending) pipelines of one step each.
     let config = "steps:\n  build:\n    image: sh\n    commands: [echo hello]\n";
     let (repo, _) = server
-        .git_repo(&admin, &token, "bench/app", &[(".woodpecker.yaml", config)])
+        .pipeline_repo(&admin, &token, "bench/app", config)
         .await;
     for _ in 0..5 {
         server

@@ -27,37 +27,14 @@ pub async fn run() {
         "skip_clone: true\nsteps:\n  - name: lines\n    image: sh\n    commands: [\"seq 1 {LINES}\"]\n"
     );
     let (repo, _) = server
-        .git_repo(
-            &admin,
-            &alice,
-            "alice/logs",
-            &[(".woodpecker.yaml", &config)],
-        )
+        .pipeline_repo(&admin, &alice, "alice/logs", &config)
         .await;
 
     let t0 = Instant::now();
-    let created = server
-        .api
-        .expect(
-            "POST",
-            &format!("/api/repos/{repo}/pipelines"),
-            Some(&alice),
-            Some(r#"{"branch":"main"}"#),
-            200,
-        )
-        .await;
+    let created = server.api.run_pipeline(repo, &alice).await;
     let number = created["number"].as_i64().unwrap();
     let step_id = loop {
-        let p = server
-            .api
-            .expect(
-                "GET",
-                &format!("/api/repos/{repo}/pipelines/{number}"),
-                Some(&alice),
-                None,
-                200,
-            )
-            .await;
+        let p = server.api.pipeline(repo, number, &alice).await;
         let id = p["workflows"].as_array().and_then(|w| {
             w.iter()
                 .flat_map(|w| w["children"].as_array().cloned().unwrap_or_default())

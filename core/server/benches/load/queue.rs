@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 
 use crate::report::{ratio, table};
-use crate::server::{Api, ECHO, Server, git, statuses};
+use crate::server::{Api, ECHO, Server, git, post_receive_hook, statuses};
 
 const ECHO_NO_CLONE: &str =
     "skip_clone: true\nsteps:\n  - name: echo\n    image: sh\n    commands: [\"echo hello\"]\n";
@@ -122,49 +122,26 @@ pub async fn run() {
     let admin = server.user("root", true).await;
     let alice = server.user("alice", false).await;
     let (with_clone, bare) = server
-        .git_repo(&admin, &alice, "alice/clone", &[(".woodpecker.yaml", ECHO)])
+        .pipeline_repo(&admin, &alice, "alice/clone", ECHO)
         .await;
     let (hooked, hooked_bare) = server
-        .git_repo(&admin, &alice, "alice/hook", &[(".woodpecker.yaml", ECHO)])
+        .pipeline_repo(&admin, &alice, "alice/hook", ECHO)
         .await;
     let (no_clone, _) = server
-        .git_repo(
-            &admin,
-            &alice,
-            "alice/noclone",
-            &[(".woodpecker.yaml", ECHO_NO_CLONE)],
-        )
+        .pipeline_repo(&admin, &alice, "alice/noclone", ECHO_NO_CLONE)
         .await;
     let sha = git(&bare, &["rev-parse", "main"]).trim().to_string();
 
     // The hook URL the post-receive script posts to (the repository's own hook token).
-    let script = std::fs::read_to_string(hooked_bare.join("hooks/post-receive")).unwrap();
-    let url = script
-        .lines()
-        .find_map(|l| l.strip_prefix("url='"))
-        .and_then(|l| l.strip_suffix('\''))
-        .expect("hook url")
-        .to_string();
-    let hook_path = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
-        .expect("hook path");
-    let hook_sha = git(&hooked_bare, &["rev-parse", "main"]).trim().to_string();
-    let hook_body = format!("{} {hook_sha} refs/heads/main\n", "0".repeat(40));
+    let (hook_path, hook_body) = post_receive_hook(&hooked_bare);
 
-    let manual = |api: &Api, repo: i64| {
-        let (api, alice) = (api.clone(), alice.clone());
+    // A trigger for `queue_run`: a manual run of `repo` by the user behind `token`.
+    let manual = |api: &Api, repo: i64, token: &str| {
+        let (api, token) = (api.clone(), token.to_string());
         move || {
-            let (api, alice) = (api.clone(), alice.clone());
+            let (api, token) = (api.clone(), token.clone());
             async move {
-                api.expect(
-                    "POST",
-                    &format!("/api/repos/{repo}/pipelines"),
-                    Some(&alice),
-                    Some(r#"{"branch":"main"}"#),
-                    200,
-                )
-                .await;
+                api.run_pipeline(repo, &token).await;
             }
         }
     };
@@ -185,12 +162,24 @@ pub async fn run() {
     };
     // Warm-up: one pipeline of each kind (first clone, first process spawns).
     queue_run(&server, hooked, 1, hook.clone()).await;
-    queue_run(&server, with_clone, 1, manual(&server.api, with_clone)).await;
-    queue_run(&server, no_clone, 1, manual(&server.api, no_clone)).await;
+    queue_run(
+        &server,
+        with_clone,
+        1,
+        manual(&server.api, with_clone, &alice),
+    )
+    .await;
+    queue_run(&server, no_clone, 1, manual(&server.api, no_clone, &alice)).await;
 
     let hook_run = queue_run(&server, hooked, N, hook).await;
-    let clone_run = queue_run(&server, with_clone, N, manual(&server.api, with_clone)).await;
-    let bare_run = queue_run(&server, no_clone, N, manual(&server.api, no_clone)).await;
+    let clone_run = queue_run(
+        &server,
+        with_clone,
+        N,
+        manual(&server.api, with_clone, &alice),
+    )
+    .await;
+    let bare_run = queue_run(&server, no_clone, N, manual(&server.api, no_clone, &alice)).await;
     // Baselines while the server's data dir (and so the bare repository) still exists.
     let base_clone = baseline_jobs(N, Some((bare.clone(), sha))).await;
     let base_echo = baseline_jobs(N, None).await;
@@ -201,31 +190,22 @@ pub async fn run() {
     let admin = normal.user("root", true).await;
     let alice = normal.user("alice", false).await;
     let (normal_repo, _) = normal
-        .git_repo(
-            &admin,
-            &alice,
-            "alice/noclone",
-            &[(".woodpecker.yaml", ECHO_NO_CLONE)],
-        )
+        .pipeline_repo(&admin, &alice, "alice/noclone", ECHO_NO_CLONE)
         .await;
-    let manual_normal = {
-        let (api, alice) = (normal.api.clone(), alice.clone());
-        move || {
-            let (api, alice) = (api.clone(), alice.clone());
-            async move {
-                api.expect(
-                    "POST",
-                    &format!("/api/repos/{normal_repo}/pipelines"),
-                    Some(&alice),
-                    Some(r#"{"branch":"main"}"#),
-                    200,
-                )
-                .await;
-            }
-        }
-    };
-    queue_run(&normal, normal_repo, 1, manual_normal.clone()).await;
-    let normal_run = queue_run(&normal, normal_repo, N, manual_normal).await;
+    queue_run(
+        &normal,
+        normal_repo,
+        1,
+        manual(&normal.api, normal_repo, &alice),
+    )
+    .await;
+    let normal_run = queue_run(
+        &normal,
+        normal_repo,
+        N,
+        manual(&normal.api, normal_repo, &alice),
+    )
+    .await;
     normal.stop().await;
 
     let per_s = |n: usize, d: Duration| n as f64 / d.as_secs_f64();

@@ -106,6 +106,30 @@ impl Api {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null)
         }
     }
+
+    /// A manual run of `repo`'s `main` by the user behind `token`; returns the new pipeline.
+    pub async fn run_pipeline(&self, repo: i64, token: &str) -> Value {
+        self.expect(
+            "POST",
+            &format!("/api/repos/{repo}/pipelines"),
+            Some(token),
+            Some(r#"{"branch":"main"}"#),
+            200,
+        )
+        .await
+    }
+
+    /// Pipeline `number` of `repo`, with its workflows and steps.
+    pub async fn pipeline(&self, repo: i64, number: i64, token: &str) -> Value {
+        self.expect(
+            "GET",
+            &format!("/api/repos/{repo}/pipelines/{number}"),
+            Some(token),
+            None,
+            200,
+        )
+        .await
+    }
 }
 
 pub struct Server {
@@ -250,6 +274,18 @@ impl Server {
         (repo["id"].as_i64().unwrap(), bare)
     }
 
+    /// A [`git_repo`](Self::git_repo) whose commit holds `config` as `.woodpecker.yaml`.
+    pub async fn pipeline_repo(
+        &self,
+        admin: &str,
+        token: &str,
+        remote_id: &str,
+        config: &str,
+    ) -> (i64, PathBuf) {
+        self.git_repo(admin, token, remote_id, &[(".woodpecker.yaml", config)])
+            .await
+    }
+
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -278,6 +314,26 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What the git forge's post-receive hook in bare repository `bare` posts for a push of
+/// `main`: the path of its URL (which holds the repository's own hook token) and the body
+/// (`<old> <new> <ref>`, a new branch).
+pub fn post_receive_hook(bare: &Path) -> (String, String) {
+    let script = std::fs::read_to_string(bare.join("hooks/post-receive")).unwrap();
+    let url = script
+        .lines()
+        .find_map(|l| l.strip_prefix("url='"))
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("hook url")
+        .to_string();
+    let path = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
+        .expect("hook path");
+    let sha = git(bare, &["rev-parse", "main"]).trim().to_string();
+    let body = format!("{} {sha} refs/heads/main\n", "0".repeat(40));
+    (path, body)
 }
 
 /// Pipelines of a repository by status.

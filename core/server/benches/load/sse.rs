@@ -123,9 +123,7 @@ pub async fn child(kind: &str) {
             let s = Server::start(false).await;
             let admin = s.user("root", true).await;
             let alice = s.user("alice", false).await;
-            let (repo, _) = s
-                .git_repo(&admin, &alice, "alice/app", &[(".woodpecker.yaml", ECHO)])
-                .await;
+            let (repo, _) = s.pipeline_repo(&admin, &alice, "alice/app", ECHO).await;
             let (api, tok) = (s.api.clone(), alice.clone());
             let last = Arc::new(Mutex::new(0i64));
             // Even waves create a pipeline (pending: the runner is off), odd waves cancel it.
@@ -133,15 +131,7 @@ pub async fn child(kind: &str) {
                 let (api, tok, last) = (api.clone(), tok.clone(), last.clone());
                 Box::pin(async move {
                     if wave % 2 == 0 {
-                        let p = api
-                            .expect(
-                                "POST",
-                                &format!("/api/repos/{repo}/pipelines"),
-                                Some(&tok),
-                                Some(r#"{"branch":"main"}"#),
-                                200,
-                            )
-                            .await;
+                        let p = api.run_pipeline(repo, &tok).await;
                         *last.lock().unwrap() = p["number"].as_i64().unwrap();
                     } else {
                         let n = *last.lock().unwrap();
