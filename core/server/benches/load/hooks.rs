@@ -32,6 +32,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
+// The bench's one use of the git object code: lower-case hex of the push's HMAC.
+use woodlark::ci::forge::git_objects::hex;
 
 use crate::baseline::{bare_sqlite, baseline_server, serve_http1};
 use crate::client::open_loop;
@@ -132,8 +134,8 @@ fn signed_github_push(secret: &str) -> (String, String) {
     let body = payload.to_string();
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(body.as_bytes());
-    let hex = woodlark::ci::forge::git_objects::hex(&mac.finalize().into_bytes());
-    (body, format!("sha256={hex}"))
+    let signature = hex(&mac.finalize().into_bytes());
+    (body, format!("sha256={signature}"))
 }
 
 pub async fn run() {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 
 use crate::report::{ratio, table};
-use crate::server::{Api, ECHO, Server, git, post_receive_hook, statuses};
+use crate::server::{ECHO, Server, git, post_receive_hook, statuses};
 
 const ECHO_NO_CLONE: &str =
     "skip_clone: true\nsteps:\n  - name: echo\n    image: sh\n    commands: [\"echo hello\"]\n";
@@ -66,6 +66,18 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// [`queue_run`] with manual runs of `repo` by the user behind `token` as the trigger.
+async fn manual_runs(server: &Server, repo: i64, n: usize, token: &str) -> QueueRun {
+    let (api, token) = (server.api.clone(), token.to_string());
+    let trigger = move || {
+        let (api, token) = (api.clone(), token.clone());
+        async move {
+            api.run_pipeline(repo, &token).await;
+        }
+    };
+    queue_run(server, repo, n, trigger).await
 }
 
 /// The same processes the runner starts, run directly, two at a time.
@@ -135,16 +147,6 @@ pub async fn run() {
     // The hook URL the post-receive script posts to (the repository's own hook token).
     let (hook_path, hook_body) = post_receive_hook(&hooked_bare);
 
-    // A trigger for `queue_run`: a manual run of `repo` by the user behind `token`.
-    let manual = |api: &Api, repo: i64, token: &str| {
-        let (api, token) = (api.clone(), token.to_string());
-        move || {
-            let (api, token) = (api.clone(), token.clone());
-            async move {
-                api.run_pipeline(repo, &token).await;
-            }
-        }
-    };
     let hook = {
         let (api, path, body) = (server.api.clone(), hook_path.clone(), hook_body.clone());
         move || {
@@ -162,24 +164,12 @@ pub async fn run() {
     };
     // Warm-up: one pipeline of each kind (first clone, first process spawns).
     queue_run(&server, hooked, 1, hook.clone()).await;
-    queue_run(
-        &server,
-        with_clone,
-        1,
-        manual(&server.api, with_clone, &alice),
-    )
-    .await;
-    queue_run(&server, no_clone, 1, manual(&server.api, no_clone, &alice)).await;
+    manual_runs(&server, with_clone, 1, &alice).await;
+    manual_runs(&server, no_clone, 1, &alice).await;
 
     let hook_run = queue_run(&server, hooked, N, hook).await;
-    let clone_run = queue_run(
-        &server,
-        with_clone,
-        N,
-        manual(&server.api, with_clone, &alice),
-    )
-    .await;
-    let bare_run = queue_run(&server, no_clone, N, manual(&server.api, no_clone, &alice)).await;
+    let clone_run = manual_runs(&server, with_clone, N, &alice).await;
+    let bare_run = manual_runs(&server, no_clone, N, &alice).await;
     // Baselines while the server's data dir (and so the bare repository) still exists.
     let base_clone = baseline_jobs(N, Some((bare.clone(), sha))).await;
     let base_echo = baseline_jobs(N, None).await;
@@ -192,20 +182,8 @@ pub async fn run() {
     let (normal_repo, _) = normal
         .pipeline_repo(&admin, &alice, "alice/noclone", ECHO_NO_CLONE)
         .await;
-    queue_run(
-        &normal,
-        normal_repo,
-        1,
-        manual(&normal.api, normal_repo, &alice),
-    )
-    .await;
-    let normal_run = queue_run(
-        &normal,
-        normal_repo,
-        N,
-        manual(&normal.api, normal_repo, &alice),
-    )
-    .await;
+    manual_runs(&normal, normal_repo, 1, &alice).await;
+    let normal_run = manual_runs(&normal, normal_repo, N, &alice).await;
     normal.stop().await;
 
     let per_s = |n: usize, d: Duration| n as f64 / d.as_secs_f64();
