@@ -11,11 +11,14 @@
 //! [`verify_hmac`] and [`verify_token`] ask the host to compare. The forge-API calls are
 //! different by nature: they carry the forge's API token ([`ApiContext`]), and `create_hook`
 //! receives the webhook secret it must register with the forge ([`HookApi::replace`] does the
-//! list-delete-create dance).
+//! list-delete-create dance). The requests the API functions share are [`ApiClient`]'s.
+
+mod rest;
 
 use crate::forge_bindings::exports::woodlark::forge::forge as wit;
 pub use crate::forge_bindings::woodlark::host::signing::Algorithm;
 pub use crate::{Header, PluginError, denied, header, invalid, unavailable};
+pub use rest::{ApiClient, Listing, StatusFormat, contents_url, no_repo};
 pub use wit::{
     ApiContext, CommitInfo, CommitStatus, Event, HookBuild, HookRequest, Outcome, Pipeline,
     ReleaseInfo, Repo, StatusState,
