@@ -63,16 +63,10 @@ impl ForgeAdapter for BitbucketDc {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        let key = header(&req.headers, "x-event-key")
-            .ok_or_else(|| invalid("missing X-Event-Key header"))?
-            .to_string();
-        let verified = verify_hmac(
-            Algorithm::HmacSha256,
-            header(&req.headers, "x-hub-signature"),
-            &req.body,
-        )?;
+        let key = required_header(&req.headers, "X-Event-Key")?;
+        let verified = verify_hmac_sha256(&req, "x-hub-signature")?;
         let v = json_payload(&req)?;
-        let (parsed, repo) = match key.as_str() {
+        let (parsed, repo) = match key {
             "repo:refs_changed" => (push(&v), &v["repository"]),
             k if EVENTS.contains(&k) => (
                 pull_request(k, &v),

@@ -51,21 +51,15 @@ impl ForgeAdapter for Bitbucket {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        let key = header(&req.headers, "x-event-key")
-            .ok_or_else(|| invalid("missing X-Event-Key header"))?
-            .to_string();
-        let verified = verify_hmac(
-            Algorithm::HmacSha256,
-            header(&req.headers, "x-hub-signature"),
-            &req.body,
-        )?;
+        let key = required_header(&req.headers, "X-Event-Key")?;
+        let verified = verify_hmac_sha256(&req, "x-hub-signature")?;
         let v = json_payload(&req)?;
-        let parsed = match key.as_str() {
+        let parsed = match key {
             "repo:push" => push(&v),
             "pullrequest:created"
             | "pullrequest:updated"
             | "pullrequest:fulfilled"
-            | "pullrequest:rejected" => pull_request(&key, &v),
+            | "pullrequest:rejected" => pull_request(key, &v),
             other => Err(format!("event {other:?} is not handled")),
         };
         Ok(match parsed {

@@ -42,15 +42,9 @@ impl ForgeAdapter for GitHub {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        let event = header(&req.headers, "x-github-event")
-            .ok_or_else(|| invalid("missing X-GitHub-Event header"))?
-            .to_string();
-        let verified = verify_hmac(
-            Algorithm::HmacSha256,
-            header(&req.headers, "x-hub-signature-256"),
-            &req.body,
-        )?;
-        Ok(match github_hooks::parse_payload(&event, &req)? {
+        let event = required_header(&req.headers, "X-GitHub-Event")?;
+        let verified = verify_hmac_sha256(&req, "x-hub-signature-256")?;
+        Ok(match github_hooks::parse_payload(event, &req)? {
             Outcome::Build(mut b) => {
                 b.signature_verified = verified;
                 Outcome::Build(b)

@@ -51,9 +51,7 @@ impl ForgeAdapter for GitLab {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        if header(&req.headers, "x-gitlab-event").is_none() {
-            return Err(invalid("missing X-Gitlab-Event header"));
-        }
+        required_header(&req.headers, "X-Gitlab-Event")?;
         let verified = verify_token(header(&req.headers, "x-gitlab-token"))?;
         let v = json_payload(&req)?;
         let kind = str_at(&v, "/object_kind");

@@ -289,6 +289,18 @@ pub fn verify_hmac(
     }
 }
 
+/// [`verify_hmac`] of an HMAC-SHA256 over the request's body, signed in header `name` (GitHub's
+/// `X-Hub-Signature-256`, Bitbucket's `X-Hub-Signature`).
+pub fn verify_hmac_sha256(req: &HookRequest, name: &str) -> Result<bool, PluginError> {
+    verify_hmac(Algorithm::HmacSha256, header(&req.headers, name), &req.body)
+}
+
+/// The value of header `name`, which a hook of this forge always carries (its event header):
+/// `InvalidInput` "missing `name` header" without it.
+pub fn required_header<'a>(headers: &'a [Header], name: &str) -> Result<&'a str, PluginError> {
+    header(headers, name).ok_or_else(|| invalid(format!("missing {name} header")))
+}
+
 /// Verifies a shared-token header such as `X-Gitlab-Token`; same rules as [`verify_hmac`].
 pub fn verify_token(token: Option<&str>) -> Result<bool, PluginError> {
     let Some(secret) = hook_secret() else {
