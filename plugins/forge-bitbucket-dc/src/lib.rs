@@ -39,6 +39,20 @@ const EVENTS: [&str; 7] = [
     "pr:deleted",
 ];
 
+/// Build statuses (`rest/build-status/1.0`): Cloud's, without a "stopped" state.
+const STATUS: StatusFormat = StatusFormat {
+    killed: "FAILED",
+    ..StatusFormat::BITBUCKET
+};
+
+/// A `browse` folder listing: `children.values` whose files are `FILE`s, each named relative
+/// to the folder.
+const BROWSE: Listing = Listing {
+    items: "/children/values",
+    file_type: "FILE",
+    path: "/path/toString",
+};
+
 struct BitbucketDc;
 
 woodlark_plugin_sdk::forge_adapter!(BitbucketDc);
@@ -49,16 +63,10 @@ impl ForgeAdapter for BitbucketDc {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        let key = header(&req.headers, "x-event-key")
-            .ok_or_else(|| invalid("missing X-Event-Key header"))?
-            .to_string();
-        let verified = verify_hmac(
-            Algorithm::HmacSha256,
-            header(&req.headers, "x-hub-signature"),
-            &req.body,
-        )?;
+        let key = required_header(&req.headers, "X-Event-Key")?;
+        let verified = verify_hmac_sha256(&req, "x-hub-signature")?;
         let v = json_payload(&req)?;
-        let (parsed, repo) = match key.as_str() {
+        let (parsed, repo) = match key {
             "repo:refs_changed" => (push(&v), &v["repository"]),
             k if EVENTS.contains(&k) => (
                 pull_request(k, &v),
@@ -75,13 +83,12 @@ impl ForgeAdapter for BitbucketDc {
 
     fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
         let base = repo_api(&ctx, &full_name)?;
-        let auth = auth_header(&ctx, "Bearer");
-        let v = http::get_json(&base, auth.as_deref())?
-            .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+        let client = ApiClient::bearer(&ctx);
+        let v = client.get_found(&base, || no_repo(&full_name))?;
         let mut repo = repo_of(&v);
         // The default branch is not part of the repository resource. An empty repository
         // has none (404), which is not an error.
-        if let Some(b) = http::get_json(&format!("{base}/default-branch"), auth.as_deref())? {
+        if let Some(b) = client.get(&format!("{base}/default-branch"))? {
             repo.default_branch = str_at(&b, "/displayId");
         }
         Ok(repo)
@@ -99,12 +106,7 @@ impl ForgeAdapter for BitbucketDc {
             http::encode_path(&path),
             http::encode(&commit)
         );
-        http::get_file(
-            &url,
-            Vec::new(),
-            auth_header(&ctx, "Bearer").as_deref(),
-            "Bitbucket raw file API",
-        )
+        ApiClient::bearer(&ctx).raw_file(&url, Vec::new(), "Bitbucket raw file API")
     }
 
     fn dir_at(
@@ -120,21 +122,17 @@ impl ForgeAdapter for BitbucketDc {
             http::encode_path(dir),
             http::encode(&commit)
         );
-        let v =
-            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
-        Ok(array_at(&v, "/children/values")
-            .iter()
-            .filter(|e| e["type"] == "FILE")
-            .map(|e| format!("{dir}/{}", str_at(e, "/path/toString")))
-            .collect())
+        let names = ApiClient::bearer(&ctx).files(&url, &BROWSE)?;
+        // Entries are named relative to the folder.
+        Ok(names.iter().map(|name| format!("{dir}/{name}")).collect())
     }
 
     fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
         let base = repo_api(&ctx, &full_name)?;
-        let auth = auth_header(&ctx, "Bearer");
+        let client = ApiClient::bearer(&ctx);
         paged(20, |page| {
             let url = format!("{base}/branches?limit=500&start={}", (page - 1) * 500);
-            let v = http::get_json(&url, auth.as_deref())?.unwrap_or(Value::Null);
+            let v = client.get_or_null(&url)?;
             let names = array_at(&v, "/values")
                 .iter()
                 .map(|b| str_at(b, "/displayId"))
@@ -150,24 +148,12 @@ impl ForgeAdapter for BitbucketDc {
         status: CommitStatus,
     ) -> Result<(), PluginError> {
         let _ = split_name(&full_name)?;
-        let state = match status.state {
-            StatusState::Pending | StatusState::Running => "INPROGRESS",
-            StatusState::Success => "SUCCESSFUL",
-            StatusState::Failure | StatusState::Error | StatusState::Killed => "FAILED",
-        };
         let url = format!(
             "{}/rest/build-status/1.0/commits/{}",
             web_root(&ctx),
             http::encode(&commit)
         );
-        let body = json!({
-            "state": state,
-            "key": status.context,
-            "name": status.context,
-            "description": status.description,
-            "url": status.target_url,
-        });
-        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+        ApiClient::bearer(&ctx).post_status(&url, &STATUS, status)
     }
 
     /// The newest commit reachable from `refs/heads/<branch>`.
@@ -181,8 +167,7 @@ impl ForgeAdapter for BitbucketDc {
             "{base}/commits?until={}&limit=1",
             http::encode(&format!("refs/heads/{branch}"))
         );
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
-            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        let v = ApiClient::bearer(&ctx).get_found(&url, || no_branch(&full_name, &branch))?;
         let c = array_at(&v, "/values")
             .first()
             .ok_or_else(|| no_branch(&full_name, &branch))?;
@@ -206,14 +191,7 @@ impl ForgeAdapter for BitbucketDc {
         url: String,
         secret: String,
     ) -> Result<(), PluginError> {
-        let body = json!({
-            "name": "woodlark",
-            "url": url,
-            "active": true,
-            "events": EVENTS,
-            "configuration": {"secret": secret},
-        });
-        hooks(&ctx, &full_name)?.replace(&url, Some(&body))
+        hooks(&ctx, &full_name)?.replace(&url, Some(&hook(&url, &secret)))
     }
 
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
@@ -279,6 +257,17 @@ fn hooks(ctx: &ApiContext, full_name: &str) -> Result<HookApi, PluginError> {
     Ok(HookApi::new(list_url, auth_header(ctx, "Bearer"))
         .items_at("/values")
         .url_at("/url"))
+}
+
+/// The webhook `create-hook` registers: every event in [`EVENTS`], signed with `secret`.
+fn hook(url: &str, secret: &str) -> Value {
+    json!({
+        "name": "woodlark",
+        "url": url,
+        "active": true,
+        "events": EVENTS,
+        "configuration": {"secret": secret},
+    })
 }
 
 /// Whether a REST 1.0 page says another one follows.

@@ -23,6 +23,13 @@ use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u6
 use woodlark_plugin_sdk::serde_json::{Value, json};
 use woodlark_plugin_sdk::{config, http};
 
+/// A `src` folder listing: a page of `values` whose files are `commit_file`s.
+const SRC: Listing = Listing {
+    items: "/values",
+    file_type: "commit_file",
+    path: "/path",
+};
+
 struct Bitbucket;
 
 woodlark_plugin_sdk::forge_adapter!(Bitbucket);
@@ -44,21 +51,15 @@ impl ForgeAdapter for Bitbucket {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        let key = header(&req.headers, "x-event-key")
-            .ok_or_else(|| invalid("missing X-Event-Key header"))?
-            .to_string();
-        let verified = verify_hmac(
-            Algorithm::HmacSha256,
-            header(&req.headers, "x-hub-signature"),
-            &req.body,
-        )?;
+        let key = required_header(&req.headers, "X-Event-Key")?;
+        let verified = verify_hmac_sha256(&req, "x-hub-signature")?;
         let v = json_payload(&req)?;
-        let parsed = match key.as_str() {
+        let parsed = match key {
             "repo:push" => push(&v),
             "pullrequest:created"
             | "pullrequest:updated"
             | "pullrequest:fulfilled"
-            | "pullrequest:rejected" => pull_request(&key, &v),
+            | "pullrequest:rejected" => pull_request(key, &v),
             other => Err(format!("event {other:?} is not handled")),
         };
         Ok(match parsed {
@@ -69,8 +70,7 @@ impl ForgeAdapter for Bitbucket {
 
     fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
         let url = format!("{}/repositories/{}", api(), full_name);
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
-            .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+        let v = ApiClient::bearer(&ctx).get_found(&url, || no_repo(&full_name))?;
         Ok(repo_of(&v))
     }
 
@@ -87,12 +87,7 @@ impl ForgeAdapter for Bitbucket {
             commit,
             http::encode_path(&path)
         );
-        http::get_file(
-            &url,
-            Vec::new(),
-            auth_header(&ctx, "Bearer").as_deref(),
-            "Bitbucket src API",
-        )
+        ApiClient::bearer(&ctx).raw_file(&url, Vec::new(), "Bitbucket src API")
     }
 
     fn dir_at(
@@ -108,13 +103,7 @@ impl ForgeAdapter for Bitbucket {
             commit,
             http::encode_path(path.trim_end_matches('/'))
         );
-        let v =
-            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
-        Ok(array_at(&v, "/values")
-            .iter()
-            .filter(|e| e["type"] == "commit_file")
-            .map(|e| str_at(e, "/path"))
-            .collect())
+        ApiClient::bearer(&ctx).files(&url, &SRC)
     }
 
     fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
@@ -123,12 +112,7 @@ impl ForgeAdapter for Bitbucket {
             api(),
             full_name
         );
-        let v =
-            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
-        Ok(array_at(&v, "/values")
-            .iter()
-            .map(|b| str_at(b, "/name"))
-            .collect())
+        ApiClient::bearer(&ctx).names(&url, "/values", "/name")
     }
 
     fn post_status(
@@ -137,26 +121,13 @@ impl ForgeAdapter for Bitbucket {
         commit: String,
         status: CommitStatus,
     ) -> Result<(), PluginError> {
-        let state = match status.state {
-            StatusState::Pending | StatusState::Running => "INPROGRESS",
-            StatusState::Success => "SUCCESSFUL",
-            StatusState::Failure | StatusState::Error => "FAILED",
-            StatusState::Killed => "STOPPED",
-        };
         let url = format!(
             "{}/repositories/{}/commit/{}/statuses/build",
             api(),
             full_name,
             commit
         );
-        let body = json!({
-            "state": state,
-            "key": status.context,
-            "name": status.context,
-            "description": status.description,
-            "url": status.target_url,
-        });
-        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+        ApiClient::bearer(&ctx).post_status(&url, &StatusFormat::BITBUCKET, status)
     }
 
     fn branch_head(
@@ -170,8 +141,7 @@ impl ForgeAdapter for Bitbucket {
             full_name,
             http::encode(&branch)
         );
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
-            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        let v = ApiClient::bearer(&ctx).get_found(&url, || no_branch(&full_name, &branch))?;
         // `author.raw` is "Name <email>".
         let raw = str_at(&v, "/target/author/raw");
         let (name, email) = match raw.split_once(" <") {
@@ -197,20 +167,7 @@ impl ForgeAdapter for Bitbucket {
         url: String,
         secret: String,
     ) -> Result<(), PluginError> {
-        let body = json!({
-            "description": "woodlark",
-            "url": url,
-            "active": true,
-            "secret": secret,
-            "events": [
-                "repo:push",
-                "pullrequest:created",
-                "pullrequest:updated",
-                "pullrequest:fulfilled",
-                "pullrequest:rejected",
-            ],
-        });
-        hooks(&ctx, &full_name).replace(&url, Some(&body))
+        hooks(&ctx, &full_name).replace(&url, Some(&hook(&url, &secret)))
     }
 
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
@@ -252,6 +209,23 @@ fn hooks(ctx: &ApiContext, full_name: &str) -> HookApi {
         .items_at("/values")
         .url_at("/url")
         .id_at("/uuid")
+}
+
+/// The webhook `create-hook` registers: push and pull-request events, signed with `secret`.
+fn hook(url: &str, secret: &str) -> Value {
+    json!({
+        "description": "woodlark",
+        "url": url,
+        "active": true,
+        "secret": secret,
+        "events": [
+            "repo:push",
+            "pullrequest:created",
+            "pullrequest:updated",
+            "pullrequest:fulfilled",
+            "pullrequest:rejected",
+        ],
+    })
 }
 
 fn repo_of(r: &Value) -> Repo {

@@ -25,9 +25,9 @@
 //! the forge's webhook secret, checked again by `parse-hook`).
 
 use woodlark_plugin_sdk::forge::*;
-use woodlark_plugin_sdk::json::{array_at, rfc3339_to_unix, str_at};
-use woodlark_plugin_sdk::serde_json::{Value, json};
-use woodlark_plugin_sdk::{config, http};
+use woodlark_plugin_sdk::json::{rfc3339_to_unix, str_at};
+use woodlark_plugin_sdk::serde_json::json;
+use woodlark_plugin_sdk::{config, headers, http};
 
 struct GitHub;
 
@@ -42,15 +42,9 @@ impl ForgeAdapter for GitHub {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        let event = header(&req.headers, "x-github-event")
-            .ok_or_else(|| invalid("missing X-GitHub-Event header"))?
-            .to_string();
-        let verified = verify_hmac(
-            Algorithm::HmacSha256,
-            header(&req.headers, "x-hub-signature-256"),
-            &req.body,
-        )?;
-        Ok(match github_hooks::parse_payload(&event, &req)? {
+        let event = required_header(&req.headers, "X-GitHub-Event")?;
+        let verified = verify_hmac_sha256(&req, "x-hub-signature-256")?;
+        Ok(match github_hooks::parse_payload(event, &req)? {
             Outcome::Build(mut b) => {
                 b.signature_verified = verified;
                 Outcome::Build(b)
@@ -61,8 +55,7 @@ impl ForgeAdapter for GitHub {
 
     fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
         let url = format!("{}/repos/{}", api_url(&ctx), full_name);
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
-            .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+        let v = ApiClient::bearer(&ctx).get_found(&url, || no_repo(&full_name))?;
         Ok(github_hooks::repo_of(&v))
     }
 
@@ -72,22 +65,9 @@ impl ForgeAdapter for GitHub {
         commit: String,
         path: String,
     ) -> Result<Option<Vec<u8>>, PluginError> {
-        let url = format!(
-            "{}/repos/{}/contents/{}?ref={}",
-            api_url(&ctx),
-            full_name,
-            http::encode_path(&path),
-            http::encode(&commit)
-        );
-        http::get_file(
-            &url,
-            vec![woodlark_plugin_sdk::headers::text(
-                "accept",
-                "application/vnd.github.raw",
-            )],
-            auth_header(&ctx, "Bearer").as_deref(),
-            "GitHub contents API",
-        )
+        let url = contents_url(&api_url(&ctx), &full_name, &path, &commit);
+        let raw = vec![headers::text("accept", "application/vnd.github.raw")];
+        ApiClient::bearer(&ctx).raw_file(&url, raw, "GitHub contents API")
     }
 
     fn dir_at(
@@ -96,14 +76,8 @@ impl ForgeAdapter for GitHub {
         commit: String,
         path: String,
     ) -> Result<Vec<String>, PluginError> {
-        let url = format!(
-            "{}/repos/{}/contents/{}?ref={}",
-            api_url(&ctx),
-            full_name,
-            http::encode_path(&path),
-            http::encode(&commit)
-        );
-        http::get_contents_files(&url, auth_header(&ctx, "Bearer").as_deref())
+        let url = contents_url(&api_url(&ctx), &full_name, &path, &commit);
+        ApiClient::bearer(&ctx).contents_files(&url)
     }
 
     fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
@@ -112,12 +86,7 @@ impl ForgeAdapter for GitHub {
             api_url(&ctx),
             full_name
         );
-        let v =
-            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
-        Ok(array_at(&v, "")
-            .iter()
-            .map(|b| str_at(b, "/name"))
-            .collect())
+        ApiClient::bearer(&ctx).names(&url, "", "/name")
     }
 
     fn post_status(
@@ -126,20 +95,8 @@ impl ForgeAdapter for GitHub {
         commit: String,
         status: CommitStatus,
     ) -> Result<(), PluginError> {
-        let state = match status.state {
-            StatusState::Pending | StatusState::Running => "pending",
-            StatusState::Success => "success",
-            StatusState::Failure => "failure",
-            StatusState::Error | StatusState::Killed => "error",
-        };
         let url = format!("{}/repos/{}/statuses/{}", api_url(&ctx), full_name, commit);
-        let body = json!({
-            "state": state,
-            "context": status.context,
-            "description": status.description,
-            "target_url": status.target_url,
-        });
-        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+        ApiClient::bearer(&ctx).post_status(&url, &StatusFormat::GITHUB, status)
     }
 
     fn branch_head(
@@ -153,8 +110,7 @@ impl ForgeAdapter for GitHub {
             full_name,
             http::encode(&branch)
         );
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
-            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        let v = ApiClient::bearer(&ctx).get_found(&url, || no_branch(&full_name, &branch))?;
         Ok(CommitInfo {
             sha: str_at(&v, "/commit/sha"),
             message: str_at(&v, "/commit/commit/message"),

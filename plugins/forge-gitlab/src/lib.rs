@@ -22,6 +22,25 @@ use woodlark_plugin_sdk::serde_json::{Value, json};
 
 const ZERO_SHA: &str = "0000000000000000000000000000000000000000";
 
+/// Commit statuses: GitLab's state names; the context is the status's `name`.
+const STATUS: StatusFormat = StatusFormat {
+    pending: "pending",
+    running: "running",
+    success: "success",
+    failure: "failed",
+    error: "failed",
+    killed: "canceled",
+    context: &["name"],
+    link: "target_url",
+};
+
+/// A repository tree listing: a bare array whose files are `blob`s.
+const TREE: Listing = Listing {
+    items: "",
+    file_type: "blob",
+    path: "/path",
+};
+
 struct GitLab;
 
 woodlark_plugin_sdk::forge_adapter!(GitLab);
@@ -32,9 +51,7 @@ impl ForgeAdapter for GitLab {
     }
 
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError> {
-        if header(&req.headers, "x-gitlab-event").is_none() {
-            return Err(invalid("missing X-Gitlab-Event header"));
-        }
+        required_header(&req.headers, "X-Gitlab-Event")?;
         let verified = verify_token(header(&req.headers, "x-gitlab-token"))?;
         let v = json_payload(&req)?;
         let kind = str_at(&v, "/object_kind");
@@ -52,8 +69,8 @@ impl ForgeAdapter for GitLab {
 
     fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
         let url = format!("{}/projects/{}", api(&ctx), http::encode(&full_name));
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
-            .ok_or_else(|| invalid(format!("project {full_name} not found")))?;
+        let v = ApiClient::bearer(&ctx)
+            .get_found(&url, || invalid(format!("project {full_name} not found")))?;
         Ok(repo_of(&v))
     }
 
@@ -70,12 +87,7 @@ impl ForgeAdapter for GitLab {
             http::encode(&path),
             http::encode(&commit)
         );
-        http::get_file(
-            &url,
-            Vec::new(),
-            auth_header(&ctx, "Bearer").as_deref(),
-            "GitLab files API",
-        )
+        ApiClient::bearer(&ctx).raw_file(&url, Vec::new(), "GitLab files API")
     }
 
     fn dir_at(
@@ -91,13 +103,7 @@ impl ForgeAdapter for GitLab {
             http::encode(&path),
             http::encode(&commit)
         );
-        let v =
-            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
-        Ok(array_at(&v, "")
-            .iter()
-            .filter(|e| e["type"] == "blob")
-            .map(|e| str_at(e, "/path"))
-            .collect())
+        ApiClient::bearer(&ctx).files(&url, &TREE)
     }
 
     fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
@@ -106,12 +112,7 @@ impl ForgeAdapter for GitLab {
             api(&ctx),
             http::encode(&full_name)
         );
-        let v =
-            http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?.unwrap_or(Value::Null);
-        Ok(array_at(&v, "")
-            .iter()
-            .map(|b| str_at(b, "/name"))
-            .collect())
+        ApiClient::bearer(&ctx).names(&url, "", "/name")
     }
 
     fn post_status(
@@ -120,26 +121,13 @@ impl ForgeAdapter for GitLab {
         commit: String,
         status: CommitStatus,
     ) -> Result<(), PluginError> {
-        let state = match status.state {
-            StatusState::Pending => "pending",
-            StatusState::Running => "running",
-            StatusState::Success => "success",
-            StatusState::Failure | StatusState::Error => "failed",
-            StatusState::Killed => "canceled",
-        };
         let url = format!(
             "{}/projects/{}/statuses/{}",
             api(&ctx),
             http::encode(&full_name),
             commit
         );
-        let body = json!({
-            "state": state,
-            "name": status.context,
-            "description": status.description,
-            "target_url": status.target_url,
-        });
-        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
+        ApiClient::bearer(&ctx).post_status(&url, &STATUS, status)
     }
 
     fn branch_head(
@@ -153,8 +141,7 @@ impl ForgeAdapter for GitLab {
             http::encode(&full_name),
             http::encode(&branch)
         );
-        let v = http::get_json(&url, auth_header(&ctx, "Bearer").as_deref())?
-            .ok_or_else(|| no_branch(&full_name, &branch))?;
+        let v = ApiClient::bearer(&ctx).get_found(&url, || no_branch(&full_name, &branch))?;
         Ok(CommitInfo {
             sha: str_at(&v, "/commit/id"),
             message: str_at(&v, "/commit/message"),

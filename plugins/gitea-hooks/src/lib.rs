@@ -233,8 +233,7 @@ fn api(ctx: &ApiContext) -> String {
 
 pub fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
     let url = format!("{}/repos/{}", api(&ctx), full_name);
-    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?
-        .ok_or_else(|| invalid(format!("repository {full_name} not found")))?;
+    let v = ApiClient::token(&ctx).get_found(&url, || no_repo(&full_name))?;
     Ok(repo_of(&v))
 }
 
@@ -251,12 +250,7 @@ pub fn file_at(
         http::encode_path(&path),
         http::encode(&commit)
     );
-    http::get_file(
-        &url,
-        Vec::new(),
-        auth_header(&ctx, "token").as_deref(),
-        "raw file API",
-    )
+    ApiClient::token(&ctx).raw_file(&url, Vec::new(), "raw file API")
 }
 
 pub fn dir_at(
@@ -265,23 +259,13 @@ pub fn dir_at(
     commit: String,
     path: String,
 ) -> Result<Vec<String>, PluginError> {
-    let url = format!(
-        "{}/repos/{}/contents/{}?ref={}",
-        api(&ctx),
-        full_name,
-        http::encode_path(&path),
-        http::encode(&commit)
-    );
-    http::get_contents_files(&url, auth_header(&ctx, "token").as_deref())
+    let url = contents_url(&api(&ctx), &full_name, &path, &commit);
+    ApiClient::token(&ctx).contents_files(&url)
 }
 
 pub fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
     let url = format!("{}/repos/{}/branches?limit=50", api(&ctx), full_name);
-    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?.unwrap_or(Value::Null);
-    Ok(array_at(&v, "")
-        .iter()
-        .map(|b| str_at(b, "/name"))
-        .collect())
+    ApiClient::token(&ctx).names(&url, "", "/name")
 }
 
 pub fn post_status(
@@ -290,20 +274,8 @@ pub fn post_status(
     commit: String,
     status: CommitStatus,
 ) -> Result<(), PluginError> {
-    let state = match status.state {
-        StatusState::Pending | StatusState::Running => "pending",
-        StatusState::Success => "success",
-        StatusState::Failure => "failure",
-        StatusState::Error | StatusState::Killed => "error",
-    };
     let url = format!("{}/repos/{}/statuses/{}", api(&ctx), full_name, commit);
-    let body = json!({
-        "state": state,
-        "context": status.context,
-        "description": status.description,
-        "target_url": status.target_url,
-    });
-    http::send_json("POST", &url, auth_header(&ctx, "token").as_deref(), &body).map(|_| ())
+    ApiClient::token(&ctx).post_status(&url, &StatusFormat::GITHUB, status)
 }
 
 /// `GET /repos/{o}/{r}/pulls/{n}/files`, 50 a page (Gitea's default maximum).
@@ -344,8 +316,7 @@ pub fn branch_head(
         full_name,
         http::encode(&branch)
     );
-    let v = http::get_json(&url, auth_header(&ctx, "token").as_deref())?
-        .ok_or_else(|| no_branch(&full_name, &branch))?;
+    let v = ApiClient::token(&ctx).get_found(&url, || no_branch(&full_name, &branch))?;
     Ok(CommitInfo {
         sha: str_at(&v, "/commit/id"),
         message: str_at(&v, "/commit/message"),

@@ -11,11 +11,14 @@
 //! [`verify_hmac`] and [`verify_token`] ask the host to compare. The forge-API calls are
 //! different by nature: they carry the forge's API token ([`ApiContext`]), and `create_hook`
 //! receives the webhook secret it must register with the forge ([`HookApi::replace`] does the
-//! list-delete-create dance).
+//! list-delete-create dance). The requests the API functions share are [`ApiClient`]'s.
+
+mod rest;
 
 use crate::forge_bindings::exports::woodlark::forge::forge as wit;
 pub use crate::forge_bindings::woodlark::host::signing::Algorithm;
 pub use crate::{Header, PluginError, denied, header, invalid, unavailable};
+pub use rest::{ApiClient, Listing, StatusFormat, contents_url, no_repo};
 pub use wit::{
     ApiContext, CommitInfo, CommitStatus, Event, HookBuild, HookRequest, Outcome, Pipeline,
     ReleaseInfo, Repo, StatusState,
@@ -284,6 +287,18 @@ pub fn verify_hmac(
     } else {
         Err(denied("signature mismatch"))
     }
+}
+
+/// [`verify_hmac`] of an HMAC-SHA256 over the request's body, signed in header `name` (GitHub's
+/// `X-Hub-Signature-256`, Bitbucket's `X-Hub-Signature`).
+pub fn verify_hmac_sha256(req: &HookRequest, name: &str) -> Result<bool, PluginError> {
+    verify_hmac(Algorithm::HmacSha256, header(&req.headers, name), &req.body)
+}
+
+/// The value of header `name`, which a hook of this forge always carries (its event header):
+/// `InvalidInput` "missing `name` header" without it.
+pub fn required_header<'a>(headers: &'a [Header], name: &str) -> Result<&'a str, PluginError> {
+    header(headers, name).ok_or_else(|| invalid(format!("missing {name} header")))
 }
 
 /// Verifies a shared-token header such as `X-Gitlab-Token`; same rules as [`verify_hmac`].

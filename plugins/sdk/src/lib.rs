@@ -8,7 +8,8 @@
 //! ## Layout
 //!
 //! - Pick the world with a cargo feature, exactly one of `forge`, `secrets`, `registry`.
-//! - [`forge`] (feature `forge`): [`forge::ForgeAdapter`] and [`forge_adapter!`].
+//! - [`forge`] (feature `forge`): [`forge::ForgeAdapter`] and [`forge_adapter!`];
+//!   [`forge::ApiClient`] makes the requests of the forge-API functions.
 //! - [`secrets`] / [`registry`]: [`secrets::SecretBackend`] + [`secret_backend!`],
 //!   [`registry::RegistryAuth`] + [`registry_auth!`].
 //! - Host capabilities, thin and safe wrappers: [`log`], [`config`], [`clock`], [`http`],
