@@ -68,8 +68,20 @@ pub struct LogEntry {
 }
 
 impl LogEntry {
+    /// Line `line` as stored under row id `id`.
+    pub fn of(id: i64, line: &LogLine) -> LogEntry {
+        LogEntry::new(
+            id,
+            line.step_id,
+            line.time,
+            line.line,
+            line.kind,
+            line.data.as_bytes(),
+        )
+    }
+
     /// The one rendering of a stored line, for reads and for live readers alike.
-    fn new(id: i64, step_id: i64, time: i64, line: i64, kind: i64, data: &[u8]) -> LogEntry {
+    pub fn new(id: i64, step_id: i64, time: i64, line: i64, kind: i64, data: &[u8]) -> LogEntry {
         LogEntry {
             id,
             step_id,
@@ -81,20 +93,20 @@ impl LogEntry {
     }
 }
 
-/// Stores lines; lines already stored (same step and number) are skipped. Returns the lines
-/// that were new, as stored (with their row ids).
-pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<Vec<LogEntry>> {
+/// Stores lines; lines already stored (same step and number) are skipped. Returns, for each
+/// line that was new, its index in `lines` and its row id (rendering them, `LogEntry::of`,
+/// is left to whoever needs it, off the writer thread).
+pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<Vec<(usize, i64)>> {
     let now = now_unix_ms();
     let mut stmt = conn.prepare_cached(
         "INSERT OR IGNORE INTO log_entries (step_id, line, time, type, data, created_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     let mut added = Vec::with_capacity(lines.len());
-    for l in lines {
+    for (i, l) in lines.iter().enumerate() {
         let data = l.data.as_bytes();
         if stmt.execute(params![l.step_id, l.line, l.time, l.kind, data, now])? == 1 {
-            let id = conn.last_insert_rowid();
-            added.push(LogEntry::new(id, l.step_id, l.time, l.line, l.kind, data));
+            added.push((i, conn.last_insert_rowid()));
         }
     }
     Ok(added)
@@ -192,14 +204,24 @@ mod tests {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
         assert_eq!(next_line(Tx::new(&c), 1).unwrap(), 0);
-        let first = append(Tx::new(&c), &[line(1, 1, "b"), line(1, 0, "a")]).unwrap();
+        let first_lines = [line(1, 1, "b"), line(1, 0, "a")];
+        let first = append(Tx::new(&c), &first_lines).unwrap();
         assert_eq!(first.len(), 2);
-        let again = append(Tx::new(&c), &[line(1, 1, "b"), line(1, 2, "c")]).unwrap();
-        assert_eq!(again.iter().map(|e| e.line).collect::<Vec<_>>(), [2]);
+        let again_lines = [line(1, 1, "b"), line(1, 2, "c")];
+        let again = append(Tx::new(&c), &again_lines).unwrap();
+        assert_eq!(
+            again
+                .iter()
+                .map(|(i, _)| again_lines[*i].line)
+                .collect::<Vec<_>>(),
+            [2]
+        );
         let all = list(Tx::new(&c), 1, 0, 100).unwrap();
-        // What `append` returns is what a later read shows: same ids, same rendering.
-        assert_eq!(all[1], first[0]);
-        assert_eq!(all[2], again[0]);
+        // What `append` returns, rendered, is what a later read shows: same ids, same text.
+        let (i, id) = first[0];
+        assert_eq!(all[1], LogEntry::of(id, &first_lines[i]));
+        let (i, id) = again[0];
+        assert_eq!(all[2], LogEntry::of(id, &again_lines[i]));
         assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(all[0].data, STANDARD.encode("a"));
         assert_eq!(list(Tx::new(&c), 1, 2, 100).unwrap().len(), 1);

@@ -34,6 +34,11 @@ impl LogBus {
         }
     }
 
+    /// Whether anyone reads: lines are rendered for the bus only then.
+    pub fn has_readers(&self) -> bool {
+        self.tx.receiver_count() > 0
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Vec<LogEntry>>> {
         self.tx.subscribe()
     }

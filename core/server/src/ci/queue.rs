@@ -509,8 +509,21 @@ impl Queue {
                 bad.step_id
             )));
         }
-        let stored = self.logs.write(move |c| logs::append(c, &lines)).await?;
-        self.bus.publish(std::sync::Arc::new(stored));
+        let (lines, added) = self
+            .logs
+            .write(move |c| {
+                let added = logs::append(c, &lines)?;
+                Ok((lines, added))
+            })
+            .await?;
+        // A reader that subscribes after this check reads these lines from the store.
+        if self.bus.has_readers() {
+            let entries = added
+                .iter()
+                .map(|(i, id)| logs::LogEntry::of(*id, &lines[*i]))
+                .collect();
+            self.bus.publish(std::sync::Arc::new(entries));
+        }
         Ok(())
     }
 

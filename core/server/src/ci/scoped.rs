@@ -42,13 +42,7 @@ pub async fn create<R: ScopedRecord>(
     new: R::New,
 ) -> Result<R::Item, Error> {
     let item = ci.store.write(move |c| R::create(c, scope, &new)).await?;
-    tracing::info!(
-        key = R::key(&item),
-        org_id = scope.org_id,
-        repo_id = scope.repo_id,
-        "{} created",
-        R::NOUN
-    );
+    audit::<R>(&item, scope, "created");
     Ok(item)
 }
 
@@ -72,12 +66,17 @@ pub async fn delete<R: ScopedRecord>(
     key: String,
 ) -> Result<R::Item, Error> {
     let item = ci.store.write(move |c| R::delete(c, scope, &key)).await?;
+    audit::<R>(&item, scope, "deleted");
+    Ok(item)
+}
+
+/// The audit line of a create or delete: which item, in which scope (never its value).
+fn audit<R: ScopedRecord>(item: &R::Item, scope: ResourceScope, what: &str) {
     tracing::info!(
-        key = R::key(&item),
+        key = R::key(item),
         org_id = scope.org_id,
         repo_id = scope.repo_id,
-        "{} deleted",
+        "{} {what}",
         R::NOUN
     );
-    Ok(item)
 }
