@@ -123,6 +123,7 @@ async fn forges_admin_writes_everyone_reads_public_fields() {
         r#"{"type":"git","url":"file:///does/not/exist"}"#,
         r#"{"type":"github","url":"ftp://x"}"#,
         r#"{"type":"github"}"#,
+        r#"{"url":"https://gitea.example.com"}"#,
     ] {
         s.http
             .post("/api/forges", Some(&p.admin), bad)
@@ -143,7 +144,21 @@ async fn forges_admin_writes_everyone_reads_public_fields() {
         .expect(400);
 
     // A forge with repositories cannot be deleted; an empty one can.
-    s.git_repo(&p.admin, &p.alice, "alice/hello").await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/hello").await;
+    let branches = format!("/api/repos/{}/branches", repo["id"]);
+    s.http.get(&branches, Some(&p.alice)).await.expect(200);
+    // The forge's driver is kept between calls, and a change to the forge replaces it: moved
+    // to an empty directory the repository is gone, moved back it is there again.
+    let elsewhere = s.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    for (dir, status) in [(elsewhere, 404), (s.forge_dir(), 200)] {
+        let moved = serde_json::json!({"url": format!("file://{}", dir.display())}).to_string();
+        s.http
+            .patch(&format!("/api/forges/{id}"), Some(&p.admin), &moved)
+            .await
+            .expect(200);
+        s.http.get(&branches, Some(&p.alice)).await.expect(status);
+    }
     s.http
         .delete(&format!("/api/forges/{id}"), Some(&p.alice))
         .await

@@ -251,10 +251,66 @@ pub struct LogLine {
     pub line: i64,
     /// Seconds since the step started.
     pub time: i64,
-    /// 0 output, 2 exit code (Woodpecker's LogEntry types).
     #[serde(default, alias = "type")]
-    pub kind: i64,
+    pub kind: LineKind,
     pub data: String,
+}
+
+/// What a log line carries: Woodpecker's `LogEntryType`s. On the wire (agent protocol, API)
+/// and in the store it is the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LineKind {
+    /// A line of the step's output.
+    #[default]
+    Stdout,
+    Stderr,
+    /// The step's exit code.
+    ExitCode,
+    Metadata,
+    Progress,
+}
+
+impl LineKind {
+    pub const ALL: [LineKind; 5] = [
+        LineKind::Stdout,
+        LineKind::Stderr,
+        LineKind::ExitCode,
+        LineKind::Metadata,
+        LineKind::Progress,
+    ];
+
+    /// The number the agent protocol, the API and the store use.
+    pub fn code(self) -> i64 {
+        match self {
+            LineKind::Stdout => 0,
+            LineKind::Stderr => 1,
+            LineKind::ExitCode => 2,
+            LineKind::Metadata => 3,
+            LineKind::Progress => 4,
+        }
+    }
+
+    /// The kind numbered `code`, if there is one.
+    pub fn from_code(code: i64) -> Option<LineKind> {
+        LineKind::ALL.into_iter().find(|k| k.code() == code)
+    }
+}
+
+impl Serialize for LineKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_i64(self.code())
+    }
+}
+
+impl<'de> Deserialize<'de> for LineKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = i64::deserialize(deserializer)?;
+        LineKind::from_code(code).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown log line type {code}: expected 0 (stdout), 1 (stderr), 2 (exit code), 3 (metadata) or 4 (progress)"
+            ))
+        })
+    }
 }
 
 /// What the workflow's steps so far came to, as a step's `when: status:` names it: a step

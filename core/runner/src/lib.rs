@@ -578,7 +578,7 @@ impl<A: AgentApi> LogShipper<A> {
             step_id: self.step_id,
             line: self.next_line,
             time,
-            kind: kind.code(),
+            kind,
             data,
         });
         self.next_line += 1;
@@ -598,7 +598,7 @@ impl<A: AgentApi> LogShipper<A> {
     fn take_waiting(&mut self, rx: &mut mpsc::UnboundedReceiver<(i64, String)>) {
         while !self.full() {
             match rx.try_recv() {
-                Ok((time, text)) => self.push(time, LineKind::Output, text),
+                Ok((time, text)) => self.push(time, LineKind::Stdout, text),
                 Err(_) => break,
             }
         }
@@ -651,7 +651,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         Ok(started) => started,
         Err(error) => {
             let error = error.to_string();
-            shipper.push(0, LineKind::Output, error.clone());
+            shipper.push(0, LineKind::Stdout, error.clone());
             shipper.flush().await;
             return finish(&ctx, started, Status::Failure, 1, error).await;
         }
@@ -674,7 +674,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         tokio::select! {
             line = rx.recv() => match line {
                 Some((time, text)) => {
-                    shipper.push(time, LineKind::Output, text);
+                    shipper.push(time, LineKind::Stdout, text);
                     if shipper.due() {
                         shipper.take_waiting(&mut rx);
                         shipper.flush().await;
@@ -695,7 +695,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
             }
             _ = tokio::time::sleep_until(ctx.deadline.into()), if killed_reason.is_none() => {
                 killed_reason = Some(KillReason::Timeout);
-                shipper.push(0, LineKind::Output, "woodlark: the repository's timeout was reached; killing the step".into());
+                shipper.push(0, LineKind::Stdout, "woodlark: the repository's timeout was reached; killing the step".into());
                 proc.kill();
             }
         }

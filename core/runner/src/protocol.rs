@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use woodlark_pipeline::status::Status;
 use woodlark_pipeline::types::CompiledWorkflow;
-pub use woodlark_pipeline::types::LogLine;
+pub use woodlark_pipeline::types::{LineKind, LogLine};
 
 /// A step of the assigned workflow: the server's ids for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,42 +90,30 @@ pub struct AgentInfo {
     pub labels: BTreeMap<String, String>,
 }
 
-/// What a log line carries: Woodpecker's `LogEntry` types. On the wire (and in
-/// [`LogLine::kind`]) it stays the number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LineKind {
-    /// A line of the step's output.
-    Output,
-    /// The step's exit code.
-    ExitCode,
-}
-
-impl LineKind {
-    /// The number the agent protocol and the API use.
-    pub fn code(self) -> i64 {
-        match self {
-            LineKind::Output => 0,
-            LineKind::ExitCode => 2,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn line_kinds_keep_their_numbers_on_the_wire() {
-        assert_eq!(LineKind::Output.code(), 0);
+        assert_eq!(LineKind::Stdout.code(), 0);
         assert_eq!(LineKind::ExitCode.code(), 2);
         let line = LogLine {
             step_id: 1,
             line: 0,
             time: 0,
-            kind: LineKind::Output.code(),
+            kind: LineKind::Stdout,
             data: "x".into(),
         };
         let json = serde_json::to_value(&line).unwrap();
         assert_eq!(json["kind"], 0);
+        for kind in LineKind::ALL {
+            let json = serde_json::json!({"step_id": 1, "line": 0, "time": 0, "type": kind.code(), "data": ""});
+            assert_eq!(serde_json::from_value::<LogLine>(json).unwrap().kind, kind);
+        }
+        let unknown =
+            serde_json::json!({"step_id": 1, "line": 0, "time": 0, "kind": 9, "data": ""});
+        let err = serde_json::from_value::<LogLine>(unknown).unwrap_err();
+        assert!(err.to_string().contains("unknown log line type 9"), "{err}");
     }
 }

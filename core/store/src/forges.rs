@@ -12,16 +12,103 @@ use super::{StoreError, StoreResult};
 
 pub const RECORD_TYPE: &str = "forges";
 
+/// The kinds of forge. `Git` is Woodlark's own (local repositories, served through the `git`
+/// binary); the others are Woodpecker's forge types, served by forge-adapter plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ForgeKind {
+    /// Also what a [`Forge`] read from its `data` column holds until the `type` column is
+    /// read over it.
+    #[default]
+    Git,
+    Github,
+    Gitlab,
+    Gitea,
+    Forgejo,
+    Bitbucket,
+    BitbucketDc,
+    Addon,
+}
+
+impl ForgeKind {
+    pub const ALL: [ForgeKind; 8] = [
+        ForgeKind::Git,
+        ForgeKind::Github,
+        ForgeKind::Gitlab,
+        ForgeKind::Gitea,
+        ForgeKind::Forgejo,
+        ForgeKind::Bitbucket,
+        ForgeKind::BitbucketDc,
+        ForgeKind::Addon,
+    ];
+
+    /// The stored name (`woodlark_type` on the wire, `CI_FORGE_TYPE` in pipelines).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForgeKind::Git => "git",
+            ForgeKind::Github => "github",
+            ForgeKind::Gitlab => "gitlab",
+            ForgeKind::Gitea => "gitea",
+            ForgeKind::Forgejo => "forgejo",
+            ForgeKind::Bitbucket => "bitbucket",
+            ForgeKind::BitbucketDc => "bitbucket-dc",
+            ForgeKind::Addon => "addon",
+        }
+    }
+
+    /// The kind named `text`, if it is one.
+    pub fn parse(text: &str) -> Option<ForgeKind> {
+        ForgeKind::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+
+    /// The `type` the API reports. The web UI turns `type` into an icon and fails to render
+    /// an unknown one, so the built-in `git` forge is reported as `addon` (a generic git
+    /// icon); the stored kind travels in `woodlark_type`, and the API accepts either name on
+    /// writes.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            ForgeKind::Git => ForgeKind::Addon.as_str(),
+            other => other.as_str(),
+        }
+    }
+
+    /// Served by the server itself rather than by a forge-adapter plugin.
+    pub fn is_builtin(self) -> bool {
+        self == ForgeKind::Git
+    }
+}
+
+impl std::fmt::Display for ForgeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl rusqlite::types::ToSql for ForgeKind {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl rusqlite::types::FromSql for ForgeKind {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let text = value.as_str()?;
+        ForgeKind::parse(text).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(format!("unknown forge type {text:?}").into())
+        })
+    }
+}
+
 /// A forge as admins see it (Woodpecker's `Forge`). Non-admins get [`ForgePublic`].
 ///
-/// Serialised with `type` as the web UI knows it ([`api_type`]) and the stored type in
-/// `woodlark_type`; deserialised (from the `data` column) field by field.
+/// Serialised with `type` as the web UI knows it ([`ForgeKind::api_name`]) and the stored
+/// type in `woodlark_type`; deserialised (from the `data` column, which holds neither) field
+/// by field.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Forge {
     #[serde(default)]
     pub id: i64,
-    #[serde(rename = "type", default)]
-    pub kind: String,
+    #[serde(skip)]
+    pub kind: ForgeKind,
     #[serde(default)]
     pub url: String,
     #[serde(default)]
@@ -34,14 +121,6 @@ pub struct Forge {
     pub orgs: Vec<String>,
     #[serde(default)]
     pub additional_options: Map<String, Value>,
-}
-
-/// The `type` the API reports for a forge type. The web UI turns `type` into an icon and
-/// fails to render an unknown one, so the built-in `git` forge is reported as `addon` (a
-/// generic git icon); the stored type travels in `woodlark_type`, and the API accepts
-/// either name on writes.
-pub fn api_type(kind: &str) -> &str {
-    if kind == "git" { "addon" } else { kind }
 }
 
 /// The API rendering of a [`Forge`].
@@ -63,8 +142,8 @@ impl Serialize for Forge {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         ForgeWire {
             id: self.id,
-            kind: api_type(&self.kind),
-            woodlark_type: &self.kind,
+            kind: self.kind.api_name(),
+            woodlark_type: self.kind.as_str(),
             url: &self.url,
             client: &self.client,
             skip_verify: self.skip_verify,
@@ -80,7 +159,7 @@ impl Serialize for Forge {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ForgePublic {
     pub id: i64,
-    /// As in [`api_type`].
+    /// As in [`ForgeKind::api_name`].
     #[serde(rename = "type")]
     pub kind: String,
     pub woodlark_type: String,
@@ -95,15 +174,15 @@ impl Forge {
     /// The public fields. A `git` forge's URL has no host to name its login button after;
     /// its users sign in on this server, so `server_url` stands in.
     pub fn public(&self, server_url: &str) -> ForgePublic {
-        let oauth_host = if self.kind == "git" {
+        let oauth_host = if self.kind.is_builtin() {
             server_url.to_string()
         } else {
             self.oauth_host.clone()
         };
         ForgePublic {
             id: self.id,
-            kind: api_type(&self.kind).to_string(),
-            woodlark_type: self.kind.clone(),
+            kind: self.kind.api_name().to_string(),
+            woodlark_type: self.kind.as_str().to_string(),
             url: self.url.clone(),
             oauth_host,
         }

@@ -14,7 +14,7 @@ use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
 use super::{StoreResult, migrations, now_unix_ms};
-use woodlark_pipeline::types::LogLine;
+use woodlark_pipeline::types::{LineKind, LogLine};
 
 /// The logs database file inside the data dir.
 pub const LOGS_FILE: &str = "logs.db";
@@ -50,10 +50,6 @@ pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
     migrations::migrate_with(conn, MIGRATIONS)
 }
 
-/// Woodpecker's `LogEntry` types (the runner writes only output lines, as upstream's agent).
-pub const TYPE_STDOUT: i64 = 0;
-pub const TYPE_EXIT_CODE: i64 = 2;
-
 /// One log line as the API renders it; `data` is base64 text, as upstream sends it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
@@ -64,7 +60,7 @@ pub struct LogEntry {
     pub line: i64,
     pub data: String,
     #[serde(rename = "type")]
-    pub kind: i64,
+    pub kind: LineKind,
 }
 
 impl LogEntry {
@@ -81,7 +77,14 @@ impl LogEntry {
     }
 
     /// The one rendering of a stored line, for reads and for live readers alike.
-    pub fn new(id: i64, step_id: i64, time: i64, line: i64, kind: i64, data: &[u8]) -> LogEntry {
+    pub fn new(
+        id: i64,
+        step_id: i64,
+        time: i64,
+        line: i64,
+        kind: LineKind,
+        data: &[u8],
+    ) -> LogEntry {
         LogEntry {
             id,
             step_id,
@@ -105,7 +108,7 @@ pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<Vec<(usize, i64)>> {
     let mut added = Vec::with_capacity(lines.len());
     for (i, l) in lines.iter().enumerate() {
         let data = l.data.as_bytes();
-        if stmt.execute(params![l.step_id, l.line, l.time, l.kind, data, now])? == 1 {
+        if stmt.execute(params![l.step_id, l.line, l.time, l.kind.code(), data, now])? == 1 {
             added.push((i, conn.last_insert_rowid()));
         }
     }
@@ -120,12 +123,20 @@ pub fn list(conn: &Tx, step_id: i64, from: i64, limit: usize) -> StoreResult<Vec
     )?;
     let rows = stmt.query_map(params![step_id, from, limit as i64], |r| {
         let data: Vec<u8> = r.get(4)?;
+        let code: i64 = r.get(5)?;
+        let kind = LineKind::from_code(code).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                5,
+                rusqlite::types::Type::Integer,
+                format!("unknown log line type {code}").into(),
+            )
+        })?;
         Ok(LogEntry::new(
             r.get(0)?,
             r.get(1)?,
             r.get(2)?,
             r.get(3)?,
-            r.get(5)?,
+            kind,
             &data,
         ))
     })?;
@@ -138,7 +149,9 @@ pub fn text(conn: &Tx, step_id: i64) -> StoreResult<Vec<u8>> {
         "SELECT data FROM log_entries WHERE step_id = ?1 AND type != ?2 ORDER BY line",
     )?;
     let mut out = Vec::new();
-    let rows = stmt.query_map(params![step_id, TYPE_EXIT_CODE], |r| r.get::<_, Vec<u8>>(0))?;
+    let rows = stmt.query_map(params![step_id, LineKind::ExitCode.code()], |r| {
+        r.get::<_, Vec<u8>>(0)
+    })?;
     for row in rows {
         out.extend_from_slice(&row?);
         out.push(b'\n');
@@ -194,7 +207,7 @@ mod tests {
             step_id: step,
             line: n,
             time: 0,
-            kind: TYPE_STDOUT,
+            kind: LineKind::Stdout,
             data: text.into(),
         }
     }
@@ -237,7 +250,7 @@ mod tests {
         migrations::migrate_with(&mut c, &MIGRATIONS[..1]).unwrap();
         let mut old = vec![line(7, 1, "a"), line(7, 2, "b"), line(8, 1, "x")];
         old.push(LogLine {
-            kind: TYPE_EXIT_CODE,
+            kind: LineKind::ExitCode,
             ..line(7, 3, "0")
         });
         assert_eq!(append(Tx::new(&c), &old).unwrap().len(), 4);

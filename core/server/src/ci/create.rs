@@ -14,7 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use super::forge::{self, ForgeDriver};
+use super::forge::ForgeDriver;
+use super::forge::drivers::ForgeHandle;
+use super::numbers::Turn;
 use super::queue::SEAL_PAYLOAD;
 use super::{Error, Services};
 use crate::pipeline::event::WebhookEvent;
@@ -25,7 +27,7 @@ use crate::pipeline::types::{
     SecretValue,
 };
 use crate::store::Tx;
-use crate::store::forges::ForgeRow;
+use crate::store::forges::ForgeKind;
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
 use crate::store::repos::RepoRow;
 use crate::store::tasks::{self, Task, TaskState};
@@ -67,24 +69,22 @@ pub enum Created {
 
 /// Reads the config files at the trigger's commit and creates the pipeline.
 pub async fn from_forge(ci: &Services, repo: &RepoRow, trigger: Trigger) -> Result<Created, Error> {
-    let forge_id = repo.repo.forge_id;
-    let forge = ci.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    from_forge_at(ci, repo, &forge, trigger).await
-}
-
-/// [`from_forge`] for a forge already read (a plugin's hook).
-pub async fn from_forge_at(
-    ci: &Services,
-    repo: &RepoRow,
-    forge: &ForgeRow,
-    trigger: Trigger,
-) -> Result<Created, Error> {
     // Known before asking the forge anything: no driver needed.
     if skips_ci(&trigger) {
         return Ok(Created::SkipCi);
     }
-    let driver = forge::driver_from(ci, forge)?;
-    with_driver(ci, repo, &forge.forge.kind, driver.as_ref(), trigger).await
+    let forge = ci.drivers.get(repo.repo.forge_id).await?;
+    from_forge_at(ci, repo, &forge, trigger).await
+}
+
+/// [`from_forge`] for a forge already at hand (a plugin's hook).
+pub async fn from_forge_at(
+    ci: &Services,
+    repo: &RepoRow,
+    forge: &ForgeHandle,
+    trigger: Trigger,
+) -> Result<Created, Error> {
+    with_driver(ci, repo, forge.kind(), forge.driver.as_ref(), trigger).await
 }
 
 /// The pipeline of a cron job, at the head of its branch (the scheduler and
@@ -100,10 +100,8 @@ pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Resul
     } else {
         cron.branch.clone()
     };
-    let forge_id = repo.repo.forge_id;
-    let forge = ci.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    let driver = forge::driver_from(ci, &forge)?;
-    let head = driver.branch_head(&repo.repo, &branch).await?;
+    let forge = ci.drivers.get(repo.repo.forge_id).await?;
+    let head = forge.driver.branch_head(&repo.repo, &branch).await?;
     let trigger = Trigger {
         event: WebhookEvent::Cron,
         commit: Commit {
@@ -118,7 +116,7 @@ pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Resul
         variables: cron.variables.clone(),
         ..Trigger::default()
     };
-    with_driver(ci, &repo, &forge.forge.kind, driver.as_ref(), trigger).await
+    from_forge_at(ci, &repo, &forge, trigger).await
 }
 
 /// `[skip ci]` in the message of a push or pull request.
@@ -134,7 +132,7 @@ fn skips_ci(trigger: &Trigger) -> bool {
 pub async fn with_driver(
     ci: &Services,
     repo: &RepoRow,
-    forge_type: &str,
+    forge_kind: ForgeKind,
     driver: &dyn ForgeDriver,
     trigger: Trigger,
 ) -> Result<Created, Error> {
@@ -142,7 +140,7 @@ pub async fn with_driver(
         return Ok(Created::SkipCi);
     }
     let files = driver.config_files(&repo.repo, &trigger.commit.sha).await?;
-    with_config(ci, repo, forge_type, trigger, files).await
+    with_config(ci, repo, forge_kind, trigger, files).await
 }
 
 /// Creates the pipeline of a complete trigger from config files read at its commit already
@@ -150,7 +148,7 @@ pub async fn with_driver(
 pub async fn with_config(
     ci: &Services,
     repo: &RepoRow,
-    forge_type: &str,
+    forge_kind: ForgeKind,
     trigger: Trigger,
     files: Vec<ConfigFile>,
 ) -> Result<Created, Error> {
@@ -160,7 +158,7 @@ pub async fn with_config(
     if files.is_empty() {
         return Ok(Created::NoConfig);
     }
-    create_for(ci, repo, forge_type, trigger, files).await
+    create_for(ci, repo, forge_kind, trigger, files).await
 }
 
 /// The secrets and registry logins a repository's pipelines may use, opened: secrets, then
@@ -281,7 +279,7 @@ fn ci_env(
     repo: &RepoRow,
     t: &Trigger,
     number: i64,
-    forge_type: &str,
+    forge_kind: ForgeKind,
 ) -> BTreeMap<String, String> {
     let r = &repo.repo;
     let url = ci.settings.public_url.get();
@@ -332,7 +330,7 @@ fn ci_env(
         ("CI_SYSTEM_URL", url.clone()),
         ("CI_SYSTEM_VERSION", crate::ci::version_string()),
         ("CI_SYSTEM_PLATFORM", platform()),
-        ("CI_FORGE_TYPE", forge_type.to_string()),
+        ("CI_FORGE_TYPE", forge_kind.as_str().to_string()),
         ("CI_FORGE_URL", r.forge_url.clone()),
     ];
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
@@ -356,24 +354,23 @@ pub async fn create(
     files: Vec<ConfigFile>,
 ) -> Result<Created, Error> {
     let forge_id = repo.repo.forge_id;
-    let forge_type = ci
+    let forge_kind = ci
         .store
         .read(move |c| forges::by_id(c, forge_id))
         .await?
         .forge
         .kind;
-    create_for(ci, repo, &forge_type, trigger, files).await
+    create_for(ci, repo, forge_kind, trigger, files).await
 }
 
-/// [`create`] on a forge of type `forge_type`.
+/// [`create`] on a forge of kind `forge_kind`.
 async fn create_for(
     ci: &Services,
     repo: &RepoRow,
-    forge_type: &str,
+    forge_kind: ForgeKind,
     trigger: Trigger,
     files: Vec<ConfigFile>,
 ) -> Result<Created, Error> {
-    let forge_type = forge_type.to_string();
     let (secrets, registries) = stored_sources(ci, repo).await?;
     let mut sources = Sources {
         secrets,
@@ -381,46 +378,36 @@ async fn create_for(
         ..Sources::default()
     };
     plugin_secrets(ci, repo, trigger.event, &mut sources).await;
-    if !ci.settings.pipeline.registry_auth.is_empty() && sources.failures.is_empty() {
-        // Which images the steps use: a dry compile (the number does not change images).
-        let dry = crate::pipeline::compile(&CompileInput {
-            files: files.clone(),
-            meta: metadata(ci, repo, &trigger, 0, &forge_type),
-            secrets: sources.secrets.clone(),
-            trust: trust_of(repo),
-            privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),
-        });
-        let mut images: Vec<String> = dry
-            .workflows
-            .iter()
-            .flat_map(|w| w.steps.iter().map(|s| s.image.clone()))
-            .collect();
-        images.sort();
-        images.dedup();
-        plugin_registries(ci, repo, images, &mut sources).await;
-    }
     let approval = needs_approval(repo, &trigger);
     let repo_id = repo.repo.id;
-    // Compiled here, with the number the book expects, so the writer only checks it (see
-    // `numbers`); the turn lasts until the write is queued.
-    let mut turn = ci.numbers.turn(repo_id).await;
-    let guess = match turn.expected() {
-        Some(number) => number,
-        None => {
-            ci.store
-                .read(move |c| pipelines::next_number(c, repo_id))
-                .await?
-        }
-    };
-    let inputs = Inputs {
+    let mut inputs = Inputs {
         repo: repo.clone(),
         trigger,
         files,
         sources,
         approval,
-        forge_type,
+        forge_kind,
     };
-    let prepared = prepare(ci, &inputs, guess)?;
+    // Compiled here, with the number the book expects, so the writer only checks it (see
+    // `numbers`); the turn lasts until the write is queued.
+    let mut turn = ci.numbers.turn(repo_id).await;
+    let mut number = expected_number(ci, &turn, repo_id).await?;
+    let mut compiled = compile(ci, &inputs, number);
+    if !ci.settings.pipeline.registry_auth.is_empty() && inputs.sources.failures.is_empty() {
+        // Registry-auth plugins are asked about the compiled steps' images (a number changes
+        // no image) outside the turn, so a slow plugin holds up no other creation of the
+        // repository; compiled again only if one took the number meanwhile or a plugin
+        // failed.
+        drop(turn);
+        plugin_registries(ci, repo, images_of(&compiled), &mut inputs.sources).await;
+        turn = ci.numbers.turn(repo_id).await;
+        let now = expected_number(ci, &turn, repo_id).await?;
+        if now != number || !inputs.sources.failures.is_empty() {
+            number = now;
+            compiled = compile(ci, &inputs, number);
+        }
+    }
+    let prepared = seal_compiled(ci, &inputs, number, compiled)?;
     let next = prepared.next_number();
     let ci2 = ci.clone();
     let written = ci
@@ -513,7 +500,13 @@ fn trust_of(repo: &RepoRow) -> crate::pipeline::types::Trust {
     }
 }
 
-fn metadata(ci: &Services, repo: &RepoRow, t: &Trigger, number: i64, forge_type: &str) -> Metadata {
+fn metadata(
+    ci: &Services,
+    repo: &RepoRow,
+    t: &Trigger,
+    number: i64,
+    forge_kind: ForgeKind,
+) -> Metadata {
     Metadata {
         event: t.event,
         commit: t.commit.clone(),
@@ -525,7 +518,7 @@ fn metadata(ci: &Services, repo: &RepoRow, t: &Trigger, number: i64, forge_type:
         pipeline_number: number,
         platform: platform(),
         variables: t.variables.clone(),
-        env: ci_env(ci, repo, t, number, forge_type),
+        env: ci_env(ci, repo, t, number, forge_kind),
     }
 }
 
@@ -619,7 +612,7 @@ struct Inputs {
     sources: Sources,
     /// The repository requires approval for this trigger.
     approval: bool,
-    forge_type: String,
+    forge_kind: ForgeKind,
 }
 
 /// A trigger compiled for pipeline `number`, ready to store.
@@ -644,22 +637,51 @@ impl Prepared {
     }
 }
 
-/// Compiles the config for pipeline `number` and seals the compiled workflows (no I/O:
-/// runs before the write, and again inside it when `number` turns out wrong).
+/// The number the repository's next pipeline is expected to get, in `turn`.
+async fn expected_number(ci: &Services, turn: &Turn<'_>, repo_id: i64) -> Result<i64, Error> {
+    Ok(match turn.expected() {
+        Some(number) => number,
+        None => {
+            ci.store
+                .read(move |c| pipelines::next_number(c, repo_id))
+                .await?
+        }
+    })
+}
+
+/// The images the compiled steps run, each once.
+fn images_of(compiled: &CompileResult) -> Vec<String> {
+    let mut images: Vec<String> = compiled
+        .workflows
+        .iter()
+        .flat_map(|w| w.steps.iter().map(|s| s.image.clone()))
+        .collect();
+    images.sort();
+    images.dedup();
+    images
+}
+
+/// Compiles and seals the config for pipeline `number` (no I/O: runs inside the write when
+/// the number it was compiled for before turns out wrong).
 fn prepare(ci: &Services, inputs: &Inputs, number: i64) -> StoreResult<Prepared> {
+    seal_compiled(ci, inputs, number, compile(ci, inputs, number))
+}
+
+/// Compiles the config for pipeline `number`; a failed secret or registry source instead
+/// gives only its errors.
+fn compile(ci: &Services, inputs: &Inputs, number: i64) -> CompileResult {
     let Inputs {
         repo,
         trigger: t,
         files,
         sources,
-        approval,
-        forge_type,
+        forge_kind,
+        ..
     } = inputs;
-    let approval = *approval;
-    let mut result = if sources.failures.is_empty() {
+    if sources.failures.is_empty() {
         crate::pipeline::compile(&CompileInput {
             files: files.to_vec(),
-            meta: metadata(ci, repo, t, number, forge_type),
+            meta: metadata(ci, repo, t, number, *forge_kind),
             secrets: sources.secrets.clone(),
             trust: trust_of(repo),
             privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),
@@ -679,7 +701,20 @@ fn prepare(ci: &Services, inputs: &Inputs, number: i64) -> StoreResult<Prepared>
                 })
                 .collect(),
         }
-    };
+    }
+}
+
+/// Gives the compiled workflows their registry logins and seals them for the store.
+fn seal_compiled(
+    ci: &Services,
+    inputs: &Inputs,
+    number: i64,
+    mut result: CompileResult,
+) -> StoreResult<Prepared> {
+    let Inputs {
+        sources, approval, ..
+    } = inputs;
+    let approval = *approval;
     attach_registries(
         &mut result.workflows,
         &sources.registries,

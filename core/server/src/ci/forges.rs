@@ -1,5 +1,6 @@
 //! Forge records: registering a forge (its secrets sealed), changing and removing it. The
-//! secrets in clear are `forge_secrets`; the drivers that talk to forges are `forge`.
+//! secrets in clear are `forge_secrets`; the drivers that talk to forges are `forge`, kept
+//! per forge until a change here drops them.
 
 use super::forge_secrets::{SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET};
 use super::{Error, Services};
@@ -23,7 +24,7 @@ pub async fn create(
         .store
         .write(move |c| forges::create(c, &forge, &sealed_client, &sealed_webhook))
         .await?;
-    tracing::info!(forge = created.id, kind = created.kind, "forge created");
+    tracing::info!(forge = created.id, kind = %created.kind, "forge created");
     Ok(created)
 }
 
@@ -36,14 +37,18 @@ pub async fn update(
     let sealed_client = client_secret
         .filter(|s| !s.is_empty())
         .map(|s| ci.seal.seal(SEAL_CLIENT_SECRET, s.as_bytes()));
-    Ok(ci
+    let id = forge.id;
+    let updated = ci
         .store
         .write(move |c| forges::update(c, &forge, sealed_client.as_deref()))
-        .await?)
+        .await;
+    ci.drivers.forget(id);
+    Ok(updated?)
 }
 
 /// Removes forge `id`.
 pub async fn delete(ci: &Services, id: i64) -> Result<(), Error> {
-    ci.store.write(move |c| forges::delete(c, id)).await?;
-    Ok(())
+    let deleted = ci.store.write(move |c| forges::delete(c, id)).await;
+    ci.drivers.forget(id);
+    Ok(deleted?)
 }

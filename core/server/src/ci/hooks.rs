@@ -6,15 +6,18 @@
 //! `<old-sha> <new-sha> <ref>` line per updated ref ([`parse_ref_updates`], [`git_push`]);
 //! forge-adapter plugins parse every other forge's webhooks ([`from_plugin`]).
 
+use std::sync::Arc;
+
 use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError, WorldKind};
 
 use super::create::{self, Created, Trigger};
+use super::forge::drivers::ForgeHandle;
 use super::forge::plugin::plugin_among;
 use super::forge::{self, ForgeDriver, ForgeError};
 use super::{Error, Services};
 use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::types::{Commit, ConfigFile};
-use crate::store::forges::{self, ForgeRow};
+use crate::store::forges;
 use crate::store::repos::{self, Repo, RepoRow};
 
 /// One ref update from a `post-receive` hook.
@@ -71,7 +74,7 @@ pub fn parse_ref_updates(body: &[u8]) -> Result<Vec<RefUpdate>, String> {
 pub async fn git_push(
     ci: &Services,
     row: &RepoRow,
-    forge: &ForgeRow,
+    forge: &ForgeHandle,
     updates: &[RefUpdate],
 ) -> Result<Option<Created>, Error> {
     let pushed: Vec<&RefUpdate> = updates.iter().filter(|u| !u.is_delete()).collect();
@@ -83,11 +86,10 @@ pub async fn git_push(
     if pushed.is_empty() {
         return Ok(None);
     }
-    let driver = forge::driver_from(ci, forge)?;
     let mut last = None;
     for update in pushed {
-        let (trigger, config) = push_trigger(driver.as_ref(), &row.repo, update).await?;
-        last = Some(create::with_config(ci, row, &forge.forge.kind, trigger, config).await?);
+        let (trigger, config) = push_trigger(forge.driver.as_ref(), &row.repo, update).await?;
+        last = Some(create::with_config(ci, row, forge.kind(), trigger, config).await?);
     }
     Ok(last)
 }
@@ -105,11 +107,11 @@ pub enum PluginHook {
 /// What a plugin webhook is known to be about before the plugin parses it.
 pub enum HookScope {
     /// The repository (and its forge) a hook token named: the hook must be about it.
-    Repo(Box<RepoRow>, ForgeRow),
+    Repo(Box<RepoRow>, Arc<ForgeHandle>),
     /// The forge the webhook's URL names (`/api/hook?forge=<id>`, as activation registers
     /// it): the plugin must have verified the signature, and the repository is looked up in
     /// that forge alone.
-    Forge(ForgeRow),
+    Forge(Arc<ForgeHandle>),
     /// Nothing (the adapter recognised the request): the plugin must have verified the
     /// signature, and the repository is found among the forges the plugin serves.
     Any,
@@ -155,7 +157,7 @@ pub async fn from_plugin(
             if !build.signature_verified {
                 return Err(unsigned());
             }
-            let forge_id = forge.forge.id;
+            let forge_id = forge.row.forge.id;
             ci.store
                 .read(move |c| repos::by_remote_id(c, forge_id, &remote_id))
                 .await?
@@ -167,7 +169,8 @@ pub async fn from_plugin(
             }
             let loaded = ci.plugins.names(WorldKind::ForgeAdapter);
             let plugin = plugin.to_string();
-            ci.store
+            let found = ci
+                .store
                 .read(move |c| {
                     const PAGE: u32 = 50;
                     for page in 1.. {
@@ -176,7 +179,7 @@ pub async fn from_plugin(
                             if plugin_among(&loaded, f).as_deref() == Some(plugin.as_str())
                                 && let Some(row) = repos::by_remote_id(c, f.id, &remote_id)?
                             {
-                                return Ok(Some((row, forges::by_id(c, f.id)?)));
+                                return Ok(Some((row, f.id)));
                             }
                         }
                         if forges.len() < PAGE as usize {
@@ -185,7 +188,11 @@ pub async fn from_plugin(
                     }
                     Ok(None)
                 })
-                .await?
+                .await?;
+            match found {
+                Some((row, forge_id)) => Some((row, ci.drivers.get(forge_id).await?)),
+                None => None,
+            }
         }
     };
     let Some((row, forge)) = found else {
@@ -228,7 +235,7 @@ pub async fn from_plugin(
         && trigger.event.is_pull_request()
         && let Some(number) = p.pr_number
     {
-        trigger.commit.changed_files = pr_changed_files(ci, &row, &forge, plugin, number).await;
+        trigger.commit.changed_files = pr_changed_files(&row, &forge, plugin, number).await;
     }
     tracing::info!(
         repo = row.repo.full_name,
@@ -258,16 +265,12 @@ fn webhook_event(event: woodlark_plugin_host::Event) -> WebhookEvent {
 /// them. A failure costs only `when: path` precision, never the hook: it is logged and the
 /// list stays empty (as upstream does).
 async fn pr_changed_files(
-    ci: &Services,
     row: &RepoRow,
-    forge: &ForgeRow,
+    forge: &ForgeHandle,
     plugin: &str,
     number: u64,
 ) -> Vec<String> {
-    let asked = match forge::driver_from(ci, forge) {
-        Ok(driver) => driver.pr_changed_files(&row.repo, number).await,
-        Err(e) => Err(e),
-    };
+    let asked = forge.driver.pr_changed_files(&row.repo, number).await;
     asked.unwrap_or_else(|err| {
         tracing::warn!(
             repo = row.repo.full_name,

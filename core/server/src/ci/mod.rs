@@ -61,6 +61,8 @@ pub struct Services {
     /// Opens secrets and forge tokens, seals compiled workflows.
     pub seal: SealKey,
     pub plugins: PluginHost,
+    /// Each forge's record and driver, built once.
+    pub drivers: Arc<forge::drivers::Drivers>,
     pub queue: Arc<queue::Queue>,
     pub settings: Arc<Settings>,
     /// The number each repository's next pipeline is expected to get.
@@ -91,26 +93,40 @@ impl Services {
         plugins: PluginHost,
         settings: Settings,
     ) -> Services {
+        let settings = Arc::new(settings);
+        let drivers = Arc::new(forge::drivers::Drivers::new(
+            store.clone(),
+            forge::drivers::PluginContext {
+                plugins: plugins.clone(),
+                seal: seal.clone(),
+                settings: settings.clone(),
+            },
+        ));
         Services {
-            queue: Arc::new(queue::Queue::new(store.clone(), logs.clone(), seal.clone())),
+            queue: Arc::new(queue::Queue::new(
+                store.clone(),
+                logs.clone(),
+                seal.clone(),
+                drivers.clone(),
+            )),
+            drivers,
             feed: Arc::new(feed::PipelineFeed::new(store.clone())),
             numbers: Arc::default(),
             runner_shutdown: Arc::default(),
-            settings: Arc::new(settings),
+            settings,
             store,
             logs,
             seal,
             plugins,
         }
     }
+}
 
-    /// The endpoint forge-wide webhooks call (plugin forges).
+impl Settings {
+    /// The endpoint forge-wide webhooks call (plugin forges); known once the server has its
+    /// public URL, so read when needed, not kept.
     pub fn hook_endpoint(&self) -> String {
-        format!(
-            "{}{}/hook",
-            self.settings.public_url.get(),
-            self.settings.mount
-        )
+        format!("{}{}/hook", self.public_url.get(), self.mount)
     }
 }
 

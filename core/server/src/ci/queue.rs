@@ -11,15 +11,15 @@
 //! gets the merge of its workflows' states.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use woodlark_stdx::{Classify, Fault};
 
 use super::bus::LogBus;
-use super::forge_secrets;
+use super::forge::drivers::Drivers;
 use super::lifecycle::{cancel_in, end_workflow, release_dependents, requeue_in, roll_up};
 use crate::auth::sealing::SealKey;
 use crate::pipeline::labels;
@@ -82,11 +82,12 @@ impl QueueError {
 }
 
 /// The queue service, built from the parts it uses: the store, the log store, the sealing
-/// key (workflow payloads, forge tokens for clone credentials) and the live log bus.
+/// key (workflow payloads), the forge drivers (clone credentials) and the live log bus.
 pub struct Queue {
     store: Store,
     logs: Store,
     seal: SealKey,
+    drivers: Arc<Drivers>,
     bus: LogBus,
     paused: AtomicBool,
     /// Signalled when a task may have become pending (new pipeline, finished dependency,
@@ -133,11 +134,12 @@ impl AgentIdent {
 }
 
 impl Queue {
-    pub fn new(store: Store, logs: Store, seal: SealKey) -> Queue {
+    pub fn new(store: Store, logs: Store, seal: SealKey, drivers: Arc<Drivers>) -> Queue {
         Queue {
             store,
             logs,
             seal,
+            drivers,
             bus: LogBus::default(),
             paused: AtomicBool::new(false),
             work: Notify::new(),
@@ -359,38 +361,19 @@ impl Queue {
         })
     }
 
-    /// Clone credentials for a repository of a plugin-served forge: its API token (the
-    /// forge's `oauth_client_secret`) for the clone URL's host. The git forge needs none.
+    /// Clone credentials for `repo`, from its forge's driver; none when the forge cannot be
+    /// reached (the clone then fails with the forge's own message).
     async fn netrc_for(
         &self,
         repo: &crate::store::repos::Repo,
     ) -> Option<crate::runner::protocol::Netrc> {
-        let forge_id = repo.forge_id;
-        let row = self
-            .store
-            .read(move |c| crate::store::forges::by_id(c, forge_id))
-            .await
-            .ok()?;
-        if row.forge.kind == "git" {
-            return None;
+        match self.drivers.get(repo.forge_id).await {
+            Ok(forge) => forge.driver.netrc(repo),
+            Err(err) => {
+                tracing::warn!(repo = repo.full_name, error = %err, "no clone credentials");
+                None
+            }
         }
-        let token = forge_secrets::api_token(&self.seal, &row)
-            .ok()
-            .filter(|t| !t.is_empty())?;
-        let host = repo
-            .clone_url
-            .split("://")
-            .nth(1)?
-            .split(['/', '@'])
-            .next()?
-            .split(':')
-            .next()?
-            .to_string();
-        Some(crate::runner::protocol::Netrc {
-            machine: host,
-            login: "oauth2".into(),
-            password: token,
-        })
     }
 
     /// Checks that `agent` holds the lease of workflow `id`.

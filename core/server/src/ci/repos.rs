@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::forge::drivers::ForgeHandle;
 use super::forge::{self, ForgeDriver, RemoteRepo};
 use super::{Error, Services};
 use crate::auth::{random_secret, token};
@@ -38,8 +39,7 @@ pub fn refresh_from_forge(repo: &mut Repo, remote: &RemoteRepo) {
 /// again. Conflict when it is active already.
 pub async fn activate(
     ci: &Services,
-    driver: &Arc<dyn ForgeDriver>,
-    forge_id: i64,
+    forge: &ForgeHandle,
     remote: RemoteRepo,
     existing: Option<RepoRow>,
     user_id: i64,
@@ -47,6 +47,7 @@ pub async fn activate(
     if existing.as_ref().is_some_and(|row| row.repo.active) {
         return Err(Error::Conflict("Repository is already active.".into()));
     }
+    let (driver, forge_id) = (&forge.driver, forge.row.forge.id);
     let hash = existing
         .as_ref()
         .map(|row| row.hash.clone())

@@ -10,6 +10,7 @@
 //! moves each call to the blocking pool itself ([`off_runtime`]); plugin drivers await the
 //! plugin host directly, with no thread hop.
 
+pub mod drivers;
 pub mod git;
 pub mod plugin;
 pub mod remote_head;
@@ -21,21 +22,9 @@ use woodlark_stdx::{Classify, Fault};
 
 use super::Services;
 use crate::pipeline::types::Commit;
+use crate::runner::protocol::Netrc;
 use crate::store::StoreError;
-use crate::store::forges::{self, ForgeRow};
 use crate::store::repos::{DEFAULT_TIMEOUT, Repo, Trusted, Visibility};
-
-/// Forge types the API accepts (`git` is Woodlark's own; the rest are Woodpecker's).
-pub const FORGE_TYPES: &[&str] = &[
-    "git",
-    "github",
-    "gitlab",
-    "gitea",
-    "forgejo",
-    "bitbucket",
-    "bitbucket-dc",
-    "addon",
-];
 
 /// A repository as the forge describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -186,6 +175,11 @@ pub trait ForgeDriver: Send + Sync {
         let _ = (repo, number);
         Ok(Vec::new())
     }
+    /// Credentials for cloning `repo` (`CI_NETRC_*`); `None` when a clone needs none.
+    fn netrc(&self, repo: &Repo) -> Option<Netrc> {
+        let _ = repo;
+        None
+    }
     /// The pipeline config files at `commit`, in upstream's lookup order: the repository's
     /// `config_file` (a trailing `/` names a folder), else every `*.yaml`/`*.yml` in
     /// `.woodpecker/`, else `.woodpecker.yaml`, else `.woodpecker.yml`. Empty when none.
@@ -210,14 +204,6 @@ pub fn unknown_changes(repo: &Repo, err: ForgeError) -> Vec<String> {
     Vec::new()
 }
 
-/// The driver for a forge, or why there is none.
-pub fn driver_from(ci: &Services, row: &ForgeRow) -> Result<Arc<dyn ForgeDriver>, ForgeError> {
-    match row.forge.kind.as_str() {
-        "git" => Ok(Arc::new(git::GitForge::from_url(&row.forge.url)?)),
-        _ => Ok(Arc::new(plugin::PluginForge::new(ci, row)?)),
-    }
-}
-
 /// Why a forge's driver could not be had: the forge record, or the driver itself.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -236,10 +222,9 @@ impl Classify for DriverError {
     }
 }
 
-/// The driver of forge `forge_id`.
+/// The driver of forge `forge_id` (see [`drivers`]).
 pub async fn driver(ci: &Services, forge_id: i64) -> Result<Arc<dyn ForgeDriver>, DriverError> {
-    let row = ci.store.read(move |c| forges::by_id(c, forge_id)).await?;
-    Ok(driver_from(ci, &row)?)
+    Ok(ci.drivers.get(forge_id).await?.driver.clone())
 }
 
 /// Runs blocking forge work (a `git` process, the object pool) on the blocking pool, so the

@@ -16,14 +16,18 @@
 //! webhook can be created by hand. A branch's head (manual runs, cron) comes from the adapter,
 //! else from the git remote with the same token ([`super::remote_head`]).
 
+use std::sync::Arc;
+
 use woodlark_plugin_host::{ApiContext, PluginError, PluginHost, WorldKind};
 
+use super::drivers::PluginContext;
 use super::{
     CONFIG_DIR, CONFIG_FILES, ForgeDriver, ForgeError, PullRequest, RemoteRepo, off_runtime,
 };
 use crate::auth::sealing::SealError;
-use crate::ci::Services;
+use crate::ci::{Settings, forge_secrets};
 use crate::pipeline::types::{Commit, ConfigFile};
+use crate::runner::protocol::Netrc;
 use crate::store::forges::{Forge, ForgeRow};
 use crate::store::repos::Repo;
 
@@ -43,7 +47,7 @@ pub fn plugin_among(loaded: &[String], forge: &Forge) -> Option<String> {
         .and_then(|v| v.as_str())
     {
         Some(name) => vec![name.to_string()],
-        None => vec![forge.kind.clone(), format!("forge-{}", forge.kind)],
+        None => vec![forge.kind.to_string(), format!("forge-{}", forge.kind)],
     };
     wanted.into_iter().find(|w| loaded.contains(w))
 }
@@ -52,33 +56,54 @@ pub struct PluginForge {
     host: PluginHost,
     plugin: String,
     api: ApiContext,
-    /// The endpoint the forge's webhook calls (naming the forge), and the secret it signs
-    /// deliveries with.
-    hook_endpoint: String,
-    /// The endpoint webhooks were registered with before it named the forge (removed on
-    /// deactivation too).
-    legacy_endpoint: String,
+    forge_id: i64,
+    settings: Arc<Settings>,
+    /// The secret the forge signs webhook deliveries with.
     webhook_secret: String,
 }
 
 impl PluginForge {
-    pub fn new(ci: &Services, row: &ForgeRow) -> Result<PluginForge, ForgeError> {
-        let plugin = plugin_for(&ci.plugins, &row.forge)
-            .ok_or_else(|| ForgeError::NoDriver(row.forge.kind.clone()))?;
+    /// The driver of forge `row`, served by adapter `plugin`.
+    pub fn new(
+        context: &PluginContext,
+        row: &ForgeRow,
+        plugin: String,
+    ) -> Result<PluginForge, ForgeError> {
         let unsealed = |e: SealError| ForgeError::Failed(e.to_string());
         Ok(PluginForge {
-            host: ci.plugins.clone(),
+            host: context.plugins.clone(),
             plugin,
             api: ApiContext {
                 forge_url: row.forge.url.clone(),
-                token: crate::ci::forge_secrets::api_token(&ci.seal, row).map_err(unsealed)?,
+                token: forge_secrets::api_token(&context.seal, row).map_err(unsealed)?,
             },
-            hook_endpoint: format!("{}?{FORGE_PARAM}={}", ci.hook_endpoint(), row.forge.id),
-            legacy_endpoint: ci.hook_endpoint(),
-            webhook_secret: crate::ci::forge_secrets::webhook_secret(&ci.seal, row)
-                .map_err(unsealed)?,
+            forge_id: row.forge.id,
+            settings: context.settings.clone(),
+            webhook_secret: forge_secrets::webhook_secret(&context.seal, row).map_err(unsealed)?,
         })
     }
+
+    /// The endpoint the forge's webhook calls: it names the forge.
+    fn hook_endpoint(&self) -> String {
+        format!(
+            "{}?{FORGE_PARAM}={}",
+            self.settings.hook_endpoint(),
+            self.forge_id
+        )
+    }
+
+    /// The endpoint webhooks were registered with before it named the forge (removed on
+    /// activation and deactivation too).
+    fn legacy_endpoint(&self) -> String {
+        self.settings.hook_endpoint()
+    }
+}
+
+/// The host name of a clone URL (`https://user@host:port/path` → `host`).
+fn clone_host(url: &str) -> Option<String> {
+    let authority = url.split("://").nth(1)?.split('/').next()?;
+    let host = authority.rsplit('@').next()?.split(':').next()?;
+    (!host.is_empty()).then(|| host.to_string())
 }
 
 /// Awaits a plugin call, its failure as a forge error.
@@ -135,12 +160,13 @@ impl ForgeDriver for PluginForge {
     async fn activate(&self, repo: &Repo, _hook_url: &str) -> Result<(), ForgeError> {
         // A webhook registered with the URL that did not name the forge would deliver every
         // push a second time: it goes first.
-        self.remove_hook(repo, &self.legacy_endpoint).await;
+        self.remove_hook(repo, &self.legacy_endpoint()).await;
+        let endpoint = self.hook_endpoint();
         let created = call(self.host.create_hook(
             &self.plugin,
             self.api.clone(),
             &repo.full_name,
-            &self.hook_endpoint,
+            &endpoint,
             &self.webhook_secret,
         ))
         .await;
@@ -149,7 +175,7 @@ impl ForgeDriver for PluginForge {
                 tracing::info!(
                     repo = repo.full_name,
                     plugin = self.plugin,
-                    url = self.hook_endpoint,
+                    url = endpoint,
                     "webhook created"
                 );
                 Ok(())
@@ -159,7 +185,7 @@ impl ForgeDriver for PluginForge {
                     repo = repo.full_name,
                     plugin = self.plugin,
                     %reason,
-                    url = self.hook_endpoint,
+                    url = endpoint,
                     "webhook not created; create it on the forge by hand"
                 );
                 Ok(())
@@ -169,8 +195,8 @@ impl ForgeDriver for PluginForge {
     }
 
     async fn deactivate(&self, repo: &Repo) -> Result<(), ForgeError> {
-        self.remove_hook(repo, &self.hook_endpoint).await;
-        self.remove_hook(repo, &self.legacy_endpoint).await;
+        self.remove_hook(repo, &self.hook_endpoint()).await;
+        self.remove_hook(repo, &self.legacy_endpoint()).await;
         Ok(())
     }
 
@@ -228,6 +254,18 @@ impl ForgeDriver for PluginForge {
         _after: &str,
     ) -> Result<Vec<String>, ForgeError> {
         Ok(Vec::new())
+    }
+
+    /// The forge's API token for the clone URL's host.
+    fn netrc(&self, repo: &Repo) -> Option<Netrc> {
+        if self.api.token.is_empty() {
+            return None;
+        }
+        Some(Netrc {
+            machine: clone_host(&repo.clone_url)?,
+            login: "oauth2".into(),
+            password: self.api.token.clone(),
+        })
     }
 
     async fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {

@@ -8,12 +8,12 @@ use super::access::{current, must_admin};
 use super::pagination::Page;
 use crate::auth::random_secret;
 use crate::ci;
-use crate::ci::forge::{FORGE_TYPES, git};
+use crate::ci::forge::git;
 use crate::ci::forge_secrets::webhook_secret;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
 use crate::store::StoreError;
-use crate::store::forges::{self, Forge};
+use crate::store::forges::{self, Forge, ForgeKind};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -97,8 +97,22 @@ fn undo_ui_scheme(url: &str) -> &str {
 }
 
 impl ForgeIn {
+    /// The forge type the body names, if it names one (422 for an unknown one).
+    fn kind(&self) -> Result<Option<ForgeKind>, ApiError> {
+        let Some(name) = self.woodlark_type.as_ref().or(self.kind.as_ref()) else {
+            return Ok(None);
+        };
+        ForgeKind::parse(name).map(Some).ok_or_else(|| {
+            ApiError::unprocessable(format!(
+                "unknown forge type {name:?}: expected one of {}",
+                kind_names()
+            ))
+        })
+    }
+
     /// Applies the given fields over `forge`.
-    fn apply(self, forge: &mut Forge) {
+    fn apply(self, forge: &mut Forge) -> Result<(), ApiError> {
+        let kind = self.kind()?;
         if let Some(v) = self.url {
             forge.url = undo_ui_scheme(&v).trim_end_matches('/').to_string();
         }
@@ -106,11 +120,11 @@ impl ForgeIn {
         // read keeps the forge a `git` forge, and an addon forge at a `file://` URL (the
         // upstream UI cannot pick `git`) is one; `woodlark_type` names the type unambiguously.
         let git_url = forge.url.starts_with("file://");
-        match self.woodlark_type.or(self.kind) {
-            Some(v) if v == "addon" && (forge.kind == "git" || git_url) => {
-                forge.kind = "git".to_string()
+        match kind {
+            Some(ForgeKind::Addon) if forge.kind.is_builtin() || git_url => {
+                forge.kind = ForgeKind::Git
             }
-            Some(v) => forge.kind = v,
+            Some(kind) => forge.kind = kind,
             None => {}
         }
         if let Some(v) = self.client {
@@ -128,22 +142,21 @@ impl ForgeIn {
         if let Some(v) = self.additional_options {
             forge.additional_options = v;
         }
+        Ok(())
     }
 }
 
-/// 422 unless the forge's type is known and its URL fits the type.
+/// The forge types the API accepts, for error messages.
+fn kind_names() -> String {
+    ForgeKind::ALL.map(ForgeKind::as_str).join(", ")
+}
+
+/// 422 unless the forge's URL fits its type.
 fn validate(forge: &Forge) -> Result<(), ApiError> {
-    if !FORGE_TYPES.contains(&forge.kind.as_str()) {
-        return Err(ApiError::unprocessable(format!(
-            "unknown forge type {:?}: expected one of {}",
-            forge.kind,
-            FORGE_TYPES.join(", ")
-        )));
-    }
     if forge.url.is_empty() {
         return Err(ApiError::unprocessable("url is required"));
     }
-    if forge.kind == "git" {
+    if forge.kind.is_builtin() {
         git::root_from_url(&forge.url)?;
     } else if !(forge.url.starts_with("https://") || forge.url.starts_with("http://")) {
         return Err(ApiError::unprocessable(format!(
@@ -158,9 +171,15 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let body: ForgeIn = req.json()?;
     let client_secret = body.oauth_client_secret.clone().unwrap_or_default();
+    if body.kind()?.is_none() {
+        return Err(ApiError::unprocessable(format!(
+            "type is required: one of {}",
+            kind_names()
+        )));
+    }
     let mut forge = Forge {
         id: 0,
-        kind: String::new(),
+        kind: ForgeKind::default(),
         url: String::new(),
         client: String::new(),
         skip_verify: false,
@@ -168,7 +187,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         orgs: Vec::new(),
         additional_options: Map::new(),
     };
-    body.apply(&mut forge);
+    body.apply(&mut forge)?;
     validate(&forge)?;
     let webhook_secret = random_secret();
     let created = ci::forges::create(&ctx.ci, forge, &client_secret, &webhook_secret).await?;
@@ -190,7 +209,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .map_err(forge_not_found)?
         .forge;
     let secret = body.oauth_client_secret.clone();
-    body.apply(&mut forge);
+    body.apply(&mut forge)?;
     validate(&forge)?;
     let updated = ci::forges::update(&ctx.ci, forge, secret.as_deref())
         .await

@@ -15,13 +15,12 @@ use woodlark_plugin_host::HookRequest;
 use super::pipelines::created_response;
 use crate::auth::{self, token};
 use crate::ci::create::Created;
-use crate::ci::forge::ForgeError;
-use crate::ci::forge::plugin::{FORGE_PARAM, plugin_for};
+use crate::ci::forge::plugin::FORGE_PARAM;
 use crate::ci::hooks::{self, HookScope, PluginHook};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
+use crate::store::now_unix;
 use crate::store::repos::{self, RepoRow};
-use crate::store::{forges, now_unix};
 
 /// Webhook bodies can be large (GitHub sends up to 25 MB).
 pub const HOOK_BODY_LIMIT: usize = 25 * 1024 * 1024;
@@ -74,18 +73,12 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             let forge_id: i64 = forge.parse().map_err(|_| {
                 ApiError::bad_request(format!("failure to parse hook: invalid forge id {forge:?}"))
             })?;
-            let forge = ctx
-                .ci
-                .store
-                .read(move |c| forges::by_id(c, forge_id))
-                .await?;
-            if forge.forge.kind == "git" {
+            let forge = ctx.ci.drivers.get(forge_id).await?;
+            let Some(plugin) = forge.plugin().map(str::to_string) else {
                 return Err(ApiError::bad_request(format!(
                     "failure to parse hook: forge {forge_id} is a git forge; its hooks carry a hook token"
                 )));
-            }
-            let plugin = plugin_for(&ctx.ci.plugins, &forge.forge)
-                .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
+            };
             return plugin_hook(&ctx, &req, &plugin, HookScope::Forge(forge)).await;
         }
         let Some(plugin) = ctx.ci.plugins.recognize(&plugin_headers(&req)).await else {
@@ -97,15 +90,8 @@ async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if !row.repo.active {
         return Ok(Response::empty(StatusCode::NO_CONTENT));
     }
-    let forge_id = row.repo.forge_id;
-    let forge = ctx
-        .ci
-        .store
-        .read(move |c| forges::by_id(c, forge_id))
-        .await?;
-    if forge.forge.kind != "git" {
-        let plugin = plugin_for(&ctx.ci.plugins, &forge.forge)
-            .ok_or_else(|| ForgeError::NoDriver(forge.forge.kind.clone()))?;
+    let forge = ctx.ci.drivers.get(row.repo.forge_id).await?;
+    if let Some(plugin) = forge.plugin().map(str::to_string) {
         return plugin_hook(&ctx, &req, &plugin, HookScope::Repo(Box::new(row), forge)).await;
     }
     let updates = hooks::parse_ref_updates(&req.body)

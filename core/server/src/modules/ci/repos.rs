@@ -5,11 +5,13 @@ use serde::Deserialize;
 use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
 use super::pagination::Page;
 use crate::ci;
+use crate::ci::forge::DriverError;
+use crate::ci::forge::drivers::ForgeHandle;
 use crate::ci::forge::{self};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::pipeline::event::WebhookEvent;
 use crate::state::Ctx;
-use crate::store::forges::{self, ForgeRow};
+use crate::store::forges;
 use crate::store::repos::{self, APPROVAL_MODES, RepoRow, Trusted, Visibility};
 use crate::store::users::Account;
 use crate::store::{StoreError, StoreResult};
@@ -61,7 +63,7 @@ pub(super) async fn pick_forge(
     ctx: &Ctx,
     req: &Request,
     user: &Account,
-) -> Result<ForgeRow, ApiError> {
+) -> Result<std::sync::Arc<ForgeHandle>, ApiError> {
     let explicit = match req.query("forge_id").filter(|v| !v.is_empty()) {
         Some(v) => Some(
             v.parse::<i64>()
@@ -70,32 +72,33 @@ pub(super) async fn pick_forge(
         None => None,
     };
     let own = user.user.forge_id;
-    let found = ctx
+    let picked = ctx
         .ci
         .store
         .read(move |c| {
             if let Some(id) = explicit {
-                return forges::by_id(c, id).map(Some);
+                return Ok(Some(id));
             }
-            if own > 0
-                && let Ok(row) = forges::by_id(c, own)
-            {
-                return Ok(Some(row));
+            if own > 0 && forges::by_id(c, own).is_ok() {
+                return Ok(Some(own));
             }
             let all = forges::list(c, 1, 2)?;
-            match all.as_slice() {
-                [only] => forges::by_id(c, only.id).map(Some),
-                _ => Ok(None),
-            }
+            Ok(match all.as_slice() {
+                [only] => Some(only.id),
+                _ => None,
+            })
         })
-        .await;
-    match found {
-        Ok(Some(row)) => Ok(row),
-        Ok(None) => Err(ApiError::bad_request(
-            "no forge given: pass forge_id (the server has no forge, or several)",
-        )),
-        Err(StoreError::NotFound) => Err(ApiError::not_found("Forge not found")),
-        Err(err) => Err(err.into()),
+        .await?
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "no forge given: pass forge_id (the server has no forge, or several)",
+            )
+        })?;
+    match ctx.ci.drivers.get(picked).await {
+        Err(DriverError::Store(StoreError::NotFound)) => {
+            Err(ApiError::not_found("Forge not found"))
+        }
+        other => Ok(other?),
     }
 }
 
@@ -107,10 +110,9 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .query("forge_remote_id")
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::bad_request("forge_remote_id is required"))?;
-    let forge_row = pick_forge(&ctx, &req, &account).await?;
-    let forge_id = forge_row.forge.id;
-    let driver = forge::driver_from(&ctx.ci, &forge_row)?;
-    let remote = driver.repo(&remote_id).await?;
+    let forge = pick_forge(&ctx, &req, &account).await?;
+    let forge_id = forge.row.forge.id;
+    let remote = forge.driver.repo(&remote_id).await?;
     // The forge's own id (a plugin forge may be asked by full name and answer with a number).
     let remote_id = remote.forge_remote_id.clone();
 
@@ -130,15 +132,7 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if !allowed {
         return Err(namespace_denied(&remote.owner));
     }
-    let row = ci::repos::activate(
-        &ctx.ci,
-        &driver,
-        forge_id,
-        remote,
-        existing,
-        account.user.id,
-    )
-    .await?;
+    let row = ci::repos::activate(&ctx.ci, &forge, remote, existing, account.user.id).await?;
     Ok(Response::json(&row.repo))
 }
 

@@ -8,7 +8,7 @@ use super::avatars;
 use super::pagination::Page;
 use crate::auth::{random_secret, token};
 use crate::ci;
-use crate::ci::forge::{self, RemoteRepo};
+use crate::ci::forge::RemoteRepo;
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::state::Ctx;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
@@ -141,14 +141,11 @@ async fn forge_listing(
     req: &Request,
     account: &users::Account,
 ) -> Result<Option<(i64, Vec<RemoteRepo>)>, ApiError> {
-    let Ok(row) = super::repos::pick_forge(ctx, req, account).await else {
+    let Ok(forge) = super::repos::pick_forge(ctx, req, account).await else {
         return Ok(None);
     };
-    let Ok(driver) = forge::driver_from(&ctx.ci, &row) else {
-        return Ok(None);
-    };
-    let listed = driver.list_repos().await?;
-    Ok(listed.map(|l| (row.forge.id, l)))
+    let listed = forge.driver.list_repos().await?;
+    Ok(listed.map(|l| (forge.row.forge.id, l)))
 }
 
 /// Upstream's `GET /user/repos?all=true`: every repository of the forge the user may add or

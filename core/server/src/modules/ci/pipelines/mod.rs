@@ -471,7 +471,7 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .store
         .read(move |c| crate::store::forges::by_id(c, forge_id))
         .await
-        .map(|f| f.forge.kind)
+        .map(|f| f.forge.kind.as_str())
         .unwrap_or_default();
     // Upstream's `id` is an optional string it leaves empty (so absent); not sent.
     let meta = json!({
