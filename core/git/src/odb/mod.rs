@@ -6,14 +6,13 @@
 //! share of git's CPU per object, most of a hook's time in git. Read in place, an object
 //! costs a few microseconds.
 //!
-//! What is read:
 //! What is read (the formats are described where they are read):
 //!
 //! - **Loose objects**: `objects/<2 hex>/<38 hex>`, zlib-deflated `<type> SP <size> NUL
 //!   <content>` (`inflate.rs`).
 //! - **Packs**: `objects/pack/pack-*.idx` beside `pack-*.pack` (`pack.rs`), whose entries
-//!   may be deltas of other entries (`delta.rs`).
-//!
+//!   may be deltas of other entries (`delta.rs`); what a chain of them resolves to is kept
+//!   a while (`cache.rs`), so the next object of the chain starts from there.
 //!
 //! Trust nothing, answer only when sure: every object put together here is hashed and must
 //! match the id it was asked for, so a misread (or a corrupt file) can never pass for an
@@ -22,12 +21,14 @@
 //! version 1, a revision form other than the few in [`Odb::get`], an over-long delta chain,
 //! a hash mismatch. So the pipe stays the authority, and this is a shortcut in front of it.
 
+mod cache;
 mod delta;
 mod inflate;
 mod pack;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use sha1::{Digest, Sha1};
@@ -35,6 +36,7 @@ use sha1::{Digest, Sha1};
 use crate::object::{
     ID_LEN, Kind, MAX_OBJECT, Object, header, hex, parse_header, parse_hex, parse_tree,
 };
+use cache::DeltaBaseCache;
 use delta::apply_delta;
 use inflate::Inflater;
 use pack::{Base, Pack};
@@ -46,6 +48,10 @@ const MAX_CHAIN: usize = 1000;
 const MAX_PEEL: usize = 16;
 /// How often a session looks at the pack directory even when no object was missing.
 const PACK_RECHECK: Duration = Duration::from_secs(2);
+/// What a session keeps of objects resolved from packs (see `cache.rs`). A push reads a few
+/// objects, so this fills only as history is read; git's own `core.deltaBaseCacheLimit` is
+/// 96 MiB, per process.
+const DELTA_BASE_CACHE: usize = 32 << 20;
 
 /// One repository's object files.
 pub struct Odb {
@@ -60,6 +66,10 @@ pub struct Odb {
     checked: Instant,
     /// Kept between objects: a fresh one is ~43 KB to allocate and zero.
     inflater: Inflater,
+    cache: DeltaBaseCache,
+    /// Pack entries inflated, to show what the cache saves.
+    #[cfg(test)]
+    inflated: usize,
 }
 
 impl Odb {
@@ -84,6 +94,9 @@ impl Odb {
             listed: None,
             checked: Instant::now(),
             inflater: Inflater::new(),
+            cache: DeltaBaseCache::new(DELTA_BASE_CACHE),
+            #[cfg(test)]
+            inflated: 0,
         };
         odb.list_packs();
         Some(odb)
@@ -202,7 +215,10 @@ impl Odb {
     /// Object `id` from a pack, else loose; not yet checked against its id.
     fn read(&mut self, id: &[u8; ID_LEN]) -> Option<(Kind, Vec<u8>)> {
         match self.pack_of(id) {
-            Some((pack, offset)) => self.packed(pack, offset),
+            // The cache keeps its copy, for the deltas of it read next.
+            Some((pack, offset)) => self
+                .packed(pack, offset)
+                .map(|(kind, data)| (kind, Arc::unwrap_or_clone(data))),
             None => self.loose(id),
         }
     }
@@ -225,14 +241,22 @@ impl Odb {
             return false;
         }
         self.listed = modified;
+        // Packs still there are kept open (with what the cache holds of them): a pack's
+        // name is its content's hash, so the same name is the same pack.
+        let mut old = std::mem::take(&mut self.packs);
         self.packs = std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
             .flatten()
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == "idx"))
-            .filter_map(|idx| Pack::open(&idx))
+            .filter_map(|idx| match old.iter().position(|p| p.idx_path == idx) {
+                Some(i) => Some(old.swap_remove(i)),
+                None => Pack::open(&idx),
+            })
             .collect();
+        let serials: Vec<u64> = self.packs.iter().map(|p| p.serial).collect();
+        self.cache.retain_packs(|serial| serials.contains(&serial));
         true
     }
 
@@ -243,58 +267,69 @@ impl Odb {
 
     fn loose(&mut self, id: &[u8; ID_LEN]) -> Option<(Kind, Vec<u8>)> {
         let file = File::open(self.loose_path(id)).ok()?;
-        let raw = self.inflater.inflate(&file, 0, None)?;
+        let raw = self.inflater.inflate_file(&file)?;
         let nul = raw.iter().position(|&b| b == 0)?;
         let (kind, size) = parse_header(&raw[..nul])?;
         let data = raw.get(nul + 1..)?;
         (data.len() == size).then(|| (kind, data.to_vec()))
     }
 
-    /// The object at `offset` in pack `pack`: its delta chain walked back to a base, then
-    /// the deltas applied oldest first.
-    fn packed(&mut self, pack: usize, offset: u64) -> Option<(Kind, Vec<u8>)> {
+    /// The object at `offset` in pack `pack`: its delta chain walked back to a base (or to
+    /// an entry resolved before, in the cache), then the deltas applied oldest first, each
+    /// result kept in the cache.
+    fn packed(&mut self, pack: usize, offset: u64) -> Option<(Kind, Arc<Vec<u8>>)> {
         let (mut pack, mut offset) = (pack, offset);
-        // The instructions of the deltas met on the way, newest first, and their bytes: a
-        // long chain of large deltas is left to git rather than held in memory here.
-        let mut chain: Vec<Vec<u8>> = Vec::new();
+        // The deltas met on the way, newest first: where each entry is, and its
+        // instructions. A long chain of large deltas is left to git rather than held in
+        // memory here.
+        let mut chain: Vec<(cache::Key, Vec<u8>)> = Vec::new();
         let mut held = 0usize;
-        loop {
+        let (kind, mut object) = loop {
+            let key = (self.packs[pack].serial, offset);
+            if let Some(found) = self.cache.get(key) {
+                break found;
+            }
             if chain.len() > MAX_CHAIN || held > MAX_OBJECT {
                 return None;
             }
             let entry = self.packs[pack].entry_header(offset)?;
             held += entry.size;
-            let data =
-                self.inflater
-                    .inflate(&self.packs[pack].pack, entry.data_at, Some(entry.size))?;
+            let data = self.inflater.inflate(
+                self.packs[pack].bytes_from(entry.data_at)?,
+                Some(entry.size),
+            )?;
+            #[cfg(test)]
+            {
+                self.inflated += 1;
+            }
             match entry.base {
                 Base::None(kind) => {
-                    let mut object = data;
-                    for delta in chain.iter().rev() {
-                        object = apply_delta(&object, delta)?;
-                    }
-                    return Some((kind, object));
+                    let data = Arc::new(data);
+                    self.cache.put(key, kind, data.clone());
+                    break (kind, data);
                 }
                 Base::Offset(base) => {
-                    chain.push(data);
+                    chain.push((key, data));
                     offset = base;
                 }
                 Base::Id(base) => {
-                    chain.push(data);
+                    chain.push((key, data));
                     match self.pack_of(&base) {
                         Some(found) => (pack, offset) = found,
                         // A thin pack's base stored loose: the chain ends there.
                         None => {
-                            let (kind, mut object) = self.loose(&base)?;
-                            for delta in chain.iter().rev() {
-                                object = apply_delta(&object, delta)?;
-                            }
-                            return Some((kind, object));
+                            let (kind, data) = self.loose(&base)?;
+                            break (kind, Arc::new(data));
                         }
                     }
                 }
             }
+        };
+        for (key, delta) in chain.iter().rev() {
+            object = Arc::new(apply_delta(&object, delta)?);
+            self.cache.put(*key, kind, object.clone());
         }
+        Some((kind, object))
     }
 }
 
@@ -443,6 +478,44 @@ mod tests {
         assert_reads_as_git(repo.path(), &revs);
     }
 
+    /// The delta-base cache changes no answer, whatever its size, holds no more than its
+    /// cap, and inflates each pack entry once when it has room.
+    #[test]
+    fn the_delta_base_cache_changes_no_answer_and_inflates_each_entry_once() {
+        let repo = tempfile::tempdir().unwrap();
+        let d = repo.path();
+        let revs = history(d);
+        git(d, &["repack", "-adq", "--depth=50", "--window=50"]);
+        let deltas = deltas(d);
+        assert!(deltas > 10, "the pack has deltas");
+        let mut objects = all_objects(d);
+        for rev in &revs {
+            objects.push(format!("{rev}:big.txt"));
+        }
+        let read_all = |cap: usize| {
+            let mut odb = Odb::open(d).unwrap();
+            odb.cache = DeltaBaseCache::new(cap);
+            let read: Vec<Option<Object>> = objects.iter().map(|id| odb.get(id)).collect();
+            assert!(odb.cache.held() <= cap);
+            (read, odb.inflated)
+        };
+        let (uncached, inflated_uncached) = read_all(0);
+        assert!(uncached.iter().all(Option::is_some));
+        let (small, _) = read_all(4 << 10);
+        let (cached, inflated_cached) = read_all(DELTA_BASE_CACHE);
+        assert_eq!(small, uncached, "a cache that evicts all the time");
+        assert_eq!(cached, uncached, "a cache that keeps everything");
+        let entries = all_objects(d).len();
+        assert!(
+            inflated_cached <= entries,
+            "{inflated_cached} inflations of {entries} entries"
+        );
+        assert!(
+            inflated_uncached > inflated_cached + deltas,
+            "without the cache chains are inflated again: {inflated_uncached} vs {inflated_cached}"
+        );
+    }
+
     #[test]
     fn packed_objects_with_ref_deltas_and_large_offsets_read_as_git_reads_them() {
         let repo = tempfile::tempdir().unwrap();
@@ -511,26 +584,31 @@ mod tests {
         commit_all(d, "more");
         git(d, &["repack", "-adq"]);
         assert!(old.iter().all(|p| !p.exists()), "the old pack is deleted");
-        // Open descriptors of the deleted pack files (Linux shows them as "<path> (deleted)").
+        // Maps of the deleted pack and index (Linux shows them as "<path> (deleted)"), and
+        // open descriptors of them.
         let held = || {
-            std::fs::read_dir("/proc/self/fd")
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            let fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
                 .unwrap()
                 .flatten()
                 .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-                .filter(|target| {
-                    let target = target.to_string_lossy();
-                    old.iter()
-                        .any(|p| target.starts_with(&*p.to_string_lossy()))
+                .map(|target| target.to_string_lossy().into_owned())
+                .collect();
+            old.iter()
+                .flat_map(|p| [p.clone(), p.with_extension("idx")])
+                .filter(|p| {
+                    let p = p.to_string_lossy();
+                    maps.lines().any(|l| l.contains(&*p)) || fds.iter().any(|f| f.starts_with(&*p))
                 })
                 .count()
         };
-        // Found in the deleted (still open) pack, so no miss lists the directory again…
+        // Found in the deleted (still mapped) pack, so no miss lists the directory again…
         assert!(odb.get(&revs[0]).is_some());
-        assert_eq!(held(), 1);
+        assert_eq!(held(), 2, "the pack and its index");
         // …but the periodic look does.
         odb.checked -= PACK_RECHECK;
         assert!(odb.get(&revs[0]).is_some());
-        assert_eq!(held(), 0, "the deleted pack is closed");
+        assert_eq!(held(), 0, "the deleted pack is let go of");
     }
 
     #[test]
