@@ -18,6 +18,7 @@ mod browser;
 mod clients;
 mod docker;
 mod events;
+mod forges;
 mod glance;
 mod http_core;
 mod participation;

@@ -537,6 +537,8 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
 pub struct FakeRequest {
     pub method: String,
     pub path: String,
+    /// The query string, without `?` ("" when none).
+    pub query: String,
     pub headers: hyper::HeaderMap,
     pub body: Bytes,
 }
@@ -562,6 +564,7 @@ where
                         let request = FakeRequest {
                             method: parts.method.to_string(),
                             path: parts.uri.path().to_string(),
+                            query: parts.uri.query().unwrap_or("").to_string(),
                             headers: parts.headers,
                             body: http_body_util::BodyExt::collect(body)
                                 .await

@@ -10,20 +10,20 @@ use serde_json::Value;
 use crate::util::{BIN, Http, Resp, TestServer, write_config};
 
 /// A browser: an HTTP client that keeps the cookies it is given.
-struct Browser {
+pub(crate) struct Browser {
     http: Http,
     cookies: Vec<(String, String)>,
 }
 
 impl Browser {
-    fn new(http: &Http) -> Browser {
+    pub(crate) fn new(http: &Http) -> Browser {
         Browser {
             http: http.clone(),
             cookies: Vec::new(),
         }
     }
 
-    fn cookie(&self, name: &str) -> Option<&str> {
+    pub(crate) fn cookie(&self, name: &str) -> Option<&str> {
         self.cookies
             .iter()
             .find(|(n, _)| n == name)
@@ -35,7 +35,7 @@ impl Browser {
         self.cookies.push((name.to_string(), value.to_string()));
     }
 
-    async fn send(
+    pub(crate) async fn send(
         &mut self,
         method: &str,
         path: &str,
@@ -68,7 +68,7 @@ impl Browser {
         r
     }
 
-    async fn get(&mut self, path: &str) -> Resp {
+    pub(crate) async fn get(&mut self, path: &str) -> Resp {
         self.send("GET", path, None, &[]).await
     }
 
@@ -88,7 +88,7 @@ impl Browser {
 }
 
 /// The `window.WOODPECKER_*` globals of a web-config.js, parsed as JSON.
-fn globals(r: &Resp) -> serde_json::Map<String, Value> {
+pub(crate) fn globals(r: &Resp) -> serde_json::Map<String, Value> {
     assert!(
         r.header("content-type")
             .unwrap()

@@ -94,6 +94,9 @@ impl<E: woodlark_stdx::Classify> From<E> for ApiError {
             woodlark_stdx::Fault::NotFound(message) => ApiError::not_found(message),
             woodlark_stdx::Fault::Invalid(message) => ApiError::bad_request(message),
             woodlark_stdx::Fault::Conflict(message) => ApiError::conflict(message),
+            woodlark_stdx::Fault::Forbidden(message) => {
+                ApiError::new(StatusCode::FORBIDDEN, message)
+            }
             woodlark_stdx::Fault::Unprocessable(message) => ApiError::unprocessable(message),
             woodlark_stdx::Fault::Upstream(message) => {
                 tracing::warn!(error = %message, "a system we depend on failed");
@@ -136,6 +139,8 @@ mod tests {
         );
         let invalid = ApiError::from(Lower(Fault::Invalid("bad state".into())));
         assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
+        let forbidden = ApiError::from(Lower(Fault::Forbidden("needs admin".into())));
+        assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
         let conflict = ApiError::from(Lower(Fault::Conflict("name taken".into())));
         assert_eq!(
             (conflict.status, conflict.message.as_str()),

@@ -68,7 +68,8 @@ impl Metrics {
         }
     }
 
-    /// The exposition text, with `extra` gauges (name, help, value) appended.
+    /// The exposition text, with `extra` values (name, help, value) appended: counters when
+    /// the name ends in `_total`, else gauges.
     pub fn render(&self, extra: &[(&str, &str, f64)]) -> String {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = String::new();
@@ -144,9 +145,15 @@ impl Metrics {
             );
         }
         for (name, help, value) in extra {
+            // Prometheus's naming rule: a `_total` is a counter, anything else a gauge.
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         }
         out

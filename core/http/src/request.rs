@@ -99,9 +99,19 @@ impl Request {
             None => Err(ApiError::bad_request(
                 "request body is empty: expected JSON",
             )),
-            Some(&b) if b != open => Err(ApiError::bad_request(format!(
-                "invalid JSON body: expected {what}"
-            ))),
+            Some(&b) if b != open => {
+                // A form post (`curl -d`, an HTML form) is the usual way to get here.
+                let form = self
+                    .header("content-type")
+                    .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
+                Err(ApiError::bad_request(if form {
+                    format!(
+                        "invalid JSON body: expected {what}, got a form-encoded body; send JSON with `Content-Type: application/json`"
+                    )
+                } else {
+                    format!("invalid JSON body: expected {what}")
+                }))
+            }
             Some(_) => serde_json::from_slice(&self.body)
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}"))),
         }

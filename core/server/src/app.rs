@@ -143,6 +143,8 @@ impl App {
                 mount: config.ci.mount.clone(),
                 public_url: crate::ci::PublicUrl::new(&config.server.listen),
                 env_admins: EnvAdmins(config.auth.admins.clone()),
+                open_registration: config.auth.open,
+                web_root: config.web.root_path().to_string(),
             },
         );
         let mounts = enabled(&config)
@@ -296,6 +298,7 @@ fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::tas
     let mut tasks = Vec::new();
     if config.ci.enabled {
         tasks.push(tokio::spawn(ci.feed.clone().run()));
+        tasks.push(tokio::spawn(crate::ci::statuses::run(ci.clone())));
         tasks.extend(crate::ci::jobs::spawn(ci));
         if config.runner.enabled {
             // Subscribed now, so a stop that comes before the runner runs still waits for it.

@@ -24,10 +24,20 @@ pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("WOODLARK_LOG_LEVEL", "server.log_level"),
     ("WOODLARK_PUBLIC_URL", "server.public_url"),
     ("WOODLARK_ADMINS", "auth.admins"),
+    ("WOODLARK_OPEN", "auth.open"),
     ("WOODLARK_PLUGINS_DIR", "plugins.dir"),
     ("WOODLARK_RUNNER_ENABLED", "runner.enabled"),
     ("WOODLARK_RUNNER_BACKEND", "runner.backend"),
 ];
+
+/// A boolean environment variable: `1`/`true` or `0`/`false`.
+fn env_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        other => Err(format!("expected true or false, got {other:?}")),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -115,6 +125,9 @@ pub struct StorageConfig {
 pub struct AuthConfig {
     /// Logins that are always instance admins (`admin_env` in the API).
     pub admins: Vec<String>,
+    /// Anyone with an account on a forge may sign in through it and gets a user here (as
+    /// upstream's `WOODPECKER_OPEN`); when false only existing users and `admins` may.
+    pub open: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,6 +156,9 @@ pub struct PipelineConfig {
     /// The shortest time between two runs of a cron job, in seconds: every cron job starts a
     /// pipeline, so a schedule firing every second would be a denial of service.
     pub cron_min_interval_secs: u64,
+    /// The first part of the commit statuses' names on forges:
+    /// `<status_context>/<event>/<workflow>` (upstream's `WOODPECKER_STATUS_CONTEXT`).
+    pub status_context: String,
 }
 
 impl PipelineConfig {
@@ -159,6 +175,7 @@ impl Default for PipelineConfig {
             registry_auth: Vec::new(),
             privileged_plugins: Vec::new(),
             cron_min_interval_secs: 60,
+            status_context: "ci/woodpecker".into(),
         }
     }
 }
@@ -548,15 +565,8 @@ impl Config {
                 }
                 "WOODLARK_PLUGINS_DIR" => self.plugins.dir = value.into(),
                 "WOODLARK_RUNNER_BACKEND" => self.runner.backend = value.clone(),
-                "WOODLARK_RUNNER_ENABLED" => {
-                    self.runner.enabled = match value.as_str() {
-                        "1" | "true" => true,
-                        "0" | "false" => false,
-                        other => {
-                            return Err(invalid(format!("expected true or false, got {other:?}")));
-                        }
-                    }
-                }
+                "WOODLARK_RUNNER_ENABLED" => self.runner.enabled = env_bool(value).map_err(invalid)?,
+                "WOODLARK_OPEN" => self.auth.open = env_bool(value).map_err(invalid)?,
                 _ => {}
             }
         }
@@ -694,6 +704,12 @@ impl Config {
             return Err(invalid(
                 "pipeline.cron_min_interval_secs",
                 "must be at least 1".into(),
+            ));
+        }
+        if self.pipeline.status_context.trim().is_empty() {
+            return Err(invalid(
+                "pipeline.status_context",
+                "must not be empty (forges need a name for the status)".into(),
             ));
         }
         self.plugins.validate().map_err(|e| {

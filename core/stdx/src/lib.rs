@@ -92,6 +92,8 @@ pub enum Fault {
     Invalid(String),
     /// The message is shown to the client.
     Conflict(String),
+    /// The caller may not do this; the message says what it takes.
+    Forbidden(String),
     /// Well-formed, but the system it names refused it (a forge does not know the commit).
     Unprocessable(String),
     /// A system we depend on (a forge, a plugin) failed; the message says which and how.

@@ -277,10 +277,16 @@ pub fn create(
     Ok(created)
 }
 
-/// Replaces a forge's settings (and the client secret when `Some`). Records `forges.updated`.
+/// Replaces a forge's settings (and the client or webhook secret when `Some`). Records
+/// `forges.updated`.
 /// The type of a forge that repositories use cannot change (409): their remote ids and hooks
 /// are the old type's.
-pub fn update(conn: &Tx, forge: &Forge, sealed_client_secret: Option<&str>) -> StoreResult<Forge> {
+pub fn update(
+    conn: &Tx,
+    forge: &Forge,
+    sealed_client_secret: Option<&str>,
+    sealed_webhook_secret: Option<&str>,
+) -> StoreResult<Forge> {
     let before = by_id(conn, forge.id)?.forge;
     if before.kind != forge.kind {
         let repos = repo_count(conn, forge.id)?;
@@ -293,9 +299,17 @@ pub fn update(conn: &Tx, forge: &Forge, sealed_client_secret: Option<&str>) -> S
         }
     }
     conn.cached_exec(
-        "UPDATE forges SET type = ?2, url = ?3, data = ?4, client_secret = coalesce(?5, client_secret)
+        "UPDATE forges SET type = ?2, url = ?3, data = ?4, client_secret = coalesce(?5, client_secret),
+            webhook_secret = coalesce(?6, webhook_secret)
          WHERE id = ?1",
-        params![forge.id, forge.kind, forge.url, data_of(forge)?, sealed_client_secret],
+        params![
+            forge.id,
+            forge.kind,
+            forge.url,
+            data_of(forge)?,
+            sealed_client_secret,
+            sealed_webhook_secret
+        ],
     )?;
     let after = by_id(conn, forge.id)?.forge;
     events::append_update(conn, RECORD_TYPE, after.id, &before, &after, owner())?;

@@ -24,6 +24,7 @@ pub mod agents;
 pub mod cache;
 pub mod crons;
 pub mod events;
+pub mod forge_tokens;
 pub mod forges;
 pub mod integrity;
 pub mod logs;

@@ -176,6 +176,8 @@ const MIGRATIONS: &[Step] = &[
     // 11: pipeline records are whole `Pipeline`s of this version (the list is served from
     //     them as stored).
     Code(super::pipelines::normalise_records),
+    // 12: users' forge tokens (sealed), and users found by their forge identity.
+    Sql(super::forge_tokens::SCHEMA),
 ];
 
 /// The schema version this build writes.

@@ -139,6 +139,29 @@ pub fn by_login(conn: &Tx, env: &EnvAdmins, login: &str) -> StoreResult<Account>
     .ok_or(StoreError::NotFound)
 }
 
+/// The user a forge knows as `remote_id` (sign-in through the forge links by this, never by
+/// login: a login can be re-registered on the forge by someone else).
+pub fn by_forge_identity(
+    conn: &Tx,
+    env: &EnvAdmins,
+    forge_id: i64,
+    remote_id: &str,
+) -> StoreResult<Option<Account>> {
+    if remote_id.is_empty() {
+        return Ok(None);
+    }
+    Ok(conn
+        .cached_row(
+            &format!(
+                "SELECT {COLUMNS} FROM users WHERE forge_id = ?1 AND forge_remote_id = ?2 \
+                 ORDER BY id LIMIT 1"
+            ),
+            params![forge_id, remote_id],
+            from_row(env),
+        )
+        .optional()?)
+}
+
 /// One page of users ordered by login (`page` starts at 1).
 pub fn list(conn: &Tx, env: &EnvAdmins, page: u32, per_page: u32) -> StoreResult<Vec<User>> {
     let offset = super::page_offset(page, per_page);
@@ -206,6 +229,83 @@ pub fn update(conn: &Tx, env: &EnvAdmins, login: &str, patch: &UserPatch) -> Sto
     Ok(after)
 }
 
+/// A forge account signing in: who the forge says it is.
+#[derive(Debug, Clone, Default)]
+pub struct ForgeIdentity {
+    pub forge_id: i64,
+    pub remote_id: String,
+    pub login: String,
+    pub email: String,
+    pub avatar_url: String,
+}
+
+/// How a sign-in through a forge came out.
+#[derive(Debug)]
+pub enum ForgeSignIn {
+    /// The user this forge account signed in as before.
+    Known(Account),
+    /// A user made for this forge (by an admin, with its login) before its owner first
+    /// signed in: now linked to the forge account.
+    Linked(Account),
+    /// A new user.
+    Created(Account),
+    /// No user has this forge account, and new ones may not register.
+    RegistrationClosed,
+    /// The login belongs to a user of another forge (or of none).
+    LoginTaken,
+}
+
+/// Finds or makes the user of a forge account, in one transaction: by the forge's id for the
+/// account first (never by login alone), else a user of the same forge and login not yet
+/// linked, else a new user (`token_seed` its key's seed) if `open` or `login` is an admin of
+/// config.toml. The found user's e-mail and avatar follow the forge's.
+pub fn sign_in_from_forge(
+    conn: &Tx,
+    env: &EnvAdmins,
+    who: &ForgeIdentity,
+    open: bool,
+    token_seed: &str,
+) -> StoreResult<ForgeSignIn> {
+    let patch = UserPatch {
+        email: Some(who.email.clone()),
+        avatar_url: Some(who.avatar_url.clone()),
+        admin: None,
+    };
+    if let Some(known) = by_forge_identity(conn, env, who.forge_id, &who.remote_id)? {
+        update(conn, env, &known.user.login, &patch)?;
+        return Ok(ForgeSignIn::Known(by_id(conn, env, known.user.id)?));
+    }
+    match by_login(conn, env, &who.login) {
+        Ok(existing)
+            if existing.user.forge_id == who.forge_id && existing.user.forge_remote_id.is_empty() =>
+        {
+            let before = existing.user;
+            conn.cached_exec(
+                "UPDATE users SET forge_remote_id = ?2, email = ?3, avatar_url = ?4 WHERE id = ?1",
+                params![before.id, who.remote_id, who.email, who.avatar_url],
+            )?;
+            let after = by_id(conn, env, before.id)?;
+            events::append_update(conn, RECORD_TYPE, before.id, &before, &after.user, owner(&after.user))?;
+            Ok(ForgeSignIn::Linked(after))
+        }
+        Ok(_) => Ok(ForgeSignIn::LoginTaken),
+        Err(StoreError::NotFound) if open || env.contains(&who.login) => {
+            let new = NewUser {
+                login: who.login.clone(),
+                email: who.email.clone(),
+                avatar_url: who.avatar_url.clone(),
+                admin: false,
+                forge_id: who.forge_id,
+                forge_remote_id: who.remote_id.clone(),
+                token_seed: token_seed.to_string(),
+            };
+            Ok(ForgeSignIn::Created(create(conn, env, &new)?))
+        }
+        Err(StoreError::NotFound) => Ok(ForgeSignIn::RegistrationClosed),
+        Err(other) => Err(other),
+    }
+}
+
 /// Replaces the seed of the token-signing key, which revokes every token issued so far. The
 /// API rendering does not change, so no event is written.
 pub fn set_token_seed(conn: &Tx, env: &EnvAdmins, id: i64, seed: &str) -> StoreResult<Account> {
@@ -225,6 +325,7 @@ pub fn set_token_seed(conn: &Tx, env: &EnvAdmins, id: i64, seed: &str) -> StoreR
 pub fn delete(conn: &Tx, env: &EnvAdmins, login: &str) -> StoreResult<User> {
     let user = by_login(conn, env, login)?.user;
     conn.cached_exec("DELETE FROM perms WHERE user_id = ?1", [user.id])?;
+    conn.cached_exec("DELETE FROM forge_tokens WHERE user_id = ?1", [user.id])?;
     conn.cached_exec("DELETE FROM users WHERE id = ?1", [user.id])?;
     events::append(
         conn,

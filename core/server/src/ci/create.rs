@@ -84,7 +84,8 @@ pub async fn from_forge_at(
     forge: &ForgeHandle,
     trigger: Trigger,
 ) -> Result<Created, Error> {
-    with_driver(ci, repo, forge.kind(), forge.driver.as_ref(), trigger).await
+    let driver = ci.tokens.for_repo(forge, repo).await;
+    with_driver(ci, repo, forge.kind(), driver.as_ref(), trigger).await
 }
 
 /// The pipeline of a cron job, at the head of its branch (the scheduler and
@@ -101,7 +102,12 @@ pub async fn from_cron(ci: &Services, cron: &crate::store::crons::Cron) -> Resul
         cron.branch.clone()
     };
     let forge = ci.drivers.get(repo.repo.forge_id).await?;
-    let head = forge.driver.branch_head(&repo.repo, &branch).await?;
+    let head = ci
+        .tokens
+        .for_repo(&forge, &repo)
+        .await
+        .branch_head(&repo.repo, &branch)
+        .await?;
     let trigger = Trigger {
         event: WebhookEvent::Cron,
         commit: Commit {

@@ -1,5 +1,6 @@
-//! A forge's sealed credentials in clear: its API token (`oauth_client_secret`, used to clone
-//! and to call the forge's API) and the secret it signs webhook deliveries with.
+//! A forge's sealed credentials in clear: its `oauth_client_secret` (the OAuth app's secret,
+//! or, for a forge without an OAuth `client`, an API token the server calls the forge with)
+//! and the secret it signs webhook deliveries with.
 
 use crate::auth::sealing::{SealError, SealKey};
 use crate::store::forges::ForgeRow;
@@ -17,7 +18,7 @@ fn open_secret(seal: &SealKey, purpose: &str, sealed: &str) -> Result<String, Se
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
-/// The forge's API token (its `oauth_client_secret`), `""` when none was set.
+/// The forge's `oauth_client_secret` in clear, `""` when none was set.
 pub fn api_token(seal: &SealKey, row: &ForgeRow) -> Result<String, SealError> {
     open_secret(seal, SEAL_CLIENT_SECRET, &row.sealed_client_secret)
 }

@@ -28,19 +28,24 @@ pub async fn create(
     Ok(created)
 }
 
-/// Stores `forge`'s new settings; a non-empty `client_secret` replaces the sealed API token.
+/// Stores `forge`'s new settings; a non-empty `client_secret` replaces the sealed client
+/// secret, a `webhook_secret` the one deliveries are signed with.
 pub async fn update(
     ci: &Services,
     forge: Forge,
     client_secret: Option<&str>,
+    webhook_secret: Option<&str>,
 ) -> Result<Forge, Error> {
     let sealed_client = client_secret
         .filter(|s| !s.is_empty())
         .map(|s| ci.seal.seal(SEAL_CLIENT_SECRET, s.as_bytes()));
+    let sealed_webhook = webhook_secret.map(|s| ci.seal.seal(SEAL_WEBHOOK_SECRET, s.as_bytes()));
     let id = forge.id;
     let updated = ci
         .store
-        .write(move |c| forges::update(c, &forge, sealed_client.as_deref()))
+        .write(move |c| {
+            forges::update(c, &forge, sealed_client.as_deref(), sealed_webhook.as_deref())
+        })
         .await;
     ci.drivers.forget(id);
     Ok(updated?)

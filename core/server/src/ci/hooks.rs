@@ -235,7 +235,7 @@ pub async fn from_plugin(
         && trigger.event.is_pull_request()
         && let Some(number) = p.pr_number
     {
-        trigger.commit.changed_files = pr_changed_files(&row, &forge, plugin, number).await;
+        trigger.commit.changed_files = pr_changed_files(ci, &row, &forge, plugin, number).await;
     }
     tracing::info!(
         repo = row.repo.full_name,
@@ -265,12 +265,14 @@ fn webhook_event(event: woodlark_plugin_host::Event) -> WebhookEvent {
 /// them. A failure costs only `when: path` precision, never the hook: it is logged and the
 /// list stays empty (as upstream does).
 async fn pr_changed_files(
+    ci: &Services,
     row: &RepoRow,
     forge: &ForgeHandle,
     plugin: &str,
     number: u64,
 ) -> Vec<String> {
-    let asked = forge.driver.pr_changed_files(&row.repo, number).await;
+    let driver = ci.tokens.for_repo(forge, row).await;
+    let asked = driver.pr_changed_files(&row.repo, number).await;
     asked.unwrap_or_else(|err| {
         tracing::warn!(
             repo = row.repo.full_name,

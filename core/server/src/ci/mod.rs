@@ -39,6 +39,7 @@ pub mod pipelines;
 pub mod queue;
 pub mod repos;
 pub mod scoped;
+pub mod statuses;
 pub mod users;
 
 use std::sync::{Arc, OnceLock};
@@ -63,6 +64,8 @@ pub struct Services {
     pub plugins: PluginHost,
     /// Each forge's record and driver, built once.
     pub drivers: Arc<forge::drivers::Drivers>,
+    /// Users' forge tokens, for calls made as them.
+    pub tokens: forge::acting::Tokens,
     pub queue: Arc<queue::Queue>,
     pub settings: Arc<Settings>,
     /// The number each repository's next pipeline is expected to get.
@@ -71,6 +74,8 @@ pub struct Services {
     pub feed: Arc<feed::PipelineFeed>,
     /// Stops the embedded runner; a graceful stop waits until it has swept its backend.
     pub runner_shutdown: Arc<crate::runner::Shutdown>,
+    /// Commit statuses posted to forges, and given up.
+    pub status_counts: Arc<statuses::StatusCounts>,
 }
 
 /// The configuration the CI services read.
@@ -82,6 +87,10 @@ pub struct Settings {
     pub public_url: PublicUrl,
     /// `auth.admins`: logins that are instance admins whatever the database says.
     pub env_admins: EnvAdmins,
+    /// `auth.open`: anyone with a forge account may sign in through it.
+    pub open_registration: bool,
+    /// `web.root_path`: where the web UI and `/authorize` are mounted.
+    pub web_root: String,
 }
 
 impl Services {
@@ -102,17 +111,21 @@ impl Services {
                 settings: settings.clone(),
             },
         ));
+        let tokens = forge::acting::Tokens::new(store.clone(), seal.clone());
         Services {
             queue: Arc::new(queue::Queue::new(
                 store.clone(),
                 logs.clone(),
                 seal.clone(),
                 drivers.clone(),
+                tokens.clone(),
             )),
+            tokens,
             drivers,
             feed: Arc::new(feed::PipelineFeed::new(store.clone())),
             numbers: Arc::default(),
             runner_shutdown: Arc::default(),
+            status_counts: Arc::default(),
             settings,
             store,
             logs,
@@ -127,6 +140,12 @@ impl Settings {
     /// public URL, so read when needed, not kept.
     pub fn hook_endpoint(&self) -> String {
         format!("{}{}/hook", self.public_url.get(), self.mount)
+    }
+
+    /// Where forges send browsers back after sign-in (the OAuth redirect URI operators
+    /// register with their forge).
+    pub fn oauth_callback(&self) -> String {
+        format!("{}{}/authorize", self.public_url.get(), self.web_root)
     }
 }
 
@@ -187,6 +206,9 @@ pub enum Error {
     /// The request clashes with the current state; the message says why and is shown.
     #[error("{0}")]
     Conflict(String),
+    /// The caller may not do this (e.g. their forge permission is too low); shown.
+    #[error("{0}")]
+    Forbidden(String),
     /// Well-formed, but a value in it cannot be used (upstream's 422); shown.
     #[error("{0}")]
     Unprocessable(String),
@@ -211,6 +233,7 @@ impl Classify for Error {
             Error::Forge(e) => e.fault(),
             Error::Invalid(message) => Fault::Invalid(message.clone()),
             Error::Conflict(message) => Fault::Conflict(message.clone()),
+            Error::Forbidden(message) => Fault::Forbidden(message.clone()),
             Error::Unprocessable(message) => Fault::Unprocessable(message.clone()),
             Error::Internal(_) => Fault::Internal,
         }

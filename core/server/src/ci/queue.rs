@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use woodlark_stdx::{Classify, Fault};
 
 use super::bus::LogBus;
+use super::forge::acting::Tokens;
 use super::forge::drivers::Drivers;
 use super::lifecycle::{cancel_in, end_workflow, release_dependents, requeue_in, roll_up};
 use crate::auth::sealing::SealKey;
@@ -88,6 +89,7 @@ pub struct Queue {
     logs: Store,
     seal: SealKey,
     drivers: Arc<Drivers>,
+    tokens: Tokens,
     bus: LogBus,
     paused: AtomicBool,
     /// Signalled when a task may have become pending (new pipeline, finished dependency,
@@ -134,12 +136,19 @@ impl AgentIdent {
 }
 
 impl Queue {
-    pub fn new(store: Store, logs: Store, seal: SealKey, drivers: Arc<Drivers>) -> Queue {
+    pub fn new(
+        store: Store,
+        logs: Store,
+        seal: SealKey,
+        drivers: Arc<Drivers>,
+        tokens: Tokens,
+    ) -> Queue {
         Queue {
             store,
             logs,
             seal,
             drivers,
+            tokens,
             bus: LogBus::default(),
             paused: AtomicBool::new(false),
             work: Notify::new(),
@@ -354,23 +363,27 @@ impl Queue {
             clone_url: repo.repo.clone_url.clone(),
             commit: row.pipeline.commit.sha.clone(),
             git_ref: row.pipeline.commit.git_ref.clone(),
-            netrc: self.netrc_for(&repo.repo).await,
+            netrc: self.netrc_for(&repo).await,
             workflow,
             steps,
             log_offsets: offsets,
         })
     }
 
-    /// Clone credentials for `repo`, from its forge's driver; none when the forge cannot be
-    /// reached (the clone then fails with the forge's own message).
+    /// Clone credentials for `repo`, from its forge's driver acting as the repository's
+    /// owner; none when the forge cannot be reached (the clone then fails with the forge's
+    /// own message).
     async fn netrc_for(
         &self,
-        repo: &crate::store::repos::Repo,
+        repo: &crate::store::repos::RepoRow,
     ) -> Option<crate::runner::protocol::Netrc> {
-        match self.drivers.get(repo.forge_id).await {
-            Ok(forge) => forge.driver.netrc(repo),
+        match self.drivers.get(repo.repo.forge_id).await {
+            Ok(forge) => {
+                let driver = self.tokens.for_repo(&forge, repo).await;
+                driver.netrc(&repo.repo).await
+            }
             Err(err) => {
-                tracing::warn!(repo = repo.full_name, error = %err, "no clone credentials");
+                tracing::warn!(repo = repo.repo.full_name, error = %err, "no clone credentials");
                 None
             }
         }

@@ -9,6 +9,7 @@ use super::forge::{self, ForgeDriver, RemoteRepo};
 use super::{Error, Services};
 use crate::auth::{random_secret, token};
 use crate::store::repos::{self, Perm, Repo, RepoRow};
+use crate::store::users::User;
 use crate::store::{logs, orgs};
 
 /// The URL a forge posts pushes to for this repository.
@@ -47,7 +48,9 @@ pub async fn activate(
     if existing.as_ref().is_some_and(|row| row.repo.active) {
         return Err(Error::Conflict("Repository is already active.".into()));
     }
-    let (driver, forge_id) = (&forge.driver, forge.row.forge.id);
+    let forge_id = forge.row.forge.id;
+    // The hook is created as the activating user, and later calls act as them (the owner).
+    let driver = ci.tokens.for_user(forge, user_id).await;
     let hash = existing
         .as_ref()
         .map(|row| row.hash.clone())
@@ -55,6 +58,16 @@ pub async fn activate(
     let url = hook_url(ci, forge_id, &remote.forge_remote_id, &hash);
     let mut repo = remote.new_repo(forge_id, 0);
     let cleanup = repo.clone();
+    match driver.repo_perm(&repo).await {
+        Ok(perm) if !perm.admin => {
+            return Err(Error::Forbidden(format!(
+                "activating {} needs admin permission on the forge's repository",
+                repo.full_name
+            )));
+        }
+        Ok(_) | Err(forge::ForgeError::Unsupported(_)) => {}
+        Err(err) => return Err(err.into()),
+    }
     driver.activate(&repo, &url).await?;
     let written = ci
         .store
@@ -101,9 +114,7 @@ pub async fn save(ci: &Services, repo: Repo) -> Result<RepoRow, Error> {
 /// repository inactive; with `remove`, deletes it and everything that belongs to it, logs
 /// included. Returns the repository as it was left.
 pub async fn deactivate(ci: &Services, mut repo: Repo, remove: bool) -> Result<Repo, Error> {
-    if let Ok(driver) = forge::driver(ci, repo.forge_id).await
-        && let Err(err) = driver.deactivate(&repo).await
-    {
+    if let Err(err) = remove_hook(ci, &repo).await {
         tracing::warn!(repo = repo.full_name, error = %err, "could not remove the hook");
     }
     repo.active = false;
@@ -127,6 +138,115 @@ pub async fn deactivate(ci: &Services, mut repo: Repo, remove: bool) -> Result<R
     Ok(repo)
 }
 
+/// Removes `repo`'s hook from its forge, as the repository's owner.
+async fn remove_hook(ci: &Services, repo: &Repo) -> Result<(), Error> {
+    let id = repo.id;
+    let row = ci.store.read(move |c| repos::by_id(c, id)).await?;
+    let forge = ci.drivers.get(repo.forge_id).await?;
+    let driver = ci.tokens.for_repo(&forge, &row).await;
+    Ok(driver.deactivate(repo).await?)
+}
+
+/// Whether the user `driver` acts as administers `remote` on the forge (false when the forge
+/// cannot say).
+pub async fn forge_admin(driver: &dyn ForgeDriver, remote: &RemoteRepo) -> bool {
+    let repo = remote.new_repo(0, 0);
+    matches!(driver.repo_perm(&repo).await, Ok(perm) if perm.admin)
+}
+
+/// How long a permission read from the forge is trusted (upstream: an hour).
+pub const PERM_TTL_SECS: i64 = 60 * 60;
+
+/// Whether `user`'s permission on `row` (`perm`, as stored) should be read from the forge
+/// again: a user of the repository's forge who signed in through it, whose permission is
+/// not implied (instance admin, the repository's own namespace) and was synced over
+/// [`PERM_TTL_SECS`] ago.
+pub fn perm_is_stale(user: &User, row: &RepoRow, perm: &Perm, now: i64) -> bool {
+    !user.admin
+        && user.org_id != row.repo.org_id
+        && user.forge_id == row.repo.forge_id
+        && !user.forge_remote_id.is_empty()
+        && now - perm.synced >= PERM_TTL_SECS
+}
+
+/// Reads `user_id`'s permission on `row` from the forge, as them, and stores it; `true` when
+/// it was stored. A forge that cannot say (no token, no support, an error: logged) leaves
+/// the stored permission as it is.
+pub async fn sync_perm(ci: &Services, user_id: i64, row: &RepoRow) -> bool {
+    let Ok(forge) = ci.drivers.get(row.repo.forge_id).await else {
+        return false;
+    };
+    if forge.kind().is_builtin() {
+        return false;
+    }
+    let driver = match ci.tokens.as_user(&forge, user_id).await {
+        Ok(Some(driver)) => driver,
+        Ok(None) => return false,
+        Err(err) => {
+            tracing::debug!(user = user_id, error = %err, "permission not synced: no usable token");
+            return false;
+        }
+    };
+    let perm = match driver.repo_perm(&row.repo).await {
+        Ok(perm) => perm,
+        Err(err) => {
+            tracing::debug!(user = user_id, repo = row.repo.full_name, error = %err, "permission not synced");
+            return false;
+        }
+    };
+    let repo_id = row.repo.id;
+    let stored = Perm {
+        pull: perm.pull,
+        push: perm.push,
+        admin: perm.admin,
+        ..Perm::default()
+    };
+    match ci
+        .store
+        .write(move |c| repos::set_perm(c, user_id, repo_id, stored))
+        .await
+    {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!(user = user_id, error = %err, "synced permission not stored");
+            false
+        }
+    }
+}
+
+/// Stores `user_id`'s permissions as forge `forge_id` listed them, for the repositories
+/// stored here (the others have nothing to hold a permission on yet).
+pub async fn store_perms(
+    ci: &Services,
+    user_id: i64,
+    forge_id: i64,
+    listed: &[(RemoteRepo, forge::ForgePerm)],
+) -> Result<(), Error> {
+    let perms: Vec<(String, Perm)> = listed
+        .iter()
+        .map(|(remote, p)| {
+            let perm = Perm {
+                pull: p.pull,
+                push: p.push,
+                admin: p.admin,
+                ..Perm::default()
+            };
+            (remote.forge_remote_id.clone(), perm)
+        })
+        .collect();
+    ci.store
+        .write(move |c| {
+            for (remote_id, perm) in perms {
+                if let Some(row) = repos::by_remote_id(c, forge_id, &remote_id)? {
+                    repos::set_perm(c, user_id, row.repo.id, perm)?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(())
+}
+
 /// User `user_id` becomes the repository's owner (and its admin).
 pub async fn chown(ci: &Services, repo: Repo, user_id: i64) -> Result<RepoRow, Error> {
     Ok(ci
@@ -143,7 +263,8 @@ pub async fn chown(ci: &Services, repo: Repo, user_id: i64) -> Result<RepoRow, E
 /// up by full name, which every driver takes (a plugin forge's remote id is the forge's own
 /// numeric id, which its `repo-info` does not accept).
 pub async fn repair(ci: &Services, row: RepoRow) -> Result<(), Error> {
-    let driver = forge::driver(ci, row.repo.forge_id).await?;
+    let forge = ci.drivers.get(row.repo.forge_id).await?;
+    let driver = ci.tokens.for_repo(&forge, &row).await;
     let remote = driver.repo(&row.repo.full_name).await?;
     let mut repo = row.repo.clone();
     refresh_from_forge(&mut repo, &remote);

@@ -2,10 +2,11 @@
 //! one-time sign-in links. `auth.admins` (the settings' `env_admins`) are admins whatever the
 //! database says, so every call reads accounts through them.
 
+use super::forge::{ForgeAccount, ForgeTokens, acting};
 use super::{Error, Services};
 use crate::auth::random_secret;
-use crate::store::used_tokens;
-use crate::store::users::{self, Account, NewUser, User, UserPatch};
+use crate::store::users::{self, Account, ForgeIdentity, ForgeSignIn, NewUser, User, UserPatch};
+use crate::store::{forge_tokens, used_tokens};
 
 /// Creates a user (and its personal organisation).
 pub async fn create(ci: &Services, new: NewUser) -> Result<Account, Error> {
@@ -20,6 +21,51 @@ pub async fn create(ci: &Services, new: NewUser) -> Result<Account, Error> {
         "user created"
     );
     Ok(account)
+}
+
+/// Signs in forge `forge_id`'s `account`: finds or makes its user (see
+/// `store::users::sign_in_from_forge`) and keeps the tokens the forge gave, sealed, in the
+/// same write.
+pub async fn sign_in_from_forge(
+    ci: &Services,
+    forge_id: i64,
+    account: ForgeAccount,
+    tokens: &ForgeTokens,
+) -> Result<ForgeSignIn, Error> {
+    users::validate_login(&account.login)
+        .map_err(|why| Error::Invalid(format!("the forge's login cannot be used here: {why}")))?;
+    if account.remote_id.is_empty() {
+        return Err(Error::Invalid("the forge gave no id for the account".into()));
+    }
+    let who = ForgeIdentity {
+        forge_id,
+        remote_id: account.remote_id,
+        login: account.login,
+        email: account.email,
+        avatar_url: account.avatar_url,
+    };
+    let env = ci.settings.env_admins.clone();
+    let open = ci.settings.open_registration;
+    let seed = random_secret();
+    let sealed = acting::seal(&ci.seal, tokens);
+    let outcome = ci
+        .store
+        .write(move |c| {
+            let outcome = users::sign_in_from_forge(c, &env, &who, open, &seed)?;
+            if let ForgeSignIn::Known(a) | ForgeSignIn::Linked(a) | ForgeSignIn::Created(a) =
+                &outcome
+            {
+                forge_tokens::set(c, a.user.id, &sealed)?;
+            }
+            Ok(outcome)
+        })
+        .await?;
+    match &outcome {
+        ForgeSignIn::Created(a) => tracing::info!(user = a.user.login, forge = forge_id, "user created by signing in through the forge"),
+        ForgeSignIn::Linked(a) => tracing::info!(user = a.user.login, forge = forge_id, "user linked to the forge account"),
+        _ => {}
+    }
+    Ok(outcome)
 }
 
 /// Changes the email, avatar or admin flag of the user called `login`.

@@ -8,6 +8,7 @@
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use woodlark_git::diff as git_diff;
 use woodlark_git::{CatFile, Commit, GitError, Kind, Object, TreeEntry, hex, with_session};
@@ -388,6 +389,11 @@ impl GitForge {
 
 #[async_trait::async_trait]
 impl ForgeDriver for GitForge {
+    /// Local repositories have no users of their own: every call is the server's.
+    fn acting_as(&self, _token: &str) -> Arc<dyn ForgeDriver> {
+        Arc::new(self.clone())
+    }
+
     async fn repo(&self, remote_id: &str) -> Result<RemoteRepo, ForgeError> {
         let (git, id) = (self.clone(), remote_id.to_string());
         off_runtime(move || git.repo(&id)).await

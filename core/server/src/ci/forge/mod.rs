@@ -10,6 +10,7 @@
 //! moves each call to the blocking pool itself ([`off_runtime`]); plugin drivers await the
 //! plugin host directly, with no thread hop.
 
+pub mod acting;
 pub mod drivers;
 pub mod git;
 pub mod plugin;
@@ -86,6 +87,62 @@ impl RemoteRepo {
     }
 }
 
+/// The OAuth tokens a forge gave for a user.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ForgeTokens {
+    pub access: String,
+    /// Empty when the forge gives none (its tokens do not expire).
+    pub refresh: String,
+    /// Unix seconds the access token stops working; 0 = never.
+    pub expiry: i64,
+}
+
+/// A forge account, as its forge describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ForgeAccount {
+    /// The forge's stable id for the account (a login can change hands; this cannot).
+    pub remote_id: String,
+    pub login: String,
+    pub email: String,
+    pub avatar_url: String,
+}
+
+/// What a user may do with a repository, as its forge says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ForgePerm {
+    pub pull: bool,
+    pub push: bool,
+    pub admin: bool,
+}
+
+/// A user's membership of an organisation on the forge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Membership {
+    pub member: bool,
+    pub admin: bool,
+}
+
+/// A commit status to show on the forge: one per workflow of a pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitStatus {
+    /// The workflow's state (the driver maps it to what its forge has).
+    pub state: crate::pipeline::status::Status,
+    /// The status's name on the forge: `ci/woodpecker/<event>/<workflow>`.
+    pub context: String,
+    pub description: String,
+    /// The workflow's page on this server.
+    pub target_url: String,
+}
+
+/// Where the browser goes to sign in, and where the forge sends it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthRedirect {
+    /// This server's sign-in callback (`<public url><root>/authorize`).
+    pub redirect_uri: String,
+    /// The signed state the callback must bring back.
+    pub state: String,
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PullRequest {
     pub index: String,
@@ -108,6 +165,9 @@ pub enum ForgeError {
     Conflict(String),
     #[error("forge operation failed: {0}")]
     Failed(String),
+    /// The forge (or its adapter) cannot do this.
+    #[error("{0}")]
+    Unsupported(String),
     /// A forge-adapter plugin failed (trapped, ran out of fuel, broke its contract).
     #[error("forge adapter failed: {0}")]
     AdapterFailed(String),
@@ -120,7 +180,7 @@ impl Classify for ForgeError {
             ForgeError::RepoNotFound(_) => Fault::NotFound(message),
             ForgeError::Invalid(_) => Fault::Unprocessable(message),
             ForgeError::Conflict(_) => Fault::Conflict(message),
-            ForgeError::NoDriver(_) => Fault::Unavailable(message),
+            ForgeError::NoDriver(_) | ForgeError::Unsupported(_) => Fault::Unavailable(message),
             ForgeError::Failed(_) | ForgeError::AdapterFailed(_) => Fault::Upstream(message),
         }
     }
@@ -176,9 +236,57 @@ pub trait ForgeDriver: Send + Sync {
         Ok(Vec::new())
     }
     /// Credentials for cloning `repo` (`CI_NETRC_*`); `None` when a clone needs none.
-    fn netrc(&self, repo: &Repo) -> Option<Netrc> {
+    async fn netrc(&self, repo: &Repo) -> Option<Netrc> {
         let _ = repo;
         None
+    }
+
+    // ---- acting as a user (sign-in, their repositories, statuses) ----
+
+    /// The same forge, its calls made with a user's token instead of the forge's own.
+    fn acting_as(&self, token: &str) -> Arc<dyn ForgeDriver>;
+    /// Where to send a browser to sign in; `Unsupported` when the forge has no OAuth
+    /// sign-in (the built-in git forge, a forge without an OAuth client).
+    async fn authorize_url(&self, redirect: &OAuthRedirect) -> Result<String, ForgeError> {
+        let _ = redirect;
+        Err(unsupported("sign-in through the forge"))
+    }
+    /// Trades the code the forge's callback brought for the user's tokens.
+    async fn exchange_code(&self, redirect_uri: &str, code: &str) -> Result<ForgeTokens, ForgeError> {
+        let _ = (redirect_uri, code);
+        Err(unsupported("sign-in through the forge"))
+    }
+    /// New tokens for a refresh token.
+    async fn refresh(&self, refresh_token: &str) -> Result<ForgeTokens, ForgeError> {
+        let _ = refresh_token;
+        Err(unsupported("refreshing tokens"))
+    }
+    /// The account the acting token belongs to.
+    async fn current_user(&self) -> Result<ForgeAccount, ForgeError> {
+        Err(unsupported("reading the signed-in user"))
+    }
+    /// Every repository the acting user can see, with their permission.
+    async fn user_repos(&self) -> Result<Vec<(RemoteRepo, ForgePerm)>, ForgeError> {
+        Err(unsupported("listing a user's repositories"))
+    }
+    /// The acting user's permission on `repo`.
+    async fn repo_perm(&self, repo: &Repo) -> Result<ForgePerm, ForgeError> {
+        let _ = repo;
+        Err(unsupported("reading repository permissions"))
+    }
+    /// The organisations the acting user belongs to (their logins).
+    async fn user_orgs(&self) -> Result<Vec<String>, ForgeError> {
+        Err(unsupported("listing organisations"))
+    }
+    /// Posts a commit status on `commit` of `repo`.
+    async fn post_status(
+        &self,
+        repo: &Repo,
+        commit: &str,
+        status: &CommitStatus,
+    ) -> Result<(), ForgeError> {
+        let _ = (repo, commit, status);
+        Err(unsupported("commit statuses"))
     }
     /// The pipeline config files at `commit`, in upstream's lookup order: the repository's
     /// `config_file` (a trailing `/` names a folder), else every `*.yaml`/`*.yml` in
@@ -196,6 +304,11 @@ pub struct Pushed {
     pub commit: Commit,
     pub changed: Vec<String>,
     pub config: Vec<crate::pipeline::types::ConfigFile>,
+}
+
+/// A forge's answer for what it cannot do.
+pub fn unsupported(what: &str) -> ForgeError {
+    ForgeError::Unsupported(format!("this forge does not support {what}"))
 }
 
 /// No changed files, logged: a push whose changed files cannot be worked out still runs.

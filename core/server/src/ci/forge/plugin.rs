@@ -52,6 +52,7 @@ pub fn plugin_among(loaded: &[String], forge: &Forge) -> Option<String> {
     wanted.into_iter().find(|w| loaded.contains(w))
 }
 
+#[derive(Clone)]
 pub struct PluginForge {
     host: PluginHost,
     plugin: String,
@@ -60,6 +61,20 @@ pub struct PluginForge {
     settings: Arc<Settings>,
     /// The secret the forge signs webhook deliveries with.
     webhook_secret: String,
+    /// The forge's OAuth app (`client` and `oauth_client_secret`); `None` when `client` is
+    /// empty, and then `oauth_client_secret` is an API token the server calls the forge with
+    /// (a forge without sign-in).
+    oauth: Option<OAuthApp>,
+}
+
+/// A forge's OAuth app, as its record names it.
+#[derive(Clone)]
+struct OAuthApp {
+    client_id: String,
+    client_secret: String,
+    /// Where browsers sign in, when not at the forge's URL.
+    oauth_host: String,
+    skip_verify: bool,
 }
 
 impl PluginForge {
@@ -70,16 +85,30 @@ impl PluginForge {
         plugin: String,
     ) -> Result<PluginForge, ForgeError> {
         let unsealed = |e: SealError| ForgeError::Failed(e.to_string());
+        let secret = forge_secrets::api_token(&context.seal, row).map_err(unsealed)?;
+        let forge = &row.forge;
+        let (token, oauth) = if forge.client.is_empty() {
+            (secret, None)
+        } else {
+            let app = OAuthApp {
+                client_id: forge.client.clone(),
+                client_secret: secret,
+                oauth_host: forge.oauth_host.clone(),
+                skip_verify: forge.skip_verify,
+            };
+            (String::new(), Some(app))
+        };
         Ok(PluginForge {
             host: context.plugins.clone(),
             plugin,
             api: ApiContext {
-                forge_url: row.forge.url.clone(),
-                token: forge_secrets::api_token(&context.seal, row).map_err(unsealed)?,
+                forge_url: forge.url.clone(),
+                token,
             },
-            forge_id: row.forge.id,
+            forge_id: forge.id,
             settings: context.settings.clone(),
             webhook_secret: forge_secrets::webhook_secret(&context.seal, row).map_err(unsealed)?,
+            oauth,
         })
     }
 
@@ -256,8 +285,14 @@ impl ForgeDriver for PluginForge {
         Ok(Vec::new())
     }
 
-    /// The forge's API token for the clone URL's host.
-    fn netrc(&self, repo: &Repo) -> Option<Netrc> {
+    fn acting_as(&self, token: &str) -> Arc<dyn ForgeDriver> {
+        let mut driver = self.clone();
+        driver.api.token = token.to_string();
+        Arc::new(driver)
+    }
+
+    /// The acting token for the clone URL's host.
+    async fn netrc(&self, repo: &Repo) -> Option<Netrc> {
         if self.api.token.is_empty() {
             return None;
         }

@@ -35,6 +35,7 @@ use super::access_cache::{Readable, Verified};
 use crate::auth::{self, session, token};
 use crate::http::{ApiError, Request, StatusCode};
 use crate::state::Ctx;
+use crate::ci;
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow, Visibility};
 use crate::store::users::{self, Account, User};
@@ -291,7 +292,34 @@ pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
             found
         }
     };
+    let found = with_synced_perm(ctx, user.as_ref(), found).await;
     checked(user, found)
+}
+
+/// `found`, its permission read from the forge first when the stored one is stale
+/// (`ci::repos::perm_is_stale`): a user who lost access on the forge loses it here.
+async fn with_synced_perm(
+    ctx: &Ctx,
+    user: Option<&Account>,
+    found: StoreResult<(RepoRow, Perm)>,
+) -> StoreResult<(RepoRow, Perm)> {
+    let (Some(account), Ok((row, perm))) = (user, &found) else {
+        return found;
+    };
+    if !ci::repos::perm_is_stale(&account.user, row, perm, now_unix())
+        || !ci::repos::sync_perm(&ctx.ci, account.user.id, row).await
+    {
+        return found;
+    }
+    let (u, id) = (account.user.clone(), row.repo.id);
+    ctx.ci
+        .store
+        .read(move |c| {
+            let row = repos::by_id(c, id)?;
+            let perm = repo_perm(c, Some(&u), &row)?;
+            Ok((row, perm))
+        })
+        .await
 }
 
 /// Like [`repo`] but also requires repo admin (secrets, registries, cron, settings).
@@ -317,6 +345,7 @@ where
             Ok((row, perm))
         })
         .await;
+    let found = with_synced_perm(ctx, user.as_ref(), found).await;
     checked(user, found)
 }
 

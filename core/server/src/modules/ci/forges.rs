@@ -77,6 +77,8 @@ struct ForgeIn {
     url: Option<String>,
     client: Option<String>,
     oauth_client_secret: Option<String>,
+    /// The secret the forge signs deliveries with; a random one when not given on create.
+    webhook_secret: Option<String>,
     skip_verify: Option<bool>,
     oauth_host: Option<String>,
     orgs: Option<Vec<String>>,
@@ -187,9 +189,9 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         orgs: Vec::new(),
         additional_options: Map::new(),
     };
+    let webhook_secret = given_webhook_secret(&body)?.unwrap_or_else(random_secret);
     body.apply(&mut forge)?;
     validate(&forge)?;
-    let webhook_secret = random_secret();
     let created = ci::forges::create(&ctx.ci, forge, &client_secret, &webhook_secret).await?;
     Ok(Response::json(&with_webhook_secret(
         &created,
@@ -209,9 +211,10 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .map_err(forge_not_found)?
         .forge;
     let secret = body.oauth_client_secret.clone();
+    let webhook_secret = given_webhook_secret(&body)?;
     body.apply(&mut forge)?;
     validate(&forge)?;
-    let updated = ci::forges::update(&ctx.ci, forge, secret.as_deref())
+    let updated = ci::forges::update(&ctx.ci, forge, secret.as_deref(), webhook_secret.as_deref())
         .await
         .map_err(forge_not_found)?;
     Ok(Response::json(&updated))
@@ -224,6 +227,18 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await
         .map_err(forge_not_found)?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// The `webhook_secret` the body sets, if any: at least 16 characters (it is what stands
+/// between the hook endpoint and forged deliveries).
+fn given_webhook_secret(body: &ForgeIn) -> Result<Option<String>, ApiError> {
+    match body.webhook_secret.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s) if s.len() < 16 => Err(ApiError::unprocessable(
+            "webhook_secret must be at least 16 characters",
+        )),
+        Some(s) => Ok(Some(s.to_string())),
+    }
 }
 
 fn forge_not_found(err: impl Into<ci::Error>) -> ApiError {

@@ -112,11 +112,12 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::bad_request("forge_remote_id is required"))?;
     let forge = pick_forge(&ctx, &req, &account).await?;
     let forge_id = forge.row.forge.id;
-    let remote = forge.driver.repo(&remote_id).await?;
+    let driver = ctx.ci.tokens.for_user(&forge, account.user.id).await;
+    let remote = driver.repo(&remote_id).await?;
     // The forge's own id (a plugin forge may be asked by full name and answer with a number).
     let remote_id = remote.forge_remote_id.clone();
 
-    // Who may activate: instance admins, the owner of the namespace, and admins of its org.
+    // Who may activate: instance admins, the owner of the namespace, admins of its org.
     let user = account.user.clone();
     let owner = remote.owner.clone();
     let rid = remote_id.clone();
@@ -129,7 +130,9 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             Ok((existing, allowed))
         })
         .await?;
-    if !allowed {
+    // Or whoever the forge says administers the repository (the rest must still be admins
+    // of the namespace here: the forge cannot speak for them).
+    if !allowed && !ci::repos::forge_admin(driver.as_ref(), &remote).await {
         return Err(namespace_denied(&remote.owner));
     }
     let row = ci::repos::activate(&ctx.ci, &forge, remote, existing, account.user.id).await?;
@@ -325,7 +328,7 @@ fn namespace_denied(owner: &str) -> ApiError {
 async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = forge::driver(&ctx.ci, access.row.repo.forge_id).await?;
+    let driver = caller_driver(&ctx, &access).await?;
     let all = driver.branches(&access.row.repo).await?;
     Ok(Response::json(&paginate(all, page)))
 }
@@ -334,9 +337,19 @@ async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = forge::driver(&ctx.ci, access.row.repo.forge_id).await?;
+    let driver = caller_driver(&ctx, &access).await?;
     let all = driver.pull_requests(&access.row.repo).await?;
     Ok(Response::json(&paginate(all, page)))
+}
+
+/// The repository's forge driver, acting as the caller (see `Tokens::for_caller`).
+async fn caller_driver(
+    ctx: &Ctx,
+    access: &RepoAccess,
+) -> Result<std::sync::Arc<dyn forge::ForgeDriver>, ApiError> {
+    let forge = ctx.ci.drivers.get(access.row.repo.forge_id).await?;
+    let caller = access.user.as_ref().map(|a| a.user.id);
+    Ok(ctx.ci.tokens.for_caller(&forge, caller, &access.row).await)
 }
 
 fn paginate<T>(all: Vec<T>, page: Page) -> Vec<T> {
@@ -433,7 +446,9 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             Ok((taken, may_activate_in(c, &user, forge_id, &owner)?))
         })
         .await?;
-    if !allowed {
+    // Or whoever the forge says administers the repository (the rest must still be admins
+    // of the namespace here: the forge cannot speak for them).
+    if !allowed && !ci::repos::forge_admin(driver.as_ref(), &remote).await {
         return Err(namespace_denied(&remote.owner));
     }
     if taken.is_some_and(|other| other.repo.id != row.repo.id) {

@@ -43,11 +43,25 @@ pub async fn metrics(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         }
     }
     let uptime = ctx.started.elapsed().as_secs_f64();
-    let text = ctx.metrics.render(&[(
-        "woodlark_uptime_seconds",
-        "Seconds since the server started.",
-        uptime,
-    )]);
+    let statuses = &ctx.ci.status_counts;
+    let count = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    let text = ctx.metrics.render(&[
+        (
+            "woodlark_uptime_seconds",
+            "Seconds since the server started.",
+            uptime,
+        ),
+        (
+            "woodlark_forge_statuses_posted_total",
+            "Commit statuses posted to forges.",
+            count(&statuses.posted),
+        ),
+        (
+            "woodlark_forge_status_failures_total",
+            "Commit statuses given up after every retry (the forge kept failing).",
+            count(&statuses.failed),
+        ),
+    ]);
     Ok(Response::new(
         StatusCode::OK,
         "text/plain; version=0.0.4; charset=utf-8",

@@ -144,6 +144,17 @@ async fn forge_listing(
     let Ok(forge) = super::repos::pick_forge(ctx, req, account).await else {
         return Ok(None);
     };
+    let forge_id = forge.row.forge.id;
+    if let Ok(Some(driver)) = ctx.ci.tokens.as_user(&forge, account.user.id).await {
+        match driver.user_repos().await {
+            Ok(listed) => {
+                ci::repos::store_perms(&ctx.ci, account.user.id, forge_id, &listed).await?;
+                return Ok(Some((forge_id, listed.into_iter().map(|(r, _)| r).collect())));
+            }
+            Err(crate::ci::forge::ForgeError::Unsupported(_)) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
     let listed = forge.driver.list_repos().await?;
     Ok(listed.map(|l| (forge.row.forge.id, l)))
 }

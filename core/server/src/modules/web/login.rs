@@ -1,7 +1,9 @@
-//! Signing browsers in and out, without OAuth.
+//! Signing browsers in and out.
 //!
-//! - `GET <root>/authorize[?forge_id=N]` shows a form that takes a personal access token (the
-//!   web UI's login button lands here). `POST <root>/authorize` checks it and signs the browser
+//! - `GET <root>/authorize?forge_id=N` (the web UI's login button) signs in through the forge
+//!   when it has OAuth sign-in ([`super::oauth`], which also takes the forge's callback).
+//! - `GET <root>/authorize` (and a forge without OAuth) shows a form that takes a personal
+//!   access token. `POST <root>/authorize` checks it and signs the browser
 //!   in. The form carries a signed, expiring form token whose nonce must match a `SameSite=Strict`
 //!   cookie set with the form, so another site cannot post a token of its choosing (login
 //!   CSRF). The personal access token travels only in the POST body, never in a URL.
@@ -15,6 +17,7 @@ use std::sync::OnceLock;
 
 use serde_json::json;
 
+use super::oauth;
 use super::{
     SESSION_COOKIE, cookie, cookie_value, escape_html, home, html_page, over_tls, page_frame,
     redirect, set_cookie,
@@ -24,7 +27,7 @@ use crate::config::Config;
 use crate::http::{ApiError, Method, Request, Response, StatusCode};
 use crate::state::Ctx;
 use crate::store::users::{self, Account};
-use crate::store::{StoreError, forges, now_unix};
+use crate::store::{StoreError, now_unix};
 
 /// The cookie holding the nonce of the sign-in form the browser was given.
 const FORM_COOKIE: &str = "woodlark_login";
@@ -44,21 +47,60 @@ pub async fn authorize(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if let Some(link) = req.query("login_token") {
         return sign_in_with_link(&ctx, &req, &link).await;
     }
+    if let Some(response) = oauth::forge_error(&ctx, &req) {
+        return Ok(response);
+    }
+    let (code, state) = (req.query("code"), req.query("state"));
+    if let (Some(code), Some(state)) = (&code, &state)
+        && !code.is_empty()
+        && !state.is_empty()
+    {
+        let outcome = oauth::callback(&ctx, &req, code, state).await;
+        return Ok(finish(&ctx, &req, outcome));
+    }
     if let Some(raw) = req.query("forge_id").filter(|v| !v.is_empty()) {
         let id: i64 = raw.parse().map_err(|_| {
             ApiError::bad_request(format!("invalid forge_id {raw:?}: expected an integer"))
         })?;
-        // Every forge gets the token form: Woodlark does not do OAuth with forges (yet).
-        ctx.ci
-            .store
-            .read(move |c| forges::by_id(c, id))
-            .await
-            .map_err(|err| match err {
-                StoreError::NotFound => ApiError::not_found("Forge not found"),
-                other => other.into(),
-            })?;
+        let outcome = oauth::start(&ctx, &req, id).await?;
+        return Ok(finish(&ctx, &req, outcome));
     }
     Ok(form(&ctx, &req, StatusCode::OK, None))
+}
+
+/// The response of a sign-in through a forge.
+fn finish(ctx: &Ctx, req: &Request, outcome: oauth::Outcome) -> Response {
+    match outcome {
+        oauth::Outcome::Redirect(response) => response,
+        oauth::Outcome::NoOAuth => form(ctx, req, StatusCode::OK, None),
+        oauth::Outcome::SignedIn(account) => {
+            let mut response = signed_in(ctx, req, &account, now_unix(), "forge");
+            oauth::clear_state_cookie(ctx, req, &mut response);
+            response
+        }
+    }
+}
+
+/// `GET <root>/login[?error=…]` without a web UI: the sign-in form, saying why a sign-in
+/// through a forge failed (the codes of upstream's login page).
+pub async fn login_page(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let Some(code) = req.query("error").filter(|e| !e.is_empty()) else {
+        return Ok(form(&ctx, &req, StatusCode::OK, None));
+    };
+    let why = match code.as_str() {
+        "invalid_state" => "The sign-in took too long or was started in another browser.",
+        "oauth_error" => "The forge did not let us sign you in.",
+        "org_access_denied" => "You are not a member of an organisation allowed to sign in.",
+        "registration_closed" => "This server does not take new users: ask an admin.",
+        "access_denied" => "Access was denied.",
+        "internal_error" => "The server could not complete the sign-in; see its log.",
+        _ => "Signing in failed.",
+    };
+    let message = match req.query("error_description").filter(|d| !d.is_empty()) {
+        Some(detail) => format!("{why} ({detail})"),
+        None => why.to_string(),
+    };
+    Ok(form(&ctx, &req, StatusCode::OK, Some(&message)))
 }
 
 /// `POST <root>/authorize` (form fields `form_token`, `token`): signs in with a personal

@@ -16,6 +16,7 @@
 pub mod config_js;
 pub mod files;
 pub mod login;
+mod oauth;
 
 use std::path::PathBuf;
 
@@ -61,6 +62,10 @@ impl super::Module for Web {
             .get("/assets/custom.css", files::custom_css);
         if !self.root_path.is_empty() {
             scope.get("/", files::index);
+        }
+        if self.dir.is_none() {
+            // The web UI's login page, where a failed sign-in through a forge lands.
+            scope.get("/login", login::login_page);
         }
         if self.dir.is_some() {
             // Every other path below the root: a file of the UI, else the SPA's index.html

@@ -1,0 +1,218 @@
+//! Commit statuses: each workflow's state, shown on the forge's commit as upstream does.
+//!
+//! The poster follows the pipeline feed (every recorded pipeline change) and, per changed
+//! pipeline, posts the workflows whose state differs from what it posted last, named
+//! `<status_context>/<event>/<workflow>` (`pr` for pull requests) and linking to the
+//! workflow's page here. It acts as the repository's owner when they signed in through the
+//! forge (else as the forge). Posting is off the pipeline's path: a slow or failing forge
+//! only delays statuses; each post is retried with backoff, and one that keeps failing is
+//! logged and counted (`woodlark_forge_status_failures_total`), never failing the pipeline.
+//! Posts for one pipeline are made one at a time, from its state as read just before, so a
+//! late `running` never lands after `success`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, Semaphore, broadcast};
+
+use super::Services;
+use super::forge::{CommitStatus, ForgeDriver, ForgeError};
+use crate::pipeline::event::WebhookEvent;
+use crate::pipeline::status::{self, Status};
+use crate::store::pipelines::{self, Pipeline, Workflow};
+use crate::store::repos::{self, RepoRow};
+
+/// Pipelines whose statuses are being posted at once.
+const PARALLEL: usize = 8;
+/// Tries per status before it is given up.
+const ATTEMPTS: u32 = 5;
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How posting went, for `/metrics`.
+#[derive(Default)]
+pub struct StatusCounts {
+    pub posted: AtomicU64,
+    /// Given up after every retry.
+    pub failed: AtomicU64,
+}
+
+/// What was last posted for each workflow of a pipeline.
+type Posted = HashMap<i64, Status>;
+
+/// Follows the pipeline feed and posts statuses until the feed ends.
+pub async fn run(ci: Services) {
+    let mut changes = ci.feed.subscribe();
+    let posted: Arc<std::sync::Mutex<HashMap<i64, Arc<Mutex<Posted>>>>> = Arc::default();
+    let slots = Arc::new(Semaphore::new(PARALLEL));
+    loop {
+        let message = match changes.recv().await {
+            Ok(message) => message,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "commit statuses fell behind the pipeline feed; some states were not posted");
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let pipeline_id = message.pipeline_id;
+        let state = posted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(pipeline_id)
+            .or_default()
+            .clone();
+        let (ci, posted, slots) = (ci.clone(), posted.clone(), slots.clone());
+        tokio::spawn(async move {
+            let Ok(_slot) = slots.acquire().await else {
+                return;
+            };
+            let mut last = state.lock().await;
+            let finished = post_pipeline(&ci, message.repo_id, pipeline_id, &mut last).await;
+            drop(last);
+            if finished {
+                posted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&pipeline_id);
+            }
+        });
+    }
+}
+
+/// Posts the workflows of pipeline `pipeline_id` that changed since `last`; true when the
+/// pipeline is over and every state of it was dealt with.
+async fn post_pipeline(ci: &Services, repo_id: i64, pipeline_id: i64, last: &mut Posted) -> bool {
+    let read = ci
+        .store
+        .read(move |c| {
+            let repo = repos::by_id(c, repo_id)?;
+            let pipeline = pipelines::by_id(c, pipeline_id)?.pipeline;
+            let workflows = pipelines::workflows(c, pipeline_id)?;
+            Ok((repo, pipeline, workflows))
+        })
+        .await;
+    let (repo, pipeline, workflows) = match read {
+        Ok(read) => read,
+        // Deleted meanwhile: nothing left to show.
+        Err(_) => return true,
+    };
+    let over = status::is_done(pipeline.status);
+    let changed: Vec<&Workflow> = workflows
+        .iter()
+        .filter(|w| last.get(&w.id) != Some(&w.state))
+        .collect();
+    if changed.is_empty() {
+        return over;
+    }
+    let forge = match ci.drivers.get(repo.repo.forge_id).await {
+        Ok(forge) if !forge.kind().is_builtin() => forge,
+        // The built-in git forge has nowhere to show a status; a forge without a driver now
+        // is logged where its hooks fail.
+        _ => return true,
+    };
+    let driver = ci.tokens.for_repo(&forge, &repo).await;
+    for workflow in changed {
+        let status = commit_status(ci, &repo, &pipeline, workflow);
+        match post_with_retries(driver.as_ref(), &repo, &pipeline.commit.sha, &status).await {
+            Ok(()) => {
+                ci.status_counts.posted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(ForgeError::Unsupported(_)) => return true,
+            Err(err) => {
+                ci.status_counts.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    repo = repo.repo.full_name,
+                    pipeline = pipeline.number,
+                    context = status.context,
+                    state = %status.state,
+                    error = %err,
+                    "commit status not posted"
+                );
+            }
+        }
+        last.insert(workflow.id, workflow.state);
+    }
+    over
+}
+
+/// Posts `status`, retrying failures with a growing pause.
+async fn post_with_retries(
+    driver: &dyn ForgeDriver,
+    repo: &RepoRow,
+    commit: &str,
+    status: &CommitStatus,
+) -> Result<(), ForgeError> {
+    let mut pause = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match driver.post_status(&repo.repo, commit, status).await {
+            Ok(()) => return Ok(()),
+            Err(err @ ForgeError::Unsupported(_)) => return Err(err),
+            Err(err) if attempt >= ATTEMPTS => return Err(err),
+            Err(err) => {
+                tracing::debug!(repo = repo.repo.full_name, attempt, error = %err, "commit status failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_BACKOFF);
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// The status of one workflow as upstream shows it.
+fn commit_status(
+    ci: &Services,
+    repo: &RepoRow,
+    pipeline: &Pipeline,
+    workflow: &Workflow,
+) -> CommitStatus {
+    let event = match pipeline.event {
+        WebhookEvent::PullRequest => "pr",
+        other => other.as_str(),
+    };
+    CommitStatus {
+        state: workflow.state,
+        context: format!(
+            "{}/{event}/{}",
+            ci.settings.pipeline.status_context, workflow.name
+        ),
+        description: description(workflow.state).to_string(),
+        target_url: format!(
+            "{}{}/repos/{}/pipeline/{}/{}",
+            ci.settings.public_url.get(),
+            ci.settings.web_root,
+            repo.repo.id,
+            pipeline.number,
+            workflow.pid
+        ),
+    }
+}
+
+/// Upstream's description of a state.
+fn description(state: Status) -> &'static str {
+    match state {
+        Status::Pending => "Pipeline is pending",
+        Status::Running => "Pipeline is running",
+        Status::Success => "Pipeline was successful",
+        Status::Failure | Status::Error => "Pipeline failed",
+        Status::Killed => "Pipeline was canceled",
+        Status::Blocked => "Pipeline is pending approval",
+        Status::Declined => "Pipeline was rejected",
+        _ => "unknown status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptions_are_upstreams() {
+        assert_eq!(description(Status::Success), "Pipeline was successful");
+        assert_eq!(description(Status::Error), "Pipeline failed");
+        assert_eq!(description(Status::Killed), "Pipeline was canceled");
+        assert_eq!(description(Status::Blocked), "Pipeline is pending approval");
+    }
+}

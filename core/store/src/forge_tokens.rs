@@ -1,0 +1,114 @@
+//! Users' forge tokens: what a user signed in with on their forge gives the server to act as
+//! them (list their repositories, read permissions, create webhooks, post commit statuses).
+//!
+//! The tokens are sealed by the caller (the store never sees them in clear) and live apart
+//! from `users` so that no read of a user — the API, the events — can carry them. Changing
+//! them writes no event: they are secrets, not records of the API.
+
+use crate::CachedRow;
+use crate::Tx;
+use rusqlite::{OptionalExtension, params};
+
+use super::{StoreResult, now_unix};
+
+/// The table, created by migration 12.
+pub const SCHEMA: &str = r#"
+    CREATE TABLE forge_tokens (
+        user_id  INTEGER PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+        -- sealed
+        access   TEXT    NOT NULL,
+        -- sealed; '' when the forge gave none
+        refresh  TEXT    NOT NULL DEFAULT '',
+        -- unix seconds the access token stops working; 0 = never
+        expiry   INTEGER NOT NULL DEFAULT 0,
+        updated  INTEGER NOT NULL
+    );
+    CREATE INDEX users_forge_identity ON users (forge_id, forge_remote_id);
+"#;
+
+/// A user's forge tokens, sealed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SealedTokens {
+    pub access: String,
+    pub refresh: String,
+    pub expiry: i64,
+}
+
+/// User `user_id`'s tokens, if they signed in through their forge.
+pub fn get(conn: &Tx, user_id: i64) -> StoreResult<Option<SealedTokens>> {
+    Ok(conn
+        .cached_row(
+            "SELECT access, refresh, expiry FROM forge_tokens WHERE user_id = ?1",
+            [user_id],
+            |r| {
+                Ok(SealedTokens {
+                    access: r.get(0)?,
+                    refresh: r.get(1)?,
+                    expiry: r.get(2)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Stores (or replaces) user `user_id`'s tokens.
+pub fn set(conn: &Tx, user_id: i64, tokens: &SealedTokens) -> StoreResult<()> {
+    conn.cached_exec(
+        "INSERT INTO forge_tokens (user_id, access, refresh, expiry, updated)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (user_id) DO UPDATE SET
+            access = excluded.access, refresh = excluded.refresh,
+            expiry = excluded.expiry, updated = excluded.updated",
+        params![
+            user_id,
+            tokens.access,
+            tokens.refresh,
+            tokens.expiry,
+            now_unix()
+        ],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrations::migrate;
+    use crate::users::{self, EnvAdmins, NewUser};
+
+    #[test]
+    fn tokens_are_kept_per_user_and_go_with_the_user() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", true).unwrap();
+        migrate(&mut conn).unwrap();
+        let c = Tx::new(&conn);
+        let env = EnvAdmins::default();
+        let new = NewUser {
+            login: "alice".into(),
+            forge_id: 3,
+            forge_remote_id: "42".into(),
+            token_seed: "seed".into(),
+            ..NewUser::default()
+        };
+        let alice = users::create(c, &env, &new).unwrap().user;
+        assert_eq!(get(c, alice.id).unwrap(), None);
+        let first = SealedTokens {
+            access: "a1".into(),
+            refresh: "r1".into(),
+            expiry: 100,
+        };
+        set(c, alice.id, &first).unwrap();
+        assert_eq!(get(c, alice.id).unwrap(), Some(first));
+        let second = SealedTokens {
+            access: "a2".into(),
+            ..SealedTokens::default()
+        };
+        set(c, alice.id, &second).unwrap();
+        assert_eq!(get(c, alice.id).unwrap(), Some(second));
+        let found = users::by_forge_identity(c, &env, 3, "42").unwrap().unwrap();
+        assert_eq!(found.user.id, alice.id);
+        assert!(users::by_forge_identity(c, &env, 4, "42").unwrap().is_none());
+        users::delete(c, &env, "alice").unwrap();
+        assert_eq!(get(c, alice.id).unwrap(), None);
+    }
+}
