@@ -165,6 +165,86 @@ fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
     (200, reply.to_string())
 }
 
+/// Serves the git repositories under `root` over smart HTTP (`git http-backend`), to clients
+/// whose basic-auth login `accept` takes (401 with a challenge otherwise): a private forge
+/// repository, cloned with the netrc the server hands the runner.
+async fn git_over_http(
+    root: std::path::PathBuf,
+    accept: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
+) -> std::net::SocketAddr {
+    use base64::Engine;
+    use http_body_util::Full;
+    let accept = Arc::new(accept);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let exec_path = git(&root, &["--exec-path"]).trim().to_string();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (root, accept, exec_path) = (root.clone(), accept.clone(), exec_path.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (root, accept, exec_path) = (root.clone(), accept.clone(), exec_path.clone());
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let login = parts.headers.get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.strip_prefix("Basic "))
+                            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                            .map(|b| String::from_utf8_lossy(&b).into_owned())
+                            .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_string(), p.to_string())));
+                        if !login.as_ref().is_some_and(|(u, p)| accept(u, p)) {
+                            return Ok::<_, std::convert::Infallible>(hyper::Response::builder()
+                                .status(401)
+                                .header("www-authenticate", "Basic realm=\"git\"")
+                                .body(Full::new(bytes::Bytes::new())).unwrap());
+                        }
+                        let mut child = tokio::process::Command::new(format!("{exec_path}/git-http-backend"))
+                            .env_clear()
+                            .env("GIT_PROJECT_ROOT", &root)
+                            .env("GIT_HTTP_EXPORT_ALL", "1")
+                            .env("REQUEST_METHOD", parts.method.as_str())
+                            .env("PATH_INFO", parts.uri.path())
+                            .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
+                            .env("CONTENT_TYPE", parts.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or(""))
+                            .env("CONTENT_LENGTH", body.len().to_string())
+                            .env("REMOTE_USER", login.map(|(u, _)| u).unwrap_or_default())
+                            .stdin(std::process::Stdio::piped())
+                            .stdout(std::process::Stdio::piped())
+                            .spawn()
+                            .unwrap();
+                        let mut stdin = child.stdin.take().unwrap();
+                        tokio::io::AsyncWriteExt::write_all(&mut stdin, &body).await.unwrap();
+                        drop(stdin);
+                        let out = child.wait_with_output().await.unwrap().stdout;
+                        let split = out.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4))
+                            .or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2)))
+                            .unwrap_or((out.len(), 0));
+                        let head = String::from_utf8_lossy(&out[..split.0]).into_owned();
+                        let mut response = hyper::Response::builder();
+                        for line in head.lines() {
+                            if let Some((k, v)) = line.split_once(':') {
+                                if k.eq_ignore_ascii_case("status") {
+                                    let code: u16 = v.trim().split(' ').next().unwrap_or("200").parse().unwrap_or(200);
+                                    response = response.status(code);
+                                } else {
+                                    response = response.header(k.trim(), v.trim());
+                                }
+                            }
+                        }
+                        let rest = bytes::Bytes::copy_from_slice(&out[(split.0 + split.1).min(out.len())..]);
+                        Ok(response.body(Full::new(rest)).unwrap())
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
 /// The query parameters of a URL.
 fn query_of(url: &str) -> std::collections::HashMap<String, String> {
     let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
@@ -257,10 +337,17 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         perm: json!({"admin": true, "push": true, "pull": true}),
         config: "steps:\n  - name: hi\n    image: sh\n    commands: [\"test -f README.md\"]\n"
             .into(),
-        clone_url: format!("file://{}", bare.display()),
         head: first.clone(),
         ..GitHub::default()
     }));
+    // The repository is private: cloned over HTTP with the owner's token, as GitHub's netrc
+    // has it (login = token, password = `x-oauth-basic`).
+    let tokens = state.clone();
+    let git_http = git_over_http(data.path().to_path_buf(), move |login, password| {
+        password == "x-oauth-basic" && tokens.lock().unwrap().live_tokens.iter().any(|t| t == login)
+    })
+    .await;
+    state.lock().unwrap().clone_url = format!("http://{git_http}/octo-app.git");
     let fake = state.clone();
     let api = fake_service(move |r| Some(answer(&fake, r))).await;
     const FORGE: i64 = 1;
@@ -506,6 +593,16 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .get(&format!("/api/repos/{id}"), Some(&pat))
         .await
         .expect(200);
+
+    // The forge's tokens are nowhere in clear on disk.
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", s.db_path().display());
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("ghu_token"), "{path} holds an access token");
+        assert!(!text.contains("ghr_refresh"), "{path} holds a refresh token");
+        assert!(!text.contains(CLIENT_SECRET), "{path} holds the OAuth secret");
+    }
 }
 
 #[tokio::test]

@@ -53,7 +53,11 @@ fn missing_config_file_is_a_clear_error() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/woodlark.toml"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/woodlark.toml"), "{stderr}");
+    // Said once, with what to do about it.
+    assert_eq!(stderr.matches("no such file").count(), 1, "{stderr}");
+    assert!(stderr.contains("every key is optional"), "{stderr}");
 }
 
 #[tokio::test]

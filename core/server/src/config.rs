@@ -41,11 +41,13 @@ fn env_bool(value: &str) -> Result<bool, String> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{file}: cannot read: {source}")]
-    Read {
-        file: String,
-        source: std::io::Error,
-    },
+    #[error("{file}: cannot read: {error}")]
+    Read { file: String, error: std::io::Error },
+    #[error(
+        "{file}: no such file; create it (every key is optional: an empty file runs on the \
+         defaults, and the repository's config.toml lists them all) or pass --config PATH"
+    )]
+    Missing { file: String },
     #[error("{file}: {message}")]
     Parse { file: String, message: String },
     #[error("{file}: {key}: {message}")]
@@ -514,9 +516,12 @@ impl Config {
     /// Reads `path`, applies `WOODLARK_*` overrides from the process environment, validates.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            file: file.clone(),
-            source,
+        let text = std::fs::read_to_string(path).map_err(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => ConfigError::Missing { file: file.clone() },
+            _ => ConfigError::Read {
+                file: file.clone(),
+                error,
+            },
         })?;
         let env: Vec<(String, String)> = std::env::vars().collect();
         Config::from_toml(&text, &file, &env)

@@ -15,6 +15,8 @@ use super::{StoreResult, now_unix};
 pub const SCHEMA: &str = r#"
     CREATE TABLE forge_tokens (
         user_id  INTEGER PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+        -- the forge that issued them: they are sent to no other
+        forge_id INTEGER NOT NULL,
         -- sealed
         access   TEXT    NOT NULL,
         -- sealed; '' when the forge gave none
@@ -29,6 +31,8 @@ pub const SCHEMA: &str = r#"
 /// A user's forge tokens, sealed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SealedTokens {
+    /// The forge that issued them.
+    pub forge_id: i64,
     pub access: String,
     pub refresh: String,
     pub expiry: i64,
@@ -38,13 +42,14 @@ pub struct SealedTokens {
 pub fn get(conn: &Tx, user_id: i64) -> StoreResult<Option<SealedTokens>> {
     Ok(conn
         .cached_row(
-            "SELECT access, refresh, expiry FROM forge_tokens WHERE user_id = ?1",
+            "SELECT forge_id, access, refresh, expiry FROM forge_tokens WHERE user_id = ?1",
             [user_id],
             |r| {
                 Ok(SealedTokens {
-                    access: r.get(0)?,
-                    refresh: r.get(1)?,
-                    expiry: r.get(2)?,
+                    forge_id: r.get(0)?,
+                    access: r.get(1)?,
+                    refresh: r.get(2)?,
+                    expiry: r.get(3)?,
                 })
             },
         )
@@ -54,13 +59,14 @@ pub fn get(conn: &Tx, user_id: i64) -> StoreResult<Option<SealedTokens>> {
 /// Stores (or replaces) user `user_id`'s tokens.
 pub fn set(conn: &Tx, user_id: i64, tokens: &SealedTokens) -> StoreResult<()> {
     conn.cached_exec(
-        "INSERT INTO forge_tokens (user_id, access, refresh, expiry, updated)
-         VALUES (?1, ?2, ?3, ?4, ?5)
+        "INSERT INTO forge_tokens (user_id, forge_id, access, refresh, expiry, updated)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (user_id) DO UPDATE SET
-            access = excluded.access, refresh = excluded.refresh,
+            forge_id = excluded.forge_id, access = excluded.access, refresh = excluded.refresh,
             expiry = excluded.expiry, updated = excluded.updated",
         params![
             user_id,
+            tokens.forge_id,
             tokens.access,
             tokens.refresh,
             tokens.expiry,
@@ -93,6 +99,7 @@ mod tests {
         let alice = users::create(c, &env, &new).unwrap().user;
         assert_eq!(get(c, alice.id).unwrap(), None);
         let first = SealedTokens {
+            forge_id: 3,
             access: "a1".into(),
             refresh: "r1".into(),
             expiry: 100,
@@ -100,6 +107,7 @@ mod tests {
         set(c, alice.id, &first).unwrap();
         assert_eq!(get(c, alice.id).unwrap(), Some(first));
         let second = SealedTokens {
+            forge_id: 3,
             access: "a2".into(),
             ..SealedTokens::default()
         };

@@ -47,7 +47,7 @@ pub async fn sign_in_from_forge(
     let env = ci.settings.env_admins.clone();
     let open = ci.settings.open_registration;
     let seed = random_secret();
-    let sealed = acting::seal(&ci.seal, tokens);
+    let sealed = acting::seal(&ci.seal, forge_id, tokens);
     let outcome = ci
         .store
         .write(move |c| {

@@ -36,9 +36,9 @@ impl Tokens {
         Tokens { store, seal }
     }
 
-    /// Stores user `user_id`'s forge tokens, sealed.
-    pub async fn save(&self, user_id: i64, tokens: &ForgeTokens) -> Result<(), Error> {
-        let sealed = seal(&self.seal, tokens);
+    /// Stores user `user_id`'s tokens from forge `forge_id`, sealed.
+    pub async fn save(&self, user_id: i64, forge_id: i64, tokens: &ForgeTokens) -> Result<(), Error> {
+        let sealed = seal(&self.seal, forge_id, tokens);
         self.store
             .write(move |c| forge_tokens::set(c, user_id, &sealed))
             .await?;
@@ -46,7 +46,8 @@ impl Tokens {
     }
 
     /// `forge`'s driver acting as user `user_id`, their token refreshed if it is about to
-    /// expire; `None` when the user has no forge token.
+    /// expire; `None` when the user has no token from this forge (a token is never sent to
+    /// another forge than the one that issued it).
     pub async fn as_user(
         &self,
         forge: &ForgeHandle,
@@ -59,12 +60,15 @@ impl Tokens {
         else {
             return Ok(None);
         };
+        if sealed.forge_id != forge.row.forge.id {
+            return Ok(None);
+        }
         let mut tokens = open(&self.seal, &sealed)?;
         if needs_refresh(&tokens, now_unix()) {
             match forge.driver.refresh(&tokens.refresh).await {
                 Ok(fresh) => {
                     tracing::info!(user = user_id, forge = forge.row.forge.id, "forge token refreshed");
-                    self.save(user_id, &fresh).await?;
+                    self.save(user_id, sealed.forge_id, &fresh).await?;
                     tokens = fresh;
                 }
                 // Still valid for a while: use it and try again next time.
@@ -117,8 +121,8 @@ fn needs_refresh(tokens: &ForgeTokens, now: i64) -> bool {
     !tokens.refresh.is_empty() && tokens.expiry != 0 && tokens.expiry - now < REFRESH_AHEAD_SECS
 }
 
-/// `tokens` sealed for the store.
-pub fn seal(key: &SealKey, tokens: &ForgeTokens) -> SealedTokens {
+/// `tokens` from forge `forge_id`, sealed for the store.
+pub fn seal(key: &SealKey, forge_id: i64, tokens: &ForgeTokens) -> SealedTokens {
     let seal_one = |s: &str| {
         if s.is_empty() {
             String::new()
@@ -127,6 +131,7 @@ pub fn seal(key: &SealKey, tokens: &ForgeTokens) -> SealedTokens {
         }
     };
     SealedTokens {
+        forge_id,
         access: seal_one(&tokens.access),
         refresh: seal_one(&tokens.refresh),
         expiry: tokens.expiry,
@@ -177,7 +182,7 @@ mod tests {
             refresh: String::new(),
             expiry: 12,
         };
-        let sealed = seal(&key, &tokens);
+        let sealed = seal(&key, 4, &tokens);
         assert!(!sealed.access.contains("gho_secret"));
         assert_eq!(sealed.refresh, "");
         assert_eq!(open(&key, &sealed).unwrap(), tokens);

@@ -3,9 +3,11 @@
 //! Which plugin serves a forge: the forge's `additional_options.plugin` if set, else a loaded
 //! forge adapter named like the forge type (`github`) or `forge-<type>` (the file name of
 //! the first-party builds). Calls to the forge's API (repository look-up, config files at a
-//! commit, branches and their heads, webhooks) go through the plugin's allow-listed HTTP
-//! client, authenticated with the forge's `oauth_client_secret` used as an API token (Woodlark
-//! has no OAuth login).
+//! commit, branches and their heads, webhooks, sign-in, a user's repositories and
+//! permissions, commit statuses) go through the plugin's allow-listed HTTP client, with the
+//! token of the user the driver acts as ([`ForgeDriver::acting_as`], `acting`), or, for a
+//! forge without an OAuth app, its `oauth_client_secret` as an API token. Calls an adapter of
+//! the older contract does not have answer `Unsupported`, and the server falls back.
 //!
 //! Activation asks the adapter to create the forge's webhook: it calls
 //! `<public_url>/api/hook?forge=<id>` (no token in the URL; the id only picks the adapter, which
@@ -18,12 +20,16 @@
 
 use std::sync::Arc;
 
-use woodlark_plugin_host::{ApiContext, PluginError, PluginHost, WorldKind};
+use woodlark_plugin_host::{
+    ApiContext, OAuthClient, PluginError, PluginHost, StatusState, WorldKind,
+};
 
 use super::drivers::PluginContext;
 use super::{
-    CONFIG_DIR, CONFIG_FILES, ForgeDriver, ForgeError, PullRequest, RemoteRepo, off_runtime,
+    CONFIG_DIR, CONFIG_FILES, CommitStatus, ForgeAccount, ForgeDriver, ForgeError, ForgePerm,
+    ForgeTokens, OAuthRedirect, PullRequest, RemoteRepo, off_runtime,
 };
+use crate::pipeline::status::Status;
 use crate::auth::sealing::SealError;
 use crate::ci::{Settings, forge_secrets};
 use crate::pipeline::types::{Commit, ConfigFile};
@@ -104,6 +110,7 @@ impl PluginForge {
             api: ApiContext {
                 forge_url: forge.url.clone(),
                 token,
+                skip_verify: forge.skip_verify,
             },
             forge_id: forge.id,
             settings: context.settings.clone(),
@@ -128,6 +135,76 @@ impl PluginForge {
     }
 }
 
+/// Page size asked of forges for lists.
+const PER_PAGE: u32 = 100;
+/// Lists stop after this many pages (10,000 items): a forge that never returns a short page
+/// must not keep the server asking.
+const MAX_PAGES: u32 = 100;
+
+/// Every page of a paginated plugin call, until a short one.
+async fn all_pages<T, F, Fut>(mut page_of: F) -> Result<Vec<T>, ForgeError>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, PluginError>>,
+{
+    let mut out = Vec::new();
+    for page in 1..=MAX_PAGES {
+        let items = call(page_of(page)).await?;
+        let short = items.len() < PER_PAGE as usize;
+        out.extend(items);
+        if short {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn tokens(t: woodlark_plugin_host::OAuthToken) -> Result<ForgeTokens, ForgeError> {
+    if t.access_token.is_empty() {
+        return Err(ForgeError::Failed("the forge gave no access token".into()));
+    }
+    Ok(ForgeTokens {
+        access: t.access_token,
+        refresh: t.refresh_token,
+        expiry: t.expiry,
+    })
+}
+
+/// A repository as the adapter described it.
+fn remote_repo(r: woodlark_plugin_host::Repo) -> RemoteRepo {
+    RemoteRepo {
+        forge_remote_id: r.forge_remote_id,
+        owner: r.owner,
+        name: r.name,
+        clone_url: r.clone_url,
+        forge_url: r.forge_url,
+        default_branch: r.default_branch,
+        private: r.private,
+        avatar_url: r.avatar_url,
+    }
+}
+
+fn forge_perm(p: woodlark_plugin_host::Perm) -> ForgePerm {
+    ForgePerm {
+        pull: p.pull,
+        push: p.push,
+        admin: p.admin,
+    }
+}
+
+/// A pipeline state as the contract's status states name it (each adapter maps them to its
+/// forge's, as upstream does).
+fn status_state(state: Status) -> StatusState {
+    match state {
+        Status::Pending | Status::Blocked | Status::Created => StatusState::Pending,
+        Status::Running => StatusState::Running,
+        Status::Success | Status::Skipped => StatusState::Success,
+        Status::Failure => StatusState::Failure,
+        Status::Killed | Status::Canceled | Status::Declined => StatusState::Killed,
+        _ => StatusState::Error,
+    }
+}
+
 /// The host name of a clone URL (`https://user@host:port/path` → `host`).
 fn clone_host(url: &str) -> Option<String> {
     let authority = url.split("://").nth(1)?.split('/').next()?;
@@ -144,6 +221,9 @@ async fn call<T>(
 
 /// A plugin failure as a forge error: its own "not found"-style answers stay client errors.
 pub fn plugin_error(err: PluginError) -> ForgeError {
+    if err.is_unsupported() {
+        return ForgeError::Unsupported(err.to_string());
+    }
     match err {
         PluginError::NotLoaded(name) => ForgeError::NoDriver(name),
         other if other.is_fault() => ForgeError::Failed(other.to_string()),
@@ -159,16 +239,7 @@ impl ForgeDriver for PluginForge {
                 .repo_info(&self.plugin, self.api.clone(), remote_id),
         )
         .await?;
-        Ok(RemoteRepo {
-            forge_remote_id: r.forge_remote_id,
-            owner: r.owner,
-            name: r.name,
-            clone_url: r.clone_url,
-            forge_url: r.forge_url,
-            default_branch: r.default_branch,
-            private: r.private,
-            avatar_url: r.avatar_url,
-        })
+        Ok(remote_repo(r))
     }
 
     async fn branches(&self, repo: &Repo) -> Result<Vec<String>, ForgeError> {
@@ -179,9 +250,25 @@ impl ForgeDriver for PluginForge {
         .await
     }
 
-    async fn pull_requests(&self, _repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
-        // The forge-adapter world has no pull-request listing (yet).
-        Ok(Vec::new())
+    /// Open pull requests, every page; an adapter of the older contract has no listing
+    /// (none, as before).
+    async fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
+        let listed = all_pages(|page| {
+            self.host
+                .pull_requests(&self.plugin, self.api.clone(), &repo.full_name, page, PER_PAGE)
+        })
+        .await;
+        match listed {
+            Ok(prs) => Ok(prs
+                .into_iter()
+                .map(|pr| PullRequest {
+                    index: pr.number.to_string(),
+                    title: pr.title,
+                })
+                .collect()),
+            Err(ForgeError::Unsupported(_)) => Ok(Vec::new()),
+            Err(err) => Err(err),
+        }
     }
 
     /// Creates the forge's webhook (see the module docs); `_hook_url` is the built-in git
@@ -291,16 +378,122 @@ impl ForgeDriver for PluginForge {
         Arc::new(driver)
     }
 
-    /// The acting token for the clone URL's host.
+    /// The adapter's netrc for the acting token (each forge wants its own login), else the
+    /// token under login `oauth2` for the clone URL's host.
     async fn netrc(&self, repo: &Repo) -> Option<Netrc> {
         if self.api.token.is_empty() {
             return None;
+        }
+        let asked = call(
+            self.host
+                .netrc(&self.plugin, self.api.clone(), &repo.clone_url),
+        )
+        .await;
+        match asked {
+            Ok(n) => {
+                return Some(Netrc {
+                    machine: n.machine,
+                    login: n.login,
+                    password: n.password,
+                });
+            }
+            Err(ForgeError::Unsupported(_)) => {}
+            Err(err) => {
+                tracing::warn!(repo = repo.full_name, plugin = self.plugin, error = %err, "netrc from the adapter failed; using the token as oauth2");
+            }
         }
         Some(Netrc {
             machine: clone_host(&repo.clone_url)?,
             login: "oauth2".into(),
             password: self.api.token.clone(),
         })
+    }
+
+    async fn authorize_url(&self, redirect: &OAuthRedirect) -> Result<String, ForgeError> {
+        let client = self.oauth_client(&redirect.redirect_uri)?;
+        call(
+            self.host
+                .authorize_url(&self.plugin, client, &redirect.state),
+        )
+        .await
+    }
+
+    async fn exchange_code(&self, redirect_uri: &str, code: &str) -> Result<ForgeTokens, ForgeError> {
+        let client = self.oauth_client(redirect_uri)?;
+        let t = call(self.host.exchange_code(&self.plugin, client, code)).await?;
+        tokens(t)
+    }
+
+    async fn refresh(&self, refresh_token: &str) -> Result<ForgeTokens, ForgeError> {
+        let client = self.oauth_client(&self.settings.oauth_callback())?;
+        let t = call(
+            self.host
+                .refresh_token(&self.plugin, client, refresh_token),
+        )
+        .await?;
+        tokens(t)
+    }
+
+    async fn current_user(&self) -> Result<ForgeAccount, ForgeError> {
+        let u = call(self.host.current_user(&self.plugin, self.api.clone())).await?;
+        Ok(ForgeAccount {
+            remote_id: u.remote_id,
+            login: u.login,
+            email: u.email,
+            avatar_url: u.avatar_url,
+        })
+    }
+
+    async fn user_repos(&self) -> Result<Vec<(RemoteRepo, ForgePerm)>, ForgeError> {
+        let listed = all_pages(|page| {
+            self.host
+                .user_repos(&self.plugin, self.api.clone(), page, PER_PAGE)
+        })
+        .await?;
+        Ok(listed
+            .into_iter()
+            .map(|r| (remote_repo(r.repo), forge_perm(r.perm)))
+            .collect())
+    }
+
+    async fn repo_perm(&self, repo: &Repo) -> Result<ForgePerm, ForgeError> {
+        let p = call(
+            self.host
+                .repo_perm(&self.plugin, self.api.clone(), &repo.full_name),
+        )
+        .await?;
+        Ok(forge_perm(p))
+    }
+
+    async fn user_orgs(&self) -> Result<Vec<String>, ForgeError> {
+        let teams = all_pages(|page| {
+            self.host
+                .user_orgs(&self.plugin, self.api.clone(), page, PER_PAGE)
+        })
+        .await?;
+        Ok(teams.into_iter().map(|t| t.login).collect())
+    }
+
+    async fn post_status(
+        &self,
+        repo: &Repo,
+        commit: &str,
+        status: &CommitStatus,
+    ) -> Result<(), ForgeError> {
+        let status = woodlark_plugin_host::CommitStatus {
+            state: status_state(status.state),
+            context: status.context.clone(),
+            description: status.description.clone(),
+            target_url: status.target_url.clone(),
+        };
+        call(self.host.post_status(
+            &self.plugin,
+            self.api.clone(),
+            &repo.full_name,
+            commit,
+            status,
+        ))
+        .await
     }
 
     async fn pr_changed_files(&self, repo: &Repo, number: u64) -> Result<Vec<String>, ForgeError> {
@@ -341,6 +534,23 @@ impl ForgeDriver for PluginForge {
 }
 
 impl PluginForge {
+    /// The forge's OAuth app with the server's callback; unsupported without one.
+    fn oauth_client(&self, redirect_uri: &str) -> Result<OAuthClient, ForgeError> {
+        let app = self.oauth.as_ref().ok_or_else(|| {
+            ForgeError::Unsupported(
+                "this forge has no OAuth app: set its `client` and `oauth_client_secret`".into(),
+            )
+        })?;
+        Ok(OAuthClient {
+            forge_url: self.api.forge_url.clone(),
+            oauth_host: app.oauth_host.clone(),
+            client_id: app.client_id.clone(),
+            client_secret: app.client_secret.clone(),
+            redirect_uri: redirect_uri.to_string(),
+            skip_verify: app.skip_verify,
+        })
+    }
+
     /// Removes the repository's webhooks that call `endpoint`; a failure is only logged (the
     /// webhook can be removed by hand).
     async fn remove_hook(&self, repo: &Repo, endpoint: &str) {
