@@ -76,6 +76,7 @@ impl PluginForge {
             api: ApiContext {
                 forge_url: row.forge.url.clone(),
                 token: forge_secrets::api_token(&context.seal, row).map_err(unsealed)?,
+                skip_verify: row.forge.skip_verify,
             },
             forge_id: row.forge.id,
             settings: context.settings.clone(),
