@@ -93,7 +93,9 @@ pub enum PluginError {
     Trap { plugin: String, message: String },
     /// The adapter's contract predates `function` (a forge adapter built against 0.1.0
     /// asked for sign-in, repositories, ...); the host did not call it.
-    #[error("plugin {plugin:?} does not support {function} (it implements forge contract {contract})")]
+    #[error(
+        "plugin {plugin:?} does not support {function} (it implements forge contract {contract})"
+    )]
     Unsupported {
         plugin: String,
         function: &'static str,

@@ -344,10 +344,8 @@ impl PluginHost {
         ctx: ApiContext,
         full_name: &str,
     ) -> Result<Repo, PluginError> {
-                let full = full_name.to_string();
-        let r = self
-            .call_forge(plugin, "repo-info", ctx, (full,))
-            .await?;
+        let full = full_name.to_string();
+        let r = self.call_forge(plugin, "repo-info", ctx, (full,)).await?;
         let r = convert::repo(r);
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -361,9 +359,9 @@ impl PluginHost {
         commit: &str,
         path: &str,
     ) -> Result<Option<Vec<u8>>, PluginError> {
-                let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
+        let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r: Option<Vec<u8>> = self
-            .call_forge(plugin, "file-at", ctx, (full, commit, path,))
+            .call_forge(plugin, "file-at", ctx, (full, commit, path))
             .await?;
         let size = r.as_ref().map_or(0, |b| b.len() as u64);
         let limit = self
@@ -384,9 +382,9 @@ impl PluginHost {
         commit: &str,
         path: &str,
     ) -> Result<Vec<String>, PluginError> {
-                let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
+        let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
-            .call_forge(plugin, "dir-at", ctx, (full, commit, path,))
+            .call_forge(plugin, "dir-at", ctx, (full, commit, path))
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -398,10 +396,8 @@ impl PluginHost {
         ctx: ApiContext,
         full_name: &str,
     ) -> Result<Vec<String>, PluginError> {
-                let full = full_name.to_string();
-        let r = self
-            .call_forge(plugin, "branches", ctx, (full,))
-            .await?;
+        let full = full_name.to_string();
+        let r = self.call_forge(plugin, "branches", ctx, (full,)).await?;
         self.check_output(plugin, &r)?;
         Ok(r)
     }
@@ -414,10 +410,10 @@ impl PluginHost {
         commit: &str,
         status: CommitStatus,
     ) -> Result<(), PluginError> {
-                let (full, commit) = (full_name.to_string(), commit.to_string());
+        let (full, commit) = (full_name.to_string(), commit.to_string());
         let status = convert::commit_status(status);
-        self.call_forge(plugin, "post-status", ctx, (full, commit, status,))
-        .await
+        self.call_forge(plugin, "post-status", ctx, (full, commit, status))
+            .await
     }
 
     /// The files pull request `pr_number` of `full_name` changes.
@@ -428,9 +424,9 @@ impl PluginHost {
         full_name: &str,
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
-                let full = full_name.to_string();
+        let full = full_name.to_string();
         let r = self
-            .call_forge(plugin, "changed-files", ctx, (full, pr_number,))
+            .call_forge(plugin, "changed-files", ctx, (full, pr_number))
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -444,9 +440,9 @@ impl PluginHost {
         full_name: &str,
         branch: &str,
     ) -> Result<CommitInfo, PluginError> {
-                let (full, branch) = (full_name.to_string(), branch.to_string());
+        let (full, branch) = (full_name.to_string(), branch.to_string());
         let r = self
-            .call_forge(plugin, "branch-head", ctx, (full, branch,))
+            .call_forge(plugin, "branch-head", ctx, (full, branch))
             .await?;
         let r = convert::commit_info(r);
         self.check_output(plugin, &r)?;
@@ -462,9 +458,9 @@ impl PluginHost {
         url: &str,
         secret: &str,
     ) -> Result<(), PluginError> {
-                let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
-        self.call_forge(plugin, "create-hook", ctx, (full, url, secret,))
-        .await
+        let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
+        self.call_forge(plugin, "create-hook", ctx, (full, url, secret))
+            .await
     }
 
     /// Removes `full_name`'s hooks that call `url`.
@@ -475,9 +471,9 @@ impl PluginHost {
         full_name: &str,
         url: &str,
     ) -> Result<(), PluginError> {
-                let (full, url) = (full_name.to_string(), url.to_string());
-        self.call_forge(plugin, "delete-hook", ctx, (full, url,))
-        .await
+        let (full, url) = (full_name.to_string(), url.to_string());
+        self.call_forge(plugin, "delete-hook", ctx, (full, url))
+            .await
     }
 
     // ---- forge adapters: sign-in and acting as the user (contract 0.2.0) ----
@@ -611,8 +607,7 @@ impl PluginHost {
     ) -> Result<OrgMembership, PluginError> {
         self.require_v0_2(plugin, "org-membership")?;
         let args = (org.to_string(), login.to_string());
-        let r: wit_forge::OrgPerm =
-            self.call_forge(plugin, "org-membership", ctx, args).await?;
+        let r: wit_forge::OrgPerm = self.call_forge(plugin, "org-membership", ctx, args).await?;
         Ok(convert::org_membership(r))
     }
 

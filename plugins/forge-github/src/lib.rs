@@ -206,7 +206,9 @@ impl ForgeAdapter for GitHub {
     fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
         let api = api_url(&ctx);
         let client = ApiClient::bearer(&ctx);
-        let user = client.get_found(&format!("{api}/user"), || denied("GitHub: no user for this token"))?;
+        let user = client.get_found(&format!("{api}/user"), || {
+            denied("GitHub: no user for this token")
+        })?;
         let mut email = str_at(&user, "/email");
         if email.is_empty() {
             let emails = client.get_or_null(&format!("{api}/user/emails"))?;
@@ -337,7 +339,11 @@ const MAX_PER_PAGE: u32 = 100;
 
 /// `per_page` as GitHub takes it: 1 to 100 (0: 100).
 fn per_page(n: u32) -> u32 {
-    if n == 0 { MAX_PER_PAGE } else { n.min(MAX_PER_PAGE) }
+    if n == 0 {
+        MAX_PER_PAGE
+    } else {
+        n.min(MAX_PER_PAGE)
+    }
 }
 
 /// GitHub's token endpoint, on the forge's web root (not the browser's `oauth_host`).
@@ -365,9 +371,10 @@ fn primary_email(emails: &[Value], api: &str) -> String {
         .find(|e| bool_at(e, "/primary") && bool_at(e, "/verified"));
     match primary {
         Some(e) => str_at(e, "/email"),
-        None if api != "https://api.github.com" => {
-            emails.first().map(|e| str_at(e, "/email")).unwrap_or_default()
-        }
+        None if api != "https://api.github.com" => emails
+            .first()
+            .map(|e| str_at(e, "/email"))
+            .unwrap_or_default(),
         None => String::new(),
     }
 }

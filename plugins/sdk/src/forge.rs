@@ -23,8 +23,8 @@ pub use rest::{ApiClient, Listing, StatusFormat, contents_url, no_repo};
 pub use rest::{link_has_next, status_description};
 pub use wit::{
     ApiContext, CommitInfo, CommitStatus, Event, ForgeUser, HookBuild, HookRequest, NetrcInfo,
-    OauthClient, OauthToken, OrgPerm, Outcome, Perm, Pipeline, PullRequestInfo, ReleaseInfo,
-    Repo, RepoWithPerm, StatusState, Team,
+    OauthClient, OauthToken, OrgPerm, Outcome, Perm, Pipeline, PullRequestInfo, ReleaseInfo, Repo,
+    RepoWithPerm, StatusState, Team,
 };
 
 /// The contract's "not supported" error for `function` (its WIT name): `unavailable`
@@ -276,13 +276,20 @@ impl<T: ForgeAdapter> wit::Guest for Bridge<T> {
     fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
         T::exchange_code(client, code)
     }
-    fn refresh_token(client: OauthClient, refresh_token: String) -> Result<OauthToken, PluginError> {
+    fn refresh_token(
+        client: OauthClient,
+        refresh_token: String,
+    ) -> Result<OauthToken, PluginError> {
         T::refresh_token(client, refresh_token)
     }
     fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
         T::current_user(ctx)
     }
-    fn user_repos(ctx: ApiContext, page: u32, per_page: u32) -> Result<Vec<RepoWithPerm>, PluginError> {
+    fn user_repos(
+        ctx: ApiContext,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
         T::user_repos(ctx, page, per_page)
     }
     fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {

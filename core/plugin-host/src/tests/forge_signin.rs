@@ -142,21 +142,38 @@ async fn github_oauth_sign_in() {
     let mut public = client(&origin);
     public.oauth_host = "https://login.example.com/".into();
     let url = host.authorize_url("github", public, "s").await.unwrap();
-    assert!(url.starts_with("https://login.example.com/login/oauth/authorize?"), "{url}");
-    assert!(seen.lock().unwrap().is_empty(), "authorize-url makes no request");
+    assert!(
+        url.starts_with("https://login.example.com/login/oauth/authorize?"),
+        "{url}"
+    );
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "authorize-url makes no request"
+    );
 
     let token = host
         .exchange_code("github", client(&origin), "good")
         .await
         .unwrap();
     assert_eq!(token.access_token, TOKEN);
-    assert_eq!((token.refresh_token.as_str(), token.expiry), ("", 0), "OAuth app tokens do not expire");
+    assert_eq!(
+        (token.refresh_token.as_str(), token.expiry),
+        ("", 0),
+        "OAuth app tokens do not expire"
+    );
     let req = last(&seen);
     assert_eq!(req.headers["accept"], "application/json");
-    assert_eq!(req.headers["content-type"], "application/x-www-form-urlencoded");
+    assert_eq!(
+        req.headers["content-type"],
+        "application/x-www-form-urlencoded"
+    );
     let form = String::from_utf8(req.body).unwrap();
-    for field in ["client_id=Iv1.abc", "client_secret=shh", "code=good",
-        "redirect_uri=https%3A%2F%2Fci.example.com%2Fauthorize"] {
+    for field in [
+        "client_id=Iv1.abc",
+        "client_secret=shh",
+        "code=good",
+        "redirect_uri=https%3A%2F%2Fci.example.com%2Fauthorize",
+    ] {
         assert!(form.contains(field), "{field} in {form}");
     }
 
@@ -176,9 +193,20 @@ async fn github_oauth_sign_in() {
         .refresh_token("github", client(&origin), "r1")
         .await
         .unwrap();
-    assert_eq!((fresh.access_token.as_str(), fresh.refresh_token.as_str()), ("ghu_new", "r2"));
-    assert!((before + 28800..=before + 28800 + 5).contains(&fresh.expiry), "{}", fresh.expiry);
-    assert!(String::from_utf8(last(&seen).body).unwrap().contains("grant_type=refresh_token"));
+    assert_eq!(
+        (fresh.access_token.as_str(), fresh.refresh_token.as_str()),
+        ("ghu_new", "r2")
+    );
+    assert!(
+        (before + 28800..=before + 28800 + 5).contains(&fresh.expiry),
+        "{}",
+        fresh.expiry
+    );
+    assert!(
+        String::from_utf8(last(&seen).body)
+            .unwrap()
+            .contains("grant_type=refresh_token")
+    );
     let refused = host.refresh_token("github", client(&origin), "r0").await;
     assert_eq!(refused.unwrap_err().kind(), Some(crate::ErrorKind::Denied));
 }
@@ -204,40 +232,104 @@ async fn github_user_repos_orgs_pulls_netrc_status() {
     assert!(anonymous.is_err());
 
     let repos = host.user_repos("github", c(), 1, 50).await.unwrap();
-    assert_eq!(repos.len(), 1, "archived repositories are left out: {repos:?}");
+    assert_eq!(
+        repos.len(),
+        1,
+        "archived repositories are left out: {repos:?}"
+    );
     assert_eq!(repos[0].repo.full_name, "o/r");
     assert_eq!(repos[0].repo.forge_remote_id, "1");
     assert_eq!(repos[0].repo.clone_url, "https://ghe.example/o/r.git");
     assert!(repos[0].repo.private);
-    assert_eq!(repos[0].perm, Perm { pull: true, push: true, admin: false });
+    assert_eq!(
+        repos[0].perm,
+        Perm {
+            pull: true,
+            push: true,
+            admin: false
+        }
+    );
     let q = &last(&seen).query;
     assert_eq!((q["per_page"].as_str(), q["page"].as_str()), ("50", "1"));
-    assert!(host.user_repos("github", c(), 2, 500).await.unwrap().is_empty());
-    assert_eq!(last(&seen).query["per_page"], "100", "GitHub serves at most 100 a page");
+    assert!(
+        host.user_repos("github", c(), 2, 500)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        last(&seen).query["per_page"],
+        "100",
+        "GitHub serves at most 100 a page"
+    );
 
     let perm = host.repo_perm("github", c(), "o/r").await.unwrap();
-    assert_eq!(perm, Perm { pull: true, push: true, admin: true });
+    assert_eq!(
+        perm,
+        Perm {
+            pull: true,
+            push: true,
+            admin: true
+        }
+    );
     let none = host.repo_perm("github", c(), "o/hidden").await.unwrap();
-    assert_eq!(none, Perm::default(), "404 (a private repo one cannot see) is no access");
+    assert_eq!(
+        none,
+        Perm::default(),
+        "404 (a private repo one cannot see) is no access"
+    );
 
     let orgs = host.user_orgs("github", c(), 1, 100).await.unwrap();
     assert_eq!(
         orgs,
-        [Team { login: "acme".into(), avatar_url: "https://avatars.example/acme".into() }]
+        [Team {
+            login: "acme".into(),
+            avatar_url: "https://avatars.example/acme".into()
+        }]
     );
-    let m = host.org_membership("github", c(), "acme", "octo").await.unwrap();
-    assert_eq!(m, OrgMembership { member: true, admin: true });
-    let pending = host.org_membership("github", c(), "acme", "pending").await.unwrap();
-    assert_eq!(pending, OrgMembership { member: false, admin: false });
-    let stranger = host.org_membership("github", c(), "acme", "nobody").await.unwrap();
+    let m = host
+        .org_membership("github", c(), "acme", "octo")
+        .await
+        .unwrap();
+    assert_eq!(
+        m,
+        OrgMembership {
+            member: true,
+            admin: true
+        }
+    );
+    let pending = host
+        .org_membership("github", c(), "acme", "pending")
+        .await
+        .unwrap();
+    assert_eq!(
+        pending,
+        OrgMembership {
+            member: false,
+            admin: false
+        }
+    );
+    let stranger = host
+        .org_membership("github", c(), "acme", "nobody")
+        .await
+        .unwrap();
     assert_eq!(stranger, OrgMembership::default(), "404: not a member");
 
-    let pulls = host.pull_requests("github", c(), "o/r", 1, 30).await.unwrap();
+    let pulls = host
+        .pull_requests("github", c(), "o/r", 1, 30)
+        .await
+        .unwrap();
     assert_eq!(
         pulls,
         [
-            PullRequestInfo { number: 7, title: "Add a thing".into() },
-            PullRequestInfo { number: 5, title: "Fix".into() },
+            PullRequestInfo {
+                number: 7,
+                title: "Add a thing".into()
+            },
+            PullRequestInfo {
+                number: 5,
+                title: "Fix".into()
+            },
         ]
     );
     assert_eq!(last(&seen).query["state"], "open");
@@ -247,10 +339,17 @@ async fn github_user_repos_orgs_pulls_netrc_status() {
         .await
         .unwrap();
     assert_eq!(
-        (netrc.machine.as_str(), netrc.login.as_str(), netrc.password.as_str()),
+        (
+            netrc.machine.as_str(),
+            netrc.login.as_str(),
+            netrc.password.as_str()
+        ),
         ("ghe.example", TOKEN, "x-oauth-basic")
     );
-    assert!(!format!("{netrc:?}").contains(TOKEN), "Debug redacts the token");
+    assert!(
+        !format!("{netrc:?}").contains(TOKEN),
+        "Debug redacts the token"
+    );
     let bad = host.netrc("github", c(), "not a url").await.unwrap_err();
     assert_eq!(bad.kind(), Some(crate::ErrorKind::InvalidInput), "{bad}");
 
@@ -269,11 +368,16 @@ async fn github_user_repos_orgs_pulls_netrc_status() {
             description: String::new(),
             target_url: "https://ci.example.com/repos/1/pipeline/2".into(),
         };
-        host.post_status("github", c(), "o/r", "abc123", status).await.unwrap();
+        host.post_status("github", c(), "o/r", "abc123", status)
+            .await
+            .unwrap();
         let body: serde_json::Value = serde_json::from_slice(&last(&seen).body).unwrap();
         assert_eq!(body["state"], want, "{state:?}");
         assert_eq!(body["context"], "ci/woodpecker/push/build");
-        assert_eq!(body["target_url"], "https://ci.example.com/repos/1/pipeline/2");
+        assert_eq!(
+            body["target_url"],
+            "https://ci.example.com/repos/1/pipeline/2"
+        );
     }
     let body: serde_json::Value = serde_json::from_slice(&last(&seen).body).unwrap();
     assert_eq!(body["description"], "Pipeline was canceled");
@@ -285,21 +389,32 @@ async fn github_api_url_override_still_applies() {
     let dir = plugin_dir(&[("forge-github.wasm", "forge-github")]);
     let mut inst = instance("forge-github.wasm");
     inst.allowed_hosts = vec![origin.clone()];
-    inst.config.insert("api-url".into(), format!("{origin}/api/v3/"));
-    let host = host(config(dir.path(), vec![("github", inst)]), MapSecrets::default()).await;
+    inst.config
+        .insert("api-url".into(), format!("{origin}/api/v3/"));
+    let host = host(
+        config(dir.path(), vec![("github", inst)]),
+        MapSecrets::default(),
+    )
+    .await;
     // The forge URL names another host; `api-url` wins for API calls.
     let user = host
         .current_user("github", ctx("https://ghe.invalid", TOKEN))
         .await
         .unwrap();
     assert_eq!(user.login, "octo");
-    assert!(seen.lock().unwrap().iter().all(|s| s.path.starts_with("/api/v3/")));
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .all(|s| s.path.starts_with("/api/v3/"))
+    );
 }
 
 /// `plugins/testing/frozen/forge-github-0.1.0.wasm`: the GitHub adapter as built against
 /// contract 0.1.0, kept so the host's support for 0.1.0 adapters stays tested.
 fn frozen_v0_1() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/testing/frozen/forge-github-0.1.0.wasm")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../plugins/testing/frozen/forge-github-0.1.0.wasm")
 }
 
 #[tokio::test]
@@ -338,16 +453,36 @@ async fn adapter_built_against_0_1_0_keeps_working() {
     let calls_before = host.list()[0].calls.total;
     let requests_before = seen.lock().unwrap().len();
     let errors = [
-        host.authorize_url("github", client(&origin), "s").await.unwrap_err(),
-        host.exchange_code("github", client(&origin), "good").await.unwrap_err(),
-        host.refresh_token("github", client(&origin), "r1").await.unwrap_err(),
-        host.current_user("github", ctx(&origin, TOKEN)).await.unwrap_err(),
-        host.user_repos("github", ctx(&origin, TOKEN), 1, 10).await.unwrap_err(),
-        host.repo_perm("github", ctx(&origin, TOKEN), "o/r").await.unwrap_err(),
-        host.user_orgs("github", ctx(&origin, TOKEN), 1, 10).await.unwrap_err(),
-        host.org_membership("github", ctx(&origin, TOKEN), "acme", "octo").await.unwrap_err(),
-        host.pull_requests("github", ctx(&origin, TOKEN), "o/r", 1, 10).await.unwrap_err(),
-        host.netrc("github", ctx(&origin, TOKEN), "https://ghe.example/o/r.git").await.unwrap_err(),
+        host.authorize_url("github", client(&origin), "s")
+            .await
+            .unwrap_err(),
+        host.exchange_code("github", client(&origin), "good")
+            .await
+            .unwrap_err(),
+        host.refresh_token("github", client(&origin), "r1")
+            .await
+            .unwrap_err(),
+        host.current_user("github", ctx(&origin, TOKEN))
+            .await
+            .unwrap_err(),
+        host.user_repos("github", ctx(&origin, TOKEN), 1, 10)
+            .await
+            .unwrap_err(),
+        host.repo_perm("github", ctx(&origin, TOKEN), "o/r")
+            .await
+            .unwrap_err(),
+        host.user_orgs("github", ctx(&origin, TOKEN), 1, 10)
+            .await
+            .unwrap_err(),
+        host.org_membership("github", ctx(&origin, TOKEN), "acme", "octo")
+            .await
+            .unwrap_err(),
+        host.pull_requests("github", ctx(&origin, TOKEN), "o/r", 1, 10)
+            .await
+            .unwrap_err(),
+        host.netrc("github", ctx(&origin, TOKEN), "https://ghe.example/o/r.git")
+            .await
+            .unwrap_err(),
     ];
     for e in &errors {
         assert!(e.is_unsupported(), "{e}");
@@ -375,5 +510,8 @@ async fn sdk_defaults_answer_unsupported() {
         .unwrap_err();
     assert!(e.is_unsupported(), "{e}");
     assert_eq!(e.kind(), Some(crate::ErrorKind::Unavailable));
-    assert!(e.to_string().contains("current-user is not supported"), "{e}");
+    assert!(
+        e.to_string().contains("current-user is not supported"),
+        "{e}"
+    );
 }

@@ -37,7 +37,11 @@ pub fn authorize_url(endpoint: &str, client: &OauthClient, scope: &str, state: &
 
 /// POSTs the authorization `code` to `token_url` (`grant_type=authorization_code`, the
 /// client's id, secret and redirect URI in the form body) and reads the token.
-pub fn exchange(token_url: &str, client: &OauthClient, code: &str) -> Result<OauthToken, PluginError> {
+pub fn exchange(
+    token_url: &str,
+    client: &OauthClient,
+    code: &str,
+) -> Result<OauthToken, PluginError> {
     post_token(
         token_url,
         &[
@@ -157,7 +161,11 @@ pub fn clone_host(clone_url: &str) -> Option<String> {
 }
 
 /// A `.netrc` entry for `clone_url`'s host; `invalid-input` when the URL names no host.
-pub fn netrc_for(clone_url: &str, login: String, password: String) -> Result<NetrcInfo, PluginError> {
+pub fn netrc_for(
+    clone_url: &str,
+    login: String,
+    password: String,
+) -> Result<NetrcInfo, PluginError> {
     let machine = clone_host(clone_url)
         .ok_or_else(|| crate::invalid(format!("clone URL {clone_url:?} names no host")))?;
     Ok(NetrcInfo {
@@ -187,7 +195,12 @@ mod tests {
         let c = client();
         assert_eq!(browser_root(&c), "https://git.example.com");
         assert_eq!(
-            authorize_url("https://x/login/oauth/authorize", &c, "repo user:email", "st&1"),
+            authorize_url(
+                "https://x/login/oauth/authorize",
+                &c,
+                "repo user:email",
+                "st&1"
+            ),
             "https://x/login/oauth/authorize?client_id=id%201&redirect_uri=https%3A%2F%2Fci.example%2Fauthorize&response_type=code&scope=repo%20user%3Aemail&state=st%261"
         );
     }
@@ -196,17 +209,29 @@ mod tests {
     fn tokens() {
         let v = serde_json::json!({"access_token": "a", "token_type": "bearer", "scope": "repo"});
         let t = token_of(&v, 100).unwrap();
-        assert_eq!((t.access_token.as_str(), t.refresh_token.as_str(), t.expiry), ("a", "", 0));
+        assert_eq!(
+            (t.access_token.as_str(), t.refresh_token.as_str(), t.expiry),
+            ("a", "", 0)
+        );
         let v = serde_json::json!({"access_token": "a", "refresh_token": "r", "expires_in": 28800});
         assert_eq!(token_of(&v, 100).unwrap().expiry, 28900);
-        let v = serde_json::json!({"error": "bad_verification_code", "error_description": "expired"});
-        assert!(matches!(token_of(&v, 0), Err(PluginError::Denied(m)) if m == "bad_verification_code: expired"));
+        let v =
+            serde_json::json!({"error": "bad_verification_code", "error_description": "expired"});
+        assert!(
+            matches!(token_of(&v, 0), Err(PluginError::Denied(m)) if m == "bad_verification_code: expired")
+        );
     }
 
     #[test]
     fn hosts() {
-        assert_eq!(clone_host("https://github.com/o/r.git").as_deref(), Some("github.com"));
-        assert_eq!(clone_host("http://u:p@127.0.0.1:3000/o/r.git").as_deref(), Some("127.0.0.1"));
+        assert_eq!(
+            clone_host("https://github.com/o/r.git").as_deref(),
+            Some("github.com")
+        );
+        assert_eq!(
+            clone_host("http://u:p@127.0.0.1:3000/o/r.git").as_deref(),
+            Some("127.0.0.1")
+        );
         assert_eq!(clone_host("https://[::1]:8443/o/r").as_deref(), Some("::1"));
         assert_eq!(clone_host("https:///o/r"), None);
         assert_eq!(clone_host("not a url"), None);

@@ -295,14 +295,19 @@ mod tests {
     fn empty_description_is_upstreams() {
         let mut s = status(StatusState::Killed);
         s.description.clear();
-        assert_eq!(StatusFormat::GITHUB.body(s)["description"], "Pipeline was canceled");
+        assert_eq!(
+            StatusFormat::GITHUB.body(s)["description"],
+            "Pipeline was canceled"
+        );
     }
 
     #[test]
     fn next_links() {
         let l = r#"<https://api/x?page=2>; rel="next", <https://api/x?page=5>; rel="last""#;
         assert!(link_has_next(Some(l)));
-        assert!(!link_has_next(Some(r#"<https://api/x?page=1>; rel="prev""#)));
+        assert!(!link_has_next(Some(
+            r#"<https://api/x?page=1>; rel="prev""#
+        )));
         assert!(!link_has_next(None));
     }
 
