@@ -33,6 +33,19 @@ pub mod forge_v0_1 {
     });
 }
 
+/// `woodlark:plugins/forge-adapter@0.2.0`: 0.1.0 plus sign-in, repositories, permissions,
+/// orgs, pull requests and netrc; `api-context` gains `skip-verify`. The host lifts and
+/// lowers every forge record through these types, also for 0.1.0 adapters (component types
+/// are checked by shape, and only `api-context` changed shape; see `host.rs`).
+pub mod forge_v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "woodlark:plugins/forge-adapter@0.2.0",
+        exports: { default: async },
+        with: { "woodlark:host": crate::bindings::caps::woodlark::host },
+    });
+}
+
 /// `woodlark:plugins/secret-backend@0.1.0`.
 pub mod secrets_v0_1 {
     wasmtime::component::bindgen!({

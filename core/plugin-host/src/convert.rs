@@ -1,7 +1,10 @@
-//! Conversions between the generated WIT types (0.1) and the crate's plain types.
+//! Conversions between the generated WIT types and the crate's plain types. Forge records go
+//! through the 0.2.0 types for adapters of every contract version (see `bindings.rs`); only
+//! `api-context` has a 0.1.0 form.
 
 use crate::bindings::caps::woodlark::host::types::{Header, PluginError as WitError};
-use crate::bindings::forge_v0_1::exports::woodlark::forge::forge as f;
+use crate::bindings::forge_v0_1::exports::woodlark::forge0_1_0::forge as f01;
+use crate::bindings::forge_v0_2::exports::woodlark::forge0_2_0::forge as f;
 use crate::bindings::registry_v0_1::exports::woodlark::registry::auth as r;
 use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets as s;
 use crate::error::{ErrorKind, PluginError};
@@ -111,6 +114,87 @@ pub(crate) fn api_context(c: ApiContext) -> f::ApiContext {
     f::ApiContext {
         forge_url: c.forge_url,
         token: c.token,
+        skip_verify: c.skip_verify,
+    }
+}
+
+/// The 0.1.0 record, which has no `skip-verify`.
+pub(crate) fn api_context_v0_1(c: ApiContext) -> f01::ApiContext {
+    f01::ApiContext {
+        forge_url: c.forge_url,
+        token: c.token,
+    }
+}
+
+pub(crate) fn oauth_client(c: OAuthClient) -> f::OauthClient {
+    f::OauthClient {
+        forge_url: c.forge_url,
+        oauth_host: c.oauth_host,
+        client_id: c.client_id,
+        client_secret: c.client_secret,
+        redirect_uri: c.redirect_uri,
+        skip_verify: c.skip_verify,
+    }
+}
+
+pub(crate) fn oauth_token(t: f::OauthToken) -> OAuthToken {
+    OAuthToken {
+        access_token: t.access_token,
+        refresh_token: t.refresh_token,
+        expiry: t.expiry,
+    }
+}
+
+pub(crate) fn forge_user(u: f::ForgeUser) -> ForgeUser {
+    ForgeUser {
+        remote_id: u.remote_id,
+        login: u.login,
+        email: u.email,
+        avatar_url: u.avatar_url,
+    }
+}
+
+pub(crate) fn perm(p: f::Perm) -> Perm {
+    Perm {
+        pull: p.pull,
+        push: p.push,
+        admin: p.admin,
+    }
+}
+
+pub(crate) fn repo_with_perm(r: f::RepoWithPerm) -> RepoWithPerm {
+    RepoWithPerm {
+        repo: repo(r.repo),
+        perm: perm(r.perm),
+    }
+}
+
+pub(crate) fn team(t: f::Team) -> Team {
+    Team {
+        login: t.login,
+        avatar_url: t.avatar_url,
+    }
+}
+
+pub(crate) fn org_membership(m: f::OrgPerm) -> OrgMembership {
+    OrgMembership {
+        member: m.member,
+        admin: m.admin,
+    }
+}
+
+pub(crate) fn pull_request(p: f::PullRequestInfo) -> PullRequestInfo {
+    PullRequestInfo {
+        number: p.number,
+        title: p.title,
+    }
+}
+
+pub(crate) fn netrc(n: f::NetrcInfo) -> NetrcInfo {
+    NetrcInfo {
+        machine: n.machine,
+        login: n.login,
+        password: n.password,
     }
 }
 

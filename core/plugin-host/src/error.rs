@@ -41,11 +41,15 @@ pub enum LoadError {
     #[error("not a valid WebAssembly component: {0}")]
     Compile(String),
     #[error(
-        "exports no supported Woodlark interface (found: {found}); expected one of woodlark:forge/forge@0.1.x, woodlark:secrets/secrets@0.1.x, woodlark:registry/auth@0.1.x"
+        "exports no supported Woodlark interface (found: {found}); expected one of woodlark:forge/forge@0.1.x or @0.2.x, woodlark:secrets/secrets@0.1.x, woodlark:registry/auth@0.1.x"
     )]
     UnknownWorld { found: String },
-    #[error("unsupported version {version} of {interface} (this host implements 0.1.x)")]
-    UnsupportedVersion { interface: String, version: String },
+    #[error("unsupported version {version} of {interface} (this host implements {supported})")]
+    UnsupportedVersion {
+        interface: String,
+        version: String,
+        supported: &'static str,
+    },
     #[error("configured as {configured} but the component is a {actual}")]
     WrongWorld {
         configured: WorldKind,
@@ -87,6 +91,16 @@ pub enum PluginError {
     MemoryLimit { plugin: String, memory_mb: u64 },
     #[error("plugin {plugin:?} trapped: {message}")]
     Trap { plugin: String, message: String },
+    /// The adapter's contract predates `function` (a forge adapter built against 0.1.0
+    /// asked for sign-in, repositories, ...); the host did not call it.
+    #[error(
+        "plugin {plugin:?} does not support {function} (it implements forge contract {contract})"
+    )]
+    Unsupported {
+        plugin: String,
+        function: &'static str,
+        contract: String,
+    },
     /// The plugin answered with an error value (`plugin-error` in WIT).
     #[error("plugin {plugin:?}: {kind}: {message}")]
     Plugin {
@@ -95,6 +109,9 @@ pub enum PluginError {
         message: String,
     },
 }
+
+/// How an adapter words "not supported" in an `unavailable` error (see the forge WIT).
+pub const UNSUPPORTED_SUFFIX: &str = " is not supported by this adapter";
 
 /// The cases of WIT's `plugin-error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -123,6 +140,23 @@ impl PluginError {
         match self {
             Self::Plugin { kind, .. } => Some(*kind),
             _ => None,
+        }
+    }
+
+    /// True when the adapter does not offer the function called: its contract predates it
+    /// ([`PluginError::Unsupported`]), or it answered `unavailable("… is not supported by
+    /// this adapter")`, the contract's wording for a function it leaves out (the SDK's
+    /// default bodies). The server then falls back or reports the feature as missing,
+    /// rather than the forge as down.
+    pub fn is_unsupported(&self) -> bool {
+        match self {
+            Self::Unsupported { .. } => true,
+            Self::Plugin {
+                kind: ErrorKind::Unavailable,
+                message,
+                ..
+            } => message.ends_with(UNSUPPORTED_SUFFIX),
+            _ => false,
         }
     }
 

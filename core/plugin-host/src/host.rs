@@ -23,10 +23,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use serde::Serialize;
 use tokio::sync::Semaphore;
-use wasmtime::component::{ComponentNamedList, Lift, Lower};
+use wasmtime::component::{ComponentNamedList, ComponentType, Lift, Lower};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::caps::woodlark::host::types::{Header as WitHeader, PluginError as WitError};
+use crate::bindings::forge_v0_1::exports::woodlark::forge0_1_0::forge as wit_forge_v0_1;
+use crate::bindings::forge_v0_2::exports::woodlark::forge0_2_0::forge as wit_forge;
 use crate::bindings::registry_v0_1::exports::woodlark::registry::auth as wit_registry;
 use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets as wit_secrets;
 use crate::cache::ComponentCache;
@@ -342,11 +344,8 @@ impl PluginHost {
         ctx: ApiContext,
         full_name: &str,
     ) -> Result<Repo, PluginError> {
-        let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
-        let r = self
-            .call_export(plugin, WorldKind::ForgeAdapter, "repo-info", (ctx, full))
-            .await?;
+        let r = self.call_forge(plugin, "repo-info", ctx, (full,)).await?;
         let r = convert::repo(r);
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -360,15 +359,9 @@ impl PluginHost {
         commit: &str,
         path: &str,
     ) -> Result<Option<Vec<u8>>, PluginError> {
-        let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r: Option<Vec<u8>> = self
-            .call_export(
-                plugin,
-                WorldKind::ForgeAdapter,
-                "file-at",
-                (ctx, full, commit, path),
-            )
+            .call_forge(plugin, "file-at", ctx, (full, commit, path))
             .await?;
         let size = r.as_ref().map_or(0, |b| b.len() as u64);
         let limit = self
@@ -389,15 +382,9 @@ impl PluginHost {
         commit: &str,
         path: &str,
     ) -> Result<Vec<String>, PluginError> {
-        let ctx = convert::api_context(ctx);
         let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
         let r = self
-            .call_export(
-                plugin,
-                WorldKind::ForgeAdapter,
-                "dir-at",
-                (ctx, full, commit, path),
-            )
+            .call_forge(plugin, "dir-at", ctx, (full, commit, path))
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -409,11 +396,8 @@ impl PluginHost {
         ctx: ApiContext,
         full_name: &str,
     ) -> Result<Vec<String>, PluginError> {
-        let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
-        let r = self
-            .call_export(plugin, WorldKind::ForgeAdapter, "branches", (ctx, full))
-            .await?;
+        let r = self.call_forge(plugin, "branches", ctx, (full,)).await?;
         self.check_output(plugin, &r)?;
         Ok(r)
     }
@@ -426,16 +410,10 @@ impl PluginHost {
         commit: &str,
         status: CommitStatus,
     ) -> Result<(), PluginError> {
-        let ctx = convert::api_context(ctx);
         let (full, commit) = (full_name.to_string(), commit.to_string());
         let status = convert::commit_status(status);
-        self.call_export(
-            plugin,
-            WorldKind::ForgeAdapter,
-            "post-status",
-            (ctx, full, commit, status),
-        )
-        .await
+        self.call_forge(plugin, "post-status", ctx, (full, commit, status))
+            .await
     }
 
     /// The files pull request `pr_number` of `full_name` changes.
@@ -446,15 +424,9 @@ impl PluginHost {
         full_name: &str,
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
-        let ctx = convert::api_context(ctx);
         let full = full_name.to_string();
         let r = self
-            .call_export(
-                plugin,
-                WorldKind::ForgeAdapter,
-                "changed-files",
-                (ctx, full, pr_number),
-            )
+            .call_forge(plugin, "changed-files", ctx, (full, pr_number))
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -468,15 +440,9 @@ impl PluginHost {
         full_name: &str,
         branch: &str,
     ) -> Result<CommitInfo, PluginError> {
-        let ctx = convert::api_context(ctx);
         let (full, branch) = (full_name.to_string(), branch.to_string());
         let r = self
-            .call_export(
-                plugin,
-                WorldKind::ForgeAdapter,
-                "branch-head",
-                (ctx, full, branch),
-            )
+            .call_forge(plugin, "branch-head", ctx, (full, branch))
             .await?;
         let r = convert::commit_info(r);
         self.check_output(plugin, &r)?;
@@ -492,15 +458,9 @@ impl PluginHost {
         url: &str,
         secret: &str,
     ) -> Result<(), PluginError> {
-        let ctx = convert::api_context(ctx);
         let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
-        self.call_export(
-            plugin,
-            WorldKind::ForgeAdapter,
-            "create-hook",
-            (ctx, full, url, secret),
-        )
-        .await
+        self.call_forge(plugin, "create-hook", ctx, (full, url, secret))
+            .await
     }
 
     /// Removes `full_name`'s hooks that call `url`.
@@ -511,15 +471,178 @@ impl PluginHost {
         full_name: &str,
         url: &str,
     ) -> Result<(), PluginError> {
-        let ctx = convert::api_context(ctx);
         let (full, url) = (full_name.to_string(), url.to_string());
-        self.call_export(
-            plugin,
-            WorldKind::ForgeAdapter,
-            "delete-hook",
-            (ctx, full, url),
-        )
-        .await
+        self.call_forge(plugin, "delete-hook", ctx, (full, url))
+            .await
+    }
+
+    // ---- forge adapters: sign-in and acting as the user (contract 0.2.0) ----
+
+    /// The forge contract version forge adapter `plugin` exports (`0.1.0`, `0.2.0`); `None`
+    /// when no forge adapter of that name is loaded.
+    pub fn forge_contract(&self, plugin: &str) -> Option<String> {
+        let slot = self.slot(plugin).ok()?;
+        let loaded = slot.current.as_ref()?;
+        (loaded.world == WorldKind::ForgeAdapter).then(|| loaded.version.clone())
+    }
+
+    /// Where to send the browser to sign in with the forge (`state` comes back with the code).
+    pub async fn authorize_url(
+        &self,
+        plugin: &str,
+        client: OAuthClient,
+        state: &str,
+    ) -> Result<String, PluginError> {
+        self.require_v0_2(plugin, "authorize-url")?;
+        let args = (convert::oauth_client(client), state.to_string());
+        let r: String = self
+            .call_export(plugin, WorldKind::ForgeAdapter, "authorize-url", args)
+            .await?;
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// Trades the OAuth callback's `code` for tokens.
+    pub async fn exchange_code(
+        &self,
+        plugin: &str,
+        client: OAuthClient,
+        code: &str,
+    ) -> Result<OAuthToken, PluginError> {
+        self.require_v0_2(plugin, "exchange-code")?;
+        let args = (convert::oauth_client(client), code.to_string());
+        let r: wit_forge::OauthToken = self
+            .call_export(plugin, WorldKind::ForgeAdapter, "exchange-code", args)
+            .await?;
+        let r = convert::oauth_token(r);
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// A fresh access token from `refresh_token`.
+    pub async fn refresh_token(
+        &self,
+        plugin: &str,
+        client: OAuthClient,
+        refresh_token: &str,
+    ) -> Result<OAuthToken, PluginError> {
+        self.require_v0_2(plugin, "refresh-token")?;
+        let args = (convert::oauth_client(client), refresh_token.to_string());
+        let r: wit_forge::OauthToken = self
+            .call_export(plugin, WorldKind::ForgeAdapter, "refresh-token", args)
+            .await?;
+        let r = convert::oauth_token(r);
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// The account `ctx.token` belongs to.
+    pub async fn current_user(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+    ) -> Result<ForgeUser, PluginError> {
+        self.require_v0_2(plugin, "current-user")?;
+        let r: wit_forge::ForgeUser = self.call_forge(plugin, "current-user", ctx, ()).await?;
+        let r = convert::forge_user(r);
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// Page `page` (from 1) of the user's repositories with their permissions.
+    pub async fn user_repos(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
+        self.require_v0_2(plugin, "user-repos")?;
+        let r: Vec<wit_forge::RepoWithPerm> = self
+            .call_forge(plugin, "user-repos", ctx, (page, per_page))
+            .await?;
+        let r: Vec<RepoWithPerm> = r.into_iter().map(convert::repo_with_perm).collect();
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// The user's permissions on `full_name`.
+    pub async fn repo_perm(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+    ) -> Result<Perm, PluginError> {
+        self.require_v0_2(plugin, "repo-perm")?;
+        let r: wit_forge::Perm = self
+            .call_forge(plugin, "repo-perm", ctx, (full_name.to_string(),))
+            .await?;
+        Ok(convert::perm(r))
+    }
+
+    /// Page `page` (from 1) of the organisations the user belongs to.
+    pub async fn user_orgs(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<Team>, PluginError> {
+        self.require_v0_2(plugin, "user-orgs")?;
+        let r: Vec<wit_forge::Team> = self
+            .call_forge(plugin, "user-orgs", ctx, (page, per_page))
+            .await?;
+        let r: Vec<Team> = r.into_iter().map(convert::team).collect();
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// Whether `login` is a member (and admin) of `org`.
+    pub async fn org_membership(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        org: &str,
+        login: &str,
+    ) -> Result<OrgMembership, PluginError> {
+        self.require_v0_2(plugin, "org-membership")?;
+        let args = (org.to_string(), login.to_string());
+        let r: wit_forge::OrgPerm = self.call_forge(plugin, "org-membership", ctx, args).await?;
+        Ok(convert::org_membership(r))
+    }
+
+    /// Page `page` (from 1) of `full_name`'s open pull requests.
+    pub async fn pull_requests(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        full_name: &str,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<PullRequestInfo>, PluginError> {
+        self.require_v0_2(plugin, "pull-requests")?;
+        let args = (full_name.to_string(), page, per_page);
+        let r: Vec<wit_forge::PullRequestInfo> =
+            self.call_forge(plugin, "pull-requests", ctx, args).await?;
+        let r: Vec<PullRequestInfo> = r.into_iter().map(convert::pull_request).collect();
+        self.check_output(plugin, &r)?;
+        Ok(r)
+    }
+
+    /// The `.netrc` entry for cloning `clone_url` as the user.
+    pub async fn netrc(
+        &self,
+        plugin: &str,
+        ctx: ApiContext,
+        clone_url: &str,
+    ) -> Result<NetrcInfo, PluginError> {
+        self.require_v0_2(plugin, "netrc")?;
+        let r: wit_forge::NetrcInfo = self
+            .call_forge(plugin, "netrc", ctx, (clone_url.to_string(),))
+            .await?;
+        let r = convert::netrc(r);
+        self.check_output(plugin, &r)?;
+        Ok(r)
     }
 
     // ---- secret backends ----
@@ -677,6 +800,52 @@ impl PluginHost {
         .await
     }
 
+    /// [`PluginError::Unsupported`] when forge adapter `plugin` implements contract 0.1.x,
+    /// which lacks `function`. Other errors (not loaded, wrong world) are left to the call.
+    fn require_v0_2(&self, plugin: &str, function: &'static str) -> Result<(), PluginError> {
+        match self.forge_contract(plugin) {
+            Some(v) if v.starts_with("0.1.") => {
+                tracing::debug!(plugin, function, contract = %v, "forge adapter predates the function");
+                Err(PluginError::Unsupported {
+                    plugin: plugin.to_string(),
+                    function,
+                    contract: v,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Calls forge-API export `func` with `ctx` and then `args`, in the `api-context` shape of
+    /// the adapter's contract version (the other parameters and results have one shape in
+    /// every version).
+    async fn call_forge<A, T>(
+        &self,
+        plugin: &str,
+        func: &'static str,
+        ctx: ApiContext,
+        args: A,
+    ) -> Result<T, PluginError>
+    where
+        A: ForgeArgs,
+        T: Send + Sync + 'static,
+        (Result<T, WitError>,): ComponentNamedList + Lift,
+    {
+        self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
+            Box::pin(async move {
+                let r = if loaded.is_forge_v0_1() {
+                    let params = args.v0_1(convert::api_context_v0_1(ctx));
+                    invoke::<_, (Result<T, WitError>,)>(loaded, store, func, params).await
+                } else {
+                    let params = args.v0_2(convert::api_context(ctx));
+                    invoke::<_, (Result<T, WitError>,)>(loaded, store, func, params).await
+                };
+                r.map(|(r,)| r)
+            })
+        })
+        .await
+    }
+
     /// Forge adapter `plugin`'s `recognize` (the one export that doesn't return a result).
     async fn call_recognize(
         &self,
@@ -769,6 +938,42 @@ impl PluginHost {
         result
     }
 }
+
+/// The parameters of a forge-API export after its leading `api-context`, so one call path
+/// serves every contract version: `api-context` changed shape in 0.2.0 (`skip-verify`), the
+/// rest did not. Implemented for tuples of up to three values.
+trait ForgeArgs: Send + Sync + 'static {
+    type V0_1: ComponentNamedList + Lower + Send + Sync + 'static;
+    type V0_2: ComponentNamedList + Lower + Send + Sync + 'static;
+    fn v0_1(self, ctx: wit_forge_v0_1::ApiContext) -> Self::V0_1;
+    fn v0_2(self, ctx: wit_forge::ApiContext) -> Self::V0_2;
+}
+
+macro_rules! forge_args {
+    ($($arg:ident),*) => {
+        #[allow(non_snake_case)]
+        impl<$($arg),*> ForgeArgs for ($($arg,)*)
+        where
+            $($arg: ComponentType + Lower + Send + Sync + 'static,)*
+        {
+            type V0_1 = (wit_forge_v0_1::ApiContext, $($arg,)*);
+            type V0_2 = (wit_forge::ApiContext, $($arg,)*);
+            fn v0_1(self, ctx: wit_forge_v0_1::ApiContext) -> Self::V0_1 {
+                let ($($arg,)*) = self;
+                (ctx, $($arg,)*)
+            }
+            fn v0_2(self, ctx: wit_forge::ApiContext) -> Self::V0_2 {
+                let ($($arg,)*) = self;
+                (ctx, $($arg,)*)
+            }
+        }
+    };
+}
+
+forge_args!();
+forge_args!(A);
+forge_args!(A, B);
+forge_args!(A, B, C);
 
 /// Instantiates `loaded` in `store` and calls its export `func` with `params`. Only this
 /// function's type is checked (the bindings' `*Pre::instantiate` would check every export's

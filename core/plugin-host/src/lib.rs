@@ -57,10 +57,10 @@ mod watch;
 mod tests;
 
 pub use config::{InstanceConfig, Limits, PluginsConfig};
-pub use error::{ConfigError, ErrorKind, HostError, LoadError, PluginError};
+pub use error::{ConfigError, ErrorKind, HostError, LoadError, PluginError, UNSUPPORTED_SUFFIX};
 pub use host::{CallCounts, HostServices, PluginHost, PluginInfo, ReloadAction};
 pub use services::{KvError, KvStore, MapSecrets, MemoryKv, SecretSource, ServiceFuture};
 pub use types::*;
 
 /// The newest WIT package version this host implements (`wit/` must not be newer).
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";

@@ -17,7 +17,7 @@ use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
 
-use crate::bindings::{forge_v0_1, registry_v0_1, secrets_v0_1};
+use crate::bindings::{forge_v0_1, forge_v0_2, registry_v0_1, secrets_v0_1};
 use crate::cache::ComponentCache;
 use crate::config::{InstanceConfig, Limits};
 use crate::error::LoadError;
@@ -30,6 +30,7 @@ pub(crate) const MAX_COMPONENT_BYTES: u64 = 64 << 20;
 /// A world's pre-instantiated bindings, one variant per supported world version.
 pub(crate) enum WorldPre {
     ForgeV0_1(forge_v0_1::ForgeAdapterPre<CallState>),
+    ForgeV0_2(forge_v0_2::ForgeAdapterPre<CallState>),
     SecretsV0_1(secrets_v0_1::SecretBackendPre<CallState>),
     RegistryV0_1(registry_v0_1::RegistryAuthPre<CallState>),
 }
@@ -39,6 +40,7 @@ impl WorldPre {
     pub fn instance_pre(&self) -> &InstancePre<CallState> {
         match self {
             Self::ForgeV0_1(p) => p.instance_pre(),
+            Self::ForgeV0_2(p) => p.instance_pre(),
             Self::SecretsV0_1(p) => p.instance_pre(),
             Self::RegistryV0_1(p) => p.instance_pre(),
         }
@@ -108,6 +110,22 @@ pub(crate) struct LoadedPlugin {
     pub engine: Engine,
 }
 
+impl LoadedPlugin {
+    /// A forge adapter built against contract 0.1.x (whose `api-context` has no
+    /// `skip-verify`, and which lacks the 0.2.0 functions).
+    pub fn is_forge_v0_1(&self) -> bool {
+        matches!(self.pre, WorldPre::ForgeV0_1(_))
+    }
+}
+
+/// The contract versions (`major.minor.`) this host loads, per world.
+fn supported_versions(world: WorldKind) -> (&'static [&'static str], &'static str) {
+    match world {
+        WorldKind::ForgeAdapter => (&["0.1.", "0.2."], "0.1.x and 0.2.x"),
+        WorldKind::SecretBackend | WorldKind::RegistryAuth => (&["0.1."], "0.1.x"),
+    }
+}
+
 pub(crate) struct Linkers {
     pub forge: Linker<CallState>,
     pub secrets: Linker<CallState>,
@@ -166,10 +184,12 @@ pub(crate) fn detect_world(
             WorldKind::RegistryAuth,
         ] {
             if iface == world.export_interface() {
-                if !version.starts_with("0.1.") {
+                let (prefixes, supported) = supported_versions(world);
+                if !prefixes.iter().any(|p| version.starts_with(p)) {
                     return Err(LoadError::UnsupportedVersion {
                         interface: iface.to_string(),
                         version: version.to_string(),
+                        supported,
                     });
                 }
                 return Ok((world, version.to_string()));
@@ -218,8 +238,11 @@ pub(crate) fn load(
         message: format!("{e:#}"),
     };
     let pre = match world {
-        WorldKind::ForgeAdapter => WorldPre::ForgeV0_1(
+        WorldKind::ForgeAdapter if version.starts_with("0.1.") => WorldPre::ForgeV0_1(
             forge_v0_1::ForgeAdapterPre::new(instance_pre).map_err(exports_err)?,
+        ),
+        WorldKind::ForgeAdapter => WorldPre::ForgeV0_2(
+            forge_v0_2::ForgeAdapterPre::new(instance_pre).map_err(exports_err)?,
         ),
         WorldKind::SecretBackend => WorldPre::SecretsV0_1(
             secrets_v0_1::SecretBackendPre::new(instance_pre).map_err(exports_err)?,

@@ -166,6 +166,120 @@ pub struct ApiContext {
     pub forge_url: String,
     /// The user's access token; empty for anonymous calls.
     pub token: String,
+    /// The forge's TLS certificate is not to be verified (self-signed forges). Passed to
+    /// adapters of contract 0.2.0; the host's outbound client does not honour it yet (it
+    /// always verifies against the Mozilla roots).
+    pub skip_verify: bool,
+}
+
+/// A forge's OAuth application, for sign-in.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct OAuthClient {
+    /// The forge's web root (token endpoint, API).
+    pub forge_url: String,
+    /// Where browsers sign in; `""`: `forge_url`.
+    pub oauth_host: String,
+    pub client_id: String,
+    pub client_secret: String,
+    /// The server's callback URL.
+    pub redirect_uri: String,
+    pub skip_verify: bool,
+}
+
+impl std::fmt::Debug for OAuthClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthClient")
+            .field("forge_url", &self.forge_url)
+            .field("oauth_host", &self.oauth_host)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("redirect_uri", &self.redirect_uri)
+            .field("skip_verify", &self.skip_verify)
+            .finish()
+    }
+}
+
+/// Tokens from a code exchange or refresh.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OAuthToken {
+    pub access_token: String,
+    /// Empty when the forge issues none.
+    pub refresh_token: String,
+    /// Unix seconds; 0: does not expire.
+    pub expiry: i64,
+}
+
+impl std::fmt::Debug for OAuthToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthToken")
+            .field("access_token", &"<redacted>")
+            .field("refresh_token", &"<redacted>")
+            .field("expiry", &self.expiry)
+            .finish()
+    }
+}
+
+/// The account a token belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgeUser {
+    /// The forge's stable account id (numeric ids as decimal text).
+    pub remote_id: String,
+    pub login: String,
+    /// Primary e-mail; empty when the forge does not disclose one.
+    pub email: String,
+    pub avatar_url: String,
+}
+
+/// A user's permissions on a repository (Woodpecker's `Perm`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Perm {
+    pub pull: bool,
+    pub push: bool,
+    pub admin: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoWithPerm {
+    pub repo: Repo,
+    pub perm: Perm,
+}
+
+/// An organisation the user belongs to (Woodpecker's `Team`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Team {
+    pub login: String,
+    pub avatar_url: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrgMembership {
+    pub member: bool,
+    pub admin: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullRequestInfo {
+    pub number: u64,
+    pub title: String,
+}
+
+/// One `.netrc` entry for cloning over HTTP(S).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetrcInfo {
+    /// The clone URL's host.
+    pub machine: String,
+    pub login: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for NetrcInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetrcInfo")
+            .field("machine", &self.machine)
+            .field("login", &"<redacted>")
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

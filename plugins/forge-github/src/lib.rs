@@ -21,11 +21,29 @@
 //! `hook-secret`. Config keys: `hook-secret`, `api-url` (default `https://api.github.com`).
 //!
 //! API: repository info, files and folders at a commit, branches and their heads, commit
-//! statuses, the files a pull request changes, and webhooks (`create-hook` replaces a hook with the same URL; the hook's secret is
-//! the forge's webhook secret, checked again by `parse-hook`).
+//! statuses, the files a pull request changes, and webhooks (`create-hook` replaces a hook
+//! with the same URL; the hook's secret is the forge's webhook secret, checked again by
+//! `parse-hook`).
+//!
+//! Sign-in and the user's view (contract 0.2.0), as Woodpecker's GitHub forge does it:
+//!
+//! | function         | request                                                          |
+//! |------------------|------------------------------------------------------------------|
+//! | `authorize-url`  | `<oauth host or forge>/login/oauth/authorize` (scopes [`SCOPES`]) |
+//! | `exchange-code`  | POST `<forge>/login/oauth/access_token`                          |
+//! | `refresh-token`  | the same, `grant_type=refresh_token` (GitHub App user tokens)    |
+//! | `current-user`   | GET `/user` (+ `/user/emails` when `/user` shows no e-mail)      |
+//! | `user-repos`     | GET `/user/repos?per_page&page` (archived ones left out)         |
+//! | `repo-perm`      | GET `/repos/{o}/{n}` → `permissions`                             |
+//! | `user-orgs`      | GET `/user/orgs?per_page&page`                                   |
+//! | `org-membership` | GET `/orgs/{org}/memberships/{login}` (404: not a member)        |
+//! | `pull-requests`  | GET `/repos/{o}/{n}/pulls?state=open&per_page&page`              |
+//! | `netrc`          | no request: clone host, the token as login, `x-oauth-basic`      |
 
+use woodlark_plugin_sdk::forge::oauth;
 use woodlark_plugin_sdk::forge::*;
-use woodlark_plugin_sdk::json::{rfc3339_to_unix, str_at};
+use woodlark_plugin_sdk::json::{bool_at, rfc3339_to_unix, str_at, u64_at};
+use woodlark_plugin_sdk::serde_json::Value;
 use woodlark_plugin_sdk::serde_json::json;
 use woodlark_plugin_sdk::{config, headers, http};
 
@@ -166,6 +184,198 @@ impl ForgeAdapter for GitHub {
             },
             |_, items| items == 100,
         )
+    }
+    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+        let endpoint = format!("{}/login/oauth/authorize", oauth::browser_root(&client));
+        Ok(oauth::authorize_url(&endpoint, &client, SCOPES, &state))
+    }
+
+    /// OAuth apps' tokens do not expire (no `expires_in`, no refresh token); GitHub Apps'
+    /// user tokens do, and come with a refresh token.
+    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+        oauth::exchange(&token_url(&client), &client, &code)
+    }
+
+    fn refresh_token(
+        client: OauthClient,
+        refresh_token: String,
+    ) -> Result<OauthToken, PluginError> {
+        oauth::refresh(&token_url(&client), &client, &refresh_token)
+    }
+
+    fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+        let api = api_url(&ctx);
+        let client = ApiClient::bearer(&ctx);
+        let user = client.get_found(&format!("{api}/user"), || {
+            denied("GitHub: no user for this token")
+        })?;
+        let mut email = str_at(&user, "/email");
+        if email.is_empty() {
+            let emails = client.get_or_null(&format!("{api}/user/emails"))?;
+            email = primary_email(woodlark_plugin_sdk::json::array_at(&emails, ""), &api);
+        }
+        Ok(ForgeUser {
+            remote_id: str_at(&user, "/id"),
+            login: str_at(&user, "/login"),
+            email,
+            avatar_url: str_at(&user, "/avatar_url"),
+        })
+    }
+
+    fn user_repos(
+        ctx: ApiContext,
+        page: u32,
+        per_page_: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
+        let url = format!(
+            "{}/user/repos?per_page={}&page={}",
+            api_url(&ctx),
+            per_page(per_page_),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx).get_or_null(&url)?;
+        Ok(woodlark_plugin_sdk::json::array_at(&list, "")
+            .iter()
+            .filter(|r| !bool_at(r, "/archived"))
+            .map(|r| RepoWithPerm {
+                repo: github_hooks::repo_of(r),
+                perm: perm_of(r),
+            })
+            .collect())
+    }
+
+    fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+        let url = format!("{}/repos/{}", api_url(&ctx), full_name);
+        // 404 is what GitHub answers for a private repository the user cannot see.
+        Ok(ApiClient::bearer(&ctx)
+            .get(&url)?
+            .map(|v| perm_of(&v))
+            .unwrap_or(Perm {
+                pull: false,
+                push: false,
+                admin: false,
+            }))
+    }
+
+    fn user_orgs(ctx: ApiContext, page: u32, per_page_: u32) -> Result<Vec<Team>, PluginError> {
+        let url = format!(
+            "{}/user/orgs?per_page={}&page={}",
+            api_url(&ctx),
+            per_page(per_page_),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx).get_or_null(&url)?;
+        Ok(woodlark_plugin_sdk::json::array_at(&list, "")
+            .iter()
+            .map(|o| Team {
+                login: str_at(o, "/login"),
+                avatar_url: str_at(o, "/avatar_url"),
+            })
+            .collect())
+    }
+
+    fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<OrgPerm, PluginError> {
+        let url = format!(
+            "{}/orgs/{}/memberships/{}",
+            api_url(&ctx),
+            http::encode(&org),
+            http::encode(&login)
+        );
+        Ok(match ApiClient::bearer(&ctx).get(&url)? {
+            Some(m) => OrgPerm {
+                member: str_at(&m, "/state") == "active",
+                admin: str_at(&m, "/role") == "admin",
+            },
+            None => OrgPerm {
+                member: false,
+                admin: false,
+            },
+        })
+    }
+
+    fn pull_requests(
+        ctx: ApiContext,
+        full_name: String,
+        page: u32,
+        per_page_: u32,
+    ) -> Result<Vec<PullRequestInfo>, PluginError> {
+        let url = format!(
+            "{}/repos/{}/pulls?state=open&per_page={}&page={}",
+            api_url(&ctx),
+            full_name,
+            per_page(per_page_),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx).get_found(&url, || no_repo(&full_name))?;
+        Ok(woodlark_plugin_sdk::json::array_at(&list, "")
+            .iter()
+            .filter_map(|p| {
+                Some(PullRequestInfo {
+                    number: u64_at(p, "/number")?,
+                    title: str_at(p, "/title"),
+                })
+            })
+            .collect())
+    }
+
+    /// As Woodpecker: the token as login, `x-oauth-basic` as password; anonymous (empty)
+    /// without a token.
+    fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+        let (login, password) = if ctx.token.is_empty() {
+            (String::new(), String::new())
+        } else {
+            (ctx.token, "x-oauth-basic".to_string())
+        };
+        oauth::netrc_for(&clone_url, login, password)
+    }
+}
+
+/// The OAuth scopes asked for at sign-in: private repositories and their hooks and
+/// statuses, the user's e-mail addresses, org membership.
+const SCOPES: &str = "repo repo:status user:email read:org";
+
+/// The largest page GitHub serves.
+const MAX_PER_PAGE: u32 = 100;
+
+/// `per_page` as GitHub takes it: 1 to 100 (0: 100).
+fn per_page(n: u32) -> u32 {
+    if n == 0 {
+        MAX_PER_PAGE
+    } else {
+        n.min(MAX_PER_PAGE)
+    }
+}
+
+/// GitHub's token endpoint, on the forge's web root (not the browser's `oauth_host`).
+fn token_url(client: &OauthClient) -> String {
+    format!(
+        "{}/login/oauth/access_token",
+        client.forge_url.trim_end_matches('/')
+    )
+}
+
+/// `permissions` of a GitHub repository object (absent: no access).
+fn perm_of(v: &Value) -> Perm {
+    Perm {
+        pull: bool_at(v, "/permissions/pull"),
+        push: bool_at(v, "/permissions/push"),
+        admin: bool_at(v, "/permissions/admin"),
+    }
+}
+
+/// The address GitHub's `/user/emails` marks primary and verified; on Enterprise (any API
+/// but api.github.com) the first one when none is, as Woodpecker picks it.
+fn primary_email(emails: &[Value], api: &str) -> String {
+    let primary = emails
+        .iter()
+        .find(|e| bool_at(e, "/primary") && bool_at(e, "/verified"));
+    match primary {
+        Some(e) => str_at(e, "/email"),
+        None if api != "https://api.github.com" => emails
+            .first()
+            .map(|e| str_at(e, "/email"))
+            .unwrap_or_default(),
+        None => String::new(),
     }
 }
 

@@ -13,16 +13,26 @@
 //! receives the webhook secret it must register with the forge ([`HookApi::replace`] does the
 //! list-delete-create dance). The requests the API functions share are [`ApiClient`]'s.
 
+pub mod oauth;
 mod rest;
 
-use crate::forge_bindings::exports::woodlark::forge::forge as wit;
+use crate::forge_bindings::exports::woodlark::forge0_2_0::forge as wit;
 pub use crate::forge_bindings::woodlark::host::signing::Algorithm;
 pub use crate::{Header, PluginError, denied, header, invalid, unavailable};
 pub use rest::{ApiClient, Listing, StatusFormat, contents_url, no_repo};
+pub use rest::{link_has_next, status_description};
 pub use wit::{
-    ApiContext, CommitInfo, CommitStatus, Event, HookBuild, HookRequest, Outcome, Pipeline,
-    ReleaseInfo, Repo, StatusState,
+    ApiContext, CommitInfo, CommitStatus, Event, ForgeUser, HookBuild, HookRequest, NetrcInfo,
+    OauthClient, OauthToken, OrgPerm, Outcome, Perm, Pipeline, PullRequestInfo, ReleaseInfo, Repo,
+    RepoWithPerm, StatusState, Team,
 };
+
+/// The contract's "not supported" error for `function` (its WIT name): `unavailable`
+/// worded so the host reports it as a missing feature (`PluginError::is_unsupported`), not
+/// as a forge that is down.
+pub fn unsupported(function: &str) -> PluginError {
+    unavailable(format!("{function} is not supported by this adapter"))
+}
 
 /// A forge adapter. Only `recognize` and `parse_hook` are required.
 pub trait ForgeAdapter {
@@ -35,7 +45,7 @@ pub trait ForgeAdapter {
     /// Looks up a repository by `owner/name`.
     fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
         let _ = (ctx, full_name);
-        Err(unavailable("repo-info is not supported by this adapter"))
+        Err(unsupported("repo-info"))
     }
 
     /// A file at a commit (`None` when absent).
@@ -46,7 +56,7 @@ pub trait ForgeAdapter {
         path: String,
     ) -> Result<Option<Vec<u8>>, PluginError> {
         let _ = (ctx, full_name, commit, path);
-        Err(unavailable("file-at is not supported by this adapter"))
+        Err(unsupported("file-at"))
     }
 
     /// File paths directly inside a folder at a commit.
@@ -57,13 +67,13 @@ pub trait ForgeAdapter {
         path: String,
     ) -> Result<Vec<String>, PluginError> {
         let _ = (ctx, full_name, commit, path);
-        Err(unavailable("dir-at is not supported by this adapter"))
+        Err(unsupported("dir-at"))
     }
 
     /// Branch names.
     fn branches(ctx: ApiContext, full_name: String) -> Result<Vec<String>, PluginError> {
         let _ = (ctx, full_name);
-        Err(unavailable("branches is not supported by this adapter"))
+        Err(unsupported("branches"))
     }
 
     /// Posts a commit status.
@@ -74,7 +84,7 @@ pub trait ForgeAdapter {
         status: CommitStatus,
     ) -> Result<(), PluginError> {
         let _ = (ctx, full_name, commit, status);
-        Err(unavailable("post-status is not supported by this adapter"))
+        Err(unsupported("post-status"))
     }
 
     /// The commit a branch points at. Without it the server asks the git remote for the
@@ -85,7 +95,7 @@ pub trait ForgeAdapter {
         branch: String,
     ) -> Result<CommitInfo, PluginError> {
         let _ = (ctx, full_name, branch);
-        Err(unavailable("branch-head is not supported by this adapter"))
+        Err(unsupported("branch-head"))
     }
 
     /// Makes the forge call `url` for the repository's events, signed with `secret` the way
@@ -98,13 +108,13 @@ pub trait ForgeAdapter {
         secret: String,
     ) -> Result<(), PluginError> {
         let _ = (ctx, full_name, url, secret);
-        Err(unavailable("create-hook is not supported by this adapter"))
+        Err(unsupported("create-hook"))
     }
 
     /// Removes the repository's hooks that call `url` (none: not an error).
     fn delete_hook(ctx: ApiContext, full_name: String, url: String) -> Result<(), PluginError> {
         let _ = (ctx, full_name, url);
-        Err(unavailable("delete-hook is not supported by this adapter"))
+        Err(unsupported("delete-hook"))
     }
 
     /// The files pull request `pr_number` changes (old and new paths). PR payloads do not
@@ -115,9 +125,82 @@ pub trait ForgeAdapter {
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
         let _ = (ctx, full_name, pr_number);
-        Err(unavailable(
-            "changed-files is not supported by this adapter",
-        ))
+        Err(unsupported("changed-files"))
+    }
+
+    // ---- signing in and acting as the user (contract 0.2.0) ----
+
+    /// The URL that starts the forge's OAuth sign-in (no I/O): the forge sends the browser
+    /// back to `client.redirect_uri` with a `code` and this `state`.
+    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+        let _ = (client, state);
+        Err(unsupported("authorize-url"))
+    }
+
+    /// Trades the callback's `code` for tokens ([`oauth::exchange`] does the usual POST).
+    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+        let _ = (client, code);
+        Err(unsupported("exchange-code"))
+    }
+
+    /// A fresh access token from a refresh token.
+    fn refresh_token(
+        client: OauthClient,
+        refresh_token: String,
+    ) -> Result<OauthToken, PluginError> {
+        let _ = (client, refresh_token);
+        Err(unsupported("refresh-token"))
+    }
+
+    /// The account `ctx.token` belongs to.
+    fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+        let _ = ctx;
+        Err(unsupported("current-user"))
+    }
+
+    /// Page `page` (from 1) of the user's repositories with permissions; empty ends it.
+    fn user_repos(
+        ctx: ApiContext,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
+        let _ = (ctx, page, per_page);
+        Err(unsupported("user-repos"))
+    }
+
+    /// The user's permissions on a repository (no access: all false).
+    fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+        let _ = (ctx, full_name);
+        Err(unsupported("repo-perm"))
+    }
+
+    /// Page `page` (from 1) of the user's organisations.
+    fn user_orgs(ctx: ApiContext, page: u32, per_page: u32) -> Result<Vec<Team>, PluginError> {
+        let _ = (ctx, page, per_page);
+        Err(unsupported("user-orgs"))
+    }
+
+    /// Whether `login` is a member (and admin) of `org` (not a member: all false).
+    fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<OrgPerm, PluginError> {
+        let _ = (ctx, org, login);
+        Err(unsupported("org-membership"))
+    }
+
+    /// Page `page` (from 1) of the repository's open pull requests.
+    fn pull_requests(
+        ctx: ApiContext,
+        full_name: String,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<PullRequestInfo>, PluginError> {
+        let _ = (ctx, full_name, page, per_page);
+        Err(unsupported("pull-requests"))
+    }
+
+    /// The `.netrc` entry for cloning `clone_url` as the user (no I/O).
+    fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+        let _ = (ctx, clone_url);
+        Err(unsupported("netrc"))
     }
 }
 
@@ -186,6 +269,48 @@ impl<T: ForgeAdapter> wit::Guest for Bridge<T> {
         pr_number: u64,
     ) -> Result<Vec<String>, PluginError> {
         T::changed_files(ctx, full_name, pr_number)
+    }
+    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+        T::authorize_url(client, state)
+    }
+    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+        T::exchange_code(client, code)
+    }
+    fn refresh_token(
+        client: OauthClient,
+        refresh_token: String,
+    ) -> Result<OauthToken, PluginError> {
+        T::refresh_token(client, refresh_token)
+    }
+    fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+        T::current_user(ctx)
+    }
+    fn user_repos(
+        ctx: ApiContext,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
+        T::user_repos(ctx, page, per_page)
+    }
+    fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+        T::repo_perm(ctx, full_name)
+    }
+    fn user_orgs(ctx: ApiContext, page: u32, per_page: u32) -> Result<Vec<Team>, PluginError> {
+        T::user_orgs(ctx, page, per_page)
+    }
+    fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<OrgPerm, PluginError> {
+        T::org_membership(ctx, org, login)
+    }
+    fn pull_requests(
+        ctx: ApiContext,
+        full_name: String,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<PullRequestInfo>, PluginError> {
+        T::pull_requests(ctx, full_name, page, per_page)
+    }
+    fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+        T::netrc(ctx, clone_url)
     }
 }
 

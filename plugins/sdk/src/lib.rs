@@ -56,7 +56,7 @@ pub use wit_bindgen as __wit_bindgen;
 pub mod forge_bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "woodlark:plugins/forge-adapter@0.1.0",
+        world: "woodlark:plugins/forge-adapter@0.2.0",
         generate_all,
         pub_export_macro: true,
         export_macro_name: "__export_forge_adapter",

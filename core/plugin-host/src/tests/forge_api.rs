@@ -37,6 +37,7 @@ fn ctx(origin: &str) -> ApiContext {
     ApiContext {
         forge_url: origin.to_string(),
         token: "tok-1".into(),
+        skip_verify: false,
     }
 }
 

@@ -271,7 +271,7 @@ async fn bad_components_are_rejected_at_load() {
     assert!(!row("extra").loaded && row("extra").last_error.unwrap().contains("cannot link"));
     assert!(row("fine").loaded && row("fine").last_error.is_none());
     assert_eq!(row("fine").world, Some(WorldKind::ForgeAdapter));
-    assert_eq!(row("fine").version.as_deref(), Some("0.1.0"));
+    assert_eq!(row("fine").version.as_deref(), Some("0.2.0"));
     assert!(row("fine").content_hash.unwrap().starts_with("sha256:"));
     assert!(matches!(
         host.parse_hook("extra", mode("calm")).await.unwrap_err(),

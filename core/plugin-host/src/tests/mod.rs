@@ -17,6 +17,7 @@ mod events;
 mod fake_http;
 mod first_party_backends;
 mod forge_api;
+mod forge_signin;
 mod forges;
 mod hostile;
 mod reload;
@@ -132,22 +133,25 @@ pub(crate) fn hmac_sha256_hex(key: &str, body: &[u8]) -> String {
 
 #[test]
 fn wit_version_matches_the_host() {
-    // The newest package in wit/ must be the one this host implements (Zed shipped an API
-    // version without widening its host range once; this guards against that).
+    // The root package in wit/ must be the one this host implements, and no package may be
+    // newer (Zed shipped an API version without widening its host range once; this guards
+    // against that). Older versions stay beside it for the plugins built against them.
     let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit");
     let worlds = std::fs::read_to_string(wit.join("worlds.wit")).unwrap();
     assert!(worlds.contains(&format!("package woodlark:plugins@{};", crate::WIT_VERSION)));
+    let semver = |v: &str| -> Vec<u64> { v.split('.').map(|n| n.parse().unwrap()).collect() };
+    let host = semver(crate::WIT_VERSION);
+    let mut newest = Vec::new();
     for entry in std::fs::read_dir(wit.join("deps")).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        let version = name
-            .split_once('@')
-            .map(|(_, v)| v.to_string())
-            .unwrap_or_default();
-        assert_eq!(
-            version,
-            crate::WIT_VERSION,
+        let (_, version) = name.split_once('@').expect("deps/<package>@<version>");
+        let version = semver(version);
+        assert!(
+            version <= host,
             "wit/deps/{name} is newer than the host supports"
         );
+        newest = newest.max(version);
     }
+    assert!(newest <= host);
     assert!(!worlds.contains("wasi:"), "no world may import WASI");
 }

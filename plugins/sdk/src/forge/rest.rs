@@ -158,13 +158,19 @@ impl StatusFormat {
     }
 
     /// The JSON body for `status`.
+    /// An empty description becomes upstream's text for the state ([`status_description`]).
     pub fn body(&self, status: CommitStatus) -> Value {
         let mut body = Map::new();
         body.insert("state".into(), self.state(status.state).into());
         for field in self.context {
             body.insert((*field).into(), status.context.clone().into());
         }
-        body.insert("description".into(), status.description.into());
+        let description = if status.description.is_empty() {
+            status_description(status.state).to_string()
+        } else {
+            status.description
+        };
+        body.insert("description".into(), description.into());
         body.insert(self.link.into(), status.target_url.into());
         Value::Object(body)
     }
@@ -200,6 +206,29 @@ pub fn contents_url(api: &str, full_name: &str, path: &str, commit: &str) -> Str
         http::encode_path(path),
         http::encode(commit)
     )
+}
+
+/// Upstream Woodpecker's status description for `state`, for when the server sends none.
+pub fn status_description(state: StatusState) -> &'static str {
+    match state {
+        StatusState::Pending => "Pipeline is pending",
+        StatusState::Running => "Pipeline is running",
+        StatusState::Success => "Pipeline was successful",
+        StatusState::Failure | StatusState::Error => "Pipeline failed",
+        StatusState::Killed => "Pipeline was canceled",
+    }
+}
+
+/// True when a `Link` response header (RFC 8288, as GitHub, Gitea and GitLab send it) has a
+/// `rel="next"` entry.
+pub fn link_has_next(link: Option<&str>) -> bool {
+    link.is_some_and(|l| {
+        l.split(',').any(|part| {
+            part.split(';')
+                .skip(1)
+                .any(|p| matches!(p.trim(), "rel=\"next\"" | "rel=next"))
+        })
+    })
 }
 
 /// `not found` for a repository, as `repo-info` reports it.
@@ -260,6 +289,26 @@ mod tests {
         };
         assert_eq!(listing.files(&v), ["a.yml", ""]);
         assert!(listing.files(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn empty_description_is_upstreams() {
+        let mut s = status(StatusState::Killed);
+        s.description.clear();
+        assert_eq!(
+            StatusFormat::GITHUB.body(s)["description"],
+            "Pipeline was canceled"
+        );
+    }
+
+    #[test]
+    fn next_links() {
+        let l = r#"<https://api/x?page=2>; rel="next", <https://api/x?page=5>; rel="last""#;
+        assert!(link_has_next(Some(l)));
+        assert!(!link_has_next(Some(
+            r#"<https://api/x?page=1>; rel="prev""#
+        )));
+        assert!(!link_has_next(None));
     }
 
     #[test]

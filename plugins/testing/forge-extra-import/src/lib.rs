@@ -14,7 +14,7 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use exports::woodlark::forge::forge::*;
+use exports::woodlark::forge0_1_0::forge::*;
 use woodlark::host::types::{Header, PluginError};
 
 struct ExtraImport;
