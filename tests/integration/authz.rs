@@ -400,6 +400,7 @@ const RULES: &[(&str, Rule)] = &[
     ("GET /authorize", Rule::Public),
     ("POST /authorize", Rule::Public),
     ("GET /logout", Rule::Public),
+    ("GET /login", Rule::Public),
     ("GET /assets/custom.js", Rule::Public),
     ("GET /assets/custom.css", Rule::Public),
 ];

@@ -102,7 +102,10 @@ fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
         if f.get("client_id").map(String::as_str) != Some(CLIENT_ID)
             || f.get("client_secret").map(String::as_str) != Some(CLIENT_SECRET)
         {
-            return (200, json!({"error": "incorrect_client_credentials"}).to_string());
+            return (
+                200,
+                json!({"error": "incorrect_client_credentials"}).to_string(),
+            );
         }
         let grant = f.get("grant_type").cloned().unwrap_or_default();
         let ok = if grant == "refresh_token" {
@@ -125,7 +128,9 @@ fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
     let reply = match (r.method.as_str(), r.path.as_str()) {
         ("GET", "/user") => json!({"id": 1001, "login": "octocat", "email": "octocat@example.com",
                                    "avatar_url": "https://avatars.example.com/octocat"}),
-        ("GET", "/user/emails") => json!([{"email": "octocat@example.com", "primary": true, "verified": true}]),
+        ("GET", "/user/emails") => {
+            json!([{"email": "octocat@example.com", "primary": true, "verified": true}])
+        }
         ("GET", "/user/orgs") => json!([{"login": "octo", "avatar_url": ""}]),
         ("GET", "/user/repos") => {
             if r.query.contains("page=1") || !r.query.contains("page=") {
@@ -182,60 +187,100 @@ async fn git_over_http(
         while let Ok((stream, _)) = listener.accept().await {
             let (root, accept, exec_path) = (root.clone(), accept.clone(), exec_path.clone());
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (root, accept, exec_path) = (root.clone(), accept.clone(), exec_path.clone());
-                    async move {
-                        let (parts, body) = req.into_parts();
-                        let body = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes()).unwrap_or_default();
-                        let login = parts.headers.get("authorization")
-                            .and_then(|v| v.to_str().ok())
-                            .and_then(|v| v.strip_prefix("Basic "))
-                            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-                            .map(|b| String::from_utf8_lossy(&b).into_owned())
-                            .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_string(), p.to_string())));
-                        if !login.as_ref().is_some_and(|(u, p)| accept(u, p)) {
-                            return Ok::<_, std::convert::Infallible>(hyper::Response::builder()
-                                .status(401)
-                                .header("www-authenticate", "Basic realm=\"git\"")
-                                .body(Full::new(bytes::Bytes::new())).unwrap());
-                        }
-                        let mut child = tokio::process::Command::new(format!("{exec_path}/git-http-backend"))
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (root, accept, exec_path) =
+                            (root.clone(), accept.clone(), exec_path.clone());
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = http_body_util::BodyExt::collect(body)
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let login = parts
+                                .headers
+                                .get("authorization")
+                                .and_then(|v| v.to_str().ok())
+                                .and_then(|v| v.strip_prefix("Basic "))
+                                .and_then(|b| {
+                                    base64::engine::general_purpose::STANDARD.decode(b).ok()
+                                })
+                                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                                .and_then(|s| {
+                                    s.split_once(':')
+                                        .map(|(u, p)| (u.to_string(), p.to_string()))
+                                });
+                            if !login.as_ref().is_some_and(|(u, p)| accept(u, p)) {
+                                return Ok::<_, std::convert::Infallible>(
+                                    hyper::Response::builder()
+                                        .status(401)
+                                        .header("www-authenticate", "Basic realm=\"git\"")
+                                        .body(Full::new(bytes::Bytes::new()))
+                                        .unwrap(),
+                                );
+                            }
+                            let mut child = tokio::process::Command::new(format!(
+                                "{exec_path}/git-http-backend"
+                            ))
                             .env_clear()
                             .env("GIT_PROJECT_ROOT", &root)
                             .env("GIT_HTTP_EXPORT_ALL", "1")
                             .env("REQUEST_METHOD", parts.method.as_str())
                             .env("PATH_INFO", parts.uri.path())
                             .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
-                            .env("CONTENT_TYPE", parts.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or(""))
+                            .env(
+                                "CONTENT_TYPE",
+                                parts
+                                    .headers
+                                    .get("content-type")
+                                    .and_then(|v| v.to_str().ok())
+                                    .unwrap_or(""),
+                            )
                             .env("CONTENT_LENGTH", body.len().to_string())
                             .env("REMOTE_USER", login.map(|(u, _)| u).unwrap_or_default())
                             .stdin(std::process::Stdio::piped())
                             .stdout(std::process::Stdio::piped())
                             .spawn()
                             .unwrap();
-                        let mut stdin = child.stdin.take().unwrap();
-                        tokio::io::AsyncWriteExt::write_all(&mut stdin, &body).await.unwrap();
-                        drop(stdin);
-                        let out = child.wait_with_output().await.unwrap().stdout;
-                        let split = out.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4))
-                            .or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2)))
-                            .unwrap_or((out.len(), 0));
-                        let head = String::from_utf8_lossy(&out[..split.0]).into_owned();
-                        let mut response = hyper::Response::builder();
-                        for line in head.lines() {
-                            if let Some((k, v)) = line.split_once(':') {
-                                if k.eq_ignore_ascii_case("status") {
-                                    let code: u16 = v.trim().split(' ').next().unwrap_or("200").parse().unwrap_or(200);
-                                    response = response.status(code);
-                                } else {
-                                    response = response.header(k.trim(), v.trim());
+                            let mut stdin = child.stdin.take().unwrap();
+                            tokio::io::AsyncWriteExt::write_all(&mut stdin, &body)
+                                .await
+                                .unwrap();
+                            drop(stdin);
+                            let out = child.wait_with_output().await.unwrap().stdout;
+                            let split = out
+                                .windows(4)
+                                .position(|w| w == b"\r\n\r\n")
+                                .map(|i| (i, 4))
+                                .or_else(|| {
+                                    out.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2))
+                                })
+                                .unwrap_or((out.len(), 0));
+                            let head = String::from_utf8_lossy(&out[..split.0]).into_owned();
+                            let mut response = hyper::Response::builder();
+                            for line in head.lines() {
+                                if let Some((k, v)) = line.split_once(':') {
+                                    if k.eq_ignore_ascii_case("status") {
+                                        let code: u16 = v
+                                            .trim()
+                                            .split(' ')
+                                            .next()
+                                            .unwrap_or("200")
+                                            .parse()
+                                            .unwrap_or(200);
+                                        response = response.status(code);
+                                    } else {
+                                        response = response.header(k.trim(), v.trim());
+                                    }
                                 }
                             }
+                            let rest = bytes::Bytes::copy_from_slice(
+                                &out[(split.0 + split.1).min(out.len())..],
+                            );
+                            Ok(response.body(Full::new(rest)).unwrap())
                         }
-                        let rest = bytes::Bytes::copy_from_slice(&out[(split.0 + split.1).min(out.len())..]);
-                        Ok(response.body(Full::new(rest)).unwrap())
-                    }
-                });
+                    },
+                );
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                     .await;
@@ -344,7 +389,13 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
     // has it (login = token, password = `x-oauth-basic`).
     let tokens = state.clone();
     let git_http = git_over_http(data.path().to_path_buf(), move |login, password| {
-        password == "x-oauth-basic" && tokens.lock().unwrap().live_tokens.iter().any(|t| t == login)
+        password == "x-oauth-basic"
+            && tokens
+                .lock()
+                .unwrap()
+                .live_tokens
+                .iter()
+                .any(|t| t == login)
     })
     .await;
     state.lock().unwrap().clone_url = format!("http://{git_http}/octo-app.git");
@@ -355,8 +406,8 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{FORGE}\"]\nconfig = {{ hook-secret = \"forge:{FORGE}\", api-url = \"http://{api}\" }}\n"
     );
     let tables = with_runner(data.path()) + &plugins_table(&dist, false, &instance);
-    // octocat may register: `auth.admins` names them (registration is closed otherwise).
-    let s = TestServer::start_in_with_tables(data, "[auth]\nadmins = [\"admin\", \"octocat\"]\n", &tables).await;
+    // Anyone with an account on the forge may sign in (`auth.open`).
+    let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
     let p = s.principals().await;
     let forge = s
         .http
@@ -382,7 +433,10 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .get(&format!("/authorize?code={GOOD_CODE}&state=forged"))
         .await
         .expect(303);
-    assert_eq!(forged.header("location"), Some("/login?error=invalid_state"));
+    assert_eq!(
+        forged.header("location"),
+        Some("/login?error=invalid_state")
+    );
     let mut victim = Browser::new(&s.http);
     let started = victim
         .get(&format!("/authorize?forge_id={FORGE}"))
@@ -393,7 +447,10 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .get(&format!("/authorize?code={GOOD_CODE}&state={stolen}"))
         .await
         .expect(303);
-    assert_eq!(replayed.header("location"), Some("/login?error=invalid_state"));
+    assert_eq!(
+        replayed.header("location"),
+        Some("/login?error=invalid_state")
+    );
     // The forge's own error is passed on; a bad code is an OAuth error.
     let denied = stranger
         .get("/authorize?error=access_denied&error_description=The+user+said+no")
@@ -407,9 +464,15 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .get(&format!("/authorize?code=wrong&state={stolen}"))
         .await
         .expect(303);
-    assert_eq!(bad_code.header("location"), Some("/login?error=oauth_error"));
+    assert_eq!(
+        bad_code.header("location"),
+        Some("/login?error=oauth_error")
+    );
     assert!(stranger.cookie("user_sess").is_none() && victim.cookie("user_sess").is_none());
-    s.http.get("/login?error=oauth_error", None).await.expect(200);
+    s.http
+        .get("/login?error=oauth_error", None)
+        .await
+        .expect(200);
 
     // The dance: signed in as the forge's user, made from its account.
     let mut browser = sign_in(&s, FORGE, api).await;
@@ -439,14 +502,14 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
             .unwrap()
             .iter()
             .any(|r| r["full_name"] == "octo/app"),
-        "{listed}"
+        "{listed}: the forge saw {:?}",
+        state.lock().unwrap().seen
     );
     {
         let gh = state.lock().unwrap();
-        let refreshed = gh
-            .seen
-            .iter()
-            .any(|(_, path, _, _, body)| path == "/login/oauth/access_token" && body.contains("refresh_token"));
+        let refreshed = gh.seen.iter().any(|(_, path, _, _, body)| {
+            path == "/login/oauth/access_token" && body.contains("refresh_token")
+        });
         assert!(refreshed, "the expiring token was refreshed");
         let last_list = gh
             .seen
@@ -477,7 +540,11 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
             .iter()
             .find(|(m, path, ..)| m == "POST" && path == "/repos/octo/app/hooks")
             .unwrap();
-        assert!(created.3.contains("ghu_token"), "as the user: {:?}", created.3);
+        assert!(
+            created.3.contains("ghu_token"),
+            "as the user: {:?}",
+            created.3
+        );
         gh.hooks[0]["config"]["url"].as_str().unwrap().to_string()
     };
     let hook_path = hook_url[hook_url.find("/api/hook").unwrap()..].to_string();
@@ -600,8 +667,14 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         let bytes = std::fs::read(&path).unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);
         assert!(!text.contains("ghu_token"), "{path} holds an access token");
-        assert!(!text.contains("ghr_refresh"), "{path} holds a refresh token");
-        assert!(!text.contains(CLIENT_SECRET), "{path} holds the OAuth secret");
+        assert!(
+            !text.contains("ghr_refresh"),
+            "{path} holds a refresh token"
+        );
+        assert!(
+            !text.contains(CLIENT_SECRET),
+            "{path} holds the OAuth secret"
+        );
     }
 }
 
@@ -639,7 +712,10 @@ async fn sign_in_needs_an_open_server_or_an_admin_login() {
         .get(&format!("/authorize?code={GOOD_CODE}&state={state_param}"))
         .await
         .expect(303);
-    assert_eq!(back.header("location"), Some("/login?error=registration_closed"));
+    assert_eq!(
+        back.header("location"),
+        Some("/login?error=registration_closed")
+    );
     assert!(browser.cookie("user_sess").is_none());
 
     // An organisation the user is not in: refused before any user is made.
@@ -657,7 +733,10 @@ async fn sign_in_needs_an_open_server_or_an_admin_login() {
         .get(&format!("/authorize?code={GOOD_CODE}&state={state_param}"))
         .await
         .expect(303);
-    assert_eq!(back.header("location"), Some("/login?error=org_access_denied"));
+    assert_eq!(
+        back.header("location"),
+        Some("/login?error=org_access_denied")
+    );
     // A forge without an OAuth client, and the git forge, still show the token form.
     let git = s.git_forge(&p.admin).await;
     let form = s

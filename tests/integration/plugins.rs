@@ -60,7 +60,7 @@ async fn plugins_are_listed_for_admins() {
         .unwrap();
     assert_eq!(gh["loaded"], true);
     assert_eq!(gh["world"], "forge-adapter");
-    assert_eq!(gh["version"], "0.1.0");
+    assert_eq!(gh["version"], "0.2.0");
     assert!(gh["content_hash"].as_str().unwrap().starts_with("sha256:"));
     assert!(gh["loaded_at"].as_u64().unwrap() > 0);
 }

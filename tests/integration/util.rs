@@ -190,11 +190,12 @@ pub struct TestServer {
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Config text for a test data dir.
+/// Config text for a test data dir (`#open` in `extra`: anyone may sign in through a forge).
 pub fn config_text(data_dir: &Path, extra: &str) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n{extra}\n[auth]\nadmins = [\"envadmin\"]\n",
-        data_dir.display().to_string()
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n{extra}\n[auth]\nadmins = [\"envadmin\"]\nopen = {}\n",
+        data_dir.display().to_string(),
+        extra.contains("#open")
     ) + if extra.contains("#runner") {
         ""
     } else {

@@ -570,7 +570,9 @@ impl Config {
                 }
                 "WOODLARK_PLUGINS_DIR" => self.plugins.dir = value.into(),
                 "WOODLARK_RUNNER_BACKEND" => self.runner.backend = value.clone(),
-                "WOODLARK_RUNNER_ENABLED" => self.runner.enabled = env_bool(value).map_err(invalid)?,
+                "WOODLARK_RUNNER_ENABLED" => {
+                    self.runner.enabled = env_bool(value).map_err(invalid)?
+                }
                 "WOODLARK_OPEN" => self.auth.open = env_bool(value).map_err(invalid)?,
                 _ => {}
             }

@@ -115,7 +115,11 @@ mod tests {
         assert_eq!(get(c, alice.id).unwrap(), Some(second));
         let found = users::by_forge_identity(c, &env, 3, "42").unwrap().unwrap();
         assert_eq!(found.user.id, alice.id);
-        assert!(users::by_forge_identity(c, &env, 4, "42").unwrap().is_none());
+        assert!(
+            users::by_forge_identity(c, &env, 4, "42")
+                .unwrap()
+                .is_none()
+        );
         users::delete(c, &env, "alice").unwrap();
         assert_eq!(get(c, alice.id).unwrap(), None);
     }

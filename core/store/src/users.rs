@@ -277,7 +277,8 @@ pub fn sign_in_from_forge(
     }
     match by_login(conn, env, &who.login) {
         Ok(existing)
-            if existing.user.forge_id == who.forge_id && existing.user.forge_remote_id.is_empty() =>
+            if existing.user.forge_id == who.forge_id
+                && existing.user.forge_remote_id.is_empty() =>
         {
             let before = existing.user;
             conn.cached_exec(
@@ -285,7 +286,14 @@ pub fn sign_in_from_forge(
                 params![before.id, who.remote_id, who.email, who.avatar_url],
             )?;
             let after = by_id(conn, env, before.id)?;
-            events::append_update(conn, RECORD_TYPE, before.id, &before, &after.user, owner(&after.user))?;
+            events::append_update(
+                conn,
+                RECORD_TYPE,
+                before.id,
+                &before,
+                &after.user,
+                owner(&after.user),
+            )?;
             Ok(ForgeSignIn::Linked(after))
         }
         Ok(_) => Ok(ForgeSignIn::LoginTaken),

@@ -44,7 +44,12 @@ pub async fn update(
     let updated = ci
         .store
         .write(move |c| {
-            forges::update(c, &forge, sealed_client.as_deref(), sealed_webhook.as_deref())
+            forges::update(
+                c,
+                &forge,
+                sealed_client.as_deref(),
+                sealed_webhook.as_deref(),
+            )
         })
         .await;
     ci.drivers.forget(id);

@@ -50,7 +50,9 @@ pub async fn activate(
     }
     let forge_id = forge.row.forge.id;
     // The hook is created as the activating user, and later calls act as them (the owner).
-    let driver = ci.tokens.for_user(forge, user_id).await;
+    // Acting as them, the forge must say they administer the repository.
+    let as_user = ci.tokens.as_user(forge, user_id).await?;
+    let driver = as_user.clone().unwrap_or_else(|| forge.driver.clone());
     let hash = existing
         .as_ref()
         .map(|row| row.hash.clone())
@@ -58,15 +60,17 @@ pub async fn activate(
     let url = hook_url(ci, forge_id, &remote.forge_remote_id, &hash);
     let mut repo = remote.new_repo(forge_id, 0);
     let cleanup = repo.clone();
-    match driver.repo_perm(&repo).await {
-        Ok(perm) if !perm.admin => {
-            return Err(Error::Forbidden(format!(
-                "activating {} needs admin permission on the forge's repository",
-                repo.full_name
-            )));
+    if let Some(as_user) = &as_user {
+        match as_user.repo_perm(&repo).await {
+            Ok(perm) if !perm.admin => {
+                return Err(Error::Forbidden(format!(
+                    "activating {} needs admin permission on the forge's repository",
+                    repo.full_name
+                )));
+            }
+            Ok(_) | Err(forge::ForgeError::Unsupported(_)) => {}
+            Err(err) => return Err(err.into()),
         }
-        Ok(_) | Err(forge::ForgeError::Unsupported(_)) => {}
-        Err(err) => return Err(err.into()),
     }
     driver.activate(&repo, &url).await?;
     let written = ci

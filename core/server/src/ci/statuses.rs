@@ -51,7 +51,10 @@ pub async fn run(ci: Services) {
         let message = match changes.recv().await {
             Ok(message) => message,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::warn!(missed, "commit statuses fell behind the pipeline feed; some states were not posted");
+                tracing::warn!(
+                    missed,
+                    "commit statuses fell behind the pipeline feed; some states were not posted"
+                );
                 continue;
             }
             Err(broadcast::error::RecvError::Closed) => return,

@@ -35,7 +35,9 @@ pub async fn sign_in_from_forge(
     users::validate_login(&account.login)
         .map_err(|why| Error::Invalid(format!("the forge's login cannot be used here: {why}")))?;
     if account.remote_id.is_empty() {
-        return Err(Error::Invalid("the forge gave no id for the account".into()));
+        return Err(Error::Invalid(
+            "the forge gave no id for the account".into(),
+        ));
     }
     let who = ForgeIdentity {
         forge_id,
@@ -61,8 +63,16 @@ pub async fn sign_in_from_forge(
         })
         .await?;
     match &outcome {
-        ForgeSignIn::Created(a) => tracing::info!(user = a.user.login, forge = forge_id, "user created by signing in through the forge"),
-        ForgeSignIn::Linked(a) => tracing::info!(user = a.user.login, forge = forge_id, "user linked to the forge account"),
+        ForgeSignIn::Created(a) => tracing::info!(
+            user = a.user.login,
+            forge = forge_id,
+            "user created by signing in through the forge"
+        ),
+        ForgeSignIn::Linked(a) => tracing::info!(
+            user = a.user.login,
+            forge = forge_id,
+            "user linked to the forge account"
+        ),
         _ => {}
     }
     Ok(outcome)

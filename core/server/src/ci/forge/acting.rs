@@ -37,7 +37,12 @@ impl Tokens {
     }
 
     /// Stores user `user_id`'s tokens from forge `forge_id`, sealed.
-    pub async fn save(&self, user_id: i64, forge_id: i64, tokens: &ForgeTokens) -> Result<(), Error> {
+    pub async fn save(
+        &self,
+        user_id: i64,
+        forge_id: i64,
+        tokens: &ForgeTokens,
+    ) -> Result<(), Error> {
         let sealed = seal(&self.seal, forge_id, tokens);
         self.store
             .write(move |c| forge_tokens::set(c, user_id, &sealed))
@@ -67,7 +72,11 @@ impl Tokens {
         if needs_refresh(&tokens, now_unix()) {
             match forge.driver.refresh(&tokens.refresh).await {
                 Ok(fresh) => {
-                    tracing::info!(user = user_id, forge = forge.row.forge.id, "forge token refreshed");
+                    tracing::info!(
+                        user = user_id,
+                        forge = forge.row.forge.id,
+                        "forge token refreshed"
+                    );
                     self.save(user_id, sealed.forge_id, &fresh).await?;
                     tokens = fresh;
                 }
@@ -168,9 +177,18 @@ mod tests {
             expiry,
         };
         assert!(!needs_refresh(&token("r", 0), now), "never expires");
-        assert!(!needs_refresh(&token("", now + 10), now), "nothing to refresh with");
-        assert!(!needs_refresh(&token("r", now + REFRESH_AHEAD_SECS + 1), now));
-        assert!(needs_refresh(&token("r", now + REFRESH_AHEAD_SECS - 1), now));
+        assert!(
+            !needs_refresh(&token("", now + 10), now),
+            "nothing to refresh with"
+        );
+        assert!(!needs_refresh(
+            &token("r", now + REFRESH_AHEAD_SECS + 1),
+            now
+        ));
+        assert!(needs_refresh(
+            &token("r", now + REFRESH_AHEAD_SECS - 1),
+            now
+        ));
         assert!(needs_refresh(&token("r", now - 5), now), "expired already");
     }
 

@@ -252,7 +252,11 @@ pub trait ForgeDriver: Send + Sync {
         Err(unsupported("sign-in through the forge"))
     }
     /// Trades the code the forge's callback brought for the user's tokens.
-    async fn exchange_code(&self, redirect_uri: &str, code: &str) -> Result<ForgeTokens, ForgeError> {
+    async fn exchange_code(
+        &self,
+        redirect_uri: &str,
+        code: &str,
+    ) -> Result<ForgeTokens, ForgeError> {
         let _ = (redirect_uri, code);
         Err(unsupported("sign-in through the forge"))
     }

@@ -29,9 +29,9 @@ use super::{
     CONFIG_DIR, CONFIG_FILES, CommitStatus, ForgeAccount, ForgeDriver, ForgeError, ForgePerm,
     ForgeTokens, OAuthRedirect, PullRequest, RemoteRepo, off_runtime,
 };
-use crate::pipeline::status::Status;
 use crate::auth::sealing::SealError;
 use crate::ci::{Settings, forge_secrets};
+use crate::pipeline::status::Status;
 use crate::pipeline::types::{Commit, ConfigFile};
 use crate::runner::protocol::Netrc;
 use crate::store::forges::{Forge, ForgeRow};
@@ -254,8 +254,13 @@ impl ForgeDriver for PluginForge {
     /// (none, as before).
     async fn pull_requests(&self, repo: &Repo) -> Result<Vec<PullRequest>, ForgeError> {
         let listed = all_pages(|page| {
-            self.host
-                .pull_requests(&self.plugin, self.api.clone(), &repo.full_name, page, PER_PAGE)
+            self.host.pull_requests(
+                &self.plugin,
+                self.api.clone(),
+                &repo.full_name,
+                page,
+                PER_PAGE,
+            )
         })
         .await;
         match listed {
@@ -418,7 +423,11 @@ impl ForgeDriver for PluginForge {
         .await
     }
 
-    async fn exchange_code(&self, redirect_uri: &str, code: &str) -> Result<ForgeTokens, ForgeError> {
+    async fn exchange_code(
+        &self,
+        redirect_uri: &str,
+        code: &str,
+    ) -> Result<ForgeTokens, ForgeError> {
         let client = self.oauth_client(redirect_uri)?;
         let t = call(self.host.exchange_code(&self.plugin, client, code)).await?;
         tokens(t)
@@ -426,11 +435,7 @@ impl ForgeDriver for PluginForge {
 
     async fn refresh(&self, refresh_token: &str) -> Result<ForgeTokens, ForgeError> {
         let client = self.oauth_client(&self.settings.oauth_callback())?;
-        let t = call(
-            self.host
-                .refresh_token(&self.plugin, client, refresh_token),
-        )
-        .await?;
+        let t = call(self.host.refresh_token(&self.plugin, client, refresh_token)).await?;
         tokens(t)
     }
 

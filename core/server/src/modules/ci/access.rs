@@ -33,9 +33,9 @@ use serde_json::Value;
 
 use super::access_cache::{Readable, Verified};
 use crate::auth::{self, session, token};
+use crate::ci;
 use crate::http::{ApiError, Request, StatusCode};
 use crate::state::Ctx;
-use crate::ci;
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow, Visibility};
 use crate::store::users::{self, Account, User};

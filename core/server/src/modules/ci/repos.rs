@@ -112,7 +112,8 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::bad_request("forge_remote_id is required"))?;
     let forge = pick_forge(&ctx, &req, &account).await?;
     let forge_id = forge.row.forge.id;
-    let driver = ctx.ci.tokens.for_user(&forge, account.user.id).await;
+    let as_user = ctx.ci.tokens.as_user(&forge, account.user.id).await?;
+    let driver = as_user.clone().unwrap_or_else(|| forge.driver.clone());
     let remote = driver.repo(&remote_id).await?;
     // The forge's own id (a plugin forge may be asked by full name and answer with a number).
     let remote_id = remote.forge_remote_id.clone();
@@ -130,9 +131,13 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             Ok((existing, allowed))
         })
         .await?;
-    // Or whoever the forge says administers the repository (the rest must still be admins
-    // of the namespace here: the forge cannot speak for them).
-    if !allowed && !ci::repos::forge_admin(driver.as_ref(), &remote).await {
+    // Or whoever the forge, asked as them, says administers the repository (the forge's
+    // own token speaks for nobody).
+    let forge_admin = match &as_user {
+        Some(as_user) => ci::repos::forge_admin(as_user.as_ref(), &remote).await,
+        None => false,
+    };
+    if !allowed && !forge_admin {
         return Err(namespace_denied(&remote.owner));
     }
     let row = ci::repos::activate(&ctx.ci, &forge, remote, existing, account.user.id).await?;
@@ -446,9 +451,7 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             Ok((taken, may_activate_in(c, &user, forge_id, &owner)?))
         })
         .await?;
-    // Or whoever the forge says administers the repository (the rest must still be admins
-    // of the namespace here: the forge cannot speak for them).
-    if !allowed && !ci::repos::forge_admin(driver.as_ref(), &remote).await {
+    if !allowed {
         return Err(namespace_denied(&remote.owner));
     }
     if taken.is_some_and(|other| other.repo.id != row.repo.id) {

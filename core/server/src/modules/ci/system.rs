@@ -44,7 +44,8 @@ pub async fn metrics(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     }
     let uptime = ctx.started.elapsed().as_secs_f64();
     let statuses = &ctx.ci.status_counts;
-    let count = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    let count =
+        |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed) as f64;
     let text = ctx.metrics.render(&[
         (
             "woodlark_uptime_seconds",

@@ -8,7 +8,7 @@ use super::avatars;
 use super::pagination::Page;
 use crate::auth::{random_secret, token};
 use crate::ci;
-use crate::ci::forge::RemoteRepo;
+use crate::ci::forge::{ForgePerm, RemoteRepo};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::state::Ctx;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
@@ -134,13 +134,14 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
     Ok(Response::json(&list))
 }
 
-/// The repositories of the caller's forge and the forge's id, or `None` when there is no
-/// forge to ask or its driver cannot list (then the stored repositories are the list).
+/// The forge's id and the repositories of the caller's forge (with the caller's permission,
+/// when the forge lists them as the caller), or `None` when there is no forge to ask or its
+/// driver cannot list (then the stored repositories are the list).
 async fn forge_listing(
     ctx: &Ctx,
     req: &Request,
     account: &users::Account,
-) -> Result<Option<(i64, Vec<RemoteRepo>)>, ApiError> {
+) -> Result<Option<(i64, Vec<(RemoteRepo, Option<ForgePerm>)>)>, ApiError> {
     let Ok(forge) = super::repos::pick_forge(ctx, req, account).await else {
         return Ok(None);
     };
@@ -149,14 +150,15 @@ async fn forge_listing(
         match driver.user_repos().await {
             Ok(listed) => {
                 ci::repos::store_perms(&ctx.ci, account.user.id, forge_id, &listed).await?;
-                return Ok(Some((forge_id, listed.into_iter().map(|(r, _)| r).collect())));
+                let listed = listed.into_iter().map(|(r, p)| (r, Some(p))).collect();
+                return Ok(Some((forge_id, listed)));
             }
             Err(crate::ci::forge::ForgeError::Unsupported(_)) => {}
             Err(err) => return Err(err.into()),
         }
     }
     let listed = forge.driver.list_repos().await?;
-    Ok(listed.map(|l| (forge.row.forge.id, l)))
+    Ok(listed.map(|l| (forge_id, l.into_iter().map(|r| (r, None)).collect())))
 }
 
 /// Upstream's `GET /user/repos?all=true`: every repository of the forge the user may add or
@@ -166,7 +168,7 @@ async fn forge_listing(
 fn addable_repos(
     c: &crate::store::Tx,
     user: &users::User,
-    (forge_id, listed): (i64, Vec<RemoteRepo>),
+    (forge_id, listed): (i64, Vec<(RemoteRepo, Option<ForgePerm>)>),
     name: &str,
 ) -> StoreResult<Vec<repos::Repo>> {
     let wanted = |full_name: &str| name.is_empty() || full_name.to_lowercase().contains(name);
@@ -174,11 +176,14 @@ fn addable_repos(
     let is_member = |id: i64| members.iter().any(|m| m.repo.id == id);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for remote in listed {
+    for (remote, perm) in listed {
         let stored = repos::by_remote_id(c, forge_id, &remote.forge_remote_id)?;
-        let may_add = may_activate_in(c, user, forge_id, &remote.owner)?;
+        // As upstream: what the user may push to is listed when stored here, what they
+        // administer on the forge may be added.
+        let perm = perm.unwrap_or_default();
+        let may_add = perm.admin || may_activate_in(c, user, forge_id, &remote.owner)?;
         match stored {
-            Some(row) if may_add || is_member(row.repo.id) => {
+            Some(row) if may_add || perm.push || is_member(row.repo.id) => {
                 seen.insert(row.repo.id);
                 if wanted(&row.repo.full_name) {
                     out.push(row.repo);

@@ -16,8 +16,8 @@ use serde_json::json;
 
 use super::{cookie, cookie_value, over_tls, redirect, set_cookie};
 use crate::auth::{self, token};
-use crate::ci::forge::drivers::ForgeHandle;
 use crate::ci::Error as CiError;
+use crate::ci::forge::drivers::ForgeHandle;
 use crate::ci::forge::{DriverError, ForgeError, OAuthRedirect};
 use crate::http::{ApiError, Request, Response};
 use crate::state::Ctx;
@@ -194,7 +194,12 @@ fn sync_perms_later(
             Err(err) => Err(err.to_string()),
         };
         if let Err(error) = synced {
-            tracing::warn!(user = user_id, forge = forge_id, error, "permissions not synced at sign-in");
+            tracing::warn!(
+                user = user_id,
+                forge = forge_id,
+                error,
+                "permissions not synced at sign-in"
+            );
         }
     });
 }
@@ -223,7 +228,11 @@ async fn sign_in(ctx: &Ctx, forge: &ForgeHandle, code: &str) -> Result<SignIn, C
             Err(err) => return Err(err.into()),
         };
         if !member {
-            tracing::info!(login = account.login, forge = forge_id, "sign-in refused: not in an allowed organisation");
+            tracing::info!(
+                login = account.login,
+                forge = forge_id,
+                "sign-in refused: not in an allowed organisation"
+            );
             return Ok(SignIn::Refused("org_access_denied", None));
         }
     }
@@ -235,7 +244,11 @@ async fn sign_in(ctx: &Ctx, forge: &ForgeHandle, code: &str) -> Result<SignIn, C
                 SignIn::Account(a)
             }
             ForgeSignIn::RegistrationClosed => {
-                tracing::info!(login, forge = forge_id, "sign-in refused: registration closed");
+                tracing::info!(
+                    login,
+                    forge = forge_id,
+                    "sign-in refused: registration closed"
+                );
                 SignIn::Refused("registration_closed", None)
             }
             ForgeSignIn::LoginTaken => SignIn::Refused(
