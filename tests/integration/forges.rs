@@ -132,6 +132,9 @@ fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
             json!([{"email": "octocat@example.com", "primary": true, "verified": true}])
         }
         ("GET", "/user/orgs") => json!([{"login": "octo", "avatar_url": ""}]),
+        ("GET", "/orgs/octo/memberships/octocat") => {
+            json!({"state": "active", "role": "admin", "organization": {"login": "octo"}})
+        }
         ("GET", "/user/repos") => {
             if r.query.contains("page=1") || !r.query.contains("page=") {
                 json!([gh.repo()])
@@ -548,6 +551,25 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         gh.hooks[0]["config"]["url"].as_str().unwrap().to_string()
     };
     let hook_path = hook_url[hook_url.find("/api/hook").unwrap()..].to_string();
+
+    // The organisation's admins are who the forge says: octocat administers `octo` there,
+    // so here too (its secrets are theirs to manage).
+    let org = repo["org_id"].as_i64().unwrap();
+    let perm = s
+        .http
+        .get(&format!("/api/orgs/{org}/permissions"), Some(&pat))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(perm, json!({"member": true, "admin": true}));
+    s.http
+        .post(
+            &format!("/api/orgs/{org}/secrets"),
+            Some(&pat),
+            r#"{"name":"org_token","value":"v","events":["push"]}"#,
+        )
+        .await
+        .expect(200);
 
     // A signed push: the pipeline runs and its statuses reach the forge, pending → success.
     let push = |sha: &str| {

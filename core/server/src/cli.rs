@@ -326,10 +326,7 @@ fn run_hook(
         map = map.with(&k, &v);
         names.push(k);
     }
-    let name = plugin
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plugin".into());
+    let name = instance_name(plugin);
     let mut cfg = PluginsConfig::single_file(plugin, &name);
     if let Some(instance) = cfg.instances.get_mut(&name) {
         instance.secrets = names;
@@ -365,9 +362,43 @@ fn run_hook(
                 },
             )
             .await?;
-        println!("{}", serde_json::to_string_pretty(&outcome)?);
-        Ok(())
+        print_out(&serde_json::to_string_pretty(&outcome)?)
     })
+}
+
+/// The instance name `run-hook` loads a file as: its stem in the characters instance names
+/// allow (`forge-github-0.1.0.wasm` → `forge-github-0-1-0`).
+fn instance_name(plugin: &std::path::Path) -> String {
+    let stem = plugin
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    let name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "plugin".into()
+    } else {
+        name
+    }
+}
+
+/// Prints `text` and a newline on stdout; a reader that went away (`| head`) is not an error.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// What `woodlark agent` was asked to do.
@@ -529,4 +560,19 @@ fn user_login_link(config_path: PathBuf, login: String) -> anyhow::Result<()> {
     let url = crate::modules::web::login::login_link(&config, account.user.id, &key, now);
     println!("{url}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_hook_names_any_file_as_a_valid_instance() {
+        let name = |f: &str| instance_name(std::path::Path::new(f));
+        assert_eq!(name("dist/forge-github.wasm"), "forge-github");
+        assert_eq!(name("/x/forge-github-0.1.0.wasm"), "forge-github-0-1-0");
+        assert_eq!(name("My Plugin.wasm"), "my-plugin");
+        assert_eq!(name(".wasm"), "-wasm");
+        assert_eq!(name(&format!("{}.wasm", "a".repeat(100))).len(), 64);
+    }
 }

@@ -76,6 +76,8 @@ pub struct Services {
     pub runner_shutdown: Arc<crate::runner::Shutdown>,
     /// Commit statuses posted to forges, and given up.
     pub status_counts: Arc<statuses::StatusCounts>,
+    /// Organisation memberships read from forges, kept a few minutes.
+    pub memberships: Arc<orgs::MembershipCache>,
 }
 
 /// The configuration the CI services read.
@@ -126,6 +128,7 @@ impl Services {
             numbers: Arc::default(),
             runner_shutdown: Arc::default(),
             status_counts: Arc::default(),
+            memberships: Arc::default(),
             settings,
             store,
             logs,

@@ -282,6 +282,11 @@ pub trait ForgeDriver: Send + Sync {
     async fn user_orgs(&self) -> Result<Vec<String>, ForgeError> {
         Err(unsupported("listing organisations"))
     }
+    /// `login`'s membership of organisation `org` on the forge.
+    async fn org_membership(&self, org: &str, login: &str) -> Result<Membership, ForgeError> {
+        let _ = (org, login);
+        Err(unsupported("organisation memberships"))
+    }
     /// Posts a commit status on `commit` of `repo`.
     async fn post_status(
         &self,

@@ -27,7 +27,7 @@ use woodlark_plugin_host::{
 use super::drivers::PluginContext;
 use super::{
     CONFIG_DIR, CONFIG_FILES, CommitStatus, ForgeAccount, ForgeDriver, ForgeError, ForgePerm,
-    ForgeTokens, OAuthRedirect, PullRequest, RemoteRepo, off_runtime,
+    ForgeTokens, Membership, OAuthRedirect, PullRequest, RemoteRepo, off_runtime,
 };
 use crate::auth::sealing::SealError;
 use crate::ci::{Settings, forge_secrets};
@@ -477,6 +477,18 @@ impl ForgeDriver for PluginForge {
         })
         .await?;
         Ok(teams.into_iter().map(|t| t.login).collect())
+    }
+
+    async fn org_membership(&self, org: &str, login: &str) -> Result<Membership, ForgeError> {
+        let m = call(
+            self.host
+                .org_membership(&self.plugin, self.api.clone(), org, login),
+        )
+        .await?;
+        Ok(Membership {
+            member: m.member,
+            admin: m.admin,
+        })
     }
 
     async fn post_status(

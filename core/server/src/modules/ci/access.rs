@@ -373,6 +373,24 @@ pub fn repo_not_found() -> ApiError {
     ApiError::not_found("Repository not found")
 }
 
+/// `perm`, with what the user's forge says of their membership of `org` added (never taken
+/// away: an instance admin stays one; see `ci::orgs::forge_membership`).
+pub async fn with_forge_membership(
+    ctx: &Ctx,
+    user: Option<&User>,
+    org: &Org,
+    mut perm: OrgPerm,
+) -> OrgPerm {
+    if let Some(user) = user
+        && !perm.admin
+        && let Some(on_forge) = ci::orgs::forge_membership(&ctx.ci, user, org).await
+    {
+        perm.member |= on_forge.member;
+        perm.admin |= on_forge.admin;
+    }
+    perm
+}
+
 /// An organisation and the caller's standing in it.
 pub struct OrgAccess {
     pub user: Account,
@@ -400,6 +418,7 @@ pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess
         Err(StoreError::NotFound) => return Err(ApiError::not_found("Organization not found")),
         Err(err) => return Err(err.into()),
     };
+    let perm = with_forge_membership(ctx, Some(&user.user), &org, perm).await;
     if (need_admin && !perm.admin) || !perm.member {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,

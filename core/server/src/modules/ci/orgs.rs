@@ -49,15 +49,18 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("org_id")?;
     let user = current(&ctx, &req).await?.map(|a| a.user);
-    let perm = ctx
+    let u = user.clone();
+    let (org, perm) = ctx
         .ci
         .store
         .read(move |c| {
             let org = orgs::by_id(c, id)?;
-            org_perm(c, user.as_ref(), &org)
+            let perm = org_perm(c, u.as_ref(), &org)?;
+            Ok((org, perm))
         })
         .await
         .map_err(org_not_found)?;
+    let perm = access::with_forge_membership(&ctx, user.as_ref(), &org, perm).await;
     Ok(Response::json(&perm))
 }
 
@@ -65,19 +68,22 @@ async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user = must_user(&ctx, &req).await?.user;
     let name = req.param("org_full_name").trim_matches('/').to_string();
-    let found = ctx
+    let u = user.clone();
+    let (org, perm) = ctx
         .ci
         .store
         .read(move |c| {
             let org = orgs::by_any_name(c, &name)?;
-            let perm = org_perm(c, Some(&user), &org)?;
+            let perm = org_perm(c, Some(&u), &org)?;
             Ok((org, perm))
         })
         .await
         .map_err(org_not_found)?;
-    match found {
-        (org, perm) if perm.member => Ok(Response::json(&org)),
-        _ => Err(ApiError::not_found("Organization not found")),
+    let perm = access::with_forge_membership(&ctx, Some(&user), &org, perm).await;
+    if perm.member {
+        Ok(Response::json(&org))
+    } else {
+        Err(ApiError::not_found("Organization not found"))
     }
 }
 
