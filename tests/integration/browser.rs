@@ -140,6 +140,82 @@ async fn chromium_signs_in_and_renders_a_repository_and_its_log() {
     s.http.get(&path, None).await.expect(401);
 }
 
+/// The login app: as the upstream UI's login page (`views/Login.vue`), a button per forge from
+/// `GET /api/forges` that opens `/authorize?forge_id=N` (pressed by the script), and, signed
+/// in, who the user is.
+fn login_app(base: &Path) -> std::path::PathBuf {
+    let dir = base.join("login-app");
+    std::fs::create_dir_all(dir.join("assets")).unwrap();
+    std::fs::write(
+        dir.join("index.html"),
+        "<!doctype html><html><head><script src=\"/web-config.js\"></script></head>\
+         <body><div id=\"out\">loading</div><script src=\"/assets/login-1.js\"></script></body></html>",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("assets/login-1.js"),
+        r#"(async () => {
+  const out = document.getElementById('out');
+  const user = window.WOODPECKER_USER;
+  if (user) { out.textContent = 'signed in as ' + user.login + ' of forge ' + user.forge_id; return; }
+  const forges = await (await fetch('/api/forges')).json();
+  out.innerHTML = '';
+  for (const f of forges) {
+    const a = document.createElement('a');
+    a.href = '/authorize?forge_id=' + f.id;
+    a.textContent = 'Login with ' + (f.oauth_host || f.url);
+    out.appendChild(a);
+  }
+  out.querySelector('a').click();
+})();
+"#,
+    )
+    .unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_signs_in_through_the_forge_from_the_login_button() {
+    use crate::forges::{CLIENT_ID, CLIENT_SECRET, GitHub, Shared, answer};
+    use crate::plugins::{fake_service, plugins_table};
+    let chromium = chromium();
+    let data = tempfile::tempdir().unwrap();
+    let app = login_app(data.path());
+    let state: Shared = std::sync::Arc::new(std::sync::Mutex::new(GitHub::default()));
+    let fake = state.clone();
+    let api = fake_service(move |r| Some(answer(&fake, r))).await;
+    let instance = format!(
+        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nconfig = {{ api-url = \"http://{api}\" }}\n"
+    );
+    let tables = format!("[web]\ndir = {:?}\n", app.display().to_string())
+        + &plugins_table(&crate::util::first_party_plugins(), false, &instance);
+    let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
+    let p = s.principals().await;
+    let body = serde_json::json!({"type": "github", "url": format!("http://{api}"),
+        "client": CLIENT_ID, "oauth_client_secret": CLIENT_SECRET,
+        "additional_options": {"plugin": "github"}});
+    let forge = s
+        .http
+        .post("/api/forges", Some(&p.admin), &body.to_string())
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    let dom = dump_dom(chromium, format!("http://{}/login", s.http.addr)).await;
+    let html = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        html.contains(&format!("signed in as octocat of forge {forge}")),
+        "page: {html}\nstderr: {}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    // The way there: the login button, the forge's authorize page, the code exchange.
+    let seen = state.lock().unwrap().seen.clone();
+    let paths: Vec<&str> = seen.iter().map(|(_, path, ..)| path.as_str()).collect();
+    assert!(paths.contains(&"/login/oauth/authorize"), "{paths:?}");
+    assert!(paths.contains(&"/login/oauth/access_token"), "{paths:?}");
+}
+
 /// The flows app: one SPA route per upstream page, driven by the script itself in one load.
 /// `/repos/add` lists and enables a repository; the navbar's avatar image opens the user page;
 /// the repository's settings require approval; the repository page follows the live pipeline

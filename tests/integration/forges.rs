@@ -16,16 +16,16 @@ use crate::plugins::{FakeRequest, fake_service, plugins_table};
 use crate::util::{TestServer, first_party_plugins, git, with_runner};
 use crate::web::{Browser, globals};
 
-const CLIENT_ID: &str = "woodlark-test-app";
-const CLIENT_SECRET: &str = "oauth-app-secret";
+pub(crate) const CLIENT_ID: &str = "woodlark-test-app";
+pub(crate) const CLIENT_SECRET: &str = "oauth-app-secret";
 /// The code the fake forge's authorize page hands back.
-const GOOD_CODE: &str = "code-from-github";
+pub(crate) const GOOD_CODE: &str = "code-from-github";
 
 /// What the fake GitHub holds and saw.
 #[derive(Default)]
-struct GitHub {
+pub(crate) struct GitHub {
     /// Every request: method, path, query, `Authorization`, body.
-    seen: Vec<(String, String, String, String, String)>,
+    pub(crate) seen: Vec<(String, String, String, String, String)>,
     hooks: Vec<Value>,
     /// Posted statuses: (commit, body).
     statuses: Vec<(String, Value)>,
@@ -40,7 +40,7 @@ struct GitHub {
     head: String,
 }
 
-type Shared = Arc<Mutex<GitHub>>;
+pub(crate) type Shared = Arc<Mutex<GitHub>>;
 
 impl GitHub {
     /// A new access token; it expires in a minute (GitHub Apps' user tokens expire), so the
@@ -82,7 +82,7 @@ fn form_fields(body: &[u8]) -> std::collections::HashMap<String, String> {
 
 /// The fake GitHub: OAuth endpoints at the web root, the REST API at the same address (the
 /// adapter's `api-url`).
-fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
+pub(crate) fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
     let mut gh = state.lock().unwrap();
     let auth = r
         .headers
@@ -97,6 +97,24 @@ fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
         auth.clone(),
         String::from_utf8_lossy(&r.body).into_owned(),
     ));
+    if (r.method.as_str(), r.path.as_str()) == ("GET", "/login/oauth/authorize") {
+        // The user approves at once: back to the server's callback with the code and state.
+        let q: std::collections::HashMap<String, String> =
+            form_urlencoded::parse(r.query.as_bytes())
+                .into_owned()
+                .collect();
+        let back = format!(
+            "{}?code={GOOD_CODE}&state={}",
+            q.get("redirect_uri").cloned().unwrap_or_default(),
+            form_urlencoded::byte_serialize(q.get("state").cloned().unwrap_or_default().as_bytes())
+                .collect::<String>()
+        );
+        let page = format!(
+            "<!doctype html><html><body>Authorize?<script>location.replace({})</script></body></html>",
+            serde_json::to_string(&back).unwrap()
+        );
+        return (200, page);
+    }
     if (r.method.as_str(), r.path.as_str()) == ("POST", "/login/oauth/access_token") {
         let f = form_fields(&r.body);
         if f.get("client_id").map(String::as_str) != Some(CLIENT_ID)
