@@ -182,6 +182,10 @@ pub(crate) fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
             gh.statuses.push((sha, body.clone()));
             return (201, body.to_string());
         }
+        ("GET", "/repos/octo/app/pulls") => json!([
+            {"number": 7, "title": "Fix the frobnicator", "state": "open",
+             "head": {"ref": "fix", "sha": gh.head}, "base": {"ref": "main"}},
+        ]),
         ("GET", "/repos/octo/app/branches/main") => json!({
             "name": "main",
             "commit": {"sha": gh.head, "commit": {"message": "m", "author": {"name": "O", "email": "o@x", "date": "2026-11-20T10:00:00Z"}}},
@@ -569,6 +573,15 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         gh.hooks[0]["config"]["url"].as_str().unwrap().to_string()
     };
     let hook_path = hook_url[hook_url.find("/api/hook").unwrap()..].to_string();
+
+    // Open pull requests come from the forge.
+    let prs = s
+        .http
+        .get(&format!("/api/repos/{}/pull_requests", repo["id"]), Some(&pat))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(prs, json!([{"index": "7", "title": "Fix the frobnicator"}]));
 
     // The organisation's admins are who the forge says: octocat administers `octo` there,
     // so here too (its secrets are theirs to manage).
