@@ -18,6 +18,7 @@ mod fake_http;
 mod first_party_backends;
 mod forge_api;
 mod forge_signin;
+mod forge_signin_gitea;
 mod forges;
 mod hostile;
 mod reload;
