@@ -523,10 +523,23 @@ pub(super) async fn adapter_host(
     comp: &str,
     origin: &str,
 ) -> (tempfile::TempDir, PluginHost) {
+    adapter_host_with(name, comp, origin, &[]).await
+}
+
+/// [`adapter_host`] with instance config `settings` (e.g. `api-url`).
+pub(super) async fn adapter_host_with(
+    name: &str,
+    comp: &str,
+    origin: &str,
+    settings: &[(&str, &str)],
+) -> (tempfile::TempDir, PluginHost) {
     let file = format!("{comp}.wasm");
     let dir = plugin_dir(&[(&file, comp)]);
     let mut inst = instance(&file);
     inst.allowed_hosts = vec![origin.to_string()];
+    for (k, v) in settings {
+        inst.config.insert(k.to_string(), v.to_string());
+    }
     let host = host(
         config(dir.path(), vec![(name, inst)]),
         MapSecrets::default(),
