@@ -19,6 +19,7 @@ mod first_party_backends;
 mod forge_api;
 mod forge_signin;
 mod forge_signin_bitbucket;
+mod forge_signin_bitbucket_dc;
 mod forge_signin_gitea;
 mod forge_signin_gitlab;
 mod forges;
