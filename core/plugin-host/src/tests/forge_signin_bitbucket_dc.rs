@@ -62,7 +62,7 @@ fn bitbucket_dc(s: &Seen) -> (u16, String) {
             (200, page(json!([repo(1, "r")]), 0, true))
         }
         ("GET", "/rest/api/1.0/repos") if q("projectkey") == "OTHER" => (200, page(json!([repo(9, "x")]), 0, true)),
-        ("GET", "/rest/api/1.0/repos") if q("projectkey") != "" => (200, page(json!([]), 0, true)),
+        ("GET", "/rest/api/1.0/repos") if !q("projectkey").is_empty() => (200, page(json!([]), 0, true)),
         ("GET", "/rest/api/1.0/repos") if q("start") == "0" => {
             (200, page(json!([repo(1, "r"), repo(2, "w")]), 0, false))
         }
