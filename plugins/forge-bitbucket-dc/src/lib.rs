@@ -20,7 +20,25 @@
 //!
 //! API: REST 1.0 at `<forge-url>/rest/api/1.0` with `Authorization: Bearer <token>` (an HTTP
 //! access token); repositories are named `PROJECT/repo-slug`.
+//!
+//! Sign-in and the user's view (contract 0.2.0), as Woodpecker's Data Center forge does it
+//! (OAuth 2 incoming application links, Bitbucket DC 7.21+/8.x):
+//!
+//! | function         | request                                                                  |
+//! |------------------|--------------------------------------------------------------------------|
+//! | `authorize-url`  | `<oauth host or url>/rest/oauth2/latest/authorize`, scopes [`SCOPES`]    |
+//! | `exchange-code`  | POST `<url>/rest/oauth2/latest/token`                                    |
+//! | `refresh-token`  | the same, `grant_type=refresh_token`                                     |
+//! | `current-user`   | GET `/plugins/servlet/applinks/whoami` (the slug), `/users/{slug}`       |
+//! | `user-repos`     | GET `/repos?permission=REPO_WRITE&start&limit`; admin: `REPO_ADMIN`      |
+//! | `repo-perm`      | visible: pull; listed for `REPO_WRITE`: push; webhooks readable: admin   |
+//! | `user-orgs`      | GET `/projects?start&limit` (keys)                                       |
+//! | `org-membership` | admin: the project's user permissions readable; member: a writable repo  |
+//! | `pull-requests`  | GET `/projects/{k}/repos/{s}/pull-requests?state=OPEN&start&limit`       |
+//! | `netrc`          | the machine account of config `git-username` / `git-password` (as       |
+//! |                  | upstream), else `x-token-auth` and the user's token                      |
 
+use woodlark_plugin_sdk::forge::oauth;
 use woodlark_plugin_sdk::forge::*;
 use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
 use woodlark_plugin_sdk::serde_json::{Value, json};
@@ -224,6 +242,262 @@ impl ForgeAdapter for BitbucketDc {
             },
             |v, _| more_pages(v),
         )
+    }
+    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+        let endpoint = format!(
+            "{}/rest/oauth2/latest/authorize",
+            oauth::browser_root(&client)
+        );
+        Ok(oauth::authorize_url(&endpoint, &client, &scopes(), &state))
+    }
+
+    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+        oauth::exchange(&token_url(&client), &client, &code)
+    }
+
+    fn refresh_token(
+        client: OauthClient,
+        refresh_token: String,
+    ) -> Result<OauthToken, PluginError> {
+        oauth::refresh(&token_url(&client), &client, &refresh_token)
+    }
+
+    /// As upstream: the slug from `whoami` (plain text; `@` read as `_`), then the user.
+    fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+        let root = web_root(&ctx);
+        let url = format!("{root}/plugins/servlet/applinks/whoami");
+        let resp = http::send(&http::request("GET", &url, auth_headers(&ctx)))?;
+        let slug = String::from_utf8_lossy(&resp.body).trim().replace('@', "_");
+        if resp.status != 200 || slug.is_empty() {
+            return Err(denied(format!(
+                "Bitbucket: no user for this token (HTTP {})",
+                resp.status
+            )));
+        }
+        let url = format!("{root}/rest/api/1.0/users/{}", http::encode(&slug));
+        let user = ApiClient::bearer(&ctx)
+            .get_found(&url, || denied(format!("Bitbucket: no user {slug}")))?;
+        let slug = first_str(&user, &["/slug", "/name"]);
+        Ok(ForgeUser {
+            remote_id: str_at(&user, "/id"),
+            avatar_url: format!("{root}/users/{}/avatar.png", http::encode(&slug)),
+            login: slug,
+            email: str_at(&user, "/emailAddress"),
+        })
+    }
+
+    fn user_repos(
+        ctx: ApiContext,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
+        let client = ApiClient::bearer(&ctx);
+        let list = client.get_or_null(&format!(
+            "{}/rest/api/1.0/repos?permission=REPO_WRITE&{}",
+            web_root(&ctx),
+            paging(page, per_page)
+        ))?;
+        let repos = array_at(&list, "/values");
+        if repos.is_empty() {
+            return Ok(Vec::new());
+        }
+        let admin_ids = admin_repo_ids(&ctx, &client)?;
+        Ok(repos
+            .iter()
+            .map(|r| RepoWithPerm {
+                repo: repo_of(r),
+                perm: Perm {
+                    pull: true,
+                    push: true,
+                    admin: admin_ids.contains(&str_at(r, "/id")),
+                },
+            })
+            .collect())
+    }
+
+    fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+        let base = repo_api(&ctx, &full_name)?;
+        let client = ApiClient::bearer(&ctx);
+        let Some(repo) = client.get(&base)? else {
+            return Ok(no_perm());
+        };
+        let (key, slug) = split_name(&full_name)?;
+        let writable = client.get_or_null(&format!(
+            "{}/rest/api/1.0/repos?projectkey={}&name={}&permission=REPO_WRITE&limit=100",
+            web_root(&ctx),
+            http::encode(key),
+            http::encode(slug)
+        ))?;
+        let id = str_at(&repo, "/id");
+        let push = array_at(&writable, "/values")
+            .iter()
+            .any(|r| str_at(r, "/id") == id);
+        // As upstream: whoever may read the webhooks administers the repository.
+        let admin = push && status_of(&ctx, &format!("{base}/webhooks?limit=1"))? == 200;
+        Ok(Perm {
+            pull: true,
+            push,
+            admin,
+        })
+    }
+
+    fn user_orgs(ctx: ApiContext, page: u32, per_page: u32) -> Result<Vec<Team>, PluginError> {
+        let root = web_root(&ctx);
+        let list = ApiClient::bearer(&ctx).get_or_null(&format!(
+            "{root}/rest/api/1.0/projects?{}",
+            paging(page, per_page)
+        ))?;
+        Ok(array_at(&list, "/values")
+            .iter()
+            .map(|p| {
+                let key = str_at(p, "/key");
+                Team {
+                    avatar_url: format!(
+                        "{root}/rest/api/1.0/projects/{}/avatar.png",
+                        http::encode(&key)
+                    ),
+                    login: key,
+                }
+            })
+            .collect())
+    }
+
+    /// As upstream (the caller's own membership; `login` is the caller): a project admin may
+    /// read the project's user permissions; a member can write to one of its repositories.
+    fn org_membership(
+        ctx: ApiContext,
+        org: String,
+        _login: String,
+    ) -> Result<OrgPerm, PluginError> {
+        let root = web_root(&ctx);
+        let key = http::encode(&org);
+        let perms_url = format!("{root}/rest/api/1.0/projects/{key}/permissions/users?limit=1");
+        if status_of(&ctx, &perms_url)? == 200 {
+            return Ok(OrgPerm {
+                member: true,
+                admin: true,
+            });
+        }
+        let writable = ApiClient::bearer(&ctx).get_or_null(&format!(
+            "{root}/rest/api/1.0/repos?projectkey={key}&permission=REPO_WRITE&archived=ACTIVE&limit=1"
+        ))?;
+        Ok(OrgPerm {
+            member: !array_at(&writable, "/values").is_empty(),
+            admin: false,
+        })
+    }
+
+    fn pull_requests(
+        ctx: ApiContext,
+        full_name: String,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<PullRequestInfo>, PluginError> {
+        let url = format!(
+            "{}/pull-requests?state=OPEN&{}",
+            repo_api(&ctx, &full_name)?,
+            paging(page, per_page)
+        );
+        let list = ApiClient::bearer(&ctx).get_found(&url, || no_repo(&full_name))?;
+        Ok(array_at(&list, "/values")
+            .iter()
+            .filter_map(|p| {
+                Some(PullRequestInfo {
+                    number: u64_at(p, "/id")?,
+                    title: str_at(p, "/title"),
+                })
+            })
+            .collect())
+    }
+
+    fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+        let machine = (
+            config::get("git-username").filter(|u| !u.is_empty()),
+            config::get("git-password").filter(|p| !p.is_empty()),
+        );
+        let (login, password) = match machine {
+            (Some(user), Some(password)) => (user, password),
+            _ if ctx.token.is_empty() => (String::new(), String::new()),
+            _ => ("x-token-auth".to_string(), ctx.token),
+        };
+        oauth::netrc_for(&clone_url, login, password)
+    }
+}
+
+/// The OAuth scopes asked for at sign-in, as upstream: repositories read, write and admin,
+/// plus `PROJECT_ADMIN` with config `oauth-project-admin-scope = "true"`.
+const SCOPES: &str = "REPO_READ REPO_WRITE REPO_ADMIN";
+
+/// The largest page asked for.
+const MAX_LIMIT: u32 = 100;
+
+/// A bound on the `REPO_ADMIN` pages read to mark admin repositories.
+const MAX_ADMIN_PAGES: u32 = 20;
+
+fn scopes() -> String {
+    match config::get("oauth-project-admin-scope").as_deref() {
+        Some("true") => format!("{SCOPES} PROJECT_ADMIN"),
+        _ => SCOPES.to_string(),
+    }
+}
+
+/// The token endpoint, on the server (not the browser's `oauth_host`).
+fn token_url(client: &OauthClient) -> String {
+    format!(
+        "{}/rest/oauth2/latest/token",
+        client.forge_url.trim_end_matches('/')
+    )
+}
+
+/// `start=…&limit=…` for a page (from 1) of `per_page` (0: 100, at most 100).
+fn paging(page: u32, per_page: u32) -> String {
+    let limit = if per_page == 0 {
+        MAX_LIMIT
+    } else {
+        per_page.min(MAX_LIMIT)
+    };
+    format!("start={}&limit={limit}", (page.max(1) - 1) * limit)
+}
+
+fn auth_headers(ctx: &ApiContext) -> Vec<Header> {
+    auth_header(ctx, "Bearer")
+        .map(|a| vec![woodlark_plugin_sdk::headers::text("authorization", &a)])
+        .unwrap_or_default()
+}
+
+/// The status of a GET, for the probes whose answer is only "allowed or not".
+fn status_of(ctx: &ApiContext, url: &str) -> Result<u16, PluginError> {
+    let mut hs = auth_headers(ctx);
+    hs.push(woodlark_plugin_sdk::headers::text(
+        "accept",
+        "application/json",
+    ));
+    Ok(http::send(&http::request("GET", url, hs))?.status)
+}
+
+/// The ids of the repositories the user administers (`REPO_ADMIN`), every page.
+fn admin_repo_ids(ctx: &ApiContext, client: &ApiClient) -> Result<Vec<String>, PluginError> {
+    let mut ids = Vec::new();
+    let mut start = 0;
+    for _ in 0..MAX_ADMIN_PAGES {
+        let v = client.get_or_null(&format!(
+            "{}/rest/api/1.0/repos?permission=REPO_ADMIN&start={start}&limit={MAX_LIMIT}",
+            web_root(ctx)
+        ))?;
+        ids.extend(array_at(&v, "/values").iter().map(|r| str_at(r, "/id")));
+        match u64_at(&v, "/nextPageStart") {
+            Some(next) if more_pages(&v) => start = next,
+            _ => break,
+        }
+    }
+    Ok(ids)
+}
+
+fn no_perm() -> Perm {
+    Perm {
+        pull: false,
+        push: false,
+        admin: false,
     }
 }
 

@@ -17,7 +17,26 @@
 //! Woodpecker does). Deleted branches are ignored. Signature: optional `X-Hub-Signature`
 //! (`sha256=<hex>` HMAC of the body) when the instance config names a `hook-secret`.
 //! API: `https://api.bitbucket.org/2.0` (config `api-url`) with `Authorization: Bearer <token>`.
+//!
+//! Sign-in and the user's view (contract 0.2.0), as Woodpecker's Bitbucket forge does it:
+//!
+//! | function         | request                                                                      |
+//! |------------------|------------------------------------------------------------------------------|
+//! | `authorize-url`  | `<oauth host or forge>/site/oauth2/authorize` (forge: `https://bitbucket.org`) |
+//! | `exchange-code`  | POST `<forge>/site/oauth2/access_token`, client id and secret as Basic auth  |
+//! | `refresh-token`  | the same, `grant_type=refresh_token` (access tokens last two hours)          |
+//! | `current-user`   | GET `/user` and the primary address of `/user/emails`                         |
+//! | `user-repos`     | GET `/user/permissions/repositories?pagelen&page` (read, write, admin)       |
+//! | `repo-perm`      | GET `/user/workspaces/{ws}/permissions/repositories?q=repository.full_name=` |
+//! | `user-orgs`      | GET `/user/workspaces?pagelen&page` (slugs)                                  |
+//! | `org-membership` | GET `/workspaces/{ws}/permissions`, paged by `next` (owner: admin)           |
+//! | `pull-requests`  | GET `/repositories/{o}/{n}/pullrequests` (open ones)                         |
+//! | `netrc`          | no request: clone host, `x-token-auth`, the token                            |
+//!
+//! Statuses: `INPROGRESS`, `SUCCESSFUL`, `FAILED`, `STOPPED`; the context is the `name`, and
+//! the `key` too when it fits Bitbucket's 40 characters (else a shortened, still unique key).
 
+use woodlark_plugin_sdk::forge::oauth;
 use woodlark_plugin_sdk::forge::*;
 use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
 use woodlark_plugin_sdk::serde_json::{Value, json};
@@ -127,7 +146,9 @@ impl ForgeAdapter for Bitbucket {
             full_name,
             commit
         );
-        ApiClient::bearer(&ctx).post_status(&url, &StatusFormat::BITBUCKET, status)
+        let mut body = StatusFormat::BITBUCKET.body(status);
+        body["key"] = status_key(&str_at(&body, "/key")).into();
+        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
     }
 
     fn branch_head(
@@ -194,6 +215,212 @@ impl ForgeAdapter for Bitbucket {
             |v, _| !str_at(v, "/next").is_empty(),
         )
     }
+    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+        let root = match oauth::browser_root(&client) {
+            "" => WEB.to_string(),
+            root => root.to_string(),
+        };
+        let endpoint = format!("{root}/site/oauth2/authorize");
+        Ok(oauth::authorize_url(&endpoint, &client, "", &state))
+    }
+
+    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+        oauth::exchange_basic(&token_url(&client), &client, &code)
+    }
+
+    fn refresh_token(
+        client: OauthClient,
+        refresh_token: String,
+    ) -> Result<OauthToken, PluginError> {
+        oauth::refresh_basic(&token_url(&client), &client, &refresh_token)
+    }
+
+    fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+        let client = ApiClient::bearer(&ctx);
+        let user = client.get_found(&format!("{}/user", api()), || {
+            denied("Bitbucket: no user for this token")
+        })?;
+        let emails = client.get_or_null(&format!("{}/user/emails", api()))?;
+        let email = array_at(&emails, "/values")
+            .iter()
+            .find(|e| e["is_primary"] == true)
+            .map(|e| str_at(e, "/email"))
+            .unwrap_or_default();
+        Ok(ForgeUser {
+            remote_id: str_at(&user, "/uuid"),
+            login: first_str(&user, &["/username", "/nickname"]),
+            email,
+            avatar_url: str_at(&user, "/links/avatar/href"),
+        })
+    }
+
+    fn user_repos(
+        ctx: ApiContext,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
+        let url = format!(
+            "{}/user/permissions/repositories?pagelen={}&page={}",
+            api(),
+            page_len(per_page, 100),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx).get_or_null(&url)?;
+        Ok(array_at(&list, "/values")
+            .iter()
+            .map(|p| RepoWithPerm {
+                repo: repo_of(&p["repository"]),
+                perm: perm_of(&str_at(p, "/permission")),
+            })
+            .collect())
+    }
+
+    /// As upstream: the workspace's permission list filtered to the repository; none listed
+    /// (or 404) is no access.
+    fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+        let workspace = full_name.split('/').next().unwrap_or_default();
+        let url = format!(
+            "{}/user/workspaces/{}/permissions/repositories?q={}",
+            api(),
+            http::encode(workspace),
+            http::encode(&format!("repository.full_name=\"{full_name}\""))
+        );
+        let list = ApiClient::bearer(&ctx).get_or_null(&url)?;
+        Ok(array_at(&list, "/values")
+            .first()
+            .map_or_else(|| perm_of(""), |p| perm_of(&str_at(p, "/permission"))))
+    }
+
+    fn user_orgs(ctx: ApiContext, page: u32, per_page: u32) -> Result<Vec<Team>, PluginError> {
+        let url = format!(
+            "{}/user/workspaces?pagelen={}&page={}",
+            api(),
+            page_len(per_page, 100),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx).get_or_null(&url)?;
+        Ok(array_at(&list, "/values")
+            .iter()
+            .map(|a| &a["workspace"])
+            .filter(|w| w.is_object())
+            .map(|w| Team {
+                login: str_at(w, "/slug"),
+                avatar_url: str_at(w, "/links/avatar/href"),
+            })
+            .collect())
+    }
+
+    /// As upstream: the workspace's members, following `next`, for one whose nickname is
+    /// `login`; `owner` is an admin.
+    fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<OrgPerm, PluginError> {
+        let client = ApiClient::bearer(&ctx);
+        let mut url = format!(
+            "{}/workspaces/{}/permissions?pagelen=100",
+            api(),
+            http::encode(&org)
+        );
+        for _ in 0..MAX_MEMBER_PAGES {
+            let page = client.get_or_null(&url)?;
+            let found = array_at(&page, "/values").iter().find(|m| {
+                str_at(m, "/user/nickname") == login || str_at(m, "/user/username") == login
+            });
+            if let Some(m) = found {
+                let permission = str_at(m, "/permission");
+                return Ok(OrgPerm {
+                    member: !permission.is_empty(),
+                    admin: permission == "owner",
+                });
+            }
+            url = str_at(&page, "/next");
+            if url.is_empty() {
+                break;
+            }
+        }
+        Ok(OrgPerm {
+            member: false,
+            admin: false,
+        })
+    }
+
+    fn pull_requests(
+        ctx: ApiContext,
+        full_name: String,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Vec<PullRequestInfo>, PluginError> {
+        let url = format!(
+            "{}/repositories/{}/pullrequests?state=OPEN&pagelen={}&page={}",
+            api(),
+            full_name,
+            page_len(per_page, 50),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx).get_found(&url, || no_repo(&full_name))?;
+        Ok(array_at(&list, "/values")
+            .iter()
+            .filter_map(|p| {
+                Some(PullRequestInfo {
+                    number: u64_at(p, "/id")?,
+                    title: str_at(p, "/title"),
+                })
+            })
+            .collect())
+    }
+
+    /// As upstream: `x-token-auth` and the token; anonymous without a token.
+    fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+        let (login, password) = if ctx.token.is_empty() {
+            (String::new(), String::new())
+        } else {
+            ("x-token-auth".to_string(), ctx.token)
+        };
+        oauth::netrc_for(&clone_url, login, password)
+    }
+}
+
+/// Bitbucket Cloud's web root, where browsers sign in and tokens are issued.
+const WEB: &str = "https://bitbucket.org";
+
+/// A bound on the workspace member pages read for one membership check.
+const MAX_MEMBER_PAGES: u32 = 50;
+
+/// The longest build status `key` Bitbucket takes.
+const MAX_KEY_LEN: usize = 40;
+
+/// `pagelen` as the endpoint takes it: 1 to `max` (0: `max`).
+fn page_len(n: u32, max: u32) -> u32 {
+    if n == 0 { max } else { n.min(max) }
+}
+
+/// The token endpoint on the forge's web root (not the browser's `oauth_host`).
+fn token_url(client: &OauthClient) -> String {
+    let root = client.forge_url.trim_end_matches('/');
+    let root = if root.is_empty() { WEB } else { root };
+    format!("{root}/site/oauth2/access_token")
+}
+
+/// Upstream's permissions for Bitbucket's `admin`, `write` and `read` (anything listed can
+/// read; nothing listed: no access).
+fn perm_of(permission: &str) -> Perm {
+    Perm {
+        pull: !permission.is_empty(),
+        push: matches!(permission, "write" | "admin"),
+        admin: permission == "admin",
+    }
+}
+
+/// The status `key` for `context`: the context itself when it fits 40 characters, else its
+/// first 31 characters, `~` and 8 hex digits of its FNV-1a hash, so that two long contexts
+/// sharing a prefix keep separate statuses.
+fn status_key(context: &str) -> String {
+    if context.chars().count() <= MAX_KEY_LEN {
+        return context.to_string();
+    }
+    let hash = context.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let prefix: String = context.chars().take(MAX_KEY_LEN - 9).collect();
+    format!("{prefix}~{hash:08x}")
 }
 
 fn api() -> String {

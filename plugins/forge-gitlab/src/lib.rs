@@ -14,7 +14,28 @@
 //! Authentication: GitLab sends the hook's secret token verbatim in `X-Gitlab-Token`; with a
 //! `hook-secret` configured it is compared by the host (`signing.equals`).
 //! API: `<forge-url>/api/v4` with `Authorization: Bearer <token>`.
+//!
+//! Sign-in and the user's view (contract 0.2.0), as Woodpecker's GitLab forge does it:
+//!
+//! | function         | request                                                               |
+//! |------------------|-----------------------------------------------------------------------|
+//! | `authorize-url`  | `<oauth host or forge>/oauth/authorize`, scope `api`                  |
+//! | `exchange-code`  | POST `<forge>/oauth/token` (tokens expire after two hours)            |
+//! | `refresh-token`  | the same, `grant_type=refresh_token`                                  |
+//! | `current-user`   | GET `/user`                                                           |
+//! | `user-repos`     | GET `/projects?membership=true&min_access_level=30&archived=false`    |
+//! | `repo-perm`      | GET `/projects/{path}` → `permissions` (404: no access)               |
+//! | `user-orgs`      | GET `/groups?all_available=false&min_access_level=30`                 |
+//! | `org-membership` | GET `/groups?search=`, then `/groups/{id}/members/all` (owner: admin) |
+//! | `pull-requests`  | GET `/projects/{path}/merge_requests?state=opened` (number: `iid`)    |
+//! | `netrc`          | no request: clone host, `oauth2`, the token                           |
+//!
+//! Permissions as upstream converts them: the higher of `project_access` and `group_access`;
+//! when a project shows neither, the user's inherited membership
+//! (`/projects/{id}/members/all/{user id}`). Pull: reporter (20) or a private or internal
+//! project; push: developer (30); admin: maintainer (40).
 
+use woodlark_plugin_sdk::forge::oauth;
 use woodlark_plugin_sdk::forge::*;
 use woodlark_plugin_sdk::http;
 use woodlark_plugin_sdk::json::{array_at, first_str, rfc3339_to_unix, str_at, u64_at};
@@ -199,6 +220,273 @@ impl ForgeAdapter for GitLab {
             },
             |_, items| items == 100,
         )
+    }
+    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+        let endpoint = format!("{}/oauth/authorize", oauth::browser_root(&client));
+        Ok(oauth::authorize_url(&endpoint, &client, SCOPE, &state))
+    }
+
+    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+        oauth::exchange(&token_url(&client), &client, &code)
+    }
+
+    fn refresh_token(
+        client: OauthClient,
+        refresh_token: String,
+    ) -> Result<OauthToken, PluginError> {
+        oauth::refresh(&token_url(&client), &client, &refresh_token)
+    }
+
+    fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+        let user = ApiClient::bearer(&ctx).get_found(&format!("{}/user", api(&ctx)), || {
+            denied("GitLab: no user for this token")
+        })?;
+        Ok(ForgeUser {
+            remote_id: str_at(&user, "/id"),
+            login: str_at(&user, "/username"),
+            email: str_at(&user, "/email"),
+            avatar_url: absolute(&ctx, str_at(&user, "/avatar_url")),
+        })
+    }
+
+    fn user_repos(
+        ctx: ApiContext,
+        page: u32,
+        per_page_: u32,
+    ) -> Result<Vec<RepoWithPerm>, PluginError> {
+        let url = format!(
+            "{}/projects?membership=true&min_access_level={DEVELOPER}&archived=false&per_page={}&page={}",
+            api(&ctx),
+            per_page(per_page_),
+            page.max(1)
+        );
+        let client = ApiClient::bearer(&ctx);
+        let list = client.get_or_null(&url)?;
+        let mut user_id = None;
+        let mut repos = Vec::new();
+        for project in array_at(&list, "") {
+            let Some(level) = access_level(&ctx, &client, project, &mut user_id)? else {
+                // Not even an inherited member: upstream leaves the project out.
+                continue;
+            };
+            repos.push(RepoWithPerm {
+                repo: api_repo_of(&ctx, project),
+                perm: perm_of(project, level),
+            });
+        }
+        Ok(repos)
+    }
+
+    fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+        let url = format!("{}/projects/{}", api(&ctx), http::encode(&full_name));
+        let client = ApiClient::bearer(&ctx);
+        let Some(project) = client.get(&url)? else {
+            return Ok(no_perm());
+        };
+        Ok(match access_level(&ctx, &client, &project, &mut None)? {
+            Some(level) => perm_of(&project, level),
+            None => no_perm(),
+        })
+    }
+
+    fn user_orgs(ctx: ApiContext, page: u32, per_page_: u32) -> Result<Vec<Team>, PluginError> {
+        let url = format!(
+            "{}/groups?all_available=false&min_access_level={DEVELOPER}&per_page={}&page={}",
+            api(&ctx),
+            per_page(per_page_),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx).get_or_null(&url)?;
+        Ok(array_at(&list, "")
+            .iter()
+            .map(|g| Team {
+                login: str_at(g, "/full_path"),
+                avatar_url: absolute(&ctx, str_at(g, "/avatar_url")),
+            })
+            .collect())
+    }
+
+    /// As upstream: the group found by searching for `org`, then its members (inherited
+    /// ones too) paged through for `login`; an owner (50) is an org admin.
+    fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<OrgPerm, PluginError> {
+        let client = ApiClient::bearer(&ctx);
+        let url = format!(
+            "{}/groups?search={}&per_page={MAX_PER_PAGE}",
+            api(&ctx),
+            http::encode(&org)
+        );
+        let groups = client.get_or_null(&url)?;
+        let group = array_at(&groups, "")
+            .iter()
+            .find(|g| str_at(g, "/full_path") == org || str_at(g, "/name") == org);
+        let Some(gid) = group.map(|g| str_at(g, "/id")) else {
+            return Ok(not_member());
+        };
+        for page in 1..=MAX_MEMBER_PAGES {
+            let url = format!(
+                "{}/groups/{gid}/members/all?per_page={MAX_PER_PAGE}&page={page}",
+                api(&ctx)
+            );
+            let members = client.get_or_null(&url)?;
+            let members = array_at(&members, "");
+            if let Some(m) = members.iter().find(|m| str_at(m, "/username") == login) {
+                return Ok(OrgPerm {
+                    member: true,
+                    admin: u64_at(m, "/access_level").unwrap_or(0) >= OWNER,
+                });
+            }
+            if members.len() < MAX_PER_PAGE as usize {
+                break;
+            }
+        }
+        Ok(not_member())
+    }
+
+    fn pull_requests(
+        ctx: ApiContext,
+        full_name: String,
+        page: u32,
+        per_page_: u32,
+    ) -> Result<Vec<PullRequestInfo>, PluginError> {
+        let url = format!(
+            "{}/projects/{}/merge_requests?state=opened&per_page={}&page={}",
+            api(&ctx),
+            http::encode(&full_name),
+            per_page(per_page_),
+            page.max(1)
+        );
+        let list = ApiClient::bearer(&ctx)
+            .get_found(&url, || invalid(format!("project {full_name} not found")))?;
+        Ok(array_at(&list, "")
+            .iter()
+            .filter_map(|mr| {
+                Some(PullRequestInfo {
+                    number: u64_at(mr, "/iid")?,
+                    title: str_at(mr, "/title"),
+                })
+            })
+            .collect())
+    }
+
+    /// As upstream: login `oauth2`, the token as password; anonymous without a token.
+    fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+        let (login, password) = if ctx.token.is_empty() {
+            (String::new(), String::new())
+        } else {
+            ("oauth2".to_string(), ctx.token)
+        };
+        oauth::netrc_for(&clone_url, login, password)
+    }
+}
+
+/// The OAuth scope asked for at sign-in (the whole API: hooks, statuses, repositories).
+const SCOPE: &str = "api";
+
+/// The largest page GitLab serves.
+const MAX_PER_PAGE: u32 = 100;
+
+/// A bound on the group member pages read for one membership check.
+const MAX_MEMBER_PAGES: u32 = 50;
+
+/// GitLab's access levels.
+const REPORTER: u64 = 20;
+const DEVELOPER: u64 = 30;
+const MAINTAINER: u64 = 40;
+const OWNER: u64 = 50;
+
+/// `per_page` as GitLab takes it: 1 to 100 (0: 100).
+fn per_page(n: u32) -> u32 {
+    if n == 0 {
+        MAX_PER_PAGE
+    } else {
+        n.min(MAX_PER_PAGE)
+    }
+}
+
+/// The token endpoint, on the forge's own URL (not the browser's `oauth_host`).
+fn token_url(client: &OauthClient) -> String {
+    format!("{}/oauth/token", client.forge_url.trim_end_matches('/'))
+}
+
+/// A URL GitLab gave relative to the instance (avatars), made absolute as upstream does.
+fn absolute(ctx: &ApiContext, url: String) -> String {
+    if url.is_empty() || url.starts_with("http") {
+        url
+    } else {
+        format!(
+            "{}/{}",
+            ctx.forge_url.trim_end_matches('/'),
+            url.trim_start_matches('/')
+        )
+    }
+}
+
+/// A project of the REST API, its avatar made absolute.
+fn api_repo_of(ctx: &ApiContext, project: &Value) -> Repo {
+    let mut repo = repo_of(project);
+    repo.avatar_url = absolute(ctx, repo.avatar_url);
+    repo
+}
+
+/// The user's access level on `project`: the higher of the `permissions` the project shows;
+/// when it shows none, the inherited membership (`None`: not a member at all).
+/// `user_id` caches the caller's GitLab id across projects.
+fn access_level(
+    ctx: &ApiContext,
+    client: &ApiClient,
+    project: &Value,
+    user_id: &mut Option<String>,
+) -> Result<Option<u64>, PluginError> {
+    let embedded = ["/permissions/project_access", "/permissions/group_access"]
+        .iter()
+        .filter_map(|p| u64_at(project, &format!("{p}/access_level")))
+        .max()
+        .unwrap_or(0);
+    if embedded > 0 {
+        return Ok(Some(embedded));
+    }
+    let uid = match user_id {
+        Some(id) => id.clone(),
+        None => {
+            let user = client.get_found(&format!("{}/user", api(ctx)), || {
+                denied("GitLab: no user for this token")
+            })?;
+            user_id.insert(str_at(&user, "/id")).clone()
+        }
+    };
+    let url = format!(
+        "{}/projects/{}/members/all/{uid}",
+        api(ctx),
+        str_at(project, "/id")
+    );
+    Ok(client
+        .get(&url)?
+        .map(|m| u64_at(&m, "/access_level").unwrap_or(0)))
+}
+
+/// Upstream's permissions for an access level (a private or internal project is readable to
+/// anyone who sees it).
+fn perm_of(project: &Value, level: u64) -> Perm {
+    let visibility = str_at(project, "/visibility");
+    Perm {
+        pull: visibility == "private" || visibility == "internal" || level >= REPORTER,
+        push: level >= DEVELOPER,
+        admin: level >= MAINTAINER,
+    }
+}
+
+fn no_perm() -> Perm {
+    Perm {
+        pull: false,
+        push: false,
+        admin: false,
+    }
+}
+
+fn not_member() -> OrgPerm {
+    OrgPerm {
+        member: false,
+        admin: false,
     }
 }
 

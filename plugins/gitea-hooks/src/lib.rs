@@ -13,6 +13,7 @@
 //! Tag pushes also arrive as `push` to `refs/tags/*`; they are ignored because the `create`
 //! event carries the tag (as Woodpecker does). Branch deletions are ignored.
 
+use woodlark_plugin_sdk::forge::oauth;
 use woodlark_plugin_sdk::forge::*;
 use woodlark_plugin_sdk::http;
 use woodlark_plugin_sdk::json::{array_at, bool_at, first_str, rfc3339_to_unix, str_at, u64_at};
@@ -275,8 +276,15 @@ pub fn post_status(
     status: CommitStatus,
 ) -> Result<(), PluginError> {
     let url = format!("{}/repos/{}/statuses/{}", api(&ctx), full_name, commit);
-    ApiClient::token(&ctx).post_status(&url, &StatusFormat::GITHUB, status)
+    ApiClient::token(&ctx).post_status(&url, &STATUS_FORMAT, status)
 }
+
+/// GitHub's statuses API as Gitea and Forgejo serve it, with upstream's mapping: a killed
+/// pipeline is a `failure` (not GitHub's `error`).
+pub const STATUS_FORMAT: StatusFormat = StatusFormat {
+    killed: "failure",
+    ..StatusFormat::GITHUB
+};
 
 /// `GET /repos/{o}/{r}/pulls/{n}/files`, 50 a page (Gitea's default maximum).
 pub fn pr_changed_files(
@@ -347,6 +355,202 @@ pub fn set_hook(
         })
     });
     HookApi::new(list_url, auth_header(ctx, "token")).replace(url, body.as_ref())
+}
+
+// ---- Sign-in and the user's view (contract 0.2.0) ----
+
+/// Gitea's default `MAX_RESPONSE_ITEMS`: the largest page an instance serves unless its
+/// operator raised it.
+const MAX_PER_PAGE: u32 = 50;
+
+/// `limit` as Gitea takes it: 1 to 50 (0: 50).
+fn limit(n: u32) -> u32 {
+    if n == 0 {
+        MAX_PER_PAGE
+    } else {
+        n.min(MAX_PER_PAGE)
+    }
+}
+
+/// `<oauth host or forge>/login/oauth/authorize`; Gitea grants API access by the app's
+/// own settings, so no scope is asked for (as upstream).
+pub fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+    let endpoint = format!("{}/login/oauth/authorize", oauth::browser_root(&client));
+    Ok(oauth::authorize_url(&endpoint, &client, "", &state))
+}
+
+/// The token endpoint, on the forge's own URL (not the browser's `oauth_host`).
+fn token_url(client: &OauthClient) -> String {
+    format!(
+        "{}/login/oauth/access_token",
+        client.forge_url.trim_end_matches('/')
+    )
+}
+
+/// Gitea's access tokens expire (one hour by default) and come with a refresh token.
+pub fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+    oauth::exchange(&token_url(&client), &client, &code)
+}
+
+pub fn refresh_token(
+    client: OauthClient,
+    refresh_token: String,
+) -> Result<OauthToken, PluginError> {
+    oauth::refresh(&token_url(&client), &client, &refresh_token)
+}
+
+/// A URL Gitea gave relative to the instance (avatars), made absolute on `forge_url`.
+fn absolute(forge_url: &str, url: String) -> String {
+    if url.starts_with('/') {
+        format!("{}{url}", forge_url.trim_end_matches('/'))
+    } else {
+        url
+    }
+}
+
+/// `GET /user`.
+pub fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+    let url = format!("{}/user", api(&ctx));
+    let user = ApiClient::token(&ctx).get_found(&url, || denied("no user for this token"))?;
+    Ok(ForgeUser {
+        remote_id: str_at(&user, "/id"),
+        login: user_login(&user),
+        email: str_at(&user, "/email"),
+        avatar_url: absolute(&ctx.forge_url, str_at(&user, "/avatar_url")),
+    })
+}
+
+/// `permissions` of a Gitea repository object (absent: no access).
+fn perm_of(v: &Value) -> Perm {
+    Perm {
+        pull: bool_at(v, "/permissions/pull"),
+        push: bool_at(v, "/permissions/push"),
+        admin: bool_at(v, "/permissions/admin"),
+    }
+}
+
+/// `GET /user/repos?limit&page`: the user's own, collaborative and organisations'
+/// repositories with the user's permissions; archived ones are left out, as upstream.
+pub fn user_repos(
+    ctx: ApiContext,
+    page: u32,
+    per_page: u32,
+) -> Result<Vec<RepoWithPerm>, PluginError> {
+    let url = format!(
+        "{}/user/repos?limit={}&page={}",
+        api(&ctx),
+        limit(per_page),
+        page.max(1)
+    );
+    let list = ApiClient::token(&ctx).get_or_null(&url)?;
+    Ok(array_at(&list, "")
+        .iter()
+        .filter(|r| !bool_at(r, "/archived"))
+        .map(|r| RepoWithPerm {
+            repo: repo_of(r),
+            perm: perm_of(r),
+        })
+        .collect())
+}
+
+/// `GET /repos/{o}/{n}` → `permissions`; 404 (a private repository the user cannot see) is
+/// no access.
+pub fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+    let url = format!("{}/repos/{}", api(&ctx), full_name);
+    Ok(ApiClient::token(&ctx)
+        .get(&url)?
+        .map_or_else(|| perm_of(&Value::Null), |v| perm_of(&v)))
+}
+
+/// `GET /user/orgs?limit&page`.
+pub fn user_orgs(ctx: ApiContext, page: u32, per_page: u32) -> Result<Vec<Team>, PluginError> {
+    let url = format!(
+        "{}/user/orgs?limit={}&page={}",
+        api(&ctx),
+        limit(per_page),
+        page.max(1)
+    );
+    let list = ApiClient::token(&ctx).get_or_null(&url)?;
+    Ok(array_at(&list, "")
+        .iter()
+        .map(|o| Team {
+            login: first_str(o, &["/name", "/username"]),
+            avatar_url: absolute(&ctx.forge_url, str_at(o, "/avatar_url")),
+        })
+        .collect())
+}
+
+/// As upstream: `GET /orgs/{org}/members/{login}` (204: a member, 404: not), then for a
+/// member `GET /users/{login}/orgs/{org}/permissions` (admin: `is_admin` or `is_owner`).
+pub fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<OrgPerm, PluginError> {
+    let (org, login) = (http::encode(&org), http::encode(&login));
+    let client = ApiClient::token(&ctx);
+    let url = format!("{}/orgs/{org}/members/{login}", api(&ctx));
+    let mut hs = vec![woodlark_plugin_sdk::headers::text(
+        "accept",
+        "application/json",
+    )];
+    if let Some(auth) = client.authorization() {
+        hs.push(woodlark_plugin_sdk::headers::text("authorization", auth));
+    }
+    let member = match http::send(&http::request("GET", &url, hs))?.status {
+        204 => true,
+        // 404 not a member; 302 when the caller cannot see the org's members at all.
+        302 | 404 => false,
+        s => return Err(unavailable(format!("{url}: HTTP {s}"))),
+    };
+    if !member {
+        return Ok(OrgPerm {
+            member: false,
+            admin: false,
+        });
+    }
+    let url = format!("{}/users/{login}/orgs/{org}/permissions", api(&ctx));
+    let perm = client.get_or_null(&url)?;
+    Ok(OrgPerm {
+        member,
+        admin: bool_at(&perm, "/is_admin") || bool_at(&perm, "/is_owner"),
+    })
+}
+
+/// `GET /repos/{o}/{n}/pulls?state=open&limit&page`; 404 (a repository without commits)
+/// is none, as upstream.
+pub fn pull_requests(
+    ctx: ApiContext,
+    full_name: String,
+    page: u32,
+    per_page: u32,
+) -> Result<Vec<PullRequestInfo>, PluginError> {
+    let url = format!(
+        "{}/repos/{}/pulls?state=open&limit={}&page={}",
+        api(&ctx),
+        full_name,
+        limit(per_page),
+        page.max(1)
+    );
+    let list = ApiClient::token(&ctx).get_or_null(&url)?;
+    Ok(array_at(&list, "")
+        .iter()
+        .filter_map(|p| {
+            Some(PullRequestInfo {
+                number: u64_at(p, "/number")?,
+                title: str_at(p, "/title"),
+            })
+        })
+        .collect())
+}
+
+/// The token as password (Gitea takes an access token in place of a password for any user
+/// name). Upstream sends the user's login as login; the contract gives no login here, and
+/// Gitea checks the token, not the name, so the token stands in for it. Anonymous (empty)
+/// without a token.
+pub fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+    let (login, password) = if ctx.token.is_empty() {
+        (String::new(), String::new())
+    } else {
+        (ctx.token.clone(), ctx.token)
+    };
+    oauth::netrc_for(&clone_url, login, password)
 }
 
 /// The API half of a Gitea-family [`ForgeAdapter`] impl: every method but `recognize` and
@@ -425,6 +629,61 @@ macro_rules! gitea_api_methods {
             pr_number: u64,
         ) -> Result<Vec<String>, PluginError> {
             $crate::pr_changed_files(ctx, full_name, pr_number)
+        }
+        fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
+            $crate::authorize_url(client, state)
+        }
+
+        fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
+            $crate::exchange_code(client, code)
+        }
+
+        fn refresh_token(
+            client: OauthClient,
+            refresh_token: String,
+        ) -> Result<OauthToken, PluginError> {
+            $crate::refresh_token(client, refresh_token)
+        }
+
+        fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
+            $crate::current_user(ctx)
+        }
+
+        fn user_repos(
+            ctx: ApiContext,
+            page: u32,
+            per_page: u32,
+        ) -> Result<Vec<RepoWithPerm>, PluginError> {
+            $crate::user_repos(ctx, page, per_page)
+        }
+
+        fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
+            $crate::repo_perm(ctx, full_name)
+        }
+
+        fn user_orgs(ctx: ApiContext, page: u32, per_page: u32) -> Result<Vec<Team>, PluginError> {
+            $crate::user_orgs(ctx, page, per_page)
+        }
+
+        fn org_membership(
+            ctx: ApiContext,
+            org: String,
+            login: String,
+        ) -> Result<OrgPerm, PluginError> {
+            $crate::org_membership(ctx, org, login)
+        }
+
+        fn pull_requests(
+            ctx: ApiContext,
+            full_name: String,
+            page: u32,
+            per_page: u32,
+        ) -> Result<Vec<PullRequestInfo>, PluginError> {
+            $crate::pull_requests(ctx, full_name, page, per_page)
+        }
+
+        fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginError> {
+            $crate::netrc(ctx, clone_url)
         }
     };
 }

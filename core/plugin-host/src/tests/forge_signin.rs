@@ -100,7 +100,7 @@ async fn github_host(origin: &str, file: &str, source: &Path) -> (tempfile::Temp
     (dir, host)
 }
 
-fn ctx(origin: &str, token: &str) -> ApiContext {
+pub(super) fn ctx(origin: &str, token: &str) -> ApiContext {
     ApiContext {
         forge_url: origin.to_string(),
         token: token.to_string(),
@@ -108,7 +108,7 @@ fn ctx(origin: &str, token: &str) -> ApiContext {
     }
 }
 
-fn client(origin: &str) -> OAuthClient {
+pub(super) fn client(origin: &str) -> OAuthClient {
     OAuthClient {
         forge_url: origin.to_string(),
         oauth_host: String::new(),
@@ -119,7 +119,7 @@ fn client(origin: &str) -> OAuthClient {
     }
 }
 
-fn last(seen: &Arc<Mutex<Vec<Seen>>>) -> Seen {
+pub(super) fn last(seen: &Arc<Mutex<Vec<Seen>>>) -> Seen {
     seen.lock().unwrap().last().cloned().expect("a request")
 }
 
@@ -514,4 +514,76 @@ async fn sdk_defaults_answer_unsupported() {
         e.to_string().contains("current-user is not supported"),
         "{e}"
     );
+}
+
+/// A host with the adapter `comp` (e.g. `forge-gitea`) loaded as instance `name`, allowed to
+/// call `origin`.
+pub(super) async fn adapter_host(
+    name: &str,
+    comp: &str,
+    origin: &str,
+) -> (tempfile::TempDir, PluginHost) {
+    adapter_host_with(name, comp, origin, &[]).await
+}
+
+/// [`adapter_host`] with instance config `settings` (e.g. `api-url`).
+pub(super) async fn adapter_host_with(
+    name: &str,
+    comp: &str,
+    origin: &str,
+    settings: &[(&str, &str)],
+) -> (tempfile::TempDir, PluginHost) {
+    let file = format!("{comp}.wasm");
+    let dir = plugin_dir(&[(&file, comp)]);
+    let mut inst = instance(&file);
+    inst.allowed_hosts = vec![origin.to_string()];
+    for (k, v) in settings {
+        inst.config.insert(k.to_string(), v.to_string());
+    }
+    let host = host(
+        config(dir.path(), vec![(name, inst)]),
+        MapSecrets::default(),
+    )
+    .await;
+    (dir, host)
+}
+
+/// The form fields of a request body (`application/x-www-form-urlencoded`).
+pub(super) fn form_of(s: &Seen) -> std::collections::HashMap<String, String> {
+    String::from_utf8_lossy(&s.body)
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| {
+            (
+                super::fake_http::percent_decode(k),
+                super::fake_http::percent_decode(v),
+            )
+        })
+        .collect()
+}
+
+/// Posts one status per state through instance `name` and checks each body's `state_field`
+/// against `want`; returns the last body.
+pub(super) async fn post_each_status(
+    host: &PluginHost,
+    name: &str,
+    c: ApiContext,
+    seen: &Arc<Mutex<Vec<Seen>>>,
+    want: [(StatusState, &str); 6],
+) -> serde_json::Value {
+    let mut body = serde_json::Value::Null;
+    for (state, expected) in want {
+        let status = CommitStatus {
+            state,
+            context: "ci/woodpecker/push/build".into(),
+            description: String::new(),
+            target_url: "https://ci.example.com/repos/1/pipeline/2".into(),
+        };
+        host.post_status(name, c.clone(), "o/r", "abc123", status)
+            .await
+            .unwrap();
+        body = serde_json::from_slice(&last(seen).body).unwrap();
+        assert_eq!(body["state"], expected, "{state:?}");
+    }
+    body
 }

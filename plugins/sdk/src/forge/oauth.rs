@@ -77,6 +77,74 @@ pub fn refresh(
     Ok(token)
 }
 
+/// As [`exchange`], with the client's id and secret sent as HTTP Basic credentials instead of
+/// form fields (Bitbucket's token endpoints).
+pub fn exchange_basic(
+    token_url: &str,
+    client: &OauthClient,
+    code: &str,
+) -> Result<OauthToken, PluginError> {
+    post_token_as(
+        token_url,
+        Some(client),
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", &client.redirect_uri),
+        ],
+    )
+}
+
+/// As [`refresh`], with HTTP Basic client credentials (see [`exchange_basic`]).
+pub fn refresh_basic(
+    token_url: &str,
+    client: &OauthClient,
+    refresh_token: &str,
+) -> Result<OauthToken, PluginError> {
+    let mut token = post_token_as(
+        token_url,
+        Some(client),
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+        ],
+    )?;
+    if token.refresh_token.is_empty() {
+        token.refresh_token = refresh_token.to_string();
+    }
+    Ok(token)
+}
+
+/// `Basic base64(id:secret)`, the client's HTTP Basic credentials (RFC 6749 §2.3.1).
+pub fn basic_auth(client: &OauthClient) -> String {
+    let user_pass = format!(
+        "{}:{}",
+        http::encode(&client.client_id),
+        http::encode(&client.client_secret)
+    );
+    format!("Basic {}", base64(user_pass.as_bytes()))
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// `application/x-www-form-urlencoded` of `fields`.
 pub fn form_body(fields: &[(&str, &str)]) -> String {
     fields
@@ -90,14 +158,23 @@ pub fn form_body(fields: &[(&str, &str)]) -> String {
 /// GitHub's 200 with an `error` field) is `denied` with the forge's description; other
 /// failures are `unavailable`.
 fn post_token(token_url: &str, fields: &[(&str, &str)]) -> Result<OauthToken, PluginError> {
-    let mut req = http::request(
-        "POST",
-        token_url,
-        vec![
-            crate::headers::text("accept", "application/json"),
-            crate::headers::text("content-type", "application/x-www-form-urlencoded"),
-        ],
-    );
+    post_token_as(token_url, None, fields)
+}
+
+/// [`post_token`], with `basic`'s credentials in an `Authorization: Basic` header.
+fn post_token_as(
+    token_url: &str,
+    basic: Option<&OauthClient>,
+    fields: &[(&str, &str)],
+) -> Result<OauthToken, PluginError> {
+    let mut headers = vec![
+        crate::headers::text("accept", "application/json"),
+        crate::headers::text("content-type", "application/x-www-form-urlencoded"),
+    ];
+    if let Some(client) = basic {
+        headers.push(crate::headers::text("authorization", &basic_auth(client)));
+    }
+    let mut req = http::request("POST", token_url, headers);
     req.body = Some(form_body(fields).into_bytes());
     let resp = http::send(&req)?;
     let json: Option<Value> = serde_json::from_slice(&resp.body).ok();
@@ -220,6 +297,18 @@ mod tests {
         assert!(
             matches!(token_of(&v, 0), Err(PluginError::Denied(m)) if m == "bad_verification_code: expired")
         );
+    }
+
+    #[test]
+    fn basic_credentials() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+        let mut c = client();
+        c.client_id = "key".into();
+        assert_eq!(basic_auth(&c), "Basic a2V5OnM=");
     }
 
     #[test]
