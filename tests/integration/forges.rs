@@ -577,7 +577,10 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
     // Open pull requests come from the forge.
     let prs = s
         .http
-        .get(&format!("/api/repos/{}/pull_requests", repo["id"]), Some(&pat))
+        .get(
+            &format!("/api/repos/{}/pull_requests", repo["id"]),
+            Some(&pat),
+        )
         .await
         .expect(200)
         .json();
