@@ -78,6 +78,8 @@ pub struct Services {
     pub status_counts: Arc<statuses::StatusCounts>,
     /// Organisation memberships read from forges, kept a few minutes.
     pub memberships: Arc<orgs::MembershipCache>,
+    /// Permissions the forge could not give lately, not asked for again yet.
+    pub perm_sync_pauses: Arc<repos::PermSyncPauses>,
 }
 
 /// The configuration the CI services read.
@@ -129,6 +131,7 @@ impl Services {
             runner_shutdown: Arc::default(),
             status_counts: Arc::default(),
             memberships: Arc::default(),
+            perm_sync_pauses: Arc::default(),
             settings,
             store,
             logs,

@@ -177,6 +177,45 @@ pub fn perm_is_stale(user: &User, row: &RepoRow, perm: &Perm, now: i64) -> bool 
 /// it was stored. A forge that cannot say (no token, no support, an error: logged) leaves
 /// the stored permission as it is.
 pub async fn sync_perm(ci: &Services, user_id: i64, row: &RepoRow) -> bool {
+    // A user the forge could not answer for is asked again only after a pause: their
+    // requests must not each wait on a forge that is down (or a token that is gone).
+    let key = (user_id, row.repo.id);
+    if ci.perm_sync_pauses.paused(key) {
+        return false;
+    }
+    let synced = try_sync_perm(ci, user_id, row).await;
+    if !synced {
+        ci.perm_sync_pauses.pause(key);
+    }
+    synced
+}
+
+/// How long [`sync_perm`] leaves a user's permission on a repository alone after the forge
+/// could not give it.
+pub const PERM_SYNC_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The (user, repository) pairs whose permission could not be read lately.
+#[derive(Default)]
+pub struct PermSyncPauses {
+    since: std::sync::Mutex<std::collections::HashMap<(i64, i64), std::time::Instant>>,
+}
+
+impl PermSyncPauses {
+    fn paused(&self, key: (i64, i64)) -> bool {
+        let since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < PERM_SYNC_PAUSE)
+    }
+
+    fn pause(&self, key: (i64, i64)) {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since.retain(|_, at| at.elapsed() < PERM_SYNC_PAUSE);
+        since.insert(key, std::time::Instant::now());
+    }
+}
+
+async fn try_sync_perm(ci: &Services, user_id: i64, row: &RepoRow) -> bool {
     let Ok(forge) = ci.drivers.get(row.repo.forge_id).await else {
         return false;
     };

@@ -87,19 +87,28 @@ pub async fn run(ci: Services) {
 /// Posts the workflows of pipeline `pipeline_id` that changed since `last`; true when the
 /// pipeline is over and every state of it was dealt with.
 async fn post_pipeline(ci: &Services, repo_id: i64, pipeline_id: i64, last: &mut Posted) -> bool {
+    // The repository's forge first: a change on the built-in git forge (most of them on a
+    // server without plugin forges) costs one cached lookup, not a read of the pipeline.
+    let Ok(repo) = ci.store.read(move |c| repos::by_id(c, repo_id)).await else {
+        // Deleted meanwhile: nothing left to show.
+        return true;
+    };
+    let forge = match ci.drivers.get(repo.repo.forge_id).await {
+        Ok(forge) if !forge.kind().is_builtin() => forge,
+        // The built-in git forge has nowhere to show a status; a forge without a driver now
+        // is logged where its hooks fail.
+        _ => return true,
+    };
     let read = ci
         .store
         .read(move |c| {
-            let repo = repos::by_id(c, repo_id)?;
             let pipeline = pipelines::by_id(c, pipeline_id)?.pipeline;
             let workflows = pipelines::workflows(c, pipeline_id)?;
-            Ok((repo, pipeline, workflows))
+            Ok((pipeline, workflows))
         })
         .await;
-    let (repo, pipeline, workflows) = match read {
-        Ok(read) => read,
-        // Deleted meanwhile: nothing left to show.
-        Err(_) => return true,
+    let Ok((pipeline, workflows)) = read else {
+        return true;
     };
     let over = status::is_done(pipeline.status);
     let changed: Vec<&Workflow> = workflows
@@ -109,12 +118,6 @@ async fn post_pipeline(ci: &Services, repo_id: i64, pipeline_id: i64, last: &mut
     if changed.is_empty() {
         return over;
     }
-    let forge = match ci.drivers.get(repo.repo.forge_id).await {
-        Ok(forge) if !forge.kind().is_builtin() => forge,
-        // The built-in git forge has nowhere to show a status; a forge without a driver now
-        // is logged where its hooks fail.
-        _ => return true,
-    };
     let driver = ci.tokens.for_repo(&forge, &repo).await;
     for workflow in changed {
         let status = commit_status(ci, &repo, &pipeline, workflow);

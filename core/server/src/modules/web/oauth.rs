@@ -48,34 +48,37 @@ fn state_key(ctx: &Ctx) -> Vec<u8> {
 
 /// `<root>/login?error=<code>[&error_description=…]`.
 pub fn login_error(ctx: &Ctx, code: &str, description: Option<&str>) -> Response {
-    let mut query = form_urlencoded::Serializer::new(String::new());
-    query.append_pair("error", code);
-    if let Some(d) = description.filter(|d| !d.is_empty()) {
-        query.append_pair("error_description", d);
-    }
-    redirect(&format!(
-        "{}/login?{}",
-        ctx.config.web.root_path(),
-        query.finish()
-    ))
+    let description = description.unwrap_or("");
+    to_login_page(ctx, &[("error", code), ("error_description", description)])
 }
 
 /// The forge's own error on its callback (`?error=access_denied&error_description=…`),
 /// passed on to the login page as upstream does.
 pub fn forge_error(ctx: &Ctx, req: &Request) -> Option<Response> {
     let code = req.query("error").filter(|e| !e.is_empty())?;
+    let description = req.query("error_description").unwrap_or_default();
+    let uri = req.query("error_uri").unwrap_or_default();
+    Some(to_login_page(
+        ctx,
+        &[
+            ("error", &code),
+            ("error_description", &description),
+            ("error_uri", &uri),
+        ],
+    ))
+}
+
+/// A redirect to `<root>/login` with the non-empty `pairs` as its query.
+fn to_login_page(ctx: &Ctx, pairs: &[(&str, &str)]) -> Response {
     let mut query = form_urlencoded::Serializer::new(String::new());
-    query.append_pair("error", &code);
-    for key in ["error_description", "error_uri"] {
-        if let Some(v) = req.query(key).filter(|v| !v.is_empty()) {
-            query.append_pair(key, &v);
-        }
+    for (key, value) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
+        query.append_pair(key, value);
     }
-    Some(redirect(&format!(
+    redirect(&format!(
         "{}/login?{}",
         ctx.config.web.root_path(),
         query.finish()
-    )))
+    ))
 }
 
 /// Step 1: the forge's authorize page, or [`Outcome::NoOAuth`].
