@@ -323,6 +323,25 @@ fn query_of(url: &str) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// Presses the login button of `forge` in `browser`: the state the forge's authorize page
+/// was given.
+async fn start_sign_in(browser: &mut Browser, forge: i64) -> String {
+    let start = browser
+        .get(&format!("/authorize?forge_id={forge}"))
+        .await
+        .expect(303);
+    query_of(start.header("location").unwrap())["state"].clone()
+}
+
+/// The login page a callback with [`GOOD_CODE`] and `state` lands `browser` on.
+async fn finish_sign_in(browser: &mut Browser, state: &str) -> Option<String> {
+    let back = browser
+        .get(&format!("/authorize?code={GOOD_CODE}&state={state}"))
+        .await
+        .expect(303);
+    back.header("location").map(str::to_string)
+}
+
 /// Signs in through the forge as a browser does: the login button, the forge's authorize
 /// page (answered with [`GOOD_CODE`]), the callback. Returns the browser, signed in.
 async fn sign_in(s: &TestServer, forge: i64, api: std::net::SocketAddr) -> Browser {
@@ -463,11 +482,7 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         Some("/login?error=invalid_state")
     );
     let mut victim = Browser::new(&s.http);
-    let started = victim
-        .get(&format!("/authorize?forge_id={FORGE}"))
-        .await
-        .expect(303);
-    let stolen = query_of(started.header("location").unwrap())["state"].clone();
+    let stolen = start_sign_in(&mut victim, FORGE).await;
     let replayed = stranger
         .get(&format!("/authorize?code={GOOD_CODE}&state={stolen}"))
         .await
@@ -759,17 +774,9 @@ async fn sign_in_needs_an_open_server_or_an_admin_login() {
         .as_i64()
         .unwrap();
     let mut browser = Browser::new(&s.http);
-    let start = browser
-        .get(&format!("/authorize?forge_id={forge}"))
-        .await
-        .expect(303);
-    let state_param = query_of(start.header("location").unwrap())["state"].clone();
-    let back = browser
-        .get(&format!("/authorize?code={GOOD_CODE}&state={state_param}"))
-        .await
-        .expect(303);
+    let state = start_sign_in(&mut browser, forge).await;
     assert_eq!(
-        back.header("location"),
+        finish_sign_in(&mut browser, &state).await.as_deref(),
         Some("/login?error=registration_closed")
     );
     assert!(browser.cookie("user_sess").is_none());
@@ -780,17 +787,9 @@ async fn sign_in_needs_an_open_server_or_an_admin_login() {
         .patch(&format!("/api/forges/{forge}"), Some(&p.admin), &patch)
         .await
         .expect(200);
-    let start = browser
-        .get(&format!("/authorize?forge_id={forge}"))
-        .await
-        .expect(303);
-    let state_param = query_of(start.header("location").unwrap())["state"].clone();
-    let back = browser
-        .get(&format!("/authorize?code={GOOD_CODE}&state={state_param}"))
-        .await
-        .expect(303);
+    let state = start_sign_in(&mut browser, forge).await;
     assert_eq!(
-        back.header("location"),
+        finish_sign_in(&mut browser, &state).await.as_deref(),
         Some("/login?error=org_access_denied")
     );
     // A forge without an OAuth client, and the git forge, still show the token form.
