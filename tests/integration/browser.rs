@@ -176,12 +176,12 @@ fn login_app(base: &Path) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_signs_in_through_the_forge_from_the_login_button() {
-    use crate::forges::{CLIENT_ID, CLIENT_SECRET, GitHub, Shared, answer};
+    use crate::forge_fakes::{CLIENT_ID, CLIENT_SECRET, Kind, answer, fake};
     use crate::plugins::{fake_service, plugins_table};
     let chromium = chromium();
     let data = tempfile::tempdir().unwrap();
     let app = login_app(data.path());
-    let state: Shared = std::sync::Arc::new(std::sync::Mutex::new(GitHub::default()));
+    let state = fake(Kind::GitHub, "");
     let fake = state.clone();
     let api = fake_service(move |r| Some(answer(&fake, r))).await;
     let instance = format!(
@@ -211,7 +211,7 @@ async fn chromium_signs_in_through_the_forge_from_the_login_button() {
     );
     // The way there: the login button, the forge's authorize page, the code exchange.
     let seen = state.lock().unwrap().seen.clone();
-    let paths: Vec<&str> = seen.iter().map(|(_, path, ..)| path.as_str()).collect();
+    let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
     assert!(paths.contains(&"/login/oauth/authorize"), "{paths:?}");
     assert!(paths.contains(&"/login/oauth/access_token"), "{paths:?}");
 }

@@ -1,199 +1,28 @@
-//! The forge round trip, against a fake forge on 127.0.0.1 that answers as the real one's API
-//! does and records what it is asked: sign in through the forge (OAuth, with a cookie jar),
-//! the user's repositories with their permissions, activation creating the webhook as the
-//! user, a signed delivery, the pipeline, and the commit statuses it posts; an expiring token
-//! refreshed before use; a permission dropped on the forge dropped here.
+//! The forge round trip, for every forge type the first-party adapters speak to, against
+//! fake forges on 127.0.0.1 that answer as the real APIs do and record what they are asked
+//! (`forge_fakes`): sign in through the forge (OAuth, with a cookie jar), the user's
+//! repositories with their permissions, activation creating the webhook as the user, a
+//! signed delivery, the pipeline cloning the private repository over HTTP with the netrc the
+//! forge's token makes, and the commit statuses it posts; expiring tokens refreshed before
+//! use; a permission dropped on the forge dropped here.
 
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, Mac};
-use serde_json::{Value, json};
-use sha2::Sha256;
+use serde_json::json;
 
+use crate::forge_fakes::{
+    ACCESS_PREFIX, CLIENT_ID, CLIENT_SECRET, GOOD_CODE, Kind, REFRESH_PREFIX, Shared, answer, fake,
+};
 use crate::pipelines::wait_for;
-use crate::plugins::{FakeRequest, fake_service, plugins_table};
-use crate::util::{TestServer, first_party_plugins, git, with_runner};
+use crate::plugins::{fake_service, plugins_table};
+use crate::util::{TestServer, first_party_plugins, git};
 use crate::web::{Browser, globals};
 
-pub(crate) const CLIENT_ID: &str = "woodlark-test-app";
-pub(crate) const CLIENT_SECRET: &str = "oauth-app-secret";
-/// The code the fake forge's authorize page hands back.
-pub(crate) const GOOD_CODE: &str = "code-from-github";
-
-/// What the fake GitHub holds and saw.
-#[derive(Default)]
-pub(crate) struct GitHub {
-    /// Every request: method, path, query, `Authorization`, body.
-    pub(crate) seen: Vec<(String, String, String, String, String)>,
-    hooks: Vec<Value>,
-    /// Posted statuses: (commit, body).
-    statuses: Vec<(String, Value)>,
-    /// octocat's permissions on octo/app.
-    perm: Value,
-    /// Access tokens that work, and the refresh token that gives the next one.
-    live_tokens: Vec<String>,
-    refresh_token: String,
-    issued: u32,
-    config: String,
-    clone_url: String,
-    head: String,
-}
-
-pub(crate) type Shared = Arc<Mutex<GitHub>>;
-
-impl GitHub {
-    /// A new access token; it expires in a minute (GitHub Apps' user tokens expire), so the
-    /// server must refresh it before using it again.
-    fn issue(&mut self) -> Value {
-        self.issued += 1;
-        let access = format!("ghu_token{}", self.issued);
-        self.refresh_token = format!("ghr_refresh{}", self.issued);
-        self.live_tokens.push(access.clone());
-        json!({"access_token": access, "token_type": "bearer", "scope": "repo",
-               "expires_in": 60, "refresh_token": self.refresh_token,
-               "refresh_token_expires_in": 15_000_000})
-    }
-
-    fn repo(&self) -> Value {
-        json!({
-            "id": 42, "name": "app", "full_name": "octo/app", "private": true,
-            "owner": {"login": "octo", "avatar_url": "https://avatars.example.com/octo"},
-            "html_url": "https://github.com/octo/app", "clone_url": self.clone_url,
-            "default_branch": "main", "permissions": self.perm,
-        })
-    }
-}
-
-fn form_fields(body: &[u8]) -> std::collections::HashMap<String, String> {
-    if body.first() == Some(&b'{') {
-        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        return v
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
-    }
-    form_urlencoded::parse(body).into_owned().collect()
-}
-
-/// The fake GitHub: OAuth endpoints at the web root, the REST API at the same address (the
-/// adapter's `api-url`).
-pub(crate) fn answer(state: &Shared, r: &FakeRequest) -> (u16, String) {
-    let mut gh = state.lock().unwrap();
-    let auth = r
-        .headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    gh.seen.push((
-        r.method.clone(),
-        r.path.clone(),
-        r.query.clone(),
-        auth.clone(),
-        String::from_utf8_lossy(&r.body).into_owned(),
-    ));
-    if (r.method.as_str(), r.path.as_str()) == ("GET", "/login/oauth/authorize") {
-        // The user approves at once: back to the server's callback with the code and state.
-        let q: std::collections::HashMap<String, String> =
-            form_urlencoded::parse(r.query.as_bytes())
-                .into_owned()
-                .collect();
-        let back = format!(
-            "{}?code={GOOD_CODE}&state={}",
-            q.get("redirect_uri").cloned().unwrap_or_default(),
-            form_urlencoded::byte_serialize(q.get("state").cloned().unwrap_or_default().as_bytes())
-                .collect::<String>()
-        );
-        let page = format!(
-            "<!doctype html><html><body>Authorize?<script>location.replace({})</script></body></html>",
-            serde_json::to_string(&back).unwrap()
-        );
-        return (200, page);
-    }
-    if (r.method.as_str(), r.path.as_str()) == ("POST", "/login/oauth/access_token") {
-        let f = form_fields(&r.body);
-        if f.get("client_id").map(String::as_str) != Some(CLIENT_ID)
-            || f.get("client_secret").map(String::as_str) != Some(CLIENT_SECRET)
-        {
-            return (
-                200,
-                json!({"error": "incorrect_client_credentials"}).to_string(),
-            );
-        }
-        let grant = f.get("grant_type").cloned().unwrap_or_default();
-        let ok = if grant == "refresh_token" {
-            f.get("refresh_token") == Some(&gh.refresh_token)
-        } else {
-            f.get("code").map(String::as_str) == Some(GOOD_CODE)
-        };
-        if !ok {
-            return (200, json!({"error": "bad_verification_code"}).to_string());
-        }
-        return (200, gh.issue().to_string());
-    }
-    let token = auth
-        .strip_prefix("Bearer ")
-        .or_else(|| auth.strip_prefix("token "))
-        .unwrap_or("");
-    if !gh.live_tokens.iter().any(|t| t == token) {
-        return (401, json!({"message": "Bad credentials"}).to_string());
-    }
-    let reply = match (r.method.as_str(), r.path.as_str()) {
-        ("GET", "/user") => json!({"id": 1001, "login": "octocat", "email": "octocat@example.com",
-                                   "avatar_url": "https://avatars.example.com/octocat"}),
-        ("GET", "/user/emails") => {
-            json!([{"email": "octocat@example.com", "primary": true, "verified": true}])
-        }
-        ("GET", "/user/orgs") => json!([{"login": "octo", "avatar_url": ""}]),
-        ("GET", "/orgs/octo/memberships/octocat") => {
-            json!({"state": "active", "role": "admin", "organization": {"login": "octo"}})
-        }
-        ("GET", "/user/repos") => {
-            if r.query.contains("page=1") || !r.query.contains("page=") {
-                json!([gh.repo()])
-            } else {
-                json!([])
-            }
-        }
-        ("GET", "/repos/octo/app") => gh.repo(),
-        ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => {
-            return (200, gh.config.clone());
-        }
-        ("GET", "/repos/octo/app/hooks") => Value::Array(gh.hooks.clone()),
-        ("POST", "/repos/octo/app/hooks") => {
-            let mut hook: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-            hook["id"] = json!(100 + gh.hooks.len());
-            gh.hooks.push(hook.clone());
-            return (201, hook.to_string());
-        }
-        ("DELETE", p) if p.starts_with("/repos/octo/app/hooks/") => {
-            let id: u64 = p.rsplit('/').next().unwrap_or("").parse().unwrap_or(0);
-            gh.hooks.retain(|h| h["id"].as_u64() != Some(id));
-            return (204, String::new());
-        }
-        ("POST", p) if p.starts_with("/repos/octo/app/statuses/") => {
-            let sha = p.rsplit('/').next().unwrap_or("").to_string();
-            let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-            gh.statuses.push((sha, body.clone()));
-            return (201, body.to_string());
-        }
-        ("GET", "/repos/octo/app/pulls") => json!([
-            {"number": 7, "title": "Fix the frobnicator", "state": "open",
-             "head": {"ref": "fix", "sha": gh.head}, "base": {"ref": "main"}},
-        ]),
-        ("GET", "/repos/octo/app/branches/main") => json!({
-            "name": "main",
-            "commit": {"sha": gh.head, "commit": {"message": "m", "author": {"name": "O", "email": "o@x", "date": "2026-11-20T10:00:00Z"}}},
-        }),
-        _ => return (404, json!({"message": "Not Found"}).to_string()),
-    };
-    (200, reply.to_string())
-}
+const SUCCEEDS: &str =
+    "steps:\n  - name: hi\n    image: sh\n    commands: [\"test -f README.md\"]\n";
+const FAILS: &str = "steps:\n  - name: broken\n    image: sh\n    commands: [\"exit 3\"]\n";
 
 /// Serves the git repositories under `root` over smart HTTP (`git http-backend`), to clients
 /// whose basic-auth login `accept` takes (401 with a challenge otherwise): a private forge
@@ -344,7 +173,7 @@ async fn finish_sign_in(browser: &mut Browser, state: &str) -> Option<String> {
 
 /// Signs in through the forge as a browser does: the login button, the forge's authorize
 /// page (answered with [`GOOD_CODE`]), the callback. Returns the browser, signed in.
-async fn sign_in(s: &TestServer, forge: i64, api: std::net::SocketAddr) -> Browser {
+async fn sign_in(s: &TestServer, forge: i64, api: std::net::SocketAddr, kind: Kind) -> Browser {
     let mut browser = Browser::new(&s.http);
     let start = browser
         .get(&format!("/authorize?forge_id={forge}"))
@@ -352,7 +181,7 @@ async fn sign_in(s: &TestServer, forge: i64, api: std::net::SocketAddr) -> Brows
         .expect(303);
     let to = start.header("location").unwrap().to_string();
     assert!(
-        to.starts_with(&format!("http://{api}/login/oauth/authorize?")),
+        to.starts_with(&format!("http://{api}{}?", kind.authorize_path())),
         "{to}"
     );
     let q = query_of(&to);
@@ -362,13 +191,13 @@ async fn sign_in(s: &TestServer, forge: i64, api: std::net::SocketAddr) -> Brows
         "{}",
         q["redirect_uri"]
     );
-    assert!(q["scope"].contains("repo"), "{:?}", q.get("scope"));
-    let state = q["state"].clone();
-    let back = browser
-        .get(&format!("/authorize?code={GOOD_CODE}&state={state}"))
-        .await
-        .expect(303);
-    assert_eq!(back.header("location"), Some("/"), "{}", back.text());
+    assert_eq!(
+        q.get("response_type").map(String::as_str),
+        Some("code"),
+        "{to}"
+    );
+    let landed = finish_sign_in(&mut browser, &q["state"]).await;
+    assert_eq!(landed.as_deref(), Some("/"));
     assert!(browser.cookie("user_sess").is_some());
     browser
 }
@@ -386,21 +215,8 @@ async fn wait_until<T>(secs: u64, mut probe: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
-fn sign(secret: &str, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(body);
-    format!(
-        "sha256={}",
-        mac.finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    )
-}
-
 /// A commit on `main` of a local bare repository (the runner clones it).
-fn commit(work: &std::path::Path, bare: &std::path::Path, file: &str) -> String {
+fn commit(work: &Path, bare: &Path, file: &str) -> String {
     std::fs::write(work.join(file), file).unwrap();
     git(work, &["add", "."]);
     git(work, &["commit", "-q", "-m", file]);
@@ -408,11 +224,96 @@ fn commit(work: &std::path::Path, bare: &std::path::Path, file: &str) -> String 
     git(work, &["rev-parse", "HEAD"]).trim().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn github_sign_in_repos_activation_pipeline_and_statuses() {
+/// A server signed into through a fake forge, with the forge's repository activated.
+struct RoundTrip {
+    s: TestServer,
+    fake: Shared,
+    api: std::net::SocketAddr,
+    forge: i64,
+    /// octocat's personal token.
+    pat: String,
+    /// The activated repository.
+    id: i64,
+    /// A clone of the forge's repository, and the bare repository it pushes to.
+    work: PathBuf,
+    bare: PathBuf,
+}
+
+impl RoundTrip {
+    /// Pushes a commit, delivers the forge's signed push hook for it and waits for the
+    /// pipeline to end in `want`; then for the forge to have received statuses for the
+    /// commit ending in the forge's name for `want`. Returns the pipeline's number and the
+    /// statuses' states.
+    async fn push_and_check(&self, file: &str, want: &str) -> (i64, Vec<String>) {
+        let kind = self.fake.lock().unwrap().kind;
+        let sha = commit(&self.work, &self.bare, file);
+        self.fake.lock().unwrap().head = sha.clone();
+        let (body, headers) = self.fake.lock().unwrap().push_delivery(&sha);
+        let (path, _) = self.fake.lock().unwrap().hook().unwrap();
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let created = self
+            .s
+            .http
+            .send("POST", &path, None, Some(body.as_bytes()), &headers)
+            .await
+            .expect(200)
+            .json();
+        let number = created["number"].as_i64().unwrap();
+        let done = wait_for(&self.s.http, &self.pat, self.id, number, 60, |p| {
+            matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
+        })
+        .await;
+        assert_eq!(done["status"], want, "{done:#}");
+        let [pending, success, failure] = kind.state_names();
+        let last = if want == "success" { success } else { failure };
+        let fake = self.fake.clone();
+        let posted = wait_until(30, || {
+            let posted = fake.lock().unwrap().statuses_of(&sha);
+            posted
+                .last()
+                .filter(|p| p.state == last)
+                .map(|_| posted.clone())
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "{kind:?}: no {last} status: {:?}",
+                self.fake.lock().unwrap().statuses_of(&sha)
+            )
+        });
+        assert_eq!(posted[0].state, pending, "{kind:?}: {posted:?}");
+        let final_status = posted.last().unwrap();
+        assert_eq!(final_status.context, "ci/woodpecker/push/woodpecker");
+        let said = if want == "success" {
+            "Pipeline was successful"
+        } else {
+            "Pipeline failed"
+        };
+        assert_eq!(final_status.description, said, "{kind:?}");
+        assert!(
+            final_status
+                .link
+                .ends_with(&format!("/repos/{}/pipeline/{number}/1", self.id)),
+            "{kind:?}: {final_status:?}"
+        );
+        (number, posted.into_iter().map(|p| p.state).collect())
+    }
+}
+
+/// The whole round trip with a fake `kind` forge: refused callbacks, the OAuth dance, the
+/// user's repositories from the forge (its expiring token refreshed first), activation as
+/// the UI does it (by the forge's id for the repository) creating the hook as the user,
+/// then a signed push whose pipeline clones the private repository over HTTP with the
+/// forge's netrc and succeeds, its statuses pending → success on the forge, and a failing
+/// one. The forge's tokens never reach the disk in clear.
+async fn round_trip(kind: Kind) -> RoundTrip {
     let dist = first_party_plugins();
     let data = tempfile::tempdir().unwrap();
-    let bare = data.path().join("octo-app.git");
+    std::fs::create_dir_all(data.path().join("octo")).unwrap();
+    let bare = data.path().join("octo/app.git");
     git(
         data.path(),
         &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
@@ -420,36 +321,26 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
     let work = data.path().join("octo-work");
     std::fs::create_dir_all(&work).unwrap();
     git(&work, &["init", "-q", "-b", "main"]);
-    let first = commit(&work, &bare, "README.md");
+    commit(&work, &bare, "README.md");
 
-    let state: Shared = Arc::new(Mutex::new(GitHub {
-        perm: json!({"admin": true, "push": true, "pull": true}),
-        config: "steps:\n  - name: hi\n    image: sh\n    commands: [\"test -f README.md\"]\n"
-            .into(),
-        head: first.clone(),
-        ..GitHub::default()
-    }));
-    // The repository is private: cloned over HTTP with the owner's token, as GitHub's netrc
-    // has it (login = token, password = `x-oauth-basic`).
+    let state = fake(kind, SUCCEEDS);
+    // The repository is private: cloned over HTTP with the owner's token, presented as the
+    // forge takes it.
     let tokens = state.clone();
     let git_http = git_over_http(data.path().to_path_buf(), move |login, password| {
-        password == "x-oauth-basic"
-            && tokens
-                .lock()
-                .unwrap()
-                .live_tokens
-                .iter()
-                .any(|t| t == login)
+        tokens.lock().unwrap().clone_allowed(login, password)
     })
     .await;
-    state.lock().unwrap().clone_url = format!("http://{git_http}/octo-app.git");
-    let fake = state.clone();
-    let api = fake_service(move |r| Some(answer(&fake, r))).await;
+    state.lock().unwrap().clone_url = format!("http://{git_http}/octo/app.git");
+    let fake_state = state.clone();
+    let api = fake_service(move |r| Some(answer(&fake_state, r))).await;
     const FORGE: i64 = 1;
+    let name = kind.forge_type();
     let instance = format!(
-        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{FORGE}\"]\nconfig = {{ hook-secret = \"forge:{FORGE}\", api-url = \"http://{api}\" }}\n"
+        "[plugins.instances.{name}]\nfile = \"forge-{name}.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{FORGE}\"]\nconfig = {{ hook-secret = \"forge:{FORGE}\"{} }}\n",
+        kind.instance_config(api)
     );
-    let tables = with_runner(data.path()) + &plugins_table(&dist, false, &instance);
+    let tables = crate::util::with_runner(data.path()) + &plugins_table(&dist, false, &instance);
     // Anyone with an account on the forge may sign in (`auth.open`).
     let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
     let p = s.principals().await;
@@ -458,9 +349,9 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .post(
             "/api/forges",
             Some(&p.admin),
-            &json!({"type": "github", "url": format!("http://{api}"), "client": CLIENT_ID,
+            &json!({"type": name, "url": format!("http://{api}"), "client": CLIENT_ID,
                     "oauth_client_secret": CLIENT_SECRET, "webhook_secret": "a-webhook-secret-of-ours",
-                    "additional_options": {"plugin": "github"}})
+                    "additional_options": {"plugin": name}})
             .to_string(),
         )
         .await
@@ -469,26 +360,17 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
     assert_eq!(forge["id"], FORGE);
     // A secret given on create is the one kept (and shown to the admin once).
     assert_eq!(forge["webhook_secret"], "a-webhook-secret-of-ours");
-    let secret = "a-webhook-secret-of-ours";
 
     // A callback with a state that is not ours, or ours in another browser, is refused.
     let mut stranger = Browser::new(&s.http);
-    let forged = stranger
-        .get(&format!("/authorize?code={GOOD_CODE}&state=forged"))
-        .await
-        .expect(303);
     assert_eq!(
-        forged.header("location"),
+        finish_sign_in(&mut stranger, "forged").await.as_deref(),
         Some("/login?error=invalid_state")
     );
     let mut victim = Browser::new(&s.http);
     let stolen = start_sign_in(&mut victim, FORGE).await;
-    let replayed = stranger
-        .get(&format!("/authorize?code={GOOD_CODE}&state={stolen}"))
-        .await
-        .expect(303);
     assert_eq!(
-        replayed.header("location"),
+        finish_sign_in(&mut stranger, &stolen).await.as_deref(),
         Some("/login?error=invalid_state")
     );
     // The forge's own error is passed on; a bad code is an OAuth error.
@@ -509,17 +391,13 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         Some("/login?error=oauth_error")
     );
     assert!(stranger.cookie("user_sess").is_none() && victim.cookie("user_sess").is_none());
-    s.http
-        .get("/login?error=oauth_error", None)
-        .await
-        .expect(200);
 
     // The dance: signed in as the forge's user, made from its account.
-    let mut browser = sign_in(&s, FORGE, api).await;
+    let mut browser = sign_in(&s, FORGE, api, kind).await;
     let config = globals(&browser.get("/web-config.js").await.expect(200));
     assert_eq!(config["USER"]["login"], "octocat");
     assert_eq!(config["USER"]["forge_id"], FORGE);
-    assert_eq!(config["USER"]["forge_remote_id"], "1001");
+    assert_eq!(config["USER"]["forge_remote_id"], kind.user_remote_id());
     assert_eq!(config["USER"]["email"], "octocat@example.com");
     let csrf = config["CSRF"].as_str().unwrap().to_string();
     let pat = browser
@@ -530,72 +408,174 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
 
     // The user's repositories come from the forge, as them; their token (a minute left) is
     // refreshed first.
+    let refreshes = |fake: &Shared| {
+        fake.lock()
+            .unwrap()
+            .seen
+            .iter()
+            .filter(|s| s.body.contains("refresh_token") && s.method == "POST")
+            .count()
+    };
+    let before = refreshes(&state);
     let listed = s
         .http
         .get("/api/user/repos?all=true", Some(&pat))
         .await
         .expect(200)
         .json();
+    let listed = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["full_name"] == kind.full_name())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{kind:?}: {listed}: the forge saw {:?}",
+                state.lock().unwrap().seen
+            )
+        });
     assert!(
-        listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["full_name"] == "octo/app"),
-        "{listed}: the forge saw {:?}",
-        state.lock().unwrap().seen
+        refreshes(&state) > before,
+        "{kind:?}: the expiring token was refreshed"
     );
     {
-        let gh = state.lock().unwrap();
-        let refreshed = gh.seen.iter().any(|(_, path, _, _, body)| {
-            path == "/login/oauth/access_token" && body.contains("refresh_token")
-        });
-        assert!(refreshed, "the expiring token was refreshed");
-        let last_list = gh
+        // The list was read with the refreshed token (the sign-in's own sync may still be
+        // using the first one).
+        let f = state.lock().unwrap();
+        let newest = f.live_tokens.last().unwrap().clone();
+        let listed_with: Vec<&str> = f
             .seen
             .iter()
-            .rev()
-            .find(|(_, path, ..)| path == "/user/repos")
-            .unwrap();
-        assert!(last_list.3.ends_with("ghu_token2"), "{:?}", last_list.3);
+            .filter(|s| s.path == kind.repos_path())
+            .map(|s| s.auth.as_str())
+            .collect();
+        assert!(
+            listed_with.iter().any(|a| a.ends_with(&newest)),
+            "{kind:?}: the list was read with {newest}: {listed_with:?}"
+        );
     }
 
-    // Activation creates the webhook as the user; the repository is theirs.
+    // Activation, as the web UI asks for it (by the forge's own id for the repository),
+    // creates the webhook as the user; the repository is theirs.
+    let remote_id = listed["forge_remote_id"].as_str().unwrap().to_string();
     let repo = s
         .http
         .post(
-            &format!("/api/repos?forge_remote_id=octo/app&forge_id={FORGE}"),
+            &format!(
+                "/api/repos?forge_remote_id={}&forge_id={FORGE}",
+                form_urlencoded::byte_serialize(remote_id.as_bytes()).collect::<String>()
+            ),
             Some(&pat),
             "",
         )
         .await
         .expect(200)
         .json();
+    assert_eq!(repo["full_name"], kind.full_name());
+    assert_eq!(repo["forge_remote_id"], remote_id.as_str());
     let id = repo["id"].as_i64().unwrap();
-    let hook_url = {
-        let gh = state.lock().unwrap();
-        assert_eq!(gh.hooks.len(), 1, "{:?}", gh.hooks);
-        let created = gh
+    {
+        let f = state.lock().unwrap();
+        assert_eq!(f.hooks.len(), 1, "{kind:?}: {:?}", f.hooks);
+        let created = f
             .seen
             .iter()
-            .find(|(m, path, ..)| m == "POST" && path == "/repos/octo/app/hooks")
+            .find(|s| s.method == "POST" && s.body.contains("/api/hook"))
             .unwrap();
         assert!(
-            created.3.contains("ghu_token"),
-            "as the user: {:?}",
-            created.3
+            created.auth.contains(ACCESS_PREFIX),
+            "{kind:?}: as the user: {:?}",
+            created.auth
         );
-        gh.hooks[0]["config"]["url"].as_str().unwrap().to_string()
+    }
+    let round = RoundTrip {
+        s,
+        fake: state,
+        api,
+        forge: FORGE,
+        pat,
+        id,
+        work,
+        bare,
     };
-    let hook_path = hook_url[hook_url.find("/api/hook").unwrap()..].to_string();
+
+    // A signed push: the pipeline clones with the forge's netrc, runs, and its statuses
+    // reach the forge, pending → success; a failing step gives a failure.
+    round.push_and_check("CHANGES.md", "success").await;
+    round.fake.lock().unwrap().config = FAILS.into();
+    round.push_and_check("NEWS.md", "failure").await;
+    round.fake.lock().unwrap().config = SUCCEEDS.into();
+    let metrics = round.s.http.get("/metrics", None).await.expect(200).text();
+    assert!(
+        metrics.contains("woodlark_forge_statuses_posted_total"),
+        "{metrics}"
+    );
+
+    // The forge's tokens are nowhere in clear on disk.
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", round.s.db_path().display());
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(ACCESS_PREFIX),
+            "{path} holds an access token"
+        );
+        assert!(
+            !text.contains(REFRESH_PREFIX),
+            "{path} holds a refresh token"
+        );
+        assert!(
+            !text.contains(CLIENT_SECRET),
+            "{path} holds the OAuth secret"
+        );
+    }
+    round
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitea_round_trip() {
+    round_trip(Kind::Gitea).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgejo_round_trip() {
+    round_trip(Kind::Forgejo).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_round_trip() {
+    round_trip(Kind::GitLab).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bitbucket_cloud_round_trip() {
+    round_trip(Kind::Bitbucket).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bitbucket_data_center_round_trip() {
+    round_trip(Kind::BitbucketDc).await;
+}
+
+/// GitHub's round trip, then what the forge decides beyond it: open pull requests,
+/// organisation admins, and a permission dropped on the forge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_round_trip_pull_requests_org_admin_and_dropped_permission() {
+    let RoundTrip {
+        s,
+        fake,
+        api,
+        forge,
+        pat,
+        id,
+        ..
+    } = round_trip(Kind::GitHub).await;
 
     // Open pull requests come from the forge.
     let prs = s
         .http
-        .get(
-            &format!("/api/repos/{}/pull_requests", repo["id"]),
-            Some(&pat),
-        )
+        .get(&format!("/api/repos/{id}/pull_requests"), Some(&pat))
         .await
         .expect(200)
         .json();
@@ -603,6 +583,12 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
 
     // The organisation's admins are who the forge says: octocat administers `octo` there,
     // so here too (its secrets are theirs to manage).
+    let repo = s
+        .http
+        .get(&format!("/api/repos/{id}"), Some(&pat))
+        .await
+        .expect(200)
+        .json();
     let org = repo["org_id"].as_i64().unwrap();
     let perm = s
         .http
@@ -620,90 +606,6 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .await
         .expect(200);
 
-    // A signed push: the pipeline runs and its statuses reach the forge, pending → success.
-    let push = |sha: &str| {
-        let mut payload: Value =
-            serde_json::from_str(include_str!("fixtures/github-push.json")).unwrap();
-        payload["repository"]["id"] = json!(42);
-        payload["repository"]["name"] = json!("app");
-        payload["repository"]["full_name"] = json!("octo/app");
-        payload["repository"]["owner"]["login"] = json!("octo");
-        payload["repository"]["owner"]["name"] = json!("octo");
-        payload["after"] = json!(sha);
-        payload["head_commit"]["id"] = json!(sha);
-        payload.to_string()
-    };
-    let deliver = |body: String| {
-        let http = s.http.clone();
-        let path = hook_path.clone();
-        async move {
-            let sig = sign(secret, body.as_bytes());
-            http.send(
-                "POST",
-                &path,
-                None,
-                Some(body.as_bytes()),
-                &[("x-github-event", "push"), ("x-hub-signature-256", &sig)],
-            )
-            .await
-            .expect(200)
-            .json()
-        }
-    };
-    let created = deliver(push(&first)).await;
-    let number = created["number"].as_i64().unwrap();
-    let done = wait_for(&s.http, &pat, id, number, 60, |p| {
-        matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
-    })
-    .await;
-    assert_eq!(done["status"], "success", "{done:#}");
-    let states_of = |sha: &str| {
-        let gh = state.lock().unwrap();
-        gh.statuses
-            .iter()
-            .filter(|(c, _)| c == sha)
-            .map(|(_, b)| b.clone())
-            .collect::<Vec<Value>>()
-    };
-    let posted = wait_until(30, || {
-        let s = states_of(&first);
-        s.last()
-            .filter(|b| b["state"] == "success")
-            .map(|_| s.clone())
-    })
-    .await
-    .unwrap_or_else(|| panic!("no success status: {:?}", states_of(&first)));
-    assert_eq!(posted[0]["state"], "pending", "{posted:?}");
-    let last = posted.last().unwrap();
-    assert_eq!(last["context"], "ci/woodpecker/push/woodpecker");
-    assert_eq!(last["description"], "Pipeline was successful");
-    let target = last["target_url"].as_str().unwrap();
-    assert!(
-        target.ends_with(&format!("/repos/{id}/pipeline/{number}/1")),
-        "{target}"
-    );
-
-    // A failing step: its status says failure.
-    state.lock().unwrap().config =
-        "steps:\n  - name: broken\n    image: sh\n    commands: [\"exit 3\"]\n".into();
-    let second = commit(&work, &bare, "CHANGES.md");
-    let created = deliver(push(&second)).await;
-    let number = created["number"].as_i64().unwrap();
-    wait_for(&s.http, &pat, id, number, 60, |p| p["status"] == "failure").await;
-    let failed = wait_until(30, || {
-        states_of(&second)
-            .last()
-            .filter(|b| b["state"] == "failure")
-            .cloned()
-    })
-    .await;
-    assert!(failed.is_some(), "{:?}", states_of(&second));
-    let metrics = s.http.get("/metrics", None).await.expect(200).text();
-    assert!(
-        metrics.contains("woodlark_forge_statuses_posted_total"),
-        "{metrics}"
-    );
-
     // The forge drops octocat to pull: signing in again syncs it, and the repository's
     // settings are no longer theirs to change.
     let settings = json!({"timeout": 30}).to_string();
@@ -711,8 +613,8 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .patch(&format!("/api/repos/{id}"), Some(&pat), &settings)
         .await
         .expect(200);
-    state.lock().unwrap().perm = json!({"admin": false, "push": false, "pull": true});
-    sign_in(&s, FORGE, api).await;
+    fake.lock().unwrap().perm = (true, false, false);
+    sign_in(&s, forge, api, Kind::GitHub).await;
     // The sync runs after the sign-in answered.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -731,29 +633,13 @@ async fn github_sign_in_repos_activation_pipeline_and_statuses() {
         .get(&format!("/api/repos/{id}"), Some(&pat))
         .await
         .expect(200);
-
-    // The forge's tokens are nowhere in clear on disk.
-    for suffix in ["", "-wal"] {
-        let path = format!("{}{suffix}", s.db_path().display());
-        let bytes = std::fs::read(&path).unwrap_or_default();
-        let text = String::from_utf8_lossy(&bytes);
-        assert!(!text.contains("ghu_token"), "{path} holds an access token");
-        assert!(
-            !text.contains("ghr_refresh"),
-            "{path} holds a refresh token"
-        );
-        assert!(
-            !text.contains(CLIENT_SECRET),
-            "{path} holds the OAuth secret"
-        );
-    }
 }
 
 #[tokio::test]
 async fn sign_in_needs_an_open_server_or_an_admin_login() {
     let dist = first_party_plugins();
     let data = tempfile::tempdir().unwrap();
-    let state: Shared = Arc::new(Mutex::new(GitHub::default()));
+    let state = fake(Kind::GitHub, "");
     let fake = state.clone();
     let api = fake_service(move |r| Some(answer(&fake, r))).await;
     let instance = format!(

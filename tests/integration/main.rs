@@ -18,6 +18,7 @@ mod browser;
 mod clients;
 mod docker;
 mod events;
+mod forge_fakes;
 mod forges;
 mod glance;
 mod http_core;

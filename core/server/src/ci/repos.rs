@@ -151,6 +151,25 @@ async fn remove_hook(ci: &Services, repo: &Repo) -> Result<(), Error> {
     Ok(driver.deactivate(repo).await?)
 }
 
+/// The repository `remote_id` names on the forge `driver` speaks to. Adapters look
+/// repositories up by full name, while clients pass the forge's own id (the web UI's "add
+/// repository" list sends `forge_remote_id` as the forge listed it): an id without a `/` is
+/// first looked for in the acting user's repository list.
+pub async fn find_remote(
+    driver: &dyn ForgeDriver,
+    remote_id: &str,
+) -> Result<RemoteRepo, forge::ForgeError> {
+    if !remote_id.contains('/')
+        && let Ok(listed) = driver.user_repos().await
+        && let Some((remote, _)) = listed.iter().find(|(r, _)| r.forge_remote_id == remote_id)
+    {
+        return driver
+            .repo(&format!("{}/{}", remote.owner, remote.name))
+            .await;
+    }
+    driver.repo(remote_id).await
+}
+
 /// Whether the user `driver` acts as administers `remote` on the forge (false when the forge
 /// cannot say).
 pub async fn forge_admin(driver: &dyn ForgeDriver, remote: &RemoteRepo) -> bool {

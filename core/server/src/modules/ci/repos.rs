@@ -114,7 +114,7 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let forge_id = forge.row.forge.id;
     let as_user = ctx.ci.tokens.as_user(&forge, account.user.id).await?;
     let driver = as_user.clone().unwrap_or_else(|| forge.driver.clone());
-    let remote = driver.repo(&remote_id).await?;
+    let remote = ci::repos::find_remote(driver.as_ref(), &remote_id).await?;
     // The forge's own id (a plugin forge may be asked by full name and answer with a number).
     let remote_id = remote.forge_remote_id.clone();
 
