@@ -6,6 +6,11 @@
 //! not follow redirects (a 3xx with a `Location` comes back without its body; following it is
 //! the caller's policy) and reads the body under a size limit. Deadlines are the caller's too
 //! (`tokio::time::timeout` around the call).
+//!
+//! [`Client::unverified`] is the same client without certificate checks, for forges an
+//! operator marked `skip_verify` (self-signed certificates): the handshake's signatures are
+//! still checked against the certificate the server presents, but not who issued it or
+//! which names it covers, as Go's `InsecureSkipVerify` (what upstream uses) does.
 
 use std::sync::Arc;
 
@@ -37,24 +42,34 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client that verifies servers against the Mozilla root set.
     pub fn new() -> Result<Client, ClientError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ClientError::Tls(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let tls = tls_builder()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Client::with_tls(tls))
+    }
+
+    /// A client that accepts any server certificate (see the module docs).
+    pub fn unverified() -> Result<Client, ClientError> {
+        let tls = tls_builder()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
+            .with_no_client_auth();
+        Ok(Client::with_tls(tls))
+    }
+
+    fn with_tls(tls: rustls::ClientConfig) -> Client {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .build();
-        Ok(Client {
+        Client {
             inner: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https),
-        })
+        }
     }
 
     /// Sends `request` and reads the answer's body, at most `max_body` bytes.
@@ -86,6 +101,67 @@ impl Client {
             })?
             .to_bytes();
         Ok(http::Response::from_parts(parts, body))
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn tls_builder()
+-> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier>, ClientError> {
+    rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Tls(e.to_string()))
+}
+
+/// Accepts every certificate chain and name; handshake signatures are still verified with
+/// the provider's algorithms.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -134,6 +210,56 @@ mod tests {
         assert_eq!(resp.status().as_u16(), 302);
         assert_eq!(resp.headers()["location"], "/elsewhere");
         assert!(resp.body().is_empty());
+    }
+
+    /// An HTTPS server with a self-signed certificate for 127.0.0.1, answering 200 "tls".
+    async fn serve_self_signed() -> String {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let key =
+            rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(sock).await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 4096];
+                    let _ = tls.read(&mut buf).await;
+                    let reply =
+                        "HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\ntls";
+                    let _ = tls.write_all(reply.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        format!("https://{addr}/")
+    }
+
+    #[tokio::test]
+    async fn only_the_unverified_client_accepts_a_self_signed_certificate() {
+        let url = serve_self_signed().await;
+        let err = Client::new()
+            .unwrap()
+            .send(get(&url), 10)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ClientError::Transport(_)), "{err}");
+        let ok = Client::unverified()
+            .unwrap()
+            .send(get(&url), 10)
+            .await
+            .unwrap();
+        assert_eq!((ok.status().as_u16(), &ok.body()[..]), (200, &b"tls"[..]));
     }
 
     #[tokio::test]

@@ -179,7 +179,12 @@ impl http_client::Host for CallState {
         let result = self
             .services
             .http
-            .send(&self.grants.allowed_hosts, out, max)
+            .send(
+                &self.grants.allowed_hosts,
+                self.unverified.as_ref(),
+                out,
+                max,
+            )
             .await;
         Ok(match result {
             Ok(r) => {

@@ -32,7 +32,7 @@ use crate::bindings::forge_v0_2::exports::woodlark::forge0_2_0::forge as wit_for
 use crate::bindings::registry_v0_1::exports::woodlark::registry::auth as wit_registry;
 use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets as wit_secrets;
 use crate::cache::ComponentCache;
-use crate::config::{InstanceConfig, PluginsConfig};
+use crate::config::{InstanceConfig, Origin, PluginsConfig};
 use crate::convert;
 use crate::engine::{EpochClock, new_engine};
 use crate::error::{HostError, LoadError, PluginError};
@@ -510,9 +510,16 @@ impl PluginHost {
         code: &str,
     ) -> Result<OAuthToken, PluginError> {
         self.require_v0_2(plugin, "exchange-code")?;
+        let unverified = unverified_origin(client.skip_verify, &client.forge_url);
         let args = (convert::oauth_client(client), code.to_string());
         let r: wit_forge::OauthToken = self
-            .call_export(plugin, WorldKind::ForgeAdapter, "exchange-code", args)
+            .call_export_with(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "exchange-code",
+                args,
+                unverified,
+            )
             .await?;
         let r = convert::oauth_token(r);
         self.check_output(plugin, &r)?;
@@ -527,9 +534,16 @@ impl PluginHost {
         refresh_token: &str,
     ) -> Result<OAuthToken, PluginError> {
         self.require_v0_2(plugin, "refresh-token")?;
+        let unverified = unverified_origin(client.skip_verify, &client.forge_url);
         let args = (convert::oauth_client(client), refresh_token.to_string());
         let r: wit_forge::OauthToken = self
-            .call_export(plugin, WorldKind::ForgeAdapter, "refresh-token", args)
+            .call_export_with(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "refresh-token",
+                args,
+                unverified,
+            )
             .await?;
         let r = convert::oauth_token(r);
         self.check_output(plugin, &r)?;
@@ -790,8 +804,28 @@ impl PluginHost {
         T: Send + Sync + 'static,
         (Result<T, WitError>,): ComponentNamedList + Lift,
     {
+        self.call_export_with(plugin, world, func, params, None)
+            .await
+    }
+
+    /// [`Self::call_export`], not verifying the certificate of `unverified` (a forge marked
+    /// `skip_verify`) in this call.
+    async fn call_export_with<P, T>(
+        &self,
+        plugin: &str,
+        world: WorldKind,
+        func: &'static str,
+        params: P,
+        unverified: Option<Origin>,
+    ) -> Result<T, PluginError>
+    where
+        P: ComponentNamedList + Lower + Send + Sync + 'static,
+        T: Send + Sync + 'static,
+        (Result<T, WitError>,): ComponentNamedList + Lift,
+    {
         self.call(plugin, world, move |loaded, store| {
             Box::pin(async move {
+                store.data_mut().unverified = unverified;
                 invoke::<P, (Result<T, WitError>,)>(loaded, store, func, params)
                     .await
                     .map(|(r,)| r)
@@ -831,8 +865,10 @@ impl PluginHost {
         T: Send + Sync + 'static,
         (Result<T, WitError>,): ComponentNamedList + Lift,
     {
+        let unverified = unverified_origin(ctx.skip_verify, &ctx.forge_url);
         self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
             Box::pin(async move {
+                store.data_mut().unverified = unverified;
                 let r = if loaded.is_forge_v0_1() {
                     let params = args.v0_1(convert::api_context_v0_1(ctx));
                     invoke::<_, (Result<T, WitError>,)>(loaded, store, func, params).await
@@ -937,6 +973,15 @@ impl PluginHost {
         }
         result
     }
+}
+
+/// The forge origin whose certificate a call skips checking: `forge_url`'s, when the forge
+/// is marked `skip_verify`.
+fn unverified_origin(skip_verify: bool, forge_url: &str) -> Option<Origin> {
+    if !skip_verify {
+        return None;
+    }
+    Origin::of(&forge_url.parse().ok()?)
 }
 
 /// The parameters of a forge-API export after its leading `api-context`, so one call path

@@ -8,7 +8,9 @@
 //! 3. the request body, header count and number of requests per call are capped; the
 //!    response body is read under `max_http_response_bytes` (a bigger one is `unavailable`);
 //! 4. the timeout is the request's own `timeout-ms`, never longer than what is left of the
-//!    plugin call's deadline.
+//!    plugin call's deadline;
+//! 5. certificates are verified, except for the one origin a call names as unverified: the
+//!    forge of a forge-API call whose forge is marked `skip_verify` (self-signed forges).
 //!
 //! Each exchange goes through the HTTP core's client (`woodlark_http::client`: rustls with the
 //! Mozilla root set, so no system state is consulted); this module adds the policy above.
@@ -50,18 +52,24 @@ pub(crate) enum OutError {
 #[derive(Clone)]
 pub(crate) struct HttpClient {
     client: Client,
+    /// The same client without certificate checks, only ever used for the call's
+    /// `unverified` origin.
+    unverified: Client,
 }
 
 impl HttpClient {
     pub fn new() -> Result<Self, HostError> {
         let client = Client::new().map_err(|e| HostError::Http(e.to_string()))?;
-        Ok(Self { client })
+        let unverified = Client::unverified().map_err(|e| HostError::Http(e.to_string()))?;
+        Ok(Self { client, unverified })
     }
 
-    /// Sends `req` under the allow-list; runs on the async runtime.
+    /// Sends `req` under the allow-list; runs on the async runtime. Requests to
+    /// `unverified` (and only those, redirects included) skip certificate checks.
     pub async fn send(
         &self,
         allowed: &HashSet<Origin>,
+        unverified: Option<&Origin>,
         req: OutRequest,
         max_response: u64,
     ) -> Result<OutResponse, OutError> {
@@ -112,7 +120,12 @@ impl HttpClient {
                 .body(Bytes::from(body.clone()))
                 .map_err(|e| OutError::Invalid(e.to_string()))?;
             let limit = usize::try_from(max_response).unwrap_or(usize::MAX);
-            let response = tokio::time::timeout_at(deadline, self.client.send(request, limit))
+            let client = if unverified == Some(&origin) {
+                &self.unverified
+            } else {
+                &self.client
+            };
+            let response = tokio::time::timeout_at(deadline, client.send(request, limit))
                 .await
                 .map_err(|_| OutError::Unavailable(format!("{origin}: timed out")))?
                 .map_err(|e| match e {

@@ -60,6 +60,9 @@ pub(crate) struct CallState {
     pub limiter: CallLimiter,
     pub log_lines: u32,
     pub http_calls: u32,
+    /// The origin whose TLS certificate this call does not verify: the forge of a forge
+    /// call made with `skip_verify` (see [`crate::http_client`]).
+    pub unverified: Option<Origin>,
 }
 
 impl CallState {
@@ -78,6 +81,7 @@ impl CallState {
             services,
             log_lines: 0,
             http_calls: 0,
+            unverified: None,
         }
     }
 

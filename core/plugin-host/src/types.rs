@@ -166,9 +166,9 @@ pub struct ApiContext {
     pub forge_url: String,
     /// The user's access token; empty for anonymous calls.
     pub token: String,
-    /// The forge's TLS certificate is not to be verified (self-signed forges). Passed to
-    /// adapters of contract 0.2.0; the host's outbound client does not honour it yet (it
-    /// always verifies against the Mozilla roots).
+    /// The forge's TLS certificate is not to be verified (self-signed forges): the host's
+    /// outbound client skips certificate checks for `forge_url`'s origin during the call,
+    /// and adapters of contract 0.2.0 are told.
     pub skip_verify: bool,
 }
 
