@@ -72,7 +72,7 @@ pub fn ensure_images() {
 }
 
 /// `[runner]` for the docker backend, workspaces in the data dir.
-fn docker_runner(data_dir: &Path) -> String {
+pub(crate) fn docker_runner(data_dir: &Path) -> String {
     format!(
         "#runner\n[runner]\nenabled = true\nbackend = \"docker\"\ncapacity = 2\nworkdir = {:?}\n",
         data_dir.join("runs").display().to_string()
@@ -80,7 +80,7 @@ fn docker_runner(data_dir: &Path) -> String {
 }
 
 /// The owner label of the server using `data_dir` (what its containers carry).
-fn owner_of(data_dir: &Path) -> String {
+pub(crate) fn owner_of(data_dir: &Path) -> String {
     format!(
         "server-{}",
         &woodlark::store::agents::token_hash(&data_dir.display().to_string())[..16]
@@ -168,7 +168,7 @@ async fn docker_server() -> DockerServer {
 
 /// Removes every object of an owner on drop: test servers are not stopped gracefully, and
 /// their owners (derived from temporary data dirs) never start again to sweep.
-struct EngineCleanup(String);
+pub(crate) struct EngineCleanup(pub(crate) String);
 
 impl Drop for EngineCleanup {
     fn drop(&mut self) {

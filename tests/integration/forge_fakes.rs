@@ -208,6 +208,12 @@ impl Fake {
         token
     }
 
+    /// Revokes every token, the refresh token too (the user disconnected the app).
+    pub(crate) fn revoke_all(&mut self) {
+        self.live_tokens.clear();
+        self.refresh_token.clear();
+    }
+
     /// Whether a clone presenting `login`/`password` may read the repository.
     pub(crate) fn clone_allowed(&self, login: &str, password: &str) -> bool {
         self.live_tokens.iter().any(|t| {

@@ -20,21 +20,38 @@ use crate::plugins::{fake_service, plugins_table};
 use crate::util::{TestServer, first_party_plugins, git};
 use crate::web::{Browser, globals};
 
-const SUCCEEDS: &str =
-    "steps:\n  - name: hi\n    image: sh\n    commands: [\"test -f README.md\"]\n";
-const FAILS: &str = "steps:\n  - name: broken\n    image: sh\n    commands: [\"exit 3\"]\n";
+/// Where the round trip's pipelines run.
+#[derive(Clone, Copy, PartialEq)]
+enum Backend {
+    Local,
+    Docker,
+}
 
-/// Serves the git repositories under `root` over smart HTTP (`git http-backend`), to clients
-/// whose basic-auth login `accept` takes (401 with a challenge otherwise): a private forge
-/// repository, cloned with the netrc the server hands the runner.
+impl Backend {
+    /// A config whose one step checks the clone (and so the netrc) and then exits `code`.
+    fn config(self, code: u8) -> String {
+        let image = match self {
+            Backend::Local => "sh",
+            Backend::Docker => crate::docker::BUSYBOX,
+        };
+        format!(
+            "steps:\n  - name: check\n    image: {image}\n    commands: [\"test -f README.md\", \"exit {code}\"]\n"
+        )
+    }
+}
+
+/// Serves the git repositories under `root` over smart HTTP (`git http-backend`) on `bind`,
+/// to clients whose basic-auth login `accept` takes (401 with a challenge otherwise): a
+/// private forge repository, cloned with the netrc the server hands the runner.
 async fn git_over_http(
+    bind: std::net::IpAddr,
     root: std::path::PathBuf,
     accept: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
 ) -> std::net::SocketAddr {
     use base64::Engine;
     use http_body_util::Full;
     let accept = Arc::new(accept);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind((bind, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let exec_path = git(&root, &["--exec-path"]).trim().to_string();
     tokio::spawn(async move {
@@ -237,6 +254,8 @@ struct RoundTrip {
     /// A clone of the forge's repository, and the bare repository it pushes to.
     work: PathBuf,
     bare: PathBuf,
+    /// Removes the docker backend's containers, networks and volumes when the test ends.
+    _engine: Option<crate::docker::EngineCleanup>,
 }
 
 impl RoundTrip {
@@ -310,6 +329,12 @@ impl RoundTrip {
 /// forge's netrc and succeeds, its statuses pending → success on the forge, and a failing
 /// one. The forge's tokens never reach the disk in clear.
 async fn round_trip(kind: Kind) -> RoundTrip {
+    round_trip_on(kind, Backend::Local).await
+}
+
+/// [`round_trip`] with the pipelines on `backend`. On the docker backend the clone runs in
+/// a container, which reaches the git server on the host's address on Docker's bridge.
+async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
     let dist = first_party_plugins();
     let data = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(data.path().join("octo")).unwrap();
@@ -323,13 +348,39 @@ async fn round_trip(kind: Kind) -> RoundTrip {
     git(&work, &["init", "-q", "-b", "main"]);
     commit(&work, &bare, "README.md");
 
-    let state = fake(kind, SUCCEEDS);
+    let state = fake(kind, &backend.config(0));
     // The repository is private: cloned over HTTP with the owner's token, presented as the
     // forge takes it.
     let tokens = state.clone();
-    let git_http = git_over_http(data.path().to_path_buf(), move |login, password| {
-        tokens.lock().unwrap().clone_allowed(login, password)
-    })
+    let (git_bind, runner, engine) = match backend {
+        Backend::Local => (
+            std::net::IpAddr::from([127, 0, 0, 1]),
+            crate::util::with_runner(data.path()),
+            None,
+        ),
+        Backend::Docker => {
+            crate::docker::ensure_images();
+            let gateway = crate::docker::docker(&[
+                "network",
+                "inspect",
+                "bridge",
+                "-f",
+                "{{(index .IPAM.Config 0).Gateway}}",
+            ]);
+            (
+                gateway.trim().parse().unwrap(),
+                crate::docker::docker_runner(data.path()),
+                Some(crate::docker::EngineCleanup(crate::docker::owner_of(
+                    data.path(),
+                ))),
+            )
+        }
+    };
+    let git_http = git_over_http(
+        git_bind,
+        data.path().to_path_buf(),
+        move |login, password| tokens.lock().unwrap().clone_allowed(login, password),
+    )
     .await;
     state.lock().unwrap().clone_url = format!("http://{git_http}/octo/app.git");
     let fake_state = state.clone();
@@ -340,7 +391,7 @@ async fn round_trip(kind: Kind) -> RoundTrip {
         "[plugins.instances.{name}]\nfile = \"forge-{name}.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{FORGE}\"]\nconfig = {{ hook-secret = \"forge:{FORGE}\"{} }}\n",
         kind.instance_config(api)
     );
-    let tables = crate::util::with_runner(data.path()) + &plugins_table(&dist, false, &instance);
+    let tables = runner + &plugins_table(&dist, false, &instance);
     // Anyone with an account on the forge may sign in (`auth.open`).
     let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
     let p = s.principals().await;
@@ -498,14 +549,15 @@ async fn round_trip(kind: Kind) -> RoundTrip {
         id,
         work,
         bare,
+        _engine: engine,
     };
 
     // A signed push: the pipeline clones with the forge's netrc, runs, and its statuses
     // reach the forge, pending → success; a failing step gives a failure.
     round.push_and_check("CHANGES.md", "success").await;
-    round.fake.lock().unwrap().config = FAILS.into();
+    round.fake.lock().unwrap().config = backend.config(3);
     round.push_and_check("NEWS.md", "failure").await;
-    round.fake.lock().unwrap().config = SUCCEEDS.into();
+    round.fake.lock().unwrap().config = backend.config(0);
     let metrics = round.s.http.get("/metrics", None).await.expect(200).text();
     assert!(
         metrics.contains("woodlark_forge_statuses_posted_total"),
@@ -556,6 +608,31 @@ async fn bitbucket_cloud_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bitbucket_data_center_round_trip() {
     round_trip(Kind::BitbucketDc).await;
+}
+
+/// The round trip with the docker backend: the clone container fetches the private
+/// repository over HTTP with the `CI_NETRC_*` login GitLab's token makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_round_trip_on_the_docker_backend() {
+    let round = round_trip_on(Kind::GitLab, Backend::Docker).await;
+    let (number, _) = round.push_and_check("MORE.md", "success").await;
+    let pipeline = round
+        .s
+        .http
+        .get(
+            &format!("/api/repos/{}/pipelines/{number}", round.id),
+            Some(&round.pat),
+        )
+        .await
+        .expect(200)
+        .json();
+    let clone = pipeline["workflows"][0]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "clone")
+        .unwrap_or_else(|| panic!("no clone step: {pipeline:#}"));
+    assert_eq!(clone["state"], "success", "{clone:#}");
 }
 
 /// GitHub's round trip, then what the forge decides beyond it: open pull requests,
@@ -633,6 +710,17 @@ async fn github_round_trip_pull_requests_org_admin_and_dropped_permission() {
         .get(&format!("/api/repos/{id}"), Some(&pat))
         .await
         .expect(200);
+
+    // octocat revokes the app on the forge: the forge refuses the token (and the refresh),
+    // which is not the forge being down: 403, saying to sign in again.
+    fake.lock().unwrap().revoke_all();
+    let refused = s
+        .http
+        .get("/api/user/repos?all=true", Some(&pat))
+        .await
+        .expect(403)
+        .text();
+    assert!(refused.contains("sign in again"), "{refused}");
 }
 
 #[tokio::test]
@@ -706,5 +794,89 @@ async fn sign_in_needs_an_open_server_or_an_admin_login() {
         form_post.text().contains("Content-Type: application/json"),
         "{}",
         form_post.text()
+    );
+}
+
+/// A forge with a self-signed certificate: refused while its certificate is checked (the
+/// code exchange fails, as an OAuth error), reached once the operator marks it
+/// `skip_verify` — sign-in and the API both.
+#[tokio::test]
+async fn a_forge_marked_skip_verify_is_reached_over_self_signed_tls() {
+    let dist = first_party_plugins();
+    let data = tempfile::tempdir().unwrap();
+    let state = fake(Kind::Gitea, &Backend::Local.config(0));
+    let fake_state = state.clone();
+    let api = crate::plugins::fake_tls_service(move |r| Some(answer(&fake_state, r))).await;
+    let instance = format!(
+        "[plugins.instances.gitea]\nfile = \"forge-gitea.wasm\"\nallowed_hosts = [\"https://{api}\"]\n"
+    );
+    let tables = plugins_table(&dist, false, &instance);
+    let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
+    let p = s.principals().await;
+    let forge = s
+        .http
+        .post(
+            "/api/forges",
+            Some(&p.admin),
+            &json!({"type": "gitea", "url": format!("https://{api}"), "client": CLIENT_ID,
+                    "oauth_client_secret": CLIENT_SECRET, "skip_verify": false,
+                    "additional_options": {"plugin": "gitea"}})
+            .to_string(),
+        )
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    let mut browser = Browser::new(&s.http);
+    let started = start_sign_in(&mut browser, forge).await;
+    assert_eq!(
+        finish_sign_in(&mut browser, &started).await.as_deref(),
+        Some("/login?error=oauth_error")
+    );
+    assert!(
+        !state
+            .lock()
+            .unwrap()
+            .seen
+            .iter()
+            .any(|s| s.method == "POST"),
+        "no request got through an unverified handshake"
+    );
+
+    s.http
+        .patch(
+            &format!("/api/forges/{forge}"),
+            Some(&p.admin),
+            &json!({"skip_verify": true}).to_string(),
+        )
+        .await
+        .expect(200);
+    let started = start_sign_in(&mut browser, forge).await;
+    assert_eq!(
+        finish_sign_in(&mut browser, &started).await.as_deref(),
+        Some("/")
+    );
+    let config = globals(&browser.get("/web-config.js").await.expect(200));
+    assert_eq!(config["USER"]["login"], "octocat");
+    let csrf = config["CSRF"].as_str().unwrap().to_string();
+    let pat = browser
+        .send("POST", "/api/user/token", None, &[("x-csrf-token", &csrf)])
+        .await
+        .expect(200)
+        .text();
+    let listed = s
+        .http
+        .get("/api/user/repos?all=true", Some(&pat))
+        .await
+        .expect(200)
+        .json();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["full_name"] == "octo/app"),
+        "{listed}"
     );
 }

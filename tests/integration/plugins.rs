@@ -548,6 +548,36 @@ pub async fn fake_service<F>(answer: F) -> std::net::SocketAddr
 where
     F: Fn(&FakeRequest) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
 {
+    fake_service_over(answer, None).await
+}
+
+/// [`fake_service`] over HTTPS, with a self-signed certificate for 127.0.0.1 (what a forge
+/// an operator marks `skip_verify` has).
+pub async fn fake_tls_service<F>(answer: F) -> std::net::SocketAddr
+where
+    F: Fn(&FakeRequest) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
+{
+    use tokio_rustls::rustls;
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    fake_service_over(answer, Some(acceptor)).await
+}
+
+async fn fake_service_over<F>(
+    answer: F,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::net::SocketAddr
+where
+    F: Fn(&FakeRequest) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -555,42 +585,58 @@ where
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let answer = answer.clone();
+            let (answer, tls) = (answer.clone(), tls.clone());
             tokio::spawn(async move {
-                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let answer = answer.clone();
-                    async move {
-                        let (parts, body) = req.into_parts();
-                        let request = FakeRequest {
-                            method: parts.method.to_string(),
-                            path: parts.uri.path().to_string(),
-                            query: parts.uri.query().unwrap_or("").to_string(),
-                            headers: parts.headers,
-                            body: http_body_util::BodyExt::collect(body)
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default(),
-                        };
-                        let Some((status, reply)) = answer(&request) else {
-                            // Hang: never answer.
-                            std::future::pending::<()>().await;
-                            unreachable!()
-                        };
-                        Ok::<_, Infallible>(
-                            hyper::Response::builder()
-                                .status(status)
-                                .body(Full::new(Bytes::from(reply)))
-                                .unwrap(),
-                        )
+                match tls {
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(stream).await {
+                            serve_fake(stream, answer).await;
+                        }
                     }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
+                    None => serve_fake(stream, answer).await,
+                }
             });
         }
     });
     addr
+}
+
+/// Serves one connection of a fake service.
+async fn serve_fake<S, F>(stream: S, answer: F)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: Fn(&FakeRequest) -> Option<(u16, String)> + Send + Sync + Clone + 'static,
+{
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let answer = answer.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let request = FakeRequest {
+                method: parts.method.to_string(),
+                path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or("").to_string(),
+                headers: parts.headers,
+                body: http_body_util::BodyExt::collect(body)
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default(),
+            };
+            let Some((status, reply)) = answer(&request) else {
+                // Hang: never answer.
+                std::future::pending::<()>().await;
+                unreachable!()
+            };
+            Ok::<_, Infallible>(
+                hyper::Response::builder()
+                    .status(status)
+                    .body(Full::new(Bytes::from(reply)))
+                    .unwrap(),
+            )
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+        .await;
 }
 
 fn backends_config(

@@ -497,7 +497,7 @@ pub fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<Org
         204 => true,
         // 404 not a member; 302 when the caller cannot see the org's members at all.
         302 | 404 => false,
-        s => return Err(unavailable(format!("{url}: HTTP {s}"))),
+        s => return Err(http::status_error(&url, s)),
     };
     if !member {
         return Ok(OrgPerm {

@@ -22,8 +22,22 @@ pub fn request(method: &str, url: &str, headers: Vec<Header>) -> Request {
     }
 }
 
+/// The error for an answer with an unexpected `status` from `what` (a URL or an API's name):
+/// 401, the forge refusing the credentials (a revoked or expired token), is `Denied`, so
+/// the server can tell a bad token from a forge that is down (`Unavailable`, every other
+/// status).
+pub fn status_error(what: &str, status: u16) -> PluginError {
+    if status == 401 {
+        crate::denied(format!(
+            "{what}: HTTP 401: the forge refused the credentials (revoked or expired token?)"
+        ))
+    } else {
+        crate::unavailable(format!("{what}: HTTP {status}"))
+    }
+}
+
 /// GET `url` with an optional bearer-style `Authorization` value and `Accept: application/json`;
-/// `Ok(None)` on 404, the parsed JSON on 2xx, `Unavailable` otherwise.
+/// `Ok(None)` on 404, the parsed JSON on 2xx, [`status_error`] otherwise.
 pub fn get_json(
     url: &str,
     authorization: Option<&str>,
@@ -38,7 +52,7 @@ pub fn get_json(
         200..=299 => serde_json::from_slice(&resp.body)
             .map(Some)
             .map_err(|e| crate::unavailable(format!("bad JSON from {url}: {e}"))),
-        s => Err(crate::unavailable(format!("{url}: HTTP {s}"))),
+        s => Err(status_error(url, s)),
     }
 }
 
@@ -64,7 +78,7 @@ pub fn get_contents_files(
 }
 
 /// GET a file's raw bytes with `extra` headers plus an optional `Authorization` value:
-/// `Ok(None)` on 404, the body on 200, `Unavailable` naming `api` otherwise.
+/// `Ok(None)` on 404, the body on 200, [`status_error`] naming `api` otherwise.
 pub fn get_file(
     url: &str,
     mut extra: Vec<Header>,
@@ -78,11 +92,11 @@ pub fn get_file(
     match resp.status {
         200 => Ok(Some(resp.body)),
         404 => Ok(None),
-        s => Err(crate::unavailable(format!("{api}: HTTP {s}"))),
+        s => Err(status_error(api, s)),
     }
 }
 
-/// Sends `body` as JSON with `method`; `Unavailable` unless the status is 2xx.
+/// Sends `body` as JSON with `method`; [`status_error`] unless the status is 2xx.
 pub fn send_json(
     method: &str,
     url: &str,
@@ -102,11 +116,11 @@ pub fn send_json(
     if (200..300).contains(&resp.status) {
         Ok(resp)
     } else {
-        Err(crate::unavailable(format!("{url}: HTTP {}", resp.status)))
+        Err(status_error(url, resp.status))
     }
 }
 
-/// DELETE `url`; 2xx and 404 (already gone) are success, anything else `Unavailable`.
+/// DELETE `url`; 2xx and 404 (already gone) are success, anything else [`status_error`].
 pub fn delete(url: &str, authorization: Option<&str>) -> Result<(), PluginError> {
     let mut hs = vec![headers::text("accept", "application/json")];
     if let Some(auth) = authorization {
@@ -115,7 +129,7 @@ pub fn delete(url: &str, authorization: Option<&str>) -> Result<(), PluginError>
     let resp = send(&request("DELETE", url, hs))?;
     match resp.status {
         200..=299 | 404 => Ok(()),
-        s => Err(crate::unavailable(format!("{url}: HTTP {s}"))),
+        s => Err(status_error(url, s)),
     }
 }
 
@@ -136,4 +150,22 @@ pub fn encode(s: &str) -> String {
 /// Percent-encodes a path, keeping the `/` separators.
 pub fn encode_path(path: &str) -> String {
     path.split('/').map(encode).collect::<Vec<_>>().join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_token_is_denied_and_other_statuses_unavailable() {
+        let refused = status_error("https://forge/api/user", 401);
+        assert!(matches!(refused, PluginError::Denied(ref m) if m.contains("HTTP 401")));
+        for status in [403, 429, 500, 502] {
+            let err = status_error("https://forge/api/user", status);
+            assert!(
+                matches!(err, PluginError::Unavailable(ref m) if m.ends_with(&format!("HTTP {status}"))),
+                "{status}: {err:?}"
+            );
+        }
+    }
 }

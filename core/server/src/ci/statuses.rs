@@ -155,7 +155,8 @@ async fn post_with_retries(
     loop {
         match driver.post_status(&repo.repo, commit, status).await {
             Ok(()) => return Ok(()),
-            Err(err @ ForgeError::Unsupported(_)) => return Err(err),
+            // Retrying helps neither an adapter without statuses nor a refused token.
+            Err(err @ (ForgeError::Unsupported(_) | ForgeError::Refused(_))) => return Err(err),
             Err(err) if attempt >= ATTEMPTS => return Err(err),
             Err(err) => {
                 tracing::debug!(repo = repo.repo.full_name, attempt, error = %err, "commit status failed; retrying");

@@ -171,6 +171,10 @@ pub enum ForgeError {
     /// A forge-adapter plugin failed (trapped, ran out of fuel, broke its contract).
     #[error("forge adapter failed: {0}")]
     AdapterFailed(String),
+    /// The forge refused the credentials (a revoked or expired token): signing in again
+    /// helps, retrying does not.
+    #[error("the forge refused the credentials; sign in again: {0}")]
+    Refused(String),
 }
 
 impl Classify for ForgeError {
@@ -182,6 +186,7 @@ impl Classify for ForgeError {
             ForgeError::Conflict(_) => Fault::Conflict(message),
             ForgeError::NoDriver(_) | ForgeError::Unsupported(_) => Fault::Unavailable(message),
             ForgeError::Failed(_) | ForgeError::AdapterFailed(_) => Fault::Upstream(message),
+            ForgeError::Refused(_) => Fault::Forbidden(message),
         }
     }
 }

@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use woodlark_plugin_host::{
-    ApiContext, OAuthClient, PluginError, PluginHost, StatusState, WorldKind,
+    ApiContext, ErrorKind, OAuthClient, PluginError, PluginHost, StatusState, WorldKind,
 };
 
 use super::drivers::PluginContext;
@@ -219,10 +219,19 @@ async fn call<T>(
     f.await.map_err(plugin_error)
 }
 
-/// A plugin failure as a forge error: its own "not found"-style answers stay client errors.
+/// A plugin failure as a forge error, by the kind the adapter gave: its "invalid" answers
+/// (not found, bad input) stay client errors, a refused token is [`ForgeError::Refused`],
+/// and a forge that is down or answers oddly is an upstream failure.
 pub fn plugin_error(err: PluginError) -> ForgeError {
     if err.is_unsupported() {
         return ForgeError::Unsupported(err.to_string());
+    }
+    match err.kind() {
+        Some(ErrorKind::Denied) => return ForgeError::Refused(err.to_string()),
+        Some(ErrorKind::Unavailable | ErrorKind::Internal) => {
+            return ForgeError::Failed(err.to_string());
+        }
+        Some(ErrorKind::InvalidInput) | None => {}
     }
     match err {
         PluginError::NotLoaded(name) => ForgeError::NoDriver(name),
