@@ -144,6 +144,8 @@ pub(crate) struct Posted {
     pub(crate) context: String,
     pub(crate) link: String,
     pub(crate) description: String,
+    /// The whole body, for the fields only some forges take.
+    pub(crate) body: Value,
 }
 
 /// What a fake forge holds and saw.
@@ -603,6 +605,7 @@ fn record_status(f: &mut Fake, commit: &str, body: &[u8], context: &str, link: &
         context: s(context),
         link: s(link),
         description: s("description"),
+        body: v.clone(),
     });
     v
 }

@@ -318,6 +318,27 @@ impl RoundTrip {
                 .ends_with(&format!("/repos/{}/pipeline/{number}/1", self.id)),
             "{kind:?}: {final_status:?}"
         );
+        // Bitbucket shows statuses per ref: Cloud takes the branch, Data Center the ref and
+        // the build's timing (its duration once the pipeline finished).
+        match kind {
+            Kind::Bitbucket => assert!(
+                posted.iter().all(|p| p.body["refname"] == "main"),
+                "{posted:?}"
+            ),
+            Kind::BitbucketDc => {
+                assert!(
+                    posted
+                        .iter()
+                        .all(|p| p.body["ref"] == "refs/heads/main"
+                            && p.body["parent"] == p.body["key"]),
+                    "{posted:?}"
+                );
+                let started = final_status.body["dateAdded"].as_i64().unwrap_or(0);
+                assert!(started > 0, "{final_status:?}");
+                assert!(final_status.body["duration"].is_u64(), "{final_status:?}");
+            }
+            _ => {}
+        }
         (number, posted.into_iter().map(|p| p.state).collect())
     }
 }

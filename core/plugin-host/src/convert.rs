@@ -223,6 +223,27 @@ pub(crate) fn commit_status(c: CommitStatus) -> f::CommitStatus {
         context: c.context,
         description: c.description,
         target_url: c.target_url,
+        branch: c.branch,
+        event: c.event,
+        started: c.started,
+        finished: c.finished,
+    }
+}
+
+/// The 0.1.0 record, which has no branch, event or times.
+pub(crate) fn commit_status_v0_1(c: CommitStatus) -> f01::CommitStatus {
+    f01::CommitStatus {
+        state: match c.state {
+            StatusState::Pending => f01::StatusState::Pending,
+            StatusState::Running => f01::StatusState::Running,
+            StatusState::Success => f01::StatusState::Success,
+            StatusState::Failure => f01::StatusState::Failure,
+            StatusState::Error => f01::StatusState::Error,
+            StatusState::Killed => f01::StatusState::Killed,
+        },
+        context: c.context,
+        description: c.description,
+        target_url: c.target_url,
     }
 }
 

@@ -410,10 +410,26 @@ impl PluginHost {
         commit: &str,
         status: CommitStatus,
     ) -> Result<(), PluginError> {
+        // The status record changed shape in 0.2.0 (branch, event, times), so it is lowered
+        // per contract here rather than through `call_forge`.
         let (full, commit) = (full_name.to_string(), commit.to_string());
-        let status = convert::commit_status(status);
-        self.call_forge(plugin, "post-status", ctx, (full, commit, status))
-            .await
+        let unverified = unverified_origin(ctx.skip_verify, &ctx.forge_url);
+        self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
+            Box::pin(async move {
+                store.data_mut().unverified = unverified;
+                let r = if loaded.is_forge_v0_1() {
+                    let ctx = convert::api_context_v0_1(ctx);
+                    let params = (ctx, full, commit, convert::commit_status_v0_1(status));
+                    invoke::<_, (Result<(), WitError>,)>(loaded, store, "post-status", params).await
+                } else {
+                    let ctx = convert::api_context(ctx);
+                    let params = (ctx, full, commit, convert::commit_status(status));
+                    invoke::<_, (Result<(), WitError>,)>(loaded, store, "post-status", params).await
+                };
+                r.map(|(r,)| r)
+            })
+        })
+        .await
     }
 
     /// The files pull request `pr_number` of `full_name` changes.

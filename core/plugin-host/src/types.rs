@@ -282,9 +282,10 @@ impl std::fmt::Debug for NetrcInfo {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StatusState {
+    #[default]
     Pending,
     Running,
     Success,
@@ -293,12 +294,19 @@ pub enum StatusState {
     Killed,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitStatus {
     pub state: StatusState,
     pub context: String,
     pub description: String,
     pub target_url: String,
+    /// The pipeline's branch (a pull request's target branch); empty when it has none.
+    pub branch: String,
+    /// The pipeline's event, as Woodpecker names it (`push`, `pull_request`, `tag`, …).
+    pub event: String,
+    /// When the pipeline started and finished, Unix seconds; 0 until then.
+    pub started: i64,
+    pub finished: i64,
 }
 
 /// A commit as a forge adapter's `branch-head` reports it.

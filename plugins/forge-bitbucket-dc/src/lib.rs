@@ -171,7 +171,8 @@ impl ForgeAdapter for BitbucketDc {
             web_root(&ctx),
             http::encode(&commit)
         );
-        ApiClient::bearer(&ctx).post_status(&url, &STATUS, status)
+        let body = build_status(status);
+        http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
     }
 
     /// The newest commit reachable from `refs/heads/<branch>`.
@@ -531,6 +532,25 @@ fn hooks(ctx: &ApiContext, full_name: &str) -> Result<HookApi, PluginError> {
     Ok(HookApi::new(list_url, auth_header(ctx, "Bearer"))
         .items_at("/values")
         .url_at("/url"))
+}
+
+/// A build status as upstream posts it: the state, key (and `parent`, the same), name,
+/// link and description, the ref built, when the pipeline started (milliseconds) and, once
+/// it finished, how long it took.
+fn build_status(status: CommitStatus) -> Value {
+    let (branch, started, finished) = (status.branch.clone(), status.started, status.finished);
+    let mut body = STATUS.body(status);
+    body["parent"] = body["key"].clone();
+    if !branch.is_empty() {
+        body["ref"] = format!("refs/heads/{branch}").into();
+    }
+    if started > 0 {
+        body["dateAdded"] = (started * 1000).into();
+        if finished >= started {
+            body["duration"] = ((finished - started) * 1000).into();
+        }
+    }
+    body
 }
 
 /// The webhook `create-hook` registers: every event in [`EVENTS`], signed with `secret`.

@@ -34,7 +34,8 @@
 //! | `netrc`          | no request: clone host, `x-token-auth`, the token                            |
 //!
 //! Statuses: `INPROGRESS`, `SUCCESSFUL`, `FAILED`, `STOPPED`; the context is the `name`, and
-//! the `key` too when it fits Bitbucket's 40 characters (else a shortened, still unique key).
+//! the `key` too when it fits Bitbucket's 40 characters (else a shortened, still unique key);
+//! a push's or pull request's status carries its branch as `refname`, as upstream sends it.
 
 use woodlark_plugin_sdk::forge::oauth;
 use woodlark_plugin_sdk::forge::*;
@@ -146,8 +147,15 @@ impl ForgeAdapter for Bitbucket {
             full_name,
             commit
         );
+        // As upstream: a push's or pull request's status names the branch it built.
+        let refname = (status.event == "push" || status.event.starts_with("pull_request"))
+            .then(|| status.branch.clone())
+            .filter(|b| !b.is_empty());
         let mut body = StatusFormat::BITBUCKET.body(status);
         body["key"] = status_key(&str_at(&body, "/key")).into();
+        if let Some(refname) = refname {
+            body["refname"] = refname.into();
+        }
         http::send_json("POST", &url, auth_header(&ctx, "Bearer").as_deref(), &body).map(|_| ())
     }
 

@@ -539,6 +539,7 @@ async fn bitbucket_dc_api() {
         context: "ci/woodlark/push".into(),
         description: "ok".into(),
         target_url: "https://ci.example.com/1".into(),
+        ..Default::default()
     };
     host.post_status("forge", ctx(&origin), "ACME/widget", "dddd", status)
         .await

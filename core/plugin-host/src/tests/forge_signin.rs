@@ -367,6 +367,7 @@ async fn github_user_repos_orgs_pulls_netrc_status() {
             context: "ci/woodpecker/push/build".into(),
             description: String::new(),
             target_url: "https://ci.example.com/repos/1/pipeline/2".into(),
+            ..Default::default()
         };
         host.post_status("github", c(), "o/r", "abc123", status)
             .await
@@ -435,6 +436,7 @@ async fn adapter_built_against_0_1_0_keeps_working() {
             context: "ci/woodpecker/push/build".into(),
             description: "Pipeline was successful".into(),
             target_url: "https://ci.example.com/1".into(),
+            ..Default::default()
         },
     )
     .await
@@ -578,6 +580,10 @@ pub(super) async fn post_each_status(
             context: "ci/woodpecker/push/build".into(),
             description: String::new(),
             target_url: "https://ci.example.com/repos/1/pipeline/2".into(),
+            branch: "main".into(),
+            event: "push".into(),
+            started: 1_700_000_000,
+            finished: 1_700_000_042,
         };
         host.post_status(name, c.clone(), "o/r", "abc123", status)
             .await

@@ -322,6 +322,8 @@ async fn bitbucket_user_repos_orgs_pulls_netrc_status() {
     assert_eq!(body["key"], "ci/woodpecker/push/build");
     assert_eq!(body["name"], "ci/woodpecker/push/build");
     assert_eq!(body["url"], "https://ci.example.com/repos/1/pipeline/2");
+    // A push's (or pull request's) status names its branch, as upstream sends it.
+    assert_eq!(body["refname"], "main");
 
     // A context longer than Bitbucket's 40-character key: shortened, unique, the name whole.
     let mut keys = Vec::new();
@@ -335,6 +337,7 @@ async fn bitbucket_user_repos_orgs_pulls_netrc_status() {
             context: context.clone(),
             description: String::new(),
             target_url: "https://ci.example.com/repos/1/pipeline/2".into(),
+            ..Default::default()
         };
         host.post_status("bitbucket", c(), "o/r", "abc123", status)
             .await
@@ -343,6 +346,10 @@ async fn bitbucket_user_repos_orgs_pulls_netrc_status() {
         let key = body["key"].as_str().unwrap().to_string();
         assert!(key.chars().count() <= 40, "{key}");
         assert_eq!(body["name"], context.as_str());
+        assert!(
+            body.get("refname").is_none(),
+            "no branch, no refname: {body}"
+        );
         keys.push(key);
     }
     assert_ne!(keys[0], keys[1]);

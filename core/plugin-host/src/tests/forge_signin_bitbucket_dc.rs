@@ -347,4 +347,9 @@ async fn bitbucket_dc_user_repos_orgs_pulls_netrc_status() {
     assert_eq!(body["key"], "ci/woodpecker/push/build");
     assert_eq!(body["url"], "https://ci.example.com/repos/1/pipeline/2");
     assert_eq!(body["description"], "Pipeline was canceled");
+    // As upstream: the ref built, the status's parent (its key) and the pipeline's timing.
+    assert_eq!(body["ref"], "refs/heads/main");
+    assert_eq!(body["parent"], "ci/woodpecker/push/build");
+    assert_eq!(body["duration"], 42_000);
+    assert_eq!(body["dateAdded"], 1_700_000_000_000i64);
 }

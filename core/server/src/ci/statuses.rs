@@ -194,6 +194,10 @@ fn commit_status(
             pipeline.number,
             workflow.pid
         ),
+        branch: pipeline.commit.branch.clone(),
+        event: pipeline.event.as_str().to_string(),
+        started: pipeline.started,
+        finished: pipeline.finished,
     }
 }
 

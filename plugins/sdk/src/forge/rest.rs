@@ -246,6 +246,10 @@ mod tests {
             context: "ci/woodlark".into(),
             description: "running".into(),
             target_url: "https://ci.example/1".into(),
+            branch: "main".into(),
+            event: "push".into(),
+            started: 0,
+            finished: 0,
         }
     }
 

@@ -132,6 +132,14 @@ pub struct CommitStatus {
     pub description: String,
     /// The workflow's page on this server.
     pub target_url: String,
+    /// The pipeline's branch (Bitbucket shows statuses per ref).
+    pub branch: String,
+    /// The pipeline's event, as upstream names it.
+    pub event: String,
+    /// The pipeline's start and end, Unix seconds (0 until then): Bitbucket Data Center
+    /// shows a build's duration.
+    pub started: i64,
+    pub finished: i64,
 }
 
 /// Where the browser goes to sign in, and where the forge sends it back.

@@ -511,6 +511,10 @@ impl ForgeDriver for PluginForge {
             context: status.context.clone(),
             description: status.description.clone(),
             target_url: status.target_url.clone(),
+            branch: status.branch.clone(),
+            event: status.event.clone(),
+            started: status.started,
+            finished: status.finished,
         };
         call(self.host.post_status(
             &self.plugin,
