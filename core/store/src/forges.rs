@@ -103,7 +103,7 @@ impl rusqlite::types::FromSql for ForgeKind {
 /// Serialised with `type` as the web UI knows it ([`ForgeKind::api_name`]) and the stored
 /// type in `woodlark_type`; deserialised (from the `data` column, which holds neither) field
 /// by field.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Forge {
     #[serde(default)]
     pub id: i64,
@@ -230,6 +230,15 @@ pub fn list(conn: &Tx, page: u32, per_page: u32) -> StoreResult<Vec<Forge>> {
     Ok(rows.map(|r| r.map(|f| f.forge)).collect::<Result<_, _>>()?)
 }
 
+/// Whether a forge served by an adapter (anything but the built-in `git` forge) is stored.
+pub fn any_served_by_adapters(conn: &Tx) -> StoreResult<bool> {
+    Ok(conn.cached_row(
+        "SELECT EXISTS (SELECT 1 FROM forges WHERE type <> ?1)",
+        [ForgeKind::Git.as_str()],
+        |r| r.get(0),
+    )?)
+}
+
 pub fn count(conn: &Tx) -> StoreResult<i64> {
     Ok(conn.cached_row("SELECT count(*) FROM forges", [], |r| r.get(0))?)
 }
@@ -336,4 +345,37 @@ pub fn delete(conn: &Tx, id: i64) -> StoreResult<()> {
     conn.cached_exec("DELETE FROM forges WHERE id = ?1", [id])?;
     events::append(conn, RECORD_TYPE, Action::Deleted, id, &forge, owner())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrations::migrate;
+
+    #[test]
+    fn only_forges_other_than_git_are_served_by_adapters() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let c = Tx::new(&conn);
+        assert!(!any_served_by_adapters(c).unwrap(), "no forge");
+        let git = Forge {
+            kind: ForgeKind::Git,
+            url: "/srv/git".into(),
+            ..Forge::default()
+        };
+        create(c, &git, "", "s").unwrap();
+        assert!(
+            !any_served_by_adapters(c).unwrap(),
+            "the built-in forge only"
+        );
+        let github = Forge {
+            kind: ForgeKind::Github,
+            url: "https://github.com".into(),
+            ..Forge::default()
+        };
+        let github = create(c, &github, "", "s").unwrap();
+        assert!(any_served_by_adapters(c).unwrap());
+        delete(c, github.id).unwrap();
+        assert!(!any_served_by_adapters(c).unwrap());
+    }
 }

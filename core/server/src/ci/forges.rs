@@ -25,6 +25,7 @@ pub async fn create(
         .write(move |c| forges::create(c, &forge, &sealed_client, &sealed_webhook))
         .await?;
     tracing::info!(forge = created.id, kind = %created.kind, "forge created");
+    ci.status_targets.refresh(&ci.store).await;
     Ok(created)
 }
 
@@ -53,6 +54,7 @@ pub async fn update(
         })
         .await;
     ci.drivers.forget(id);
+    ci.status_targets.refresh(&ci.store).await;
     Ok(updated?)
 }
 
@@ -60,5 +62,6 @@ pub async fn update(
 pub async fn delete(ci: &Services, id: i64) -> Result<(), Error> {
     let deleted = ci.store.write(move |c| forges::delete(c, id)).await;
     ci.drivers.forget(id);
+    ci.status_targets.refresh(&ci.store).await;
     Ok(deleted?)
 }

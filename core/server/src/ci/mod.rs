@@ -76,6 +76,9 @@ pub struct Services {
     pub runner_shutdown: Arc<crate::runner::Shutdown>,
     /// Commit statuses posted to forges, and given up.
     pub status_counts: Arc<statuses::StatusCounts>,
+    /// Whether any stored forge can show commit statuses (the poster follows the feed only
+    /// then).
+    pub status_targets: Arc<statuses::Targets>,
     /// Organisation memberships read from forges, kept a few minutes.
     pub memberships: Arc<orgs::MembershipCache>,
     /// Permissions the forge could not give lately, not asked for again yet.
@@ -130,6 +133,7 @@ impl Services {
             numbers: Arc::default(),
             runner_shutdown: Arc::default(),
             status_counts: Arc::default(),
+            status_targets: Arc::default(),
             memberships: Arc::default(),
             perm_sync_pauses: Arc::default(),
             settings,

@@ -9,13 +9,17 @@
 //! logged and counted (`woodlark_forge_status_failures_total`), never failing the pipeline.
 //! Posts for one pipeline are made one at a time, from its state as read just before, so a
 //! late `running` never lands after `success`.
+//!
+//! The poster follows the feed only while some stored forge can show statuses ([`Targets`]):
+//! the feed rebuilds pipelines only for subscribers, so a server with only the built-in git
+//! forge pays nothing for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, Semaphore, broadcast};
+use tokio::sync::{Mutex, Semaphore, broadcast, watch};
 
 use super::Services;
 use super::forge::{CommitStatus, ForgeDriver, ForgeError};
@@ -42,13 +46,62 @@ pub struct StatusCounts {
 /// What was last posted for each workflow of a pipeline.
 type Posted = HashMap<i64, Status>;
 
-/// Follows the pipeline feed and posts statuses until the feed ends.
+/// Whether any stored forge is served by an adapter (the built-in git forge has nowhere to
+/// show a status). Refreshed after every forge change.
+pub struct Targets(watch::Sender<bool>);
+
+impl Default for Targets {
+    fn default() -> Targets {
+        Targets(watch::Sender::new(false))
+    }
+}
+
+impl Targets {
+    /// Reads from the store whether a forge can show statuses now.
+    pub async fn refresh(&self, store: &crate::store::Store) {
+        match store
+            .read(crate::store::forges::any_served_by_adapters)
+            .await
+        {
+            Ok(any) => {
+                self.0.send_replace(any);
+            }
+            Err(err) => tracing::warn!(error = %err, "forges not read; status poster unchanged"),
+        }
+    }
+}
+
+/// Posts statuses while some forge can show them, until the feed ends.
 pub async fn run(ci: Services) {
+    ci.status_targets.refresh(&ci.store).await;
+    let mut targets = ci.status_targets.0.subscribe();
+    loop {
+        if targets.wait_for(|any| *any).await.is_err() {
+            return;
+        }
+        if follow(&ci, &mut targets).await.is_none() {
+            return;
+        }
+    }
+}
+
+/// Follows the pipeline feed and posts statuses until no forge can show them (`Some`) or
+/// the feed ends (`None`).
+async fn follow(ci: &Services, targets: &mut watch::Receiver<bool>) -> Option<()> {
     let mut changes = ci.feed.subscribe();
     let posted: Arc<std::sync::Mutex<HashMap<i64, Arc<Mutex<Posted>>>>> = Arc::default();
     let slots = Arc::new(Semaphore::new(PARALLEL));
     loop {
-        let message = match changes.recv().await {
+        let received = tokio::select! {
+            received = changes.recv() => received,
+            changed = targets.changed() => {
+                if changed.is_err() || !*targets.borrow_and_update() {
+                    return Some(());
+                }
+                continue;
+            }
+        };
+        let message = match received {
             Ok(message) => message,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::warn!(
@@ -57,7 +110,7 @@ pub async fn run(ci: Services) {
                 );
                 continue;
             }
-            Err(broadcast::error::RecvError::Closed) => return,
+            Err(broadcast::error::RecvError::Closed) => return None,
         };
         let pipeline_id = message.pipeline_id;
         let state = posted
