@@ -7,7 +7,10 @@
 //!   nodes *after* alias expansion ([`MAX_NODES`]) — the "billion laughs" document fails with
 //!   a clear error instead of eating the machine;
 //! - resolve aliases (`*anchor`) and merge keys (`<<: *anchor`, `<<: [*a, *b]`), which
-//!   Woodpecker configs use a lot and which YAML 1.2 parsers do not do by themselves;
+//!   Woodpecker configs use a lot and which YAML 1.2 parsers do not do by themselves, and
+//!   the sequence merges of upstream's YAML library: a list item `- <<: *list` (or
+//!   `- <<: [*a, *b]`, lists of lists) is replaced by the items of the list(s);
+//! - accept a leading UTF-8 byte-order mark, as Go's YAML library does;
 //! - keep the source line of every node for error messages, and the exact text of scalars
 //!   (`1.10` stays `1.10`; it is not turned into the float `1.1`).
 //!
@@ -70,6 +73,8 @@ pub struct Node {
     pub line: usize,
     /// Number of nodes in this subtree (itself included); used for the alias budget.
     size: usize,
+    /// A sequence merge (`- <<: *list`): its items go into the enclosing list in its place.
+    splice: bool,
 }
 
 impl Node {
@@ -82,6 +87,7 @@ impl Node {
             },
             line: 0,
             size: 1,
+            splice: false,
         }
     }
 
@@ -237,6 +243,7 @@ pub fn parse(text: &str) -> Result<Node, YamlError> {
             0,
         ));
     }
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     match catch_unwind(AssertUnwindSafe(|| Builder::default().run(text))) {
         Ok(result) => result,
         Err(_) => Err(YamlError::new("the YAML parser failed on this input", 0)),
@@ -302,6 +309,7 @@ impl Builder {
                         value: Value::Scalar { text, plain },
                         line,
                         size: 1,
+                        splice: false,
                     };
                     self.push(node, anchor, line)?;
                 }
@@ -332,11 +340,13 @@ impl Builder {
                         anchor,
                         line,
                     }) => {
+                        let items = splice_merges(items);
                         let size = 1 + items.iter().map(|n| n.size).sum::<usize>();
                         let node = Node {
                             value: Value::Seq(items),
                             line,
                             size,
+                            splice: false,
                         };
                         self.push(node, anchor, line)?;
                     }
@@ -384,6 +394,12 @@ impl Builder {
 
     /// Attach a finished node to its parent (or make it the root).
     fn push(&mut self, node: Node, anchor: usize, line: usize) -> Result<(), YamlError> {
+        if node.splice && !matches!(self.stack.last(), Some(Frame::Seq { .. })) {
+            return Err(YamlError::new(
+                "a sequence merge (`<<: *list`) must be an item of a list (`- <<: *list`)",
+                node.line,
+            ));
+        }
         if anchor != 0 {
             self.anchors.insert(anchor, node.clone());
         }
@@ -410,9 +426,66 @@ fn is_str_tag(tag: Option<&Tag>) -> bool {
     })
 }
 
+/// A list's items with each sequence merge replaced by the items it stands for.
+fn splice_merges(items: Vec<Node>) -> Vec<Node> {
+    if !items.iter().any(|n| n.splice) {
+        return items;
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Node {
+                splice: true,
+                value: Value::Seq(merged),
+                ..
+            } => out.extend(merged),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// `{<<: list}` as a list item: the items of the list, or of each list when it holds lists
+/// (upstream's sequence merge); `None` when the value is a map or a list of maps (a map
+/// merge).
+fn sequence_merge(value: &Node) -> Option<Vec<Node>> {
+    let Value::Seq(items) = &value.value else {
+        return None;
+    };
+    if items.iter().all(|i| matches!(i.value, Value::Map(_))) {
+        return None;
+    }
+    if items.iter().all(|i| matches!(i.value, Value::Seq(_))) {
+        return Some(
+            items
+                .iter()
+                .flat_map(|i| match &i.value {
+                    Value::Seq(inner) => inner.clone(),
+                    _ => Vec::new(),
+                })
+                .collect(),
+        );
+    }
+    Some(items.clone())
+}
+
 /// Turn raw entries into a mapping: keys must be scalars and unique; `<<` merge keys insert
 /// the entries of the referenced map(s) at their position, never overriding an explicit key.
+/// A map whose only key is `<<` with a list (of values or of lists) is a sequence merge: a
+/// node its enclosing list replaces by those values.
 fn finish_map(entries: Vec<(Node, Node)>, line: usize) -> Result<Node, YamlError> {
+    if let [(key, value)] = entries.as_slice()
+        && is_merge_key(key)
+        && let Some(items) = sequence_merge(value)
+    {
+        let size = items.iter().map(|n| n.size).sum::<usize>();
+        return Ok(Node {
+            value: Value::Seq(items),
+            line,
+            size,
+            splice: true,
+        });
+    }
     let explicit: Vec<&str> = entries
         .iter()
         .filter(|(k, _)| !is_merge_key(k))
@@ -428,7 +501,7 @@ fn finish_map(entries: Vec<(Node, Node)>, line: usize) -> Result<Node, YamlError
                 Value::Seq(items) => items.iter().collect(),
                 _ => {
                     return Err(YamlError::new(
-                        "`<<` (merge key) needs a map or a list of maps",
+                        "`<<` (merge key) needs a map or a list of maps (a list merges into a list only as its own item: `- <<: *list`)",
                         key.line,
                     ));
                 }
@@ -470,6 +543,7 @@ fn finish_map(entries: Vec<(Node, Node)>, line: usize) -> Result<Node, YamlError
         value: Value::Map(out),
         line,
         size,
+        splice: false,
     })
 }
 
@@ -580,5 +654,55 @@ mod tests {
         let e = parse(&block).unwrap_err();
         assert!(e.message.contains("nested too deeply"), "{e:?}");
         assert!(parse(&"x".repeat(MAX_BYTES + 1)).is_err());
+    }
+
+    fn texts(node: &Node) -> Vec<String> {
+        match &node.value {
+            Value::Seq(items) => items
+                .iter()
+                .map(|i| i.as_str().unwrap_or("?").to_string())
+                .collect(),
+            other => panic!("not a list: {other:?}"),
+        }
+    }
+
+    /// Upstream's documented sequence merges (docs/20-usage/90-advanced-usage.md).
+    #[test]
+    fn sequence_merges_splice_lists_into_lists() {
+        let doc = "variables:\n  pre_cmds: &pre_cmds\n    - echo start\n    - whoami\n  post_cmds: &post_cmds\n    - echo stop\n  hello_cmd: &hello_cmd\n    - echo hello\nsteps:\n  - name: step1\n    commands:\n      - <<: *pre_cmds\n      - echo exec\n      - <<: *post_cmds\n  - name: step2\n    commands:\n      - <<: [*pre_cmds, *hello_cmd]\n      - echo second\n      - <<: *post_cmds\n";
+        let n = parse(doc).unwrap();
+        let Value::Seq(steps) = &n.get("steps").unwrap().value else {
+            panic!()
+        };
+        assert_eq!(
+            texts(steps[0].get("commands").unwrap()),
+            ["echo start", "whoami", "echo exec", "echo stop"]
+        );
+        assert_eq!(
+            texts(steps[1].get("commands").unwrap()),
+            [
+                "echo start",
+                "whoami",
+                "echo hello",
+                "echo second",
+                "echo stop"
+            ]
+        );
+        // Map merges are unchanged, and a list merged into a map is an error.
+        let maps = parse("a: &a {x: 1}\nb: &b {y: 2}\nc:\n  <<: [*a, *b]\n").unwrap();
+        assert_eq!(
+            maps.get("c").unwrap().to_json(),
+            serde_json::json!({"x": 1, "y": 2})
+        );
+        let err = parse("l: &l [1, 2]\nm:\n  <<: *l\n").unwrap_err();
+        assert!(err.message.contains("`- <<: *list`"), "{err:?}");
+        let err = parse("l: &l [1, 2]\nm:\n  <<: *l\n  k: v\n").unwrap_err();
+        assert!(err.message.contains("merge key"), "{err:?}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_accepted() {
+        let n = parse("\u{feff}steps:\n  - name: a\n").unwrap();
+        assert!(n.get("steps").is_some(), "{n:?}");
     }
 }
