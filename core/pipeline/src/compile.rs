@@ -86,6 +86,8 @@ impl Errors {
 struct Built {
     file: String,
     workflow: CompiledWorkflow,
+    /// The workflows of `workflow.depends_on` it may do without (`optional: true`).
+    optional: Vec<String>,
 }
 
 fn compile_file(
@@ -113,11 +115,12 @@ fn compile_file(
     for axis in axes {
         let number = built.len() + 1;
         match compile_workflow(input, file, &name, number, &axis) {
-            Outcome::Built(workflow, issues) => {
+            Outcome::Built(workflow, optional, issues) => {
                 errors.add_all(&file.name, issues);
                 built.push(Built {
                     file: file.name.clone(),
                     workflow: *workflow,
+                    optional,
                 });
             }
             Outcome::Filtered(issues) | Outcome::Failed(issues) => {
@@ -128,8 +131,8 @@ fn compile_file(
 }
 
 enum Outcome {
-    /// Compiled (the issues are warnings).
-    Built(Box<CompiledWorkflow>, Vec<Issue>),
+    /// Compiled, with its optional dependencies (the issues are warnings).
+    Built(Box<CompiledWorkflow>, Vec<String>, Vec<Issue>),
     /// Filtered out by `when` or left without steps.
     Filtered(Vec<Issue>),
     /// Blocking problems.
@@ -237,11 +240,16 @@ fn compile_workflow(
                     name: name.to_string(),
                     environ: axis.clone(),
                     labels,
-                    depends_on: spec.depends_on.clone(),
+                    depends_on: spec.depends_on.iter().map(|d| d.name.clone()).collect(),
                     runs_on: spec.runs_on.clone(),
                     skip_clone: spec.skip_clone,
                     steps,
                 }),
+                spec.depends_on
+                    .iter()
+                    .filter(|d| d.optional)
+                    .map(|d| d.name.clone())
+                    .collect(),
                 issues,
             )
         }
@@ -499,8 +507,10 @@ fn privileged_image(allowed: &[String], image: &str) -> bool {
     allowed.iter().any(|a| name(a) == wanted)
 }
 
-/// Cross-workflow `depends_on`: unknown names are errors, dependencies on filtered-out
-/// workflows drop the dependant (transitively), cycles are errors.
+/// Cross-workflow `depends_on`, as upstream: a required dependency on a workflow no file
+/// defines is an error; a workflow whose required dependency was filtered out is dropped
+/// (transitively), and an optional dependency that is missing is dropped from the list; a
+/// cycle is an error.
 fn link_workflows(
     built: Vec<Built>,
     defined: &[String],
@@ -508,7 +518,7 @@ fn link_workflows(
 ) -> Vec<CompiledWorkflow> {
     for b in &built {
         for dep in &b.workflow.depends_on {
-            if !defined.contains(dep) {
+            if !defined.contains(dep) && !b.optional.contains(dep) {
                 errors.add(
                     &b.file,
                     Issue::linter("depends_on", format!("depends on unknown workflow `{dep}`")),
@@ -520,10 +530,19 @@ fn link_workflows(
     loop {
         let names: Vec<String> = kept.iter().map(|b| b.workflow.name.clone()).collect();
         let before = kept.len();
-        kept.retain(|b| b.workflow.depends_on.iter().all(|d| names.contains(d)));
+        kept.retain(|b| {
+            b.workflow
+                .depends_on
+                .iter()
+                .all(|d| names.contains(d) || b.optional.contains(d))
+        });
         if kept.len() == before {
             break;
         }
+    }
+    let names: Vec<String> = kept.iter().map(|b| b.workflow.name.clone()).collect();
+    for b in &mut kept {
+        b.workflow.depends_on.retain(|d| names.contains(d));
     }
     if let Some((file, cycle)) = workflow_cycle(&kept) {
         errors.add(

@@ -465,6 +465,55 @@ fn several_files_with_workflow_dependencies() {
     assert_eq!(run(&files, meta(), Vec::new()), ok(vec![]));
 }
 
+/// Upstream's optional workflow dependencies: dropped when the workflow they name was
+/// filtered out or is not defined at all; a required one still drops its dependant.
+#[test]
+fn optional_workflow_dependencies_are_dropped_when_missing() {
+    let test = file(
+        ".woodpecker/test.yaml",
+        "when: {event: tag}\nsteps:\n  t: {image: sh, commands: [t]}\n",
+    );
+    let deploy = file(
+        ".woodpecker/deploy.yaml",
+        "depends_on:\n  - name: test\n    optional: true\n  - {name: lint, optional: true}\nsteps:\n  d: {image: sh, commands: [d]}\n",
+    );
+    let got = run(&[test.clone(), deploy], meta(), Vec::new());
+    assert!(got.errors.is_empty(), "{:?}", got.errors);
+    let names: Vec<(&str, &Vec<String>)> = got
+        .workflows
+        .iter()
+        .map(|w| (w.name.as_str(), &w.depends_on))
+        .collect();
+    assert_eq!(names, [("deploy", &Vec::<String>::new())]);
+
+    // Present, the optional dependency is an ordinary one.
+    let test_runs = file(
+        ".woodpecker/test.yaml",
+        "steps:\n  t: {image: sh, commands: [t]}\n",
+    );
+    let deploy = file(
+        ".woodpecker/deploy.yaml",
+        "depends_on: [{name: test, optional: true}]\nsteps:\n  d: {image: sh, commands: [d]}\n",
+    );
+    let got = run(&[test_runs, deploy], meta(), Vec::new());
+    let deploy = got.workflows.iter().find(|w| w.name == "deploy").unwrap();
+    assert_eq!(deploy.depends_on, strings(&["test"]));
+
+    // A required dependency on an unknown workflow is still an error.
+    let deploy = file(
+        ".woodpecker/deploy.yaml",
+        "depends_on: [test, {name: lint}]\nsteps:\n  d: {image: sh, commands: [d]}\n",
+    );
+    let got = run(&[test, deploy], meta(), Vec::new());
+    assert!(
+        got.errors
+            .iter()
+            .any(|e| e.message.contains("unknown workflow `lint`")),
+        "{:?}",
+        got.errors
+    );
+}
+
 #[test]
 fn evaluate_and_warnings_keep_workflows() {
     let got = one(

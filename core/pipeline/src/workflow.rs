@@ -142,7 +142,7 @@ impl StepSpec {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkflowSpec {
     pub when: When,
-    pub depends_on: Vec<String>,
+    pub depends_on: Vec<Dep>,
     pub runs_on: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub skip_clone: bool,
@@ -193,7 +193,7 @@ pub fn parse(root: &Node, issues: &mut Vec<Issue>) -> WorkflowSpec {
                 spec.when = when::parse(value, "when", issues);
                 Ok(())
             }
-            "depends_on" => read::string_list(value, "depends_on").map(|d| spec.depends_on = d),
+            "depends_on" => parse_deps(value, "depends_on").map(|d| spec.depends_on = d),
             "runs_on" => read::string_list(value, "runs_on").and_then(|r| {
                 if let Some(bad) = r.iter().find(|s| *s != "success" && *s != "failure") {
                     return Err(Issue::linter(
