@@ -44,6 +44,7 @@ pub struct Commit {
     /// Unix seconds.
     pub timestamp: i64,
     /// Files changed by the commit(s); empty = unknown (path filters then match).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changed_files: Vec<String>,
 }
 

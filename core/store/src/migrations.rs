@@ -178,6 +178,9 @@ const MIGRATIONS: &[Step] = &[
     Code(super::pipelines::normalise_records),
     // 12: users' forge tokens (sealed), and users found by their forge identity.
     Sql(super::forge_tokens::SCHEMA),
+    // 13: pipeline records leave out empty fields as upstream does (`pr_labels`,
+    //     `from_fork`, `cron`, …): stored ones are rewritten in that form.
+    Code(super::pipelines::normalise_records),
 ];
 
 /// The schema version this build writes.

@@ -60,37 +60,64 @@ pub struct Pipeline {
     pub cancel_info: Option<CancelInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflows: Option<Vec<Workflow>>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub variables: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pr_labels: Vec<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub pr_milestone: String,
+    #[serde(skip_serializing_if = "is_false")]
     pub pr_draft: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub cron: String,
+    #[serde(skip_serializing_if = "is_false")]
     pub from_fork: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub tag_title: String,
     pub version: String,
     pub title: String,
+    #[serde(skip_serializing_if = "is_false")]
     pub is_prerelease: bool,
 }
 
-/// Woodpecker's `Workflow`.
+/// Woodpecker's `Workflow`. Empty and zero fields are left out of the JSON as upstream's
+/// `omitempty` does: the web UI tests for the keys (a `finished` key means "ended").
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Workflow {
     pub id: i64,
     pub pipeline_id: i64,
     pub pid: i64,
     pub name: String,
     pub state: Status,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
+    #[serde(skip_serializing_if = "is_zero")]
     pub started: i64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub finished: i64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub agent_id: i64,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub platform: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub environ: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<Step>,
+}
+
+/// For `skip_serializing_if`: upstream omits zero times and ids.
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Woodpecker's `Step`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Step {
     pub id: i64,
     pub uuid: String,
@@ -99,11 +126,14 @@ pub struct Step {
     pub ppid: i64,
     pub name: String,
     pub state: Status,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
     pub exit_code: i64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub started: i64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub finished: i64,
-    #[serde(rename = "type")]
+    #[serde(rename = "type", skip_serializing_if = "String::is_empty")]
     pub kind: String,
 }
 
@@ -1191,9 +1221,13 @@ mod tests {
         assert_eq!(v["message"], "old");
         assert_eq!(v["status"], "success");
         assert_eq!(
-            v["pr_labels"],
+            v["errors"],
             serde_json::json!([]),
             "a field the record lacked"
+        );
+        assert!(
+            v.get("pr_labels").is_none(),
+            "empty fields are left out: {v}"
         );
     }
 }
