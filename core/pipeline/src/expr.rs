@@ -9,16 +9,16 @@
 //!   `&&`/`and`, comparisons (`<` chains: `1 < x < 9`), `in` (array element or map key, never a
 //!   substring), `contains`, `startsWith`, `endsWith`, `matches` (Rust `regex`, close to Go's
 //!   RE2), each negatable with `not`; `..` (int range), `+ -`, `* / %`, `!`/`not`, unary `- +`,
-//!   `**`/`^`, `??` (nil coalescing);
+//!   `**`/`^`, `??` (nil coalescing; `a ?? b == c` needs parentheses, as upstream says);
 //! - `a.b`, `a?.b` (nil instead of an error when `a` is nil), `a[i]` (negative counts from the
 //!   end; out of range is an error), `a[i:j]`; a missing map key is `nil`;
-//! - builtins: strings, arrays, maps, numbers, JSON and base64 (see [`builtins`]); predicates
-//!   (`any(list, # > 1)`, `all(list, {.x == 1})`) bind `#`, `#index` and `.field`; `let x = …; …`.
+//! - builtins: strings, arrays, maps, numbers, JSON, base64 and bit operations; predicates
+//!   (`any(list, # > 1)`, `all(list, {.x == 1})`) bind `#`, `#index` and `.field`;
+//! - `let x = …; …` and `if c { a } else { b }`.
 //!
 //! Not supported, each an error naming it: dates and durations (`now`, `date`, `duration`),
-//! `reduce`, `groupBy`, bit operations, `if … else` blocks, method calls, indexing a string
-//! (slice it instead). Hostile input is bounded by length, nesting depth and an evaluation
-//! budget, so it fails instead of hanging.
+//! `reduce`, `groupBy`, method calls, indexing a string (slice it instead). Hostile input is
+//! bounded by length, nesting depth and an evaluation budget, so it fails instead of hanging.
 
 mod builtins;
 mod eval;
@@ -177,7 +177,11 @@ mod tests {
                 "UNSET?.field == nil && UNSET?.a.b == nil && UNSET?.[0] == nil",
                 Ok(true),
             ),
-            ("(UNSET ?? 5) + 1 == 6", Ok(true)),
+            ("(UNSET ?? 5) + 1 == 6 && 1 == UNSET ?? 1", Ok(true)),
+            (
+                r#"CI_COMMIT_TAG ?? "none" == "none""#,
+                Err("cannot be mixed"),
+            ),
             ("true ? 1 == 1 : false", Ok(true)),
             ("false ? true : 1 > 2 ? true : false", Ok(false)),
             ("1 < 2 < 3 && !(3 > 2 > 2)", Ok(true)),
@@ -188,6 +192,10 @@ mod tests {
                 Ok(true),
             ),
             ("let x = 2; let y = x * 3; y == 6", Ok(true)),
+            (
+                "if 1 > 2 { false } else if 2 > 1 { true } else { false }",
+                Ok(true),
+            ),
             ("/* comment */ true // trailing", Ok(true)),
             ("[1, [2]] == [1, [2]] && [1] != [2]", Ok(true)),
             ("1 == \"1\"", Ok(false)),
@@ -289,7 +297,11 @@ mod tests {
                 Ok(true),
             ),
             ("abs(-3) == 3 && abs(-1.5) == 1.5", Ok(true)),
-            ("max(1, 5, 3) == 5 && min([4, 2.5]) == 2.5", Ok(true)),
+            (
+                "max(1, 5, 3) == 5 && min([4, 2.5]) == 2.5 && max(1, [7, [9]]) == 9",
+                Ok(true),
+            ),
+            ("max([]) == nil", Ok(true)),
             (
                 r#"reverse([1, 2]) == [2, 1] && sort([3, 1, 2]) == [1, 2, 3] && sort(["b", "a"], "desc") == ["b", "a"]"#,
                 Ok(true),
@@ -314,6 +326,38 @@ mod tests {
                 Ok(true),
             ),
             ("[1, 2, 3] | filter(# > 1) | len() == 2", Ok(true)),
+            (
+                r#""Hello World" | lower() | split(" ") == ["hello", "world"]"#,
+                Ok(true),
+            ),
+            (
+                r#"sortBy([{Age: 3}, {Age: 1}], "Age", "desc") == [{Age: 3}, {Age: 1}]"#,
+                Ok(true),
+            ),
+            (
+                "take([1, 2, 3, 4], 2) == [1, 2] && take([1], 5) == [1]",
+                Ok(true),
+            ),
+            (
+                r#"type(42) == "int" && type("a") == "string" && type(nil) == "nil""#,
+                Ok(true),
+            ),
+            (
+                r#"toPairs({a: 1}) == [["a", 1]] && fromPairs([["a", 1]]) == {a: 1}"#,
+                Ok(true),
+            ),
+            (
+                "bitand(0b1010, 0b1100) == 0b1000 && bitnot(0b1010) == -0b1011",
+                Ok(true),
+            ),
+            (
+                "bitshl(0b101101, 2) == 0b10110100 && bitushr(-0b101, 2) == 4611686018427387902",
+                Ok(true),
+            ),
+            (
+                "bitnand(0b1010, 0b1100) == 0b10 && bitshr(-8, 70) == -1",
+                Ok(true),
+            ),
         ]);
     }
 
@@ -350,10 +394,7 @@ mod tests {
             ("# == 1", Err("only valid inside a predicate")),
             (r#""a" matches "(" "#, Err("bad regular expression")),
             ("1 ! 2", Err("unexpected `!`")),
-            (
-                "if true { true } else { false }",
-                Err("`if … else` blocks are not supported"),
-            ),
+            ("if true { true }", Err("`if` needs an `else` branch")),
             ("CI_COMMIT_BRANCH.upper() == 1", Err("method calls")),
             (r#"CI_COMMIT_BRANCH == "#, Err("unexpected end")),
             (r#"("a" == "a""#, Err("expected `)`")),

@@ -25,14 +25,17 @@ pub(super) fn spec(name: &str) -> Result<Spec, String> {
         "sortBy" => (2, 3, true),
         "len" | "first" | "last" | "fromJSON" | "toJSON" | "lower" | "upper" | "int" | "float"
         | "string" | "keys" | "values" | "abs" | "reverse" | "uniq" | "flatten" | "ceil"
-        | "floor" | "round" | "mean" | "median" | "toBase64" | "fromBase64" => (1, 1, false),
+        | "floor" | "round" | "mean" | "median" | "toBase64" | "fromBase64" | "type"
+        | "toPairs" | "fromPairs" | "bitnot" => (1, 1, false),
         "trim" | "trimPrefix" | "trimSuffix" | "join" | "sort" => (1, 2, false),
-        "hasPrefix" | "hasSuffix" | "repeat" | "indexOf" | "lastIndexOf" | "get" => (2, 2, false),
+        "hasPrefix" | "hasSuffix" | "repeat" | "indexOf" | "lastIndexOf" | "get" | "take"
+        | "bitand" | "bitor" | "bitxor" | "bitnand" | "bitshl" | "bitshr" | "bitushr" => {
+            (2, 2, false)
+        }
         "split" | "splitAfter" => (2, 3, false),
         "replace" => (3, 3, false),
         "max" | "min" | "concat" => (1, ANY, false),
-        "now" | "date" | "duration" | "timezone" | "reduce" | "groupBy" | "bitand" | "bitor"
-        | "bitxor" | "bitnand" | "bitnot" | "bitshl" | "bitshr" | "bitushr" => {
+        "now" | "date" | "duration" | "timezone" | "reduce" | "groupBy" => {
             return Err(format!("function `{name}()` is not supported"));
         }
         _ => return Err(format!("unknown function `{name}()`")),
@@ -171,6 +174,12 @@ fn predicate(ev: &mut Eval, name: &str, args: &[Node]) -> Res<Value> {
                         None => false,
                     };
                     let mut keyed: Vec<(Value, Value)> = out.into_iter().zip(items).collect();
+                    if let Node::Lit(Value::Str(field)) = body {
+                        // The older form `sortBy(users, "Age")` names the key.
+                        for (key, item) in &mut keyed {
+                            *key = fetch(item, &Value::Str(field.clone()))?;
+                        }
+                    }
                     sort_checked(&mut keyed, |p| &p.0, desc)?;
                     Value::Array(keyed.into_iter().map(|p| p.1).collect())
                 }
@@ -219,17 +228,17 @@ fn sort_checked<T>(items: &mut [T], key: impl Fn(&T) -> &Value, desc: bool) -> R
     Ok(())
 }
 
+/// The numbers in `vals`, looking inside arrays at any depth (`max(1, [2, [3]])`).
 fn numbers(name: &str, vals: &[Value]) -> Result<Vec<Value>, String> {
-    let items: Vec<Value> = match vals {
-        [Value::Array(items)] => items.clone(),
-        _ => vals.to_vec(),
-    };
-    for item in &items {
-        if item.as_f64().is_none() {
-            return Err(type_error(name, item));
+    let mut out = Vec::new();
+    for v in vals {
+        match v {
+            Value::Array(items) => out.extend(numbers(name, items)?),
+            Value::Int(_) | Value::Float(_) => out.push(v.clone()),
+            other => return Err(type_error(name, other)),
         }
     }
-    Ok(items)
+    Ok(out)
 }
 
 fn plain(ev: &mut Eval, name: &str, vals: &[Value]) -> Result<Value, String> {
@@ -407,6 +416,40 @@ fn plain(ev: &mut Eval, name: &str, vals: &[Value]) -> Result<Value, String> {
                 })
             }
         }
+        "type" => Value::Str(a.type_name().into()),
+        "take" => {
+            let items = array(name, a)?;
+            let n = usize::try_from(int(name, arg(1))?).unwrap_or(0);
+            Value::Array(items[..n.min(items.len())].to_vec())
+        }
+        "toPairs" => {
+            let Value::Map(m) = a else {
+                return Err(type_error(name, a));
+            };
+            ev.charge(m.len())?;
+            Value::Array(
+                m.iter()
+                    .map(|(k, v)| Value::Array(vec![Value::Str(k.clone()), v.clone()]))
+                    .collect(),
+            )
+        }
+        "fromPairs" => {
+            let mut out = std::collections::BTreeMap::new();
+            for pair in array(name, a)? {
+                match pair {
+                    Value::Array(kv) if kv.len() == 2 => {
+                        let key = string(name, &kv[0])?;
+                        out.insert(key.to_string(), kv[1].clone());
+                    }
+                    other => return Err(type_error(name, other)),
+                }
+            }
+            Value::Map(out)
+        }
+        "bitnot" => Value::Int(!int(name, a)?),
+        "bitand" | "bitor" | "bitxor" | "bitnand" | "bitshl" | "bitshr" | "bitushr" => {
+            Value::Int(bits(name, int(name, a)?, int(name, arg(1))?)?)
+        }
         "reverse" => Value::Array(array(name, a)?.iter().rev().cloned().collect()),
         "sort" => {
             let mut items = array(name, a)?.to_vec();
@@ -444,6 +487,22 @@ fn plain(ev: &mut Eval, name: &str, vals: &[Value]) -> Result<Value, String> {
             Value::Array(out)
         }
         other => return Err(format!("unknown function `{other}()`")),
+    })
+}
+
+/// Go's integer bit operations; shifts of 64 or more give 0 (or -1 for `>>` of a negative).
+fn bits(name: &str, a: i64, b: i64) -> Result<i64, String> {
+    let shift = || u32::try_from(b).map_err(|_| format!("`{name}()`: negative shift count {b}"));
+    Ok(match name {
+        "bitand" => a & b,
+        "bitor" => a | b,
+        "bitxor" => a ^ b,
+        "bitnand" => a & !b,
+        "bitshl" => a.checked_shl(shift()?).unwrap_or(0),
+        "bitshr" => a
+            .checked_shr(shift()?)
+            .unwrap_or(if a < 0 { -1 } else { 0 }),
+        _ => (a as u64).checked_shr(shift()?).unwrap_or(0) as i64,
     })
 }
 

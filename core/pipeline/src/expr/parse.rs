@@ -160,7 +160,11 @@ impl Parser {
         if min == 0 && matches!(self.peek(), Some(Tok::Ident(w)) if w == "let") {
             return self.let_binding();
         }
+        if min == 0 && matches!(self.peek(), Some(Tok::Ident(w)) if w == "if") {
+            return self.if_else();
+        }
         let mut left = self.unary()?;
+        let mut previous = "";
         while let Some(mut op) = self.operator_here() {
             let start = self.pos;
             let negate = op == "not";
@@ -181,6 +185,12 @@ impl Parser {
                 break;
             }
             self.pos += 1;
+            if previous == "??" && op != "??" {
+                return Err(format!(
+                    "`{op}` and `??` cannot be mixed; wrap either in parentheses"
+                ));
+            }
+            previous = op;
             if op == "|" {
                 let name = self.ident("a function name after `|`")?;
                 left = self.call(name, vec![left])?;
@@ -242,6 +252,35 @@ impl Parser {
         Ok(Node::Let(name, Box::new(value), Box::new(body)))
     }
 
+    /// `if cond { a } else if … { b } else { c }`.
+    fn if_else(&mut self) -> Result<Node, String> {
+        self.pos += 1;
+        let cond = self.expr(0)?;
+        self.expect("{", "after an `if` condition")?;
+        let then = self.expr(0)?;
+        self.expect("}", "to close an `if` branch")?;
+        if !matches!(self.peek(), Some(Tok::Ident(w)) if w == "else") {
+            return Err("`if` needs an `else` branch".into());
+        }
+        self.pos += 1;
+        let otherwise = if matches!(self.peek(), Some(Tok::Ident(w)) if w == "if") {
+            self.enter()?;
+            let nested = self.if_else()?;
+            self.depth -= 1;
+            nested
+        } else {
+            self.expect("{", "after `else`")?;
+            let e = self.expr(0)?;
+            self.expect("}", "to close an `else` branch")?;
+            e
+        };
+        Ok(Node::Ternary(
+            Box::new(cond),
+            Box::new(then),
+            Box::new(otherwise),
+        ))
+    }
+
     fn unary(&mut self) -> Result<Node, String> {
         let op = match self.peek() {
             Some(Tok::Op(o @ ("!" | "-" | "+"))) => Some(*o),
@@ -288,9 +327,6 @@ impl Parser {
                 "false" => Node::Lit(Value::Bool(false)),
                 "nil" => Node::Lit(Value::Nil),
                 "$env" => Node::Env,
-                "if" => {
-                    return Err("`if … else` blocks are not supported; use `cond ? a : b`".into());
-                }
                 _ if self.is_op("(") => self.call(name, Vec::new())?,
                 _ => Node::Var(name),
             },
