@@ -429,6 +429,79 @@ mod tests {
         // A long flat chain of conditions is not nesting: it evaluates.
         let long = "true".to_string() + &" && true".repeat(300) + &" || false".repeat(100);
         assert_eq!(evaluate(&long, &env()), Ok(true));
+        // Token soup from a fixed seed: every input must end in Ok or Err, never a panic.
+        let words = [
+            "1",
+            "-1",
+            "2.5",
+            "0",
+            "\"a\"",
+            "'src/'",
+            "nil",
+            "true",
+            "[",
+            "]",
+            "{",
+            "}",
+            "(",
+            ")",
+            ",",
+            ":",
+            "?",
+            "?.",
+            ".",
+            "..",
+            "#",
+            "#index",
+            "+",
+            "-",
+            "*",
+            "/",
+            "%",
+            "**",
+            "==",
+            "<",
+            "in",
+            "not",
+            "!",
+            "&&",
+            "||",
+            "??",
+            "|",
+            "matches",
+            "contains",
+            "[1:-1]",
+            "[-9]",
+            "x",
+            "CI_PIPELINE_FILES",
+            "fromJSON(",
+            "len(",
+            "any(",
+            "map(",
+            "sort(",
+            "let y = 1;",
+            "int(",
+            "split(",
+            "max(",
+            "uniq(",
+            "toJSON(",
+            "1..5",
+            "{a: 1}",
+            "EMPTY",
+        ];
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            let mut src = String::new();
+            for _ in 0..(seed % 12) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                src.push_str(words[(seed % words.len() as u64) as usize]);
+                src.push(' ');
+            }
+            let _ = evaluate(&src, &env());
+            seed = seed.wrapping_add(1);
+        }
         let too_long = "true".to_string() + &" && true".repeat(5000);
         assert_eq!(
             evaluate(&too_long, &env()),
