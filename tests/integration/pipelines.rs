@@ -1563,3 +1563,62 @@ async fn run_variables_are_validated_and_never_replace_the_servers() {
     let lines = log_text(&s.http, &p.alice, id, 1, step_id).await;
     assert!(lines.contains(&format!("sha={sha}")), "{lines:?}");
 }
+
+/// Services and `detach` steps as upstream runs them: running while the workflow goes on,
+/// their output kept as a log, stopped when the workflow is over (then success); a detached
+/// step that fails by itself shows it without failing the workflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_and_detached_steps_keep_logs_and_run_until_the_workflow_ends() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = "services:\n  - name: db\n    image: sh\n    commands: [\"echo db ready\", \"sleep 60\"]\nsteps:\n  - name: waiter\n    image: sh\n    commands: [\"sleep 3\", \"echo built\"]\n  - name: side\n    image: sh\n    detach: true\n    commands: [\"echo side started\", \"sleep 60\"]\n  - name: flaky\n    image: sh\n    detach: true\n    commands: [\"echo giving up\", \"exit 3\"]\n  - name: last\n    image: sh\n    commands: [\"sleep 1\"]\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "ci").await;
+    // While `waiter` runs, the service is running too (not done a moment after it started).
+    let during = wait_for(&s.http, &p.alice, id, 1, 60, |p| {
+        p["workflows"][0]["children"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|s| s["name"] == "waiter" && s["state"] == "running")
+        })
+    })
+    .await;
+    assert_eq!(step_of(&during, "db")["state"], "running", "{during:#}");
+    assert!(
+        step_of(&during, "db").get("finished").is_none(),
+        "{during:#}"
+    );
+
+    let started = std::time::Instant::now();
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "the workflow waited for its service to end by itself"
+    );
+    for name in ["db", "side"] {
+        let step = step_of(&done, name);
+        assert_eq!(step["state"], "success", "{name}: {done:#}");
+        assert!(
+            step["finished"].as_i64() >= step["started"].as_i64(),
+            "{step:#}"
+        );
+    }
+    let flaky = step_of(&done, "flaky");
+    assert_eq!(flaky["state"], "failure", "{done:#}");
+    assert_eq!(flaky["exit_code"], 3, "{done:#}");
+    let log = |name: &str| {
+        let step_id = step_of(&done, name)["id"].as_i64().unwrap();
+        let (http, token) = (&s.http, p.alice.clone());
+        async move { log_text(http, &token, id, 1, step_id).await }
+    };
+    assert!(
+        log("db").await.iter().any(|l| l == "db ready"),
+        "service log"
+    );
+    assert!(
+        log("side").await.iter().any(|l| l == "side started"),
+        "detached log"
+    );
+    assert!(log("flaky").await.iter().any(|l| l == "giving up"));
+}

@@ -11,7 +11,10 @@
 //! independent steps in parallel. A step runs when the workflow so far matches its
 //! `when.status` (success unless a non-ignored step failed); otherwise it is skipped.
 //! Cancellation (the server says so through `wait_canceled`) and the repository's timeout
-//! kill the running steps. Every step's output goes through the same line splitting and
+//! kill the running steps. Services and `detach` steps run beside the others: running until
+//! they end by themselves (their state then as any step's, without failing the workflow) or
+//! the workflow is over (stopped, then success), as upstream reports them. Every step's
+//! output, theirs too, goes through the same line splitting and
 //! masking ([`lines`]) and is shipped in batches; the workflow's resources are removed when
 //! it ends, and the runner sweeps its backend when it starts and when it stops.
 
@@ -30,7 +33,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -379,8 +381,10 @@ async fn execute<A: AgentApi>(
     let mut outcomes: Vec<Option<Outcome>> = vec![None; steps.len()];
     let mut started = vec![false; steps.len()];
     let mut running: JoinSet<(usize, Outcome)> = JoinSet::new();
-    let mut detached: Vec<Box<dyn StepHandle>> = Vec::new();
-    let (detached_tx, mut detached_rx) = mpsc::unbounded_channel::<Box<dyn StepHandle>>();
+    // Detached steps and services run beside the others until they end or the workflow is
+    // over; each is followed by a task of its own, which `over` tells to stop it.
+    let detached = Arc::new(std::sync::Mutex::new(JoinSet::new()));
+    let (over_tx, over) = watch::channel(false);
 
     loop {
         let canceled = *cancel.borrow();
@@ -450,12 +454,12 @@ async fn execute<A: AgentApi>(
                 workflow: workflow.clone(),
                 cancel: cancel.clone(),
                 deadline,
-                detached: detached_tx.clone(),
+                detached: Detached {
+                    tasks: detached.clone(),
+                    over: over.clone(),
+                },
             };
             running.spawn(async move { (i, run_step(ctx).await) });
-        }
-        while let Ok(p) = detached_rx.try_recv() {
-            detached.push(p);
         }
         if outcomes.iter().all(Option::is_some) {
             break;
@@ -487,12 +491,11 @@ async fn execute<A: AgentApi>(
             }
         }
     }
-    while let Ok(p) = detached_rx.try_recv() {
-        detached.push(p);
-    }
-    for p in &detached {
-        p.stop().await;
-    }
+    // The workflow is over: detached steps are stopped, and their last lines and states
+    // reported before the workflow's end is.
+    let _ = over_tx.send(true);
+    let mut followers = std::mem::take(&mut *detached.lock().unwrap_or_else(|p| p.into_inner()));
+    while followers.join_next().await.is_some() {}
     let canceled = *cancel.borrow();
     let any_killed = outcomes.iter().any(|o| matches!(o, Some(Outcome::Killed)));
     let failed = outcomes
@@ -535,7 +538,14 @@ struct StepContext<A> {
     workflow: Arc<dyn Workflow>,
     cancel: watch::Receiver<bool>,
     deadline: Instant,
-    detached: mpsc::UnboundedSender<Box<dyn StepHandle>>,
+    detached: Detached,
+}
+
+/// Where a detached step's follower goes, and what tells it the workflow is over.
+#[derive(Clone)]
+struct Detached {
+    tasks: Arc<std::sync::Mutex<JoinSet<()>>>,
+    over: watch::Receiver<bool>,
 }
 
 /// Why the runner killed a step.
@@ -645,7 +655,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
     };
 
     let Started {
-        handle: mut proc,
+        handle: proc,
         output,
     } = match ctx.workflow.start(ctx.step_id, &ctx.step).await {
         Ok(started) => started,
@@ -658,18 +668,45 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
     };
 
     if ctx.step.detach {
-        // Detached steps run beside the others until the workflow ends; their output is
-        // read (a step writing to a closed pipe would die) but not logged.
-        tokio::spawn(output.for_each(|_| std::future::ready(())));
-        let _ = ctx.detached.send(proc);
-        return finish(&ctx, started, Status::Success, 0, String::new()).await;
+        // As upstream: a detached step or service is running while the workflow goes on; its
+        // log is kept like any step's, and its end (by itself, or stopped when the workflow
+        // is over) is reported then. It never holds up the steps after it, and its failure
+        // does not fail the workflow.
+        let tasks = ctx.detached.tasks.clone();
+        let over = ctx.detached.over.clone();
+        // The set owns the follower: it is awaited when the workflow is over.
+        tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spawn(async move {
+                let (state, code, error) =
+                    follow(&ctx, proc, output, &mut shipper, Some(over)).await;
+                finish(&ctx, started, state, code, error).await;
+            });
+        return Outcome::Success;
     }
+    let (state, code, error) = follow(&ctx, proc, output, &mut shipper, None).await;
+    finish(&ctx, started, state, code, error).await
+}
+
+/// Follows a started step to its end: ships its output as it comes, kills it when the
+/// workflow is canceled or the repository's timeout is reached, and for a detached step
+/// stops it once `over` says the workflow is over (its state is then success: it ran as
+/// long as it was needed). Returns the step's state, exit code and error.
+async fn follow<A: AgentApi>(
+    ctx: &StepContext<A>,
+    mut proc: Box<dyn StepHandle>,
+    output: lines::Output,
+    shipper: &mut LogShipper<A>,
+    mut over: Option<watch::Receiver<bool>>,
+) -> (Status, i64, String) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     tokio::spawn(lines::pump(output, ctx.secrets.clone(), tx));
 
     let mut cancel = ctx.cancel.clone();
     let mut ticker = tokio::time::interval(FLUSH_EVERY);
     let mut killed_reason: Option<KillReason> = None;
+    let mut stopped = false;
     let exit = loop {
         tokio::select! {
             line = rx.recv() => match line {
@@ -687,13 +724,19 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
                     shipper.flush().await;
                 }
             }
-            changed = cancel.changed(), if killed_reason.is_none() => {
+            ended = wait_over(&mut over), if !stopped && killed_reason.is_none() => {
+                if ended {
+                    stopped = true;
+                    proc.stop().await;
+                }
+            }
+            changed = cancel.changed(), if killed_reason.is_none() && !stopped => {
                 if changed.is_ok() && *cancel.borrow() {
                     killed_reason = Some(KillReason::Canceled);
                     proc.kill();
                 }
             }
-            _ = tokio::time::sleep_until(ctx.deadline.into()), if killed_reason.is_none() => {
+            _ = tokio::time::sleep_until(ctx.deadline.into()), if killed_reason.is_none() && !stopped => {
                 killed_reason = Some(KillReason::Timeout);
                 shipper.push(0, LineKind::Stdout, "woodlark: the repository's timeout was reached; killing the step".into());
                 proc.kill();
@@ -708,9 +751,19 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         }
         shipper.flush().await;
     }
-    let (state, code, error) = step_end(exit, killed_reason);
     shipper.flush().await;
-    finish(&ctx, started, state, code, error).await
+    if stopped && killed_reason.is_none() {
+        return (Status::Success, 0, String::new());
+    }
+    step_end(exit, killed_reason)
+}
+
+/// Resolves to true once `over` (when there is one) turns true; never without one.
+async fn wait_over(over: &mut Option<watch::Receiver<bool>>) -> bool {
+    match over {
+        Some(rx) => rx.wait_for(|v| *v).await.is_ok(),
+        None => std::future::pending().await,
+    }
 }
 
 /// The directory of a clone URL that names a repository on this machine (`file:///…` or
