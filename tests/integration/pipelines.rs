@@ -1622,3 +1622,102 @@ async fn services_and_detached_steps_keep_logs_and_run_until_the_workflow_ends()
     );
     assert!(log("flaky").await.iter().any(|l| l == "giving up"));
 }
+
+/// Upstream's workflow `concurrency:`: with a limit of 1, a second pipeline of the same
+/// workflow waits in the queue (pending, visible there) while the first runs, although the
+/// runner has a free slot, and runs once it ended; another repository's workflow (another
+/// group) does not wait; a waiting pipeline that is canceled leaves the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_limit_makes_a_workflow_wait_for_its_group() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let app = s.git_repo(&p.admin, &p.alice, "alice/app").await["id"]
+        .as_i64()
+        .unwrap();
+    let other = s.git_repo(&p.admin, &p.alice, "alice/other").await["id"]
+        .as_i64()
+        .unwrap();
+    let config =
+        "concurrency: 1\nsteps:\n  - name: hold\n    image: sh\n    commands: [\"sleep 4\"]\n";
+    let running = |p: &Value| p["status"] == "running";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "one").await;
+    wait_for(&s.http, &p.alice, app, 1, 60, running).await;
+    push_files(&s, "alice/app", &[("b.txt", "b")], "two").await;
+    push_files(&s, "alice/app", &[("c.txt", "c")], "three").await;
+
+    // The runner has a second slot, but pipelines 2 and 3 wait for their group's one.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let get = |number: i64| {
+        let (http, token) = (&s.http, p.alice.clone());
+        async move {
+            http.get(
+                &format!("/api/repos/{app}/pipelines/{number}"),
+                Some(&token),
+            )
+            .await
+            .expect(200)
+            .json()
+        }
+    };
+    for number in [2, 3] {
+        let waiting = get(number).await;
+        assert_eq!(waiting["status"], "pending", "{waiting:#}");
+    }
+    let info = s
+        .http
+        .get("/api/queue/info", Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    let pending = info["pending"].as_array().cloned().unwrap_or_default();
+    assert!(
+        pending.iter().any(|t| t["concurrency_limit"] == 1
+            && t["concurrency_group"]
+                .as_str()
+                .unwrap_or("")
+                .ends_with("/woodpecker/")),
+        "the waiting workflows are in the queue with their group: {info:#}"
+    );
+
+    // Another repository's workflow is another group: it takes the free slot at once.
+    push_files(&s, "alice/other", &[(".woodpecker.yaml", config)], "other").await;
+    wait_for(&s.http, &p.alice, other, 1, 30, running).await;
+
+    // Pipeline 3 is canceled while it waits: it leaves the queue and never runs.
+    s.http
+        .post(
+            &format!("/api/repos/{app}/pipelines/3/cancel"),
+            Some(&p.alice),
+            "",
+        )
+        .await
+        .expect(204);
+
+    let first = wait_for(&s.http, &p.alice, app, 1, 60, finished).await;
+    let second = wait_for(&s.http, &p.alice, app, 2, 60, finished).await;
+    assert_eq!(second["status"], "success", "{second:#}");
+    assert!(
+        second["started"].as_i64() >= first["finished"].as_i64(),
+        "the second ran after the first: {first:#} {second:#}"
+    );
+    let third = get(3).await;
+    assert_eq!(third["status"], "canceled", "{third:#}");
+    let step = step_of(&third, "hold");
+    assert!(step.get("started").is_none(), "it never ran: {third:#}");
+    let info = s
+        .http
+        .get("/api/queue/info", Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    let third_wf = third["workflows"][0]["id"].clone();
+    for list in ["pending", "waiting_on_deps", "running"] {
+        let tasks = info[list].as_array().cloned().unwrap_or_default();
+        assert!(
+            !tasks
+                .iter()
+                .any(|t| t["id"] == third_wf || t["id"].to_string() == format!("\"{third_wf}\"")),
+            "the canceled workflow left the queue: {info:#}"
+        );
+    }
+}

@@ -244,6 +244,7 @@ fn compile_workflow(
                     runs_on: spec.runs_on.clone(),
                     skip_clone: spec.skip_clone,
                     steps,
+                    concurrency: spec.concurrency.clone(),
                 }),
                 spec.depends_on
                     .iter()

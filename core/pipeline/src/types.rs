@@ -240,6 +240,18 @@ pub struct CompiledWorkflow {
     pub skip_clone: bool,
     /// Steps in order, the clone step first unless `skip_clone`.
     pub steps: Vec<CompiledStep>,
+    /// `concurrency:`: at most `limit` workflows of the group run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
+}
+
+/// Upstream's workflow concurrency limit: workflows sharing a group (by default, the same
+/// workflow of the same repository) beyond `limit` wait in the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Concurrency {
+    pub limit: u32,
+    /// Empty: the workflow's own name.
+    pub group: String,
 }
 
 /// One captured output line (secrets already masked), the one type for a log line from

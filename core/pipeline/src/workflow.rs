@@ -9,15 +9,15 @@
 //! `dns_search`, `extra_hosts`, `tmpfs`, `backend_options.docker.user`) are read here and used
 //! by the docker backend; the local backend ignores them. The ones that reach the host
 //! (`privileged`, `volumes`, `devices`, `network_mode`) are checked against the repository's
-//! trust by the compiler. Accepted and ignored: `workspace`, `variables` (a holder for YAML
-//! anchors), `concurrency`, `ports`. A custom `clone:` section is accepted with a warning: the
+//! trust by the compiler. `concurrency` is read here and applied by the server's queue.
+//! Accepted and ignored: `workspace`, `variables` (a holder for YAML anchors), `ports`. A custom `clone:` section is accepted with a warning: the
 //! built-in git clone is used instead.
 
 use std::collections::BTreeMap;
 
 use super::diag::{Issue, field, index};
 use super::read;
-use super::types::OnFailure;
+use super::types::{Concurrency, OnFailure};
 use super::when::{self, When};
 use super::yaml::Node;
 
@@ -143,6 +143,7 @@ impl StepSpec {
 pub struct WorkflowSpec {
     pub when: When,
     pub depends_on: Vec<Dep>,
+    pub concurrency: Option<Concurrency>,
     pub runs_on: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub skip_clone: bool,
@@ -210,6 +211,7 @@ pub fn parse(root: &Node, issues: &mut Vec<Issue>) -> WorkflowSpec {
                 read::string_map(value, "labels").map(|l| spec.labels = l.into_iter().collect())
             }
             "skip_clone" => read::boolean(value, "skip_clone").map(|b| spec.skip_clone = b),
+            "concurrency" => parse_concurrency(value).map(|c| spec.concurrency = c),
             "clone" => {
                 if !value.is_null() {
                     issues.push(
@@ -234,6 +236,47 @@ pub fn parse(root: &Node, issues: &mut Vec<Issue>) -> WorkflowSpec {
     }
     check_unique(&spec, issues);
     spec
+}
+
+/// `concurrency: N` or `concurrency: {limit: N, group: name}` (N ≥ 1), as upstream's
+/// schema has it; null is no limit.
+fn parse_concurrency(node: &Node) -> Result<Option<Concurrency>, Issue> {
+    if node.is_null() {
+        return Ok(None);
+    }
+    let limit_of = |n: &Node, at: &str| -> Result<u32, Issue> {
+        match n.as_str().map(str::parse::<u32>) {
+            Some(Ok(limit)) if limit >= 1 && n.as_seq().is_none() => Ok(limit),
+            _ => Err(Issue::linter(
+                at,
+                format!("`{at}` must be a whole number of at least 1"),
+            )),
+        }
+    };
+    if node.as_map().is_none() {
+        let limit = limit_of(node, "concurrency")?;
+        return Ok(Some(Concurrency {
+            limit,
+            group: String::new(),
+        }));
+    }
+    let mut limit = None;
+    let mut group = String::new();
+    for (key, value) in node.as_map().into_iter().flatten() {
+        match key.as_str() {
+            "limit" => limit = Some(limit_of(value, "concurrency.limit")?),
+            "group" => group = read::string(value, "concurrency.group")?,
+            other => {
+                return Err(Issue::linter(
+                    field("concurrency", other),
+                    format!("unknown key `{other}` (concurrency takes `limit` and `group`)"),
+                ));
+            }
+        }
+    }
+    let limit =
+        limit.ok_or_else(|| Issue::linter("concurrency", "`concurrency` needs a `limit`"))?;
+    Ok(Some(Concurrency { limit, group }))
 }
 
 fn has_entries(node: &Node) -> bool {
@@ -569,6 +612,38 @@ mod tests {
             let (_, issues) = spec(doc);
             assert_eq!(fields(&issues), *want, "{doc}: {issues:?}");
             assert!(issues.iter().all(|i| !i.warning), "{doc}");
+        }
+    }
+
+    #[test]
+    fn concurrency_forms() {
+        let steps = "steps:\n  a: {image: sh}\n";
+        let limit = |text: &str| {
+            let (s, issues) = spec(&format!("{text}\n{steps}"));
+            (s.concurrency, issues.len())
+        };
+        let c = |limit: u32, group: &str| {
+            Some(Concurrency {
+                limit,
+                group: group.into(),
+            })
+        };
+        assert_eq!(limit("concurrency: 1"), (c(1, ""), 0));
+        assert_eq!(limit("concurrency: {limit: 2}"), (c(2, ""), 0));
+        assert_eq!(
+            limit("concurrency: {limit: 1, group: deploy-main}"),
+            (c(1, "deploy-main"), 0)
+        );
+        assert_eq!(limit("concurrency:"), (None, 0));
+        for bad in [
+            "concurrency: 0",
+            "concurrency: -1",
+            "concurrency: many",
+            "concurrency: {group: x}",
+            "concurrency: {limit: 1, max: 2}",
+            "concurrency: [1]",
+        ] {
+            assert_eq!(limit(bad), (None, 1), "{bad}");
         }
     }
 

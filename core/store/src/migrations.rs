@@ -181,6 +181,11 @@ const MIGRATIONS: &[Step] = &[
     // 13: pipeline records leave out empty fields as upstream does (`pr_labels`,
     //     `from_fork`, `cron`, …): stored ones are rewritten in that form.
     Code(super::pipelines::normalise_records),
+    // 14: workflows' concurrency limits, kept with their queued tasks.
+    Sql(
+        "ALTER TABLE tasks ADD COLUMN concurrency_limit INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE tasks ADD COLUMN concurrency_group TEXT NOT NULL DEFAULT '';",
+    ),
 ];
 
 /// The schema version this build writes.

@@ -70,10 +70,14 @@ pub struct Task {
     pub agent_id: i64,
     pub lease_until: i64,
     pub created: i64,
+    /// At most this many tasks of `concurrency_group` run at once (0: no limit).
+    pub concurrency_limit: i64,
+    /// Tasks limited against each other (upstream's form: `<repo>/<workflow>/` by default,
+    /// `<repo>//<group>` for a named group).
+    pub concurrency_group: String,
 }
 
-const COLUMNS: &str =
-    "id, pipeline_id, repo_id, state, labels, dependencies, run_on, agent_id, lease_until, created";
+const COLUMNS: &str = "id, pipeline_id, repo_id, state, labels, dependencies, run_on, agent_id, lease_until, created, concurrency_limit, concurrency_group";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
     let labels: serde_json::Value = super::json_column(r, 4)?;
@@ -90,13 +94,16 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
         agent_id: r.get(7)?,
         lease_until: r.get(8)?,
         created: r.get(9)?,
+        concurrency_limit: r.get(10)?,
+        concurrency_group: r.get(11)?,
     })
 }
 
 pub fn insert(conn: &Tx, task: &Task) -> StoreResult<()> {
     conn.cached_exec(
-        "INSERT INTO tasks (id, pipeline_id, repo_id, state, labels, dependencies, run_on, created)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO tasks (id, pipeline_id, repo_id, state, labels, dependencies, run_on, created,
+                            concurrency_limit, concurrency_group)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             task.id,
             task.pipeline_id,
@@ -105,7 +112,9 @@ pub fn insert(conn: &Tx, task: &Task) -> StoreResult<()> {
             serde_json::to_string(&task.labels)?,
             serde_json::to_string(&task.dependencies)?,
             serde_json::to_string(&task.run_on)?,
-            task.created
+            task.created,
+            task.concurrency_limit,
+            task.concurrency_group
         ],
     )?;
     Ok(())
@@ -198,4 +207,83 @@ pub fn count_running(conn: &Tx) -> StoreResult<i64> {
         [],
         |r| r.get(0),
     )?)
+}
+
+/// Whether `task` may start now without breaking its group's concurrency limit, among
+/// `all` (every task in the queue), as upstream's queue decides: fewer than `limit` tasks
+/// of the group are running, counting as running the not-yet-running tasks of the group
+/// from *earlier* pipelines (they keep their turn even while waiting for dependencies).
+/// Within one pipeline order is left to `depends_on`, so it cannot deadlock.
+pub fn may_start(task: &Task, all: &[Task]) -> bool {
+    if task.concurrency_limit <= 0 || task.concurrency_group.is_empty() {
+        return true;
+    }
+    let same_group = |t: &&Task| t.concurrency_group == task.concurrency_group && t.id != task.id;
+    let running = all
+        .iter()
+        .filter(same_group)
+        .filter(|t| t.state == TaskState::Running)
+        .count() as i64;
+    let ahead = all
+        .iter()
+        .filter(same_group)
+        .filter(|t| t.state != TaskState::Running && t.pipeline_id != task.pipeline_id)
+        .filter(|t| (t.created, t.id) < (task.created, task.id))
+        .count() as i64;
+    running + ahead < task.concurrency_limit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: i64, pipeline_id: i64, state: TaskState, group: &str, limit: i64) -> Task {
+        Task {
+            id,
+            pipeline_id,
+            repo_id: 1,
+            state,
+            labels: BTreeMap::new(),
+            dependencies: Vec::new(),
+            run_on: Vec::new(),
+            agent_id: 0,
+            lease_until: 0,
+            created: id,
+            concurrency_limit: limit,
+            concurrency_group: group.into(),
+        }
+    }
+
+    #[test]
+    fn a_group_runs_at_most_its_limit_in_pipeline_order() {
+        let running = task(1, 10, TaskState::Running, "1/deploy/", 1);
+        let next = task(2, 11, TaskState::Pending, "1/deploy/", 1);
+        let other_group = task(3, 12, TaskState::Pending, "1/test/", 1);
+        let unlimited = task(4, 13, TaskState::Pending, "", 0);
+        let all = [
+            running.clone(),
+            next.clone(),
+            other_group.clone(),
+            unlimited.clone(),
+        ];
+        assert!(!may_start(&next, &all), "the slot is taken");
+        assert!(
+            may_start(&other_group, &all),
+            "another group has its own slot"
+        );
+        assert!(may_start(&unlimited, &all));
+        // The slot frees: the earlier pipeline's task goes first, even while it waits for
+        // its dependencies; a later one waits its turn.
+        let mut waiting_earlier = task(5, 9, TaskState::Waiting, "1/deploy/", 1);
+        waiting_earlier.created = 0;
+        let all = [next.clone(), waiting_earlier.clone()];
+        assert!(!may_start(&next, &all));
+        // Within one pipeline, order is depends_on's: no reservation.
+        let same_pipeline = task(6, 11, TaskState::Waiting, "1/deploy/", 1);
+        assert!(may_start(&next, &[next.clone(), same_pipeline]));
+        // A limit of 2 lets two run.
+        let two = task(7, 20, TaskState::Running, "1//shared", 2);
+        let second = task(8, 21, TaskState::Pending, "1//shared", 2);
+        assert!(may_start(&second, &[two.clone(), second.clone()]));
+    }
 }

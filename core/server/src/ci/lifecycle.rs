@@ -290,6 +290,8 @@ mod tests {
                     agent_id: 0,
                     lease_until: 0,
                     created: 0,
+                    concurrency_limit: 0,
+                    concurrency_group: String::new(),
                 },
             )
             .unwrap();

@@ -284,13 +284,18 @@ impl Queue {
                     return Ok(None);
                 }
                 let now = now_unix();
-                for task in tasks::list(c, Some(TaskState::Pending))? {
+                let queued = tasks::list(c, None)?;
+                for task in queued.iter().filter(|t| t.state == TaskState::Pending) {
                     if labels::score(&task.labels, &ident.labels).is_none() {
+                        continue;
+                    }
+                    // Over its group's concurrency limit: it stays pending, in its turn.
+                    if !tasks::may_start(task, &queued) {
                         continue;
                     }
                     if tasks::lease(c, task.id, ident.id, now + LEASE_SECS)? {
                         pipelines::update_workflow(c, task.id, |w| w.agent_id = ident.id)?;
-                        return Ok(Some(task));
+                        return Ok(Some(task.clone()));
                     }
                 }
                 Ok(None)

@@ -45,8 +45,8 @@ pub fn queue_task(c: &crate::store::Tx, t: &Task) -> StoreResult<Value> {
         "pipeline_id": t.pipeline_id,
         "pipeline_number": p.pipeline.number,
         "repo_id": t.repo_id,
-        "concurrency_limit": 0,
-        "concurrency_group": "",
+        "concurrency_limit": t.concurrency_limit,
+        "concurrency_group": t.concurrency_group,
         "created": t.created,
     }))
 }
