@@ -883,6 +883,17 @@ pub fn enqueue(
     Ok(())
 }
 
+/// The queue's concurrency group of a workflow, as upstream names them: the workflow's own
+/// (`<repo>/<name>/`) or the named group of its repository (`<repo>//<group>`); empty
+/// without a limit.
+fn concurrency_group(repo_id: i64, workflow: &crate::pipeline::types::CompiledWorkflow) -> String {
+    match &workflow.concurrency {
+        None => String::new(),
+        Some(c) if c.group.is_empty() => format!("{repo_id}/{}/", workflow.name),
+        Some(c) => format!("{repo_id}//{}", c.group),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,16 +983,5 @@ mod tests {
         assert!(approval_required("all_events", &allowed, &push));
         // An empty entry allows nobody.
         assert!(approval_required("all_events", &[String::new()], &push));
-    }
-}
-
-/// The queue's concurrency group of a workflow, as upstream names them: the workflow's own
-/// (`<repo>/<name>/`) or the named group of its repository (`<repo>//<group>`); empty
-/// without a limit.
-fn concurrency_group(repo_id: i64, workflow: &crate::pipeline::types::CompiledWorkflow) -> String {
-    match &workflow.concurrency {
-        None => String::new(),
-        Some(c) if c.group.is_empty() => format!("{repo_id}/{}/", workflow.name),
-        Some(c) => format!("{repo_id}//{}", c.group),
     }
 }
