@@ -231,3 +231,56 @@ async fn kill_9_after_a_successful_create_loses_nothing() {
     let object: serde_json::Value = serde_json::from_str(&object).unwrap();
     assert_eq!(without_avatar(object), without_avatar(created));
 }
+
+/// `woodlark lint` as editors and pre-commit hooks run it: findings with file and line, exit
+/// status 1 on errors (not on warnings), JSON on request, and a workflow file given alone
+/// linted with the other files of its `.woodpecker/` folder.
+#[test]
+fn lint_reports_file_and_line_and_fails_on_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let wp = dir.path().join(".woodpecker");
+    std::fs::create_dir_all(&wp).unwrap();
+    std::fs::write(
+        wp.join("build.yaml"),
+        "steps:\n  build:\n    image: golang\n    commands: [go build]\n    bogus: 1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        wp.join("test.yaml"),
+        "depends_on: [build]\nsteps:\n  - name: t\n    image: golang\n    commands:\n      - export PATH=$(go env GOPATH)/bin:$PATH\n      - go test ./...\n",
+    )
+    .unwrap();
+    let lint = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("lint")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = lint(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.trim(),
+        ".woodpecker/build.yaml:5: error: unknown key `bogus` [steps.build.bogus]"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 error in 2 files"));
+
+    // The other file alone is clean (its dependency is in the folder): exit 0, no output.
+    let out = lint(&[".woodpecker/test.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+
+    let out = lint(&["--format", "json", ".woodpecker/build.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let findings: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(findings[0]["line"], 5, "{findings}");
+    assert_eq!(findings[0]["field"], "steps.build.bogus");
+    assert_eq!(findings[0]["warning"], false);
+
+    // A missing path is an error saying so.
+    let out = lint(&["nowhere.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading nowhere.yaml"));
+}

@@ -9,7 +9,8 @@
 //!   [`matrix`], [`workflow`] (schema and lint), [`when`] with [`glob`] and [`expr`],
 //!   [`env`](mod@env) (environment, settings, secrets), [`dag`] (step dependencies), [`read`] and
 //!   [`diag`] (typed reads, issues); [`lookup`]: config file order, workflow names, skip-ci;
-//!   [`variables`]: the checks and placement rules for pipeline variables.
+//!   [`variables`]: the checks and placement rules for pipeline variables; [`lint`]: the
+//!   compiler's verdicts on files outside the server, by line (`woodlark lint`).
 
 pub mod compile;
 pub mod dag;
@@ -19,6 +20,7 @@ pub mod event;
 pub mod expr;
 pub mod glob;
 pub mod labels;
+pub mod lint;
 pub mod lookup;
 pub mod matrix;
 pub mod read;

@@ -1,4 +1,7 @@
-//! The `woodlark` command line: `serve` and `user add`.
+//! The `woodlark` command line: `serve`, `agent`, `lint`, `plugin run-hook` and the `user`
+//! tools.
+
+mod lint;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -83,6 +86,14 @@ enum Command {
     User {
         #[command(subcommand)]
         command: UserCommand,
+    },
+    /// Check pipeline configs as a push would (`file:line: error: message`); exits 1 on errors.
+    Lint {
+        /// Config files, or folders of them (default: `.woodpecker/`, else `.woodpecker.yaml`).
+        paths: Vec<PathBuf>,
+        /// `text` or `json`.
+        #[arg(long, value_enum, default_value = "text")]
+        format: lint::Format,
     },
 }
 
@@ -202,6 +213,7 @@ pub fn main() -> ExitCode {
         Command::User {
             command: UserCommand::LoginLink { login, config },
         } => user_login_link(config, login),
+        Command::Lint { paths, format } => lint::run(&paths, format),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
