@@ -10,7 +10,10 @@
 //!   [`env`](mod@env) (environment, settings, secrets), [`dag`] (step dependencies), [`read`] and
 //!   [`diag`] (typed reads, issues); [`lookup`]: config file order, workflow names, skip-ci;
 //!   [`variables`]: the checks and placement rules for pipeline variables.
+//! - [`advice`]: upstream's non-blocking advice on a config (steps without an `event` filter,
+//!   deprecated keys and variables), beside the compiler's own issues.
 
+pub mod advice;
 pub mod compile;
 pub mod dag;
 pub mod diag;
@@ -32,4 +35,7 @@ pub mod workflow;
 pub mod yaml;
 
 pub use compile::compile;
+
+#[cfg(test)]
+mod lint_parity_tests;
 pub use lookup::{config_paths_in_order, skip_ci, workflow_name};
