@@ -139,6 +139,21 @@ mod tests {
     }
 
     #[test]
+    fn only_the_variable_used_is_reported() {
+        let found =
+            advise("steps: {a: {image: sh, commands: [echo $CI_PREV_COMMIT_AUTHOR_AVATAR]}}");
+        let messages: Vec<&str> = found
+            .iter()
+            .filter(|i| i.kind == Kind::Deprecation)
+            .map(|i| i.message.as_str())
+            .collect();
+        assert_eq!(
+            messages,
+            ["`CI_PREV_COMMIT_AUTHOR_AVATAR` is deprecated, use `CI_PREV_PIPELINE_AVATAR`"]
+        );
+    }
+
+    #[test]
     fn steps_without_event_filters_are_pointed_out() {
         let fields =
             |doc: &str| -> Vec<String> { advise(doc).into_iter().map(|i| i.field).collect() };

@@ -307,6 +307,9 @@ fn linter_cases() -> Vec<Case> {
         ("$CI_PIPELINE_RELEASE_PRE", false),
         ("$CI_PIPELINE_AVATAR", false),
         ("$CI_COMMIT_PRERELEASE_FOO", false),
+        // Upstream lists this one twice: the second time to check that only the `PREV` name
+        // is reported (see `advice`'s own tests).
+        ("$CI_PREV_COMMIT_AUTHOR_AVATAR", true),
     ] {
         let expect = if warns {
             Warning("deprecation", "")
