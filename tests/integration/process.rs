@@ -242,7 +242,7 @@ fn lint_reports_file_and_line_and_fails_on_errors() {
     std::fs::create_dir_all(&wp).unwrap();
     std::fs::write(
         wp.join("build.yaml"),
-        "steps:\n  build:\n    image: golang\n    commands: [go build]\n    bogus: 1\n",
+        "when:\n  event: push\nsteps:\n  build:\n    image: golang\n    commands: [go build]\n    bogus: 1\n",
     )
     .unwrap();
     std::fs::write(
@@ -263,19 +263,23 @@ fn lint_reports_file_and_line_and_fails_on_errors() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.trim(),
-        ".woodpecker/build.yaml:5: error: unknown key `bogus` [steps.build.bogus]"
+        ".woodpecker/build.yaml:7: error: unknown key `bogus` [steps.build.bogus]\n.woodpecker/test.yaml:3: warning: add a `when` block with an `event` filter to this step or to the whole workflow [steps[0]]"
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("1 error in 2 files"));
 
-    // The other file alone is clean (its dependency is in the folder): exit 0, no output.
+    // The other file alone has only a warning (its dependency is in the folder): exit 0.
     let out = lint(&[".woodpecker/test.yaml"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(out.stdout.is_empty(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with(".woodpecker/test.yaml:3: warning:") && stdout.lines().count() == 1,
+        "{stdout}"
+    );
 
     let out = lint(&["--format", "json", ".woodpecker/build.yaml"]);
     assert_eq!(out.status.code(), Some(1));
     let findings: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(findings[0]["line"], 5, "{findings}");
+    assert_eq!(findings[0]["line"], 7, "{findings}");
     assert_eq!(findings[0]["field"], "steps.build.bogus");
     assert_eq!(findings[0]["warning"], false);
 

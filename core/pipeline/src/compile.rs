@@ -189,6 +189,7 @@ fn compile_workflow(
     if issues.iter().any(|i| !i.warning) {
         return Outcome::Failed(issues);
     }
+    issues.extend(unprivileged_docker_plugins(&spec));
 
     // Filters see the pipeline variables too, but never in place of a run variable: a manual
     // run cannot make `evaluate: CI_COMMIT_BRANCH == "main"` true on another branch.
@@ -463,8 +464,9 @@ fn build_step(
 
 /// Options that reach the host need the repository's matching trust (set by an instance
 /// admin): `privileged` and `devices` need `trusted.security` (or, for `privileged`, a plugin
-/// image the admin listed in `pipeline.privileged_plugins`), host `volumes` need
-/// `trusted.volumes`, `network_mode` needs `trusted.network`. Otherwise the pipeline errors
+/// image the admin listed in `pipeline.privileged_plugins`), host `volumes` and `tmpfs` need
+/// `trusted.volumes`, `network_mode` (except `none`, which only takes the network away),
+/// `dns`, `dns_search` and `extra_hosts` need `trusted.network`. Otherwise the pipeline errors
 /// before anything runs.
 fn untrusted_options(input: &CompileInput, s: &StepSpec, is_plugin: bool) -> Vec<Issue> {
     let c = &s.container;
@@ -489,15 +491,59 @@ fn untrusted_options(input: &CompileInput, s: &StepSpec, is_plugin: bool) -> Vec
     if !c.volumes.is_empty() && !trust.volumes {
         refuse("volumes", "volumes");
     }
-    if !c.network_mode.is_empty() && !trust.network {
+    if !c.tmpfs.is_empty() && !trust.volumes {
+        refuse("tmpfs", "volumes");
+    }
+    if !c.network_mode.is_empty() && c.network_mode != "none" && !trust.network {
         refuse("network_mode", "network");
+    }
+    for (key, set) in [
+        ("dns", &c.dns),
+        ("dns_search", &c.dns_search),
+        ("extra_hosts", &c.extra_hosts),
+    ] {
+        if !set.is_empty() && !trust.network {
+            refuse(key, "network");
+        }
     }
     found
 }
 
-/// Whether `image` is one of the admin's privileged plugins (compared without the tag).
+/// Images that older Woodpecker versions ran privileged by default.
+const FORMERLY_PRIVILEGED: &[&str] = &[
+    "plugins/docker",
+    "plugins/gcr",
+    "plugins/ecr",
+    "woodpeckerci/plugin-docker-buildx",
+];
+
+/// A warning for each step using a formerly privileged plugin without `privileged: true`: it
+/// runs unprivileged here, as in upstream since 2.x, and a docker build inside usually fails.
+fn unprivileged_docker_plugins(spec: &WorkflowSpec) -> Vec<Issue> {
+    let formerly: Vec<String> = FORMERLY_PRIVILEGED.iter().map(|i| i.to_string()).collect();
+    spec.services
+        .iter()
+        .chain(&spec.steps)
+        .filter(|s| !s.container.privileged && privileged_image(&formerly, &s.image))
+        .map(|s| {
+            Issue::linter(
+                &s.field,
+                format!(
+                    "the formerly privileged plugin `{}` is no longer privileged by default; if \
+                     it needs to be, set `privileged: true` (allowed for images an admin lists \
+                     in `pipeline.privileged_plugins`)",
+                    s.image
+                ),
+            )
+            .warning()
+        })
+        .collect()
+}
+
+/// Whether `image` is one of `allowed` (compared without the tag and a `docker.io/` prefix).
 fn privileged_image(allowed: &[String], image: &str) -> bool {
     let name = |i: &str| {
+        let i = i.strip_prefix("docker.io/").unwrap_or(i);
         let last = i.rsplit('/').next().unwrap_or(i);
         match last.find([':', '@']) {
             Some(at) => i[..i.len() - last.len() + at].to_string(),

@@ -18,14 +18,20 @@ pub enum Kind {
     Compiler,
     /// Anything else (e.g. variable substitution).
     Generic,
+    /// A key or variable that still works but is going away (always a warning).
+    Deprecation,
+    /// Valid but likely not meant, e.g. a step that runs on every event (always a warning).
+    BadHabit,
 }
 
 impl Kind {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Kind::Linter => "linter",
             Kind::Compiler => "compiler",
             Kind::Generic => "generic",
+            Kind::Deprecation => "deprecation",
+            Kind::BadHabit => "bad_habit",
         }
     }
 }

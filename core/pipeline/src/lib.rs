@@ -11,7 +11,10 @@
 //!   [`diag`] (typed reads, issues); [`lookup`]: config file order, workflow names, skip-ci;
 //!   [`variables`]: the checks and placement rules for pipeline variables; [`lint`]: the
 //!   compiler's verdicts on files outside the server, by line (`woodlark lint`).
+//! - [`advice`]: upstream's non-blocking advice on a config (steps without an `event` filter,
+//!   deprecated keys and variables), beside the compiler's own issues.
 
+pub mod advice;
 pub mod compile;
 pub mod dag;
 pub mod diag;
@@ -34,4 +37,7 @@ pub mod workflow;
 pub mod yaml;
 
 pub use compile::compile;
+
+#[cfg(test)]
+mod lint_parity_tests;
 pub use lookup::{config_paths_in_order, skip_ci, workflow_name};

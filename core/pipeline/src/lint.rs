@@ -4,7 +4,9 @@
 //! There is no second checker: the files go through [`compile`](fn@crate::compile) as a
 //! push to the default branch of a repository trusted with everything (trust is server
 //! policy, not a property of the file), with every secret they name present (secrets live on
-//! the server). So whatever `lint` reports, a push reports too. Each finding's field path
+//! the server). So whatever `lint` reports as an error, a push reports too; upstream's
+//! advice ([`crate::advice`]: a step without an `event` filter, deprecated keys) comes as
+//! warnings, as upstream's `lint` shows it. Each finding's field path
 //! (`steps.build.image`, `services[0]`) is looked up in the file's YAML for its line.
 
 use std::collections::BTreeMap;
@@ -60,9 +62,16 @@ pub fn lint(files: &[ConfigFile]) -> Vec<Finding> {
         },
         privileged_plugins: Vec::new(),
     });
+    // Upstream's advice (steps without an event filter, deprecated keys) comes with it.
+    let advice = files.iter().flat_map(|f| {
+        crate::advice::advise(&f.data)
+            .into_iter()
+            .map(|issue| issue.into_error(&f.name))
+    });
     let mut findings: Vec<Finding> = result
         .errors
         .into_iter()
+        .chain(advice)
         .map(|e| {
             let file = e.data["file"].as_str().unwrap_or("").to_string();
             let field = e.data["field"].as_str().unwrap_or("").to_string();
@@ -211,7 +220,15 @@ mod tests {
             ".woodpecker.yaml",
             "steps:\n  deploy:\n    image: sh\n    privileged: true\n    environment:\n      TOKEN:\n        from_secret: deploy_token\n    commands: [deploy]\n",
         )]);
-        assert_eq!(found, Vec::new());
+        let errors: Vec<&Finding> = found.iter().filter(|f| !f.warning).collect();
+        assert_eq!(errors, Vec::<&Finding>::new());
+        // Upstream's advice is a warning on the step's line.
+        assert!(
+            found
+                .iter()
+                .any(|f| f.warning && f.kind == "bad_habit" && f.line == 3),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -100,9 +100,9 @@ pub struct CompileInput {
 pub struct Trust {
     /// `privileged` and `devices`.
     pub security: bool,
-    /// Host `volumes`.
+    /// Host `volumes` and `tmpfs`.
     pub volumes: bool,
-    /// `network_mode`.
+    /// `network_mode` (other than `none`), `dns`, `dns_search`, `extra_hosts`.
     pub network: bool,
 }
 

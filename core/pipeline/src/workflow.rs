@@ -8,8 +8,8 @@
 //! The container options (`pull`, `privileged`, `volumes`, `devices`, `network_mode`, `dns`,
 //! `dns_search`, `extra_hosts`, `tmpfs`, `backend_options.docker.user`) are read here and used
 //! by the docker backend; the local backend ignores them. The ones that reach the host
-//! (`privileged`, `volumes`, `devices`, `network_mode`) are checked against the repository's
-//! trust by the compiler. `concurrency` is read here and applied by the server's queue.
+//! (`privileged`, `volumes`, `devices`, `tmpfs`, `network_mode`, `dns`, `dns_search`,
+//! `extra_hosts`) are checked against the repository's trust by the compiler. `concurrency` is read here and applied by the server's queue.
 //! Accepted and ignored: `workspace`, `variables` (a holder for YAML anchors), `ports`. A custom `clone:` section is accepted with a warning: the
 //! built-in git clone is used instead.
 
@@ -311,6 +311,17 @@ fn parse_steps(node: &Node, area: &str, issues: &mut Vec<Issue>) -> Vec<StepSpec
                 _ => format!("service-{i}"),
             };
             if let Some(step) = parse_step(item, &at, default_name, issues) {
+                if area == "services"
+                    && item
+                        .get("name")
+                        .and_then(Node::as_str)
+                        .is_none_or(str::is_empty)
+                {
+                    issues.push(Issue::linter(
+                        &at,
+                        "a service in a list needs a `name`: other containers reach it by that name",
+                    ));
+                }
                 out.push(step);
             }
         }
