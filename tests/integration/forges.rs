@@ -585,6 +585,27 @@ async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
         "{metrics}"
     );
 
+    // Repair replaces the hook (one, not two), as the owner.
+    round
+        .s
+        .http
+        .post(
+            &format!("/api/repos/{}/repair", round.id),
+            Some(&round.pat),
+            "",
+        )
+        .await
+        .expect(204);
+    {
+        let f = round.fake.lock().unwrap();
+        assert_eq!(
+            f.hooks.len(),
+            1,
+            "{kind:?}: repair leaves one hook: {:?}",
+            f.hooks
+        );
+    }
+
     // The forge's tokens are nowhere in clear on disk.
     for suffix in ["", "-wal"] {
         let path = format!("{}{suffix}", round.s.db_path().display());
@@ -606,29 +627,48 @@ async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
     round
 }
 
+/// The round trip, then deactivation: the hook is removed from the forge.
+async fn round_trip_and_deactivate(kind: Kind) {
+    let round = round_trip(kind).await;
+    let repo = round
+        .s
+        .http
+        .delete(&format!("/api/repos/{}", round.id), Some(&round.pat))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(repo["active"], false, "{kind:?}: {repo}");
+    let f = round.fake.lock().unwrap();
+    assert!(
+        f.hooks.is_empty(),
+        "{kind:?}: the hook stayed: {:?}",
+        f.hooks
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitea_round_trip() {
-    round_trip(Kind::Gitea).await;
+    round_trip_and_deactivate(Kind::Gitea).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forgejo_round_trip() {
-    round_trip(Kind::Forgejo).await;
+    round_trip_and_deactivate(Kind::Forgejo).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitlab_round_trip() {
-    round_trip(Kind::GitLab).await;
+    round_trip_and_deactivate(Kind::GitLab).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bitbucket_cloud_round_trip() {
-    round_trip(Kind::Bitbucket).await;
+    round_trip_and_deactivate(Kind::Bitbucket).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bitbucket_data_center_round_trip() {
-    round_trip(Kind::BitbucketDc).await;
+    round_trip_and_deactivate(Kind::BitbucketDc).await;
 }
 
 /// The round trip with the docker backend: the clone container fetches the private
