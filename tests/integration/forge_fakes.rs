@@ -614,7 +614,38 @@ fn first_page(q: &HashMap<String, String>) -> bool {
     q.get("page").is_none_or(|p| p == "1")
 }
 
+/// The webhook and commit-status endpoints GitHub, Gitea and Forgejo share, under `repo`
+/// (`/repos/octo/app`, below each forge's API root).
+fn github_style_hooks_and_statuses(
+    f: &mut Fake,
+    r: &FakeRequest,
+    path: &str,
+    repo: &str,
+) -> Option<(u16, String)> {
+    let hooks = format!("{repo}/hooks");
+    match (r.method.as_str(), path) {
+        ("GET", p) if p == hooks => Some(reply(200, Value::Array(f.hooks.clone()))),
+        ("POST", p) if p == hooks => {
+            let id = json!(100 + f.hooks.len());
+            Some(reply(201, create_hook(f, r, "id", id)))
+        }
+        ("DELETE", p) if p.starts_with(&format!("{hooks}/")) => {
+            delete_hook(f, p, "id");
+            Some((204, String::new()))
+        }
+        ("POST", p) if p.starts_with(&format!("{repo}/statuses/")) => {
+            let sha = p.rsplit('/').next().unwrap_or("").to_string();
+            let v = record_status(f, &sha, &r.body, "context", "target_url");
+            Some(reply(201, v))
+        }
+        _ => None,
+    }
+}
+
 fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
+    if let Some(answer) = github_style_hooks_and_statuses(f, r, &r.path, "/repos/octo/app") {
+        return Some(answer);
+    }
     let q = query_map(&r.query);
     let v = match (r.method.as_str(), r.path.as_str()) {
         ("GET", "/user") => json!({"id": 1001, "login": "octocat", "email": "octocat@example.com",
@@ -631,20 +662,6 @@ fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
         ("GET", "/repos/octo/app") => f.github_repo(),
         ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => {
             return Some((200, f.config.clone()));
-        }
-        ("GET", "/repos/octo/app/hooks") => Value::Array(f.hooks.clone()),
-        ("POST", "/repos/octo/app/hooks") => {
-            let id = json!(100 + f.hooks.len());
-            return Some(reply(201, create_hook(f, r, "id", id)));
-        }
-        ("DELETE", p) if p.starts_with("/repos/octo/app/hooks/") => {
-            delete_hook(f, p, "id");
-            return Some((204, String::new()));
-        }
-        ("POST", p) if p.starts_with("/repos/octo/app/statuses/") => {
-            let sha = p.rsplit('/').next().unwrap_or("").to_string();
-            let v = record_status(f, &sha, &r.body, "context", "target_url");
-            return Some(reply(201, v));
         }
         ("GET", "/repos/octo/app/pulls") => json!([
             {"number": 7, "title": "Fix the frobnicator", "state": "open",
@@ -663,6 +680,9 @@ fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
 fn gitea(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
     let q = query_map(&r.query);
     let path = r.path.strip_prefix("/api/v1")?;
+    if let Some(answer) = github_style_hooks_and_statuses(f, r, path, "/repos/octo/app") {
+        return Some(answer);
+    }
     let v = match (r.method.as_str(), path) {
         ("GET", "/user") => json!({"id": 1001, "login": "octocat", "username": "octocat",
             "full_name": "Octo Cat", "email": "octocat@example.com", "avatar_url": "/avatars/octocat"}),
@@ -670,20 +690,6 @@ fn gitea(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
         ("GET", "/user/repos" | "/user/orgs") => json!([]),
         ("GET", "/repos/octo/app") => f.gitea_repo(),
         ("GET", "/repos/octo/app/raw/.woodpecker.yaml") => return Some((200, f.config.clone())),
-        ("GET", "/repos/octo/app/hooks") => Value::Array(f.hooks.clone()),
-        ("POST", "/repos/octo/app/hooks") => {
-            let id = json!(100 + f.hooks.len());
-            return Some(reply(201, create_hook(f, r, "id", id)));
-        }
-        ("DELETE", p) if p.starts_with("/repos/octo/app/hooks/") => {
-            delete_hook(f, p, "id");
-            return Some((204, String::new()));
-        }
-        ("POST", p) if p.starts_with("/repos/octo/app/statuses/") => {
-            let sha = p.rsplit('/').next().unwrap_or("").to_string();
-            let v = record_status(f, &sha, &r.body, "context", "target_url");
-            return Some(reply(201, v));
-        }
         _ => return None,
     };
     Some(reply(200, v))

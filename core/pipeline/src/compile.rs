@@ -625,4 +625,4 @@ fn workflow_cycle(kept: &[Built]) -> Option<(String, Vec<String>)> {
 
 #[cfg(test)]
 #[path = "compile_tests.rs"]
-mod tests;
+pub(crate) mod tests;

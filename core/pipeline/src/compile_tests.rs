@@ -12,7 +12,7 @@ use crate::types::{Commit, Metadata, SecretValue, Trust};
 // ---------------------------------------------------------------------------------------
 // Builders for inputs and expected outputs.
 
-fn meta() -> Metadata {
+pub(crate) fn meta() -> Metadata {
     Metadata {
         event: WebhookEvent::Push,
         commit: Commit {

@@ -7,8 +7,8 @@
 //! (`steps.build.image` for upstream's `steps.build`).
 
 use crate::compile;
-use crate::event::WebhookEvent;
-use crate::types::{Commit, CompileInput, ConfigFile, Metadata, Trust};
+use crate::compile::tests::meta;
+use crate::types::{CompileInput, ConfigFile, Trust};
 
 /// What upstream says about a config.
 #[derive(Debug, Clone, Copy)]
@@ -344,21 +344,6 @@ fn linter_cases() -> Vec<Case> {
 
 /// One issue we report: `(type, field, is_warning)`.
 type Seen = (String, String, bool);
-
-fn meta() -> Metadata {
-    Metadata {
-        event: WebhookEvent::Push,
-        commit: Commit {
-            sha: "abc123".into(),
-            branch: "main".into(),
-            git_ref: "refs/heads/main".into(),
-            message: "change things".into(),
-            ..Commit::default()
-        },
-        repo: "alice/hello".into(),
-        ..Metadata::default()
-    }
-}
 
 /// Everything we report for a case: the compiler's errors and warnings plus the advice.
 fn ours(c: &Case) -> Vec<Seen> {
