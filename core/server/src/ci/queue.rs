@@ -284,18 +284,25 @@ impl Queue {
                     return Ok(None);
                 }
                 let now = now_unix();
-                let queued = tasks::list(c, None)?;
-                for task in queued.iter().filter(|t| t.state == TaskState::Pending) {
+                // The whole queue is read only when a candidate has a concurrency limit.
+                let mut queued: Option<Vec<Task>> = None;
+                for task in tasks::list(c, Some(TaskState::Pending))? {
                     if labels::score(&task.labels, &ident.labels).is_none() {
                         continue;
                     }
                     // Over its group's concurrency limit: it stays pending, in its turn.
-                    if !tasks::may_start(task, &queued) {
-                        continue;
+                    if task.concurrency_limit > 0 {
+                        let all = match &mut queued {
+                            Some(all) => all,
+                            None => queued.insert(tasks::list(c, None)?),
+                        };
+                        if !tasks::may_start(&task, all) {
+                            continue;
+                        }
                     }
                     if tasks::lease(c, task.id, ident.id, now + LEASE_SECS)? {
                         pipelines::update_workflow(c, task.id, |w| w.agent_id = ident.id)?;
-                        return Ok(Some(task.clone()));
+                        return Ok(Some(task));
                     }
                 }
                 Ok(None)
