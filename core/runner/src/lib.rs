@@ -454,10 +454,10 @@ async fn execute<A: AgentApi>(
                 workflow: workflow.clone(),
                 cancel: cancel.clone(),
                 deadline,
-                detached: Detached {
+                detached: Some(Detached {
                     tasks: detached.clone(),
                     over: over.clone(),
-                },
+                }),
             };
             running.spawn(async move { (i, run_step(ctx).await) });
         }
@@ -538,7 +538,9 @@ struct StepContext<A> {
     workflow: Arc<dyn Workflow>,
     cancel: watch::Receiver<bool>,
     deadline: Instant,
-    detached: Detached,
+    /// Taken by a detached step's follower, so the follower (kept in the set) does not
+    /// keep the set alive: a workflow task that is aborted takes its followers with it.
+    detached: Option<Detached>,
 }
 
 /// Where a detached step's follower goes, and what tells it the workflow is over.
@@ -672,8 +674,10 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         // log is kept like any step's, and its end (by itself, or stopped when the workflow
         // is over) is reported then. It never holds up the steps after it, and its failure
         // does not fail the workflow.
-        let tasks = ctx.detached.tasks.clone();
-        let over = ctx.detached.over.clone();
+        let mut ctx = ctx;
+        let Some(Detached { tasks, over }) = ctx.detached.take() else {
+            return finish(&ctx, started, Status::Failure, 1, "no detached set".into()).await;
+        };
         // The set owns the follower: it is awaited when the workflow is over.
         tasks
             .lock()
