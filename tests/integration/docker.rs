@@ -485,7 +485,8 @@ async fn kill_9_mid_pipeline_leaves_nothing_after_the_next_start() {
     let left = owned(&owner);
     assert!(
         left.containers.is_empty() && left.networks.is_empty() && left.volumes.is_empty(),
-        "after SIGTERM: {left:?}"
+        "after SIGTERM: {left:?}\n{}",
+        server.stderr()
     );
 }
 

@@ -133,6 +133,14 @@ impl Swept {
     pub fn is_empty(&self) -> bool {
         *self == Swept::default()
     }
+
+    /// Adds another pass's counts to these.
+    pub fn add(&mut self, other: &Swept) {
+        self.containers += other.containers;
+        self.networks += other.networks;
+        self.volumes += other.volumes;
+        self.workspaces += other.workspaces;
+    }
 }
 
 /// The backend setting (`runner.backend`, `woodlark agent --backend`).

@@ -30,8 +30,15 @@
 //! and after a crash of the server or agent [`Backend::sweep`] removes whatever carries this
 //! runner's owner label before new work starts: nothing of ours can still be running then.
 //! Both go through one removal by labels ([`Docker::remove_labelled`]).
+//!
+//! Calls that create or remove an object run in a task of their own ([`Docker::settled`]):
+//! a stopping runner aborts its workflows mid-call, and a request the engine already took
+//! would otherwise finish after the sweep that was meant to remove what it makes (a network
+//! created, or a container still attached while its network was removed). The sweep first
+//! waits for those calls.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -117,6 +124,9 @@ pub struct Docker {
     settings: Arc<Settings>,
     /// Empty networks ready for the next workflow (names).
     idle_networks: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Held (shared) by every create or remove call in flight; the sweep takes it
+    /// exclusively to wait for them.
+    in_flight: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl std::fmt::Debug for Docker {
@@ -172,6 +182,7 @@ impl Docker {
             owner: owner.to_string(),
             settings: Arc::new(settings),
             idle_networks: Arc::default(),
+            in_flight: Arc::default(),
         })
     }
 
@@ -240,7 +251,7 @@ impl Docker {
             .await
             .map_err(BackendError::docker("cannot list networks"))?;
         for name in networks.into_iter().filter_map(|n| n.name) {
-            match gone(self.client.remove_network(&name).await) {
+            match self.remove_network(name).await {
                 true => swept.networks += 1,
                 false => left += 1,
             }
@@ -254,8 +265,11 @@ impl Docker {
             .map_err(BackendError::docker("cannot list volumes"))?;
         for v in volumes.volumes.unwrap_or_default() {
             let removed = self
-                .client
-                .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
+                .settled(move |client| async move {
+                    client
+                        .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
+                        .await
+                })
                 .await;
             match gone(removed) {
                 true => swept.volumes += 1,
@@ -265,20 +279,49 @@ impl Docker {
         Ok((swept, left))
     }
 
+    /// Runs an engine call that creates or removes something to its end in a task of its
+    /// own, even if the caller is dropped meanwhile; [`Backend::sweep`] waits for such calls.
+    async fn settled<T, F>(&self, call: impl FnOnce(bollard::Docker) -> F) -> T
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let guard = self.in_flight.clone().read_owned().await;
+        let call = call(self.client.clone());
+        let task = tokio::spawn(async move {
+            let out = call.await;
+            drop(guard);
+            out
+        });
+        match task.await {
+            Ok(out) => out,
+            // Nothing aborts the task: only a panic of the engine client ends it early.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
     /// Removes a container, stopping it first; `true` when it is gone.
     async fn remove_container(&self, id: &str) -> bool {
+        let id = id.to_string();
         let removed = self
-            .client
-            .remove_container(
-                id,
-                Some(RemoveContainerOptions {
+            .settled(move |client| async move {
+                let options = RemoveContainerOptions {
                     force: true,
                     v: true,
                     ..Default::default()
-                }),
-            )
+                };
+                client.remove_container(&id, Some(options)).await
+            })
             .await;
         gone(removed)
+    }
+
+    /// Removes a network; `true` when it is gone.
+    async fn remove_network(&self, name: String) -> bool {
+        gone(
+            self.settled(move |client| async move { client.remove_network(&name).await })
+                .await,
+        )
     }
 
     /// Creates the workflow's network and workspace volume.
@@ -293,13 +336,13 @@ impl Docker {
             network,
             workflow_id,
         };
+        let request = VolumeCreateRequest {
+            name: Some(resources.key.clone()),
+            labels: Some(self.labels(&resources)),
+            ..Default::default()
+        };
         let volume = self
-            .client
-            .create_volume(VolumeCreateRequest {
-                name: Some(resources.key.clone()),
-                labels: Some(self.labels(&resources)),
-                ..Default::default()
-            })
+            .settled(move |client| async move { client.create_volume(request).await })
             .await;
         if let Err(e) = volume {
             if let Err(left) = self.remove_workflow(&resources).await {
@@ -327,13 +370,13 @@ impl Docker {
             (LABEL_OWNER.to_string(), self.owner.clone()),
             (LABEL_POOL.to_string(), "network".to_string()),
         ]);
-        self.client
-            .create_network(NetworkCreateRequest {
-                name: name.clone(),
-                driver: Some("bridge".into()),
-                labels: Some(labels),
-                ..Default::default()
-            })
+        let request = NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        self.settled(move |client| async move { client.create_network(request).await })
             .await
             .map_err(BackendError::docker("cannot create the workflow's network"))?;
         Ok(name)
@@ -367,7 +410,7 @@ impl Docker {
         let mut network = self.give_back_network(&res.network).await;
         for attempt in 0..10 {
             if !network {
-                network = gone(self.client.remove_network(&res.network).await);
+                network = self.remove_network(res.network.clone()).await;
             }
             if !matches!(labelled, Ok((_, 0))) {
                 labelled = self.remove_labelled(filter.clone()).await;
@@ -480,28 +523,33 @@ impl Docker {
         step: &CompiledStep,
         body: ContainerCreateBody,
     ) -> Result<Started, BackendError> {
-        let created = self
-            .client
-            .create_container(
-                Some(CreateContainerOptions {
-                    name: Some(container_name(res, &step.name)),
-                    ..Default::default()
-                }),
-                body,
-            )
+        let options = CreateContainerOptions {
+            name: Some(container_name(res, &step.name)),
+            ..Default::default()
+        };
+        // Created and started in one settled call: a container created by a dropped caller
+        // must not start after the sweep looked.
+        let started = self
+            .settled(move |client| async move {
+                let id = client.create_container(Some(options), body).await?.id;
+                let start = client.start_container(&id, None).await;
+                Ok::<_, bollard::errors::Error>((id, start))
+            })
             .await
             .map_err(BackendError::docker(format!(
                 "cannot create the container of {:?}",
                 step.name
             )))?;
-        let id = created.id;
-        if let Err(e) = self.client.start_container(&id, None).await {
-            self.remove_container(&id).await;
-            return Err(BackendError::docker(format!(
-                "cannot start {:?}",
-                step.name
-            ))(e));
-        }
+        let id = match started {
+            (id, Ok(())) => id,
+            (id, Err(e)) => {
+                self.remove_container(&id).await;
+                return Err(BackendError::docker(format!(
+                    "cannot start {:?}",
+                    step.name
+                ))(e));
+            }
+        };
         let output = self
             .client
             .logs(
@@ -552,9 +600,27 @@ impl Backend for Docker {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        self.remove_labelled(self.filter(None))
-            .await
-            .map(|(swept, _)| swept)
+        // Calls of aborted workflows end first: what they create is then there to be seen.
+        drop(self.in_flight.write().await);
+        // A container being removed concurrently holds its network and volume for a moment.
+        let mut total = Swept::default();
+        for attempt in 0.. {
+            let (swept, left) = self.remove_labelled(self.filter(None)).await?;
+            total.add(&swept);
+            if left == 0 {
+                break;
+            }
+            if attempt == 9 {
+                tracing::warn!(
+                    left,
+                    owner = self.owner,
+                    "the sweep could not remove everything"
+                );
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Ok(total)
     }
 }
 
