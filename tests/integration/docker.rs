@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::pipelines::{finished, log_text, push_files, run_manually, step_of, wait_for};
-use crate::util::{Http, Process, TestServer, cli_user_add, git, write_config};
+use crate::util::{BIN, Http, Process, TestServer, cli_user_add, git, write_config};
 
 /// A busybox image with every applet, `/etc/passwd` and `/tmp` (tests/docker/images.sh).
 pub const BUSYBOX: &str = "woodlark-test/busybox:latest";
@@ -833,4 +833,117 @@ async fn the_clone_runs_in_a_container_and_run_variables_reach_only_command_step
     .await;
     assert!(build.contains(&"NoNewPrivs:\t0".to_string()), "{build:?}");
     assert_none_left(&owner_of(s.dir.path())).await;
+}
+
+/// Owner labels of `woodlark exec` runs that still have objects in the engine.
+fn exec_leftovers() -> Vec<String> {
+    let format = "{{.Label \"io.woodlark.owner\"}}";
+    let mut owners: Vec<String> = [
+        vec!["ps", "-a", "--format", format],
+        vec!["network", "ls", "--format", format],
+        vec!["volume", "ls", "--format", format],
+    ]
+    .iter()
+    .flat_map(|args| {
+        docker(args)
+            .lines()
+            .filter(|l| l.starts_with("exec-"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    })
+    .collect();
+    owners.dedup();
+    owners
+}
+
+/// `woodlark exec` on Docker: the checkout is the workspace of every container (a file not
+/// committed is seen, a file written is kept), a service answers on the workflow's network
+/// by its name, secrets are masked; a failing step is exit status 1; Ctrl-C kills a running
+/// pipeline; nothing of the runs stays in the engine.
+#[test]
+fn exec_runs_the_checkout_in_containers_and_stops_on_ctrl_c() {
+    ensure_images();
+    let dir = tempfile::tempdir().unwrap();
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    let config = format!(
+        "services:\n  web:\n    image: {BUSYBOX}\n    commands: [\"mkdir -p /srv && echo pong > /srv/ping && httpd -f -p 8080 -h /srv\"]\nsteps:\n  use:\n    image: {BUSYBOX}\n    environment:\n      TOKEN:\n        from_secret: token\n    commands:\n      - cat notes.txt\n      - echo \"token $TOKEN\"\n      - for i in 1 2 3 4 5 6 7 8 9 10; do wget -qO- http://web:8080/ping && break; sleep 0.5; done\n      - echo written > out.txt\n      - test -z \"$FAIL\"\n"
+    );
+    std::fs::write(dir.path().join(".woodpecker.yaml"), config).unwrap();
+    git(dir.path(), &["add", "."]);
+    git(dir.path(), &["commit", "-q", "-m", "ci"]);
+    std::fs::write(dir.path().join("notes.txt"), "from the checkout\n").unwrap();
+    let exec = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["exec", "--secret", "token=t0k-5ecret-42"])
+            .args(extra)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = exec(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for want in [
+        "[use:L1:0s] from the checkout",
+        "token ********",
+        "pong",
+        "[use] success (exit code 0)",
+        "[web] success",
+    ] {
+        assert!(stdout.contains(want), "{want:?} not in:\n{stdout}");
+    }
+    assert!(!stdout.contains("t0k-5ecret-42"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "written\n"
+    );
+    let out = exec(&["--env", "FAIL=1"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[use] failure (exit code 1)"));
+    assert_eq!(exec_leftovers(), Vec::<String>::new());
+
+    // Ctrl-C while a step and a service run.
+    std::fs::write(
+        dir.path().join(".woodpecker.yaml"),
+        format!(
+            "services:\n  db:\n    image: {BUSYBOX}\n    commands: [sleep 600]\nsteps:\n  slow:\n    image: {BUSYBOX}\n    commands: [echo started, sleep 600]\n"
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("exec.log");
+    let mut child = Command::new(BIN)
+        .arg("exec")
+        .current_dir(dir.path())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap().contains("[slow:L1") {
+        assert!(std::time::Instant::now() < deadline, "never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "exec did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the pipeline ended: killed"), "{stderr}");
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("[slow] killed")
+    );
+    assert_eq!(exec_leftovers(), Vec::<String>::new());
 }

@@ -1,7 +1,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{BIN, Http, Process, cli_user_add, write_config};
+use crate::util::{BIN, Http, Process, cli_user_add, git, write_config};
 
 #[test]
 fn unknown_key_fails_start_up_naming_key_and_file() {
@@ -287,4 +287,109 @@ fn lint_reports_file_and_line_and_fails_on_errors() {
     let out = lint(&["nowhere.yaml"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("reading nowhere.yaml"));
+}
+
+/// `woodlark exec` on the local backend: the workflows of `.woodpecker/` run in dependency
+/// order in the checkout itself (uncommitted files seen, files written kept), with the
+/// checkout's branch, `--env` variables and `--secret` secrets (masked in the output); a
+/// failing step makes the exit status 1 and skips what depends on it.
+#[test]
+fn exec_runs_the_checkout_masks_secrets_and_fails_with_a_failing_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let wp = dir.path().join(".woodpecker");
+    std::fs::create_dir_all(&wp).unwrap();
+    std::fs::write(
+        wp.join("build.yaml"),
+        "steps:\n  build:\n    image: busybox\n    environment:\n      TOKEN:\n        from_secret: api_token\n    commands:\n      - echo \"on $CI_COMMIT_BRANCH for $CI_PIPELINE_EVENT with $GREETING\"\n      - cat notes.txt\n      - echo \"token is $TOKEN\"\n      - echo built > out.txt\n",
+    )
+    .unwrap();
+    std::fs::write(
+        wp.join("test.yaml"),
+        "depends_on: [build]\nsteps:\n  test:\n    image: busybox\n    commands: [cat out.txt, \"test -z \\\"$FAIL\\\"\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        wp.join("zz-report.yaml"),
+        "depends_on: [test]\nsteps:\n  report:\n    image: busybox\n    commands: [echo reported]\n",
+    )
+    .unwrap();
+    git(dir.path(), &["init", "-q", "-b", "feature"]);
+    git(dir.path(), &["add", "."]);
+    git(dir.path(), &["commit", "-q", "-m", "ci"]);
+    std::fs::write(dir.path().join("notes.txt"), "not committed\n").unwrap();
+    let exec = |extra: &[&str]| {
+        Command::new(BIN)
+            .args([
+                "exec",
+                "--backend",
+                "local",
+                "--secret",
+                "api_token=tok-9f2e71",
+            ])
+            .args(["--env", "GREETING=hello"])
+            .args(extra)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = exec(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for want in [
+        "# build\n",
+        "[build:L1:0s] on feature for manual with hello\n",
+        "[build:L3:0s] not committed\n",
+        "[build:L5:0s] token is ********\n",
+        "[build] success (exit code 0)\n",
+        "# test\n",
+        "[test:L1:0s] built\n",
+        "# zz-report\n",
+        "[report:L1:0s] reported\n",
+    ] {
+        assert!(stdout.contains(want), "{want:?} not in:\n{stdout}");
+    }
+    assert!(!stdout.contains("tok-9f2e71"), "{stdout}");
+    assert!(stdout.find("# build") < stdout.find("# test"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "built\n"
+    );
+
+    // A failing step: exit status 1, the dependent workflow skipped.
+    let out = exec(&["--env", "FAIL=yes"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stdout.contains("[test] failure (exit code 1)"), "{stdout}");
+    assert!(!stdout.contains("# zz-report"), "{stdout}");
+    assert!(
+        stderr.contains("workflow zz-report: skipped")
+            && stderr.contains("the pipeline ended: failure"),
+        "{stderr}"
+    );
+
+    // `when` filters see `--event` and `--branch`; a config that does not compile runs
+    // nothing.
+    std::fs::write(
+        wp.join("zz-report.yaml"),
+        "depends_on: [test]\nwhen:\n  branch: main\nsteps:\n  report:\n    image: busybox\n    commands: [echo reported]\n",
+    )
+    .unwrap();
+    let out = exec(&["--branch", "main", "--event", "push"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("[report:L1:0s] reported"),
+        "{out:?}"
+    );
+    let out = exec(&["--event", "nonsense"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--event \"nonsense\": one of push"));
+    std::fs::write(wp.join("test.yaml"), "steps:\n  test:\n    bogus: 1\n").unwrap();
+    let out = exec(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error:") && stderr.contains("the pipeline does not compile"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("# build"));
 }

@@ -197,6 +197,23 @@ fn map_steps_keep_order_and_skip_clone() {
 }
 
 #[test]
+fn without_clone_drops_the_clone_step_and_the_waits_for_it() {
+    let got = one(
+        "steps:\n  a: {image: sh, commands: [a]}\n  b: {image: sh, commands: [b], depends_on: [a]}\n",
+    );
+    let wf = got.workflows[0].clone();
+    assert!(wf.steps[0].kind == StepKind::Clone && !wf.skip_clone);
+    let wf = wf.without_clone();
+    assert!(wf.skip_clone);
+    let names: Vec<(&str, &[String])> = wf
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.depends_on.as_slice()))
+        .collect();
+    assert_eq!(names, [("a", &[][..]), ("b", &["a".to_string()][..])]);
+}
+
+#[test]
 fn depends_on_makes_a_dag() {
     let got = one(
         "steps:\n  a: {image: sh, commands: [a]}\n  b: {image: sh, commands: [b], depends_on: [a]}\n  c: {image: sh, commands: [c], depends_on: []}\n  d: {image: sh, commands: [d], depends_on: [b, c]}\n",

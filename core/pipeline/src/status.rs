@@ -104,6 +104,25 @@ pub fn is_done(state: Status) -> bool {
     )
 }
 
+/// Whether a workflow whose dependencies all ended in `deps` runs, by its `runs_on` (empty
+/// = `["success"]`): dependencies that all succeeded (or were skipped) are a `success`,
+/// anything else a `failure`.
+pub fn runs_after(runs_on: &[String], deps: &[Status]) -> bool {
+    let outcome = if deps
+        .iter()
+        .all(|s| matches!(s, Status::Success | Status::Skipped))
+    {
+        "success"
+    } else {
+        "failure"
+    };
+    if runs_on.is_empty() {
+        outcome == "success"
+    } else {
+        runs_on.iter().any(|r| r == outcome)
+    }
+}
+
 /// States in which a pipeline still holds resources (cannot be deleted).
 pub fn is_active(state: Status) -> bool {
     matches!(
@@ -127,6 +146,16 @@ mod tests {
         );
         assert_eq!(merge([Status::Error, Status::Declined]), Status::Declined);
         assert_eq!(merge([]), Status::Skipped);
+    }
+
+    #[test]
+    fn runs_after_reads_runs_on() {
+        let on = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(runs_after(&[], &[Status::Success, Status::Skipped]));
+        assert!(!runs_after(&[], &[Status::Success, Status::Failure]));
+        assert!(runs_after(&on(&["failure"]), &[Status::Killed]));
+        assert!(!runs_after(&on(&["failure"]), &[Status::Success]));
+        assert!(runs_after(&on(&["success", "failure"]), &[Status::Error]));
     }
 
     #[test]

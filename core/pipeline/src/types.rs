@@ -245,6 +245,25 @@ pub struct CompiledWorkflow {
     pub concurrency: Option<Concurrency>,
 }
 
+impl CompiledWorkflow {
+    /// The workflow without its clone step, for a workspace that is already there (upstream's
+    /// `exec --local`): the steps that waited for the clone no longer do.
+    pub fn without_clone(mut self) -> CompiledWorkflow {
+        let clones: Vec<String> = self
+            .steps
+            .iter()
+            .filter(|s| s.kind == StepKind::Clone)
+            .map(|s| s.name.clone())
+            .collect();
+        self.steps.retain(|s| s.kind != StepKind::Clone);
+        for step in &mut self.steps {
+            step.depends_on.retain(|d| !clones.contains(d));
+        }
+        self.skip_clone = true;
+        self
+    }
+}
+
 /// Upstream's workflow concurrency limit: workflows sharing a group (by default, the same
 /// workflow of the same repository) beyond `limit` wait in the queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -88,6 +88,9 @@ pub struct WorkflowSetup {
     pub workflow_id: i64,
     /// What the clone step checks out.
     pub clone: CloneSource,
+    /// A directory of this machine to run the steps in instead of a fresh workspace
+    /// (`woodlark exec`): it is used as it is and left in place when the workflow ends.
+    pub host_workspace: Option<PathBuf>,
 }
 
 /// What the clone step checks out, from the work the server handed out (never from the
@@ -225,6 +228,8 @@ pub enum BackendError {
     LostContainer,
     #[error("could not remove {0}; the next start sweeps it")]
     Leftover(String),
+    #[error("this backend cannot run {0}")]
+    Unsupported(String),
 }
 
 impl BackendError {

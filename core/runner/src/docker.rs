@@ -145,6 +145,8 @@ pub struct WorkflowResources {
     /// The workflow's network (from the pool), where steps reach each other by name.
     pub network: String,
     pub workflow_id: i64,
+    /// A host directory mounted as the workspace instead of the volume (`woodlark exec`).
+    pub host_workspace: Option<String>,
 }
 
 /// Eight lowercase alphanumerics: keeps names of two runs of one workflow apart.
@@ -324,10 +326,12 @@ impl Docker {
         )
     }
 
-    /// Creates the workflow's network and workspace volume.
+    /// Creates the workflow's network and workspace volume (no volume for a workspace on
+    /// the host).
     pub async fn create_resources(
         &self,
         workflow_id: i64,
+        host_workspace: Option<&std::path::Path>,
     ) -> Result<WorkflowResources, BackendError> {
         let key = format!("wl_{workflow_id}_{}", random_suffix());
         let network = self.take_network().await?;
@@ -335,7 +339,11 @@ impl Docker {
             key,
             network,
             workflow_id,
+            host_workspace: host_workspace.map(|p| p.display().to_string()),
         };
+        if resources.host_workspace.is_some() {
+            return Ok(resources);
+        }
         let request = VolumeCreateRequest {
             name: Some(resources.key.clone()),
             labels: Some(self.labels(&resources)),
@@ -585,7 +593,9 @@ impl Backend for Docker {
         &self,
         setup: &WorkflowSetup,
     ) -> Result<Box<dyn Workflow>, BackendError> {
-        let resources = self.create_resources(setup.workflow_id).await?;
+        let resources = self
+            .create_resources(setup.workflow_id, setup.host_workspace.as_deref())
+            .await?;
         Ok(Box::new(DockerWorkflow {
             docker: self.clone(),
             resources,
@@ -723,11 +733,19 @@ fn container_name(res: &WorkflowResources, step: &str) -> String {
 }
 
 fn workspace_mount(res: &WorkflowResources) -> Mount {
-    Mount {
-        target: Some(WORKSPACE.into()),
-        source: Some(res.key.clone()),
-        typ: Some(MountType::VOLUME),
-        ..Default::default()
+    match &res.host_workspace {
+        Some(dir) => Mount {
+            target: Some(WORKSPACE.into()),
+            source: Some(dir.clone()),
+            typ: Some(MountType::BIND),
+            ..Default::default()
+        },
+        None => Mount {
+            target: Some(WORKSPACE.into()),
+            source: Some(res.key.clone()),
+            typ: Some(MountType::VOLUME),
+            ..Default::default()
+        },
     }
 }
 
@@ -949,6 +967,7 @@ mod tests {
 
     fn res() -> WorkflowResources {
         WorkflowResources {
+            host_workspace: None,
             key: "wl_7_abc".into(),
             network: "wl_net_abc".into(),
             workflow_id: 7,

@@ -91,6 +91,9 @@ pub struct RunnerConfig {
     pub info: AgentInfo,
     /// Where steps run ([`choose_backend`]).
     pub backend: Arc<dyn Backend>,
+    /// Run every workflow in this directory of the host instead of a fresh workspace
+    /// (`woodlark exec`); `None` for agents.
+    pub host_workspace: Option<PathBuf>,
 }
 
 /// Where a runner's steps are to run, as the operator set it.
@@ -319,6 +322,7 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
             git_ref: work.git_ref.clone(),
             netrc: work.netrc.clone(),
         },
+        host_workspace: config.host_workspace.clone(),
     };
     let result = match config.backend.create_workflow(&setup).await {
         Ok(workflow) => {
@@ -863,6 +867,7 @@ mod tests {
             capacity: 2,
             info: AgentInfo::default(),
             backend,
+            host_workspace: None,
         };
         let runner = tokio::spawn(run(Batches::default(), config, shutdown.subscribe()));
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -69,10 +69,21 @@ impl Backend for Local {
             .filter(|c| c.is_ascii_alphanumeric())
             .take(8)
             .collect();
+        let root = self
+            .parent
+            .join(format!("{}{}-{suffix}", self.prefix, setup.workflow_id));
+        if setup.host_workspace.is_some() && self.sandbox.is_some() {
+            // The sandbox shows a step its workflow directory only.
+            return Err(BackendError::Unsupported(
+                "a workspace on the host with the sandbox".into(),
+            ));
+        }
         let workflow = LocalWorkflow {
-            root: self
-                .parent
-                .join(format!("{}{}-{suffix}", self.prefix, setup.workflow_id)),
+            workspace: setup
+                .host_workspace
+                .clone()
+                .unwrap_or_else(|| root.join("workspace")),
+            root,
             clone: setup.clone.clone(),
             sandbox: self.sandbox.clone(),
         };
@@ -126,6 +137,8 @@ async fn remove_tree(path: &Path) -> Result<bool, BackendError> {
 /// A workflow's directory on this machine.
 struct LocalWorkflow {
     root: PathBuf,
+    /// Where steps run: `workspace/` in `root`, or a directory of the host's.
+    workspace: PathBuf,
     clone: CloneSource,
     sandbox: Option<Arc<Sandbox>>,
 }
@@ -133,7 +146,7 @@ struct LocalWorkflow {
 impl LocalWorkflow {
     /// Creates the workspace and home, and the clone's `.netrc` in the home.
     async fn prepare(&self) -> Result<(), BackendError> {
-        for dir in [workspace(&self.root), home(&self.root)] {
+        for dir in [&self.workspace, &home(&self.root)] {
             tokio::fs::create_dir_all(&dir)
                 .await
                 .map_err(BackendError::io(format!("create {}", dir.display())))?;
@@ -157,6 +170,7 @@ impl Workflow for LocalWorkflow {
     async fn start(&self, step_id: i64, step: &CompiledStep) -> Result<Started, BackendError> {
         let plan = Plan {
             root: self.root.clone(),
+            workspace: self.workspace.clone(),
             clone: self.clone.clone(),
             sandbox: self.sandbox.clone(),
             step_id,
@@ -176,10 +190,6 @@ impl Workflow for LocalWorkflow {
     }
 }
 
-fn workspace(root: &Path) -> PathBuf {
-    root.join("workspace")
-}
-
 fn home(root: &Path) -> PathBuf {
     root.join("home")
 }
@@ -187,6 +197,7 @@ fn home(root: &Path) -> PathBuf {
 /// What to start for one step, worked out on the blocking pool (it reads and writes files).
 struct Plan {
     root: PathBuf,
+    workspace: PathBuf,
     clone: CloneSource,
     sandbox: Option<Arc<Sandbox>>,
     step_id: i64,
@@ -207,7 +218,7 @@ impl Plan {
     /// logins first.
     fn command(self) -> Result<Command, BackendError> {
         let step = &self.step;
-        let dir = workspace(&self.root);
+        let dir = self.workspace.clone();
         let home = home(&self.root);
         let (program, args) = match step.kind {
             StepKind::Clone => clone_command(&self.clone)?,
@@ -335,6 +346,7 @@ mod tests {
                 }),
                 ..CloneSource::default()
             },
+            ..WorkflowSetup::default()
         };
         let workflow = backend.create_workflow(&setup).await.unwrap();
         let dirs: Vec<PathBuf> = std::fs::read_dir(top.path())

@@ -281,14 +281,13 @@ fn approval_required(mode: &str, allowed_users: &[String], trigger: &Trigger) ->
 
 /// The `CI_*` variables upstream sets for a pipeline.
 fn ci_env(
-    ci: &Services,
+    url: &str,
     repo: &RepoRow,
     t: &Trigger,
     number: i64,
     forge_kind: ForgeKind,
 ) -> BTreeMap<String, String> {
     let r = &repo.repo;
-    let url = ci.settings.public_url.get();
     let c = &t.commit;
     let tag = c.git_ref.strip_prefix("refs/tags/").unwrap_or("");
     let pairs: Vec<(&str, String)> = vec![
@@ -333,7 +332,7 @@ fn ci_env(
         ("CI_PIPELINE_AUTHOR", c.sender.clone()),
         ("CI_PIPELINE_CRON", t.cron.clone()),
         ("CI_SYSTEM_NAME", "woodlark".into()),
-        ("CI_SYSTEM_URL", url.clone()),
+        ("CI_SYSTEM_URL", url.to_string()),
         ("CI_SYSTEM_VERSION", crate::ci::version_string()),
         ("CI_SYSTEM_PLATFORM", platform()),
         ("CI_FORGE_TYPE", forge_kind.as_str().to_string()),
@@ -506,8 +505,10 @@ fn trust_of(repo: &RepoRow) -> crate::pipeline::types::Trust {
     }
 }
 
-fn metadata(
-    ci: &Services,
+/// What the compiler is told about a run of `repo`, on a server whose pages are at `url`
+/// (also what `woodlark exec` tells it about the local checkout).
+pub(crate) fn metadata(
+    url: &str,
     repo: &RepoRow,
     t: &Trigger,
     number: i64,
@@ -524,7 +525,7 @@ fn metadata(
         pipeline_number: number,
         platform: platform(),
         variables: t.variables.clone(),
-        env: ci_env(ci, repo, t, number, forge_kind),
+        env: ci_env(url, repo, t, number, forge_kind),
     }
 }
 
@@ -687,7 +688,7 @@ fn compile(ci: &Services, inputs: &Inputs, number: i64) -> CompileResult {
     if sources.failures.is_empty() {
         crate::pipeline::compile(&CompileInput {
             files: files.to_vec(),
-            meta: metadata(ci, repo, t, number, *forge_kind),
+            meta: metadata(&ci.settings.public_url.get(), repo, t, number, *forge_kind),
             secrets: sources.secrets.clone(),
             trust: trust_of(repo),
             privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),

@@ -88,6 +88,7 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
         capacity: config.runner.capacity,
         info,
         backend,
+        host_workspace: None,
     };
     tracing::info!(
         agent = api.id(),

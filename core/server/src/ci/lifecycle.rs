@@ -68,15 +68,7 @@ pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
             if !deps.iter().all(|s| status::is_done(*s)) {
                 continue;
             }
-            let outcome = if deps
-                .iter()
-                .all(|s| *s == Status::Success || *s == Status::Skipped)
-            {
-                "success"
-            } else {
-                "failure"
-            };
-            if task.run_on.iter().any(|r| r == outcome) {
+            if status::runs_after(&task.run_on, &deps) {
                 tasks::set_state(c, task.id, TaskState::Pending)?;
             } else {
                 end_workflow(c, task.id, Status::Skipped, "")?;

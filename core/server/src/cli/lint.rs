@@ -77,7 +77,7 @@ fn text_line(f: &Finding) -> String {
 
 /// The files to lint, named as given: each path, a folder's YAML files (sorted), or by
 /// default `.woodpecker/` when it exists, else `.woodpecker.yaml` or `.woodpecker.yml`.
-fn config_files(paths: &[PathBuf]) -> anyhow::Result<Vec<ConfigFile>> {
+pub(super) fn config_files(paths: &[PathBuf]) -> anyhow::Result<Vec<ConfigFile>> {
     let paths = if paths.is_empty() {
         default_paths()?
     } else {

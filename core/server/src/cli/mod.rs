@@ -1,6 +1,7 @@
-//! The `woodlark` command line: `serve`, `agent`, `lint`, `plugin run-hook` and the `user`
-//! tools.
+//! The `woodlark` command line: `serve`, `agent`, `lint`, `exec`, `plugin run-hook` and the
+//! `user` tools.
 
+mod exec;
 mod lint;
 
 use std::path::PathBuf;
@@ -95,6 +96,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         format: lint::Format,
     },
+    /// Run a pipeline here, in this checkout, before pushing it; exits 1 unless it succeeds.
+    Exec(exec::ExecArgs),
 }
 
 #[derive(Subcommand)]
@@ -214,6 +217,7 @@ pub fn main() -> ExitCode {
             command: UserCommand::LoginLink { login, config },
         } => user_login_link(config, login),
         Command::Lint { paths, format } => lint::run(&paths, format),
+        Command::Exec(args) => exec::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -500,6 +504,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
                 capacity,
                 info,
                 backend,
+                host_workspace: None,
             },
             shutdown,
         )
