@@ -947,3 +947,39 @@ fn exec_runs_the_checkout_in_containers_and_stops_on_ctrl_c() {
     );
     assert_eq!(exec_leftovers(), Vec::<String>::new());
 }
+
+/// Steps that do not depend on each other run at the same time; a step after them waits for
+/// all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn independent_steps_run_at_the_same_time() {
+    let s = docker_server().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let mut config = "skip_clone: true\nsteps:\n".to_string();
+    for name in ["a", "b", "c"] {
+        config.push_str(&format!(
+            "  {name}:\n    image: {BUSYBOX}\n    commands: [sleep 3]\n    depends_on: []\n"
+        ));
+    }
+    config.push_str(&format!(
+        "  after:\n    image: {BUSYBOX}\n    commands: [echo done]\n    depends_on: [a, b, c]\n"
+    ));
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 90, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let times = |name: &str| {
+        let step = step_of(&done, name);
+        (
+            step["started"].as_i64().unwrap(),
+            step["finished"].as_i64().unwrap(),
+        )
+    };
+    let three = [times("a"), times("b"), times("c")];
+    let last_start = three.iter().map(|t| t.0).max().unwrap();
+    let first_end = three.iter().map(|t| t.1).min().unwrap();
+    // In a row they would take 9 s; together, each started before any ended.
+    assert!(last_start < first_end, "not in parallel: {three:?}");
+    let last_end = three.iter().map(|t| t.1).max().unwrap();
+    assert!(times("after").0 >= last_end, "{done:#}");
+}
