@@ -983,3 +983,66 @@ async fn independent_steps_run_at_the_same_time() {
     let last_end = three.iter().map(|t| t.1).max().unwrap();
     assert!(times("after").0 >= last_end, "{done:#}");
 }
+
+/// A service's log reaches a client of `/api/stream/logs` while the service runs (not only
+/// once the workflow ended), and the stream ends when the workflow stops the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_services_log_streams_live() {
+    let s = docker_server().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = format!(
+        "skip_clone: true\nservices:\n  db:\n    image: {BUSYBOX}\n    commands: [\"for i in 1 2 3 4 5 6 7 8; do echo serving $$i; sleep 1; done; sleep 600\"]\nsteps:\n  work:\n    image: {BUSYBOX}\n    commands: [sleep 12]\n"
+    );
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
+    let running = wait_for(&s.http, &p.alice, id, 1, 60, |p| {
+        p["workflows"].as_array().is_some_and(|w| !w.is_empty())
+            && step_of(p, "db")["state"] == "running"
+    })
+    .await;
+    let step_id = step_of(&running, "db")["id"].as_i64().unwrap();
+    let path = format!("/api/stream/logs/{id}/1/{step_id}");
+    let (status, _, mut live) =
+        crate::streams::Sse::open(s.http.addr, &path, Some(&p.alice), &[]).await;
+    assert_eq!(status, 200);
+    let mut serving = Vec::new();
+    loop {
+        let ev = live
+            .next(std::time::Duration::from_secs(30))
+            .await
+            .expect("stream ended early");
+        if ev.name == "eof" {
+            break;
+        }
+        let entry: Value = serde_json::from_str(&ev.data).unwrap();
+        let text = String::from_utf8(
+            base64::Engine::decode(
+                &base64::engine::general_purpose::STANDARD,
+                entry["data"].as_str().unwrap(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        if let Some(n) = text.strip_prefix("serving ") {
+            // Seen while the pipeline still runs: live, not replayed after the end.
+            let pipeline = format!("/api/repos/{id}/pipelines/1");
+            let now = s
+                .http
+                .get(&pipeline, Some(&p.alice))
+                .await
+                .expect(200)
+                .json();
+            let status = now["status"].clone();
+            serving.push((n.trim().parse::<i64>().unwrap(), status));
+        }
+    }
+    let numbers: Vec<i64> = serving.iter().map(|(n, _)| *n).collect();
+    assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert!(
+        serving.iter().all(|(_, status)| status == "running"),
+        "{serving:?}"
+    );
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+}

@@ -5,7 +5,9 @@
 //!   one warm-up round;
 //! - a five-step pipeline (the clone, a service, three commands in a row), 10 times;
 //!   **baseline, same run:** the same five containers run by hand with the docker CLI, one
-//!   after the other, on a network and a volume created for the round and removed after it;
+//!   after the other, on a network and a volume created for the round and removed after it
+//!   (and, as a second row, on a network kept from round to round as the runner's pool
+//!   keeps one);
 //! - three independent steps (`depends_on: []`) of `sleep 1` each, 5 times; **baseline, same
 //!   run:** one `docker run --rm` of `sleep 1` (what fully parallel steps would cost).
 //!
@@ -129,12 +131,19 @@ async fn five_steps(server: &Server, admin: &str, alice: &str) {
     println!(
         "\n# docker: a five-step pipeline (clone, service, three commands) vs the same containers by hand; three independent `sleep 1` steps vs one `docker run`"
     );
-    let by_hand = |round: usize| {
+    // A network kept across rounds, for the by-hand runs that reuse one as the pipeline's
+    // network pool does.
+    let kept = format!("wl_bench_kept_{}", std::process::id());
+    docker(&["network", "create", &kept]);
+    let by_hand = |round: usize, reuse: bool| {
         let t = Instant::now();
-        let name = format!("wl_bench_hand_{}_{round}", std::process::id());
-        docker(&["network", "create", &name]);
-        docker(&["volume", "create", &name]);
-        let workspace = format!("{name}:/woodpecker/src");
+        let volume = format!("wl_bench_hand_{}_{round}_{reuse}", std::process::id());
+        let name = if reuse { kept.clone() } else { volume.clone() };
+        if !reuse {
+            docker(&["network", "create", &name]);
+        }
+        docker(&["volume", "create", &volume]);
+        let workspace = format!("{volume}:/woodpecker/src");
         let repo_mount = format!("{0}:{0}:ro", bare.display());
         let env = [
             format!("CI_REPO_CLONE_URL={}", bare.display()),
@@ -152,7 +161,7 @@ async fn five_steps(server: &Server, admin: &str, alice: &str) {
         }
         clone.push(woodlark::runner::docker::DEFAULT_CLONE_IMAGE);
         docker(&clone);
-        let service = format!("{name}_db");
+        let service = format!("{volume}_db");
         docker(&[
             "run",
             "-d",
@@ -184,8 +193,10 @@ async fn five_steps(server: &Server, admin: &str, alice: &str) {
             ]);
         }
         docker(&["rm", "-f", &service]);
-        docker(&["volume", "rm", &name]);
-        docker(&["network", "rm", &name]);
+        docker(&["volume", "rm", &volume]);
+        if !reuse {
+            docker(&["network", "rm", &name]);
+        }
         t.elapsed()
     };
     let sleep_once = || {
@@ -194,18 +205,26 @@ async fn five_steps(server: &Server, admin: &str, alice: &str) {
         t.elapsed()
     };
     // Alternate the two paths, so drift in the engine's speed touches both alike.
-    let (mut hand, mut pipeline) = (Vec::new(), Vec::new());
-    let _ = by_hand(0);
+    let (mut hand, mut reused, mut pipeline) = (Vec::new(), Vec::new(), Vec::new());
+    let _ = by_hand(0, false);
     for round in 1..=N {
-        hand.push(by_hand(round));
+        hand.push(by_hand(round, false));
+        reused.push(by_hand(round, true));
         pipeline.push(to_success(&server.api, repo, round as i64, alice).await);
     }
+    docker(&["network", "rm", &kept]);
     let (mut one_sleep, mut three) = (Vec::new(), Vec::new());
     for round in 1..=5 {
         one_sleep.push(sleep_once());
         three.push(to_success(&server.api, par_repo, round, alice).await);
     }
-    for list in [&mut hand, &mut pipeline, &mut one_sleep, &mut three] {
+    for list in [
+        &mut hand,
+        &mut reused,
+        &mut pipeline,
+        &mut one_sleep,
+        &mut three,
+    ] {
         list.sort();
     }
     let row = |name: &str, t: &[Duration], base: &[Duration]| {
@@ -223,6 +242,11 @@ async fn five_steps(server: &Server, admin: &str, alice: &str) {
             row(
                 "by hand: network, volume, 5 × docker run, removal (baseline)",
                 &hand,
+                &hand,
+            ),
+            row(
+                "by hand, on a network kept from round to round",
+                &reused,
                 &hand,
             ),
             row("pipeline: clone, service, 3 steps", &pipeline, &hand),
