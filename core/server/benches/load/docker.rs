@@ -78,7 +78,7 @@ pub async fn run() {
     let rows: Vec<Vec<String>> = [
         ("`docker run --rm` (baseline)", &baseline),
         ("pipeline, skip_clone", &skip),
-        ("pipeline with clone (host git + copy)", &clone),
+        ("pipeline with clone (a clone container)", &clone),
     ]
     .iter()
     .map(|(name, t)| {
