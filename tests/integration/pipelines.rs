@@ -1721,3 +1721,52 @@ async fn a_concurrency_limit_makes_a_workflow_wait_for_its_group() {
         );
     }
 }
+
+/// Upstream's linter advice reaches a pipeline's `errors[]` as warnings that do not stop it:
+/// a step without an `event` filter, a deprecated variable; a config with the filter has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linter_advice_is_a_warning_on_the_pipeline() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = "steps:\n  - name: build\n    image: sh\n    commands: [\"echo ${CI_COMMIT_AUTHOR_AVATAR}\"]\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "ci").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let errors = done["errors"].as_array().expect("errors");
+    let kinds: Vec<(&str, bool)> = errors
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["is_warning"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [("deprecation", true), ("bad_habit", true)],
+        "{errors:#?}"
+    );
+    assert_eq!(errors[1]["data"]["file"], ".woodpecker.yaml");
+    assert_eq!(errors[1]["data"]["field"], "steps[0]");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`CI_COMMIT_AUTHOR_AVATAR` is deprecated"),
+        "{errors:#?}"
+    );
+
+    let filtered =
+        "when:\n  event: push\nsteps:\n  - name: build\n    image: sh\n    commands: [echo ok]\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", filtered)], "ci 2").await;
+    let done = wait_for(&s.http, &p.alice, id, 2, 60, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    assert!(
+        done.get("errors")
+            .is_none_or(|e| e.as_array().is_some_and(Vec::is_empty)),
+        "{done:#}"
+    );
+}

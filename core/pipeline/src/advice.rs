@@ -17,6 +17,19 @@ const DEPRECATED_VARIABLES: &[(&str, &str)] = &[
     ("CI_PREV_COMMIT_AUTHOR_AVATAR", "CI_PREV_PIPELINE_AVATAR"),
 ];
 
+/// The warnings for every file, as a pipeline's `errors[]` carries them (upstream's linter
+/// adds them to every pipeline; they never block one).
+pub fn advise_files(files: &[super::types::ConfigFile]) -> Vec<super::types::PipelineError> {
+    files
+        .iter()
+        .flat_map(|f| {
+            advise(&f.data)
+                .into_iter()
+                .map(|issue| issue.into_error(&f.name))
+        })
+        .collect()
+}
+
 /// The warnings for one config file's raw text.
 pub fn advise(raw: &str) -> Vec<Issue> {
     let mut out: Vec<Issue> = DEPRECATED_VARIABLES

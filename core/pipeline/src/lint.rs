@@ -63,11 +63,7 @@ pub fn lint(files: &[ConfigFile]) -> Vec<Finding> {
         privileged_plugins: Vec::new(),
     });
     // Upstream's advice (steps without an event filter, deprecated keys) comes with it.
-    let advice = files.iter().flat_map(|f| {
-        crate::advice::advise(&f.data)
-            .into_iter()
-            .map(|issue| issue.into_error(&f.name))
-    });
+    let advice = crate::advice::advise_files(files);
     let mut findings: Vec<Finding> = result
         .errors
         .into_iter()

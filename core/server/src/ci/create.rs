@@ -686,13 +686,18 @@ fn compile(ci: &Services, inputs: &Inputs, number: i64) -> CompileResult {
         ..
     } = inputs;
     if sources.failures.is_empty() {
-        crate::pipeline::compile(&CompileInput {
+        let mut result = crate::pipeline::compile(&CompileInput {
             files: files.to_vec(),
             meta: metadata(&ci.settings.public_url.get(), repo, t, number, *forge_kind),
             secrets: sources.secrets.clone(),
             trust: trust_of(repo),
             privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),
-        })
+        });
+        // Upstream's linter advice (an event filter missing, deprecated keys): warnings.
+        result
+            .errors
+            .extend(crate::pipeline::advice::advise_files(files));
+        result
     } else {
         // A secret or registry source failed: the pipeline cannot run safely without it.
         CompileResult {
