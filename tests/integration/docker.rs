@@ -1046,3 +1046,11 @@ async fn a_services_log_streams_live() {
     let done = wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
     assert_eq!(done["status"], "success", "{done:#}");
 }
+
+/// Services and `detach` steps on the engine: running until the workflow ends, their logs
+/// kept, a detached step's own failure shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_and_detached_steps_run_beside_the_workflow() {
+    let s = docker_server().await;
+    crate::pipelines::services_and_detached_steps(&s, BUSYBOX).await;
+}

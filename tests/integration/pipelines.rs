@@ -1570,11 +1570,18 @@ async fn run_variables_are_validated_and_never_replace_the_servers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_and_detached_steps_keep_logs_and_run_until_the_workflow_ends() {
     let s = TestServer::start_with_runner().await;
+    services_and_detached_steps(&s, "sh").await;
+}
+
+/// A service and two detached steps (one that fails by itself) beside two plain steps, with
+/// steps of `image` (the docker backend runs this too).
+pub async fn services_and_detached_steps(s: &TestServer, image: &str) {
     let p = s.principals().await;
     let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
     let id = repo["id"].as_i64().unwrap();
-    let config = "services:\n  - name: db\n    image: sh\n    commands: [\"echo db ready\", \"sleep 60\"]\nsteps:\n  - name: waiter\n    image: sh\n    commands: [\"sleep 3\", \"echo built\"]\n  - name: side\n    image: sh\n    detach: true\n    commands: [\"echo side started\", \"sleep 60\"]\n  - name: flaky\n    image: sh\n    detach: true\n    commands: [\"echo giving up\", \"exit 3\"]\n  - name: last\n    image: sh\n    commands: [\"sleep 1\"]\n";
-    push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "ci").await;
+    let config = "services:\n  - name: db\n    image: sh\n    commands: [\"echo db ready\", \"sleep 60\"]\nsteps:\n  - name: waiter\n    image: sh\n    commands: [\"sleep 3\", \"echo built\"]\n  - name: side\n    image: sh\n    detach: true\n    commands: [\"echo side started\", \"sleep 60\"]\n  - name: flaky\n    image: sh\n    detach: true\n    commands: [\"echo giving up\", \"exit 3\"]\n  - name: last\n    image: sh\n    commands: [\"sleep 1\"]\n"
+        .replace("image: sh", &format!("image: {image}"));
+    push_files(s, "alice/app", &[(".woodpecker.yaml", &config)], "ci").await;
     // While `waiter` runs, the service is running too (not done a moment after it started).
     let during = wait_for(&s.http, &p.alice, id, 1, 60, |p| {
         p["workflows"][0]["children"].as_array().is_some_and(|c| {
