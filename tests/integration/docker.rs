@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::pipelines::{finished, log_text, push_files, run_manually, step_of, wait_for};
-use crate::util::{BIN, Http, Process, TestServer, cli_user_add, git, write_config};
+use crate::util::{BIN, Http, Process, TestServer, cli_user_add, git, woodlark_in, write_config};
 
 /// A busybox image with every applet, `/etc/passwd` and `/tmp` (tests/docker/images.sh).
 pub const BUSYBOX: &str = "woodlark-test/busybox:latest";
@@ -873,12 +873,8 @@ fn exec_runs_the_checkout_in_containers_and_stops_on_ctrl_c() {
     git(dir.path(), &["commit", "-q", "-m", "ci"]);
     std::fs::write(dir.path().join("notes.txt"), "from the checkout\n").unwrap();
     let exec = |extra: &[&str]| {
-        Command::new(BIN)
-            .args(["exec", "--secret", "token=t0k-5ecret-42"])
-            .args(extra)
-            .current_dir(dir.path())
-            .output()
-            .unwrap()
+        let args = [&["exec", "--secret", "token=t0k-5ecret-42"], extra].concat();
+        woodlark_in(dir.path(), &args)
     };
     let out = exec(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1016,14 +1012,7 @@ async fn a_services_log_streams_live() {
             break;
         }
         let entry: Value = serde_json::from_str(&ev.data).unwrap();
-        let text = String::from_utf8(
-            base64::Engine::decode(
-                &base64::engine::general_purpose::STANDARD,
-                entry["data"].as_str().unwrap(),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let text = crate::streams::entry_text(&entry);
         if let Some(n) = text.strip_prefix("serving ") {
             // Seen while the pipeline still runs: live, not replayed after the end.
             let pipeline = format!("/api/repos/{id}/pipelines/1");

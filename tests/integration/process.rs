@@ -1,7 +1,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{BIN, Http, Process, cli_user_add, git, write_config};
+use crate::util::{BIN, Http, Process, cli_user_add, git, woodlark_in, write_config};
 
 #[test]
 fn unknown_key_fails_start_up_naming_key_and_file() {
@@ -318,19 +318,15 @@ fn exec_runs_the_checkout_masks_secrets_and_fails_with_a_failing_step() {
     git(dir.path(), &["commit", "-q", "-m", "ci"]);
     std::fs::write(dir.path().join("notes.txt"), "not committed\n").unwrap();
     let exec = |extra: &[&str]| {
-        Command::new(BIN)
-            .args([
-                "exec",
-                "--backend",
-                "local",
-                "--secret",
-                "api_token=tok-9f2e71",
-            ])
-            .args(["--env", "GREETING=hello"])
-            .args(extra)
-            .current_dir(dir.path())
-            .output()
-            .unwrap()
+        let base = [
+            "exec",
+            "--backend",
+            "local",
+            "--secret",
+            "api_token=tok-9f2e71",
+        ];
+        let args = [&base[..], &["--env", "GREETING=hello"], extra].concat();
+        woodlark_in(dir.path(), &args)
     };
     let out = exec(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);

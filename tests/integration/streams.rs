@@ -12,6 +12,14 @@ use crate::pipelines::wait_for;
 use crate::util::TestServer;
 
 /// A minimal SSE reader over one HTTP/1.1 connection.
+/// The text of a log entry as the API sends it (`data` in base64).
+pub fn entry_text(entry: &Value) -> String {
+    let data = entry["data"].as_str().expect("data");
+    let bytes =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data).expect("base64");
+    String::from_utf8(bytes).expect("utf-8")
+}
+
 pub struct Sse {
     body: Incoming,
     buf: String,
@@ -273,14 +281,7 @@ async fn log_stream_is_live_and_resumes_without_gap_or_duplicate() {
         let entry: Value = serde_json::from_str(&ev.data).unwrap();
         ids.push(ev.id.parse::<i64>().unwrap());
         live_entries.push(entry.clone());
-        let text = String::from_utf8(
-            base64::Engine::decode(
-                &base64::engine::general_purpose::STANDARD,
-                entry["data"].as_str().unwrap(),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let text = entry_text(&entry);
         if let Some(rest) = text.strip_prefix("tick ") {
             let mut parts = rest.split(' ');
             let n: i64 = parts.next().unwrap().parse().unwrap();

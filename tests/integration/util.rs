@@ -456,6 +456,15 @@ pub fn write_config(data_dir: &Path, extra: &str) -> PathBuf {
     path
 }
 
+/// `woodlark ARGS…` run in `dir`, to its end.
+pub fn woodlark_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run woodlark")
+}
+
 /// `woodlark user add LOGIN [--admin] --config CONFIG`, returning stdout (the token).
 pub fn cli_user_add(config: &Path, login: &str, admin: bool) -> std::process::Output {
     let mut cmd = Command::new(BIN);
