@@ -1,0 +1,122 @@
+//! PostgreSQL, the store several server replicas share (issue 36), built in slices.
+//!
+//! This slice holds what the rest stands on, each tested against a real server:
+//! - [`connect`]: a `postgres://user:pass@host:port/db?sslmode=…` URL to a client, with a
+//!   clear error for what the URL asks and this build cannot do;
+//! - [`schema`]: numbered migrations run once when several replicas start together (a
+//!   session advisory lock, a version table);
+//! - [`outbox`]: the event outbox with ids that increase in **commit order**, so that a
+//!   reader paging with `starting_after` on any replica never skips an event committed later
+//!   with a smaller id (the trap of an outbox keyed by a plain sequence: a sequence hands out
+//!   numbers in the order transactions ask, and they commit in another).
+//!
+//! The blocking client runs a small runtime of its own for each connection, so it is used
+//! from the store's own threads (its writer, `spawn_blocking`), never on a runtime worker.
+
+pub mod outbox;
+pub mod schema;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
+
+use std::str::FromStr;
+
+/// Errors from PostgreSQL, with what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    #[error("storage.url: {0}")]
+    Url(String),
+    #[error("cannot connect to PostgreSQL at {target}: {source}")]
+    Connect {
+        target: String,
+        #[source]
+        source: postgres::Error,
+    },
+    #[error("PostgreSQL: {what}: {source}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: postgres::Error,
+    },
+    #[error("PostgreSQL migration {version} failed: {source}")]
+    Migration {
+        version: i64,
+        #[source]
+        source: postgres::Error,
+    },
+    #[error(
+        "the database is at schema version {found}, newer than this build knows ({known}): \
+         upgrade this replica"
+    )]
+    NewerSchema { found: i64, known: i64 },
+}
+
+impl PgError {
+    /// A closure mapping a client error to [`PgError::Query`] naming `what`.
+    pub fn query(what: &'static str) -> impl FnOnce(postgres::Error) -> PgError {
+        move |source| PgError::Query { what, source }
+    }
+}
+
+/// Connects to the database `url` names (`postgres://` or `postgresql://`).
+///
+/// `sslmode=disable` and `prefer` connect without TLS (`prefer` falls back to it, as libpq
+/// does when the server offers none); `require` is refused until this build has a TLS
+/// connector, rather than silently sending credentials in clear.
+pub fn connect(url: &str) -> Result<postgres::Client, PgError> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(PgError::Url(
+            "expected postgres://user:password@host:port/database".into(),
+        ));
+    }
+    let config = postgres::Config::from_str(url).map_err(|e| PgError::Url(e.to_string()))?;
+    if config.get_ssl_mode() == postgres::config::SslMode::Require {
+        return Err(PgError::Url(
+            "sslmode=require: this build cannot speak TLS to PostgreSQL yet (use a local \
+             socket, a TLS tunnel, or sslmode=disable on a private network)"
+                .into(),
+        ));
+    }
+    config
+        .connect(postgres::NoTls)
+        .map_err(|source| PgError::Connect {
+            target: target_of(&config),
+            source,
+        })
+}
+
+/// Where a config points, for errors: hosts and database, never the password.
+fn target_of(config: &postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(host, port)| match host {
+            postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+            postgres::config::Host::Unix(path) => format!("{}:{port}", path.display()),
+        })
+        .collect();
+    format!(
+        "{}/{}",
+        hosts.join(","),
+        config.get_dbname().unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_it_cannot_serve_are_refused_with_the_reason() {
+        let err = |url: &str| connect(url).err().expect("refused").to_string();
+        assert!(err("mysql://x@h/db").contains("expected postgres://"));
+        assert!(err("postgres://u@h:notaport/db").starts_with("storage.url:"));
+        assert!(err("postgres://u:pw@127.0.0.1:1/db?sslmode=require").contains("TLS"));
+        // Nothing listens on port 1: the error names the target, not the password.
+        let refused = err("postgres://u:secret-pw@127.0.0.1:1/ci?sslmode=disable");
+        assert!(
+            refused.contains("127.0.0.1:1/ci") && !refused.contains("secret-pw"),
+            "{refused}"
+        );
+    }
+}
