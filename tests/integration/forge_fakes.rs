@@ -330,14 +330,23 @@ impl Fake {
             Kind::Bitbucket => ("x-hub-signature".into(), format!("sha256={hex}")),
             Kind::BitbucketDc => ("x-hub-signature".into(), format!("sha256={hex}")),
         });
-        match self.kind {
-            Kind::Bitbucket => headers.push((
+        if self.kind == Kind::Bitbucket {
+            headers.push((
                 "x-hook-uuid".into(),
                 "{0c2f43a4-5b2c-4d33-8a2b-0b5e5c6d7e8f}".into(),
-            )),
-            Kind::BitbucketDc => headers.push(("x-request-id".into(), "req-1".into())),
-            _ => {}
+            ));
         }
+        // The delivery's id, in each forge's own header (Gitea sends GitHub's too).
+        let id = format!("delivery-{}", &sha[..12]);
+        let id_headers: &[&str] = match self.kind {
+            Kind::GitHub => &["x-github-delivery"],
+            Kind::Gitea => &["x-gitea-delivery", "x-github-delivery"],
+            Kind::Forgejo => &["x-forgejo-delivery"],
+            Kind::GitLab => &["x-gitlab-event-uuid"],
+            Kind::Bitbucket => &["x-request-uuid"],
+            Kind::BitbucketDc => &["x-request-id"],
+        };
+        headers.extend(id_headers.iter().map(|h| (h.to_string(), id.clone())));
         (body, headers)
     }
 

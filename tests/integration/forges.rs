@@ -286,6 +286,17 @@ impl RoundTrip {
         })
         .await;
         assert_eq!(done["status"], want, "{done:#}");
+        // The forge delivers it again (a retry, "redeliver"): the same pipeline, no new one.
+        let again = self
+            .s
+            .http
+            .send("POST", &path, None, Some(body.as_bytes()), &headers)
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(again["number"], number, "{again:#}");
+        let next = format!("/api/repos/{}/pipelines/{}", self.id, number + 1);
+        self.s.http.get(&next, Some(&self.pat)).await.expect(404);
         let [pending, success, failure] = kind.state_names();
         let last = if want == "success" { success } else { failure };
         let fake = self.fake.clone();

@@ -23,6 +23,7 @@
 pub mod agents;
 pub mod cache;
 pub mod crons;
+pub mod deliveries;
 pub mod events;
 pub mod forge_tokens;
 pub mod forges;

@@ -186,6 +186,8 @@ const MIGRATIONS: &[Step] = &[
         "ALTER TABLE tasks ADD COLUMN concurrency_limit INTEGER NOT NULL DEFAULT 0;
          ALTER TABLE tasks ADD COLUMN concurrency_group TEXT NOT NULL DEFAULT '';",
     ),
+    // 15: webhook deliveries that made pipelines (a redelivery makes no second one).
+    Sql(super::deliveries::SCHEMA),
 ];
 
 /// The schema version this build writes.

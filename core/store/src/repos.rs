@@ -261,6 +261,7 @@ pub fn delete(conn: &Tx, id: i64) -> StoreResult<Removed> {
     super::crons::delete_scope(conn, id)?;
     super::secrets::delete_scope(conn, 0, id)?;
     super::registries::delete_scope(conn, 0, id)?;
+    super::deliveries::delete_repo(conn, id)?;
     conn.cached_exec("DELETE FROM repos WHERE id = ?1", [id])?;
     events::append(
         conn,

@@ -31,7 +31,7 @@ use crate::store::forges::ForgeKind;
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
 use crate::store::repos::RepoRow;
 use crate::store::tasks::{self, Task, TaskState};
-use crate::store::{StoreError, StoreResult, forges, now_unix, registries, secrets};
+use crate::store::{StoreError, StoreResult, deliveries, forges, now_unix, registries, secrets};
 
 /// What started a pipeline: an event about a commit, and what the run was asked for.
 #[derive(Debug, Clone, Default)]
@@ -53,6 +53,9 @@ pub struct Trigger {
     /// The forge login an authenticated forge delivery names as its sender, the identity
     /// `approval_allowed_users` is checked against. Empty when no forge vouches for one.
     pub verified_sender: String,
+    /// The forge's id of the webhook delivery this came from (`<header>:<value>`): a
+    /// redelivery with the same id makes no second pipeline. Empty when there is none.
+    pub delivery: String,
 }
 
 /// What became of a trigger.
@@ -785,6 +788,10 @@ fn create_in(
         ..
     } = inputs;
     let number = pipelines::next_number(c, repo.repo.id)?;
+    // Checked again here, in the write: two copies arriving together make one pipeline.
+    if let Some(existing) = delivered_in(c, repo.repo.id, &t.delivery)? {
+        return Ok((Created::Pipeline(Box::new(existing)), number));
+    }
     let prepared = if prepared.number == number {
         prepared
     } else {
@@ -833,10 +840,40 @@ fn create_in(
             "pipeline number changed while creating".into(),
         ));
     }
+    if !t.delivery.is_empty() {
+        deliveries::record(c, repo.repo.id, &t.delivery, row.pipeline.id)?;
+    }
     if status == Status::Pending {
         enqueue(c, &row, &result.workflows, repo)?;
     }
     Ok((Created::Pipeline(Box::new(row.pipeline)), next))
+}
+
+/// The pipeline webhook delivery `key` already made for `repo_id`, if it still exists.
+fn delivered_in(c: &Tx, repo_id: i64, key: &str) -> StoreResult<Option<Pipeline>> {
+    if key.is_empty() {
+        return Ok(None);
+    }
+    match deliveries::pipeline_of(c, repo_id, key)? {
+        Some(id) => match pipelines::by_id(c, id) {
+            Ok(row) => Ok(Some(row.pipeline)),
+            Err(StoreError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        },
+        None => Ok(None),
+    }
+}
+
+/// [`delivered_in`] as a read, before any work is done for a delivery.
+pub async fn delivered(ci: &Services, repo_id: i64, key: &str) -> Result<Option<Pipeline>, Error> {
+    if key.is_empty() {
+        return Ok(None);
+    }
+    let key = key.to_string();
+    Ok(ci
+        .store
+        .read(move |c| delivered_in(c, repo_id, &key))
+        .await?)
 }
 
 /// Puts a pipeline's workflows in the queue (all of them `pending` or `waiting`).

@@ -124,6 +124,7 @@ pub async fn from_plugin(
     request: HookRequest,
     scope: HookScope,
 ) -> Result<PluginHook, Error> {
+    let delivery = delivery_key(&request.headers);
     let outcome = ci
         .plugins
         .parse_hook(plugin, request)
@@ -229,8 +230,19 @@ pub async fn from_plugin(
         from_fork: p.from_fork,
         // The delivery was authenticated (signature or hook token): its sender is the forge's.
         verified_sender: p.sender.clone(),
+        delivery,
         ..Trigger::default()
     };
+    // A redelivery: the pipeline it made already, before asking the forge for anything.
+    if let Some(existing) = create::delivered(ci, row.repo.id, &trigger.delivery).await? {
+        tracing::info!(
+            repo = row.repo.full_name,
+            pipeline = existing.number,
+            delivery = trigger.delivery,
+            "webhook delivered again; no new pipeline"
+        );
+        return Ok(PluginHook::Created(Created::Pipeline(Box::new(existing))));
+    }
     if trigger.commit.changed_files.is_empty()
         && trigger.event.is_pull_request()
         && let Some(number) = p.pr_number
@@ -245,6 +257,33 @@ pub async fn from_plugin(
     );
     let created = create::from_forge_at(ci, &row, &forge, trigger).await?;
     Ok(PluginHook::Created(created))
+}
+
+/// Headers forges put the id of a webhook delivery in (kept across their retries and
+/// "redeliver"), most specific first: GitHub (and Gitea, which sends it too), Gitea, Forgejo,
+/// GitLab (`Idempotency-Key` since 17.4, else the event UUID), Bitbucket Cloud, Bitbucket
+/// Data Center.
+const DELIVERY_HEADERS: &[&str] = &[
+    "x-github-delivery",
+    "x-gitea-delivery",
+    "x-forgejo-delivery",
+    "idempotency-key",
+    "x-gitlab-event-uuid",
+    "x-request-uuid",
+    "x-request-id",
+];
+
+/// `<header>:<value>` of the first delivery-id header present (at most 200 bytes of value),
+/// or empty.
+fn delivery_key(headers: &[(String, Vec<u8>)]) -> String {
+    DELIVERY_HEADERS
+        .iter()
+        .find_map(|name| {
+            let (_, value) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+            let value = std::str::from_utf8(value).ok()?.trim();
+            (!value.is_empty() && value.len() <= 200).then(|| format!("{name}:{value}"))
+        })
+        .unwrap_or_default()
 }
 
 /// A plugin's event (the WIT enum) as the pipeline's.
@@ -328,6 +367,32 @@ async fn push_trigger(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_is_known_by_the_most_specific_id_header() {
+        let headers = |list: &[(&str, &str)]| -> Vec<(String, Vec<u8>)> {
+            list.iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect()
+        };
+        // Gitea sends GitHub's header too, with the same id.
+        let gitea = headers(&[
+            ("X-Gitea-Delivery", "6d1c"),
+            ("X-GitHub-Delivery", "6d1c"),
+            ("X-Request-Id", "proxy-1"),
+        ]);
+        assert_eq!(delivery_key(&gitea), "x-github-delivery:6d1c");
+        let gitlab = headers(&[("X-Gitlab-Event-UUID", "e1"), ("Idempotency-Key", "k1")]);
+        assert_eq!(delivery_key(&gitlab), "idempotency-key:k1");
+        assert_eq!(
+            delivery_key(&headers(&[("x-request-uuid", " u ")])),
+            "x-request-uuid:u"
+        );
+        assert_eq!(delivery_key(&headers(&[("x-github-delivery", "")])), "");
+        let long = "x".repeat(201);
+        assert_eq!(delivery_key(&headers(&[("x-github-delivery", &long)])), "");
+        assert_eq!(delivery_key(&[]), "");
+    }
 
     #[test]
     fn parses_post_receive_lines() {

@@ -337,6 +337,8 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         by_user: user.login,
         from_fork: old.from_fork,
         verified_sender: String::new(),
+        // A restart is a new run, not the delivery again.
+        delivery: String::new(),
     };
     let created = create::create(&ctx.ci, &access.row, trigger, files).await?;
     Ok(created_response(created))
