@@ -62,9 +62,9 @@ const fn trusted(mut c: Case) -> Case {
     c
 }
 
-/// Two of upstream's configs end with one `}` too many, after the document: upstream's YAML
-/// library stops reading at the end of the first document, and so does ours. Each is also
-/// listed without the brace.
+// Two of upstream's configs end with one `}` too many, after the document: upstream's YAML
+// library stops reading at the end of the first document, and so does ours. Each is also
+// listed without the brace.
 
 macro_rules! fixture {
     ($file:literal) => {
