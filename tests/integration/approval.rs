@@ -289,7 +289,22 @@ impl Setup<'_> {
             }
             Signing::Token(header) => (header, self.secret.clone()),
         };
-        let mut all: Vec<(&str, &str)> = headers.to_vec();
+        // Every call is a delivery of its own: a forge's delivery id is never reused (the
+        // server answers a repeated one with the pipeline it made).
+        static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = DELIVERIES
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_string();
+        let mut all: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|&(k, v)| {
+                if k == "x-request-id" {
+                    (k, id.as_str())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect();
         all.push((name, value.as_str()));
         let r = self
             .s
