@@ -85,8 +85,8 @@ pub fn run(args: ExecArgs) -> anyhow::Result<()> {
         None => super::lint::config_files(&[])?,
     };
     let workspace = workspace_of(&args, &files)?;
-    let repo = repo_of(&args, &workspace)?;
     let trigger = trigger_of(&args, &workspace)?;
+    let repo = repo_of(&args, &workspace, &trigger.commit.branch)?;
     let secrets = args
         .secrets
         .iter()
@@ -164,7 +164,7 @@ fn workspace_of(args: &ExecArgs, files: &[ConfigFile]) -> anyhow::Result<PathBuf
 }
 
 /// The repository as the compiler sees it: named after the folder, trusted as flagged.
-fn repo_of(args: &ExecArgs, workspace: &Path) -> anyhow::Result<RepoRow> {
+fn repo_of(args: &ExecArgs, workspace: &Path, branch: &str) -> anyhow::Result<RepoRow> {
     let full_name = match &args.repo {
         Some(name) => name.clone(),
         None => format!(
@@ -177,17 +177,13 @@ fn repo_of(args: &ExecArgs, workspace: &Path) -> anyhow::Result<RepoRow> {
     let Some((owner, name)) = full_name.split_once('/') else {
         bail!("--repo {full_name:?}: expected owner/name");
     };
-    let branch = args
-        .branch
-        .clone()
-        .unwrap_or_else(|| current_branch(workspace));
     let mut repo = RemoteRepo {
         forge_remote_id: full_name.clone(),
         owner: owner.to_string(),
         name: name.to_string(),
         clone_url: workspace.display().to_string(),
         forge_url: String::new(),
-        default_branch: branch,
+        default_branch: branch.to_string(),
         private: true,
         avatar_url: String::new(),
     }
@@ -217,20 +213,29 @@ fn trigger_of(args: &ExecArgs, workspace: &Path) -> anyhow::Result<Trigger> {
         .branch
         .clone()
         .unwrap_or_else(|| current_branch(workspace));
-    let git = |args: &[&str]| git_output(workspace, args);
+    // HEAD's facts in one call, NUL-separated (the message, last, may hold anything else).
+    let head = git_output(
+        workspace,
+        &["log", "-1", "--format=%H%x00%an%x00%ae%x00%ct%x00%B"],
+    )
+    .unwrap_or_default();
+    let mut fields = head.splitn(5, '\0');
+    let mut field = || fields.next().unwrap_or_default().to_string();
+    let (sha, author, author_email, timestamp, message) =
+        (field(), field(), field(), field(), field());
     let commit = Commit {
-        sha: git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "0".repeat(40)),
+        sha: if sha.is_empty() { "0".repeat(40) } else { sha },
         git_ref: args
             .git_ref
             .clone()
             .unwrap_or_else(|| format!("refs/heads/{branch}")),
         branch,
-        message: git(&["log", "-1", "--format=%B"]).unwrap_or_default(),
-        author: git(&["log", "-1", "--format=%an"]).unwrap_or_default(),
-        author_email: git(&["log", "-1", "--format=%ae"]).unwrap_or_default(),
-        timestamp: git(&["log", "-1", "--format=%ct"])
-            .and_then(|t| t.parse().ok())
-            .unwrap_or_else(crate::store::now_unix),
+        message,
+        author,
+        author_email,
+        timestamp: timestamp
+            .parse()
+            .unwrap_or_else(|_| crate::store::now_unix()),
         sender: std::env::var("USER").unwrap_or_default(),
         ..Commit::default()
     };
