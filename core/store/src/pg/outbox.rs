@@ -26,33 +26,37 @@ use crate::events::{Action, Owner, StoredEvent};
 /// Advisory lock key of the outbox ("wl-outbx" in ASCII).
 pub const OUTBOX_LOCK: i64 = 0x776c_2d6f_7574_6278;
 
-/// Records an event in `tx` (the transaction of the change it describes); returns its
-/// sequence number. `previous` holds the old values of an update's changed fields.
-pub fn append(
-    tx: &mut postgres::Transaction<'_>,
-    record_type: &str,
-    action: Action,
-    record_id: &str,
-    object: &Value,
-    previous: Option<&Value>,
-    owner: Owner,
-) -> Result<i64, PgError> {
+/// One event to record.
+pub struct NewEvent<'a> {
+    pub record_type: &'a str,
+    pub action: Action,
+    pub record_id: &'a str,
+    /// The record as its API renders it.
+    pub object: &'a Value,
+    /// For an update, the old values of the changed fields.
+    pub previous: Option<&'a Value>,
+    pub owner: Owner,
+}
+
+/// Records `event` in `tx` (the transaction of the change it describes); returns its
+/// sequence number.
+pub fn append(tx: &mut postgres::Transaction<'_>, event: &NewEvent<'_>) -> Result<i64, PgError> {
     // Taken again by a transaction that holds it already: it stacks, and all go at its end.
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&OUTBOX_LOCK])
         .map_err(PgError::query("take the outbox lock"))?;
-    insert(tx, record_type, action, record_id, object, previous, owner)
+    insert(tx, event)
 }
 
 /// The insert alone, drawing from the sequence: what [`append`] does after taking the lock.
-fn insert(
-    tx: &mut postgres::Transaction<'_>,
-    record_type: &str,
-    action: Action,
-    record_id: &str,
-    object: &Value,
-    previous: Option<&Value>,
-    owner: Owner,
-) -> Result<i64, PgError> {
+fn insert(tx: &mut postgres::Transaction<'_>, event: &NewEvent<'_>) -> Result<i64, PgError> {
+    let NewEvent {
+        record_type,
+        action,
+        record_id,
+        object,
+        previous,
+        owner,
+    } = event;
     let row = tx
         .query_one(
             "INSERT INTO events (seq, created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
@@ -64,7 +68,7 @@ fn insert(
                 &action.as_str(),
                 &record_id,
                 &object.to_string(),
-                &previous.map(Value::to_string),
+                &previous.map(|p| p.to_string()),
                 &owner.org_id,
                 &owner.repo_id,
             ],
@@ -122,17 +126,16 @@ mod tests {
 
     fn event(tx: &mut postgres::Transaction<'_>, id: &str, locked: bool) -> i64 {
         let object = serde_json::json!({"id": id});
+        let event = NewEvent {
+            record_type: "repo",
+            action: Action::Created,
+            record_id: id,
+            object: &object,
+            previous: None,
+            owner: Owner::default(),
+        };
         let write = if locked { append } else { insert };
-        write(
-            tx,
-            "repo",
-            Action::Created,
-            id,
-            &object,
-            None,
-            Owner::default(),
-        )
-        .unwrap()
+        write(tx, &event).unwrap()
     }
 
     fn seqs(client: &mut postgres::Client, after: i64) -> Vec<i64> {
