@@ -10,13 +10,7 @@ use woodlark::store::{integrity, logs, repos};
 
 /// No row of the main database names a record that is gone.
 async fn assert_no_orphans(s: &TestServer) {
-    let found = s
-        .app_state
-        .ci
-        .store
-        .read(|c| Ok(integrity::orphans(c)?))
-        .await
-        .unwrap();
+    let found = s.app_state.ci.store.read(integrity::orphans).await.unwrap();
     assert!(found.is_empty(), "orphaned rows: {found:?}");
 }
 
@@ -536,7 +530,7 @@ async fn kill_9_during_deletes_leaves_no_orphan_rows() {
         let answered = request.await.ok().map(|r| r.status);
         {
             let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
-            let found = integrity::orphans(woodlark::store::Tx::for_tests(&db)).unwrap();
+            let found = integrity::orphans(&woodlark::store::Tx::for_tests(&db)).unwrap();
             assert!(found.is_empty(), "after kill {i}: orphaned rows {found:?}");
             let repo_rows: i64 = db
                 .query_row("SELECT count(*) FROM repos WHERE id = ?1", [id], |r| {
@@ -585,7 +579,7 @@ async fn kill_9_during_deletes_leaves_no_orphan_rows() {
     drop(server);
     let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
     assert!(
-        integrity::orphans(woodlark::store::Tx::for_tests(&db))
+        integrity::orphans(&woodlark::store::Tx::for_tests(&db))
             .unwrap()
             .is_empty()
     );

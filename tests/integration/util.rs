@@ -201,6 +201,19 @@ pub fn config_text(data_dir: &Path, extra: &str) -> String {
     } else {
         "[runner]\nenabled = false\n"
     } + &plugins_table(data_dir, extra)
+        + &storage_table(extra)
+}
+
+/// With `WOODLARK_TEST_STORE=postgres`, a `[storage]` table pointing the server at a fresh
+/// database on the test process's PostgreSQL cluster (unless the test brings its own).
+fn storage_table(extra: &str) -> String {
+    if std::env::var("WOODLARK_TEST_STORE").as_deref() != Ok("postgres")
+        || extra.contains("[storage]")
+    {
+        return String::new();
+    }
+    let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
+    format!("[storage]\nurl = {url:?}\n")
 }
 
 /// No plugins (an empty directory in the data dir, not watched) unless the test brings its

@@ -91,7 +91,27 @@ pub fn open_store(config: &Config) -> Result<Store, AppError> {
         readers: config.storage.readers,
         full_sync: config.storage.synchronous == "full",
     };
+    if !config.storage.url.is_empty() {
+        return Ok(Store::open_postgres(&config.storage.url, &options)?);
+    }
     Ok(Store::open(&dir.join(DB_FILE), &options)?)
+}
+
+/// Opens the step logs' store: their own file in the data dir on SQLite, the same database
+/// on PostgreSQL.
+fn open_logs(config: &Config) -> Result<Store, AppError> {
+    let options = StoreOptions {
+        readers: 2,
+        full_sync: config.storage.synchronous == "full",
+    };
+    if !config.storage.url.is_empty() {
+        return Ok(Store::open_postgres(&config.storage.url, &options)?);
+    }
+    Ok(Store::open_with(
+        &config.server.data_dir.join(crate::store::logs::LOGS_FILE),
+        &options,
+        crate::store::logs::migrate,
+    )?)
 }
 
 impl App {
@@ -99,14 +119,7 @@ impl App {
         let store = open_store(&config)?;
         let key = ServerKey::load_or_create(&config.server.data_dir)?;
         let seal = SealKey::load_or_create(&config.secret_key_path())?;
-        let logs = Store::open_with(
-            &config.server.data_dir.join(crate::store::logs::LOGS_FILE),
-            &StoreOptions {
-                readers: 2,
-                full_sync: config.storage.synchronous == "full",
-            },
-            crate::store::logs::migrate,
-        )?;
+        let logs = open_logs(&config)?;
         let participation = Arc::new(modules::participation::State::init(&config)?);
         let tls = if config.server.tls_cert.as_os_str().is_empty() {
             None

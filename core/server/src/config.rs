@@ -21,6 +21,7 @@ pub use woodlark_plugin_host::PluginsConfig;
 pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("WOODLARK_LISTEN", "server.listen"),
     ("WOODLARK_DATA_DIR", "server.data_dir"),
+    ("WOODLARK_STORAGE_URL", "storage.url"),
     ("WOODLARK_LOG_LEVEL", "server.log_level"),
     ("WOODLARK_PUBLIC_URL", "server.public_url"),
     ("WOODLARK_ADMINS", "auth.admins"),
@@ -111,7 +112,10 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// Number of read-only SQLite connections (the single writer is separate).
+    /// "" = SQLite in `data_dir`; `postgres://user:pass@host:port/db?sslmode=disable` = that
+    /// PostgreSQL database (13 or newer), which several servers may share.
+    pub url: String,
+    /// Number of read-only connections (the single writer is separate).
     pub readers: usize,
     /// SQLite `synchronous` mode for the writer: "full" or "normal".
     pub synchronous: String,
@@ -473,6 +477,7 @@ impl Default for ServerConfig {
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
+            url: String::new(),
             readers: 4,
             synchronous: "full".into(),
             secret_key_file: PathBuf::new(),
@@ -558,6 +563,7 @@ impl Config {
             match name.as_str() {
                 "WOODLARK_LISTEN" => self.server.listen = value.clone(),
                 "WOODLARK_DATA_DIR" => self.server.data_dir = value.into(),
+                "WOODLARK_STORAGE_URL" => self.storage.url = value.clone(),
                 "WOODLARK_LOG_LEVEL" => self.server.log_level = value.clone(),
                 "WOODLARK_PUBLIC_URL" => self.server.public_url = value.clone(),
                 "WOODLARK_ADMINS" => {
@@ -647,6 +653,14 @@ impl Config {
             return Err(invalid(
                 "storage.readers",
                 "must be between 1 and 64".into(),
+            ));
+        }
+        let url = &self.storage.url;
+        if !url.is_empty() && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+            // Not the URL itself: it may hold a password.
+            return Err(invalid(
+                "storage.url",
+                "must be empty (SQLite in data_dir) or a postgres:// URL".into(),
             ));
         }
         if !matches!(self.storage.synchronous.as_str(), "full" | "normal") {

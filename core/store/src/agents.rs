@@ -8,11 +8,11 @@
 //! except in [`by_token`], and the rendering it returns (also what events record) has an empty
 //! `token`; handlers fill it in after opening the sealed value.
 
-use crate::CachedRow;
 use crate::Tx;
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -79,13 +79,13 @@ pub struct AgentChange {
 
 /// The id of the system agent (owner and org -1) named `name`, the oldest if several.
 pub fn system_agent_id(conn: &Tx, name: &str) -> StoreResult<Option<i64>> {
-    Ok(conn
+    conn
         .cached_row(
             "SELECT id FROM agents WHERE name = ?1 AND owner_id = -1 AND org_id = -1 ORDER BY id LIMIT 1",
             [name],
             |r| r.get(0),
         )
-        .optional()?)
+        .optional()
 }
 
 /// Whether agent `id` may be given work now: `None` when it no longer exists, else the
@@ -102,8 +102,10 @@ pub fn schedulable(conn: &Tx, id: i64) -> StoreResult<Option<bool>> {
 /// Moves the agent's last contact and last work times forward (never back).
 pub fn record_contact(conn: &Tx, id: i64, contact: i64, work: i64) -> StoreResult<()> {
     conn.cached_exec(
-        "UPDATE agents SET last_contact = max(last_contact, ?2),
-             last_work = max(last_work, ?3) WHERE id = ?1",
+        "UPDATE agents
+         SET last_contact = CASE WHEN last_contact > ?2 THEN last_contact ELSE ?2 END,
+             last_work = CASE WHEN last_work > ?3 THEN last_work ELSE ?3 END
+         WHERE id = ?1",
         params![id, contact, work],
     )?;
     Ok(())
@@ -180,13 +182,12 @@ pub fn by_token(conn: &Tx, token: &str) -> StoreResult<Option<AgentRow>> {
     if token.is_empty() {
         return Ok(None);
     }
-    Ok(conn
-        .cached_row(
-            &format!("SELECT {COLUMNS} FROM agents WHERE token_hash = ?1"),
-            [token_hash(token)],
-            from_row,
-        )
-        .optional()?)
+    conn.cached_row(
+        &format!("SELECT {COLUMNS} FROM agents WHERE token_hash = ?1"),
+        [token_hash(token)],
+        from_row,
+    )
+    .optional()
 }
 
 /// One page of every agent (global and organisation ones), by id.
@@ -230,7 +231,7 @@ pub fn create(conn: &Tx, new: &NewAgent) -> StoreResult<AgentRow> {
             new.no_schedule
         ],
     )?;
-    let row = by_id(conn, conn.last_insert_rowid())?;
+    let row = by_id(conn, conn.last_insert_rowid()?)?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -333,13 +334,8 @@ pub fn delete_scope(conn: &Tx, org_id: i64) -> StoreResult<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrations::migrate;
-    use rusqlite::Connection;
-
-    fn conn() -> Tx {
-        let mut c = Connection::open_in_memory().unwrap();
-        migrate(&mut c).unwrap();
-        Tx::owned(c)
+    fn conn() -> Tx<'static> {
+        crate::sql::fresh_tx()
     }
 
     fn new(name: &str, org_id: i64, token: &str) -> NewAgent {

@@ -67,7 +67,7 @@ impl<K: Eq + Hash, V: Clone> GenerationCache<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Store, StoreOptions};
+    use crate::Store;
 
     #[test]
     fn entries_live_for_one_generation_and_the_cache_stays_bounded() {
@@ -88,8 +88,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_generation_moves_only_when_an_identity_table_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("db.sqlite"), &StoreOptions::default()).unwrap();
+        let (_dir, store) = crate::test_store();
         let g0 = store.identity_generation();
         store
             .write(|c| {
@@ -133,8 +132,7 @@ mod tests {
     #[tokio::test]
     async fn each_domain_counts_only_its_own_tables() {
         use crate::Domain;
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("db.sqlite"), &StoreOptions::default()).unwrap();
+        let (_dir, store) = crate::test_store();
         let all = |s: &Store| {
             [Domain::Identity, Domain::Pipelines, Domain::Events].map(|d| s.generation(d))
         };

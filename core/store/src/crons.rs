@@ -21,15 +21,15 @@
 //! **Scheduler hooks**: [`due`] lists enabled crons whose `next_exec` has passed; [`claim`]
 //! moves a cron's `next_exec` forward only if nobody else did (upstream's `CronGetLock`).
 
-use crate::CachedRow;
 use crate::Tx;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
+use crate::{OptionalExtension, Row};
 use chrono::{TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::events::{self, Action};
@@ -449,11 +449,11 @@ pub fn due(conn: &Tx, now: i64, limit: u32) -> StoreResult<Vec<Cron>> {
 }
 
 fn name_taken(conn: &Tx, repo_id: i64, name: &str, except: i64) -> StoreResult<bool> {
-    Ok(conn.cached_row(
+    conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM crons WHERE repo_id = ?1 AND name = ?2 AND id != ?3)",
         params![repo_id, name, except],
         |r| r.get(0),
-    )?)
+    )
 }
 
 fn duplicate(name: &str) -> StoreError {
@@ -489,7 +489,7 @@ pub fn create(conn: &Tx, new: &NewCron) -> StoreResult<Cron> {
             serde_json::to_string(&new.variables)?,
         ],
     )?;
-    let cron = find(conn, new.repo_id, conn.last_insert_rowid())?;
+    let cron = find(conn, new.repo_id, conn.last_insert_rowid()?)?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -607,20 +607,16 @@ pub fn delete_scope(conn: &Tx, repo_id: i64) -> StoreResult<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrations::migrate;
-    use rusqlite::Connection;
-
     /// A database with repositories 1 and 2 (crons reference them).
-    fn conn() -> Tx {
-        let mut c = Connection::open_in_memory().unwrap();
-        migrate(&mut c).unwrap();
+    fn conn() -> Tx<'static> {
+        let c = crate::sql::fresh_tx();
         c.execute_batch(
             "INSERT INTO forges (id, type, url, data, webhook_secret) VALUES (1, 'git', 'file:///f', '{}', 's');
              INSERT INTO repos (id, forge_id, forge_remote_id, org_id, full_name, hash, data, created)
              VALUES (1, 1, 'a/one', 7, 'a/one', 'h', '{}', 0), (2, 1, 'a/two', 7, 'a/two', 'h', '{}', 0);",
         )
         .unwrap();
-        Tx::owned(c)
+        c
     }
 
     /// 2022-08-31T16:12:49Z (upstream's test instant), a Wednesday.

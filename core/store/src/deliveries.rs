@@ -6,9 +6,9 @@
 //! runs in that transaction too, so two copies of one delivery arriving together make one
 //! pipeline. Ids are kept for [`WINDOW_SECS`]; older rows go whenever a new one is written.
 
-use crate::CachedRow;
+use crate::OptionalExtension;
 use crate::Tx;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 use super::{StoreResult, now_unix};
 
@@ -29,14 +29,13 @@ pub const WINDOW_SECS: i64 = 24 * 3600;
 /// The pipeline delivery `key` of `repo_id` made within the window, if any: the id of the
 /// pipeline, which may have been deleted since.
 pub fn pipeline_of(conn: &Tx, repo_id: i64, key: &str) -> StoreResult<Option<i64>> {
-    Ok(conn
-        .cached_row(
-            "SELECT pipeline_id FROM deliveries
+    conn.cached_row(
+        "SELECT pipeline_id FROM deliveries
              WHERE repo_id = ?1 AND key = ?2 AND created >= ?3",
-            params![repo_id, key, now_unix() - WINDOW_SECS],
-            |r| r.get(0),
-        )
-        .optional()?)
+        params![repo_id, key, now_unix() - WINDOW_SECS],
+        |r| r.get(0),
+    )
+    .optional()
 }
 
 /// Remembers that delivery `key` made `pipeline_id`, and forgets expired deliveries.
@@ -47,8 +46,9 @@ pub fn record(conn: &Tx, repo_id: i64, key: &str, pipeline_id: i64) -> StoreResu
         [now - WINDOW_SECS],
     )?;
     conn.cached_exec(
-        "INSERT OR REPLACE INTO deliveries (repo_id, key, pipeline_id, created)
-         VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO deliveries (repo_id, key, pipeline_id, created) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (repo_id, key)
+         DO UPDATE SET pipeline_id = excluded.pipeline_id, created = excluded.created",
         params![repo_id, key, pipeline_id, now],
     )?;
     Ok(())

@@ -6,7 +6,6 @@
 //! Event ids are the outbox sequence rendered as a fixed-width hex string, so they sort as
 //! strings in the same order as numbers.
 
-use crate::CachedRow;
 use crate::Tx;
 use rusqlite::params;
 use serde::Serialize;
@@ -86,7 +85,7 @@ impl<B> StoredEvent<B> {
 
 /// The newest event's sequence number (0 when there is none).
 pub fn newest_seq(conn: &Tx) -> StoreResult<i64> {
-    Ok(conn.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))?)
+    conn.cached_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))
 }
 
 pub fn format_id(seq: i64) -> String {
@@ -162,6 +161,13 @@ fn insert(
     previous: Option<&Value>,
     owner: Owner,
 ) -> StoreResult<i64> {
+    if conn.dialect() == crate::Dialect::Postgres {
+        // Ids in commit order across replicas: see `pg::outbox`.
+        conn.cached_exec(
+            "SELECT pg_advisory_xact_lock(?1)",
+            [crate::pg::outbox::OUTBOX_LOCK],
+        )?;
+    }
     conn.cached_exec(
         "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -176,7 +182,7 @@ fn insert(
             owner.repo_id,
         ],
     )?;
-    Ok(conn.last_insert_rowid())
+    conn.last_insert_rowid()
 }
 
 /// The old values of the top-level fields that differ between two JSON objects.
@@ -323,7 +329,7 @@ fn with_range(
     all
 }
 
-fn read_row<B: EventBody>(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent<B>> {
+fn read_row<B: EventBody>(r: &crate::Row<'_>) -> rusqlite::Result<StoredEvent<B>> {
     let object: String = r.get(5)?;
     let previous: Option<String> = r.get(6)?;
     Ok(StoredEvent {
@@ -364,7 +370,7 @@ pub fn page<B: EventBody>(
         );
         let mut stmt = conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(
-            rusqlite::params_from_iter(with_range(after, before, args)),
+            crate::params_from_iter(with_range(after, before, args)),
             read_row,
         )?;
         for row in rows {
@@ -391,7 +397,7 @@ pub fn any_between(conn: &Tx, after: i64, before: i64, filter: &Filter) -> Store
         let sql = format!("SELECT EXISTS ({SELECT} WHERE seq > ?1 AND seq < ?2{cond})");
         let found: bool = conn.cached_row(
             &sql,
-            rusqlite::params_from_iter(with_range(after, before, args)),
+            crate::params_from_iter(with_range(after, before, args)),
             |r| r.get(0),
         )?;
         if found {
@@ -410,11 +416,11 @@ pub fn get<B: EventBody>(
     // The range `seq - 1 < seq < seq + 1` keeps the filter's parameter numbers as in `page`.
     let (cond, args) = filter_sql(filter, None);
     let sql = format!("{SELECT} WHERE seq > ?1 AND seq < ?2{cond}");
-    use rusqlite::OptionalExtension;
+    use crate::OptionalExtension;
     let event = conn
         .cached_row(
             &sql,
-            rusqlite::params_from_iter(with_range(seq - 1, seq + 1, args)),
+            crate::params_from_iter(with_range(seq - 1, seq + 1, args)),
             read_row,
         )
         .optional()?;
@@ -507,7 +513,7 @@ mod tests {
         }
     }
 
-    fn seeded(n: i64) -> Tx {
+    fn seeded(n: i64) -> Tx<'static> {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         for i in 1..=n {
@@ -517,7 +523,7 @@ mod tests {
                 repo_id: (kind == "repos").then_some(i),
             };
             append(
-                Tx::new(&conn),
+                &Tx::new(&conn),
                 kind,
                 Action::Created,
                 i,
@@ -618,7 +624,7 @@ mod tests {
             );
             let mut stmt = c.prepare(&sql).unwrap();
             let rows = stmt
-                .query_map(rusqlite::params_from_iter(with_range(0, 99, args)), |r| {
+                .query_map(crate::params_from_iter(with_range(0, 99, args)), |r| {
                     r.get::<_, String>(3)
                 })
                 .unwrap();
@@ -669,12 +675,12 @@ mod tests {
         super::super::migrations::migrate(&mut conn).unwrap();
         let v = json!({"login": "a"});
         assert_eq!(
-            append_update(Tx::new(&conn), "users", 1, &v, &v, Owner::default()).unwrap(),
+            append_update(&Tx::new(&conn), "users", 1, &v, &v, Owner::default()).unwrap(),
             None
         );
         let changed = json!({"login": "b"});
-        append_update(Tx::new(&conn), "users", 1, &v, &changed, Owner::default()).unwrap();
-        let events = list_after(Tx::new(&conn), 0, 10).unwrap();
+        append_update(&Tx::new(&conn), "users", 1, &v, &changed, Owner::default()).unwrap();
+        let events = list_after(&Tx::new(&conn), 0, 10).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event_type(), "users.updated");
         assert_eq!(events[0].previous, Some(json!({"login": "a"})));

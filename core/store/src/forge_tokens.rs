@@ -5,9 +5,9 @@
 //! from `users` so that no read of a user — the API, the events — can carry them. Changing
 //! them writes no event: they are secrets, not records of the API.
 
-use crate::CachedRow;
+use crate::OptionalExtension;
 use crate::Tx;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 use super::{StoreResult, now_unix};
 
@@ -40,20 +40,19 @@ pub struct SealedTokens {
 
 /// User `user_id`'s tokens, if they signed in through their forge.
 pub fn get(conn: &Tx, user_id: i64) -> StoreResult<Option<SealedTokens>> {
-    Ok(conn
-        .cached_row(
-            "SELECT forge_id, access, refresh, expiry FROM forge_tokens WHERE user_id = ?1",
-            [user_id],
-            |r| {
-                Ok(SealedTokens {
-                    forge_id: r.get(0)?,
-                    access: r.get(1)?,
-                    refresh: r.get(2)?,
-                    expiry: r.get(3)?,
-                })
-            },
-        )
-        .optional()?)
+    conn.cached_row(
+        "SELECT forge_id, access, refresh, expiry FROM forge_tokens WHERE user_id = ?1",
+        [user_id],
+        |r| {
+            Ok(SealedTokens {
+                forge_id: r.get(0)?,
+                access: r.get(1)?,
+                refresh: r.get(2)?,
+                expiry: r.get(3)?,
+            })
+        },
+    )
+    .optional()
 }
 
 /// Stores (or replaces) user `user_id`'s tokens.
@@ -87,7 +86,7 @@ mod tests {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "foreign_keys", true).unwrap();
         migrate(&mut conn).unwrap();
-        let c = Tx::new(&conn);
+        let c = &Tx::new(&conn);
         let env = EnvAdmins::default();
         let new = NewUser {
             login: "alice".into(),

@@ -1,9 +1,9 @@
 //! Forges: where repositories live (a local `git` directory, or GitHub, Gitea, … through
 //! forge-adapter plugins). Each has a random webhook secret, sealed at rest.
 
-use crate::CachedRow;
 use crate::Tx;
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
@@ -232,15 +232,15 @@ pub fn list(conn: &Tx, page: u32, per_page: u32) -> StoreResult<Vec<Forge>> {
 
 /// Whether a forge served by an adapter (anything but the built-in `git` forge) is stored.
 pub fn any_served_by_adapters(conn: &Tx) -> StoreResult<bool> {
-    Ok(conn.cached_row(
+    conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM forges WHERE type <> ?1)",
         [ForgeKind::Git.as_str()],
         |r| r.get(0),
-    )?)
+    )
 }
 
 pub fn count(conn: &Tx) -> StoreResult<i64> {
-    Ok(conn.cached_row("SELECT count(*) FROM forges", [], |r| r.get(0))?)
+    conn.cached_row("SELECT count(*) FROM forges", [], |r| r.get(0))
 }
 
 fn data_of(forge: &Forge) -> StoreResult<String> {
@@ -274,7 +274,7 @@ pub fn create(
             sealed_webhook_secret
         ],
     )?;
-    let created = by_id(conn, conn.last_insert_rowid())?.forge;
+    let created = by_id(conn, conn.last_insert_rowid()?)?.forge;
     events::append(
         conn,
         RECORD_TYPE,
@@ -326,11 +326,11 @@ pub fn update(
 }
 
 fn repo_count(conn: &Tx, forge_id: i64) -> StoreResult<i64> {
-    Ok(conn.cached_row(
+    conn.cached_row(
         "SELECT count(*) FROM repos WHERE forge_id = ?1",
         [forge_id],
         |r| r.get(0),
-    )?)
+    )
 }
 
 /// Deletes a forge that no repository uses any more (409 otherwise).
@@ -356,7 +356,7 @@ mod tests {
     fn only_forges_other_than_git_are_served_by_adapters() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
-        let c = Tx::new(&conn);
+        let c = &Tx::new(&conn);
         assert!(!any_served_by_adapters(c).unwrap(), "no forge");
         let git = Forge {
             kind: ForgeKind::Git,

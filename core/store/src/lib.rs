@@ -1,4 +1,6 @@
-//! Storage: SQLite through rusqlite, one writer thread and a pool of readers.
+//! Storage: SQLite through rusqlite (embedded, the default) or PostgreSQL (replicas on one
+//! database, [`Store::open_postgres`]), one writer thread and a pool of readers on either;
+//! every statement runs through [`Tx`] (`sql.rs`).
 //!
 //! - **One writer.** SQLite allows one writer at a time; instead of letting requests fight for
 //!   the lock (upstream's "database is locked" under concurrent webhooks), every write is a job
@@ -18,7 +20,8 @@
 //!   never issues one on these tables.)
 //! - **Outbox.** Write jobs record their events ([`events::append`]) through the same
 //!   transaction handle as the change itself, so the feed can neither miss nor invent a change.
-//! - **Migrations** are numbered SQL scripts applied by `PRAGMA user_version`.
+//! - **Migrations** are numbered SQL scripts applied by `PRAGMA user_version` (PostgreSQL:
+//!   `pg::schema`, under an advisory lock).
 
 pub mod agents;
 pub mod cache;
@@ -39,6 +42,7 @@ pub mod plugin_kv;
 pub mod registries;
 pub mod repos;
 pub mod secrets;
+mod sql;
 pub mod tasks;
 pub mod used_tokens;
 pub mod users;
@@ -50,6 +54,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
+
+use sql::Session;
+pub use sql::{Dialect, Row, Tx};
+pub(crate) use sql::{OptionalExtension, params_from_iter};
 use tokio::sync::{Semaphore, oneshot};
 
 /// Errors from the store. `NotFound` and `Conflict` are expected outcomes callers map to 404
@@ -62,6 +70,8 @@ pub enum StoreError {
     Conflict(String),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("database error: {0}")]
+    Postgres(#[from] postgres::Error),
     #[error("cannot serialise record: {0}")]
     Json(#[from] serde_json::Error),
     #[error("database migration failed: {0}")]
@@ -94,6 +104,19 @@ impl woodlark_stdx::Classify for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl StoreError {
+    /// A row broke a `UNIQUE`, `CHECK`, `NOT NULL` or foreign-key rule (on either engine).
+    pub fn is_constraint_violation(&self) -> bool {
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
+                e.code == rusqlite::ErrorCode::ConstraintViolation
+            }
+            StoreError::Postgres(e) => e.code().is_some_and(|code| code.code().starts_with("23")),
+            _ => false,
+        }
+    }
+}
+
 /// Deletes row `id` of `table` and records `{record_type}.deleted` with the row's last API
 /// rendering, for `owner` (the delete of one scoped secret or registry, or of each in a scope).
 fn delete_recorded<T: serde::Serialize>(
@@ -125,7 +148,7 @@ fn delete_scope_recorded<R, T: serde::Serialize>(
     record_type: &str,
     scope: secrets::ResourceScope,
     columns: &str,
-    from_row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<R>,
+    from_row: fn(&crate::Row<'_>) -> rusqlite::Result<R>,
     record: fn(&R) -> (i64, &T),
 ) -> StoreResult<usize> {
     let owner = scope.owner(conn)?;
@@ -146,7 +169,7 @@ fn delete_scope_recorded<R, T: serde::Serialize>(
 /// Column `index` of a row, a JSON text, parsed; a parse failure is rusqlite's
 /// `FromSqlConversionFailure` for that column (as for any other unreadable column).
 pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
-    row: &rusqlite::Row<'_>,
+    row: &crate::Row<'_>,
     index: usize,
 ) -> rusqlite::Result<T> {
     let text: String = row.get(index)?;
@@ -157,7 +180,7 @@ pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
 
 /// A write job: runs inside a savepoint; reports whether it succeeded and what to do once the
 /// enclosing transaction has committed (or failed to).
-type WriteJob = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;
+type WriteJob = Box<dyn FnOnce(&Tx) -> (bool, Finish) + Send>;
 type Finish = Box<dyn FnOnce(StoreResult<()>) + Send>;
 
 /// What the writer thread receives.
@@ -180,14 +203,17 @@ pub struct Store {
 struct Inner {
     path: PathBuf,
     jobs: Mutex<Option<std_mpsc::Sender<Job>>>,
-    readers: Mutex<Vec<Connection>>,
+    readers: Mutex<Vec<Session>>,
     /// One permit per reader connection. A permit travels with its closure to the blocking
     /// thread, so a caller that gives up waiting (a dropped future) cannot free a slot whose
     /// connection is still in use.
     reader_slots: Arc<Semaphore>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Stops once the writer has (it holds the writer's end of the wake-up channel).
-    checkpoint_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Threads beside the writer, joined after it: SQLite's checkpoint thread (it stops once
+    /// the writer has: the writer holds its wake-up channel's other end), PostgreSQL's
+    /// listener for other replicas' changes (it stops on `stopping`).
+    helper_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    stopping: Arc<AtomicBool>,
     /// Bumped after every commit, so readers of the outbox know when to look.
     commits: tokio::sync::watch::Receiver<u64>,
     /// One counter per [`Domain`], bumped after every commit that changed one of its tables.
@@ -303,7 +329,7 @@ impl Store {
             )
             .map_err(open_err)?;
             configure(&conn, false, options.full_sync).map_err(open_err)?;
-            readers.push(conn);
+            readers.push(Session::Sqlite(conn));
         }
 
         let touched: Arc<[AtomicBool; Domain::COUNT]> = Arc::default();
@@ -315,10 +341,9 @@ impl Store {
                 }
             },
         ));
-        let generations: Arc<[AtomicU64; Domain::COUNT]> = Arc::default();
         let generation = Generation {
             touched,
-            counters: generations.clone(),
+            counters: Arc::default(),
         };
 
         // The writer never checkpoints inside a commit (this hook replaces SQLite's automatic
@@ -333,36 +358,118 @@ impl Store {
             caught_up_at: 0,
             catch_ups: catch_ups.clone(),
         };
-        let spawn_err = |what: &str, e: std::io::Error| {
-            StoreError::Migration(format!("cannot start the {what} thread: {e}"))
-        };
         // Thread names fit Linux's 15 characters, so `top -H`, `perf` and `/proc` tell
         // the two apart.
         let checkpoint_handle = std::thread::Builder::new()
             .name("store-checkpt".into())
             .spawn(move || checkpoint_loop(checkpointer, wake_rx))
-            .map_err(|e| spawn_err("checkpoint", e))?;
-
-        let (tx, rx) = std_mpsc::channel::<Job>();
+            .map_err(|e| {
+                StoreError::Migration(format!("cannot start the checkpoint thread: {e}"))
+            })?;
         let (commit_tx, commit_rx) = tokio::sync::watch::channel(0u64);
+        Store::start(Started {
+            path: path.to_path_buf(),
+            writer: Session::Sqlite(writer),
+            readers,
+            generation,
+            commits: (Arc::new(commit_tx), commit_rx),
+            checkpoint: Some(checkpoint),
+            helper_threads: vec![checkpoint_handle],
+            stopping: Arc::default(),
+            catch_ups,
+        })
+    }
+
+    /// Opens the store on the PostgreSQL database at `url` (`postgres://…`), which several
+    /// replicas may share, and brings its schema up to date (once, when replicas start
+    /// together). The logs live in the same database.
+    pub fn open_postgres(url: &str, options: &StoreOptions) -> StoreResult<Store> {
+        // The blocking client runs a runtime of its own for each call, which cannot be
+        // started on a runtime's thread: sessions are opened on a plain thread.
+        let opened = std::thread::scope(|s| {
+            s.spawn(|| open_postgres_sessions(url, options.readers.max(1)))
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Unavailable(
+                        "opening PostgreSQL panicked".into(),
+                    ))
+                })
+        })?;
+        let (client, listener, readers) = opened;
+        let generation = Generation {
+            touched: Arc::default(),
+            counters: Arc::default(),
+        };
+        let (commit_tx, commit_rx) = tokio::sync::watch::channel(0u64);
+        let commit_tx = Arc::new(commit_tx);
+        let stopping: Arc<AtomicBool> = Arc::default();
+        let listening = {
+            let (counters, commits, stopping) = (
+                generation.counters.clone(),
+                commit_tx.clone(),
+                stopping.clone(),
+            );
+            std::thread::Builder::new()
+                .name("store-listen".into())
+                .spawn(move || listen_loop(listener, counters, commits, stopping))
+                .map_err(|e| StoreError::Unavailable(format!("cannot start the listener: {e}")))?
+        };
+        Store::start(Started {
+            path: PathBuf::new(),
+            writer: Session::postgres(client),
+            readers,
+            generation,
+            commits: (commit_tx, commit_rx),
+            checkpoint: None,
+            helper_threads: vec![listening],
+            stopping,
+            catch_ups: Arc::default(),
+        })
+    }
+
+    /// Starts the writer thread over opened sessions.
+    fn start(started: Started) -> StoreResult<Store> {
+        let Started {
+            path,
+            writer,
+            readers,
+            generation,
+            commits: (commit_tx, commit_rx),
+            checkpoint,
+            helper_threads,
+            stopping,
+            catch_ups,
+        } = started;
+        let generations = generation.counters.clone();
+        let reader_count = readers.len();
+        let (tx, rx) = std_mpsc::channel::<Job>();
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || writer_loop(writer, rx, commit_tx, generation, checkpoint))
-            .map_err(|e| spawn_err("writer", e))?;
-
+            .map_err(|e| StoreError::Migration(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
             inner: Arc::new(Inner {
-                path: path.to_path_buf(),
+                path,
                 jobs: Mutex::new(Some(tx)),
                 readers: Mutex::new(readers),
-                reader_slots: Arc::new(Semaphore::new(options.readers)),
+                reader_slots: Arc::new(Semaphore::new(reader_count)),
                 writer_thread: Mutex::new(Some(handle)),
-                checkpoint_thread: Mutex::new(Some(checkpoint_handle)),
+                helper_threads: Mutex::new(helper_threads),
+                stopping,
                 commits: commit_rx,
                 generations,
                 catch_ups,
             }),
         })
+    }
+
+    /// Which engine the store runs on.
+    pub fn dialect(&self) -> Dialect {
+        let readers = self.inner.readers.lock().unwrap_or_else(|p| p.into_inner());
+        match readers.first() {
+            Some(Session::Postgres(_)) => Dialect::Postgres,
+            _ => Dialect::Sqlite,
+        }
     }
 
     /// How often the writer has had to finish a checkpoint itself because the checkpoint
@@ -414,7 +521,7 @@ impl Store {
     {
         let (tx, rx) = oneshot::channel();
         let job: WriteJob = Box::new(move |conn| {
-            let result = f(Tx::new(conn));
+            let result = f(conn);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
                 let _ = tx.send(commit.and(result));
@@ -448,6 +555,10 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
+        if self.dialect() == Dialect::Postgres {
+            // Its client blocks on a runtime of its own: never on a runtime worker.
+            return self.read_blocking(f).await;
+        }
         let permit = match self.inner.reader_slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::Closed) => return Err(StoreError::Closed),
@@ -479,9 +590,7 @@ impl Store {
     /// A cheap query that proves the database is usable (for `/healthz`).
     pub async fn ping(&self) -> StoreResult<()> {
         self.read(|conn| {
-            conn.cached_row("SELECT count(*) FROM sqlite_master", [], |r| {
-                r.get::<_, i64>(0)
-            })?;
+            conn.cached_row("SELECT 1", [], |r| r.get::<_, i64>(0))?;
             Ok(())
         })
         .await?;
@@ -499,10 +608,25 @@ impl Store {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         // The writer first: the checkpoint thread stops when the writer has.
-        for thread in [&self.inner.writer_thread, &self.inner.checkpoint_thread] {
-            if let Some(handle) = thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                let _ = handle.join();
-            }
+        let writer = self
+            .inner
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(handle) = writer {
+            let _ = handle.join();
+        }
+        self.inner.stopping.store(true, Ordering::Release);
+        let helpers = std::mem::take(
+            &mut *self
+                .inner
+                .helper_threads
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for handle in helpers {
+            let _ = handle.join();
         }
     }
 }
@@ -528,14 +652,14 @@ where
         .conn
         .as_ref()
         .unwrap_or_else(|| unreachable!("set above"));
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(Tx::new(conn))))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&conn.tx())))
         .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
 }
 
 /// Returns a reader connection to the pool when the read ends, even by panic.
 struct ReaderGuard<'a> {
     inner: &'a Inner,
-    conn: Option<Connection>,
+    conn: Option<Session>,
 }
 
 impl Drop for ReaderGuard<'_> {
@@ -559,125 +683,6 @@ impl Drop for ReaderGuard<'_> {
 /// pipeline-list request. The store writes `LIMIT ?N + 0`, which SQLite evaluates at run
 /// time (`limits_never_force_a_reprepare` keeps it so).
 const STATEMENT_CACHE: usize = 256;
-
-/// The database as one [`Store::read`] or [`Store::write`] closure sees it (for a write, inside
-/// the writer's transaction, under the job's own savepoint).
-///
-/// Outside this crate a `Tx` can only be handed on to the store's named functions
-/// (`repos::get(tx, id)`, …): its connection and every method that runs SQL are private to
-/// the store, so no SQL can be written anywhere else, and the crate graph keeps it so.
-#[repr(transparent)]
-pub struct Tx {
-    conn: Connection,
-}
-
-impl Tx {
-    /// Lends `conn` as a `Tx` for one closure or store call.
-    pub(crate) fn new(conn: &Connection) -> &Tx {
-        // SAFETY: `Tx` is `repr(transparent)` over `Connection`, so both references have the
-        // same layout and the borrow keeps `conn`'s lifetime.
-        unsafe { &*(conn as *const Connection as *const Tx) }
-    }
-
-    pub(crate) fn prepare_cached(
-        &self,
-        sql: &str,
-    ) -> rusqlite::Result<rusqlite::CachedStatement<'_>> {
-        self.conn.prepare_cached(sql)
-    }
-
-    pub(crate) fn prepare(&self, sql: &str) -> rusqlite::Result<rusqlite::Statement<'_>> {
-        self.conn.prepare(sql)
-    }
-
-    pub(crate) fn execute<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize> {
-        self.conn.execute(sql, p)
-    }
-
-    pub(crate) fn execute_batch(&self, sql: &str) -> rusqlite::Result<()> {
-        self.conn.execute_batch(sql)
-    }
-
-    pub(crate) fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: rusqlite::Params,
-        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    {
-        self.conn.query_row(sql, params, f)
-    }
-
-    pub(crate) fn last_insert_rowid(&self) -> i64 {
-        self.conn.last_insert_rowid()
-    }
-
-    /// A `Tx` over a connection a test opened itself (a copy of a data dir's database).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn for_tests(conn: &Connection) -> &Tx {
-        Tx::new(conn)
-    }
-
-    /// The connection, for tests and benches that seed or inspect rows the API cannot.
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn raw_for_tests(&self) -> &Connection {
-        &self.conn
-    }
-}
-
-impl Tx {
-    /// Owns a connection a unit test opened (`&tx` is then what store functions take).
-    #[cfg(test)]
-    pub(crate) fn owned(conn: Connection) -> Tx {
-        Tx { conn }
-    }
-
-    /// A fresh in-memory database at the current schema, for other crates' unit tests of
-    /// logic that runs inside a transaction (the CI lifecycle).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn in_memory_for_tests() -> Tx {
-        let mut conn = Connection::open_in_memory().expect("in-memory database");
-        migrations::migrate(&mut conn).expect("migrations");
-        Tx { conn }
-    }
-}
-
-/// `query_row` and `execute` through the connection's statement cache (the `Connection`
-/// methods prepare, and so parse, their SQL on every call).
-pub(crate) trait CachedRow {
-    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: rusqlite::Params,
-        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
-
-    fn cached_exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
-}
-
-impl CachedRow for Connection {
-    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: rusqlite::Params,
-        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    {
-        self.prepare_cached(sql)?.query_row(params, f)
-    }
-
-    fn cached_exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        self.prepare_cached(sql)?.execute(params)
-    }
-}
-
-impl CachedRow for Tx {
-    fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: rusqlite::Params,
-        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    {
-        self.conn.cached_row(sql, params, f)
-    }
-
-    fn cached_exec<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        self.conn.cached_exec(sql, params)
-    }
-}
 
 fn configure(conn: &Connection, writer: bool, full_sync: bool) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(10))?;
@@ -708,12 +713,84 @@ struct Generation {
     counters: Arc<[AtomicU64; Domain::COUNT]>,
 }
 
-fn writer_loop(
-    conn: Connection,
-    jobs: std_mpsc::Receiver<Job>,
-    commits: tokio::sync::watch::Sender<u64>,
+/// Connects the writer (migrating the schema first), the listener and `readers` readers.
+fn open_postgres_sessions(
+    url: &str,
+    readers: usize,
+) -> StoreResult<(postgres::Client, postgres::Client, Vec<Session>)> {
+    let connect = || pg::connect(url).map_err(|e| StoreError::Unavailable(e.to_string()));
+    let mut client = connect()?;
+    pg::schema::migrate(&mut client).map_err(|e| StoreError::Migration(e.to_string()))?;
+    // The writer hears its own commits' changes (see `run_batch`), the listener the others'.
+    let listen = format!("LISTEN {}", pg::schema::NOTIFY_CHANNEL);
+    client.batch_execute(&listen)?;
+    let mut listener = connect()?;
+    listener.batch_execute(&listen)?;
+    let readers = (0..readers)
+        .map(|_| connect().map(Session::postgres))
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok((client, listener, readers))
+}
+
+/// What [`Store::start`] takes: the opened sessions and the threads beside the writer.
+struct Started {
+    path: PathBuf,
+    writer: Session,
+    readers: Vec<Session>,
     generation: Generation,
-    mut checkpoint: Checkpoint,
+    commits: (
+        Arc<tokio::sync::watch::Sender<u64>>,
+        tokio::sync::watch::Receiver<u64>,
+    ),
+    checkpoint: Option<Checkpoint>,
+    helper_threads: Vec<std::thread::JoinHandle<()>>,
+    stopping: Arc<AtomicBool>,
+    catch_ups: Arc<AtomicU64>,
+}
+
+/// How long the listener waits for a notification before it looks at `stopping` again.
+const LISTEN_POLL: Duration = Duration::from_millis(200);
+
+/// PostgreSQL: moves this replica's generations (and wakes its outbox readers) for changes
+/// other replicas commit. The triggers of `pg::schema` name each changed table on commit.
+fn listen_loop(
+    mut client: postgres::Client,
+    counters: Arc<[AtomicU64; Domain::COUNT]>,
+    commits: Arc<tokio::sync::watch::Sender<u64>>,
+    stopping: Arc<AtomicBool>,
+) {
+    while !stopping.load(Ordering::Acquire) {
+        let mut notifications = client.notifications();
+        let mut iter = notifications.timeout_iter(LISTEN_POLL);
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut heard = false;
+        loop {
+            match iter.next() {
+                Ok(Some(note)) => {
+                    heard = true;
+                    if let Some(domain) = Domain::of_table(note.payload()) {
+                        counters[domain as usize].fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::error!(%err, "the store's change listener lost its connection");
+                    return;
+                }
+            }
+        }
+        if heard {
+            commits.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+fn writer_loop(
+    conn: Session,
+    jobs: std_mpsc::Receiver<Job>,
+    commits: Arc<tokio::sync::watch::Sender<u64>>,
+    generation: Generation,
+    mut checkpoint: Option<Checkpoint>,
 ) {
     let mut batch: Vec<WriteJob> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
@@ -730,9 +807,11 @@ fn writer_loop(
             }
         }
         if !batch.is_empty() {
-            run_batch(&conn, std::mem::take(&mut batch), &generation);
+            run_batch(&conn.tx(), std::mem::take(&mut batch), &generation);
             commits.send_modify(|n| *n += 1);
-            checkpoint.after_commit(&conn);
+            if let (Session::Sqlite(conn), Some(checkpoint)) = (&conn, checkpoint.as_mut()) {
+                checkpoint.after_commit(conn);
+            }
         }
     }
 }
@@ -844,8 +923,13 @@ fn checkpoint_loop(conn: Connection, wake: std_mpsc::Receiver<()>) {
     }
 }
 
-fn run_batch(conn: &Connection, batch: Vec<WriteJob>, generation: &Generation) {
-    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
+    let begin = match conn.dialect() {
+        // Takes the write lock now, not at the first write (no deadlock upgrading it later).
+        Dialect::Sqlite => "BEGIN IMMEDIATE",
+        Dialect::Postgres => "BEGIN",
+    };
+    if let Err(err) = conn.execute_batch(begin) {
         // Dropping the jobs answers their callers with `Unavailable`; nothing ran.
         tracing::error!(%err, jobs = batch.len(), "cannot begin a write transaction");
         return;
@@ -872,6 +956,13 @@ fn run_batch(conn: &Connection, batch: Vec<WriteJob>, generation: &Generation) {
         tracing::error!(%err, "commit failed; the batch is rolled back");
         let _ = conn.execute_batch("ROLLBACK");
     }
+    // PostgreSQL has no update hook: the tables' triggers name what changed, and this
+    // session hears its own notifications as its commit returns.
+    for table in conn.take_notifications() {
+        if let Some(domain) = Domain::of_table(&table) {
+            generation.touched[domain as usize].store(true, Ordering::Relaxed);
+        }
+    }
     // Before any caller hears of its commit: a request sent after a reply must not find an
     // entry cached before the change.
     for (touched, counter) in generation.touched.iter().zip(generation.counters.iter()) {
@@ -884,6 +975,15 @@ fn run_batch(conn: &Connection, batch: Vec<WriteJob>, generation: &Generation) {
             Ok(()) => Ok(()),
             Err(err) => Err(StoreError::Unavailable(format!("commit failed: {err}"))),
         });
+    }
+}
+
+/// A subquery of the text items of the JSON array bound at `param` (`?1`, `#`), for `x IN
+/// (…)` with a list of any length in one statement.
+pub(crate) fn json_array_items(dialect: Dialect, param: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!("SELECT value FROM json_each({param})"),
+        Dialect::Postgres => format!("SELECT json_array_elements_text(CAST({param} AS json))"),
     }
 }
 
@@ -901,14 +1001,26 @@ pub const PIPELINE_SCOPES: &str =
 
 pub use woodlark_stdx::{now_unix, now_unix_ms};
 
+/// A fresh store for a unit test, on the engine `WOODLARK_TEST_STORE` names (see
+/// `sql::fresh_tx`); the directory holds SQLite's files.
+#[cfg(test)]
+pub(crate) fn test_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = if std::env::var("WOODLARK_TEST_STORE").as_deref() == Ok("postgres") {
+        let url = pg::testing::Cluster::shared().fresh_database();
+        Store::open_postgres(&url, &StoreOptions::default()).unwrap()
+    } else {
+        Store::open(&dir.path().join("t.db"), &StoreOptions::default()).unwrap()
+    };
+    (dir, store)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn temp_store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db"), &StoreOptions::default()).unwrap();
-        (dir, store)
+        test_store()
     }
 
     /// A store with an empty table `t (v INTEGER)`.
@@ -926,7 +1038,7 @@ mod tests {
 
     async fn sum_of_t(store: &Store) -> i64 {
         store
-            .read(|c| Ok(c.query_row("SELECT sum(v) FROM t", [], |r| r.get(0))?))
+            .read(|c| c.query_row("SELECT sum(v) FROM t", [], |r| r.get(0)))
             .await
             .unwrap()
     }
@@ -983,7 +1095,7 @@ mod tests {
     async fn submitted_jobs_run_in_submission_order_whatever_order_they_are_awaited_in() {
         let (_dir, store) = store_with_table().await;
         store
-            .write(|c| Ok(c.execute("INSERT INTO t VALUES (0)", []).map(drop)?))
+            .write(|c| c.execute("INSERT INTO t VALUES (0)", []).map(drop))
             .await
             .unwrap();
         // v = v * times + plus: submission order gives (0 * 0 + 2) * 10 + 3 = 23; the
@@ -1013,7 +1125,7 @@ mod tests {
         };
         let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
         store
-            .write(|c| Ok(c.execute_batch("CREATE TABLE t (v BLOB)")?))
+            .write(|c| c.execute_batch("CREATE TABLE t (v BLOB)"))
             .await
             .unwrap();
         (dir, store)
@@ -1044,7 +1156,7 @@ mod tests {
                 .unwrap();
             // A reader now and then, as requests do.
             store
-                .read(|c| Ok(c.query_row("SELECT max(rowid) FROM t", [], |r| r.get::<_, i64>(0))?))
+                .read(|c| c.query_row("SELECT max(rowid) FROM t", [], |r| r.get::<_, i64>(0)))
                 .await
                 .unwrap();
         }
@@ -1059,7 +1171,7 @@ mod tests {
         );
 
         let count: i64 = store
-            .read(|c| Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))
+            .read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
             .await
             .unwrap();
         assert_eq!(count, rows);
@@ -1121,7 +1233,7 @@ mod tests {
         // The single connection is still there for everyone after.
         for _ in 0..5 {
             store
-                .read(|c| Ok(c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?))
+                .read(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)))
                 .await
                 .unwrap();
         }

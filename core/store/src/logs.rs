@@ -6,7 +6,6 @@
 //! complaint). Lines are keyed by `(step_id, line)`, so a batch an agent re-sends after a
 //! lost reply is stored once. Retention removes old lines by age.
 
-use crate::CachedRow;
 use crate::Tx;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -102,14 +101,14 @@ impl LogEntry {
 pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<Vec<(usize, i64)>> {
     let now = now_unix_ms();
     let mut stmt = conn.prepare_cached(
-        "INSERT OR IGNORE INTO log_entries (step_id, line, time, type, data, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO log_entries (step_id, line, time, type, data, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
     )?;
     let mut added = Vec::with_capacity(lines.len());
     for (i, l) in lines.iter().enumerate() {
         let data = l.data.as_bytes();
         if stmt.execute(params![l.step_id, l.line, l.time, l.kind.code(), data, now])? == 1 {
-            added.push((i, conn.last_insert_rowid()));
+            added.push((i, conn.last_insert_rowid()?));
         }
     }
     Ok(added)
@@ -162,11 +161,11 @@ pub fn text(conn: &Tx, step_id: i64) -> StoreResult<Vec<u8>> {
 /// The number the step's next line gets: one past the highest stored (0 when none), so a
 /// restarted agent appends instead of overwriting.
 pub fn next_line(conn: &Tx, step_id: i64) -> StoreResult<i64> {
-    Ok(conn.cached_row(
+    conn.cached_row(
         "SELECT coalesce(max(line) + 1, 0) FROM log_entries WHERE step_id = ?1",
         [step_id],
         |r| r.get(0),
-    )?)
+    )
 }
 
 /// Distinct step ids that have lines, above `after`, ascending, at most `limit` (the orphan
@@ -191,11 +190,11 @@ pub fn delete_steps(conn: &Tx, step_ids: &[i64]) -> StoreResult<usize> {
 
 /// Removes lines stored before `cutoff_ms`, at most `batch` per call.
 pub fn prune(conn: &Tx, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
-    Ok(conn.cached_exec(
+    conn.cached_exec(
         "DELETE FROM log_entries WHERE id IN
            (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2 + 0)",
         params![cutoff_ms, batch as i64],
-    )?)
+    )
 }
 
 #[cfg(test)]
@@ -216,12 +215,12 @@ mod tests {
     fn append_is_idempotent_and_ordered() {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        assert_eq!(next_line(Tx::new(&c), 1).unwrap(), 0);
+        assert_eq!(next_line(&Tx::new(&c), 1).unwrap(), 0);
         let first_lines = [line(1, 1, "b"), line(1, 0, "a")];
-        let first = append(Tx::new(&c), &first_lines).unwrap();
+        let first = append(&Tx::new(&c), &first_lines).unwrap();
         assert_eq!(first.len(), 2);
         let again_lines = [line(1, 1, "b"), line(1, 2, "c")];
-        let again = append(Tx::new(&c), &again_lines).unwrap();
+        let again = append(&Tx::new(&c), &again_lines).unwrap();
         assert_eq!(
             again
                 .iter()
@@ -229,7 +228,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             [2]
         );
-        let all = list(Tx::new(&c), 1, 0, 100).unwrap();
+        let all = list(&Tx::new(&c), 1, 0, 100).unwrap();
         // What `append` returns, rendered, is what a later read shows: same ids, same text.
         let (i, id) = first[0];
         assert_eq!(all[1], LogEntry::of(id, &first_lines[i]));
@@ -237,11 +236,11 @@ mod tests {
         assert_eq!(all[2], LogEntry::of(id, &again_lines[i]));
         assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(all[0].data, STANDARD.encode("a"));
-        assert_eq!(list(Tx::new(&c), 1, 2, 100).unwrap().len(), 1);
-        assert_eq!(text(Tx::new(&c), 1).unwrap(), b"a\nb\nc\n");
-        assert_eq!(next_line(Tx::new(&c), 1).unwrap(), 3);
-        assert_eq!(delete_steps(Tx::new(&c), &[1]).unwrap(), 3);
-        assert_eq!(prune(Tx::new(&c), i64::MAX, 10).unwrap(), 0);
+        assert_eq!(list(&Tx::new(&c), 1, 2, 100).unwrap().len(), 1);
+        assert_eq!(text(&Tx::new(&c), 1).unwrap(), b"a\nb\nc\n");
+        assert_eq!(next_line(&Tx::new(&c), 1).unwrap(), 3);
+        assert_eq!(delete_steps(&Tx::new(&c), &[1]).unwrap(), 3);
+        assert_eq!(prune(&Tx::new(&c), i64::MAX, 10).unwrap(), 0);
     }
 
     #[test]
@@ -253,10 +252,10 @@ mod tests {
             kind: LineKind::ExitCode,
             ..line(7, 3, "0")
         });
-        assert_eq!(append(Tx::new(&c), &old).unwrap().len(), 4);
+        assert_eq!(append(&Tx::new(&c), &old).unwrap().len(), 4);
         migrate(&mut c).unwrap();
         let lines = |step| {
-            list(Tx::new(&c), step, 0, 10)
+            list(&Tx::new(&c), step, 0, 10)
                 .unwrap()
                 .into_iter()
                 .map(|e| (e.line, e.data))

@@ -14,7 +14,7 @@ pub enum Step {
     Sql(&'static str),
     /// A change SQL alone cannot express (rebuilding tables from their stored definitions).
     /// It runs inside the migration's transaction, with foreign-key enforcement off.
-    Code(fn(&Tx) -> rusqlite::Result<()>),
+    Code(fn(&Tx) -> StoreResult<()>),
 }
 
 use Step::{Code, Sql};
@@ -235,7 +235,8 @@ fn apply(conn: &mut Connection, list: &[Step], from: i64) -> StoreResult<()> {
         let tx = conn.transaction()?;
         match step {
             Sql(sql) => tx.execute_batch(sql).map_err(failed)?,
-            Code(run) => run(Tx::new(&tx)).map_err(failed)?,
+            Code(run) => run(&Tx::new(&tx))
+                .map_err(|e| StoreError::Migration(format!("step {next}: {e}")))?,
         }
         let violations: i64 = tx
             .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {

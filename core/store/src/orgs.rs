@@ -1,8 +1,8 @@
 //! Organisations: namespaces that own repositories. Every user has one of its own (`is_user`).
 
-use crate::CachedRow;
 use crate::Tx;
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
@@ -48,13 +48,12 @@ pub fn by_id(conn: &Tx, id: i64) -> StoreResult<Org> {
 }
 
 pub fn by_name(conn: &Tx, forge_id: i64, name: &str) -> StoreResult<Option<Org>> {
-    Ok(conn
-        .cached_row(
-            &format!("SELECT {COLUMNS} FROM orgs WHERE forge_id = ?1 AND name = ?2"),
-            params![forge_id, name],
-            from_row,
-        )
-        .optional()?)
+    conn.cached_row(
+        &format!("SELECT {COLUMNS} FROM orgs WHERE forge_id = ?1 AND name = ?2"),
+        params![forge_id, name],
+        from_row,
+    )
+    .optional()
 }
 
 /// Creates the personal organisation of a new user, recording `orgs.created`.
@@ -89,7 +88,7 @@ fn insert(conn: &Tx, forge_id: i64, name: &str, is_user: bool) -> StoreResult<Or
         "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, ?3)",
         params![forge_id, name, is_user],
     )?;
-    let org = by_id(conn, conn.last_insert_rowid())?;
+    let org = by_id(conn, conn.last_insert_rowid()?)?;
     events::append(
         conn,
         RECORD_TYPE,

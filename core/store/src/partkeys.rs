@@ -8,11 +8,11 @@
 //! Every change appends its `participation_keys.*` event in the same transaction; the event
 //! object is the key as `GET /v2/participation/{id}` renders it.
 
-use crate::CachedRow;
 use crate::Tx;
+use crate::{OptionalExtension, Row};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
@@ -212,7 +212,7 @@ pub fn insert(conn: &Tx, new: &NewPartKey) -> StoreResult<ParticipationKey> {
             now_unix(),
         ],
     )?;
-    let seq = conn.last_insert_rowid();
+    let seq = conn.last_insert_rowid()?;
     insert_signers(conn, seq, &new.state_proof_keys)?;
     let key = get(conn, &new.id)?;
     events::append(
@@ -233,14 +233,12 @@ fn insert_signers(conn: &Tx, seq: i64, keys: &[(u64, String)]) -> StoreResult<()
     for (round, sealed) in keys {
         match stmt.execute(params![seq, *round as i64, sealed]) {
             Ok(_) => {}
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
-            {
+            Err(e) if e.is_constraint_violation() => {
                 return Err(StoreError::Conflict(format!(
                     "a state proof key for round {round} is already installed"
                 )));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -356,12 +354,12 @@ mod tests {
     use super::*;
     use rusqlite::Connection;
 
-    fn conn() -> Tx {
+    fn conn() -> Tx<'static> {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         // Until the lead adds SCHEMA as a migration, apply it here when it is missing.
         let present: i64 = conn
-            .cached_row(
+            .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE name = 'participation_keys'",
                 [],
                 |r| r.get(0),

@@ -7,11 +7,11 @@
 //! so the database never contains a secret in clear. Every create, update and delete records
 //! an event (`pipelines.*`, `workflows.*`, `steps.*`) in the same transaction.
 
-use crate::CachedRow;
 use crate::Tx;
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row, json_array_items};
+use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -309,11 +309,11 @@ pub fn by_number(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRo
 /// The number the repository's next pipeline gets (one past the highest; 1 for the first).
 /// Called inside the write transaction that creates the pipeline, so it cannot race.
 pub fn next_number(conn: &Tx, repo_id: i64) -> StoreResult<i64> {
-    Ok(conn.cached_row(
+    conn.cached_row(
         "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
         [repo_id],
         |r| r.get(0),
-    )?)
+    )
 }
 
 /// The newest pipeline of a repository, optionally of one branch and one event.
@@ -357,9 +357,16 @@ pub fn list(
     page: u32,
     per_page: u32,
 ) -> StoreResult<Vec<Pipeline>> {
-    let (sql, args) = list_query(PIPELINE_COLUMNS, repo_id, filter, page, per_page);
+    let (sql, args) = list_query(
+        conn.dialect(),
+        PIPELINE_COLUMNS,
+        repo_id,
+        filter,
+        page,
+        per_page,
+    );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(args), pipeline_from_row)?;
+    let rows = stmt.query_map(crate::params_from_iter(args), pipeline_from_row)?;
     Ok(rows
         .map(|r| r.map(|row| row.pipeline))
         .collect::<Result<_, _>>()?)
@@ -378,15 +385,22 @@ pub fn list_json(
     page: u32,
     per_page: u32,
 ) -> StoreResult<String> {
-    let (sql, args) = list_query(PIPELINE_COLUMNS, repo_id, filter, page, per_page);
+    let (sql, args) = list_query(
+        conn.dialect(),
+        PIPELINE_COLUMNS,
+        repo_id,
+        filter,
+        page,
+        per_page,
+    );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+    let mut rows = stmt.query(crate::params_from_iter(args))?;
     let mut out = String::from("[");
     while let Some(r) = rows.next()? {
         if out.len() > 1 {
             out.push(',');
         }
-        push_pipeline_json(&mut out, r, None)?;
+        push_pipeline_json(&mut out, &r, None)?;
     }
     out.push(']');
     Ok(out)
@@ -433,13 +447,14 @@ pub fn full_json(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<String> {
         Some(serde_json::to_string(&wfs)?)
     };
     let mut out = String::new();
-    push_pipeline_json(&mut out, row, workflows.as_deref())?;
+    push_pipeline_json(&mut out, &row, workflows.as_deref())?;
     Ok(out)
 }
 
 /// The query behind [`list`]: its `WHERE` clause names only the filters in use (a
 /// `(?N IS NULL OR ref LIKE ?N)` term made SQLite re-prepare the statement on every call).
 fn list_query(
+    dialect: crate::Dialect,
     columns: &str,
     repo_id: i64,
     filter: &ListFilter,
@@ -459,7 +474,7 @@ fn list_query(
     if !filter.events.is_empty() {
         let json = serde_json::json!(filter.events).to_string();
         push(
-            " AND event IN (SELECT value FROM json_each(#))",
+            &format!(" AND event IN ({})", json_array_items(dialect, "#")),
             V::Text(json),
             &mut args,
         );
@@ -492,7 +507,7 @@ fn list_query(
 /// Rewrites every stored pipeline record in `record_of`'s form (migration 11): records of
 /// earlier versions held the columns too and may lack fields added since, which decoding
 /// filled with defaults but [`list_json`] serves as stored.
-pub fn normalise_records(conn: &Tx) -> rusqlite::Result<()> {
+pub fn normalise_records(conn: &Tx) -> StoreResult<()> {
     let rows: Vec<(i64, String)> = {
         let mut stmt = conn.prepare("SELECT id, data FROM pipelines")?;
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -515,8 +530,8 @@ pub fn normalise_records(conn: &Tx) -> rusqlite::Result<()> {
 pub fn with_status(conn: &Tx, states: &[Status]) -> StoreResult<Vec<PipelineRow>> {
     let json = serde_json::json!(states).to_string();
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {PIPELINE_COLUMNS} FROM pipelines
-         WHERE status IN (SELECT value FROM json_each(?1)) ORDER BY id"
+        "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE status IN ({}) ORDER BY id",
+        json_array_items(conn.dialect(), "?1")
     ))?;
     let rows = stmt.query_map([json], pipeline_from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -639,7 +654,7 @@ pub fn workflows(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<Workflow>> {
     while let Some(r) = rows.next()? {
         let workflow_id: i64 = r.get(12)?;
         if let Some(wf) = list.iter_mut().find(|w| w.id == workflow_id) {
-            wf.children.push(step_from_row(r)?);
+            wf.children.push(step_from_row(&r)?);
         }
     }
     Ok(list)
@@ -697,7 +712,7 @@ fn link_configs(
     for f in files {
         let hash = format!("{:x}", Sha256::digest(f.data.as_bytes()));
         conn.cached_exec(
-            "INSERT OR IGNORE INTO configs (repo_id, hash, name, data) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO configs (repo_id, hash, name, data) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             params![repo_id, hash, f.name, f.data.as_bytes()],
         )?;
         let id: i64 = conn.cached_row(
@@ -706,7 +721,7 @@ fn link_configs(
             |r| r.get(0),
         )?;
         conn.cached_exec(
-            "INSERT OR IGNORE INTO pipeline_configs (pipeline_id, config_id) VALUES (?1, ?2)",
+            "INSERT INTO pipeline_configs (pipeline_id, config_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
             params![pipeline_id, id],
         )?;
     }
@@ -767,7 +782,7 @@ pub fn create(
             record_of(&p)?
         ],
     )?;
-    p.id = conn.last_insert_rowid();
+    p.id = conn.last_insert_rowid()?;
     link_configs(conn, repo_id, p.id, files)?;
     events::append(
         conn,
@@ -798,7 +813,7 @@ pub fn create(
             ],
         )?;
         let mut workflow = Workflow {
-            id: conn.last_insert_rowid(),
+            id: conn.last_insert_rowid()?,
             pipeline_id: p.id,
             pid: wf_pid,
             name: wf.name.clone(),
@@ -831,7 +846,7 @@ pub fn create(
                 ],
             )?;
             let step = Step {
-                id: conn.last_insert_rowid(),
+                id: conn.last_insert_rowid()?,
                 uuid,
                 pipeline_id: p.id,
                 pid: next_pid,
@@ -1010,12 +1025,9 @@ pub fn ids_of_repo(conn: &Tx, repo_id: i64) -> StoreResult<Vec<i64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rusqlite::Connection;
 
-    fn db() -> Tx {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::migrations::migrate(&mut conn).unwrap();
-        Tx::owned(conn)
+    fn db() -> Tx<'static> {
+        crate::sql::fresh_tx()
     }
 
     /// `create` returns its rows as inserted instead of reading them back: they must be what

@@ -1,10 +1,11 @@
 //! The plugins' durable key-value storage (the host's `kv` capability), one namespace per
 //! plugin instance. Entries may expire; an expired entry reads as absent.
 
+use crate::OptionalExtension;
 use crate::Tx;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
-use super::{CachedRow, StoreResult};
+use super::StoreResult;
 
 /// Schema of the table (a main-database migration).
 pub const SCHEMA: &str = r#"
@@ -19,14 +20,13 @@ pub const SCHEMA: &str = r#"
 
 /// The value of `key`, unless it is missing or expired at `now_ms`.
 pub fn get(conn: &Tx, namespace: &str, key: &str, now_ms: i64) -> StoreResult<Option<Vec<u8>>> {
-    Ok(conn
-        .cached_row(
-            "SELECT value FROM plugin_kv WHERE namespace = ?1 AND key = ?2
+    conn.cached_row(
+        "SELECT value FROM plugin_kv WHERE namespace = ?1 AND key = ?2
              AND (expires_ms IS NULL OR expires_ms > ?3)",
-            params![namespace, key, now_ms],
-            |r| r.get::<_, Vec<u8>>(0),
-        )
-        .optional()?)
+        params![namespace, key, now_ms],
+        |r| r.get::<_, Vec<u8>>(0),
+    )
+    .optional()
 }
 
 /// Sets `key`, replacing any value; `expires_ms` none = kept until deleted.
@@ -62,24 +62,24 @@ mod tests {
     fn values_expire_and_namespaces_are_apart() {
         let c = rusqlite::Connection::open_in_memory().unwrap();
         c.execute_batch(SCHEMA).unwrap();
-        set(Tx::new(&c), "a", "k", b"1", None).unwrap();
-        set(Tx::new(&c), "b", "k", b"2", Some(100)).unwrap();
+        set(&Tx::new(&c), "a", "k", b"1", None).unwrap();
+        set(&Tx::new(&c), "b", "k", b"2", Some(100)).unwrap();
         assert_eq!(
-            get(Tx::new(&c), "a", "k", 500).unwrap().as_deref(),
+            get(&Tx::new(&c), "a", "k", 500).unwrap().as_deref(),
             Some(&b"1"[..])
         );
         assert_eq!(
-            get(Tx::new(&c), "b", "k", 50).unwrap().as_deref(),
+            get(&Tx::new(&c), "b", "k", 50).unwrap().as_deref(),
             Some(&b"2"[..])
         );
-        assert_eq!(get(Tx::new(&c), "b", "k", 100).unwrap(), None);
-        set(Tx::new(&c), "a", "k", b"3", None).unwrap();
+        assert_eq!(get(&Tx::new(&c), "b", "k", 100).unwrap(), None);
+        set(&Tx::new(&c), "a", "k", b"3", None).unwrap();
         assert_eq!(
-            get(Tx::new(&c), "a", "k", 0).unwrap().as_deref(),
+            get(&Tx::new(&c), "a", "k", 0).unwrap().as_deref(),
             Some(&b"3"[..])
         );
-        delete(Tx::new(&c), "a", "k").unwrap();
-        delete(Tx::new(&c), "a", "missing").unwrap();
-        assert_eq!(get(Tx::new(&c), "a", "k", 0).unwrap(), None);
+        delete(&Tx::new(&c), "a", "k").unwrap();
+        delete(&Tx::new(&c), "a", "missing").unwrap();
+        assert_eq!(get(&Tx::new(&c), "a", "k", 0).unwrap(), None);
     }
 }

@@ -8,9 +8,9 @@
 //! (upstream: extensions and docker config files); registries made through the API are never
 //! read-only.
 
-use crate::CachedRow;
 use crate::Tx;
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::events::{self, Action};
@@ -177,7 +177,7 @@ pub fn create(conn: &Tx, scope: ResourceScope, new: &NewRegistry) -> StoreResult
             new.sealed_password
         ],
     )?;
-    let registry = by_id(conn, conn.last_insert_rowid())?.registry;
+    let registry = by_id(conn, conn.last_insert_rowid()?)?.registry;
     events::append(
         conn,
         RECORD_TYPE,
@@ -258,13 +258,8 @@ pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrations::migrate;
-    use rusqlite::Connection;
-
-    fn conn() -> Tx {
-        let mut c = Connection::open_in_memory().unwrap();
-        migrate(&mut c).unwrap();
-        Tx::owned(c)
+    fn conn() -> Tx<'static> {
+        crate::sql::fresh_tx()
     }
 
     fn new(address: &str) -> NewRegistry {

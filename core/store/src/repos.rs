@@ -5,9 +5,9 @@
 //! over the document when a row is read. `user_id` (whose forge credentials are used) and
 //! `hash` (the key of hook tokens) are never rendered.
 
-use crate::CachedRow;
 use crate::Tx;
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
 use super::events::{self, Action, Owner};
@@ -140,13 +140,12 @@ pub fn by_id(conn: &Tx, id: i64) -> StoreResult<RepoRow> {
 }
 
 pub fn by_remote_id(conn: &Tx, forge_id: i64, remote_id: &str) -> StoreResult<Option<RepoRow>> {
-    Ok(conn
-        .cached_row(
-            &format!("SELECT {COLUMNS} FROM repos WHERE forge_id = ?1 AND forge_remote_id = ?2"),
-            params![forge_id, remote_id],
-            from_row,
-        )
-        .optional()?)
+    conn.cached_row(
+        &format!("SELECT {COLUMNS} FROM repos WHERE forge_id = ?1 AND forge_remote_id = ?2"),
+        params![forge_id, remote_id],
+        from_row,
+    )
+    .optional()
 }
 
 /// By `owner/name`; when several forges have one, the lowest id wins.
@@ -203,7 +202,7 @@ pub fn create(conn: &Tx, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<R
             now_unix()
         ],
     )?;
-    let row = by_id(conn, conn.last_insert_rowid())?;
+    let row = by_id(conn, conn.last_insert_rowid()?)?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -315,7 +314,7 @@ impl Perm {
 
 /// A user's stored permission on a repository, if any.
 pub fn perm(conn: &Tx, user_id: i64, repo_id: i64) -> StoreResult<Option<Perm>> {
-    Ok(conn
+    conn
         .cached_row(
             "SELECT pull, push, admin, synced, created, updated FROM perms WHERE user_id = ?1 AND repo_id = ?2",
             params![user_id, repo_id],
@@ -330,7 +329,7 @@ pub fn perm(conn: &Tx, user_id: i64, repo_id: i64) -> StoreResult<Option<Perm>> 
                 })
             },
         )
-        .optional()?)
+        .optional()
 }
 
 /// Stores a user's permission on a repository (as synced from the forge now).
@@ -364,12 +363,17 @@ pub fn of_member(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<Vec<Re
 /// internal ones, those in their own namespace, those they hold a permission on) and of the
 /// organisations they belong to (their own, and those where they may push somewhere).
 pub fn readable_ids(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<(Vec<i64>, Vec<i64>)> {
-    let mut stmt = conn.prepare_cached(
+    let visibility = match conn.dialect() {
+        crate::Dialect::Sqlite => "json_extract(data, '$.visibility')",
+        crate::Dialect::Postgres => "(data::json ->> 'visibility')",
+    };
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT id FROM repos
-         WHERE json_extract(data, '$.visibility') IN ('public', 'internal')
+         WHERE {visibility} IN ('public', 'internal')
             OR org_id = ?2
-            OR id IN (SELECT repo_id FROM perms WHERE user_id = ?1 AND (pull OR push OR admin))",
-    )?;
+            OR id IN (SELECT repo_id FROM perms
+                      WHERE user_id = ?1 AND (pull != 0 OR push != 0 OR admin != 0))"
+    ))?;
     let repos = stmt
         .query_map(params![user_id, own_org_id], |r| r.get(0))?
         .collect::<Result<Vec<i64>, _>>()?;
@@ -397,9 +401,9 @@ pub fn insert_bare(conn: &Tx, org_id: i64, user_id: i64, full_name: &str) -> Sto
     conn.execute(
         "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data, created)
          VALUES (?1, ?2, ?3, ?4, ?2, 1, 'h', '{}', 0)",
-        params![conn.last_insert_rowid(), full_name, org_id, user_id],
+        params![conn.last_insert_rowid()?, full_name, org_id, user_id],
     )?;
-    Ok(conn.last_insert_rowid())
+    conn.last_insert_rowid()
 }
 
 /// The strongest permission `user_id` holds on any repository of `org_id`.

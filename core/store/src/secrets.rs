@@ -7,9 +7,9 @@
 //! can carry it. A change of the value alone does not change the rendering; it is still
 //! recorded as `secrets.updated` (without `previous_attributes`), so the feed sees every write.
 
-use crate::CachedRow;
 use crate::Tx;
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
@@ -375,13 +375,8 @@ pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrations::migrate;
-    use rusqlite::Connection;
-
-    fn conn() -> Tx {
-        let mut c = Connection::open_in_memory().unwrap();
-        migrate(&mut c).unwrap();
-        Tx::owned(c)
+    fn conn() -> Tx<'static> {
+        crate::sql::fresh_tx()
     }
 
     fn new(name: &str) -> NewSecret {

@@ -5,11 +5,11 @@
 //! `lease_until`). A finished task is deleted. Because the queue is a table, it survives restarts; leases that run out put
 //! tasks back to `pending`.
 
-use crate::CachedRow;
 use crate::Tx;
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::StoreResult;
@@ -121,13 +121,12 @@ pub fn insert(conn: &Tx, task: &Task) -> StoreResult<()> {
 }
 
 pub fn get(conn: &Tx, id: i64) -> StoreResult<Option<Task>> {
-    Ok(conn
-        .cached_row(
-            &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
-            [id],
-            from_row,
-        )
-        .optional()?)
+    conn.cached_row(
+        &format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"),
+        [id],
+        from_row,
+    )
+    .optional()
 }
 
 /// Tasks in `state` (all states when `None`), oldest first.
@@ -202,11 +201,11 @@ pub fn expired(conn: &Tx, now: i64) -> StoreResult<Vec<Task>> {
 }
 
 pub fn count_running(conn: &Tx) -> StoreResult<i64> {
-    Ok(conn.cached_row(
+    conn.cached_row(
         "SELECT count(*) FROM tasks WHERE state = 'running'",
         [],
         |r| r.get(0),
-    )?)
+    )
 }
 
 /// Whether `task` may start now without breaking its group's concurrency limit, among

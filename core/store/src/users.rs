@@ -4,9 +4,9 @@
 //! `admin_env` is true too); callers pass that list as [`EnvAdmins`] so the API rendering, and so
 //! the events, are the same wherever a user is read.
 
-use crate::CachedRow;
 use crate::Tx;
-use rusqlite::{OptionalExtension, Row, params};
+use crate::{OptionalExtension, Row};
+use rusqlite::params;
 use serde::Serialize;
 
 use super::events::{self, Action, Owner};
@@ -150,16 +150,15 @@ pub fn by_forge_identity(
     if remote_id.is_empty() {
         return Ok(None);
     }
-    Ok(conn
-        .cached_row(
-            &format!(
-                "SELECT {COLUMNS} FROM users WHERE forge_id = ?1 AND forge_remote_id = ?2 \
+    conn.cached_row(
+        &format!(
+            "SELECT {COLUMNS} FROM users WHERE forge_id = ?1 AND forge_remote_id = ?2 \
                  ORDER BY id LIMIT 1"
-            ),
-            params![forge_id, remote_id],
-            from_row(env),
-        )
-        .optional()?)
+        ),
+        params![forge_id, remote_id],
+        from_row(env),
+    )
+    .optional()
 }
 
 /// One page of users ordered by login (`page` starts at 1).
@@ -201,7 +200,7 @@ pub fn create(conn: &Tx, env: &EnvAdmins, new: &NewUser) -> StoreResult<Account>
             now_unix(),
         ],
     )?;
-    let account = by_id(conn, env, conn.last_insert_rowid())?;
+    let account = by_id(conn, env, conn.last_insert_rowid()?)?;
     events::append(
         conn,
         RECORD_TYPE,
@@ -360,13 +359,8 @@ pub fn delete(conn: &Tx, env: &EnvAdmins, login: &str) -> StoreResult<User> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrations::migrate;
-    use rusqlite::Connection;
-
-    fn conn() -> Tx {
-        let mut c = Connection::open_in_memory().unwrap();
-        migrate(&mut c).unwrap();
-        Tx::owned(c)
+    fn conn() -> Tx<'static> {
+        crate::sql::fresh_tx()
     }
 
     fn new(login: &str) -> NewUser {

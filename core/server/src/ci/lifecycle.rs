@@ -207,7 +207,7 @@ mod tests {
     /// A pipeline in `status` with one workflow per `(name, state, steps' states)`, and a
     /// task for each workflow that is still to run ([`WAITING`] ones wait for the first).
     struct Fixture {
-        db: Tx,
+        db: Tx<'static>,
         pipeline: i64,
         workflows: Vec<i64>,
     }

@@ -106,6 +106,43 @@ fn target_of(config: &postgres::Config) -> String {
 mod tests {
     use super::*;
 
+    /// Two stores on one database, as two replicas: a change committed through one moves the
+    /// other's generation for that domain (its caches miss) and wakes its outbox readers;
+    /// the writer's own generation has moved before its caller hears of the commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replicas_hear_each_others_changes() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions::default();
+        let a = crate::Store::open_postgres(&url, &options).unwrap();
+        let b = crate::Store::open_postgres(&url, &options).unwrap();
+        let (a0, b0) = (a.identity_generation(), b.identity_generation());
+        let mut b_commits = b.commits();
+        b_commits.borrow_and_update();
+        a.write(|c| {
+            c.execute(
+                "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///x', '{}', 's')",
+                [],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(a.identity_generation() > a0, "the writer's own change");
+        tokio::time::timeout(std::time::Duration::from_secs(5), b_commits.changed())
+            .await
+            .expect("replica b heard of the commit")
+            .unwrap();
+        assert!(b.identity_generation() > b0, "the other replica's change");
+        assert_eq!(b.generation(crate::Domain::Pipelines), 0);
+        let forges: i64 = b
+            .read(|c| c.query_row("SELECT count(*) FROM forges", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(forges, 1);
+        a.close();
+        b.close();
+    }
+
     #[test]
     fn urls_it_cannot_serve_are_refused_with_the_reason() {
         let err = |url: &str| connect(url).err().expect("refused").to_string();

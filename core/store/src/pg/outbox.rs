@@ -59,8 +59,8 @@ fn insert(tx: &mut postgres::Transaction<'_>, event: &NewEvent<'_>) -> Result<i6
     } = event;
     let row = tx
         .query_one(
-            "INSERT INTO events (seq, created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
-             VALUES (nextval('events_seq'), $1, $2, $3, $4, $5, $6, $7, $8)
+            "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              RETURNING seq",
             &[
                 &crate::now_unix_ms(),

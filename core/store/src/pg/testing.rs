@@ -120,8 +120,35 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
+static SHARED: std::sync::OnceLock<Cluster> = std::sync::OnceLock::new();
+
+impl Cluster {
+    /// One cluster for the whole test process, started on first use and stopped (its
+    /// directory removed) when the process exits.
+    pub fn shared() -> &'static Cluster {
+        SHARED.get_or_init(|| {
+            extern "C" fn stop_shared() {
+                if let Some(cluster) = SHARED.get() {
+                    cluster.stop();
+                    let _ = std::fs::remove_dir_all(cluster.dir.path());
+                }
+            }
+            // SAFETY: registers a plain function; it runs once, at exit.
+            unsafe { libc::atexit(stop_shared) };
+            Cluster::start()
+        })
+    }
+
+    /// A new, empty database with a name of its own; returns its URL.
+    pub fn fresh_database(&self) -> String {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // On a plain thread: the blocking client cannot run on a runtime's (async tests).
+        std::thread::scope(|s| s.spawn(|| self.database(&format!("t{n}"))).join())
+            .expect("create a database")
+    }
+
+    fn stop(&self) {
         let data = self.dir.path().join("data").display().to_string();
         let program = self.bin.join("pg_ctl");
         let args = ["-D", data.as_str(), "-m", "immediate", "-w", "stop"];
@@ -133,6 +160,12 @@ impl Drop for Cluster {
                 .output(),
             None => Command::new(&program).args(args).output(),
         };
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -1,0 +1,721 @@
+//! The one handle SQL runs through, over either engine: SQLite (embedded, the default) or
+//! PostgreSQL (several replicas on one database).
+//!
+//! Values travel in rusqlite's types on both engines: parameters are [`ToSql`], columns are
+//! read with [`FromSql`], and dynamic argument lists are [`Value`]s. So a module's row
+//! readers and the domain types' conversions are written once, whatever the engine. On
+//! PostgreSQL a parameter is converted to the type the server inferred for it (an integer
+//! bound where a `bigint`, `integer` or `boolean` is expected; text where `text` is) and a
+//! column is read into a [`Value`] by its type; statements keep SQLite's `?N` placeholders,
+//! rewritten to `$N` once, when the statement is first prepared on a connection.
+//!
+//! What the engines spell differently (an upsert that replaces, a JSON array as a set) is
+//! chosen with [`Tx::dialect`] at the few places that need it; everything else is SQL both
+//! accept, and the store's tests run on both.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use rusqlite::types::{FromSql, FromSqlError, ToSql, ToSqlOutput, Value, ValueRef};
+
+use crate::{StoreError, StoreResult};
+
+/// Which engine a [`Tx`] talks to, for the statements they spell differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// The database as one [`crate::Store::read`] or [`crate::Store::write`] closure sees it (for
+/// a write, inside the writer's transaction, under the job's own savepoint).
+///
+/// Outside this crate a `Tx` can only be handed on to the store's named functions
+/// (`repos::get(tx, id)`, …): every method that runs SQL is private to the store, so no SQL
+/// can be written anywhere else, and the crate graph keeps it so.
+pub struct Tx<'c> {
+    engine: Engine<'c>,
+}
+
+enum Engine<'c> {
+    Sqlite(&'c rusqlite::Connection),
+    /// A connection a test opened and handed over.
+    #[cfg(any(test, feature = "test-support"))]
+    SqliteOwned(rusqlite::Connection),
+    Postgres(&'c PgConn),
+    /// A session a test opened and handed over.
+    #[cfg(test)]
+    PostgresOwned(PgConn),
+}
+
+/// A connection the store keeps (its writer's, or one of its readers'), on either engine.
+pub(crate) enum Session {
+    Sqlite(rusqlite::Connection),
+    Postgres(PgConn),
+}
+
+impl Session {
+    pub(crate) fn postgres(client: postgres::Client) -> Session {
+        Session::Postgres(PgConn {
+            client: std::mem::ManuallyDrop::new(RefCell::new(client)),
+            statements: RefCell::default(),
+        })
+    }
+
+    /// The session as a [`Tx`] for one closure or store call.
+    pub(crate) fn tx(&self) -> Tx<'_> {
+        Tx {
+            engine: match self {
+                Session::Sqlite(conn) => Engine::Sqlite(conn),
+                Session::Postgres(pg) => Engine::Postgres(pg),
+            },
+        }
+    }
+}
+
+/// A PostgreSQL session with its prepared statements (a statement is parsed and planned
+/// once per connection, as SQLite's statement cache does).
+pub(crate) struct PgConn {
+    client: std::mem::ManuallyDrop<RefCell<postgres::Client>>,
+    statements: RefCell<HashMap<String, postgres::Statement>>,
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never touched again.
+        let client = unsafe { std::mem::ManuallyDrop::take(&mut self.client) };
+        // Closing the session blocks on the client's own runtime, which cannot happen on a
+        // runtime's thread (the last `Store` handle may go away on one).
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let _ = std::thread::Builder::new()
+                .name("store-close".into())
+                .spawn(move || drop(client));
+        }
+    }
+}
+
+impl<'c> Tx<'c> {
+    /// Lends a SQLite connection as a `Tx`.
+    pub(crate) fn new(conn: &'c rusqlite::Connection) -> Tx<'c> {
+        Tx {
+            engine: Engine::Sqlite(conn),
+        }
+    }
+}
+
+impl Tx<'_> {
+    /// Owns a connection a unit test opened (`&tx` is then what store functions take).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn owned(conn: rusqlite::Connection) -> Tx<'static> {
+        Tx {
+            engine: Engine::SqliteOwned(conn),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self.engine {
+            _ if self.pg().is_some() => Dialect::Postgres,
+            _ => Dialect::Sqlite,
+        }
+    }
+
+    /// The SQLite connection, for what only SQLite has (pragmas, its schema table).
+    pub(crate) fn sqlite_conn(&self) -> Option<&rusqlite::Connection> {
+        match &self.engine {
+            Engine::Sqlite(conn) => Some(conn),
+            #[cfg(any(test, feature = "test-support"))]
+            Engine::SqliteOwned(conn) => Some(conn),
+            _ => None,
+        }
+    }
+
+    /// The payloads of the notifications this PostgreSQL session has received so far
+    /// (none on SQLite).
+    pub(crate) fn take_notifications(&self) -> Vec<String> {
+        match self.pg() {
+            Some(pg) => {
+                let mut client = pg.client.borrow_mut();
+                let mut notifications = client.notifications();
+                let mut iter = notifications.iter();
+                use postgres::fallible_iterator::FallibleIterator;
+                let mut out = Vec::new();
+                while let Ok(Some(note)) = iter.next() {
+                    out.push(note.payload().to_owned());
+                }
+                out
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn pg(&self) -> Option<&PgConn> {
+        match &self.engine {
+            Engine::Postgres(pg) => Some(pg),
+            #[cfg(test)]
+            Engine::PostgresOwned(pg) => Some(pg),
+            _ => None,
+        }
+    }
+
+    /// A statement from the connection's cache (prepared on first use).
+    pub(crate) fn prepare_cached(&self, sql: &str) -> StoreResult<Stmt<'_>> {
+        Ok(match (self.pg(), self.sqlite_conn()) {
+            (Some(pg), _) => Stmt::Postgres(pg, pg.statement(sql)?),
+            (_, Some(conn)) => Stmt::SqliteCached(conn.prepare_cached(sql)?),
+            (_, None) => unreachable!("every other engine is SQLite"),
+        })
+    }
+
+    /// A statement prepared for this call only (SQL built at run time that would crowd the
+    /// cache). PostgreSQL keeps it anyway: preparing costs a round trip there.
+    pub(crate) fn prepare(&self, sql: &str) -> StoreResult<Stmt<'_>> {
+        Ok(match (self.pg(), self.sqlite_conn()) {
+            (Some(pg), _) => Stmt::Postgres(pg, pg.statement(sql)?),
+            (_, Some(conn)) => Stmt::Sqlite(conn.prepare(sql)?),
+            (_, None) => unreachable!("every other engine is SQLite"),
+        })
+    }
+
+    pub(crate) fn execute<P: Params>(&self, sql: &str, params: P) -> StoreResult<usize> {
+        self.prepare(sql)?.execute(params)
+    }
+
+    /// Runs statements without parameters, separated by `;`.
+    pub(crate) fn execute_batch(&self, sql: &str) -> StoreResult<()> {
+        match (self.pg(), self.sqlite_conn()) {
+            (Some(pg), _) => Ok(pg.client.borrow_mut().batch_execute(sql)?),
+            (_, Some(conn)) => Ok(conn.execute_batch(sql)?),
+            (_, None) => unreachable!("every other engine is SQLite"),
+        }
+    }
+
+    pub(crate) fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> StoreResult<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare(sql)?.query_row(params, f)
+    }
+
+    /// `query_row` through the statement cache.
+    pub(crate) fn cached_row<T, P, F>(&self, sql: &str, params: P, f: F) -> StoreResult<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    /// `execute` through the statement cache.
+    pub(crate) fn cached_exec<P: Params>(&self, sql: &str, params: P) -> StoreResult<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    /// The id the last `INSERT` on this connection gave its row.
+    pub(crate) fn last_insert_rowid(&self) -> StoreResult<i64> {
+        match self.sqlite_conn() {
+            Some(conn) => Ok(conn.last_insert_rowid()),
+            // The identity column's sequence, as drawn by this session.
+            None => self.cached_row("SELECT lastval()", [], |r| r.get(0)),
+        }
+    }
+
+    /// A `Tx` over a SQLite connection a test opened itself (a copy of a data dir's database).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn for_tests(conn: &rusqlite::Connection) -> Tx<'_> {
+        Tx::new(conn)
+    }
+
+    /// The SQLite connection, for tests and benches that seed or inspect rows the API cannot.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn raw_for_tests(&self) -> &rusqlite::Connection {
+        self.sqlite_conn()
+            .expect("raw_for_tests is for SQLite stores")
+    }
+
+    /// A fresh in-memory SQLite database at the current schema, for other crates' unit tests
+    /// of logic that runs inside a transaction (the CI lifecycle).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn in_memory_for_tests() -> Tx<'static> {
+        let mut conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
+        crate::migrations::migrate(&mut conn).expect("migrations");
+        Tx::owned(conn)
+    }
+}
+
+impl PgConn {
+    fn statement(&self, sql: &str) -> StoreResult<postgres::Statement> {
+        if let Some(statement) = self.statements.borrow().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self
+            .client
+            .borrow_mut()
+            .prepare(&dollar_placeholders(sql))?;
+        self.statements
+            .borrow_mut()
+            .insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    fn run(&self, statement: &postgres::Statement, values: &[&dyn ToSql]) -> StoreResult<u64> {
+        let binds = pg_binds(values)?;
+        let refs = bind_refs(&binds);
+        Ok(self.client.borrow_mut().execute(statement, &refs)?)
+    }
+
+    fn rows(
+        &self,
+        statement: &postgres::Statement,
+        values: &[&dyn ToSql],
+    ) -> StoreResult<Vec<Vec<Value>>> {
+        let binds = pg_binds(values)?;
+        let refs = bind_refs(&binds);
+        let rows = self.client.borrow_mut().query(statement, &refs)?;
+        rows.iter().map(pg_row_values).collect()
+    }
+}
+
+/// A prepared statement on either engine.
+pub(crate) enum Stmt<'c> {
+    SqliteCached(rusqlite::CachedStatement<'c>),
+    Sqlite(rusqlite::Statement<'c>),
+    Postgres(&'c PgConn, postgres::Statement),
+}
+
+impl<'c> Stmt<'c> {
+    fn sqlite(&mut self) -> Option<&mut rusqlite::Statement<'c>> {
+        match self {
+            Stmt::SqliteCached(stmt) => Some(stmt),
+            Stmt::Sqlite(stmt) => Some(stmt),
+            Stmt::Postgres(..) => None,
+        }
+    }
+
+    pub(crate) fn execute<P: Params>(&mut self, params: P) -> StoreResult<usize> {
+        let values = params.values();
+        if let Some(stmt) = self.sqlite() {
+            return Ok(stmt.execute(&values[..])?);
+        }
+        let Stmt::Postgres(pg, statement) = self else {
+            unreachable!("SQLite returned above")
+        };
+        Ok(pg.run(statement, &values)? as usize)
+    }
+
+    /// Every row, each read by `f` (SQLite steps through them as `f` reads them; PostgreSQL
+    /// has them all from one round trip).
+    pub(crate) fn query_map<T, P, F>(
+        &mut self,
+        params: P,
+        mut f: F,
+    ) -> StoreResult<std::vec::IntoIter<rusqlite::Result<T>>>
+    where
+        P: Params,
+        F: FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        let values = params.values();
+        let all: Vec<rusqlite::Result<T>> = match self {
+            Stmt::Postgres(pg, statement) => pg
+                .rows(statement, &values)?
+                .iter()
+                .map(|row| f(&Row::Postgres(row)))
+                .collect(),
+            _ => {
+                let stmt = self
+                    .sqlite()
+                    .unwrap_or_else(|| unreachable!("matched above"));
+                stmt.query_map(&values[..], |row| f(&Row::Sqlite(row)))?
+                    .collect()
+            }
+        };
+        Ok(all.into_iter())
+    }
+
+    /// The first row, read by `f`; no row is rusqlite's `QueryReturnedNoRows` on both engines
+    /// (which [`OptionalExtension::optional`] turns into `None`).
+    pub(crate) fn query_row<T, P, F>(&mut self, params: P, f: F) -> StoreResult<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        let values = params.values();
+        match self {
+            Stmt::Postgres(pg, statement) => {
+                let rows = pg.rows(statement, &values)?;
+                let row = rows.first().ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+                Ok(f(&Row::Postgres(row))?)
+            }
+            _ => {
+                let stmt = self
+                    .sqlite()
+                    .unwrap_or_else(|| unreachable!("matched above"));
+                Ok(stmt.query_row(&values[..], |row| f(&Row::Sqlite(row)))?)
+            }
+        }
+    }
+
+    /// The rows, one at a time.
+    pub(crate) fn query<P: Params>(&mut self, params: P) -> StoreResult<Rows<'_>> {
+        let values = params.values();
+        match self {
+            Stmt::Postgres(pg, statement) => Ok(Rows::Postgres {
+                rows: pg.rows(statement, &values)?,
+                next: 0,
+            }),
+            _ => {
+                let stmt = self
+                    .sqlite()
+                    .unwrap_or_else(|| unreachable!("matched above"));
+                Ok(Rows::Sqlite(stmt.query(&values[..])?))
+            }
+        }
+    }
+
+    pub(crate) fn exists<P: Params>(&mut self, params: P) -> StoreResult<bool> {
+        Ok(self.query(params)?.next()?.is_some())
+    }
+}
+
+/// Rows being read ([`Stmt::query`]).
+pub(crate) enum Rows<'s> {
+    Sqlite(rusqlite::Rows<'s>),
+    Postgres { rows: Vec<Vec<Value>>, next: usize },
+}
+
+impl Rows<'_> {
+    pub(crate) fn next(&mut self) -> StoreResult<Option<Row<'_>>> {
+        match self {
+            Rows::Sqlite(rows) => Ok(rows.next()?.map(Row::Sqlite)),
+            Rows::Postgres { rows, next } => {
+                let row = rows.get(*next);
+                *next += 1;
+                Ok(row.map(|r| Row::Postgres(r)))
+            }
+        }
+    }
+}
+
+/// One row, its columns read by index.
+pub enum Row<'r> {
+    Sqlite(&'r rusqlite::Row<'r>),
+    Postgres(&'r [Value]),
+}
+
+/// What a column is picked by: its index (as with rusqlite, `row.get::<_, T>(i)`).
+pub trait ColumnIndex {
+    fn index(self) -> usize;
+}
+
+impl ColumnIndex for usize {
+    fn index(self) -> usize {
+        self
+    }
+}
+
+impl Row<'_> {
+    pub fn get<I: ColumnIndex, T: FromSql>(&self, index: I) -> rusqlite::Result<T> {
+        let index = index.index();
+        match self {
+            Row::Sqlite(row) => row.get(index),
+            Row::Postgres(_) => {
+                let value = self.get_ref(index)?;
+                T::column_result(value).map_err(|e| conversion_error(index, value, e))
+            }
+        }
+    }
+
+    pub fn get_ref<I: ColumnIndex>(&self, index: I) -> rusqlite::Result<ValueRef<'_>> {
+        let index = index.index();
+        match self {
+            Row::Sqlite(row) => row.get_ref(index),
+            Row::Postgres(values) => values
+                .get(index)
+                .map(ValueRef::from)
+                .ok_or(rusqlite::Error::InvalidColumnIndex(index)),
+        }
+    }
+}
+
+/// rusqlite's error for a column that does not convert, as it reports one from SQLite.
+fn conversion_error(index: usize, value: ValueRef<'_>, e: FromSqlError) -> rusqlite::Error {
+    match e {
+        FromSqlError::InvalidType => {
+            rusqlite::Error::InvalidColumnType(index, format!("column {index}"), value.data_type())
+        }
+        other => {
+            rusqlite::Error::FromSqlConversionFailure(index, value.data_type(), Box::new(other))
+        }
+    }
+}
+
+/// Statement parameters: `[a, b]`, `params![a, b]`, `[]`, or [`params_from_iter`].
+pub(crate) trait Params {
+    fn values(&self) -> Vec<&dyn ToSql>;
+}
+
+impl Params for &[&dyn ToSql] {
+    fn values(&self) -> Vec<&dyn ToSql> {
+        self.to_vec()
+    }
+}
+
+impl Params for [&(dyn ToSql + Send + Sync); 0] {
+    fn values(&self) -> Vec<&dyn ToSql> {
+        Vec::new()
+    }
+}
+
+macro_rules! array_params {
+    ($($n:literal)*) => {$(
+        impl<T: ToSql> Params for [T; $n] {
+            fn values(&self) -> Vec<&dyn ToSql> {
+                self.iter().map(|v| v as &dyn ToSql).collect()
+            }
+        }
+    )*};
+}
+array_params!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+
+/// Parameters from a list built at run time.
+pub(crate) struct ParamsFromIter<T>(Vec<T>);
+
+pub(crate) fn params_from_iter<I>(iter: I) -> ParamsFromIter<I::Item>
+where
+    I: IntoIterator,
+    I::Item: ToSql,
+{
+    ParamsFromIter(iter.into_iter().collect())
+}
+
+impl<T: ToSql> Params for ParamsFromIter<T> {
+    fn values(&self) -> Vec<&dyn ToSql> {
+        self.0.iter().map(|v| v as &dyn ToSql).collect()
+    }
+}
+
+/// `Ok(None)` for a query that found no row, on either engine.
+pub(crate) trait OptionalExtension<T> {
+    fn optional(self) -> StoreResult<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for StoreResult<T> {
+    fn optional(self) -> StoreResult<Option<T>> {
+        match self {
+            Ok(value) => Ok(Some(value)),
+            Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl<T> OptionalExtension<T> for rusqlite::Result<T> {
+    fn optional(self) -> StoreResult<Option<T>> {
+        StoreResult::from(self.map_err(StoreError::from)).optional()
+    }
+}
+
+/// SQLite's `?N` (and bare `?`) placeholders as PostgreSQL's `$N`, outside quoted text.
+fn dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    let mut quote: Option<char> = None;
+    let mut bare = 0;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '?') => {
+                out.push('$');
+                if chars.peek().is_some_and(char::is_ascii_digit) {
+                    while let Some(d) = chars.next_if(char::is_ascii_digit) {
+                        out.push(d);
+                    }
+                } else {
+                    bare += 1;
+                    out.push_str(&bare.to_string());
+                }
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A value bound to a PostgreSQL parameter, converted to the type the server expects there.
+#[derive(Debug)]
+struct PgBind(Value);
+
+fn pg_binds(values: &[&dyn ToSql]) -> StoreResult<Vec<PgBind>> {
+    values
+        .iter()
+        .map(|v| {
+            let value = match v.to_sql()? {
+                ToSqlOutput::Borrowed(r) => Value::from(r),
+                ToSqlOutput::Owned(v) => v,
+                other => {
+                    return Err(StoreError::Unavailable(format!(
+                        "a parameter PostgreSQL cannot take: {other:?}"
+                    )));
+                }
+            };
+            Ok(PgBind(value))
+        })
+        .collect()
+}
+
+fn bind_refs(binds: &[PgBind]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    binds
+        .iter()
+        .map(|b| b as &(dyn postgres::types::ToSql + Sync))
+        .collect()
+}
+
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+/// `value` in PostgreSQL's binary format for `ty`.
+fn put<T: postgres::types::ToSql>(
+    value: &T,
+    ty: &postgres::types::Type,
+    out: &mut bytes::BytesMut,
+) -> Result<postgres::types::IsNull, BoxError> {
+    value.to_sql(ty, out)
+}
+
+impl postgres::types::ToSql for PgBind {
+    fn to_sql(
+        &self,
+        ty: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, BoxError> {
+        use postgres::types::Type;
+        let mismatch = || -> BoxError {
+            format!("cannot bind {:?} to a PostgreSQL {ty}", self.0.data_type()).into()
+        };
+        match &self.0 {
+            Value::Null => Ok(postgres::types::IsNull::Yes),
+            Value::Integer(i) => match *ty {
+                Type::INT8 => put(&i, ty, out),
+                Type::INT4 => put(&i32::try_from(*i)?, ty, out),
+                Type::INT2 => put(&i16::try_from(*i)?, ty, out),
+                Type::BOOL => put(&(*i != 0), ty, out),
+                Type::FLOAT8 => put(&(*i as f64), ty, out),
+                Type::TEXT | Type::VARCHAR => put(&i.to_string(), ty, out),
+                _ => Err(mismatch()),
+            },
+            Value::Real(f) => match *ty {
+                Type::FLOAT8 => put(&f, ty, out),
+                Type::FLOAT4 => put(&(*f as f32), ty, out),
+                _ => Err(mismatch()),
+            },
+            Value::Text(s) => match *ty {
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    put(&s.as_str(), ty, out)
+                }
+                Type::JSON | Type::JSONB => {
+                    if *ty == Type::JSONB {
+                        out.extend_from_slice(&[1]);
+                    }
+                    out.extend_from_slice(s.as_bytes());
+                    Ok(postgres::types::IsNull::No)
+                }
+                Type::BYTEA => put(&s.as_bytes(), ty, out),
+                _ => Err(mismatch()),
+            },
+            Value::Blob(b) => match *ty {
+                Type::BYTEA => put(&b.as_slice(), ty, out),
+                _ => Err(mismatch()),
+            },
+        }
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// A PostgreSQL row's columns as SQLite's kinds of value: integers (and booleans, as 0/1),
+/// reals, text and blobs.
+fn pg_row_values(row: &postgres::Row) -> StoreResult<Vec<Value>> {
+    use postgres::types::Type;
+    let mut values = Vec::with_capacity(row.len());
+    for (i, column) in row.columns().iter().enumerate() {
+        let ty = column.type_();
+        let value = match *ty {
+            Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::Integer),
+            Type::INT4 => row
+                .try_get::<_, Option<i32>>(i)?
+                .map(|v| Value::Integer(v.into())),
+            Type::INT2 => row
+                .try_get::<_, Option<i16>>(i)?
+                .map(|v| Value::Integer(v.into())),
+            Type::BOOL => row
+                .try_get::<_, Option<bool>>(i)?
+                .map(|v| Value::Integer(v.into())),
+            Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::Real),
+            Type::FLOAT4 => row
+                .try_get::<_, Option<f32>>(i)?
+                .map(|v| Value::Real(v.into())),
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
+                row.try_get::<_, Option<String>>(i)?.map(Value::Text)
+            }
+            Type::BYTEA => row.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob),
+            _ => {
+                return Err(StoreError::Unavailable(format!(
+                    "column {} has PostgreSQL type {ty}, which the store does not read \
+                     (cast it in the query)",
+                    column.name()
+                )));
+            }
+        };
+        values.push(value.unwrap_or(Value::Null));
+    }
+    Ok(values)
+}
+
+/// A fresh database at the current schema for a unit test, on the engine the
+/// `WOODLARK_TEST_STORE` variable names: SQLite in memory (unset), or a database of its own
+/// on the process's throwaway PostgreSQL cluster (`postgres`). `.ci/test` runs the store's
+/// tests both ways.
+#[cfg(test)]
+pub(crate) fn fresh_tx() -> Tx<'static> {
+    if std::env::var("WOODLARK_TEST_STORE").as_deref() == Ok("postgres") {
+        let url = crate::pg::testing::Cluster::shared().fresh_database();
+        let mut client = crate::pg::connect(&url).expect("connect");
+        crate::pg::schema::migrate(&mut client).expect("migrate");
+        let Session::Postgres(pg) = Session::postgres(client) else {
+            unreachable!("made as PostgreSQL")
+        };
+        return Tx {
+            engine: Engine::PostgresOwned(pg),
+        };
+    }
+    let mut conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
+    crate::migrations::migrate(&mut conn).expect("migrations");
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .expect("foreign keys");
+    Tx::owned(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_dollars_outside_quotes() {
+        assert_eq!(
+            dollar_placeholders("SELECT a FROM t WHERE b = ?1 AND c LIKE '?2' AND d = ?12"),
+            "SELECT a FROM t WHERE b = $1 AND c LIKE '?2' AND d = $12"
+        );
+        assert_eq!(dollar_placeholders("VALUES (?, ?)"), "VALUES ($1, $2)");
+        assert_eq!(
+            dollar_placeholders(r#"SELECT "?" , ?3"#),
+            r#"SELECT "?" , $3"#
+        );
+    }
+}
