@@ -617,10 +617,10 @@ async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
         );
     }
 
-    // The forge's tokens are nowhere in clear on disk.
-    for suffix in ["", "-wal"] {
-        let path = format!("{}{suffix}", round.s.db_path().display());
-        let bytes = std::fs::read(&path).unwrap_or_default();
+    // The forge's tokens are nowhere in clear at rest.
+    {
+        let path = round.s.database();
+        let bytes = round.s.stored_bytes();
         let text = String::from_utf8_lossy(&bytes);
         assert!(
             !text.contains(ACCESS_PREFIX),

@@ -9,6 +9,10 @@
 //! - `web`: UI files, `/web-config.js`, browser sign-in, sessions with CSRF, logout.
 //! - `sandbox`: pipeline steps under bubblewrap cannot see the server's files; start-up
 //!   refuses a missing bwrap.
+//! - `storage`: what servers sharing a database must agree on (the sealing key).
+//!
+//! With `WOODLARK_TEST_STORE=postgres` every test server gets a PostgreSQL database of its
+//! own on one throwaway cluster instead of SQLite in its data dir.
 
 mod util;
 
@@ -29,6 +33,7 @@ mod process;
 mod repos;
 mod resources;
 mod sandbox;
+mod storage;
 mod streams;
 mod system;
 mod tenancy;

@@ -708,21 +708,18 @@ async fn private_key_material_is_sealed_at_rest() {
         .ci
         .store
         .read(move |c| {
-            Ok(c.raw_for_tests().query_row(
+            c.query_row_for_tests(
                 "SELECT vrf_secrets, voting_secrets FROM participation_keys WHERE id = ?1",
                 [&id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
-            )?)
+            )
         })
         .await
         .unwrap();
     assert!(stored_vrf.starts_with("v1:") && stored_voting.starts_with("v1:"));
     s.app_state.ci.store.ping().await.unwrap();
-    // Neither the database nor its WAL holds the VRF secret key (public keys are fine).
-    let mut raw = std::fs::read(s.db_path()).unwrap();
-    if let Ok(wal) = std::fs::read(s.db_path().with_extension("db-wal")) {
-        raw.extend(wal);
-    }
+    // Nothing at rest in the database holds the VRF secret key (public keys are fine).
+    let raw = s.stored_bytes();
     let contains = |needle: &[u8]| raw.windows(needle.len()).any(|w| w == needle);
     assert!(contains(&vrf_pk), "sanity: public key is stored in clear");
     assert!(!contains(&vrf_sk[..32]), "VRF seed stored in clear");

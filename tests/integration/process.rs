@@ -218,15 +218,17 @@ async fn kill_9_after_a_successful_create_loses_nothing() {
     assert_eq!(without_avatar(got), without_avatar(created.clone()));
     // (The stored record has no avatar; the API shows the generated one.)
 
-    let db = rusqlite::Connection::open(dir.path().join(woodlark::app::DB_FILE)).unwrap();
-    let (object, kind): (String, String) = db
-        .query_row(
-            "SELECT object, record_type || '.' || action FROM events
-             WHERE record_type = 'users' AND record_id = ?1",
-            [created["id"].as_i64().unwrap().to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    let id = created["id"].as_i64().unwrap().to_string();
+    let (object, kind): (String, String) =
+        woodlark_store::inspect_for_tests(&crate::util::database_of(dir.path()), |db| {
+            db.query_row_for_tests(
+                "SELECT object, record_type || '.' || action FROM events
+                 WHERE record_type = 'users' AND record_id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+        });
     assert_eq!(kind, "users.created");
     let object: serde_json::Value = serde_json::from_str(&object).unwrap();
     assert_eq!(without_avatar(object), without_avatar(created));

@@ -1292,13 +1292,13 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
         .ci
         .store
         .read(move |c| {
-            Ok(c.raw_for_tests().query_row(
+            c.query_row_for_tests(
                 "SELECT (SELECT count(*) FROM secrets WHERE repo_id = ?1)
                       + (SELECT count(*) FROM registries WHERE repo_id = ?1)
                       + (SELECT count(*) FROM crons WHERE repo_id = ?1)",
                 [id],
                 |r| r.get(0),
-            )?)
+            )
         })
         .await
         .unwrap();
@@ -1344,13 +1344,13 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
         .ci
         .store
         .read(move |c| {
-            Ok(c.raw_for_tests().query_row(
+            c.query_row_for_tests(
                 "SELECT (SELECT count(*) FROM secrets WHERE org_id = ?1)
                       + (SELECT count(*) FROM registries WHERE org_id = ?1)
                       + (SELECT count(*) FROM agents WHERE org_id = ?1)",
                 [org],
                 |r| r.get(0),
-            )?)
+            )
         })
         .await
         .unwrap();
@@ -1364,19 +1364,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The database file plus its WAL, as bytes.
+/// What is at rest in the server's database, as bytes.
 fn db_bytes(s: &TestServer) -> Vec<u8> {
-    db_bytes_at(&s.db_path())
-}
-
-fn db_bytes_at(path: &std::path::Path) -> Vec<u8> {
-    let mut bytes = std::fs::read(path).unwrap();
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    if let Ok(more) = std::fs::read(std::path::PathBuf::from(wal)) {
-        bytes.extend(more);
-    }
-    bytes
+    s.stored_bytes()
 }
 
 /// Runs the real binary at trace level, stores secrets and registry passwords at every scope,
@@ -1479,9 +1469,8 @@ async fn plaintext_values_never_leave() {
             );
         }
     }
-    let db_path = dir.path().join(woodlark::app::DB_FILE);
-    let db = db_bytes_at(&db_path);
-    assert!(db.len() > 4096);
+    let db = crate::util::stored_bytes_of(dir.path());
+    assert!(!db.is_empty());
     for plain in [SECRET_VALUE, SECRET_VALUE_2, PASSWORD] {
         assert!(!contains(&db, plain.as_bytes()), "{plain} in the database");
         // The common prefix shows the search itself works on these bytes.

@@ -362,24 +362,30 @@ async fn the_data_dir_is_private_and_the_database_alone_forges_no_token() {
     };
     let dir = s.dir.path();
     assert_eq!(mode(dir), 0o700);
-    for name in [
-        "woodlark.db",
-        "woodlark.db-wal",
-        "woodlark.db-shm",
-        "logs.db",
-        "logs.db-wal",
-        "secrets.key",
-    ] {
+    // On PostgreSQL the database is not in the data dir (its server guards its files).
+    let files: &[&str] = if crate::util::on_postgres() {
+        &["secrets.key"]
+    } else {
+        &[
+            "woodlark.db",
+            "woodlark.db-wal",
+            "woodlark.db-shm",
+            "logs.db",
+            "logs.db-wal",
+            "secrets.key",
+        ]
+    };
+    for name in files {
         assert_eq!(mode(&dir.join(name)), 0o600, "{name}");
     }
 
     // The attack: read the admin's token seed from the database and sign a token with it.
-    let db = rusqlite::Connection::open(dir.join("woodlark.db")).unwrap();
-    let (id, seed): (i64, String) = db
-        .query_row("SELECT id, hash FROM users WHERE login = 'root'", [], |r| {
+    let (id, seed): (i64, String) = woodlark_store::inspect_for_tests(&s.database(), |db| {
+        db.query_row_for_tests("SELECT id, hash FROM users WHERE login = 'root'", [], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
-        .unwrap();
+        .unwrap()
+    });
     let forged = woodlark::auth::token::user_token(id, &seed);
     s.http.get("/api/user", Some(&forged)).await.expect(401);
     s.http.get("/api/user", Some(&p.admin)).await.expect(200);
@@ -420,24 +426,23 @@ async fn a_forge_with_repositories_keeps_its_type() {
 
 /// Rows of the logs database whose step is gone from the main database.
 fn orphan_log_steps(dir: &std::path::Path) -> Vec<i64> {
-    let main = rusqlite::Connection::open(dir.join("woodlark.db")).unwrap();
-    let logs = rusqlite::Connection::open(dir.join("logs.db")).unwrap();
-    let ids: Vec<i64> = logs
-        .prepare("SELECT DISTINCT step_id FROM log_entries")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    ids.into_iter()
-        .filter(|id| {
-            !main
-                .prepare("SELECT 1 FROM steps WHERE id = ?1")
+    let ids: Vec<i64> =
+        woodlark_store::inspect_for_tests(&crate::util::logs_database_of(dir), |logs| {
+            logs.query_map_for_tests("SELECT DISTINCT step_id FROM log_entries", [], |r| r.get(0))
                 .unwrap()
-                .exists([id])
-                .unwrap()
-        })
-        .collect()
+        });
+    woodlark_store::inspect_for_tests(&crate::util::database_of(dir), |main| {
+        ids.into_iter()
+            .filter(|id| {
+                let found: i64 = main
+                    .query_row_for_tests("SELECT count(*) FROM steps WHERE id = ?1", [id], |r| {
+                        r.get(0)
+                    })
+                    .unwrap();
+                found == 0
+            })
+            .collect()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -529,21 +534,19 @@ async fn kill_9_during_deletes_leaves_no_orphan_rows() {
         drop(server); // SIGKILL + wait
         let answered = request.await.ok().map(|r| r.status);
         {
-            let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
-            let found = integrity::orphans(&woodlark::store::Tx::for_tests(&db)).unwrap();
+            let id = *id;
+            let (found, repo_rows, pipelines) =
+                woodlark_store::inspect_for_tests(&crate::util::database_of(dir.path()), |db| {
+                    let count = |sql: &str| -> i64 {
+                        db.query_row_for_tests(sql, [id], |r| r.get(0)).unwrap()
+                    };
+                    (
+                        integrity::orphans(db).unwrap(),
+                        count("SELECT count(*) FROM repos WHERE id = ?1"),
+                        count("SELECT count(*) FROM pipelines WHERE repo_id = ?1"),
+                    )
+                });
             assert!(found.is_empty(), "after kill {i}: orphaned rows {found:?}");
-            let repo_rows: i64 = db
-                .query_row("SELECT count(*) FROM repos WHERE id = ?1", [id], |r| {
-                    r.get(0)
-                })
-                .unwrap();
-            let pipelines: i64 = db
-                .query_row(
-                    "SELECT count(*) FROM pipelines WHERE repo_id = ?1",
-                    [id],
-                    |r| r.get(0),
-                )
-                .unwrap();
             assert!(
                 (repo_rows, pipelines) == (1, 3) || (repo_rows, pipelines) == (0, 0),
                 "after kill {i}: repo {repo_rows}, pipelines {pipelines}"
@@ -577,15 +580,14 @@ async fn kill_9_during_deletes_leaves_no_orphan_rows() {
         assert!(matches!(r.status.as_u16(), 200 | 404), "{}", r.status);
     }
     drop(server);
-    let db = rusqlite::Connection::open(dir.path().join("woodlark.db")).unwrap();
-    assert!(
-        integrity::orphans(&woodlark::store::Tx::for_tests(&db))
-            .unwrap()
-            .is_empty()
-    );
-    let left: i64 = db
-        .query_row("SELECT count(*) FROM pipelines", [], |r| r.get(0))
-        .unwrap();
+    let (orphans, left) =
+        woodlark_store::inspect_for_tests(&crate::util::database_of(dir.path()), |db| {
+            let left: i64 = db
+                .query_row_for_tests("SELECT count(*) FROM pipelines", [], |r| r.get(0))
+                .unwrap();
+            (integrity::orphans(db).unwrap(), left)
+        });
+    assert!(orphans.is_empty(), "{orphans:?}");
     assert_eq!(left, 0);
     assert!(orphan_log_steps(dir.path()).is_empty());
     let _ = http;

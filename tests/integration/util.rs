@@ -201,19 +201,70 @@ pub fn config_text(data_dir: &Path, extra: &str) -> String {
     } else {
         "[runner]\nenabled = false\n"
     } + &plugins_table(data_dir, extra)
-        + &storage_table(extra)
+        + &storage_table(data_dir, extra)
 }
 
 /// With `WOODLARK_TEST_STORE=postgres`, a `[storage]` table pointing the server at a fresh
 /// database on the test process's PostgreSQL cluster (unless the test brings its own).
-fn storage_table(extra: &str) -> String {
-    if std::env::var("WOODLARK_TEST_STORE").as_deref() != Ok("postgres")
-        || extra.contains("[storage]")
-    {
+/// (The same database for the same data dir: a restarted server finds its data.)
+fn storage_table(data_dir: &Path, extra: &str) -> String {
+    if extra.contains("[storage]") || test_storage_url_wanted().is_none() {
         return String::new();
     }
-    let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
+    let url = {
+        let mut known = DATABASES.lock().unwrap_or_else(|p| p.into_inner());
+        match known.iter().find(|(dir, _)| dir == data_dir) {
+            Some((_, url)) => url.clone(),
+            None => {
+                let url = test_storage_url().unwrap_or_default();
+                known.push((data_dir.to_path_buf(), url.clone()));
+                url
+            }
+        }
+    };
     format!("[storage]\nurl = {url:?}\n")
+}
+
+/// The PostgreSQL database given to each data dir's servers (see [`storage_table`]).
+static DATABASES: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The database the servers of `data_dir` use, as `woodlark_store::inspect_for_tests`
+/// takes it: their PostgreSQL database, or the SQLite file in the data dir.
+pub fn database_of(data_dir: &Path) -> String {
+    let known = DATABASES.lock().unwrap_or_else(|p| p.into_inner());
+    match known.iter().find(|(dir, _)| dir == data_dir) {
+        Some((_, url)) => url.clone(),
+        None => data_dir.join(woodlark::app::DB_FILE).display().to_string(),
+    }
+}
+
+/// Where the step logs of `data_dir`'s servers are: the same PostgreSQL database, or the
+/// logs' own SQLite file.
+pub fn logs_database_of(data_dir: &Path) -> String {
+    let main = database_of(data_dir);
+    if main.starts_with("postgres://") {
+        return main;
+    }
+    data_dir
+        .join(woodlark_store::logs::LOGS_FILE)
+        .display()
+        .to_string()
+}
+
+/// Whether the test servers run on PostgreSQL (`WOODLARK_TEST_STORE=postgres`).
+pub fn on_postgres() -> bool {
+    test_storage_url_wanted().is_some()
+}
+
+fn test_storage_url_wanted() -> Option<()> {
+    (std::env::var("WOODLARK_TEST_STORE").as_deref() == Ok("postgres")).then_some(())
+}
+
+/// `storage.url` for a test server: a fresh PostgreSQL database with
+/// `WOODLARK_TEST_STORE=postgres`, else none (SQLite in the data dir).
+pub fn test_storage_url() -> Option<String> {
+    test_storage_url_wanted()
+        .map(|()| woodlark_store::pg::testing::Cluster::shared().fresh_database())
 }
 
 /// No plugins (an empty directory in the data dir, not watched) unless the test brings its
@@ -290,6 +341,9 @@ impl TestServer {
         if tables.contains("#plugins") {
             text = text.replace(&plugins_table(dir.path(), ""), "");
         }
+        if tables.contains("[storage]") {
+            text = text.replace(&storage_table(dir.path(), ""), "");
+        }
         text += tables;
         let config = Config::from_toml(&text, "test.toml", &[]).expect("test config");
         let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
@@ -347,6 +401,32 @@ impl TestServer {
     pub fn db_path(&self) -> PathBuf {
         self.dir.path().join(woodlark::app::DB_FILE)
     }
+
+    /// This server's database (see [`database_of`]).
+    pub fn database(&self) -> String {
+        database_of(self.dir.path())
+    }
+
+    /// What is at rest in this server's database, as bytes: the SQLite file and its log
+    /// (freed pages included), or every stored value on PostgreSQL.
+    pub fn stored_bytes(&self) -> Vec<u8> {
+        stored_bytes_of(self.dir.path())
+    }
+}
+
+/// [`TestServer::stored_bytes`] of the servers of `data_dir`.
+pub fn stored_bytes_of(data_dir: &Path) -> Vec<u8> {
+    let target = database_of(data_dir);
+    if target.starts_with("postgres://") {
+        return woodlark_store::inspect_for_tests(&target, |tx| {
+            tx.stored_bytes_for_tests().unwrap()
+        });
+    }
+    let mut bytes = std::fs::read(&target).unwrap();
+    if let Ok(more) = std::fs::read(format!("{target}-wal")) {
+        bytes.extend(more);
+    }
+    bytes
 }
 
 impl TestServer {

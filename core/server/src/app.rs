@@ -80,8 +80,14 @@ fn make_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Opens the store of `config`'s data dir (creating the dir), as the server and CLI both do.
+/// Opens the store of `config`'s data dir (creating the dir), as the CLI does.
 pub fn open_store(config: &Config) -> Result<Store, AppError> {
+    open_sealed_store(config, None)
+}
+
+/// Opens the store as the server does: refusing a database whose secrets were sealed with
+/// another key than `seal` (one of several replicas given the wrong key file).
+fn open_sealed_store(config: &Config, seal: Option<&SealKey>) -> Result<Store, AppError> {
     let dir = &config.server.data_dir;
     make_private_dir(dir).map_err(|source| AppError::DataDir {
         path: dir.clone(),
@@ -90,6 +96,7 @@ pub fn open_store(config: &Config) -> Result<Store, AppError> {
     let options = StoreOptions {
         readers: config.storage.readers,
         full_sync: config.storage.synchronous == "full",
+        sealing_key: seal.map(SealKey::fingerprint),
     };
     if !config.storage.url.is_empty() {
         return Ok(Store::open_postgres(&config.storage.url, &options)?);
@@ -103,6 +110,7 @@ fn open_logs(config: &Config) -> Result<Store, AppError> {
     let options = StoreOptions {
         readers: 2,
         full_sync: config.storage.synchronous == "full",
+        sealing_key: None,
     };
     if !config.storage.url.is_empty() {
         return Ok(Store::open_postgres(&config.storage.url, &options)?);
@@ -116,9 +124,9 @@ fn open_logs(config: &Config) -> Result<Store, AppError> {
 
 impl App {
     pub fn build(config: Config, log: LogControl) -> Result<App, AppError> {
-        let store = open_store(&config)?;
-        let key = ServerKey::load_or_create(&config.server.data_dir)?;
         let seal = SealKey::load_or_create(&config.secret_key_path())?;
+        let store = open_sealed_store(&config, Some(&seal))?;
+        let key = ServerKey::load_or_create(&config.server.data_dir)?;
         let logs = open_logs(&config)?;
         let participation = Arc::new(modules::participation::State::init(&config)?);
         let tls = if config.server.tls_cert.as_os_str().is_empty() {

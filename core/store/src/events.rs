@@ -6,6 +6,7 @@
 //! Event ids are the outbox sequence rendered as a fixed-width hex string, so they sort as
 //! strings in the same order as numbers.
 
+use crate::OptionalExtension;
 use crate::Tx;
 use rusqlite::params;
 use serde::Serialize;
@@ -416,7 +417,6 @@ pub fn get<B: EventBody>(
     // The range `seq - 1 < seq < seq + 1` keeps the filter's parameter numbers as in `page`.
     let (cond, args) = filter_sql(filter, None);
     let sql = format!("{SELECT} WHERE seq > ?1 AND seq < ?2{cond}");
-    use crate::OptionalExtension;
     let event = conn
         .cached_row(
             &sql,
@@ -444,13 +444,18 @@ pub fn cursor(conn: &Tx, seq: i64) -> StoreResult<Cursor> {
     if exists {
         return Ok(Cursor::Exists);
     }
-    // AUTOINCREMENT keeps the highest sequence ever issued in sqlite_sequence.
+    // The highest sequence ever issued: AUTOINCREMENT keeps it in sqlite_sequence, an
+    // identity column in its sequence.
+    let issued_sql = match conn.dialect() {
+        crate::Dialect::Sqlite => "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
+        crate::Dialect::Postgres => {
+            "SELECT coalesce(last_value, 0) FROM pg_sequences
+             WHERE schemaname = current_schema() AND sequencename = 'events_seq_seq'"
+        }
+    };
     let issued: i64 = conn
-        .cached_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
-            [],
-            |r| r.get(0),
-        )
+        .cached_row(issued_sql, [], |r| r.get(0))
+        .optional()?
         .unwrap_or(0);
     Ok(if seq >= 1 && seq <= issued {
         Cursor::Pruned

@@ -32,6 +32,7 @@ pub mod forge_tokens;
 pub mod forges;
 pub mod integrity;
 pub mod logs;
+pub mod meta;
 pub mod migrations;
 pub mod orgs;
 pub mod partfile;
@@ -56,7 +57,9 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 use sql::Session;
-pub use sql::{Dialect, Row, Tx};
+#[cfg(any(test, feature = "test-support"))]
+pub use sql::inspect_for_tests;
+pub use sql::{Dialect, Params, Row, Tx};
 pub(crate) use sql::{OptionalExtension, params_from_iter};
 use tokio::sync::{Semaphore, oneshot};
 
@@ -86,6 +89,12 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "storage.secret_key_file holds another key than the one this database's secrets \
+         are sealed with (its fingerprint is {found}, the database's {expected}): give every \
+         server on this database the same key file"
+    )]
+    SealingKeyMismatch { expected: String, found: String },
     #[error("the storage thread has stopped")]
     Closed,
     #[error("storage unavailable: {0}")]
@@ -261,6 +270,10 @@ pub struct StoreOptions {
     pub readers: usize,
     /// `synchronous=FULL` (true) or `NORMAL`.
     pub full_sync: bool,
+    /// The fingerprint of the server's sealing key: recorded by the first server to open
+    /// the database, and refused ([`StoreError::SealingKeyMismatch`]) if it differs later.
+    /// `None` checks nothing (the CLI, which seals nothing; the logs' store).
+    pub sealing_key: Option<String>,
 }
 
 impl Default for StoreOptions {
@@ -268,6 +281,7 @@ impl Default for StoreOptions {
         StoreOptions {
             readers: 4,
             full_sync: true,
+            sealing_key: None,
         }
     }
 }
@@ -320,6 +334,7 @@ impl Store {
         let mut writer = Connection::open(path).map_err(open_err)?;
         configure(&writer, true, options.full_sync).map_err(open_err)?;
         migrate(&mut writer)?;
+        check_sealing_key(&Tx::new(&writer), options)?;
 
         let mut readers = Vec::with_capacity(options.readers);
         for _ in 0..options.readers {
@@ -387,7 +402,7 @@ impl Store {
         // The blocking client runs a runtime of its own for each call, which cannot be
         // started on a runtime's thread: sessions are opened on a plain thread.
         let opened = std::thread::scope(|s| {
-            s.spawn(|| open_postgres_sessions(url, options.readers.max(1)))
+            s.spawn(|| open_postgres_sessions(url, options))
                 .join()
                 .unwrap_or_else(|_| {
                     Err(StoreError::Unavailable(
@@ -395,7 +410,7 @@ impl Store {
                     ))
                 })
         })?;
-        let (client, listener, readers) = opened;
+        let (writer, listener, readers) = opened;
         let generation = Generation {
             touched: Arc::default(),
             counters: Arc::default(),
@@ -416,7 +431,7 @@ impl Store {
         };
         Store::start(Started {
             path: PathBuf::new(),
-            writer: Session::postgres(client),
+            writer,
             readers,
             generation,
             commits: (commit_tx, commit_rx),
@@ -631,6 +646,14 @@ impl Store {
     }
 }
 
+impl Drop for Inner {
+    /// The last handle is gone without [`Store::close`]: the writer stops as its queue
+    /// closes; the listener must be told.
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+}
+
 /// Runs a read on a pooled connection under `permit`; a panic in `f` is an error.
 fn run_read<T, F>(inner: &Inner, permit: tokio::sync::OwnedSemaphorePermit, f: F) -> StoreResult<T>
 where
@@ -652,8 +675,20 @@ where
         .conn
         .as_ref()
         .unwrap_or_else(|| unreachable!("set above"));
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&conn.tx())))
-        .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
+    let tx = conn.tx();
+    // PostgreSQL: the whole read sees one snapshot (outside a transaction each statement
+    // takes its own, and a pipeline read with its workflows could straddle a commit).
+    let snapshot = tx.dialect() == Dialect::Postgres;
+    if snapshot {
+        tx.execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tx)))
+        .map_err(|_| StoreError::Unavailable("a read panicked".into()));
+    if snapshot {
+        // Ends the snapshot whatever happened, before the session goes back to the pool.
+        tx.execute_batch("ROLLBACK")?;
+    }
+    result?
 }
 
 /// Returns a reader connection to the pool when the read ends, even by panic.
@@ -713,23 +748,42 @@ struct Generation {
     counters: Arc<[AtomicU64; Domain::COUNT]>,
 }
 
-/// Connects the writer (migrating the schema first), the listener and `readers` readers.
+/// Refuses a database whose secrets were sealed with another key than `options`'.
+fn check_sealing_key(conn: &Tx, options: &StoreOptions) -> StoreResult<()> {
+    let Some(found) = &options.sealing_key else {
+        return Ok(());
+    };
+    let expected = meta::claim(conn, meta::SEALING_KEY, found)?;
+    if &expected != found {
+        return Err(StoreError::SealingKeyMismatch {
+            expected,
+            found: found.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Connects the writer (migrating the schema and checking the sealing key first), the
+/// listener and the readers.
 fn open_postgres_sessions(
     url: &str,
-    readers: usize,
-) -> StoreResult<(postgres::Client, postgres::Client, Vec<Session>)> {
+    options: &StoreOptions,
+) -> StoreResult<(Session, (postgres::Client, i32), Vec<Session>)> {
     let connect = || pg::connect(url).map_err(|e| StoreError::Unavailable(e.to_string()));
     let mut client = connect()?;
     pg::schema::migrate(&mut client).map_err(|e| StoreError::Migration(e.to_string()))?;
     // The writer hears its own commits' changes (see `run_batch`), the listener the others'.
     let listen = format!("LISTEN {}", pg::schema::NOTIFY_CHANNEL);
     client.batch_execute(&listen)?;
+    let writer_pid: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    let writer = Session::postgres(client);
+    check_sealing_key(&writer.tx(), options)?;
     let mut listener = connect()?;
     listener.batch_execute(&listen)?;
-    let readers = (0..readers)
+    let readers = (0..options.readers.max(1))
         .map(|_| connect().map(Session::postgres))
         .collect::<StoreResult<Vec<_>>>()?;
-    Ok((client, listener, readers))
+    Ok((writer, (listener, writer_pid), readers))
 }
 
 /// What [`Store::start`] takes: the opened sessions and the threads beside the writer.
@@ -752,9 +806,10 @@ struct Started {
 const LISTEN_POLL: Duration = Duration::from_millis(200);
 
 /// PostgreSQL: moves this replica's generations (and wakes its outbox readers) for changes
-/// other replicas commit. The triggers of `pg::schema` name each changed table on commit.
+/// other replicas commit (any session but `writer_pid`, this replica's writer). The triggers
+/// of `pg::schema` name each changed table on commit.
 fn listen_loop(
-    mut client: postgres::Client,
+    (mut client, writer_pid): (postgres::Client, i32),
     counters: Arc<[AtomicU64; Domain::COUNT]>,
     commits: Arc<tokio::sync::watch::Sender<u64>>,
     stopping: Arc<AtomicBool>,
@@ -766,6 +821,8 @@ fn listen_loop(
         let mut heard = false;
         loop {
             match iter.next() {
+                // This replica's own writer has counted its commits already.
+                Ok(Some(note)) if note.process_id() == writer_pid => {}
                 Ok(Some(note)) => {
                     heard = true;
                     if let Some(domain) = Domain::of_table(note.payload()) {
@@ -987,6 +1044,17 @@ pub(crate) fn json_array_items(dialect: Dialect, param: &str) -> String {
     }
 }
 
+/// The end of a `SELECT` whose rows the transaction goes on to change on the strength of
+/// what it read: on PostgreSQL they are locked, and rows another replica's transaction
+/// holds are skipped (it is handling them), so two replicas never act on the same row;
+/// SQLite's one writer needs nothing.
+pub(crate) fn claim_rows(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
+    }
+}
+
 /// Rows to skip for a 1-based `page` of `per_page` rows.
 pub fn page_offset(page: u32, per_page: u32) -> i64 {
     i64::from(page.saturating_sub(1)) * i64::from(per_page)
@@ -1122,6 +1190,7 @@ mod tests {
         let options = StoreOptions {
             readers: 2,
             full_sync: false,
+            sealing_key: None,
         };
         let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
         store
@@ -1219,6 +1288,7 @@ mod tests {
         let options = StoreOptions {
             readers: 1,
             full_sync: false,
+            sealing_key: None,
         };
         let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
         // A read whose caller gives up while it runs.

@@ -188,6 +188,9 @@ const MIGRATIONS: &[Step] = &[
     ),
     // 15: webhook deliveries that made pipelines (a redelivery makes no second one).
     Sql(super::deliveries::SCHEMA),
+    // 16: facts about the database servers on it must agree on (the sealing key's
+    //     fingerprint).
+    Sql(super::meta::SCHEMA),
 ];
 
 /// The schema version this build writes.

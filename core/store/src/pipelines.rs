@@ -306,8 +306,31 @@ pub fn by_number(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRo
     .ok_or(StoreError::NotFound)
 }
 
-/// The number the repository's next pipeline gets (one past the highest; 1 for the first).
-/// Called inside the write transaction that creates the pipeline, so it cannot race.
+/// On PostgreSQL, holds the repository's row until the transaction ends, so that replicas
+/// creating pipelines of one repository at once take numbers one after the other (the
+/// second reads the highest number once the first has committed). SQLite's one writer
+/// needs nothing.
+fn lock_numbers(conn: &Tx, repo_id: i64) -> StoreResult<()> {
+    if conn.dialect() == crate::Dialect::Postgres {
+        conn.cached_row(
+            "SELECT count(*) FROM (SELECT id FROM repos WHERE id = ?1 FOR UPDATE) locked",
+            [repo_id],
+            |r| r.get::<_, i64>(0),
+        )?;
+    }
+    Ok(())
+}
+
+/// The number the repository's next pipeline gets (one past the highest; 1 for the first),
+/// inside the write transaction that creates it: from here to the commit no other replica
+/// can take a number of this repository, so the number cannot race.
+pub fn take_next_number(conn: &Tx, repo_id: i64) -> StoreResult<i64> {
+    lock_numbers(conn, repo_id)?;
+    next_number(conn, repo_id)
+}
+
+/// The number the repository's next pipeline would get now (a read: by the time a write
+/// creates it, another may have taken it; see [`take_next_number`]).
 pub fn next_number(conn: &Tx, repo_id: i64) -> StoreResult<i64> {
     conn.cached_row(
         "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
@@ -326,7 +349,8 @@ pub fn latest(
     conn.cached_row(
         &format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines
-             WHERE repo_id = ?1 AND (?2 IS NULL OR branch = ?2) AND (?3 IS NULL OR event = ?3)
+             WHERE repo_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR branch = ?2)
+               AND (CAST(?3 AS TEXT) IS NULL OR event = ?3)
              ORDER BY number DESC LIMIT 1"
         ),
         params![repo_id, branch, event],
@@ -758,11 +782,7 @@ pub fn create(
     files: &[ConfigFile],
 ) -> StoreResult<PipelineRow> {
     let org_id = org_of(conn, repo_id)?;
-    let number: i64 = conn.cached_row(
-        "SELECT coalesce(max(number), 0) + 1 FROM pipelines WHERE repo_id = ?1",
-        [repo_id],
-        |r| r.get(0),
-    )?;
+    let number = take_next_number(conn, repo_id)?;
     let now = now_unix();
     let mut p = pipeline.clone();
     p.number = number;

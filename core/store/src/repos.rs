@@ -163,7 +163,7 @@ pub fn by_full_name(conn: &Tx, full_name: &str) -> StoreResult<RepoRow> {
 pub fn list(conn: &Tx, active: Option<bool>, page: u32, per_page: u32) -> StoreResult<Vec<Repo>> {
     let offset = super::page_offset(page, per_page);
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM repos WHERE (?1 IS NULL OR active = ?1)
+        "SELECT {COLUMNS} FROM repos WHERE (CAST(?1 AS INTEGER) IS NULL OR active = ?1)
          ORDER BY full_name, id LIMIT ?2 + 0 OFFSET ?3"
     ))?;
     let rows = stmt.query_map(params![active, per_page, offset], from_row)?;
@@ -352,7 +352,7 @@ pub fn of_member(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<Vec<Re
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM repos
          WHERE org_id = ?2
-            OR id IN (SELECT repo_id FROM perms WHERE user_id = ?1 AND (pull OR push OR admin))
+            OR id IN (SELECT repo_id FROM perms WHERE user_id = ?1 AND (pull != 0 OR push != 0 OR admin != 0))
          ORDER BY full_name"
     ))?;
     let rows = stmt.query_map(params![user_id, own_org_id], from_row)?;
@@ -379,7 +379,7 @@ pub fn readable_ids(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<(Ve
         .collect::<Result<Vec<i64>, _>>()?;
     let mut stmt = conn.prepare_cached(
         "SELECT DISTINCT r.org_id FROM perms p JOIN repos r ON r.id = p.repo_id
-         WHERE p.user_id = ?1 AND (p.push OR p.admin)",
+         WHERE p.user_id = ?1 AND (p.push != 0 OR p.admin != 0)",
     )?;
     let mut orgs = stmt
         .query_map([user_id], |r| r.get(0))?

@@ -450,7 +450,7 @@ fn conversion_error(index: usize, value: ValueRef<'_>, e: FromSqlError) -> rusql
 }
 
 /// Statement parameters: `[a, b]`, `params![a, b]`, `[]`, or [`params_from_iter`].
-pub(crate) trait Params {
+pub trait Params {
     fn values(&self) -> Vec<&dyn ToSql>;
 }
 
@@ -535,6 +535,11 @@ fn dollar_placeholders(sql: &str) -> String {
                 } else {
                     bare += 1;
                     out.push_str(&bare.to_string());
+                }
+                // SQLite's `LIMIT ?N + 0` (see `STATEMENT_CACHE`) would make PostgreSQL
+                // take the parameter as a 32-bit `integer`; limits are 64-bit.
+                if chars.clone().take(4).eq(" + 0".chars()) {
+                    out.push_str("::int8");
                 }
                 continue;
             }
@@ -678,6 +683,87 @@ fn pg_row_values(row: &postgres::Row) -> StoreResult<Vec<Value>> {
     Ok(values)
 }
 
+/// Rows as tests inspect them (after a crash, or at rest), on either engine.
+#[cfg(any(test, feature = "test-support"))]
+impl Tx<'_> {
+    /// The first row of `sql`, read by `f`.
+    pub fn query_row_for_tests<T, P, F>(&self, sql: &str, params: P, f: F) -> StoreResult<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.query_row(sql, params, f)
+    }
+
+    /// Every row of `sql`, each read by `f`.
+    pub fn query_map_for_tests<T, P, F>(&self, sql: &str, params: P, f: F) -> StoreResult<Vec<T>>
+    where
+        P: Params,
+        F: FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        Ok(self
+            .prepare(sql)?
+            .query_map(params, f)?
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Every text and blob value stored in any table, as bytes: what is at rest in the
+    /// database, for tests that look for a plaintext secret there.
+    pub fn stored_bytes_for_tests(&self) -> StoreResult<Vec<u8>> {
+        let tables_sql = match self.dialect() {
+            Dialect::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'table'",
+            Dialect::Postgres => {
+                "SELECT CAST(tablename AS TEXT) FROM pg_tables WHERE schemaname = current_schema()"
+            }
+        };
+        let tables: Vec<String> = self
+            .prepare(tables_sql)?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::new();
+        for table in tables {
+            let mut stmt = self.prepare(&format!("SELECT * FROM \"{table}\""))?;
+            let rows = stmt.query_map([], |r| {
+                let mut bytes = Vec::new();
+                let mut i = 0;
+                while let Ok(value) = r.get_ref(i) {
+                    match value {
+                        ValueRef::Text(b) | ValueRef::Blob(b) => bytes.extend_from_slice(b),
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                Ok(bytes)
+            })?;
+            for row in rows {
+                out.extend(row?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs `f` on the database at `target` — a `postgres://` URL, or a SQLite file — on a
+/// plain thread (the blocking PostgreSQL client cannot run on a runtime's): how tests
+/// inspect a server's rows, running or not.
+#[cfg(any(test, feature = "test-support"))]
+pub fn inspect_for_tests<T: Send>(target: &str, f: impl FnOnce(&Tx) -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if target.starts_with("postgres://") {
+                let client = crate::pg::connect(target).expect("connect");
+                let session = Session::postgres(client);
+                f(&session.tx())
+            } else {
+                let conn = rusqlite::Connection::open(target).expect("open the database");
+                f(&Tx::new(&conn))
+            }
+        })
+        .join()
+        .expect("the inspection panicked")
+    })
+}
+
 /// A fresh database at the current schema for a unit test, on the engine the
 /// `WOODLARK_TEST_STORE` variable names: SQLite in memory (unset), or a database of its own
 /// on the process's throwaway PostgreSQL cluster (`postgres`). `.ci/test` runs the store's
@@ -713,6 +799,10 @@ mod tests {
             "SELECT a FROM t WHERE b = $1 AND c LIKE '?2' AND d = $12"
         );
         assert_eq!(dollar_placeholders("VALUES (?, ?)"), "VALUES ($1, $2)");
+        assert_eq!(
+            dollar_placeholders("LIMIT ?2 + 0 OFFSET ?3"),
+            "LIMIT $2::int8 + 0 OFFSET $3"
+        );
         assert_eq!(
             dollar_placeholders(r#"SELECT "?" , ?3"#),
             r#"SELECT "?" , $3"#

@@ -194,7 +194,8 @@ pub fn remove(conn: &Tx, id: i64) -> StoreResult<()> {
 /// Running tasks whose lease ended before `now`.
 pub fn expired(conn: &Tx, now: i64) -> StoreResult<Vec<Task>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM tasks WHERE state = 'running' AND lease_until < ?1 ORDER BY id"
+        "SELECT {COLUMNS} FROM tasks WHERE state = 'running' AND lease_until < ?1 ORDER BY id{}",
+        crate::claim_rows(conn.dialect())
     ))?;
     let rows = stmt.query_map([now], from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

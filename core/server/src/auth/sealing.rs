@@ -73,6 +73,14 @@ impl SealKey {
         }
     }
 
+    /// A short public name of this key (16 hex digits), which tells two keys apart without
+    /// revealing either: what a database records to refuse a server with another key.
+    pub fn fingerprint(&self) -> String {
+        let mut name = self.derive("sealing key fingerprint", "");
+        name.truncate(16);
+        name
+    }
+
     /// A key for `purpose` derived from `seed` and this secret key (HMAC-SHA256, hex). A
     /// database row holds only the seed, so a copy of the database cannot be used to compute
     /// the key: user tokens are signed this way.

@@ -787,7 +787,7 @@ fn create_in(
         approval,
         ..
     } = inputs;
-    let number = pipelines::next_number(c, repo.repo.id)?;
+    let number = pipelines::take_next_number(c, repo.repo.id)?;
     // Checked again here, in the write: two copies arriving together make one pipeline.
     if let Some(existing) = delivered_in(c, repo.repo.id, &t.delivery)? {
         return Ok((Created::Pipeline(Box::new(existing)), number));

@@ -143,6 +143,60 @@ mod tests {
         b.close();
     }
 
+    /// Three replicas creating pipelines of one repository at once: numbers 1..=30, each
+    /// once, and no creation fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replicas_take_pipeline_numbers_one_after_the_other() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions::default();
+        let replicas: Vec<crate::Store> = (0..3)
+            .map(|_| crate::Store::open_postgres(&url, &options).unwrap())
+            .collect();
+        replicas[0]
+            .write(|c| {
+                c.execute_batch(
+                    "INSERT INTO forges (id, type, url, data, webhook_secret)
+                         VALUES (1, 'git', 'file:///f', '{}', 's');
+                     INSERT INTO repos (id, forge_id, forge_remote_id, org_id, full_name, hash, data, created)
+                         VALUES (1, 1, 'a/one', 0, 'a/one', 'h', '{}', 0);",
+                )
+            })
+            .await
+            .unwrap();
+        let creations = (0..30).map(|i| {
+            replicas[i % 3].submit(|c| {
+                let row = crate::pipelines::create(
+                    c,
+                    1,
+                    &crate::pipelines::Pipeline::default(),
+                    &[],
+                    &[],
+                )?;
+                Ok(row.pipeline.number)
+            })
+        });
+        let mut numbers: Vec<i64> = futures_join_all(creations).await;
+        numbers.sort_unstable();
+        assert_eq!(numbers, (1..=30).collect::<Vec<i64>>());
+        for replica in &replicas {
+            replica.close();
+        }
+    }
+
+    /// Awaits every future, all at once; panics on the first error.
+    async fn futures_join_all<T, F>(futures: impl Iterator<Item = F>) -> Vec<T>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = crate::StoreResult<T>> + Send + 'static,
+    {
+        let handles: Vec<_> = futures.map(tokio::spawn).collect();
+        let mut out = Vec::new();
+        for handle in handles {
+            out.push(handle.await.unwrap().unwrap());
+        }
+        out
+    }
+
     #[test]
     fn urls_it_cannot_serve_are_refused_with_the_reason() {
         let err = |url: &str| connect(url).err().expect("refused").to_string();

@@ -58,7 +58,7 @@ impl Cluster {
         cluster.port = free_port();
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=200",
+             -c full_page_writes=off -c max_connections=1000",
             cluster.port,
             cluster.dir.path().display()
         );

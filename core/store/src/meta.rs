@@ -1,0 +1,39 @@
+//! Facts about the database itself, one value per key (`meta` table), written once.
+//!
+//! What servers sharing the database must agree on is claimed here by the first to start,
+//! and checked by every later one: the fingerprint of the key that seals secrets and signs
+//! tokens ([`SEALING_KEY`]). A replica given another key file would not read the secrets
+//! the others sealed, nor accept the tokens they issued, so it refuses to start instead.
+
+use crate::{StoreResult, Tx};
+
+/// Key of the sealing key's fingerprint.
+pub const SEALING_KEY: &str = "sealing_key_fingerprint";
+
+pub(crate) const SCHEMA: &str = "
+    CREATE TABLE meta (
+        key    TEXT PRIMARY KEY,
+        value  TEXT NOT NULL
+    );";
+
+/// Stores `value` under `key` unless a value is there already; returns the stored one.
+pub fn claim(conn: &Tx, key: &str, value: &str) -> StoreResult<String> {
+    conn.cached_exec(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        [key, value],
+    )?;
+    conn.cached_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_claim_wins() {
+        let c = crate::sql::fresh_tx();
+        assert_eq!(claim(&c, SEALING_KEY, "aa").unwrap(), "aa");
+        assert_eq!(claim(&c, SEALING_KEY, "bb").unwrap(), "aa");
+        assert_eq!(claim(&c, "other", "bb").unwrap(), "bb");
+    }
+}
