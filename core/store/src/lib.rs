@@ -229,6 +229,7 @@ struct Inner {
     generations: Arc<[AtomicU64; Domain::COUNT]>,
     /// Checkpoints the writer has had to finish itself (see `Checkpoint`).
     catch_ups: Arc<AtomicU64>,
+    dialect: Dialect,
 }
 
 /// A group of tables whose changes are counted together, for caches of what is read from
@@ -457,6 +458,10 @@ impl Store {
         } = started;
         let generations = generation.counters.clone();
         let reader_count = readers.len();
+        let dialect = match writer {
+            Session::Sqlite(_) => Dialect::Sqlite,
+            Session::Postgres(_) => Dialect::Postgres,
+        };
         let (tx, rx) = std_mpsc::channel::<Job>();
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
@@ -474,17 +479,14 @@ impl Store {
                 commits: commit_rx,
                 generations,
                 catch_ups,
+                dialect,
             }),
         })
     }
 
     /// Which engine the store runs on.
     pub fn dialect(&self) -> Dialect {
-        let readers = self.inner.readers.lock().unwrap_or_else(|p| p.into_inner());
-        match readers.first() {
-            Some(Session::Postgres(_)) => Dialect::Postgres,
-            _ => Dialect::Sqlite,
-        }
+        self.inner.dialect
     }
 
     /// How often the writer has had to finish a checkpoint itself because the checkpoint
