@@ -851,6 +851,7 @@ impl Config {
         let mut config = self.clone();
         redact(&mut config.server.metrics_token);
         redact(&mut config.participation.admin_token);
+        redact_url_password(&mut config.storage.url);
         for instance in config.plugins.instances.values_mut() {
             for (key, value) in instance.config.iter_mut() {
                 if names_secret(key) {
@@ -873,6 +874,34 @@ impl Config {
 
 /// What [`Config::redacted`] puts in place of a secret value.
 pub const REDACTED: &str = "<redacted>";
+
+/// Hides the password of a database URL — in its user part (`user:pw@host`) or a
+/// `password=` parameter — and keeps the rest (who, where) readable.
+fn redact_url_password(url: &mut String) {
+    let Some(scheme_end) = url.find("://") else {
+        return;
+    };
+    let start = scheme_end + 3;
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    if let Some(at) = url[start..end].rfind('@')
+        && let Some(colon) = url[start..start + at].find(':')
+    {
+        url.replace_range(start + colon + 1..start + at, REDACTED);
+    }
+    if let Some(query) = url.find('?') {
+        let params: Vec<String> = url[query + 1..]
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((key, _)) if key == "password" => format!("{key}={REDACTED}"),
+                _ => param.to_string(),
+            })
+            .collect();
+        url.truncate(query + 1);
+        url.push_str(&params.join("&"));
+    }
+}
 
 fn redact(value: &mut String) {
     if !value.is_empty() {
@@ -963,6 +992,8 @@ mod tests {
 metrics_token = "metrics-secret-1"
 [participation]
 admin_token = "admin-secret-2-0123456789012345678901234567890123456789012345678901234"
+[storage]
+url = "postgres://ci:db-secret-5@db.example:5432/woodlark?sslmode=disable&password=db-secret-6"
 [plugins.instances.github]
 file = "forge-github.wasm"
 config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https://api.github.com" }
@@ -975,6 +1006,8 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
             "admin-secret-2",
             "hook-secret-3",
             "tok-4",
+            "db-secret-5",
+            "db-secret-6",
         ] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
@@ -982,6 +1015,12 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
         assert_eq!(v["server"]["listen"], "127.0.0.1:9");
         assert_eq!(v["server"]["metrics_token"], REDACTED);
         assert_eq!(v["participation"]["admin_token"], REDACTED);
+        assert_eq!(
+            v["storage"]["url"],
+            format!(
+                "postgres://ci:{REDACTED}@db.example:5432/woodlark?sslmode=disable&password={REDACTED}"
+            )
+        );
         assert_eq!(v["participation"]["enabled"], true);
         assert_eq!(v["web"]["root_path"], "");
         let github = &v["plugins"]["instances"]["github"]["config"];
