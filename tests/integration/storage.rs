@@ -8,8 +8,11 @@ use woodlark::logging::{LogControl, LogLevel};
 
 use serde_json::Value;
 
-use crate::pipelines::{push_files, wait_for};
-use crate::util::{TestServer, config_text, test_storage_url, with_runner};
+use crate::pipelines::{push_files, step_of, wait_for};
+use crate::streams::{Sse, entry_text, now_ns};
+use crate::util::{
+    Process, TestServer, config_text, server_config_text, test_storage_url, with_runner,
+};
 
 /// Config for a server on `data_dir` whose `[storage]` table names `key_file` and `url`.
 fn config(data_dir: &std::path::Path, key_file: &std::path::Path, url: Option<&str>) -> Config {
@@ -62,20 +65,50 @@ async fn a_server_with_another_sealing_key_refuses_to_start() {
 /// `n` servers on one PostgreSQL database, each with its own data dir and local runner, all
 /// with the same sealing key (in the returned directory): replicas.
 async fn replicas(n: usize) -> (tempfile::TempDir, Vec<TestServer>) {
-    let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("shared.key");
+    replicas_with_runners(&vec![true; n]).await
+}
+
+/// Replicas as [`replicas`], one per entry of `runners`: whether that one runs workflows.
+async fn replicas_with_runners(runners: &[bool]) -> (tempfile::TempDir, Vec<TestServer>) {
+    let cluster = SharedDatabase::new();
     let mut servers = Vec::new();
-    for _ in 0..n {
+    for runs in runners {
         let dir = tempfile::tempdir().unwrap();
-        let tables = with_runner(dir.path())
-            + &format!(
-                "[storage]\nurl = {url:?}\nsecret_key_file = {:?}\n",
-                key.display().to_string()
-            );
+        let tables = cluster.tables(dir.path(), *runs);
         servers.push(TestServer::start_in_with_tables(dir, "", &tables).await);
     }
-    (keys, servers)
+    (cluster.keys, servers)
+}
+
+/// A fresh PostgreSQL database and a sealing key file for replicas to share.
+struct SharedDatabase {
+    url: String,
+    keys: tempfile::TempDir,
+}
+
+impl SharedDatabase {
+    fn new() -> SharedDatabase {
+        SharedDatabase {
+            url: woodlark_store::pg::testing::Cluster::shared().fresh_database(),
+            keys: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The config tables of a replica on `data_dir`, with or without a local runner.
+    fn tables(&self, data_dir: &std::path::Path, runner: bool) -> String {
+        let runner = if runner {
+            with_runner(data_dir)
+        } else {
+            String::new()
+        };
+        let key = self.keys.path().join("shared.key");
+        runner
+            + &format!(
+                "[storage]\nurl = {:?}\nsecret_key_file = {:?}\n",
+                self.url,
+                key.display().to_string()
+            )
+    }
 }
 
 /// Every event in the feed, paged from the start by following `next` links.
@@ -164,6 +197,18 @@ async fn pushes_through_replicas(n: usize) {
     for feed in &feeds {
         assert_eq!(feed, &feeds[0], "a replica pages another feed");
     }
+    // One signing key, whichever replica answers.
+    let keys = in_turn(servers.iter().map(|s| async {
+        s.http
+            .get("/api/signature/public-key", Some(&p.alice))
+            .await
+            .expect(200)
+            .text()
+    }))
+    .await;
+    for key in &keys {
+        assert_eq!(key, &keys[0], "replicas serve different signing keys");
+    }
 }
 
 /// Awaits `futures` one after another.
@@ -183,4 +228,166 @@ async fn two_replicas_run_twenty_pushes_once_and_agree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_run_twenty_pushes_once_and_agree() {
     pushes_through_replicas(3).await;
+}
+
+/// A client's streams on replica A follow a pipeline that replica B runs (A has no runner):
+/// its pipeline messages, and its step's log lines while they are written, not only once
+/// the step has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_one_replica_follows_a_pipeline_another_runs() {
+    let (_keys, servers) = replicas_with_runners(&[false, true]).await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let p = a.principals().await;
+    let repo = a.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let (status, _, mut events) =
+        Sse::open(a.http.addr, "/api/stream/events", Some(&p.alice), &[]).await;
+    assert_eq!(status, 200);
+
+    let config = "steps:\n  - name: ticker\n    image: sh\n    commands:\n      - sleep 1\n      - for i in 1 2 3 4 5 6; do echo \"tick $$i $$(date +%s%N)\"; sleep 0.5; done\n";
+    push_files(a, "alice/app", &[(".woodpecker.yaml", config)], "ticks").await;
+    let running = wait_for(&a.http, &p.alice, id, 1, 60, |p| {
+        p["workflows"].as_array().is_some_and(|w| !w.is_empty())
+            && step_of(p, "ticker")["state"] == "running"
+    })
+    .await;
+    let step_id = step_of(&running, "ticker")["id"].as_i64().unwrap();
+    let path = format!("/api/stream/logs/{id}/1/{step_id}");
+    let (status, _, mut live) = Sse::open(a.http.addr, &path, Some(&p.alice), &[]).await;
+    assert_eq!(status, 200);
+    let (mut ticks, mut lags) = (Vec::new(), Vec::new());
+    loop {
+        let ev = live
+            .next(std::time::Duration::from_secs(30))
+            .await
+            .expect("the log stream ended early");
+        if ev.name == "eof" {
+            break;
+        }
+        let entry: Value = serde_json::from_str(&ev.data).unwrap();
+        if let Some(rest) = entry_text(&entry).strip_prefix("tick ") {
+            let mut parts = rest.split(' ');
+            ticks.push(parts.next().unwrap().parse::<i64>().unwrap());
+            let written: u128 = parts.next().unwrap().parse().unwrap();
+            lags.push(now_ns().saturating_sub(written) / 1_000_000);
+        }
+    }
+    assert_eq!(ticks, [1, 2, 3, 4, 5, 6]);
+    // Live: a replay at the end would deliver the first ticks seconds late. Two cores run
+    // the whole suite, so one hiccup is tolerated.
+    let late = lags[1..].iter().filter(|ms| **ms > 1000).count();
+    assert!(late <= 1, "lines arrived late (ms): {lags:?}");
+
+    // The pipeline's messages on A: it ran (on B) and succeeded.
+    let mut statuses = Vec::new();
+    while statuses.last().map(String::as_str) != Some("success") {
+        let ev = events
+            .next(std::time::Duration::from_secs(30))
+            .await
+            .expect("a message for the pipeline B runs");
+        let v: Value = serde_json::from_str(&ev.data).unwrap();
+        assert_eq!(v["repo"]["full_name"], "alice/app");
+        statuses.push(v["pipeline"]["status"].as_str().unwrap().to_string());
+    }
+    assert!(statuses.iter().any(|s| s == "running"), "{statuses:?}");
+    // And B answers the same pipeline.
+    let on_b = b
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(on_b["status"], "success");
+}
+
+/// kill -9 of the replica running a workflow: what it reported before it died is kept, and
+/// once its lease runs out (60 s) another replica's runner runs the workflow again and the
+/// pipeline ends; nothing stays `running`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_on_a_killed_replica_is_finished_by_another() {
+    let db = SharedDatabase::new();
+    // A serves the API and at first runs nothing; B, a process of its own, takes the work.
+    let a_dir = tempfile::tempdir().unwrap();
+    let tables = db.tables(a_dir.path(), false);
+    let a = TestServer::start_in_with_tables(a_dir, "", &tables).await;
+    let p = a.principals().await;
+    let repo = a.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = "steps:\n  - name: slow\n    image: sh\n    commands:\n      - echo started\n      - sleep 3\n      - echo finished\n";
+    push_files(&a, "alice/app", &[(".woodpecker.yaml", config)], "slow").await;
+
+    let b_dir = tempfile::tempdir().unwrap();
+    let b_config = b_dir.path().join("config.toml");
+    let text = server_config_text(b_dir.path(), "", &db.tables(b_dir.path(), true));
+    std::fs::write(&b_config, text).unwrap();
+    let mut b = Process::start(&b_config);
+    let running = wait_for(&a.http, &p.alice, id, 1, 60, |p| {
+        p["workflows"].as_array().is_some_and(|w| !w.is_empty())
+            && step_of(p, "slow")["state"] == "running"
+    })
+    .await;
+    let b_agent = running["workflows"][0]["agent_id"].as_i64().unwrap();
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let killed = std::time::Instant::now();
+
+    // What B reported is kept: the clone step's end and its log.
+    let clone = step_of(&running, "clone");
+    assert_eq!(clone["state"], "success", "{running}");
+    let clone_log = a
+        .http
+        .get(
+            &format!("/api/repos/{id}/logs/1/{}", clone["id"]),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    assert!(!clone_log.as_array().unwrap().is_empty());
+
+    // A, restarted with a runner, takes the workflow once B's lease has run out.
+    let tables = db.tables(a.dir.path(), true);
+    let a_dir = a.stop().await;
+    let a = TestServer::start_in_with_tables(a_dir, "", &tables).await;
+    let done = wait_for(&a.http, &p.alice, id, 1, 180, |p| {
+        p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
+    })
+    .await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert!(
+        killed.elapsed() >= std::time::Duration::from_secs(40),
+        "re-run before the lease could run out"
+    );
+    let workflow = &done["workflows"][0];
+    assert_eq!(workflow["state"], "success");
+    assert_ne!(
+        workflow["agent_id"], b_agent,
+        "another replica's runner finished it"
+    );
+    let log = a
+        .http
+        .get(
+            &format!("/api/repos/{id}/logs/1/{}", step_of(&done, "slow")["id"]),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    let text: Vec<String> = log.as_array().unwrap().iter().map(entry_text).collect();
+    assert!(text.iter().any(|l| l.contains("finished")), "{text:?}");
+    // Each replica's runner is an agent of its own.
+    let agents = a
+        .http
+        .get("/api/agents", Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    let names: Vec<&str> = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("local@")), "{names:?}");
 }

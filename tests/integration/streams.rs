@@ -110,7 +110,7 @@ impl Sse {
     }
 }
 
-fn now_ns() -> u128 {
+pub fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()

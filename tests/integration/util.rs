@@ -204,6 +204,22 @@ pub fn config_text(data_dir: &Path, extra: &str) -> String {
         + &storage_table(data_dir, extra)
 }
 
+/// A test server's config: [`config_text`] with `extra` in `[server]`, and whole `tables`
+/// that replace the defaults they name (`#runner`, `#plugins`, `[storage]`).
+pub fn server_config_text(data_dir: &Path, extra: &str, tables: &str) -> String {
+    let mut text = config_text(data_dir, extra);
+    if tables.contains("#runner") {
+        text = text.replace("[runner]\nenabled = false\n", "");
+    }
+    if tables.contains("#plugins") {
+        text = text.replace(&plugins_table(data_dir, ""), "");
+    }
+    if tables.contains("[storage]") {
+        text = text.replace(&storage_table(data_dir, ""), "");
+    }
+    text + tables
+}
+
 /// With `WOODLARK_TEST_STORE=postgres`, a `[storage]` table pointing the server at a fresh
 /// database on the test process's PostgreSQL cluster (unless the test brings its own).
 /// (The same database for the same data dir: a restarted server finds its data.)
@@ -334,17 +350,7 @@ impl TestServer {
         extra: &str,
         tables: &str,
     ) -> TestServer {
-        let mut text = config_text(dir.path(), extra);
-        if tables.contains("#runner") {
-            text = text.replace("[runner]\nenabled = false\n", "");
-        }
-        if tables.contains("#plugins") {
-            text = text.replace(&plugins_table(dir.path(), ""), "");
-        }
-        if tables.contains("[storage]") {
-            text = text.replace(&storage_table(dir.path(), ""), "");
-        }
-        text += tables;
+        let text = server_config_text(dir.path(), extra, tables);
         let config = Config::from_toml(&text, "test.toml", &[]).expect("test config");
         let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
         let app_state = app.state().clone();

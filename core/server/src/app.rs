@@ -126,7 +126,7 @@ impl App {
     pub fn build(config: Config, log: LogControl) -> Result<App, AppError> {
         let seal = SealKey::load_or_create(&config.secret_key_path())?;
         let store = open_sealed_store(&config, Some(&seal))?;
-        let key = ServerKey::load_or_create(&config.server.data_dir)?;
+        let key = ServerKey::load_shared(&store, &seal, &config.server.data_dir)?;
         let logs = open_logs(&config)?;
         let participation = Arc::new(modules::participation::State::init(&config)?);
         let tls = if config.server.tls_cert.as_os_str().is_empty() {

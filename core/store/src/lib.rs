@@ -243,11 +243,18 @@ pub enum Domain {
     Pipelines,
     /// The outbox behind the events feed.
     Events,
+    /// Step log lines (the logs' store): how a replica hears of lines another one stored.
+    Logs,
 }
 
 impl Domain {
-    const COUNT: usize = 3;
-    const ALL: [Domain; Domain::COUNT] = [Domain::Identity, Domain::Pipelines, Domain::Events];
+    const COUNT: usize = 4;
+    const ALL: [Domain; Domain::COUNT] = [
+        Domain::Identity,
+        Domain::Pipelines,
+        Domain::Events,
+        Domain::Logs,
+    ];
 
     /// The tables of this domain.
     pub const fn tables(self) -> &'static [&'static str] {
@@ -255,6 +262,7 @@ impl Domain {
             Domain::Identity => &["users", "repos", "perms", "orgs", "forges"],
             Domain::Pipelines => &["pipelines", "workflows", "steps"],
             Domain::Events => &["events"],
+            Domain::Logs => &["log_entries"],
         }
     }
 
@@ -489,6 +497,12 @@ impl Store {
         self.inner.dialect
     }
 
+    /// Whether other servers may write to this database (PostgreSQL replicas): their
+    /// changes reach this one only through [`Store::commits`] and [`Store::generation`].
+    pub fn is_shared(&self) -> bool {
+        self.dialect() == Dialect::Postgres
+    }
+
     /// How often the writer has had to finish a checkpoint itself because the checkpoint
     /// thread could not (writes that never pause); each time, the jobs queued behind it
     /// waited for a sync of the database file.
@@ -551,6 +565,27 @@ impl Store {
             rx.await
                 .map_err(|_| StoreError::Unavailable("the write job was dropped".into()))?
         }
+    }
+
+    /// [`Store::write`] for start-up code outside async code: blocks the calling thread
+    /// until the job has committed (or failed). Not for request paths.
+    pub fn write_now<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job: WriteJob = Box::new(move |conn| {
+            let result = f(conn);
+            let ok = result.is_ok();
+            let finish: Finish = Box::new(move |commit| {
+                let _ = tx.send(commit.and(result));
+            });
+            (ok, finish)
+        });
+        self.send(Job::Write(job))?;
+        rx.recv()
+            .map_err(|_| StoreError::Unavailable("the write job was dropped".into()))?
     }
 
     fn send(&self, job: Job) -> StoreResult<()> {

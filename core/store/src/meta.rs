@@ -4,11 +4,16 @@
 //! and checked by every later one: the fingerprint of the key that seals secrets and signs
 //! tokens ([`SEALING_KEY`]). A replica given another key file would not read the secrets
 //! the others sealed, nor accept the tokens they issued, so it refuses to start instead.
+//! The server's signing key is claimed the same way ([`SIGNATURE_KEY`], sealed), so every
+//! replica serves and signs with one key.
 
 use crate::{StoreResult, Tx};
 
 /// Key of the sealing key's fingerprint.
 pub const SEALING_KEY: &str = "sealing_key_fingerprint";
+
+/// Key of the server's ed25519 signing key, sealed with the sealing key.
+pub const SIGNATURE_KEY: &str = "signature_key";
 
 pub(crate) const SCHEMA: &str = "
     CREATE TABLE meta (

@@ -13,8 +13,8 @@ use base64::engine::general_purpose::STANDARD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
-use super::keys::write_private;
 use super::random_bytes;
+use woodlark_stdx::write_private;
 
 pub const KEY_FILE: &str = "secrets.key";
 const PREFIX: &str = "v1:";

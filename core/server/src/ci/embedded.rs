@@ -1,6 +1,7 @@
 //! The embedded agent: the server's own runner, fed from the queue in memory.
 //!
-//! It registers (or finds) the `local` agent record, re-queues what it held before a restart,
+//! It registers (or finds) its agent record (`local`, or `local@<replica id>` on a shared
+//! database: [`local::agent_name`]), re-queues what it held before a restart,
 //! chooses its backend (`runner.backend`) and runs workflows until the server stops. Its steps
 //! run sandboxed from the server's own files (`runner.sandbox`).
 
@@ -29,7 +30,14 @@ pub fn local_info(capacity: usize) -> AgentInfo {
 /// The embedded agent: re-queues what it held before a restart, then runs the runner.
 /// Runs until `shutdown` (the server's graceful stop, which waits for the runner's sweep).
 pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Receiver<bool>) {
-    let row = match local::ensure_agent(&ci.store, &ci.seal).await {
+    let name = match local::agent_name(&ci.store, &config.server.data_dir) {
+        Ok(name) => name,
+        Err(err) => {
+            tracing::error!(%err, file = local::REPLICA_ID_FILE, "cannot read or create the replica's id; the local runner is off");
+            return;
+        }
+    };
+    let row = match local::ensure_agent(&ci.store, &ci.seal, name).await {
         Ok(row) => row,
         Err(err) => {
             tracing::error!(%err, "cannot register the local agent; the local runner is off");

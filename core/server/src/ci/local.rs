@@ -18,10 +18,43 @@ use crate::store::{Store, StoreResult};
 
 pub const LOCAL_AGENT: &str = "local";
 
-/// Whether `agent` is the embedded runner's record: it cannot be deleted or renamed (the
+/// Where a replica keeps the id that names its embedded agent (see [`agent_name`]).
+pub const REPLICA_ID_FILE: &str = "replica-id";
+
+/// Whether `agent` is an embedded runner's record: it cannot be deleted or renamed (the
 /// runner inside the server would go on under a stale id), only paused with `no_schedule`.
 pub fn is_embedded(agent: &agents::Agent) -> bool {
-    agent.name == LOCAL_AGENT && agent.owner_id == -1 && agent.org_id == -1
+    let local = agent.name == LOCAL_AGENT
+        || agent
+            .name
+            .strip_prefix(LOCAL_AGENT)
+            .is_some_and(|rest| rest.starts_with('@'));
+    local && agent.owner_id == -1 && agent.org_id == -1
+}
+
+/// The embedded agent's name. A server alone on its database is `local`. Replicas on a
+/// shared database each need their own record, `local@<replica id>` (the id kept in the
+/// data dir): a replica that restarts re-queues what *it* held at once, and must never take
+/// back the workflows its siblings are running; a replica that is gone for good leaves its
+/// leases to run out, and the others re-queue them.
+pub fn agent_name(store: &Store, data_dir: &std::path::Path) -> std::io::Result<String> {
+    if !store.is_shared() {
+        return Ok(LOCAL_AGENT.to_string());
+    }
+    let path = data_dir.join(REPLICA_ID_FILE);
+    let id = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id: String = crate::auth::random_bytes(6)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            woodlark_stdx::write_private(&path, &format!("{id}\n"))?;
+            id
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(format!("{LOCAL_AGENT}@{id}"))
 }
 
 #[derive(Clone)]
@@ -30,19 +63,19 @@ pub struct LocalAgent {
     ident: AgentIdent,
 }
 
-/// The system agent row of the embedded runner, created if missing.
-pub async fn ensure_agent(store: &Store, seal: &SealKey) -> StoreResult<AgentRow> {
+/// The system agent row `name` of the embedded runner, created if missing.
+pub async fn ensure_agent(store: &Store, seal: &SealKey, name: String) -> StoreResult<AgentRow> {
     // The embedded agent never presents its token; it only needs to be unguessable.
     let token = random_secret();
     let sealed = seal.seal(agents::SEAL_PURPOSE, token.as_bytes());
     let hash = agents::token_hash(&token);
     store
-        .write(move |c| match agents::system_agent_id(c, LOCAL_AGENT)? {
+        .write(move |c| match agents::system_agent_id(c, &name)? {
             Some(id) => agents::by_id(c, id),
             None => agents::create(
                 c,
                 &NewAgent {
-                    name: LOCAL_AGENT.into(),
+                    name,
                     no_schedule: false,
                     owner_id: -1,
                     org_id: -1,

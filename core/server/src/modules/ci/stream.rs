@@ -184,6 +184,7 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     // Subscribe before reading what is stored, so no line falls between the two.
     let mut lines = ctx.ci.queue.log_bus().subscribe();
     let mut feed = ctx.ci.feed.subscribe();
+    let mut elsewhere = OtherReplicas::watch(&ctx);
     tokio::spawn(async move {
         if !catch_up(&ctx, &tx, step_id, &mut next).await {
             return;
@@ -218,6 +219,11 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
+                () = elsewhere.stored_lines() => {
+                    if !catch_up(&ctx, &tx, step_id, &mut next).await {
+                        return;
+                    }
+                }
                 msg = feed.recv() => {
                     let ended = match &msg {
                         Ok(m) => m.steps.iter().any(|(id, s)| *id == step_id && status::is_done(*s)),
@@ -241,4 +247,43 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         }
     });
     Ok(Response::event_stream(rx))
+}
+
+/// Lines stored by other replicas on a shared database. The log bus carries only this
+/// server's runners' lines; another replica's reach this one through the logs store's
+/// commit watch (moved by its change listener) and the logs' generation.
+struct OtherReplicas {
+    commits: Option<tokio::sync::watch::Receiver<u64>>,
+    logs: crate::store::Store,
+    seen: u64,
+}
+
+impl OtherReplicas {
+    fn watch(ctx: &Ctx) -> OtherReplicas {
+        let logs = ctx.ci.logs.clone();
+        OtherReplicas {
+            commits: logs.is_shared().then(|| logs.commits()),
+            seen: logs.generation(crate::store::Domain::Logs),
+            logs,
+        }
+    }
+
+    /// Resolves when log lines may have been stored since the last time; never on a
+    /// database no other server writes to.
+    async fn stored_lines(&mut self) {
+        loop {
+            let Some(commits) = self.commits.as_mut() else {
+                return std::future::pending().await;
+            };
+            if commits.changed().await.is_err() {
+                self.commits = None;
+                continue;
+            }
+            let now = self.logs.generation(crate::store::Domain::Logs);
+            if now != self.seen {
+                self.seen = now;
+                return;
+            }
+        }
+    }
 }

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{constant_time_eq, keys::write_private, random_bytes};
+use crate::auth::{constant_time_eq, random_bytes};
 use crate::config::{Config, valid_admin_token};
 use crate::http::{ApiError, Request, StatusCode};
 use crate::profiler;
+use woodlark_stdx::write_private;
 
 /// The file the admin token is generated into when `[participation] admin_token` is empty.
 pub const ADMIN_TOKEN_FILE: &str = "algod.admin.token";
