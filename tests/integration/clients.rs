@@ -325,7 +325,7 @@ async fn the_embedded_agent_is_visible_and_stays_consistent() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|a| a["name"] == "local")
+        .find(|a| a["name"] == crate::util::embedded_agent_name(s.dir.path()).as_str())
         .expect("the embedded agent is listed")
         .clone();
     let path = format!("/api/agents/{}", local["id"]);

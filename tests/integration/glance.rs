@@ -221,7 +221,10 @@ async fn agent_tasks_list_the_running_workflows() {
         .await
         .expect(200)
         .json();
-    assert_eq!(local["name"], "local");
+    assert_eq!(
+        local["name"],
+        crate::util::embedded_agent_name(s.dir.path()).as_str()
+    );
     s.http
         .post(
             &format!("/api/repos/{id}/pipelines/1/cancel"),

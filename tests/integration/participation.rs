@@ -17,7 +17,7 @@ use crate::util::{Http, Process, Resp, TestServer, write_config};
 
 const INVALID_TOKEN: &str = "{\"message\":\"Invalid API Token\"}";
 
-fn admin_token(s: &TestServer) -> String {
+pub fn admin_token(s: &TestServer) -> String {
     std::fs::read_to_string(s.dir.path().join(ADMIN_TOKEN_FILE))
         .expect("admin token file")
         .trim()
@@ -41,7 +41,7 @@ fn partkey_file(key: &PartKey) -> (Vec<u8>, String) {
     (std::fs::read(&path).unwrap(), id)
 }
 
-fn new_key(parent: u8, first: u64, last: u64) -> PartKey {
+pub fn new_key(parent: u8, first: u64, last: u64) -> PartKey {
     generate(&Plan::new([parent; 32], first, last, 0).unwrap())
 }
 
@@ -70,7 +70,7 @@ fn message(r: &Resp) -> String {
         .to_string()
 }
 
-async fn install(s: &TestServer, token: &str, key: &PartKey) -> String {
+pub async fn install(s: &TestServer, token: &str, key: &PartKey) -> String {
     let (bytes, id) = partkey_file(key);
     let r = call(
         &s.http,
@@ -85,7 +85,7 @@ async fn install(s: &TestServer, token: &str, key: &PartKey) -> String {
     id
 }
 
-async fn list(s: &TestServer, token: &str) -> Value {
+pub async fn list(s: &TestServer, token: &str) -> Value {
     call(&s.http, "GET", "/v2/participation", Some(token), None)
         .await
         .expect(200)

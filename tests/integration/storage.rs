@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::pipelines::{push_files, step_of, wait_for};
 use crate::streams::{Sse, entry_text, now_ns};
 use crate::util::{
-    Process, TestServer, config_text, server_config_text, test_storage_url, with_runner,
+    BIN, Process, TestServer, config_text, server_config_text, test_storage_url, with_runner,
 };
 
 /// Config for a server on `data_dir` whose `[storage]` table names `key_file` and `url`.
@@ -390,4 +390,275 @@ async fn a_workflow_on_a_killed_replica_is_finished_by_another() {
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.iter().all(|n| n.starts_with("local@")), "{names:?}");
+}
+
+/// Every list the API serves for the records `migrate_copies_a_data_dir…` makes, as JSON
+/// (badges as text), keyed by path.
+async fn every_list(
+    s: &TestServer,
+    p: &crate::util::Principals,
+    id: i64,
+    org: i64,
+) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let admin_paths = [
+        "/api/users".to_string(),
+        "/api/repos".into(),
+        "/api/orgs".into(),
+        "/api/agents".into(),
+        "/api/secrets".into(),
+        "/api/registries".into(),
+        "/api/pipelines".into(),
+        "/api/forges".into(),
+    ];
+    for path in admin_paths {
+        let body = s.http.get(&path, Some(&p.admin)).await.expect(200).json();
+        out.push((path, body));
+    }
+    out.push((
+        "/events".into(),
+        Value::Array(all_events(s, &p.admin).await),
+    ));
+    let algod = crate::participation::admin_token(s);
+    out.push((
+        "/v2/participation".into(),
+        crate::participation::list(s, &algod).await,
+    ));
+    let mut alice_paths = vec![
+        "/api/user".to_string(),
+        "/api/user/repos".into(),
+        "/api/user/feed".into(),
+        format!("/api/repos/{id}"),
+        format!("/api/repos/{id}/permissions"),
+        format!("/api/repos/{id}/branches"),
+        format!("/api/repos/{id}/pipelines"),
+        format!("/api/repos/{id}/secrets"),
+        format!("/api/repos/{id}/registries"),
+        format!("/api/repos/{id}/cron"),
+        format!("/api/orgs/{org}/secrets"),
+        format!("/api/orgs/{org}/registries"),
+    ];
+    let pipelines = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    for pipeline in pipelines.as_array().unwrap() {
+        let n = pipeline["number"].as_i64().unwrap();
+        let full = s
+            .http
+            .get(&format!("/api/repos/{id}/pipelines/{n}"), Some(&p.alice))
+            .await
+            .expect(200)
+            .json();
+        for workflow in full["workflows"].as_array().unwrap() {
+            for step in workflow["children"].as_array().unwrap() {
+                alice_paths.push(format!("/api/repos/{id}/logs/{n}/{}", step["id"]));
+            }
+        }
+        alice_paths.push(format!("/api/repos/{id}/pipelines/{n}"));
+    }
+    for path in alice_paths {
+        let body = s.http.get(&path, Some(&p.alice)).await.expect(200).json();
+        out.push((path, body));
+    }
+    let badge = s
+        .http
+        .get(&format!("/api/badges/{id}/status.svg"), Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    out.push(("badge".into(), Value::String(badge)));
+    // Links name the server's address, which a restart on 127.0.0.1:0 changes.
+    let addr = s.http.addr.to_string();
+    out.into_iter()
+        .map(|(path, body)| {
+            let text = body.to_string().replace(&addr, "SERVER");
+            (path, serde_json::from_str(&text).unwrap())
+        })
+        .collect()
+}
+
+/// `woodlark migrate --to` moves a stopped server's SQLite data dir — pipelines, logs,
+/// secrets, registries, crons, agents, participation keys, events — into an empty
+/// PostgreSQL database, and the server on it answers every list the same; a second run into
+/// the same database is refused, and the first replica takes over the embedded agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_copies_a_data_dir_and_the_api_answers_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    // SQLite, whatever the test pass: the source of the move.
+    let sqlite = with_runner(dir.path()) + "[storage]\n";
+    let s = TestServer::start_in_with_tables(dir, "", &sqlite).await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let org = repo["org_id"].as_i64().unwrap();
+    let config = "steps:\n  - name: build\n    image: sh\n    commands: [\"echo built $${CI_PIPELINE_NUMBER}\"]\n";
+    for n in 1..=3 {
+        let body = format!("{n}\n");
+        push_files(
+            &s,
+            "alice/app",
+            &[(".woodpecker.yaml", config), ("n.txt", body.as_str())],
+            &format!("push {n}"),
+        )
+        .await;
+        wait_for(&s.http, &p.alice, id, n, 60, |p| p["status"] == "success").await;
+    }
+    let post = |path: String, token: &str, body: Value| {
+        let http = s.http.clone();
+        let token = token.to_string();
+        async move {
+            http.post(&path, Some(&token), &body.to_string())
+                .await
+                .expect(200);
+        }
+    };
+    post(
+        format!("/api/repos/{id}/secrets"),
+        &p.alice,
+        serde_json::json!({"name": "deploy_token", "value": "MIGRATED-SECRET", "events": ["push"]}),
+    )
+    .await;
+    post(
+        format!("/api/orgs/{org}/secrets"),
+        &p.alice,
+        serde_json::json!({"name": "org_token", "value": "ORG-SECRET", "events": ["push"]}),
+    )
+    .await;
+    post(
+        "/api/secrets".into(),
+        &p.admin,
+        serde_json::json!({"name": "global_token", "value": "GLOBAL-SECRET", "events": ["push"]}),
+    )
+    .await;
+    post(format!("/api/repos/{id}/registries"), &p.alice, serde_json::json!({"address": "registry.example.com", "username": "bot", "password": "REG-PASS"})).await;
+    post(
+        format!("/api/repos/{id}/cron"),
+        &p.alice,
+        serde_json::json!({"name": "nightly", "schedule": "@daily", "branch": "main"}),
+    )
+    .await;
+    post(
+        "/api/agents".into(),
+        &p.admin,
+        serde_json::json!({"name": "remote-1"}),
+    )
+    .await;
+    let algod = crate::participation::admin_token(&s);
+    crate::participation::install(&s, &algod, &crate::participation::new_key(3, 0, 100)).await;
+    let before = every_list(&s, &p, id, org).await;
+    assert!(before.len() > 25, "{} lists", before.len());
+
+    let dir = s.stop().await;
+    let config_path = dir.path().join("config.toml");
+    std::fs::write(&config_path, server_config_text(dir.path(), "", &sqlite)).unwrap();
+    let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
+    let migrate = || {
+        std::process::Command::new(BIN)
+            .args(["migrate", "--to", &url, "--config"])
+            .arg(&config_path)
+            .output()
+            .unwrap()
+    };
+    let out = migrate();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for table in [
+        "pipelines",
+        "steps",
+        "log_entries",
+        "secrets",
+        "events",
+        "participation_keys",
+        "meta",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&format!("{table} "))),
+            "{table}: {stdout}"
+        );
+    }
+    assert!(stdout.contains("counts and checksums match"), "{stdout}");
+
+    // The same data dir (its sealing key) on the new store: every list answers the same.
+    let on_pg = format!("[storage]\nurl = {url:?}\n");
+    let s = TestServer::start_in_with_tables(dir, "", &on_pg).await;
+    let after = every_list(&s, &p, id, org).await;
+    assert_eq!(before.len(), after.len());
+    for ((path, was), (_, now)) in before.iter().zip(&after) {
+        assert_eq!(was, now, "{path} differs after the move");
+    }
+    // Into the same database again: refused, saying why.
+    let again = migrate();
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("not empty") && err.contains("empty database only"),
+        "{err}"
+    );
+
+    // With its runner, the server (now a replica) takes over the `local` agent, history and all.
+    let dir = s.stop().await;
+    let tables = with_runner(dir.path()) + &on_pg;
+    let s = TestServer::start_in_with_tables(dir, "", &tables).await;
+    let before_agents = &before.iter().find(|(p, _)| p == "/api/agents").unwrap().1;
+    let local = before_agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "local")
+        .unwrap();
+    let found = loop {
+        let agents = s
+            .http
+            .get("/api/agents", Some(&p.admin))
+            .await
+            .expect(200)
+            .json();
+        if let Some(a) = agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == local["id"] && a["name"] != "local")
+        {
+            break a.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let replica = std::fs::read_to_string(s.dir.path().join("replica-id")).unwrap();
+    assert_eq!(found["name"], format!("local@{}", replica.trim()));
+    let agents = s
+        .http
+        .get("/api/agents", Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        agents.as_array().unwrap().len(),
+        before_agents.as_array().unwrap().len()
+    );
+    // The moved secret still opens with the data dir's key, and numbers go on from 3. (The
+    // restart moved the server's port: repairing the repository points its hook there.)
+    s.http
+        .post(&format!("/api/repos/{id}/repair"), Some(&p.alice), "")
+        .await
+        .expect(204);
+    let uses_secret = "steps:\n  - name: check\n    image: sh\n    environment:\n      TOKEN:\n        from_secret: deploy_token\n    commands: ['test \"$${TOKEN}\" = MIGRATED-SECRET']\n";
+    push_files(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", uses_secret)],
+        "secret",
+    )
+    .await;
+    let fourth = wait_for(&s.http, &p.alice, id, 4, 60, |p| {
+        p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
+    })
+    .await;
+    assert_eq!(fourth["status"], "success", "{fourth}");
 }

@@ -267,6 +267,16 @@ pub fn logs_database_of(data_dir: &Path) -> String {
         .to_string()
 }
 
+/// The name of the embedded runner's agent of the server on `data_dir`: `local`, or
+/// `local@<replica id>` on a shared (PostgreSQL) database.
+pub fn embedded_agent_name(data_dir: &Path) -> String {
+    if !on_postgres() {
+        return "local".into();
+    }
+    let id = std::fs::read_to_string(data_dir.join("replica-id")).expect("the replica's id");
+    format!("local@{}", id.trim())
+}
+
 /// Whether the test servers run on PostgreSQL (`WOODLARK_TEST_STORE=postgres`).
 pub fn on_postgres() -> bool {
     test_storage_url_wanted().is_some()

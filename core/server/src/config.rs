@@ -875,6 +875,13 @@ impl Config {
 /// What [`Config::redacted`] puts in place of a secret value.
 pub const REDACTED: &str = "<redacted>";
 
+/// `url` with its password hidden (see [`redact_url_password`]), for messages and logs.
+pub fn redacted_url(url: &str) -> String {
+    let mut url = url.to_string();
+    redact_url_password(&mut url);
+    url
+}
+
 /// Hides the password of a database URL — in its user part (`user:pw@host`) or a
 /// `password=` parameter — and keeps the rest (who, where) readable.
 fn redact_url_password(url: &mut String) {

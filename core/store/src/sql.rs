@@ -552,7 +552,7 @@ fn dollar_placeholders(sql: &str) -> String {
 
 /// A value bound to a PostgreSQL parameter, converted to the type the server expects there.
 #[derive(Debug)]
-struct PgBind(Value);
+pub(crate) struct PgBind(pub(crate) Value);
 
 fn pg_binds(values: &[&dyn ToSql]) -> StoreResult<Vec<PgBind>> {
     values
@@ -646,7 +646,7 @@ impl postgres::types::ToSql for PgBind {
 
 /// A PostgreSQL row's columns as SQLite's kinds of value: integers (and booleans, as 0/1),
 /// reals, text and blobs.
-fn pg_row_values(row: &postgres::Row) -> StoreResult<Vec<Value>> {
+pub(crate) fn pg_row_values(row: &postgres::Row) -> StoreResult<Vec<Value>> {
     use postgres::types::Type;
     let mut values = Vec::with_capacity(row.len());
     for (i, column) in row.columns().iter().enumerate() {

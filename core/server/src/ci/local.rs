@@ -72,6 +72,17 @@ pub async fn ensure_agent(store: &Store, seal: &SealKey, name: String) -> StoreR
     store
         .write(move |c| match agents::system_agent_id(c, &name)? {
             Some(id) => agents::by_id(c, id),
+            // The database of a single server moved to a shared one (`woodlark migrate`):
+            // the first replica takes over its `local` record, with its history.
+            None if name != LOCAL_AGENT
+                && let Some(id) = agents::system_agent_id(c, LOCAL_AGENT)? =>
+            {
+                let rename = agents::AgentChange {
+                    name: Some(name),
+                    no_schedule: None,
+                };
+                agents::update(c, id, &rename)
+            }
             None => agents::create(
                 c,
                 &NewAgent {

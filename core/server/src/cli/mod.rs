@@ -1,8 +1,9 @@
-//! The `woodlark` command line: `serve`, `agent`, `lint`, `exec`, `plugin run-hook` and the
-//! `user` tools.
+//! The `woodlark` command line: `serve`, `agent`, `lint`, `exec`, `migrate`, `plugin
+//! run-hook` and the `user` tools.
 
 mod exec;
 mod lint;
+mod migrate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -98,6 +99,9 @@ enum Command {
     },
     /// Run a pipeline here, in this checkout, before pushing it; exits 1 unless it succeeds.
     Exec(exec::ExecArgs),
+    /// Copy a stopped server's SQLite data dir into an empty PostgreSQL database, checking
+    /// every table's row count and checksum.
+    Migrate(migrate::MigrateArgs),
 }
 
 #[derive(Subcommand)]
@@ -218,6 +222,7 @@ pub fn main() -> ExitCode {
         } => user_login_link(config, login),
         Command::Lint { paths, format } => lint::run(&paths, format),
         Command::Exec(args) => exec::run(args),
+        Command::Migrate(args) => migrate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,6 +17,7 @@ pub mod outbox;
 pub mod schema;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+pub mod transfer;
 
 use std::str::FromStr;
 
