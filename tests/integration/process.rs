@@ -60,6 +60,44 @@ fn missing_config_file_is_a_clear_error() {
     assert!(stderr.contains("every key is optional"), "{stderr}");
 }
 
+/// The user tools check the sealing key as the server does: with another key file (or a
+/// missing one, which would make a new key) they refuse and print no token.
+#[test]
+fn user_tools_refuse_another_sealing_key_and_print_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    assert!(cli_user_add(&config, "first", true).status.success());
+    let url = crate::util::database_of(dir.path());
+    let url_line = if url.starts_with("postgres://") {
+        format!("url = {url:?}\n")
+    } else {
+        String::new()
+    };
+    let other_key = dir.path().join("other.key");
+    let tables = format!(
+        "[storage]\nsecret_key_file = {:?}\n{url_line}",
+        other_key.display().to_string()
+    );
+    let other = dir.path().join("other.toml");
+    std::fs::write(
+        &other,
+        crate::util::server_config_text(dir.path(), "", &tables),
+    )
+    .unwrap();
+    for args in [&["user", "add", "second"][..], &["user", "token", "first"]] {
+        let out = Command::new(BIN)
+            .args(args)
+            .arg("--config")
+            .arg(&other)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?} printed a token");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("storage.secret_key_file"), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn user_add_prints_only_a_working_token() {
     let dir = tempfile::tempdir().unwrap();

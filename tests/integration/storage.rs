@@ -662,3 +662,38 @@ async fn migrate_copies_a_data_dir_and_the_api_answers_the_same() {
     .await;
     assert_eq!(fourth["status"], "success", "{fourth}");
 }
+
+/// Behind a proxy without sticky sessions, the sign-in form one replica served is accepted
+/// by another, and the session it starts is good on both. (B is a process of its own: keys
+/// kept in a process's memory would be shared by servers in this one.)
+#[tokio::test]
+async fn a_sign_in_form_from_one_replica_is_accepted_by_another() {
+    let db = SharedDatabase::new();
+    let a_dir = tempfile::tempdir().unwrap();
+    let tables = db.tables(a_dir.path(), false);
+    let a = TestServer::start_in_with_tables(a_dir, "", &tables).await;
+    let b_dir = tempfile::tempdir().unwrap();
+    let b_config = b_dir.path().join("config.toml");
+    let text = server_config_text(b_dir.path(), "", &db.tables(b_dir.path(), false));
+    std::fs::write(&b_config, text).unwrap();
+    let b = Process::start(&b_config);
+    let b_http = crate::util::Http::new(b.addr);
+
+    let root = a.user("root", true).await;
+    let mut browser = crate::web::Browser::new(&a.http);
+    let page = browser.get("/authorize").await.expect(200);
+    let form_token = crate::web::form_token(&page);
+    browser.switch_to(&b_http);
+    browser
+        .post_form(
+            "/authorize",
+            &[("form_token", &form_token), ("token", &root)],
+        )
+        .await
+        .expect(303);
+    for http in [&b_http, &a.http] {
+        browser.switch_to(http);
+        let me = crate::web::globals(&browser.get("/web-config.js").await.expect(200));
+        assert_eq!(me["USER"]["login"], "root");
+    }
+}

@@ -23,6 +23,11 @@ impl Browser {
         }
     }
 
+    /// The same browser (its cookies) talking to another server: a replica behind a proxy.
+    pub(crate) fn switch_to(&mut self, http: &Http) {
+        self.http = http.clone();
+    }
+
     pub(crate) fn cookie(&self, name: &str) -> Option<&str> {
         self.cookies
             .iter()
@@ -73,7 +78,7 @@ impl Browser {
     }
 
     /// Posts the sign-in form (as a browser would, with whatever cookies it holds).
-    async fn post_form(&mut self, path: &str, fields: &[(&str, &str)]) -> Resp {
+    pub(crate) async fn post_form(&mut self, path: &str, fields: &[(&str, &str)]) -> Resp {
         let body: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(fields)
             .finish();
@@ -107,7 +112,7 @@ pub(crate) fn globals(r: &Resp) -> serde_json::Map<String, Value> {
 }
 
 /// The hidden form token of a sign-in page.
-fn form_token(page: &Resp) -> String {
+pub(crate) fn form_token(page: &Resp) -> String {
     let html = page.text();
     let start = html
         .find("name=\"form_token\" value=\"")

@@ -80,9 +80,13 @@ fn make_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Opens the store of `config`'s data dir (creating the dir), as the CLI does.
-pub fn open_store(config: &Config) -> Result<Store, AppError> {
-    open_sealed_store(config, None)
+/// Opens the store of `config`'s data dir (creating the dir) with its sealing key, as the
+/// CLI does: the key is checked against the database's, so a token printed with the wrong
+/// key file (or a new one made because the file was missing) is refused, never handed out.
+pub fn open_store(config: &Config) -> Result<(Store, SealKey), AppError> {
+    let seal = SealKey::load_or_create(&config.secret_key_path())?;
+    let store = open_sealed_store(config, Some(&seal))?;
+    Ok((store, seal))
 }
 
 /// Opens the store as the server does: refusing a database whose secrets were sealed with

@@ -522,7 +522,7 @@ fn user_add(config_path: PathBuf, login: String, admin: bool, email: String) -> 
     let config = load(&config_path)?;
     LogControl::install(LogLevel::Warn);
     validate_login(&login).map_err(anyhow::Error::msg)?;
-    let store = open_store(&config)?;
+    let (store, seal) = open_store(&config)?;
     let env = EnvAdmins(config.auth.admins.clone());
     let new = NewUser {
         login,
@@ -534,10 +534,7 @@ fn user_add(config_path: PathBuf, login: String, admin: bool, email: String) -> 
     let account = runtime()?.block_on(store.write(move |c| users::create(c, &env, &new)));
     store.close();
     let account = account?;
-    let key = user_token_key(
-        &SealKey::load_or_create(&config.secret_key_path())?,
-        &account,
-    );
+    let key = user_token_key(&seal, &account);
     println!("{}", token::user_token(account.user.id, &key));
     Ok(())
 }
@@ -545,25 +542,22 @@ fn user_add(config_path: PathBuf, login: String, admin: bool, email: String) -> 
 fn user_token(config_path: PathBuf, login: String) -> anyhow::Result<()> {
     let config = load(&config_path)?;
     LogControl::install(LogLevel::Warn);
-    let account = existing_account(&config, login)?;
-    let key = user_token_key(
-        &SealKey::load_or_create(&config.secret_key_path())?,
-        &account,
-    );
+    let (account, seal) = existing_account(&config, login)?;
+    let key = user_token_key(&seal, &account);
     println!("{}", token::user_token(account.user.id, &key));
     Ok(())
 }
 
-/// The account `login` of the config's data dir, or a clear error.
-fn existing_account(config: &Config, login: String) -> anyhow::Result<users::Account> {
-    let store = open_store(config)?;
+/// The account `login` of the config's data dir (and the sealing key), or a clear error.
+fn existing_account(config: &Config, login: String) -> anyhow::Result<(users::Account, SealKey)> {
+    let (store, seal) = open_store(config)?;
     let env = EnvAdmins(config.auth.admins.clone());
     let name = login.clone();
     let found = runtime()?.block_on(store.read(move |c| users::by_login(c, &env, &name)));
     store.close();
     match found {
         Err(StoreError::NotFound) => anyhow::bail!("no user {login:?}"),
-        other => Ok(other?),
+        other => Ok((other?, seal)),
     }
 }
 
@@ -573,12 +567,9 @@ fn user_login_link(config_path: PathBuf, login: String) -> anyhow::Result<()> {
     if !config.web.module.enabled {
         anyhow::bail!("the web module is disabled ([web] enabled = false)");
     }
-    let account = existing_account(&config, login)?;
+    let (account, seal) = existing_account(&config, login)?;
     let now = crate::store::now_unix();
-    let key = user_token_key(
-        &SealKey::load_or_create(&config.secret_key_path())?,
-        &account,
-    );
+    let key = user_token_key(&seal, &account);
     let url = crate::modules::web::login::login_link(&config, account.user.id, &key, now);
     println!("{url}");
     Ok(())

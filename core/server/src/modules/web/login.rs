@@ -13,8 +13,6 @@
 //! - Signing in sets `user_sess` to a session token (`auth::session`) valid for
 //!   `[web] session_hours` and answers `303` to the root path; `GET <root>/logout` clears it.
 
-use std::sync::OnceLock;
-
 use serde_json::json;
 
 use super::oauth;
@@ -35,11 +33,10 @@ const FORM_COOKIE: &str = "woodlark_login";
 const FORM_SECS: i64 = 15 * 60;
 const FORM_TOKEN: &str = "login-form";
 
-/// The key that signs form tokens: random per process (a form outliving a restart is simply
-/// shown again).
-fn form_key() -> &'static [u8] {
-    static KEY: OnceLock<Vec<u8>> = OnceLock::new();
-    KEY.get_or_init(|| auth::random_bytes(32))
+/// The key that signs form tokens, derived from the sealing key: every replica behind one
+/// proxy accepts a form another one served (no sticky sessions needed).
+fn form_key(ctx: &Ctx) -> Vec<u8> {
+    ctx.ci.seal.derive(FORM_TOKEN, "").into_bytes()
 }
 
 /// `GET <root>/authorize`: the sign-in form, or a login link's sign-in.
@@ -116,7 +113,7 @@ pub async fn authorize_with_token(ctx: Ctx, req: Request) -> Result<Response, Ap
         }
     }
     let now = now_unix();
-    if !form_token_ok(&req, &form_token, now) {
+    if !form_token_ok(&form_key(&ctx), &req, &form_token, now) {
         let message = "This sign-in form has expired. Please enter your token again.";
         return Ok(form(&ctx, &req, StatusCode::BAD_REQUEST, Some(message)));
     }
@@ -245,8 +242,8 @@ fn form_path(root: &str) -> String {
 }
 
 /// A form token must be ours, unexpired, and carry the nonce of this browser's form cookie.
-fn form_token_ok(req: &Request, form_token: &str, now: i64) -> bool {
-    let Some(claims) = token::verify(form_token, form_key(), now) else {
+fn form_token_ok(key: &[u8], req: &Request, form_token: &str, now: i64) -> bool {
+    let Some(claims) = token::verify(form_token, key, now) else {
         return false;
     };
     let nonce = claims.get("nonce").and_then(|v| v.as_str()).unwrap_or("");
@@ -263,7 +260,7 @@ fn form(ctx: &Ctx, req: &Request, status: StatusCode, error: Option<&str>) -> Re
     let nonce = auth::random_secret();
     let form_token = token::sign(
         &json!({"type": FORM_TOKEN, "nonce": nonce, "exp": now + FORM_SECS}),
-        form_key(),
+        &form_key(ctx),
     );
     let root = ctx.config.web.root_path();
     let error = error
@@ -314,29 +311,33 @@ mod tests {
 
     #[test]
     fn form_tokens_need_the_matching_cookie() {
-        let sign = |claims| token::sign(&claims, form_key());
+        const KEY: &[u8] = b"form key";
+        let sign = |claims| token::sign(&claims, KEY);
         let good = sign(json!({"type": FORM_TOKEN, "nonce": "n1", "exp": 200}));
-        assert!(form_token_ok(&post(Some("n1")), &good, 100));
+        assert!(form_token_ok(KEY, &post(Some("n1")), &good, 100));
         assert!(
-            !form_token_ok(&post(Some("n2")), &good, 100),
+            !form_token_ok(KEY, &post(Some("n2")), &good, 100),
             "other browser"
         );
-        assert!(!form_token_ok(&post(None), &good, 100), "no cookie");
-        assert!(!form_token_ok(&post(Some("n1")), &good, 201), "expired");
+        assert!(!form_token_ok(KEY, &post(None), &good, 100), "no cookie");
+        assert!(
+            !form_token_ok(KEY, &post(Some("n1")), &good, 201),
+            "expired"
+        );
         let foreign = token::sign(
             &json!({"type": FORM_TOKEN, "nonce": "n1", "exp": 200}),
             b"k",
         );
         assert!(
-            !form_token_ok(&post(Some("n1")), &foreign, 100),
+            !form_token_ok(KEY, &post(Some("n1")), &foreign, 100),
             "not our key"
         );
         let typeless = sign(json!({"nonce": "n1", "exp": 200}));
-        assert!(!form_token_ok(&post(Some("n1")), &typeless, 100));
+        assert!(!form_token_ok(KEY, &post(Some("n1")), &typeless, 100));
         let eternal = sign(json!({"type": FORM_TOKEN, "nonce": "n1"}));
-        assert!(!form_token_ok(&post(Some("n1")), &eternal, 100));
+        assert!(!form_token_ok(KEY, &post(Some("n1")), &eternal, 100));
         let empty = sign(json!({"type": FORM_TOKEN, "nonce": "", "exp": 200}));
-        assert!(!form_token_ok(&post(Some("")), &empty, 100));
+        assert!(!form_token_ok(KEY, &post(Some("")), &empty, 100));
     }
 
     #[test]
