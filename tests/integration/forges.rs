@@ -256,6 +256,9 @@ struct RoundTrip {
     bare: PathBuf,
     /// Removes the docker backend's containers, networks and volumes when the test ends.
     _engine: Option<crate::docker::EngineCleanup>,
+    /// A second server on the same PostgreSQL database, without a runner (see
+    /// [`gitea_round_trip_with_a_second_replica`]).
+    replica: Option<TestServer>,
 }
 
 impl RoundTrip {
@@ -314,6 +317,25 @@ impl RoundTrip {
                 self.fake.lock().unwrap().statuses_of(&sha)
             )
         });
+        // Each state once: one poster (the replicas' leader), one post per change. A second
+        // poster's copies would come in about the same moment: give them that moment.
+        let posted = if self.replica.is_some() {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            self.fake.lock().unwrap().statuses_of(&sha)
+        } else {
+            posted
+        };
+        // (Some forges name two of our states alike: a state is its name and description.)
+        let states: Vec<(&str, &str)> = posted
+            .iter()
+            .map(|p| (p.state.as_str(), p.description.as_str()))
+            .collect();
+        let distinct: std::collections::BTreeSet<_> = states.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            states.len(),
+            "{kind:?}: posted twice: {states:?}"
+        );
         assert_eq!(posted[0].state, pending, "{kind:?}: {posted:?}");
         let final_status = posted.last().unwrap();
         assert_eq!(final_status.context, "ci/woodpecker/push/woodpecker");
@@ -367,6 +389,12 @@ async fn round_trip(kind: Kind) -> RoundTrip {
 /// [`round_trip`] with the pipelines on `backend`. On the docker backend the clone runs in
 /// a container, which reaches the git server on the host's address on Docker's bridge.
 async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
+    round_trip_with(kind, backend, false).await
+}
+
+/// [`round_trip_on`]; with `replica`, the server and a second one (no runner, its own data
+/// dir, the same sealing key) share a fresh PostgreSQL database for the whole trip.
+async fn round_trip_with(kind: Kind, backend: Backend, replica: bool) -> RoundTrip {
     let dist = first_party_plugins();
     let data = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(data.path().join("octo")).unwrap();
@@ -423,9 +451,22 @@ async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
         "[plugins.instances.{name}]\nfile = \"forge-{name}.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{FORGE}\"]\nconfig = {{ hook-secret = \"forge:{FORGE}\"{} }}\n",
         kind.instance_config(api)
     );
-    let tables = runner + &plugins_table(&dist, false, &instance);
+    let shared = replica.then(|| {
+        let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
+        let key = data.path().join("secrets.key").display().to_string();
+        format!("[storage]\nurl = {url:?}\nsecret_key_file = {key:?}\n")
+    });
+    let tables = runner + &plugins_table(&dist, false, &instance) + shared.as_deref().unwrap_or("");
     // Anyone with an account on the forge may sign in (`auth.open`).
     let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
+    let replica = match shared {
+        Some(storage) => {
+            let tables = plugins_table(&dist, false, &instance) + &storage;
+            let dir = tempfile::tempdir().unwrap();
+            Some(TestServer::start_in_with_tables(dir, "#open", &tables).await)
+        }
+        None => None,
+    };
     let p = s.principals().await;
     let forge = s
         .http
@@ -582,6 +623,7 @@ async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
         work,
         bare,
         _engine: engine,
+        replica,
     };
 
     // A signed push: the pipeline clones with the forge's netrc, runs, and its statuses
@@ -660,6 +702,19 @@ async fn round_trip_and_deactivate(kind: Kind) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitea_round_trip() {
     round_trip_and_deactivate(Kind::Gitea).await;
+}
+
+/// The round trip with a second replica on the same database: the leader alone posts the
+/// commit statuses, each state once, whichever replica ran the pipeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitea_round_trip_with_a_second_replica() {
+    let round = round_trip_with(Kind::Gitea, Backend::Local, true).await;
+    let replica = round.replica.as_ref().unwrap();
+    let leaders = [&round.s, replica]
+        .iter()
+        .filter(|s| *s.app_state.ci.store.leadership().borrow())
+        .count();
+    assert_eq!(leaders, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -697,3 +697,54 @@ async fn a_sign_in_form_from_one_replica_is_accepted_by_another() {
         assert_eq!(me["USER"]["login"], "root");
     }
 }
+
+/// A forge changed through one replica is used as changed by the others: their kept
+/// drivers are checked against the stored forge after every identity change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forge_changed_on_one_replica_is_used_as_changed_by_another() {
+    let (_keys, servers) = replicas_with_runners(&[false, false]).await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let p = a.principals().await;
+    let forge = a.git_forge(&p.admin).await;
+    a.init_git_repo("alice/app");
+    b.init_git_repo("alice/other");
+    let listed = |s: &TestServer| {
+        let http = s.http.clone();
+        let token = p.alice.clone();
+        async move {
+            let all = http
+                .get("/api/user/repos?all=true", Some(&token))
+                .await
+                .expect(200)
+                .json();
+            all.as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["full_name"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(a).await, ["alice/app"]);
+    let moved = serde_json::json!({"url": format!("file://{}", b.forge_dir().display())});
+    b.http
+        .patch(
+            &format!("/api/forges/{forge}"),
+            Some(&p.admin),
+            &moved.to_string(),
+        )
+        .await
+        .expect(200);
+    assert_eq!(listed(b).await, ["alice/other"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = listed(a).await;
+        if now == ["alice/other"] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A still lists {now:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -420,25 +420,34 @@ impl TestServer {
 
     /// This server's database (see [`database_of`]).
     pub fn database(&self) -> String {
-        database_of(self.dir.path())
+        let url = &self.app_state.config.storage.url;
+        if url.is_empty() {
+            database_of(self.dir.path())
+        } else {
+            url.clone()
+        }
     }
 
     /// What is at rest in this server's database, as bytes: the SQLite file and its log
     /// (freed pages included), or every stored value on PostgreSQL.
     pub fn stored_bytes(&self) -> Vec<u8> {
-        stored_bytes_of(self.dir.path())
+        stored_bytes_in(&self.database())
     }
 }
 
 /// [`TestServer::stored_bytes`] of the servers of `data_dir`.
 pub fn stored_bytes_of(data_dir: &Path) -> Vec<u8> {
-    let target = database_of(data_dir);
+    stored_bytes_in(&database_of(data_dir))
+}
+
+/// What is at rest in `target`: a PostgreSQL URL or a SQLite file.
+fn stored_bytes_in(target: &str) -> Vec<u8> {
     if target.starts_with("postgres://") {
-        return woodlark_store::inspect_for_tests(&target, |tx| {
+        return woodlark_store::inspect_for_tests(target, |tx| {
             tx.stored_bytes_for_tests().unwrap()
         });
     }
-    let mut bytes = std::fs::read(&target).unwrap();
+    let mut bytes = std::fs::read(target).unwrap();
     if let Ok(more) = std::fs::read(format!("{target}-wal")) {
         bytes.extend(more);
     }

@@ -190,7 +190,7 @@ impl Forge {
 }
 
 /// A forge with its sealed secrets, for the server's own use.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ForgeRow {
     pub forge: Forge,
     pub sealed_client_secret: String,

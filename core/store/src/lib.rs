@@ -230,6 +230,8 @@ struct Inner {
     /// Checkpoints the writer has had to finish itself (see `Checkpoint`).
     catch_ups: Arc<AtomicU64>,
     dialect: Dialect,
+    /// Whether this server leads its database's replicas ([`Store::leadership`]).
+    leader: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// A group of tables whose changes are counted together, for caches of what is read from
@@ -401,6 +403,8 @@ impl Store {
             helper_threads: vec![checkpoint_handle],
             stopping: Arc::default(),
             catch_ups,
+            // Alone on its file: always the leader.
+            leader: Arc::new(tokio::sync::watch::Sender::new(true)),
         })
     }
 
@@ -419,7 +423,7 @@ impl Store {
                     ))
                 })
         })?;
-        let (writer, listener, readers) = opened;
+        let (writer, (listen_session, writer_pid), readers) = opened;
         let generation = Generation {
             touched: Arc::default(),
             counters: Arc::default(),
@@ -427,15 +431,19 @@ impl Store {
         let (commit_tx, commit_rx) = tokio::sync::watch::channel(0u64);
         let commit_tx = Arc::new(commit_tx);
         let stopping: Arc<AtomicBool> = Arc::default();
+        let leader = Arc::new(tokio::sync::watch::Sender::new(false));
         let listening = {
-            let (counters, commits, stopping) = (
-                generation.counters.clone(),
-                commit_tx.clone(),
-                stopping.clone(),
-            );
+            let listener = Listener {
+                url: url.to_string(),
+                writer_pid,
+                counters: generation.counters.clone(),
+                commits: commit_tx.clone(),
+                stopping: stopping.clone(),
+                leader: leader.clone(),
+            };
             std::thread::Builder::new()
                 .name("store-listen".into())
-                .spawn(move || listen_loop(listener, counters, commits, stopping))
+                .spawn(move || listener.run(listen_session))
                 .map_err(|e| StoreError::Unavailable(format!("cannot start the listener: {e}")))?
         };
         Store::start(Started {
@@ -448,6 +456,7 @@ impl Store {
             helper_threads: vec![listening],
             stopping,
             catch_ups: Arc::default(),
+            leader,
         })
     }
 
@@ -463,6 +472,7 @@ impl Store {
             helper_threads,
             stopping,
             catch_ups,
+            leader,
         } = started;
         let generations = generation.counters.clone();
         let reader_count = readers.len();
@@ -488,6 +498,7 @@ impl Store {
                 generations,
                 catch_ups,
                 dialect,
+                leader,
             }),
         })
     }
@@ -501,6 +512,15 @@ impl Store {
     /// changes reach this one only through [`Store::commits`] and [`Store::generation`].
     pub fn is_shared(&self) -> bool {
         self.dialect() == Dialect::Postgres
+    }
+
+    /// Whether this server is the one of its database's replicas that does what must be
+    /// done once and in order for all of them (posting commit statuses). Always true on
+    /// SQLite. On PostgreSQL it is the replica whose change listener holds the leader lock;
+    /// when that session ends (the replica stopped or died, or lost its connection) another
+    /// replica's listener takes the lock at its next poll.
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.leader.subscribe()
     }
 
     /// How often the writer has had to finish a checkpoint itself because the checkpoint
@@ -837,44 +857,114 @@ struct Started {
     helper_threads: Vec<std::thread::JoinHandle<()>>,
     stopping: Arc<AtomicBool>,
     catch_ups: Arc<AtomicU64>,
+    leader: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// How long the listener waits for a notification before it looks at `stopping` again.
 const LISTEN_POLL: Duration = Duration::from_millis(200);
 
+/// The session-level advisory lock held by the replicas' leader's listener
+/// ([`Store::leadership`]).
+const LEADER_LOCK: i64 = 0x776c_2d6c_6561_6472;
+
+/// The longest wait between two attempts to reconnect a lost listener.
+const LISTEN_RECONNECT_MAX: Duration = Duration::from_secs(30);
+
 /// PostgreSQL: moves this replica's generations (and wakes its outbox readers) for changes
-/// other replicas commit (any session but `writer_pid`, this replica's writer). The triggers
-/// of `pg::schema` name each changed table on commit.
-fn listen_loop(
-    (mut client, writer_pid): (postgres::Client, i32),
+/// other replicas commit (any session but `writer_pid`, this replica's writer), and holds
+/// the leader lock while it can. The triggers of `pg::schema` name each changed table on
+/// commit.
+struct Listener {
+    url: String,
+    writer_pid: i32,
     counters: Arc<[AtomicU64; Domain::COUNT]>,
     commits: Arc<tokio::sync::watch::Sender<u64>>,
     stopping: Arc<AtomicBool>,
-) {
-    while !stopping.load(Ordering::Acquire) {
+    leader: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Listener {
+    /// Listens until the store stops. A lost session is reconnected with backoff; as
+    /// notifications may have been missed meanwhile, every generation then moves (caches
+    /// re-read), and leadership is given up until the lock is taken again.
+    fn run(self, first: postgres::Client) {
+        let mut session = Some(first);
+        let mut backoff = Duration::from_secs(1);
+        while !self.stopping.load(Ordering::Acquire) {
+            let Some(client) = session.as_mut() else {
+                self.pause(backoff);
+                match self.connect() {
+                    Ok(client) => {
+                        tracing::info!("the store's change listener reconnected");
+                        session = Some(client);
+                        backoff = Duration::from_secs(1);
+                        for counter in self.counters.iter() {
+                            counter.fetch_add(1, Ordering::AcqRel);
+                        }
+                        self.commits.send_modify(|n| *n += 1);
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, retry_in = ?backoff, "the store's change listener cannot reconnect");
+                        backoff = (backoff * 2).min(LISTEN_RECONNECT_MAX);
+                    }
+                }
+                continue;
+            };
+            if let Err(err) = self.listen_once(client) {
+                tracing::error!(%err, "the store's change listener lost its connection");
+                session = None;
+                self.leader.send_replace(false);
+            }
+        }
+    }
+
+    /// Takes the leader lock if it is free, then hears notifications for one poll.
+    fn listen_once(&self, client: &mut postgres::Client) -> Result<(), postgres::Error> {
+        if !*self.leader.borrow() {
+            let taken: bool = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])?
+                .get(0);
+            if taken {
+                tracing::info!("this replica leads (it posts commit statuses)");
+                self.leader.send_replace(true);
+            }
+        }
         let mut notifications = client.notifications();
         let mut iter = notifications.timeout_iter(LISTEN_POLL);
         use postgres::fallible_iterator::FallibleIterator;
         let mut heard = false;
-        loop {
-            match iter.next() {
-                // This replica's own writer has counted its commits already.
-                Ok(Some(note)) if note.process_id() == writer_pid => {}
-                Ok(Some(note)) => {
-                    heard = true;
-                    if let Some(domain) = Domain::of_table(note.payload()) {
-                        counters[domain as usize].fetch_add(1, Ordering::AcqRel);
-                    }
-                }
-                Ok(None) => break,
-                Err(err) => {
-                    tracing::error!(%err, "the store's change listener lost its connection");
-                    return;
-                }
+        while let Some(note) = iter.next()? {
+            // This replica's own writer has counted its commits already.
+            if note.process_id() == self.writer_pid {
+                continue;
+            }
+            heard = true;
+            if let Some(domain) = Domain::of_table(note.payload()) {
+                self.counters[domain as usize].fetch_add(1, Ordering::AcqRel);
             }
         }
         if heard {
-            commits.send_modify(|n| *n += 1);
+            self.commits.send_modify(|n| *n += 1);
+        }
+        Ok(())
+    }
+
+    fn connect(&self) -> StoreResult<postgres::Client> {
+        let mut client =
+            pg::connect(&self.url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        client.batch_execute(&format!("LISTEN {}", pg::schema::NOTIFY_CHANNEL))?;
+        Ok(client)
+    }
+
+    /// Sleeps `how_long`, or less if the store stops meanwhile.
+    fn pause(&self, how_long: Duration) {
+        let until = std::time::Instant::now() + how_long;
+        while !self.stopping.load(Ordering::Acquire) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(LISTEN_POLL));
         }
     }
 }

@@ -71,23 +71,55 @@ impl Targets {
     }
 }
 
-/// Posts statuses while some forge can show them, until the feed ends.
+/// Posts statuses while this server leads its replicas and some forge can show them, until
+/// the feed ends.
+///
+/// Only the leader posts ([`crate::store::Store::leadership`]; always this server on
+/// SQLite): every replica follows the same feed, and two posting one pipeline could land
+/// its states on the forge out of order. A new leader follows the feed from when it took
+/// over; a pipeline that changed in the moment between has its statuses posted at its next
+/// change.
 pub async fn run(ci: Services) {
     ci.status_targets.refresh(&ci.store).await;
+    if ci.store.is_shared() {
+        tokio::spawn(refresh_after_other_replicas(ci.clone()));
+    }
     let mut targets = ci.status_targets.0.subscribe();
+    let mut leading = ci.store.leadership();
     loop {
-        if targets.wait_for(|any| *any).await.is_err() {
+        if leading.wait_for(|l| *l).await.is_err() || targets.wait_for(|any| *any).await.is_err() {
             return;
         }
-        if follow(&ci, &mut targets).await.is_none() {
+        if !*leading.borrow_and_update() {
+            continue;
+        }
+        if follow(&ci, &mut targets, &mut leading).await.is_none() {
             return;
         }
     }
 }
 
-/// Follows the pipeline feed and posts statuses until no forge can show them (`Some`) or
-/// the feed ends (`None`).
-async fn follow(ci: &Services, targets: &mut watch::Receiver<bool>) -> Option<()> {
+/// Another replica may add or change forges: [`Targets`] is read again whenever the
+/// identity tables (forges among them) change, until the store closes.
+async fn refresh_after_other_replicas(ci: Services) {
+    let mut commits = ci.store.commits();
+    let mut seen = ci.store.identity_generation();
+    while commits.changed().await.is_ok() {
+        let now = ci.store.identity_generation();
+        if now != seen {
+            seen = now;
+            ci.status_targets.refresh(&ci.store).await;
+        }
+    }
+}
+
+/// Follows the pipeline feed and posts statuses until no forge can show them or this
+/// server no longer leads (`Some`), or the feed ends (`None`).
+async fn follow(
+    ci: &Services,
+    targets: &mut watch::Receiver<bool>,
+    leading: &mut watch::Receiver<bool>,
+) -> Option<()> {
     let mut changes = ci.feed.subscribe();
     let posted: Arc<std::sync::Mutex<HashMap<i64, Arc<Mutex<Posted>>>>> = Arc::default();
     let slots = Arc::new(Semaphore::new(PARALLEL));
@@ -96,6 +128,13 @@ async fn follow(ci: &Services, targets: &mut watch::Receiver<bool>) -> Option<()
             received = changes.recv() => received,
             changed = targets.changed() => {
                 if changed.is_err() || !*targets.borrow_and_update() {
+                    return Some(());
+                }
+                continue;
+            }
+            changed = leading.changed() => {
+                if changed.is_err() || !*leading.borrow_and_update() {
+                    tracing::info!("another replica leads now; it posts commit statuses");
                     return Some(());
                 }
                 continue;

@@ -144,6 +144,94 @@ mod tests {
         b.close();
     }
 
+    /// Waits until exactly one of `stores` leads; returns its index.
+    async fn the_leader(stores: &[&crate::Store]) -> usize {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let leading: Vec<usize> = (0..stores.len())
+                .filter(|i| *stores[*i].leadership().borrow())
+                .collect();
+            if leading.len() == 1 {
+                return leading[0];
+            }
+            assert!(leading.len() < 2, "two leaders at once");
+            assert!(std::time::Instant::now() < deadline, "no leader");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// One of several replicas leads; when it stops, another takes over.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_replica_leads_and_another_takes_over_when_it_stops() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions::default();
+        let stores: Vec<crate::Store> = (0..3)
+            .map(|_| crate::Store::open_postgres(&url, &options).unwrap())
+            .collect();
+        let first = the_leader(&stores.iter().collect::<Vec<_>>()).await;
+        // Still one a moment later (nobody else took the lock meanwhile).
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        assert_eq!(the_leader(&stores.iter().collect::<Vec<_>>()).await, first);
+        stores[first].close();
+        let rest: Vec<&crate::Store> = (0..3).filter(|i| *i != first).map(|i| &stores[i]).collect();
+        the_leader(&rest).await;
+        for store in rest {
+            store.close();
+        }
+    }
+
+    /// A listener whose session is cut reconnects: every generation moves (notifications
+    /// may have been missed), other replicas' changes are heard again, and a leader is back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_listener_that_loses_its_session_reconnects() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions::default();
+        let a = crate::Store::open_postgres(&url, &options).unwrap();
+        let b = crate::Store::open_postgres(&url, &options).unwrap();
+        the_leader(&[&a, &b]).await;
+        let (a0, b0) = (a.identity_generation(), b.identity_generation());
+        // Both listeners' last statement is the leader lock's; nothing else runs it.
+        let cut = url.clone();
+        let killed: i64 = std::thread::spawn(move || {
+            let mut admin = connect(&cut).unwrap();
+            admin
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE query = 'SELECT pg_try_advisory_lock($1)' AND pid <> pg_backend_pid() \
+                     AND datname = current_database()",
+                    &[],
+                )
+                .unwrap()
+                .get(0)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(killed, 2);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while a.identity_generation() == a0 || b.identity_generation() == b0 {
+            assert!(std::time::Instant::now() < deadline, "no reconnect");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        the_leader(&[&a, &b]).await;
+        let mut b_commits = b.commits();
+        b_commits.borrow_and_update();
+        a.write(|c| {
+            c.execute(
+                "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///y', '{}', 's')",
+                [],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), b_commits.changed())
+            .await
+            .expect("b hears a's change on its new session")
+            .unwrap();
+        a.close();
+        b.close();
+    }
+
     /// Three replicas creating pipelines of one repository at once: numbers 1..=30, each
     /// once, and no creation fails.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

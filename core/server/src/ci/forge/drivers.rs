@@ -5,7 +5,9 @@
 //! together, so a delivery reads the forge row at most once and usually not at all. A cached
 //! entry is dropped when `ci::forges` changes or removes the forge ([`Drivers::forget`]); a
 //! plugin forge's entry is also rebuilt when another adapter now serves its type (a plugin
-//! loaded or unloaded).
+//! loaded or unloaded). On a database shared with other replicas, which change forges
+//! without this server's `forget`, a kept entry is checked against the stored row after
+//! every change to the identity tables (forges are among them), and rebuilt if it differs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,6 +48,12 @@ pub struct PluginContext {
     pub settings: Arc<Settings>,
 }
 
+/// A built driver and the identity generation its row was last known current at.
+struct Kept {
+    handle: Arc<ForgeHandle>,
+    checked: u64,
+}
+
 /// The drivers of every forge used so far.
 pub struct Drivers {
     store: Store,
@@ -55,7 +63,7 @@ pub struct Drivers {
 
 #[derive(Default)]
 struct Cache {
-    handles: HashMap<i64, Arc<ForgeHandle>>,
+    handles: HashMap<i64, Kept>,
     /// Bumped by every [`Drivers::forget`]: a driver built from a row read before it is not
     /// kept.
     generation: u64,
@@ -72,18 +80,37 @@ impl Drivers {
 
     /// Forge `forge_id`'s record and driver.
     pub async fn get(&self, forge_id: i64) -> Result<Arc<ForgeHandle>, DriverError> {
-        let generation = {
+        // Only another replica's change can make a kept row stale without `forget`.
+        let identity = if self.store.is_shared() {
+            self.store.identity_generation()
+        } else {
+            0
+        };
+        let (generation, kept) = {
             let cache = self.cache();
-            if let Some(handle) = cache.handles.get(&forge_id).filter(|h| self.is_current(h)) {
-                return Ok(handle.clone());
+            let kept = cache
+                .handles
+                .get(&forge_id)
+                .filter(|k| self.is_current(&k.handle));
+            if let Some(kept) = kept
+                && kept.checked == identity
+            {
+                return Ok(kept.handle.clone());
             }
-            cache.generation
+            (cache.generation, kept.map(|k| k.handle.clone()))
         };
         let row = self.store.read(move |c| forges::by_id(c, forge_id)).await?;
-        let handle = Arc::new(self.build(row)?);
+        let handle = match kept {
+            Some(handle) if handle.row == row => handle,
+            _ => Arc::new(self.build(row)?),
+        };
         let mut cache = self.cache();
         if cache.generation == generation {
-            cache.handles.insert(forge_id, handle.clone());
+            let kept = Kept {
+                handle: handle.clone(),
+                checked: identity,
+            };
+            cache.handles.insert(forge_id, kept);
         }
         Ok(handle)
     }
