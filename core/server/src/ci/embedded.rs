@@ -37,6 +37,17 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
             return;
         }
     };
+    // Containers of this server carry an owner key derived from its data dir (and, among
+    // replicas, its agent name: two replicas may use one path on one Docker engine), so a
+    // restart after a crash sweeps exactly what this server left behind.
+    let mut owner_seed = config.server.data_dir.display().to_string();
+    if name != local::LOCAL_AGENT {
+        owner_seed.push_str(&name);
+    }
+    let owner = format!(
+        "server-{}",
+        &crate::store::agents::token_hash(&owner_seed)[..16]
+    );
     let row = match local::ensure_agent(&ci.store, &ci.seal, name).await {
         Ok(row) => row,
         Err(err) => {
@@ -52,12 +63,6 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
         Ok(_) => {}
         Err(err) => tracing::warn!(%err, "could not re-queue the local agent's workflows"),
     }
-    // Containers of this server carry an owner key derived from its data dir, so a restart
-    // after a crash sweeps exactly what this server left behind.
-    let owner = format!(
-        "server-{}",
-        &crate::store::agents::token_hash(&config.server.data_dir.display().to_string())[..16]
-    );
     let sandbox = match local_sandbox(&config) {
         Ok(sandbox) => sandbox,
         Err(err) => {
