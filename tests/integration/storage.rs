@@ -748,3 +748,56 @@ async fn a_forge_changed_on_one_replica_is_used_as_changed_by_another() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// A queue paused through one replica holds work on every replica, and a resume through
+/// another lets it run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_paused_on_one_replica_is_paused_on_all() {
+    let (_keys, servers) = replicas_with_runners(&[true, true]).await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let p = a.principals().await;
+    let repo = a.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    a.http
+        .post("/api/queue/pause", Some(&p.admin), "")
+        .await
+        .expect(204);
+    let config = "steps:\n  - name: build\n    image: sh\n    commands: [\"echo built\"]\n";
+    push_files(a, "alice/app", &[(".woodpecker.yaml", config)], "held").await;
+    // B hears of the pause with A's commit (a notification, milliseconds).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let info = b
+            .http
+            .get("/api/queue/info", Some(&p.admin))
+            .await
+            .expect(200)
+            .json();
+        if info["paused"] == true {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B does not know: {info}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Longer than a replica takes to read the pause again, and than a runner's re-check.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let held = b
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(held["status"], "pending", "{held}");
+    b.http
+        .post("/api/queue/resume", Some(&p.admin), "")
+        .await
+        .expect(204);
+    let done = wait_for(&a.http, &p.alice, id, 1, 60, |p| {
+        p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
+    })
+    .await;
+    assert_eq!(done["status"], "success", "{done}");
+}

@@ -247,15 +247,18 @@ pub enum Domain {
     Events,
     /// Step log lines (the logs' store): how a replica hears of lines another one stored.
     Logs,
+    /// Facts and settings of the database itself (`meta`: the queue's pause).
+    Settings,
 }
 
 impl Domain {
-    const COUNT: usize = 4;
+    const COUNT: usize = 5;
     const ALL: [Domain; Domain::COUNT] = [
         Domain::Identity,
         Domain::Pipelines,
         Domain::Events,
         Domain::Logs,
+        Domain::Settings,
     ];
 
     /// The tables of this domain.
@@ -265,6 +268,7 @@ impl Domain {
             Domain::Pipelines => &["pipelines", "workflows", "steps"],
             Domain::Events => &["events"],
             Domain::Logs => &["log_entries"],
+            Domain::Settings => &["meta"],
         }
     }
 

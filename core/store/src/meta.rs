@@ -1,4 +1,5 @@
-//! Facts about the database itself, one value per key (`meta` table), written once.
+//! Facts about the database itself, one value per key (`meta` table): most written once,
+//! some settings every server on the database shares ([`QUEUE_PAUSED`]).
 //!
 //! What servers sharing the database must agree on is claimed here by the first to start,
 //! and checked by every later one: the fingerprint of the key that seals secrets and signs
@@ -15,6 +16,9 @@ pub const SEALING_KEY: &str = "sealing_key_fingerprint";
 /// Key of the server's ed25519 signing key, sealed with the sealing key.
 pub const SIGNATURE_KEY: &str = "signature_key";
 
+/// Key of whether the queue is paused (`"true"`), for every replica.
+pub const QUEUE_PAUSED: &str = "queue_paused";
+
 pub(crate) const SCHEMA: &str = "
     CREATE TABLE meta (
         key    TEXT PRIMARY KEY,
@@ -30,6 +34,23 @@ pub fn claim(conn: &Tx, key: &str, value: &str) -> StoreResult<String> {
     conn.cached_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
 }
 
+/// The value under `key`, if any.
+pub fn get(conn: &Tx, key: &str) -> StoreResult<Option<String>> {
+    use crate::sql::OptionalExtension;
+    conn.cached_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()
+}
+
+/// Stores `value` under `key`, replacing what was there.
+pub fn set(conn: &Tx, key: &str, value: &str) -> StoreResult<()> {
+    conn.cached_exec(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +61,14 @@ mod tests {
         assert_eq!(claim(&c, SEALING_KEY, "aa").unwrap(), "aa");
         assert_eq!(claim(&c, SEALING_KEY, "bb").unwrap(), "aa");
         assert_eq!(claim(&c, "other", "bb").unwrap(), "bb");
+    }
+
+    #[test]
+    fn a_setting_is_replaced() {
+        let c = crate::sql::fresh_tx();
+        assert_eq!(get(&c, QUEUE_PAUSED).unwrap(), None);
+        set(&c, QUEUE_PAUSED, "true").unwrap();
+        set(&c, QUEUE_PAUSED, "false").unwrap();
+        assert_eq!(get(&c, QUEUE_PAUSED).unwrap().as_deref(), Some("false"));
     }
 }

@@ -31,7 +31,7 @@ use crate::store::agents::{self, AgentRow};
 use crate::store::logs;
 use crate::store::pipelines::{self, PipelineRow};
 use crate::store::tasks::{self, Task, TaskState};
-use crate::store::{Store, StoreError, StoreResult, Tx, now_unix, repos};
+use crate::store::{Domain, Store, StoreError, StoreResult, Tx, meta, now_unix, repos};
 
 /// How long a lease lasts without `extend`.
 pub const LEASE_SECS: i64 = 60;
@@ -91,7 +91,7 @@ pub struct Queue {
     drivers: Arc<Drivers>,
     tokens: Tokens,
     bus: LogBus,
-    paused: AtomicBool,
+    pause: Pause,
     /// Signalled when a task may have become pending (new pipeline, finished dependency,
     /// expired lease, resume).
     work: Notify,
@@ -102,6 +102,25 @@ pub struct Queue {
     /// Agent workers waiting in [`Queue::next`] right now: upstream's `worker_count`, the
     /// "free" slots of `/queue/info`.
     polling: AtomicUsize,
+}
+
+/// The queue's pause as last read or written here, and the settings generation it was read
+/// at.
+#[derive(Default)]
+struct Pause {
+    paused: AtomicBool,
+    read_at: Mutex<Option<u64>>,
+}
+
+impl Pause {
+    fn read_at(&self) -> std::sync::MutexGuard<'_, Option<u64>> {
+        self.read_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn learn(&self, paused: bool, generation: u64) {
+        self.paused.store(paused, Ordering::SeqCst);
+        *self.read_at() = Some(generation);
+    }
 }
 
 /// Who is asking: the agent record and the labels it runs with.
@@ -150,7 +169,7 @@ impl Queue {
             drivers,
             tokens,
             bus: LogBus::default(),
-            paused: AtomicBool::new(false),
+            pause: Pause::default(),
             work: Notify::new(),
             changes: Notify::new(),
             contact: Mutex::new(HashMap::new()),
@@ -163,17 +182,42 @@ impl Queue {
         &self.bus
     }
 
-    pub fn paused(&self) -> bool {
-        self.paused.load(Ordering::SeqCst)
+    /// Whether the queue is paused: kept in the database, so it holds for every replica
+    /// and across restarts. Read again whenever the settings changed (here, or on another
+    /// replica: its commit is heard a moment later).
+    pub async fn paused(&self) -> bool {
+        let generation = self.store.generation(Domain::Settings);
+        if *self.pause.read_at() != Some(generation) {
+            match self.store.read(|c| meta::get(c, meta::QUEUE_PAUSED)).await {
+                Ok(value) => self
+                    .pause
+                    .learn(value.as_deref() == Some("true"), generation),
+                Err(err) => {
+                    tracing::warn!(%err, "the queue's pause not read; keeping the last known")
+                }
+            }
+        }
+        self.pause.paused.load(Ordering::SeqCst)
     }
 
-    pub fn pause(&self) {
-        self.paused.store(true, Ordering::SeqCst);
+    pub async fn pause(&self) -> StoreResult<()> {
+        self.set_paused(true).await
     }
 
-    pub fn resume(&self) {
-        self.paused.store(false, Ordering::SeqCst);
+    pub async fn resume(&self) -> StoreResult<()> {
+        self.set_paused(false).await?;
         self.work.notify_waiters();
+        Ok(())
+    }
+
+    async fn set_paused(&self, paused: bool) -> StoreResult<()> {
+        let value = if paused { "true" } else { "false" };
+        self.store
+            .write(move |c| meta::set(c, meta::QUEUE_PAUSED, value))
+            .await?;
+        // Known now; the write moved the generation, so the next look reads it back.
+        self.pause.paused.store(paused, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Wakes agents waiting for work.
@@ -257,7 +301,7 @@ impl Queue {
         let deadline = tokio::time::Instant::now() + LONG_POLL;
         loop {
             let notified = self.work.notified();
-            if !self.paused()
+            if !self.paused().await
                 && !agent.no_schedule
                 && let Some(work) = self.try_claim(agent).await?
             {

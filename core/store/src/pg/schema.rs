@@ -324,6 +324,11 @@ const MIGRATIONS: &[&str] = &[
         value  TEXT NOT NULL
     );
     "#,
+    // 3: settings in `meta` every replica follows (the queue's pause).
+    r#"
+    CREATE TRIGGER meta_changed AFTER INSERT OR UPDATE OR DELETE ON meta
+        FOR EACH ROW EXECUTE FUNCTION woodlark_changed();
+    "#,
 ];
 
 /// The channel [`MIGRATIONS`]' triggers notify, with the changed table's name as payload.

@@ -54,7 +54,7 @@ pub fn queue_task(c: &crate::store::Tx, t: &Task) -> StoreResult<Value> {
 /// `GET /queue/info`.
 async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    let paused = ctx.ci.queue.paused();
+    let paused = ctx.ci.queue.paused().await;
     let workers = ctx.ci.queue.free_workers();
     let (pending, running, waiting) = ctx
         .ci
@@ -89,14 +89,14 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 async fn pause(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    ctx.ci.queue.pause();
+    ctx.ci.queue.pause().await?;
     tracing::info!("queue paused");
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
 async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    ctx.ci.queue.resume();
+    ctx.ci.queue.resume().await?;
     tracing::info!("queue resumed");
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
