@@ -1,6 +1,7 @@
 //! The baselines the scenarios measure against in the same run: bare hyper (HTTP/1.1, no
 //! framework) as a hello-world server and as an SSE broadcaster built like the real server's
-//! stream, and SQLite alone with the server's durability (WAL, every commit synced).
+//! stream, SQLite alone with the server's durability (WAL, every commit synced), and
+//! PostgreSQL alone committing the same rows.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -174,4 +175,49 @@ pub fn bare_sqlite(dir: &Path) -> (impl Fn() -> BoxedCheck + use<>, impl Fn() ->
         counts.0.load(Ordering::Relaxed) as f64 / counts.1.load(Ordering::Relaxed).max(1) as f64
     };
     (send, per_commit)
+}
+
+/// The bare-PostgreSQL-commit baseline: [`bare_sqlite`]'s transaction (a row into each of
+/// [`BARE_TABLES`] indexed tables) on the database `url`, one transaction per request, over
+/// one connection on a thread of its own that requests queue for, as they do for each
+/// replica's writer. Its durability is the cluster's (the test cluster's is `fsync = off`).
+/// Returns a request maker for [`crate::client::open_loop`] or a closed loop.
+pub fn bare_postgres(url: &str) -> impl Fn() -> BoxedCheck + use<> {
+    let url = url.to_string();
+    let (tx, rx) = std::sync::mpsc::channel::<oneshot::Sender<bool>>();
+    // On a plain thread: the blocking client cannot run on a runtime's.
+    std::thread::spawn(move || {
+        let mut client = woodlark_store::pg::connect(&url).expect("connect to PostgreSQL");
+        let inserts: Vec<_> = (0..BARE_TABLES)
+            .map(|t| {
+                client
+                    .batch_execute(&format!(
+                        "CREATE TABLE t{t} (id bigserial PRIMARY KEY, state integer, body text);
+                         CREATE INDEX t{t}_state ON t{t} (state, id);"
+                    ))
+                    .expect("create the baseline's tables");
+                client
+                    .prepare(&format!("INSERT INTO t{t} (state, body) VALUES ($1, $2)"))
+                    .expect("prepare the baseline's insert")
+            })
+            .collect();
+        let body = "x".repeat(200);
+        while let Ok(reply) = rx.recv() {
+            let ok = (|| {
+                let mut tx = client.transaction().ok()?;
+                for (t, insert) in inserts.iter().enumerate() {
+                    let state = (t % 5) as i32;
+                    tx.execute(insert, &[&state, &body]).ok()?;
+                }
+                tx.commit().ok()
+            })()
+            .is_some();
+            let _ = reply.send(ok);
+        }
+    });
+    move || {
+        let (reply, answer) = oneshot::channel();
+        let queued = tx.send(reply).is_ok();
+        Box::pin(async move { queued && answer.await.unwrap_or(false) }) as BoxedCheck
+    }
 }

@@ -27,11 +27,12 @@
 //! | [`rss`] | the real binary's memory and idle wake-ups | bare hyper process, idle |
 //! | [`hooks`] | push hooks at a fixed rate: latency | bare hyper; bare SQLite commits |
 //! | [`flood`] | 20,000 connections at once, RSS after | none (absolute goal) |
+//! | [`stores`] | hooks/s and reads/s: SQLite, PostgreSQL, 2 replicas | bare PostgreSQL and SQLite commits (not in `all`) |
 //!
 //! The shared harness: [`server`] (the server under test and its API client), [`baseline`]
-//! (bare hyper servers, bare SQLite), [`client`] (closed- and open-loop load), [`procfs`]
-//! (memory, CPU and wake-ups of processes), [`report`] (percentiles, number formats, tables,
-//! the machine banner).
+//! (bare hyper servers, bare SQLite, bare PostgreSQL), [`client`] (closed- and open-loop
+//! load), [`procfs`] (memory, CPU and wake-ups of processes), [`report`] (percentiles, number
+//! formats, tables, the machine banner).
 //!
 //! Adding a scenario: a module with a `run` that starts its own server, measures its subject
 //! *and* a baseline, and prints one table with the ratios; then a row in [`SCENARIOS`].
@@ -52,6 +53,7 @@ mod report;
 mod rss;
 mod server;
 mod sse;
+mod stores;
 
 use std::time::Instant;
 
@@ -110,6 +112,12 @@ const SCENARIOS: &[Scenario] = &[
         name: "flood",
         in_all: true,
         run: || runtime().block_on(flood::run()),
+    },
+    // Needs PostgreSQL's server binaries (Debian's `postgresql`).
+    Scenario {
+        name: "stores",
+        in_all: false,
+        run: || runtime().block_on(stores::run()),
     },
 ];
 
