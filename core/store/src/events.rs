@@ -162,13 +162,8 @@ fn insert(
     previous: Option<&Value>,
     owner: Owner,
 ) -> StoreResult<i64> {
-    if conn.dialect() == crate::Dialect::Postgres {
-        // Ids in commit order across replicas: see `pg::outbox`.
-        conn.cached_exec(
-            "SELECT pg_advisory_xact_lock(?1)",
-            [crate::pg::outbox::OUTBOX_LOCK],
-        )?;
-    }
+    // Ids in commit order across replicas: see `pg::outbox`.
+    conn.lock_outbox()?;
     conn.cached_exec(
         "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

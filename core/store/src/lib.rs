@@ -1123,27 +1123,41 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
         return;
     }
     let mut finishes = Vec::with_capacity(batch.len());
+    // Each job runs under a savepoint of its own. Releasing one and opening the next is one
+    // round trip (on PostgreSQL every statement is one), and so is the last release with
+    // the commit.
+    let mut open_savepoint = "SAVEPOINT job";
     for job in batch {
-        if let Err(err) = conn.execute_batch("SAVEPOINT job") {
+        if let Err(err) = conn.execute_batch(open_savepoint) {
             tracing::error!(%err, "cannot open a savepoint; job dropped");
+            // The transaction is unusable: what follows fails and the batch rolls back.
+            open_savepoint = "SAVEPOINT job";
             continue;
         }
+        open_savepoint = "RELEASE job; SAVEPOINT job";
+        let locked_before = conn.outbox_lock_held();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn)));
         let ok = matches!(outcome, Ok((true, _)));
         if !ok {
             let _ = conn.execute_batch("ROLLBACK TO job");
+            // A lock taken since the savepoint went with it.
+            conn.set_outbox_lock_held(locked_before);
         }
-        let _ = conn.execute_batch("RELEASE job");
         match outcome {
             Ok((_, finish)) => finishes.push(finish),
             Err(_) => tracing::error!("a store job panicked; its changes were rolled back"),
         }
     }
-    let commit = conn.execute_batch("COMMIT");
+    let commit = if open_savepoint == "SAVEPOINT job" {
+        conn.execute_batch("COMMIT")
+    } else {
+        conn.execute_batch("RELEASE job; COMMIT")
+    };
     if let Err(err) = &commit {
         tracing::error!(%err, "commit failed; the batch is rolled back");
         let _ = conn.execute_batch("ROLLBACK");
     }
+    conn.set_outbox_lock_held(false);
     // PostgreSQL has no update hook: the tables' triggers name what changed, and this
     // session hears its own notifications as its commit returns.
     for table in conn.take_notifications() {

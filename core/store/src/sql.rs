@@ -59,6 +59,7 @@ impl Session {
         Session::Postgres(PgConn {
             client: std::mem::ManuallyDrop::new(RefCell::new(client)),
             statements: RefCell::default(),
+            outbox_locked: std::cell::Cell::new(false),
         })
     }
 
@@ -78,6 +79,8 @@ impl Session {
 pub(crate) struct PgConn {
     client: std::mem::ManuallyDrop<RefCell<postgres::Client>>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
+    /// Whether the open transaction holds the outbox lock ([`Tx::lock_outbox`]).
+    outbox_locked: std::cell::Cell<bool>,
 }
 
 impl Drop for PgConn {
@@ -145,6 +148,37 @@ impl Tx<'_> {
                 out
             }
             None => Vec::new(),
+        }
+    }
+
+    /// PostgreSQL: takes the outbox lock for the rest of the open transaction (see
+    /// `pg::outbox`), once per transaction: the lock stacks, so asking again would only
+    /// cost a round trip. The writer says when the transaction, or a job's savepoint,
+    /// ends ([`Tx::outbox_lock_held`], [`Tx::set_outbox_lock_held`]).
+    pub(crate) fn lock_outbox(&self) -> StoreResult<()> {
+        let Some(pg) = self.pg() else {
+            return Ok(());
+        };
+        if !pg.outbox_locked.get() {
+            self.cached_exec(
+                "SELECT pg_advisory_xact_lock(?1)",
+                [crate::pg::outbox::OUTBOX_LOCK],
+            )?;
+            pg.outbox_locked.set(true);
+        }
+        Ok(())
+    }
+
+    /// Whether the open transaction holds the outbox lock (false on SQLite).
+    pub(crate) fn outbox_lock_held(&self) -> bool {
+        self.pg().is_some_and(|pg| pg.outbox_locked.get())
+    }
+
+    /// Records that the lock is held, or no longer is: false after a commit or rollback,
+    /// and after rolling back to a savepoint taken before the lock was.
+    pub(crate) fn set_outbox_lock_held(&self, held: bool) {
+        if let Some(pg) = self.pg() {
+            pg.outbox_locked.set(held);
         }
     }
 

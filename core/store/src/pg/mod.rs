@@ -232,6 +232,69 @@ mod tests {
         b.close();
     }
 
+    /// The outbox lock is taken once per write transaction; a job rolled back to its
+    /// savepoint gives back the lock it took, and the next job's event takes it again, so
+    /// every committed event was recorded under the lock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_event_of_a_batch_is_recorded_under_the_outbox_lock() {
+        use crate::events::{self, Action, Owner};
+        let url = testing::Cluster::shared().fresh_database();
+        let store = crate::Store::open_postgres(&url, &crate::StoreOptions::default()).unwrap();
+        let held = |c: &crate::Tx| -> crate::StoreResult<i64> {
+            c.query_row(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND pid = pg_backend_pid() AND granted",
+                [],
+                |r| r.get(0),
+            )
+        };
+        let event = |c: &crate::Tx, id: &str| {
+            events::append(
+                c,
+                "test",
+                Action::Created,
+                id,
+                &serde_json::json!({}),
+                Owner::default(),
+            )
+        };
+        // The first job keeps the writer busy, so the next three are one batch.
+        let blocker = store.submit(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Ok(())
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let failed = store.submit(move |c| -> crate::StoreResult<()> {
+            event(c, "a")?;
+            Err(crate::StoreError::Conflict("rolled back".into()))
+        });
+        let second = store.submit(move |c| {
+            let before = held(c)?;
+            event(c, "b")?;
+            let after = held(c)?;
+            event(c, "c")?;
+            Ok((before, after, held(c)?))
+        });
+        blocker.await.unwrap();
+        assert!(failed.await.is_err());
+        let (before, after, still) = second.await.unwrap();
+        assert_eq!(
+            (before, after, still),
+            (0, 1, 1),
+            "held before, after one event, after two"
+        );
+        let ids: Vec<String> = store
+            .read(|c| {
+                c.query_map_for_tests("SELECT record_id FROM events ORDER BY seq", [], |r| {
+                    r.get(0)
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids, ["b", "c"]);
+        store.close();
+    }
+
     /// Three replicas creating pipelines of one repository at once: numbers 1..=30, each
     /// once, and no creation fails.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
