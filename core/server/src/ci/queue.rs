@@ -3,7 +3,7 @@
 //! The queue itself is the `tasks` table (it survives restarts); this service adds what
 //! must be live: agents long-polling for work (woken by a `Notify` when a task becomes
 //! pending), the pause switch, cancellation waiters, lease expiry, and agents' contact
-//! times (kept in memory and written every 30 s, not on every log batch).
+//! times (kept in memory and written every 15 s, not on every log batch).
 //!
 //! Every report from an agent is checked against the lease: only the agent holding a
 //! workflow's task may change it. Status roll-up follows upstream: a workflow ends with the
