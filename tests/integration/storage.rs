@@ -801,3 +801,71 @@ async fn a_queue_paused_on_one_replica_is_paused_on_all() {
     .await;
     assert_eq!(done["status"], "success", "{done}");
 }
+
+/// Manual runs started on two replicas at once, on one repository: each pipeline number is
+/// taken once, and each pipeline ran the config compiled for its own number (a replica's
+/// guess is often wrong here; the write gives the number back and the creation compiles
+/// again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creations_on_two_replicas_at_once_compile_each_pipeline_for_its_number() {
+    let (_keys, servers) = replicas_with_runners(&[true, true]).await;
+    let p = servers[0].principals().await;
+    let repo = servers[0].git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = "steps:\n  - name: say\n    image: sh\n    commands: [\"echo number=$${CI_PIPELINE_NUMBER}\"]\n";
+    push_files(
+        &servers[0],
+        "alice/app",
+        &[(".woodpecker.yaml", config)],
+        "numbers",
+    )
+    .await;
+    wait_for(&servers[0].http, &p.alice, id, 1, 60, |p| {
+        p["status"] == "success"
+    })
+    .await;
+    let runs = (0..10).map(|i| {
+        let http = servers[i % 2].http.clone();
+        let token = p.alice.clone();
+        tokio::spawn(async move {
+            http.post(
+                &format!("/api/repos/{id}/pipelines"),
+                Some(&token),
+                r#"{"branch":"main"}"#,
+            )
+            .await
+            .expect(200)
+            .json()["number"]
+                .as_i64()
+                .unwrap()
+        })
+    });
+    let mut numbers = Vec::new();
+    for run in runs.collect::<Vec<_>>() {
+        numbers.push(run.await.unwrap());
+    }
+    numbers.sort();
+    assert_eq!(numbers, (2..=11).collect::<Vec<i64>>());
+    for number in 2..=11 {
+        let done = wait_for(&servers[1].http, &p.alice, id, number, 120, |p| {
+            p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
+        })
+        .await;
+        assert_eq!(done["status"], "success", "{done}");
+        let step = step_of(&done, "say")["id"].as_i64().unwrap();
+        let log = servers[0]
+            .http
+            .get(
+                &format!("/api/repos/{id}/logs/{number}/{step}"),
+                Some(&p.alice),
+            )
+            .await
+            .expect(200)
+            .json();
+        let lines: Vec<String> = log.as_array().unwrap().iter().map(entry_text).collect();
+        assert!(
+            lines.iter().any(|l| l.trim() == format!("number={number}")),
+            "pipeline {number} ran another number's config: {lines:?}"
+        );
+    }
+}

@@ -13,6 +13,7 @@
 //! Compiled workflows hold resolved secret values, so they are stored sealed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::forge::ForgeDriver;
 use super::forge::drivers::ForgeHandle;
@@ -415,18 +416,35 @@ async fn create_for(
             compiled = compile(ci, &inputs, number);
         }
     }
-    let prepared = seal_compiled(ci, &inputs, number, compiled)?;
-    let next = prepared.next_number();
-    let ci2 = ci.clone();
-    let written = ci
-        .store
-        .submit(move |c| create_in(c, &ci2, &inputs, prepared));
-    turn.set_next(next);
-    drop(turn);
-    let written = written.await;
-    let actual_next = written.as_ref().ok().map(|(_, next)| *next);
-    ci.numbers.settle(repo_id, next, actual_next).await;
-    let (outcome, _) = written?;
+    let inputs = Arc::new(inputs);
+    // On a database other replicas share, their creations take numbers this server's book
+    // does not know of: a write that finds its number taken gives it back (a few times)
+    // and the config is compiled again here, not on the writer thread under the
+    // repository's row lock, which the other replicas' writes wait for.
+    let mut give_backs = if ci.store.is_shared() { GIVE_BACKS } else { 0 };
+    let outcome = loop {
+        let prepared = seal_compiled(ci, &inputs, number, compiled)?;
+        let next = prepared.next_number();
+        let (ci2, inputs2) = (ci.clone(), inputs.clone());
+        let give_back = give_backs > 0;
+        let written = ci
+            .store
+            .submit(move |c| create_in(c, &ci2, &inputs2, prepared, give_back));
+        turn.set_next(next);
+        drop(turn);
+        let written = written.await;
+        let actual_next = written.as_ref().ok().map(|(_, next)| *next);
+        ci.numbers.settle(repo_id, next, actual_next).await;
+        match written? {
+            (Some(outcome), _) => break outcome,
+            (None, _) => {
+                give_backs -= 1;
+                turn = ci.numbers.turn(repo_id).await;
+                number = expected_number(ci, &turn, repo_id).await?;
+                compiled = compile(ci, &inputs, number);
+            }
+        }
+    };
     if let Created::Pipeline(p) = &outcome {
         tracing::info!(
             pipeline = p.id,
@@ -771,15 +789,21 @@ fn seal_compiled(
     })
 }
 
+/// How often a creation on a shared database gives back a number another replica took
+/// before its write compiles again itself (so a creation always ends).
+const GIVE_BACKS: u32 = 3;
+
 /// The write: stores `prepared` if it was compiled for the number the repository's next
-/// pipeline gets, else compiles again for that number first. Returns what was created and
-/// the repository's next number after it.
+/// pipeline gets, else compiles again for that number first, or, with `give_back`, stores
+/// nothing and answers `None` with that number. Returns what was created and the
+/// repository's next number after it.
 fn create_in(
     c: &Tx,
     ci: &Services,
     inputs: &Inputs,
     prepared: Prepared,
-) -> StoreResult<(Created, i64)> {
+    give_back: bool,
+) -> StoreResult<(Option<Created>, i64)> {
     let Inputs {
         repo,
         trigger: t,
@@ -790,17 +814,19 @@ fn create_in(
     let number = pipelines::take_next_number(c, repo.repo.id)?;
     // Checked again here, in the write: two copies arriving together make one pipeline.
     if let Some(existing) = delivered_in(c, repo.repo.id, &t.delivery)? {
-        return Ok((Created::Pipeline(Box::new(existing)), number));
+        return Ok((Some(Created::Pipeline(Box::new(existing))), number));
     }
     let prepared = if prepared.number == number {
         prepared
+    } else if give_back {
+        return Ok((None, number));
     } else {
         ci.numbers.missed();
         prepare(ci, inputs, number)?
     };
     let next = prepared.next_number();
     if !prepared.stores_pipeline() {
-        return Ok((Created::Filtered, next));
+        return Ok((Some(Created::Filtered), next));
     }
     let Prepared {
         result,
@@ -846,7 +872,7 @@ fn create_in(
     if status == Status::Pending {
         enqueue(c, &row, &result.workflows, repo)?;
     }
-    Ok((Created::Pipeline(Box::new(row.pipeline)), next))
+    Ok((Some(Created::Pipeline(Box::new(row.pipeline))), next))
 }
 
 /// The pipeline webhook delivery `key` already made for `repo_id`, if it still exists.

@@ -9,7 +9,9 @@
 //! So a creation compiles *before* its write, with the number it expects, and the write
 //! checks the expectation against the table: equal, the compiled result is stored as it
 //! is; different, the write compiles again with the real number (always correct, only
-//! slower; [`NumberBook::misses`] counts it). Expectations come from this book: per
+//! slower; [`NumberBook::misses`] counts it). On a database replicas share, where the
+//! other replicas' creations take numbers this book never hears of, the write first gives
+//! the number back (up to three times) and the creation compiles again outside the writer. Expectations come from this book: per
 //! repository, the number the next submitted creation will get. Taking a [`Turn`] (one
 //! per repository at a time), compiling and submitting the write happen in one turn, so
 //! the writer meets the creations of a repository in the order their numbers were handed
