@@ -8,7 +8,7 @@ use woodlark::logging::{LogControl, LogLevel};
 
 use serde_json::Value;
 
-use crate::pipelines::{push_files, step_of, wait_for};
+use crate::pipelines::{finished, push_files, step_of, wait_for};
 use crate::streams::{Sse, entry_text, now_ns};
 use crate::util::{
     BIN, Process, TestServer, config_text, server_config_text, test_storage_url, with_runner,
@@ -166,10 +166,7 @@ async fn pushes_through_replicas(n: usize) {
     }
     for number in 1..=20 {
         let reader = &servers[number as usize % n];
-        let done = wait_for(&reader.http, &p.alice, id, number, 120, |p| {
-            p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
-        })
-        .await;
+        let done = wait_for(&reader.http, &p.alice, id, number, 120, finished).await;
         assert_eq!(done["status"], "success", "pipeline {number}: {done}");
     }
     let lists = in_turn(servers.iter().map(|s| async {
@@ -349,10 +346,7 @@ async fn a_workflow_on_a_killed_replica_is_finished_by_another() {
     let tables = db.tables(a.dir.path(), true);
     let a_dir = a.stop().await;
     let a = TestServer::start_in_with_tables(a_dir, "", &tables).await;
-    let done = wait_for(&a.http, &p.alice, id, 1, 180, |p| {
-        p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
-    })
-    .await;
+    let done = wait_for(&a.http, &p.alice, id, 1, 180, finished).await;
     assert_eq!(done["status"], "success", "{done}");
     assert!(
         killed.elapsed() >= std::time::Duration::from_secs(40),
@@ -656,10 +650,7 @@ async fn migrate_copies_a_data_dir_and_the_api_answers_the_same() {
         "secret",
     )
     .await;
-    let fourth = wait_for(&s.http, &p.alice, id, 4, 60, |p| {
-        p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
-    })
-    .await;
+    let fourth = wait_for(&s.http, &p.alice, id, 4, 60, finished).await;
     assert_eq!(fourth["status"], "success", "{fourth}");
 }
 
@@ -795,10 +786,7 @@ async fn a_queue_paused_on_one_replica_is_paused_on_all() {
         .post("/api/queue/resume", Some(&p.admin), "")
         .await
         .expect(204);
-    let done = wait_for(&a.http, &p.alice, id, 1, 60, |p| {
-        p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
-    })
-    .await;
+    let done = wait_for(&a.http, &p.alice, id, 1, 60, finished).await;
     assert_eq!(done["status"], "success", "{done}");
 }
 
@@ -847,10 +835,7 @@ async fn creations_on_two_replicas_at_once_compile_each_pipeline_for_its_number(
     numbers.sort();
     assert_eq!(numbers, (2..=11).collect::<Vec<i64>>());
     for number in 2..=11 {
-        let done = wait_for(&servers[1].http, &p.alice, id, number, 120, |p| {
-            p["status"] == "success" || p["status"] == "failure" || p["status"] == "error"
-        })
-        .await;
+        let done = wait_for(&servers[1].http, &p.alice, id, number, 120, finished).await;
         assert_eq!(done["status"], "success", "{done}");
         let step = step_of(&done, "say")["id"].as_i64().unwrap();
         let log = servers[0]

@@ -575,15 +575,9 @@ impl Store {
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: WriteJob = Box::new(move |conn| {
-            let result = f(conn);
-            let ok = result.is_ok();
-            let finish: Finish = Box::new(move |commit| {
-                let _ = tx.send(commit.and(result));
-            });
-            (ok, finish)
-        });
-        let queued = self.send(Job::Write(job));
+        let queued = self.send(Job::Write(write_job(f, move |outcome| {
+            let _ = tx.send(outcome);
+        })));
         async move {
             queued?;
             rx.await
@@ -599,15 +593,9 @@ impl Store {
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let job: WriteJob = Box::new(move |conn| {
-            let result = f(conn);
-            let ok = result.is_ok();
-            let finish: Finish = Box::new(move |commit| {
-                let _ = tx.send(commit.and(result));
-            });
-            (ok, finish)
-        });
-        self.send(Job::Write(job))?;
+        self.send(Job::Write(write_job(f, move |outcome| {
+            let _ = tx.send(outcome);
+        })))?;
         rx.recv()
             .map_err(|_| StoreError::Unavailable("the write job was dropped".into()))?
     }
@@ -1109,6 +1097,21 @@ fn checkpoint_loop(conn: Connection, wake: std_mpsc::Receiver<()>) {
         }
         std::thread::sleep(CHECKPOINT_EVERY);
     }
+}
+
+/// `f` as the writer runs it: its result, or the commit's failure, goes to `deliver` once
+/// the batch it ran in has committed.
+fn write_job<T, F>(f: F, deliver: impl FnOnce(StoreResult<T>) + Send + 'static) -> WriteJob
+where
+    T: Send + 'static,
+    F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+{
+    Box::new(move |conn| {
+        let result = f(conn);
+        let ok = result.is_ok();
+        let finish: Finish = Box::new(move |commit| deliver(commit.and(result)));
+        (ok, finish)
+    })
 }
 
 fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
