@@ -295,6 +295,70 @@ mod tests {
         store.close();
     }
 
+    /// Three replicas' schedulers claiming the same due cron ticks at once: each tick is
+    /// claimed by exactly one of them (a compare-and-set PostgreSQL re-checks after the
+    /// competing commit).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cron_tick_is_claimed_once_across_replicas() {
+        use crate::crons::{self, NewCron};
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions::default();
+        let replicas: Vec<crate::Store> = (0..3)
+            .map(|_| crate::Store::open_postgres(&url, &options).unwrap())
+            .collect();
+        let cron = replicas[0]
+            .write(|c| {
+                c.execute_batch(
+                    "INSERT INTO forges (id, type, url, data, webhook_secret) VALUES (1, 'git', 'file:///f', '{}', 's');
+                     INSERT INTO repos (id, forge_id, forge_remote_id, org_id, full_name, hash, data, created)
+                     VALUES (1, 1, 'a/one', 7, 'a/one', 'h', '{}', 0);",
+                )?;
+                crons::create(
+                    c,
+                    &NewCron {
+                        name: "every".into(),
+                        repo_id: 1,
+                        creator_id: 1,
+                        next_exec: 1000,
+                        schedule: "@hourly".into(),
+                        timezone: "UTC".into(),
+                        enabled: true,
+                        ..NewCron::default()
+                    },
+                )
+            })
+            .await
+            .unwrap();
+        // Twenty ticks; for each, every replica tries to move it on at the same moment.
+        for tick in 0..20i64 {
+            let (at, next) = (1000 + tick * 3600, 1000 + (tick + 1) * 3600);
+            let claims = replicas.iter().map(|r| {
+                let id = cron.id;
+                r.submit(move |c| crons::claim(c, id, at, next))
+            });
+            let won: Vec<bool> = futures_all(claims.collect()).await;
+            assert_eq!(
+                won.iter().filter(|w| **w).count(),
+                1,
+                "tick {tick}: {won:?}"
+            );
+        }
+        for r in &replicas {
+            r.close();
+        }
+    }
+
+    /// Awaits every future, in order.
+    async fn futures_all<T>(
+        futures: Vec<impl std::future::Future<Output = crate::StoreResult<T>>>,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        for f in futures {
+            out.push(f.await.unwrap());
+        }
+        out
+    }
+
     /// Three replicas creating pipelines of one repository at once: numbers 1..=30, each
     /// once, and no creation fails.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
