@@ -276,13 +276,34 @@ impl RoundTrip {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let created = self
-            .s
-            .http
-            .send("POST", &path, None, Some(body.as_bytes()), &headers)
-            .await
-            .expect(200)
-            .json();
+        let deliver = |http: &crate::util::Http| {
+            let (http, path, body) = (http.clone(), path.clone(), body.clone());
+            let headers: Vec<(String, String)> = headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            async move {
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                http.send("POST", &path, None, Some(body.as_bytes()), &headers)
+                    .await
+                    .expect(200)
+                    .json()
+            }
+        };
+        let created = match &self.replica {
+            None => deliver(&self.s.http).await,
+            // The forge's retry reaching the other replica at the same moment: the write
+            // locks the repository's row before it looks the delivery up, so the later one
+            // answers with the pipeline the first made.
+            Some(replica) => {
+                let (first, retry) = tokio::join!(deliver(&self.s.http), deliver(&replica.http));
+                assert_eq!(first["number"], retry["number"], "{first} {retry}");
+                first
+            }
+        };
         let number = created["number"].as_i64().unwrap();
         let done = wait_for(&self.s.http, &self.pat, self.id, number, 60, |p| {
             matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
