@@ -1120,9 +1120,17 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
         Dialect::Sqlite => "BEGIN IMMEDIATE",
         Dialect::Postgres => "BEGIN",
     };
-    if let Err(err) = conn.execute_batch(begin) {
+    // On PostgreSQL every write transaction takes the outbox lock first (see `pg::outbox`),
+    // so replicas' write transactions run one at a time, as SQLite's one writer does: no
+    // two of them ever wait on each other's row locks in opposite orders (a creation locks
+    // its repository's row and then records events; a batch that recorded an event before
+    // a creation would take them the other way round, and deadlock with another replica).
+    let begun = conn.execute_batch(begin).and_then(|()| conn.lock_outbox());
+    if let Err(err) = begun {
         // Dropping the jobs answers their callers with `Unavailable`; nothing ran.
         tracing::error!(%err, jobs = batch.len(), "cannot begin a write transaction");
+        let _ = conn.execute_batch("ROLLBACK");
+        conn.set_outbox_lock_held(false);
         return;
     }
     let mut finishes = Vec::with_capacity(batch.len());
@@ -1138,13 +1146,11 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
             continue;
         }
         open_savepoint = "RELEASE job; SAVEPOINT job";
-        let locked_before = conn.outbox_lock_held();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn)));
         let ok = matches!(outcome, Ok((true, _)));
         if !ok {
+            // The outbox lock was taken before the savepoint: it stays.
             let _ = conn.execute_batch("ROLLBACK TO job");
-            // A lock taken since the savepoint went with it.
-            conn.set_outbox_lock_held(locked_before);
         }
         match outcome {
             Ok((_, finish)) => finishes.push(finish),

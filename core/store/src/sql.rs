@@ -153,8 +153,9 @@ impl Tx<'_> {
 
     /// PostgreSQL: takes the outbox lock for the rest of the open transaction (see
     /// `pg::outbox`), once per transaction: the lock stacks, so asking again would only
-    /// cost a round trip. The writer says when the transaction, or a job's savepoint,
-    /// ends ([`Tx::outbox_lock_held`], [`Tx::set_outbox_lock_held`]).
+    /// cost a round trip. The writer takes it as it begins each transaction; an event
+    /// recorded on any other session (tests) takes it here. The writer says when the
+    /// transaction ends ([`Tx::set_outbox_lock_held`]).
     pub(crate) fn lock_outbox(&self) -> StoreResult<()> {
         let Some(pg) = self.pg() else {
             return Ok(());
@@ -169,13 +170,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Whether the open transaction holds the outbox lock (false on SQLite).
-    pub(crate) fn outbox_lock_held(&self) -> bool {
-        self.pg().is_some_and(|pg| pg.outbox_locked.get())
-    }
-
-    /// Records that the lock is held, or no longer is: false after a commit or rollback,
-    /// and after rolling back to a savepoint taken before the lock was.
+    /// Records that the lock is held, or no longer is (false after a commit or rollback).
     pub(crate) fn set_outbox_lock_held(&self, held: bool) {
         if let Some(pg) = self.pg() {
             pg.outbox_locked.set(held);
