@@ -60,6 +60,29 @@ fn missing_config_file_is_a_clear_error() {
     assert!(stderr.contains("every key is optional"), "{stderr}");
 }
 
+/// On a fresh install the first command may be `user add`, before any server made the data
+/// dir: it makes it (and the key in it), and a server then starts on it.
+#[tokio::test]
+async fn user_add_on_a_fresh_install_makes_the_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("fresh/data");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, crate::util::config_text(&data, "")).unwrap();
+    let out = cli_user_add(&config, "first", true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(data.join("secrets.key").exists());
+    let token = String::from_utf8(out.stdout).unwrap();
+    let server = Process::start(&config);
+    Http::new(server.addr)
+        .get("/api/user", Some(token.trim()))
+        .await
+        .expect(200);
+}
+
 /// The user tools check the sealing key as the server does: with another key file (or a
 /// missing one, which would make a new key) they refuse and print no token.
 #[test]

@@ -84,9 +84,20 @@ fn make_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 /// CLI does: the key is checked against the database's, so a token printed with the wrong
 /// key file (or a new one made because the file was missing) is refused, never handed out.
 pub fn open_store(config: &Config) -> Result<(Store, SealKey), AppError> {
-    let seal = SealKey::load_or_create(&config.secret_key_path())?;
+    let seal = load_seal(config)?;
     let store = open_sealed_store(config, Some(&seal))?;
     Ok((store, seal))
+}
+
+/// The sealing key of `config`, created (in a data dir created first, 0700) on a fresh
+/// install.
+fn load_seal(config: &Config) -> Result<SealKey, AppError> {
+    let dir = &config.server.data_dir;
+    make_private_dir(dir).map_err(|source| AppError::DataDir {
+        path: dir.clone(),
+        source,
+    })?;
+    Ok(SealKey::load_or_create(&config.secret_key_path())?)
 }
 
 /// Opens the store as the server does: refusing a database whose secrets were sealed with
@@ -128,7 +139,7 @@ fn open_logs(config: &Config) -> Result<Store, AppError> {
 
 impl App {
     pub fn build(config: Config, log: LogControl) -> Result<App, AppError> {
-        let seal = SealKey::load_or_create(&config.secret_key_path())?;
+        let seal = load_seal(&config)?;
         let store = open_sealed_store(&config, Some(&seal))?;
         let key = ServerKey::load_shared(&store, &seal, &config.server.data_dir)?;
         let logs = open_logs(&config)?;
