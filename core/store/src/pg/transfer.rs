@@ -427,7 +427,8 @@ fn run_insert(
         .map(|b| b as &(dyn postgres::types::ToSql + Sync))
         .collect();
     tx.execute(insert, &refs).map_err(|source| {
-        tracing::error!(table, %source, "a copy insert failed");
+        // The error itself is returned (and shown once, by the command).
+        tracing::error!(table, "a copy insert failed");
         PgError::Query {
             what: "insert copied rows",
             source,
