@@ -30,6 +30,42 @@ fn build(config: Config) -> Result<App, String> {
     App::build(config, LogControl::detached(LogLevel::Info)).map_err(|e| e.to_string())
 }
 
+/// TLS to PostgreSQL as the operator gets it wrong: a CA that did not sign the database's
+/// certificate, and `verify-full` without a CA. The server refuses to start and says why;
+/// with the right CA (every test server on PostgreSQL, `sslmode=verify-full`) it starts.
+#[tokio::test]
+async fn a_server_refuses_a_database_its_tls_settings_do_not_trust() {
+    let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
+    let (base, _) = url
+        .split_once("&sslrootcert=")
+        .expect("a verify-full test URL");
+    let dir = tempfile::tempdir().unwrap();
+    let other_ca = dir.path().join("other-ca.pem");
+    std::fs::write(
+        &other_ca,
+        woodlark_store::pg::testing::test_ca("not ours").1,
+    )
+    .unwrap();
+    let key = dir.path().join("secrets.key");
+
+    let wrong_ca = format!("{base}&sslrootcert={}", other_ca.display());
+    let err = build(config(dir.path(), &key, Some(&wrong_ca)))
+        .err()
+        .expect("a certificate from another CA is refused");
+    assert!(
+        err.contains("cannot connect to PostgreSQL at 127.0.0.1:")
+            && err.contains("TLS handshake")
+            && err.contains("UnknownIssuer"),
+        "{err}"
+    );
+    let err = build(config(dir.path(), &key, Some(base)))
+        .err()
+        .expect("verify-full without a CA is refused");
+    assert!(err.contains("sslrootcert="), "{err}");
+    let app = build(config(dir.path(), &key, Some(&url))).expect("the right CA");
+    drop(app);
+}
+
 /// A second server on the same database (a replica, or the one server restarted) with
 /// another sealing key refuses to start, saying which setting is wrong and showing nothing of
 /// either key; with the key the database knows it starts.

@@ -112,7 +112,7 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
-    /// "" = SQLite in `data_dir`; `postgres://user:pass@host:port/db?sslmode=disable` = that
+    /// "" = SQLite in `data_dir`; `postgres://user:pass@host:port/db?sslmode=verify-full&sslrootcert=…` = that
     /// PostgreSQL database (13 or newer), which several servers may share.
     pub url: String,
     /// Number of read-only connections (the single writer is separate).

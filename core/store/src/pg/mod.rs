@@ -1,8 +1,8 @@
 //! PostgreSQL, the store several server replicas share (issue 36), built in slices.
 //!
 //! This slice holds what the rest stands on, each tested against a real server:
-//! - [`connect`]: a `postgres://user:pass@host:port/db?sslmode=…` URL to a client, with a
-//!   clear error for what the URL asks and this build cannot do;
+//! - [`connect`]: a `postgres://user:pass@host:port/db?sslmode=…` URL to a client, over TLS
+//!   as libpq's `sslmode` asks ([`tls`]);
 //! - [`schema`]: numbered migrations run once when several replicas start together (a
 //!   session advisory lock, a version table);
 //! - [`outbox`]: the event outbox with ids that increase in **commit order**, so that a
@@ -17,6 +17,7 @@ pub mod outbox;
 pub mod schema;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+pub mod tls;
 pub mod transfer;
 
 use std::str::FromStr;
@@ -26,7 +27,7 @@ use std::str::FromStr;
 pub enum PgError {
     #[error("storage.url: {0}")]
     Url(String),
-    #[error("cannot connect to PostgreSQL at {target}: {source}")]
+    #[error("cannot connect to PostgreSQL at {target}: {}", with_causes(source))]
     Connect {
         target: String,
         #[source]
@@ -58,31 +59,37 @@ impl PgError {
     }
 }
 
-/// Connects to the database `url` names (`postgres://` or `postgresql://`).
-///
-/// `sslmode=disable` and `prefer` connect without TLS (`prefer` falls back to it, as libpq
-/// does when the server offers none); `require` is refused until this build has a TLS
-/// connector, rather than silently sending credentials in clear.
+/// Connects to the database `url` names (`postgres://` or `postgresql://`), over TLS as its
+/// `sslmode` asks ([`tls`]: libpq's modes and certificate parameters).
 pub fn connect(url: &str) -> Result<postgres::Client, PgError> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(PgError::Url(
             "expected postgres://user:password@host:port/database".into(),
         ));
     }
-    let config = postgres::Config::from_str(url).map_err(|e| PgError::Url(e.to_string()))?;
-    if config.get_ssl_mode() == postgres::config::SslMode::Require {
-        return Err(PgError::Url(
-            "sslmode=require: this build cannot speak TLS to PostgreSQL yet (use a local \
-             socket, a TLS tunnel, or sslmode=disable on a private network)"
-                .into(),
-        ));
-    }
+    let (rest, tls) = tls::TlsOptions::split(url)?;
+    let config = postgres::Config::from_str(&rest).map_err(|e| PgError::Url(e.to_string()))?;
     config
-        .connect(postgres::NoTls)
+        .connect(tls.connector()?)
         .map_err(|source| PgError::Connect {
             target: target_of(&config),
             source,
         })
+}
+
+/// An error and what caused it, on one line: the client's own message for a failed TLS
+/// handshake is only "error performing TLS handshake", the certificate problem is its cause.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        cause = next.source();
+    }
+    line
 }
 
 /// Where a config points, for errors: hosts and database, never the password.
@@ -418,7 +425,7 @@ mod tests {
         let err = |url: &str| connect(url).err().expect("refused").to_string();
         assert!(err("mysql://x@h/db").contains("expected postgres://"));
         assert!(err("postgres://u@h:notaport/db").starts_with("storage.url:"));
-        assert!(err("postgres://u:pw@127.0.0.1:1/db?sslmode=require").contains("TLS"));
+        assert!(err("postgres://u:pw@127.0.0.1:1/db?sslmode=verify-full").contains("sslrootcert"));
         // Nothing listens on port 1: the error names the target, not the password.
         let refused = err("postgres://u:secret-pw@127.0.0.1:1/ci?sslmode=disable");
         assert!(

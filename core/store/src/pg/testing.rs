@@ -3,6 +3,10 @@
 //! deleted on drop. PostgreSQL refuses to run as root, so as root the cluster belongs to the
 //! `postgres` system user (the package creates it) and its tools run through `runuser`.
 //! Missing binaries are a failure with the fix, never a skip.
+//!
+//! The cluster also speaks TLS, with certificates from a test CA of its own ([`Cluster::ca_file`]):
+//! the server's names `db.woodlark.test` and `127.0.0.1`, and user [`CERT_USER`] signs in with a
+//! client certificate only ([`Cluster::client_cert_files`]). Plain connections stay accepted.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,6 +22,10 @@ pub struct Cluster {
 
 /// The user every database is reached as.
 pub const USER: &str = "woodlark";
+
+/// The user whose only way in is a client certificate over TLS (made by the caller who needs
+/// it: `CREATE ROLE`).
+pub const CERT_USER: &str = "woodlark_cert";
 
 impl Cluster {
     /// Makes and starts a cluster (about a second: no fsync anywhere, it is thrown away).
@@ -55,12 +63,17 @@ impl Cluster {
                 "--no-sync",
             ],
         );
+        cluster.make_certificates(&data);
         cluster.port = free_port();
+        let tls = cluster.dir.path().join("tls");
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=1000",
+             -c full_page_writes=off -c max_connections=1000 -c ssl=on \
+             -c ssl_cert_file={tls}/server.crt -c ssl_key_file={tls}/server.key \
+             -c ssl_ca_file={tls}/ca.pem",
             cluster.port,
-            cluster.dir.path().display()
+            cluster.dir.path().display(),
+            tls = tls.display(),
         );
         cluster.tool(
             "pg_ctl",
@@ -89,12 +102,67 @@ impl Cluster {
         self.url(name)
     }
 
-    /// The URL of database `name`.
+    /// The URL of database `name`: over TLS, the server's certificate checked against the
+    /// test CA and the host name, as a careful operator would connect. Every PostgreSQL test
+    /// runs over it.
     pub fn url(&self, name: &str) -> String {
         format!(
-            "postgres://{USER}@127.0.0.1:{}/{name}?sslmode=disable",
-            self.port
+            "postgres://{USER}@127.0.0.1:{}/{name}?sslmode=verify-full&sslrootcert={}",
+            self.port,
+            self.ca_file().display()
         )
+    }
+
+    /// The PEM file of the test CA that signed the server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("tls/ca.pem")
+    }
+
+    /// The certificate and key files of [`CERT_USER`]'s client certificate.
+    pub fn client_cert_files(&self) -> (PathBuf, PathBuf) {
+        let tls = self.dir.path().join("tls");
+        (tls.join("client.crt"), tls.join("client.key"))
+    }
+
+    /// The port the cluster listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A test CA; the server's certificate and the client's; `hostssl … cert` for
+    /// [`CERT_USER`] ahead of initdb's `trust` lines.
+    fn make_certificates(&self, data: &Path) {
+        let tls = self.dir.path().join("tls");
+        std::fs::create_dir(&tls).expect("tls dir");
+        let (ca, ca_pem) = test_ca("woodlark test CA");
+        let (server_crt, server_key) = issue(&ca, &["db.woodlark.test", "127.0.0.1"], "db");
+        let (client_crt, client_key) = issue(&ca, &[], CERT_USER);
+        for (name, text) in [
+            ("ca.pem", ca_pem),
+            ("server.crt", server_crt),
+            ("server.key", server_key),
+            ("client.crt", client_crt),
+            ("client.key", client_key),
+        ] {
+            let path = tls.join(name);
+            std::fs::write(&path, text).expect("write a certificate");
+            // PostgreSQL refuses a key others can read.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let hba = data.join("pg_hba.conf");
+        let trust = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        std::fs::write(
+            &hba,
+            format!("hostssl all {CERT_USER} 127.0.0.1/32 cert\n{trust}"),
+        )
+        .expect("write pg_hba.conf");
+        if self.user.is_some() {
+            chown_to_postgres(&tls);
+            for entry in std::fs::read_dir(&tls).unwrap().flatten() {
+                chown_to_postgres(&entry.path());
+            }
+        }
     }
 
     /// Runs one of the server's tools (as the cluster's owner); panics with its output.
@@ -185,6 +253,35 @@ fn binaries() -> PathBuf {
     found.pop().map(|(_, bin)| bin).expect(
         "no PostgreSQL server in /usr/lib/postgresql (bash .ci/test installs Debian's postgresql)",
     )
+}
+
+/// A self-signed CA (for TLS tests): its issuer and its certificate as PEM.
+pub fn test_ca(name: &str) -> (rcgen::CertifiedIssuer<'static, rcgen::KeyPair>, String) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let issuer =
+        rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let pem = issuer.pem();
+    (issuer, pem)
+}
+
+/// A certificate signed by `ca` for `names` with common name `cn`: (certificate, key) as PEM.
+pub fn issue(
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    names: &[&str],
+    cn: &str,
+) -> (String, String) {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut params = rcgen::CertificateParams::new(names).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
 }
 
 fn chown_to_postgres(dir: &Path) {
