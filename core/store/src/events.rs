@@ -105,7 +105,8 @@ pub fn push_id(out: &mut String, seq: i64) {
     }
 }
 
-/// Records a created or deleted record.
+/// Records a created or deleted record. (No id comes back: on PostgreSQL the writer draws
+/// it when the job ends.)
 pub fn append<T: Serialize>(
     conn: &Tx,
     record_type: &str,
@@ -113,7 +114,7 @@ pub fn append<T: Serialize>(
     record_id: impl ToString,
     object: &T,
     owner: Owner,
-) -> StoreResult<i64> {
+) -> StoreResult<()> {
     let object = serde_json::to_value(object)?;
     insert(
         conn,
@@ -127,7 +128,7 @@ pub fn append<T: Serialize>(
 }
 
 /// Records an update from the record's old and new API renderings; writes nothing (and returns
-/// `None`) when no field changed.
+/// false) when no field changed.
 pub fn append_update<T: Serialize>(
     conn: &Tx,
     record_type: &str,
@@ -135,11 +136,11 @@ pub fn append_update<T: Serialize>(
     before: &T,
     after: &T,
     owner: Owner,
-) -> StoreResult<Option<i64>> {
+) -> StoreResult<bool> {
     let before = serde_json::to_value(before)?;
     let after = serde_json::to_value(after)?;
     let Some(previous) = previous_attributes(&before, &after) else {
-        return Ok(None);
+        return Ok(false);
     };
     insert(
         conn,
@@ -150,7 +151,7 @@ pub fn append_update<T: Serialize>(
         Some(&previous),
         owner,
     )
-    .map(Some)
+    .map(|()| true)
 }
 
 fn insert(
@@ -161,24 +162,84 @@ fn insert(
     object: &Value,
     previous: Option<&Value>,
     owner: Owner,
-) -> StoreResult<i64> {
+) -> StoreResult<()> {
     // Ids in commit order across replicas: see `pg::outbox`.
     conn.lock_outbox()?;
-    conn.cached_exec(
-        "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            now_unix_ms(),
-            record_type,
-            action.as_str(),
-            record_id,
-            object.to_string(),
-            previous.map(Value::to_string),
-            owner.org_id,
-            owner.repo_id,
-        ],
-    )?;
-    conn.last_insert_rowid()
+    let event = HeldEvent {
+        created_ms: now_unix_ms(),
+        record_type: record_type.to_string(),
+        action: action.as_str(),
+        record_id: record_id.to_string(),
+        object: object.to_string(),
+        previous: previous.map(Value::to_string),
+        owner,
+    };
+    match conn.hold_event(event) {
+        None => Ok(()),
+        Some(event) => insert_rows(conn, std::slice::from_ref(&event)),
+    }
+}
+
+/// An event on its way to the table: held back by the writer's PostgreSQL session until its
+/// job ends ([`Tx::defer_events`]), so that a job's events cost one statement.
+pub(crate) struct HeldEvent {
+    created_ms: i64,
+    record_type: String,
+    action: &'static str,
+    record_id: String,
+    object: String,
+    previous: Option<String>,
+    owner: Owner,
+}
+
+/// Rows per statement when held events are recorded (8 parameters each).
+const ROWS_PER_INSERT: usize = 32;
+
+/// Records the events this session held back (see [`Tx::defer_events`]), in the order they
+/// were recorded; nothing to do on a session that records at once.
+pub(crate) fn record_held(conn: &Tx) -> StoreResult<()> {
+    let held = conn.take_held_events();
+    for chunk in held.chunks(ROWS_PER_INSERT) {
+        insert_rows(conn, chunk)?;
+    }
+    Ok(())
+}
+
+/// One `INSERT` of `rows`; ids are drawn in row order.
+fn insert_rows(conn: &Tx, rows: &[HeldEvent]) -> StoreResult<()> {
+    let mut sql = String::from(
+        "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id) VALUES ",
+    );
+    let mut params: Vec<&dyn rusqlite::types::ToSql> = Vec::with_capacity(rows.len() * 8);
+    for (i, row) in rows.iter().enumerate() {
+        let n = i * 8;
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!(
+            "(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4,
+            n + 5,
+            n + 6,
+            n + 7,
+            n + 8
+        ));
+        params.extend([
+            &row.created_ms as &dyn rusqlite::types::ToSql,
+            &row.record_type,
+            &row.action,
+            &row.record_id,
+            &row.object,
+            &row.previous,
+            &row.owner.org_id,
+            &row.owner.repo_id,
+        ]);
+    }
+    conn.cached_exec(&sql, &params[..])?;
+    Ok(())
 }
 
 /// The old values of the top-level fields that differ between two JSON objects.
@@ -674,10 +735,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         let v = json!({"login": "a"});
-        assert_eq!(
-            append_update(&Tx::new(&conn), "users", 1, &v, &v, Owner::default()).unwrap(),
-            None
-        );
+        assert!(!append_update(&Tx::new(&conn), "users", 1, &v, &v, Owner::default()).unwrap());
         let changed = json!({"login": "b"});
         append_update(&Tx::new(&conn), "users", 1, &v, &changed, Owner::default()).unwrap();
         let events = list_after(&Tx::new(&conn), 0, 10).unwrap();

@@ -1125,7 +1125,16 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
     // two of them ever wait on each other's row locks in opposite orders (a creation locks
     // its repository's row and then records events; a batch that recorded an event before
     // a creation would take them the other way round, and deadlock with another replica).
-    let begun = conn.execute_batch(begin).and_then(|()| conn.lock_outbox());
+    let begun = match conn.dialect() {
+        Dialect::Sqlite => conn.execute_batch(begin),
+        // One round trip: the transaction, the lock, the first job's savepoint.
+        Dialect::Postgres => conn
+            .execute_batch(&format!(
+                "{begin}; SELECT pg_advisory_xact_lock({}); SAVEPOINT job",
+                pg::outbox::OUTBOX_LOCK
+            ))
+            .map(|()| conn.set_outbox_lock_held(true)),
+    };
     if let Err(err) = begun {
         // Dropping the jobs answers their callers with `Unavailable`; nothing ran.
         tracing::error!(%err, jobs = batch.len(), "cannot begin a write transaction");
@@ -1137,27 +1146,50 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
     // Each job runs under a savepoint of its own. Releasing one and opening the next is one
     // round trip (on PostgreSQL every statement is one), and so is the last release with
     // the commit.
-    let mut open_savepoint = "SAVEPOINT job";
+    // A job's events wait until it ends, and then go in one statement (see `defer_events`).
+    conn.defer_events();
+    // On PostgreSQL the first savepoint was opened with the transaction.
+    let mut open_savepoint = match conn.dialect() {
+        Dialect::Sqlite => Some("SAVEPOINT job"),
+        Dialect::Postgres => None,
+    };
     for job in batch {
-        if let Err(err) = conn.execute_batch(open_savepoint) {
+        if let Some(sql) = open_savepoint
+            && let Err(err) = conn.execute_batch(sql)
+        {
             tracing::error!(%err, "cannot open a savepoint; job dropped");
             // The transaction is unusable: what follows fails and the batch rolls back.
-            open_savepoint = "SAVEPOINT job";
+            open_savepoint = Some("SAVEPOINT job");
             continue;
         }
-        open_savepoint = "RELEASE job; SAVEPOINT job";
+        open_savepoint = Some("RELEASE job; SAVEPOINT job");
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn)));
-        let ok = matches!(outcome, Ok((true, _)));
+        let mut ok = matches!(outcome, Ok((true, _)));
+        let mut events_failed = None;
+        if ok && let Err(err) = events::record_held(conn) {
+            // Changes without the events that describe them: neither stays.
+            tracing::error!(%err, "cannot record a job's events; its changes are rolled back");
+            events_failed = Some(err.to_string());
+            ok = false;
+        }
         if !ok {
             // The outbox lock was taken before the savepoint: it stays.
+            conn.take_held_events();
             let _ = conn.execute_batch("ROLLBACK TO job");
         }
         match outcome {
-            Ok((_, finish)) => finishes.push(finish),
+            Ok((_, finish)) => finishes.push(match events_failed {
+                None => finish,
+                Some(err) => Box::new(move |_commit| {
+                    finish(Err(StoreError::Unavailable(format!(
+                        "cannot record the change's events: {err}"
+                    ))))
+                }),
+            }),
             Err(_) => tracing::error!("a store job panicked; its changes were rolled back"),
         }
     }
-    let commit = if open_savepoint == "SAVEPOINT job" {
+    let commit = if open_savepoint != Some("RELEASE job; SAVEPOINT job") {
         conn.execute_batch("COMMIT")
     } else {
         conn.execute_batch("RELEASE job; COMMIT")

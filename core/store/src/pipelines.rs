@@ -306,27 +306,26 @@ pub fn by_number(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRo
     .ok_or(StoreError::NotFound)
 }
 
-/// On PostgreSQL, holds the repository's row until the transaction ends, so that replicas
-/// creating pipelines of one repository at once take numbers one after the other (the
-/// second reads the highest number once the first has committed). SQLite's one writer
-/// needs nothing.
-fn lock_numbers(conn: &Tx, repo_id: i64) -> StoreResult<()> {
-    if conn.dialect() == crate::Dialect::Postgres {
-        conn.cached_row(
-            "SELECT count(*) FROM (SELECT id FROM repos WHERE id = ?1 FOR UPDATE) locked",
-            [repo_id],
-            |r| r.get::<_, i64>(0),
-        )?;
-    }
-    Ok(())
-}
-
 /// The number the repository's next pipeline gets (one past the highest; 1 for the first),
 /// inside the write transaction that creates it: from here to the commit no other replica
 /// can take a number of this repository, so the number cannot race.
+///
+/// On PostgreSQL the statement also holds the repository's row until the transaction ends,
+/// so that replicas creating pipelines of one repository at once take numbers one after the
+/// other (the second reads the highest number once the first has committed). One statement:
+/// the lock is a sub-select in a condition on no column of `pipelines`, which PostgreSQL
+/// runs once before the scan. SQLite's one writer needs no lock.
 pub fn take_next_number(conn: &Tx, repo_id: i64) -> StoreResult<i64> {
-    lock_numbers(conn, repo_id)?;
-    next_number(conn, repo_id)
+    match conn.dialect() {
+        crate::Dialect::Sqlite => next_number(conn, repo_id),
+        crate::Dialect::Postgres => conn.cached_row(
+            "SELECT coalesce(max(number), 0) + 1 FROM pipelines
+             WHERE repo_id = ?1
+               AND (SELECT count(*) FROM (SELECT id FROM repos WHERE id = ?1 FOR UPDATE) l) >= 0",
+            [repo_id],
+            |r| r.get(0),
+        ),
+    }
 }
 
 /// The number the repository's next pipeline would get now (a read: by the time a write
@@ -739,14 +738,12 @@ fn link_configs(
             "INSERT INTO configs (repo_id, hash, name, data) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             params![repo_id, hash, f.name, f.data.as_bytes()],
         )?;
-        let id: i64 = conn.cached_row(
-            "SELECT id FROM configs WHERE repo_id = ?1 AND hash = ?2 AND name = ?3",
-            params![repo_id, hash, f.name],
-            |r| r.get(0),
-        )?;
+        // The config's id found and linked in one statement (new or stored before).
         conn.cached_exec(
-            "INSERT INTO pipeline_configs (pipeline_id, config_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
-            params![pipeline_id, id],
+            "INSERT INTO pipeline_configs (pipeline_id, config_id)
+             SELECT ?1, id FROM configs WHERE repo_id = ?2 AND hash = ?3 AND name = ?4
+             ON CONFLICT DO NOTHING",
+            params![pipeline_id, repo_id, hash, f.name],
         )?;
     }
     Ok(())
@@ -772,25 +769,28 @@ pub fn configs(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<(String, ConfigFi
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Creates a pipeline (number = the repository's next) with its workflows and steps, records
-/// the events, and returns the full rendering.
+/// Creates pipeline `number` (what [`take_next_number`] gave in this transaction) with its
+/// workflows and steps, records the events, and returns the full rendering.
 pub fn create(
     conn: &Tx,
     repo_id: i64,
+    number: i64,
     pipeline: &Pipeline,
     workflows: &[NewWorkflow],
     files: &[ConfigFile],
 ) -> StoreResult<PipelineRow> {
-    let org_id = org_of(conn, repo_id)?;
-    let number = take_next_number(conn, repo_id)?;
     let now = now_unix();
     let mut p = pipeline.clone();
     p.number = number;
     p.created = now;
     p.updated = now;
-    conn.cached_exec(
+    // The new id and the repository's organisation come back from the insert: on
+    // PostgreSQL every statement is a round trip.
+    let org_id;
+    (p.id, org_id) = conn.cached_row(
         "INSERT INTO pipelines (repo_id, number, status, event, branch, ref, created, data)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         RETURNING id, (SELECT org_id FROM repos WHERE id = ?1)",
         params![
             repo_id,
             number,
@@ -801,8 +801,8 @@ pub fn create(
             now,
             record_of(&p)?
         ],
+        |r| Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?.unwrap_or(0))),
     )?;
-    p.id = conn.last_insert_rowid()?;
     link_configs(conn, repo_id, p.id, files)?;
     events::append(
         conn,
@@ -820,9 +820,9 @@ pub fn create(
     for wf in workflows {
         let wf_pid = next_pid;
         next_pid += 1;
-        conn.cached_exec(
+        let workflow_id = conn.cached_row(
             "INSERT INTO workflows (pipeline_id, pid, name, state, environ, payload)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
             params![
                 p.id,
                 wf_pid,
@@ -831,9 +831,10 @@ pub fn create(
                 serde_json::to_string(&wf.environ)?,
                 wf.sealed_payload
             ],
+            |r| r.get(0),
         )?;
         let mut workflow = Workflow {
-            id: conn.last_insert_rowid()?,
+            id: workflow_id,
             pipeline_id: p.id,
             pid: wf_pid,
             name: wf.name.clone(),
@@ -851,9 +852,9 @@ pub fn create(
         )?;
         for (name, kind) in &wf.steps {
             let uuid = woodlark_stdx::uuid_v7();
-            conn.cached_exec(
+            let step_id = conn.cached_row(
                 "INSERT INTO steps (uuid, pipeline_id, workflow_id, pid, ppid, name, state, type)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id",
                 params![
                     uuid,
                     p.id,
@@ -864,9 +865,10 @@ pub fn create(
                     wf.state.as_str(),
                     kind
                 ],
+                |r| r.get(0),
             )?;
             let step = Step {
-                id: conn.last_insert_rowid()?,
+                id: step_id,
                 uuid,
                 pipeline_id: p.id,
                 pid: next_pid,
@@ -1101,7 +1103,15 @@ mod tests {
                 steps: vec![("push".into(), "plugin".into())],
             },
         ];
-        let created = create(&conn, 7, &pipeline, &workflows, &[]).unwrap();
+        let created = create(
+            &conn,
+            7,
+            take_next_number(&conn, 7).unwrap(),
+            &pipeline,
+            &workflows,
+            &[],
+        )
+        .unwrap();
         let read = full(&conn, 7, created.pipeline.number).unwrap();
         assert_eq!(created.repo_id, read.repo_id);
         assert_eq!(created.pipeline, read.pipeline);
@@ -1114,7 +1124,15 @@ mod tests {
             .collect();
         assert_eq!(steps, [2, 1]);
         // Without workflows (an error pipeline), `workflows` is absent either way.
-        let bare = create(&conn, 7, &pipeline, &[], &[]).unwrap();
+        let bare = create(
+            &conn,
+            7,
+            take_next_number(&conn, 7).unwrap(),
+            &pipeline,
+            &[],
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             bare.pipeline,
             full(&conn, 7, bare.pipeline.number).unwrap().pipeline
@@ -1137,7 +1155,16 @@ mod tests {
                 },
                 ..Pipeline::default()
             };
-            create(&conn, repo, &p, &[], &[]).unwrap().pipeline
+            create(
+                &conn,
+                repo,
+                take_next_number(&conn, repo).unwrap(),
+                &p,
+                &[],
+                &[],
+            )
+            .unwrap()
+            .pipeline
         };
         let old_push = make(7, "push", "main", "refs/heads/main", Status::Running);
         let _done = make(7, "push", "main", "refs/heads/main", Status::Success);
@@ -1170,7 +1197,15 @@ mod tests {
                 variables: [("K".to_string(), "v \"x\"".to_string())].into(),
                 ..Pipeline::default()
             };
-            create(&conn, 7, &pipeline, &[], &[]).unwrap();
+            create(
+                &conn,
+                7,
+                take_next_number(&conn, 7).unwrap(),
+                &pipeline,
+                &[],
+                &[],
+            )
+            .unwrap();
         }
         let filter = ListFilter::default();
         let typed = serde_json::to_value(list(&conn, 7, &filter, 1, 50).unwrap()).unwrap();
@@ -1216,6 +1251,7 @@ mod tests {
         let with = create(
             &conn,
             7,
+            take_next_number(&conn, 7).unwrap(),
             &pipeline,
             &[
                 workflow("build", &["clone", "test"]),
@@ -1224,7 +1260,15 @@ mod tests {
             &[],
         )
         .unwrap();
-        let without = create(&conn, 7, &pipeline, &[], &[]).unwrap();
+        let without = create(
+            &conn,
+            7,
+            take_next_number(&conn, 7).unwrap(),
+            &pipeline,
+            &[],
+            &[],
+        )
+        .unwrap();
         for number in [with.pipeline.number, without.pipeline.number] {
             let typed = serde_json::to_value(full(&conn, 7, number).unwrap().pipeline).unwrap();
             let raw: serde_json::Value =

@@ -220,7 +220,7 @@ pub fn update(
     let after = by_id(conn, before.id)?.registry;
     let owner = scope.owner(conn)?;
     let recorded = events::append_update(conn, RECORD_TYPE, after.id, &before, &after, owner)?;
-    if recorded.is_none() && change.sealed_password.is_some() {
+    if !recorded && change.sealed_password.is_some() {
         events::append(conn, RECORD_TYPE, Action::Updated, after.id, &after, owner)?;
     }
     Ok(after)

@@ -344,7 +344,7 @@ pub fn update(
     let after = find(conn, scope, name)?.secret;
     let owner = scope.owner(conn)?;
     let recorded = events::append_update(conn, RECORD_TYPE, after.id, &before, &after, owner)?;
-    if recorded.is_none() && change.sealed_value.is_some() {
+    if !recorded && change.sealed_value.is_some() {
         events::append(conn, RECORD_TYPE, Action::Updated, after.id, &after, owner)?;
     }
     Ok(after)

@@ -45,22 +45,24 @@ enum Engine<'c> {
     Postgres(&'c PgConn),
     /// A session a test opened and handed over.
     #[cfg(test)]
-    PostgresOwned(PgConn),
+    PostgresOwned(Box<PgConn>),
 }
 
 /// A connection the store keeps (its writer's, or one of its readers'), on either engine.
 pub(crate) enum Session {
     Sqlite(rusqlite::Connection),
-    Postgres(PgConn),
+    /// Boxed: a session with its statement cache is much larger than SQLite's handle.
+    Postgres(Box<PgConn>),
 }
 
 impl Session {
     pub(crate) fn postgres(client: postgres::Client) -> Session {
-        Session::Postgres(PgConn {
+        Session::Postgres(Box::new(PgConn {
             client: std::mem::ManuallyDrop::new(RefCell::new(client)),
             statements: RefCell::default(),
             outbox_locked: std::cell::Cell::new(false),
-        })
+            deferred_events: RefCell::new(None),
+        }))
     }
 
     /// The session as a [`Tx`] for one closure or store call.
@@ -81,6 +83,9 @@ pub(crate) struct PgConn {
     statements: RefCell<HashMap<String, postgres::Statement>>,
     /// Whether the open transaction holds the outbox lock ([`Tx::lock_outbox`]).
     outbox_locked: std::cell::Cell<bool>,
+    /// The writer's events of the running job, recorded in one statement when the job ends
+    /// ([`Tx::defer_events`]); `None` on every other session, which records at once.
+    deferred_events: RefCell<Option<Vec<crate::events::HeldEvent>>>,
 }
 
 impl Drop for PgConn {
@@ -168,6 +173,44 @@ impl Tx<'_> {
             pg.outbox_locked.set(true);
         }
         Ok(())
+    }
+
+    /// PostgreSQL: from now on the events this session records wait in memory until
+    /// [`crate::events::record_deferred`] writes them in one multi-row statement (each is
+    /// otherwise a round trip of its own). The writer turns this on for its session; it
+    /// records a job's events before the job's savepoint is released, so they commit with
+    /// the job, in order, under the outbox lock.
+    pub(crate) fn defer_events(&self) {
+        if let Some(pg) = self.pg() {
+            pg.deferred_events.borrow_mut().get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// Holds `event` back if this session defers events; gives it back if it does not.
+    pub(crate) fn hold_event(
+        &self,
+        event: crate::events::HeldEvent,
+    ) -> Option<crate::events::HeldEvent> {
+        match self.pg().map(|pg| pg.deferred_events.borrow_mut()) {
+            Some(mut held) => match held.as_mut() {
+                Some(list) => {
+                    list.push(event);
+                    None
+                }
+                None => Some(event),
+            },
+            None => Some(event),
+        }
+    }
+
+    /// The events held back so far, taken (empty on a session that records at once).
+    pub(crate) fn take_held_events(&self) -> Vec<crate::events::HeldEvent> {
+        self.pg()
+            .and_then(|pg| {
+                let mut held = pg.deferred_events.borrow_mut();
+                held.as_mut().map(std::mem::take)
+            })
+            .unwrap_or_default()
     }
 
     /// Records that the lock is held, or no longer is (false after a commit or rollback).

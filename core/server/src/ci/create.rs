@@ -860,12 +860,7 @@ fn create_in(
         version: crate::ci::version_string(),
         ..Pipeline::default()
     };
-    let row = pipelines::create(c, repo.repo.id, &pipeline, &new_workflows, files)?;
-    if row.pipeline.number != number {
-        return Err(StoreError::Conflict(
-            "pipeline number changed while creating".into(),
-        ));
-    }
+    let row = pipelines::create(c, repo.repo.id, number, &pipeline, &new_workflows, files)?;
     if !t.delivery.is_empty() {
         deliveries::record(c, repo.repo.id, &t.delivery, row.pipeline.id)?;
     }

@@ -231,7 +231,8 @@ mod tests {
             status,
             ..Pipeline::default()
         };
-        let row = pipelines::create(&db, repo, &pipeline, &new, &[]).unwrap();
+        let number = pipelines::take_next_number(&db, repo).unwrap();
+        let row = pipelines::create(&db, repo, number, &pipeline, &new, &[]).unwrap();
         let ids: Vec<i64> = row
             .pipeline
             .workflows

@@ -302,6 +302,119 @@ mod tests {
         store.close();
     }
 
+    /// The writer holds a job's events back and records them in one statement as the job
+    /// ends: ids follow the order of recording across the jobs of one batch, and a job whose
+    /// events cannot be recorded is rolled back whole and answered with the error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_jobs_events_are_recorded_as_it_ends_in_order_or_not_at_all() {
+        use crate::events::{self, Action, Owner};
+        let url = testing::Cluster::shared().fresh_database();
+        let store = crate::Store::open_postgres(&url, &crate::StoreOptions::default()).unwrap();
+        fn event(c: &crate::Tx, id: String) -> crate::StoreResult<()> {
+            events::append(
+                c,
+                "test",
+                Action::Created,
+                id,
+                &serde_json::json!({}),
+                Owner::default(),
+            )
+        }
+        let blocker = store.submit(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Ok(())
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let jobs: Vec<_> = (0..3)
+            .map(|j| {
+                store.submit(move |c| {
+                    for e in 0..2 {
+                        event(c, format!("{j}.{e}"))?;
+                    }
+                    // Not in the table yet: held for the job's end.
+                    c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+                })
+            })
+            .collect();
+        // Its events cannot be recorded (the table is gone by then): nothing of it stays.
+        let broken = store.submit(|c| {
+            c.execute_batch(
+                "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///x', '{}', 's')",
+            )?;
+            event(c, "broken".into())?;
+            c.execute_batch("ALTER TABLE events RENAME TO events_elsewhere")
+        });
+        let after = store.submit(move |c| event(c, "after".into()));
+        blocker.await.unwrap();
+        let seen: Vec<i64> = futures_join_all(jobs.into_iter()).await;
+        assert_eq!(
+            seen,
+            [0, 2, 4],
+            "each job saw only the jobs before it recorded"
+        );
+        let err = broken
+            .await
+            .expect_err("answered with the error")
+            .to_string();
+        assert!(err.contains("events"), "{err}");
+        after.await.unwrap();
+        let (ids, forges): (Vec<String>, i64) = store
+            .read(|c| {
+                let ids =
+                    c.query_map_for_tests("SELECT record_id FROM events ORDER BY seq", [], |r| {
+                        r.get(0)
+                    })?;
+                let forges = c.query_row("SELECT count(*) FROM forges", [], |r| r.get(0))?;
+                Ok((ids, forges))
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids, ["0.0", "0.1", "1.0", "1.1", "2.0", "2.1", "after"]);
+        assert_eq!(forges, 0, "the broken job's forge was rolled back");
+        store.close();
+    }
+
+    /// Taking a pipeline number holds the repository's row until the transaction ends
+    /// (one statement: the lock is a sub-select), so replicas take numbers one at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn taking_a_number_holds_the_repository_row_until_commit() {
+        let url = testing::Cluster::shared().fresh_database();
+        let store = crate::Store::open_postgres(&url, &crate::StoreOptions::default()).unwrap();
+        store
+            .write(|c| {
+                c.execute_batch(
+                    "INSERT INTO forges (id, type, url, data, webhook_secret) VALUES (1, 'git', 'file:///f', '{}', 's');
+                     INSERT INTO repos (id, forge_id, forge_remote_id, org_id, full_name, hash, data, created)
+                     VALUES (1, 1, 'a/one', 0, 'a/one', 'h', '{}', 0);",
+                )
+            })
+            .await
+            .unwrap();
+        let row_free = move || {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                connect(&url)
+                    .unwrap()
+                    .batch_execute("SELECT id FROM repos WHERE id = 1 FOR UPDATE NOWAIT")
+                    .is_ok()
+            })
+            .join()
+            .unwrap()
+        };
+        let probe = row_free.clone();
+        let (number, free_meanwhile) = store
+            .write(move |c| Ok((crate::pipelines::take_next_number(c, 1)?, probe())))
+            .await
+            .unwrap();
+        assert_eq!(number, 1);
+        assert!(
+            !free_meanwhile,
+            "the row is held while the transaction runs"
+        );
+        assert!(row_free(), "and given back at its end");
+        store.close();
+    }
+
     /// Three replicas' schedulers claiming the same due cron ticks at once: each tick is
     /// claimed by exactly one of them (a compare-and-set PostgreSQL re-checks after the
     /// competing commit).
@@ -388,9 +501,11 @@ mod tests {
             .unwrap();
         let creations = (0..30).map(|i| {
             replicas[i % 3].submit(|c| {
+                let number = crate::pipelines::take_next_number(c, 1)?;
                 let row = crate::pipelines::create(
                     c,
                     1,
+                    number,
                     &crate::pipelines::Pipeline::default(),
                     &[],
                     &[],
