@@ -232,6 +232,9 @@ struct Inner {
     dialect: Dialect,
     /// Whether this server leads its database's replicas ([`Store::leadership`]).
     leader: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Per [`Domain`], the commits of other replicas this server has heard of
+    /// ([`Store::generation_elsewhere`]).
+    elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
 }
 
 /// A group of tables whose changes are counted together, for caches of what is read from
@@ -409,6 +412,7 @@ impl Store {
             catch_ups,
             // Alone on its file: always the leader.
             leader: Arc::new(tokio::sync::watch::Sender::new(true)),
+            elsewhere: Arc::default(),
         })
     }
 
@@ -436,11 +440,13 @@ impl Store {
         let commit_tx = Arc::new(commit_tx);
         let stopping: Arc<AtomicBool> = Arc::default();
         let leader = Arc::new(tokio::sync::watch::Sender::new(false));
+        let elsewhere: Arc<[AtomicU64; Domain::COUNT]> = Arc::default();
         let listening = {
             let listener = Listener {
                 url: url.to_string(),
                 writer_pid,
                 counters: generation.counters.clone(),
+                elsewhere: elsewhere.clone(),
                 commits: commit_tx.clone(),
                 stopping: stopping.clone(),
                 leader: leader.clone(),
@@ -461,6 +467,7 @@ impl Store {
             stopping,
             catch_ups: Arc::default(),
             leader,
+            elsewhere,
         })
     }
 
@@ -477,6 +484,7 @@ impl Store {
             stopping,
             catch_ups,
             leader,
+            elsewhere,
         } = started;
         let generations = generation.counters.clone();
         let reader_count = readers.len();
@@ -503,6 +511,7 @@ impl Store {
                 catch_ups,
                 dialect,
                 leader,
+                elsewhere,
             }),
         })
     }
@@ -542,6 +551,13 @@ impl Store {
     /// the entry with it (a commit during the read then leaves the entry already stale).
     pub fn generation(&self, domain: Domain) -> u64 {
         self.inner.generations[domain as usize].load(Ordering::Acquire)
+    }
+
+    /// How many commits of other replicas changing `domain` this server has heard of (moved
+    /// by the change listener, also when it reconnects; always 0 on SQLite). A number taken
+    /// while it stood still is still this server's own to reason about.
+    pub fn generation_elsewhere(&self, domain: Domain) -> u64 {
+        self.inner.elsewhere[domain as usize].load(Ordering::Acquire)
     }
 
     /// The [`Domain::Identity`] generation (what auth and access caches are tagged with).
@@ -619,21 +635,51 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
+        self.read_as(ReadKind::Snapshot, f).await
+    }
+
+    /// [`Store::read`] for a closure that runs exactly one statement. On PostgreSQL it runs
+    /// outside a transaction (a statement sees one snapshot by itself), which saves the
+    /// `BEGIN` and `ROLLBACK` round trips of a read. A second statement fails, on either
+    /// engine, so a test finds a closure that outgrew it.
+    pub async fn read_one<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+    {
+        self.read_as(ReadKind::OneStatement, f).await
+    }
+
+    async fn read_as<T, F>(&self, kind: ReadKind, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+    {
         if self.dialect() == Dialect::Postgres {
             // Its client blocks on a runtime of its own: never on a runtime worker.
-            return self.read_blocking(f).await;
+            return self.read_blocking_as(kind, f).await;
         }
         let permit = match self.inner.reader_slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::Closed) => return Err(StoreError::Closed),
             // Every reader is busy: wait on the blocking pool rather than here.
-            Err(tokio::sync::TryAcquireError::NoPermits) => return self.read_blocking(f).await,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                return self.read_blocking_as(kind, f).await;
+            }
         };
-        run_read(&self.inner, permit, f)
+        run_read(&self.inner, permit, kind, f)
     }
 
     /// Runs `f` on a read-only connection on the blocking pool (long reads).
     pub async fn read_blocking<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+    {
+        self.read_blocking_as(ReadKind::Snapshot, f).await
+    }
+
+    async fn read_blocking_as<T, F>(&self, kind: ReadKind, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
@@ -646,7 +692,7 @@ impl Store {
             .await
             .map_err(|_| StoreError::Closed)?;
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || run_read(&inner, permit, f))
+        tokio::task::spawn_blocking(move || run_read(&inner, permit, kind, f))
             .await
             .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
     }
@@ -703,8 +749,20 @@ impl Drop for Inner {
     }
 }
 
+/// How a read runs: see [`Store::read`] and [`Store::read_one`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadKind {
+    Snapshot,
+    OneStatement,
+}
+
 /// Runs a read on a pooled connection under `permit`; a panic in `f` is an error.
-fn run_read<T, F>(inner: &Inner, permit: tokio::sync::OwnedSemaphorePermit, f: F) -> StoreResult<T>
+fn run_read<T, F>(
+    inner: &Inner,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    kind: ReadKind,
+    f: F,
+) -> StoreResult<T>
 where
     F: FnOnce(&Tx) -> StoreResult<T>,
 {
@@ -727,7 +785,10 @@ where
     let tx = conn.tx();
     // PostgreSQL: the whole read sees one snapshot (outside a transaction each statement
     // takes its own, and a pipeline read with its workflows could straddle a commit).
-    let snapshot = tx.dialect() == Dialect::Postgres;
+    let snapshot = tx.dialect() == Dialect::Postgres && kind == ReadKind::Snapshot;
+    if kind == ReadKind::OneStatement {
+        tx.limit_statements(1);
+    }
     if snapshot {
         tx.execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
     }
@@ -850,6 +911,7 @@ struct Started {
     stopping: Arc<AtomicBool>,
     catch_ups: Arc<AtomicU64>,
     leader: Arc<tokio::sync::watch::Sender<bool>>,
+    elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
 }
 
 /// How long the listener waits for a notification before it looks at `stopping` again.
@@ -870,6 +932,8 @@ struct Listener {
     url: String,
     writer_pid: i32,
     counters: Arc<[AtomicU64; Domain::COUNT]>,
+    /// Other replicas' commits only (`counters` also counts this replica's writer's).
+    elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
     commits: Arc<tokio::sync::watch::Sender<u64>>,
     stopping: Arc<AtomicBool>,
     leader: Arc<tokio::sync::watch::Sender<bool>>,
@@ -890,7 +954,7 @@ impl Listener {
                         tracing::info!("the store's change listener reconnected");
                         session = Some(client);
                         backoff = Duration::from_secs(1);
-                        for counter in self.counters.iter() {
+                        for counter in self.counters.iter().chain(self.elsewhere.iter()) {
                             counter.fetch_add(1, Ordering::AcqRel);
                         }
                         self.commits.send_modify(|n| *n += 1);
@@ -932,6 +996,7 @@ impl Listener {
             }
             heard = true;
             if let Some(domain) = Domain::of_table(note.payload()) {
+                self.elsewhere[domain as usize].fetch_add(1, Ordering::AcqRel);
                 self.counters[domain as usize].fetch_add(1, Ordering::AcqRel);
             }
         }
@@ -1275,6 +1340,46 @@ mod tests {
 
     fn temp_store() -> (tempfile::TempDir, Store) {
         test_store()
+    }
+
+    /// `read_one` runs one statement (on PostgreSQL outside a snapshot transaction, which
+    /// `read` opens) and refuses a second on either engine.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_one_statement_read_runs_one_statement() {
+        let (_dir, store) = store_with_table().await;
+        let one: i64 = store
+            .read_one(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(one, 0);
+        let second = store
+            .read_one(|c| {
+                c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))?;
+                c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
+            })
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(second.contains("second statement"), "{second}");
+        // The reader it used is fine for the next read, which has no limit.
+        let two: (i64, i64) = store
+            .read(|c| {
+                let a = c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?;
+                Ok((a, c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))
+            })
+            .await
+            .unwrap();
+        assert_eq!(two, (0, 0));
+        if store.dialect() == Dialect::Postgres {
+            let isolation = |c: &Tx| {
+                c.query_row("SELECT current_setting('transaction_isolation')", [], |r| {
+                    r.get::<_, String>(0)
+                })
+            };
+            assert_eq!(store.read_one(isolation).await.unwrap(), "read committed");
+            assert_eq!(store.read(isolation).await.unwrap(), "repeatable read");
+        }
+        store.close();
     }
 
     /// A store with an empty table `t (v INTEGER)`.

@@ -35,6 +35,8 @@ pub enum Dialect {
 /// can be written anywhere else, and the crate graph keeps it so.
 pub struct Tx<'c> {
     engine: Engine<'c>,
+    /// For [`crate::Store::read_one`]: how many statements may still run (none = any).
+    statements_left: std::cell::Cell<Option<u8>>,
 }
 
 enum Engine<'c> {
@@ -68,6 +70,7 @@ impl Session {
     /// The session as a [`Tx`] for one closure or store call.
     pub(crate) fn tx(&self) -> Tx<'_> {
         Tx {
+            statements_left: std::cell::Cell::new(None),
             engine: match self {
                 Session::Sqlite(conn) => Engine::Sqlite(conn),
                 Session::Postgres(pg) => Engine::Postgres(pg),
@@ -107,6 +110,7 @@ impl<'c> Tx<'c> {
     pub(crate) fn new(conn: &'c rusqlite::Connection) -> Tx<'c> {
         Tx {
             engine: Engine::Sqlite(conn),
+            statements_left: std::cell::Cell::new(None),
         }
     }
 }
@@ -117,6 +121,7 @@ impl Tx<'_> {
     pub fn owned(conn: rusqlite::Connection) -> Tx<'static> {
         Tx {
             engine: Engine::SqliteOwned(conn),
+            statements_left: std::cell::Cell::new(None),
         }
     }
 
@@ -229,8 +234,28 @@ impl Tx<'_> {
         }
     }
 
+    /// Allows only `n` more statements on this `Tx` ([`crate::Store::read_one`]).
+    pub(crate) fn limit_statements(&self, n: u8) {
+        self.statements_left.set(Some(n));
+    }
+
+    /// Counts a statement against the limit, if there is one.
+    fn spend_statement(&self) -> StoreResult<()> {
+        match self.statements_left.get() {
+            None => Ok(()),
+            Some(0) => Err(StoreError::Unavailable(
+                "a one-statement read ran a second statement (use Store::read)".into(),
+            )),
+            Some(n) => {
+                self.statements_left.set(Some(n - 1));
+                Ok(())
+            }
+        }
+    }
+
     /// A statement from the connection's cache (prepared on first use).
     pub(crate) fn prepare_cached(&self, sql: &str) -> StoreResult<Stmt<'_>> {
+        self.spend_statement()?;
         Ok(match (self.pg(), self.sqlite_conn()) {
             (Some(pg), _) => Stmt::Postgres(pg, pg.statement(sql)?),
             (_, Some(conn)) => Stmt::SqliteCached(conn.prepare_cached(sql)?),
@@ -241,6 +266,7 @@ impl Tx<'_> {
     /// A statement prepared for this call only (SQL built at run time that would crowd the
     /// cache). PostgreSQL keeps it anyway: preparing costs a round trip there.
     pub(crate) fn prepare(&self, sql: &str) -> StoreResult<Stmt<'_>> {
+        self.spend_statement()?;
         Ok(match (self.pg(), self.sqlite_conn()) {
             (Some(pg), _) => Stmt::Postgres(pg, pg.statement(sql)?),
             (_, Some(conn)) => Stmt::Sqlite(conn.prepare(sql)?),
@@ -254,6 +280,7 @@ impl Tx<'_> {
 
     /// Runs statements without parameters, separated by `;`.
     pub(crate) fn execute_batch(&self, sql: &str) -> StoreResult<()> {
+        self.spend_statement()?;
         match (self.pg(), self.sqlite_conn()) {
             (Some(pg), _) => Ok(pg.client.borrow_mut().batch_execute(sql)?),
             (_, Some(conn)) => Ok(conn.execute_batch(sql)?),
@@ -851,6 +878,7 @@ pub(crate) fn fresh_tx() -> Tx<'static> {
         };
         return Tx {
             engine: Engine::PostgresOwned(pg),
+            statements_left: std::cell::Cell::new(None),
         };
     }
     let mut conn = rusqlite::Connection::open_in_memory().expect("in-memory database");

@@ -178,15 +178,13 @@ async fn stored_sources(
     repo: &RepoRow,
 ) -> Result<(Vec<SecretValue>, Vec<RegistryCredential>), Error> {
     let (org, id) = (repo.repo.org_id, repo.repo.id);
-    let (secret_rows, registry_rows) = ci
-        .store
-        .read(move |c| {
-            Ok((
-                secrets::for_pipeline(c, org, id)?,
-                registries::for_pipeline(c, org, id)?,
-            ))
-        })
-        .await?;
+    // Two one-statement reads side by side (nothing ties the two lists to one snapshot).
+    let (secret_rows, registry_rows) = tokio::try_join!(
+        ci.store
+            .read_one(move |c| secrets::for_pipeline(c, org, id)),
+        ci.store
+            .read_one(move |c| registries::for_pipeline(c, org, id)),
+    )?;
     let mut secrets = Vec::with_capacity(secret_rows.len());
     for row in secret_rows {
         let value = ci

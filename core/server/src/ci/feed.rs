@@ -115,7 +115,7 @@ impl PipelineFeed {
     pub async fn run(self: Arc<Self>) {
         let feed = &self;
         let mut commits = feed.store.commits();
-        let mut last = feed.store.read(events::newest_seq).await.unwrap_or(0);
+        let mut last = feed.store.read_one(events::newest_seq).await.unwrap_or(0);
         let mut tracked: HashMap<i64, Tracked> = HashMap::new();
         let mut repos_seen: HashMap<i64, Repo> = HashMap::new();
         let filter = Filter {
@@ -133,19 +133,24 @@ impl PipelineFeed {
             let batch = {
                 let f = filter.clone();
                 let subscribers = feed.tx.clone();
-                feed.store
-                    .read(move |c| {
-                        let newest = events::newest_seq(c)?;
-                        // Nobody listening (checked after `newest` was read, so whoever
-                        // subscribes later subscribed after these events): nothing would be
-                        // sent, so no event is read.
-                        if subscribers.receiver_count() == 0 {
-                            return Ok((newest, None));
-                        }
-                        let page = events::page(c, last, newest + 1, &f, Direction::Forward, 500)?;
-                        Ok((newest, Some(page)))
-                    })
-                    .await
+                // The newest id alone first (one statement, no transaction): every event up
+                // to it has committed (see `events`), so the page need not share its snapshot.
+                match feed.store.read_one(events::newest_seq).await {
+                    // Nobody listening (checked after `newest` was read, so whoever
+                    // subscribes later subscribed after these events): nothing would be
+                    // sent, so no event is read.
+                    Ok(newest) if subscribers.receiver_count() == 0 => Ok((newest, None)),
+                    Ok(newest) => {
+                        feed.store
+                            .read(move |c| {
+                                let page =
+                                    events::page(c, last, newest + 1, &f, Direction::Forward, 500)?;
+                                Ok((newest, Some(page)))
+                            })
+                            .await
+                    }
+                    Err(err) => Err(err),
+                }
             };
             let (newest, batch) = match batch {
                 Ok((newest, Some(page))) => (newest, page),

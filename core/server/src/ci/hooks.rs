@@ -160,7 +160,7 @@ pub async fn from_plugin(
             }
             let forge_id = forge.row.forge.id;
             ci.store
-                .read(move |c| repos::by_remote_id(c, forge_id, &remote_id))
+                .read_one(move |c| repos::by_remote_id(c, forge_id, &remote_id))
                 .await?
                 .map(|row| (row, forge))
         }

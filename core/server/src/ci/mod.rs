@@ -130,7 +130,7 @@ impl Services {
             tokens,
             drivers,
             feed: Arc::new(feed::PipelineFeed::new(store.clone())),
-            numbers: Arc::default(),
+            numbers: Arc::new(numbers::NumberBook::following(store.clone())),
             runner_shutdown: Arc::default(),
             status_counts: Arc::default(),
             status_targets: Arc::default(),

@@ -17,6 +17,12 @@
 //! the writer meets the creations of a repository in the order their numbers were handed
 //! out, and a burst of hooks to one repository does not miss.
 //!
+//! On a shared database the book also notes, with each number, how many pipeline changes
+//! of other replicas this server had heard of ([`Store::generation_elsewhere`]); once
+//! another replica has changed pipelines since, the entry is not trusted and the creation
+//! reads the number from the table. So two replicas taking hooks for one repository in turn
+//! rarely guess wrong: only when the other's commit has not reached this server yet.
+//!
 //! The book only ever guesses: a pipeline deleted from the top, a failed write or a config
 //! whose filters read the number (stored in one compile, filtered out in the other) makes
 //! the guess wrong, and the creation that finds out sets the book right when it settles.
@@ -25,6 +31,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Mutex, MutexGuard};
+use woodlark_store::{Domain, Store};
 
 /// Repositories share a lock when their ids fall in the same stripe; a turn is held for a
 /// compile (well under a millisecond), so a few stripes keep repositories apart enough.
@@ -32,8 +39,17 @@ const STRIPES: usize = 16;
 
 /// The next pipeline number of each repository, as far as submitted creations go.
 pub struct NumberBook {
-    stripes: Vec<Mutex<HashMap<i64, i64>>>,
+    stripes: Vec<Mutex<HashMap<i64, Entry>>>,
     misses: AtomicU64,
+    /// Other replicas' pipeline changes heard of so far (0 when there are none).
+    elsewhere: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+/// A repository's next number, and what [`NumberBook::elsewhere`] said when it was noted.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    next: i64,
+    elsewhere: u64,
 }
 
 impl Default for NumberBook {
@@ -41,18 +57,30 @@ impl Default for NumberBook {
         NumberBook {
             stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
             misses: AtomicU64::new(0),
+            elsewhere: Box::new(|| 0),
         }
     }
 }
 
 impl NumberBook {
+    /// A book for a server on `store`: its entries go stale when another replica changes
+    /// pipelines.
+    pub fn following(store: Store) -> NumberBook {
+        NumberBook {
+            elsewhere: Box::new(move || store.generation_elsewhere(Domain::Pipelines)),
+            ..NumberBook::default()
+        }
+    }
+
     /// Waits for the repository's turn: until it is dropped, no other creation of the
     /// repository takes a number.
     pub async fn turn(&self, repo_id: i64) -> Turn<'_> {
         let stripe = repo_id.rem_euclid(STRIPES as i64) as usize;
+        let next = self.stripes[stripe].lock().await;
         Turn {
-            next: self.stripes[stripe].lock().await,
+            next,
             repo_id,
+            elsewhere: (self.elsewhere)(),
         }
     }
 
@@ -86,19 +114,29 @@ impl NumberBook {
 
 /// One repository's turn at the book.
 pub struct Turn<'a> {
-    next: MutexGuard<'a, HashMap<i64, i64>>,
+    next: MutexGuard<'a, HashMap<i64, Entry>>,
     repo_id: i64,
+    /// Other replicas' pipeline changes heard of as the turn began.
+    elsewhere: u64,
 }
 
 impl Turn<'_> {
-    /// The number the next creation should get, if the book knows it.
+    /// The number the next creation should get, if the book knows it (and no other replica
+    /// changed pipelines since it was noted).
     pub fn expected(&self) -> Option<i64> {
-        self.next.get(&self.repo_id).copied()
+        self.next
+            .get(&self.repo_id)
+            .filter(|entry| entry.elsewhere == self.elsewhere)
+            .map(|entry| entry.next)
     }
 
     /// Sets the number the next creation should get.
     pub fn set_next(&mut self, number: i64) {
-        self.next.insert(self.repo_id, number);
+        let entry = Entry {
+            next: number,
+            elsewhere: self.elsewhere,
+        };
+        self.next.insert(self.repo_id, entry);
     }
 
     /// After a failed write: the table decides again.
@@ -110,6 +148,7 @@ impl Turn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn a_turn_hands_out_numbers_in_order_and_forgets_on_request() {
@@ -154,6 +193,26 @@ mod tests {
         // A failed write: the table decides again.
         book.settle(1, 5, None).await;
         assert_eq!(book.turn(1).await.expected(), None);
+    }
+
+    /// Once another replica has changed pipelines, what the book noted before is not
+    /// trusted; what it notes after is.
+    #[tokio::test]
+    async fn an_entry_goes_stale_when_another_replica_changes_pipelines() {
+        let heard = Arc::new(AtomicU64::new(0));
+        let book = NumberBook {
+            elsewhere: Box::new({
+                let heard = heard.clone();
+                move || heard.load(Ordering::Relaxed)
+            }),
+            ..NumberBook::default()
+        };
+        book.turn(1).await.set_next(4);
+        assert_eq!(book.turn(1).await.expected(), Some(4));
+        heard.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(book.turn(1).await.expected(), None, "read from the table");
+        book.turn(1).await.set_next(6);
+        assert_eq!(book.turn(1).await.expected(), Some(6));
     }
 
     #[tokio::test]

@@ -141,6 +141,9 @@ mod tests {
             .expect("replica b heard of the commit")
             .unwrap();
         assert!(b.identity_generation() > b0, "the other replica's change");
+        // Counted apart as another replica's: by b, not by a, whose own change it was.
+        assert_eq!(b.generation_elsewhere(crate::Domain::Identity), 1);
+        assert_eq!(a.generation_elsewhere(crate::Domain::Identity), 0);
         assert_eq!(b.generation(crate::Domain::Pipelines), 0);
         let forges: i64 = b
             .read(|c| c.query_row("SELECT count(*) FROM forges", [], |r| r.get(0)))

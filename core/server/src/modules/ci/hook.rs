@@ -57,7 +57,7 @@ async fn repo_of(ctx: &Ctx, req: &Request) -> Result<RepoRow, ApiError> {
     let row = ctx
         .ci
         .store
-        .read(move |c| repos::by_remote_id(c, forge_id, &remote_id))
+        .read_one(move |c| repos::by_remote_id(c, forge_id, &remote_id))
         .await?
         .ok_or_else(bad_token)?;
     token::verify(&raw, row.hash.as_bytes(), now_unix()).ok_or_else(bad_token)?;
