@@ -235,6 +235,8 @@ struct Inner {
     /// Per [`Domain`], the commits of other replicas this server has heard of
     /// ([`Store::generation_elsewhere`]).
     elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
+    /// PostgreSQL: how lost sessions are replaced.
+    revive: Option<Arc<Revive>>,
 }
 
 /// A group of tables whose changes are counted together, for caches of what is read from
@@ -413,6 +415,7 @@ impl Store {
             // Alone on its file: always the leader.
             leader: Arc::new(tokio::sync::watch::Sender::new(true)),
             elsewhere: Arc::default(),
+            revive: None,
         })
     }
 
@@ -441,10 +444,16 @@ impl Store {
         let stopping: Arc<AtomicBool> = Arc::default();
         let leader = Arc::new(tokio::sync::watch::Sender::new(false));
         let elsewhere: Arc<[AtomicU64; Domain::COUNT]> = Arc::default();
+        let revive = Arc::new(Revive {
+            url: url.to_string(),
+            losses: Arc::default(),
+            writer_pid: Arc::new(std::sync::atomic::AtomicI32::new(writer_pid)),
+        });
         let listening = {
             let listener = Listener {
                 url: url.to_string(),
-                writer_pid,
+                writer_pid: revive.writer_pid.clone(),
+                losses: revive.losses.clone(),
                 counters: generation.counters.clone(),
                 elsewhere: elsewhere.clone(),
                 commits: commit_tx.clone(),
@@ -468,6 +477,7 @@ impl Store {
             catch_ups: Arc::default(),
             leader,
             elsewhere,
+            revive: Some(revive),
         })
     }
 
@@ -485,6 +495,7 @@ impl Store {
             catch_ups,
             leader,
             elsewhere,
+            revive,
         } = started;
         let generations = generation.counters.clone();
         let reader_count = readers.len();
@@ -495,7 +506,10 @@ impl Store {
         let (tx, rx) = std_mpsc::channel::<Job>();
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || writer_loop(writer, rx, commit_tx, generation, checkpoint))
+            .spawn({
+                let revive = revive.clone();
+                move || writer_loop(writer, rx, commit_tx, generation, checkpoint, revive)
+            })
             .map_err(|e| StoreError::Migration(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
             inner: Arc::new(Inner {
@@ -512,6 +526,7 @@ impl Store {
                 dialect,
                 leader,
                 elsewhere,
+                revive,
             }),
         })
     }
@@ -767,7 +782,7 @@ where
     F: FnOnce(&Tx) -> StoreResult<T>,
 {
     let _permit = permit;
-    let guard = ReaderGuard {
+    let mut guard = ReaderGuard {
         inner,
         conn: Some(
             inner
@@ -778,22 +793,40 @@ where
                 .ok_or_else(|| StoreError::Unavailable("no reader connection free".into()))?,
         ),
     };
-    let conn = guard
+    let session = guard
         .conn
-        .as_ref()
+        .as_mut()
         .unwrap_or_else(|| unreachable!("set above"));
-    let tx = conn.tx();
+    if let Some(revive) = &inner.revive {
+        revive.ensure_reader(session)?;
+    }
     // PostgreSQL: the whole read sees one snapshot (outside a transaction each statement
     // takes its own, and a pipeline read with its workflows could straddle a commit).
-    let snapshot = tx.dialect() == Dialect::Postgres && kind == ReadKind::Snapshot;
+    let snapshot = matches!(session, Session::Postgres(_)) && kind == ReadKind::Snapshot;
+    const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+    if snapshot && let Err(err) = session.tx().execute_batch(BEGIN) {
+        // Cut since it last answered: nothing of `f` ran yet, so once more on a new session.
+        match &inner.revive {
+            Some(revive) if session.is_lost() => {
+                revive.ensure_reader(session)?;
+                session.tx().execute_batch(BEGIN)?;
+            }
+            _ => return Err(err),
+        }
+    }
+    let session = &*session;
+    let tx = session.tx();
     if kind == ReadKind::OneStatement {
         tx.limit_statements(1);
     }
-    if snapshot {
-        tx.execute_batch("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
-    }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tx)))
         .map_err(|_| StoreError::Unavailable("a read panicked".into()));
+    if let Some(revive) = &inner.revive
+        && session.is_lost()
+    {
+        // The other sessions are checked before their next use.
+        revive.lost();
+    }
     if snapshot {
         // Ends the snapshot whatever happened, before the session goes back to the pool.
         tx.execute_batch("ROLLBACK")?;
@@ -912,6 +945,66 @@ struct Started {
     catch_ups: Arc<AtomicU64>,
     leader: Arc<tokio::sync::watch::Sender<bool>>,
     elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
+    revive: Option<Arc<Revive>>,
+}
+
+/// How a PostgreSQL store replaces the sessions the database closed (a restart, a failover,
+/// a proxy's timeout), so that the server carries on without a restart of its own.
+///
+/// A session finds out it was cut only when it next talks to the server. As a restart
+/// cuts every session at once, whoever finds one lost (a read, the writer, or usually
+/// first the listener, which is always waiting on its socket) moves `losses`; every other
+/// session is then checked with one round trip before its next use, and replaced if it
+/// does not answer.
+struct Revive {
+    url: String,
+    losses: Arc<AtomicU64>,
+    /// The writer's backend, whose notifications the listener skips (a new writer session
+    /// is a new backend).
+    writer_pid: Arc<std::sync::atomic::AtomicI32>,
+}
+
+impl Revive {
+    fn losses(&self) -> u64 {
+        self.losses.load(Ordering::Acquire)
+    }
+
+    /// Counts a session found lost.
+    fn lost(&self) {
+        self.losses.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// `session` if it answers, else a new session in its place (the old one is kept if
+    /// no new one can be opened, and the error returned).
+    fn ensure_reader(&self, session: &mut Session) -> StoreResult<()> {
+        let losses = self.losses();
+        if session.answers(losses) {
+            return Ok(());
+        }
+        self.lost();
+        let client = pg::connect(&self.url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        *session = Session::postgres(client).checked_as_of(self.losses());
+        tracing::info!("a lost PostgreSQL reader session was replaced");
+        Ok(())
+    }
+
+    /// [`Revive::ensure_reader`] for the writer: a new session also listens for its own
+    /// commits' notifications and is made known to the listener.
+    fn ensure_writer(&self, session: &mut Session) -> StoreResult<()> {
+        let losses = self.losses();
+        if session.answers(losses) {
+            return Ok(());
+        }
+        self.lost();
+        let mut client =
+            pg::connect(&self.url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        client.batch_execute(&format!("LISTEN {}", pg::schema::NOTIFY_CHANNEL))?;
+        let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+        self.writer_pid.store(pid, Ordering::Release);
+        *session = Session::postgres(client).checked_as_of(self.losses());
+        tracing::info!("the lost PostgreSQL writer session was replaced");
+        Ok(())
+    }
 }
 
 /// How long the listener waits for a notification before it looks at `stopping` again.
@@ -930,7 +1023,9 @@ const LISTEN_RECONNECT_MAX: Duration = Duration::from_secs(30);
 /// commit.
 struct Listener {
     url: String,
-    writer_pid: i32,
+    writer_pid: Arc<std::sync::atomic::AtomicI32>,
+    /// The store's count of lost sessions ([`Revive`]): a cut listener says so at once.
+    losses: Arc<AtomicU64>,
     counters: Arc<[AtomicU64; Domain::COUNT]>,
     /// Other replicas' commits only (`counters` also counts this replica's writer's).
     elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
@@ -968,6 +1063,7 @@ impl Listener {
             };
             if let Err(err) = self.listen_once(client) {
                 tracing::error!(%err, "the store's change listener lost its connection");
+                self.losses.fetch_add(1, Ordering::AcqRel);
                 session = None;
                 self.leader.send_replace(false);
             }
@@ -991,7 +1087,7 @@ impl Listener {
         let mut heard = false;
         while let Some(note) = iter.next()? {
             // This replica's own writer has counted its commits already.
-            if note.process_id() == self.writer_pid {
+            if note.process_id() == self.writer_pid.load(Ordering::Acquire) {
                 continue;
             }
             heard = true;
@@ -1027,11 +1123,12 @@ impl Listener {
 }
 
 fn writer_loop(
-    conn: Session,
+    mut conn: Session,
     jobs: std_mpsc::Receiver<Job>,
     commits: Arc<tokio::sync::watch::Sender<u64>>,
     generation: Generation,
     mut checkpoint: Option<Checkpoint>,
+    revive: Option<Arc<Revive>>,
 ) {
     let mut batch: Vec<WriteJob> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = jobs.recv() {
@@ -1048,7 +1145,12 @@ fn writer_loop(
             }
         }
         if !batch.is_empty() {
-            run_batch(&conn.tx(), std::mem::take(&mut batch), &generation);
+            let jobs = std::mem::take(&mut batch);
+            match &revive {
+                Some(revive) => run_batch_revived(&mut conn, jobs, &generation, revive),
+                // Jobs given back are dropped: their callers hear `Unavailable`.
+                None => drop(run_batch(&conn.tx(), jobs, &generation)),
+            }
             commits.send_modify(|n| *n += 1);
             if let (Session::Sqlite(conn), Some(checkpoint)) = (&conn, checkpoint.as_mut()) {
                 checkpoint.after_commit(conn);
@@ -1179,7 +1281,35 @@ where
     })
 }
 
-fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
+/// [`run_batch`] on PostgreSQL: a writer session found lost is replaced first, and a batch
+/// whose transaction could not begin because the session had just been cut runs once more
+/// on a new one (none of its jobs ran). Jobs that cannot run are dropped, which answers
+/// their callers with `Unavailable`.
+fn run_batch_revived(
+    conn: &mut Session,
+    batch: Vec<WriteJob>,
+    generation: &Generation,
+    revive: &Revive,
+) {
+    if let Err(err) = revive.ensure_writer(conn) {
+        tracing::error!(%err, jobs = batch.len(), "the store's writer has no session");
+        return;
+    }
+    if let Some(batch) = run_batch(&conn.tx(), batch, generation)
+        && conn.is_lost()
+        && revive.ensure_writer(conn).is_ok()
+    {
+        drop(run_batch(&conn.tx(), batch, generation));
+    }
+    if conn.is_lost() {
+        // The other sessions are checked before their next use.
+        revive.lost();
+    }
+}
+
+/// Runs `batch` in one transaction; gives the jobs back, none of them run, if the
+/// transaction cannot begin.
+fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) -> Option<Vec<WriteJob>> {
     let begin = match conn.dialect() {
         // Takes the write lock now, not at the first write (no deadlock upgrading it later).
         Dialect::Sqlite => "BEGIN IMMEDIATE",
@@ -1205,7 +1335,7 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
         tracing::error!(%err, jobs = batch.len(), "cannot begin a write transaction");
         let _ = conn.execute_batch("ROLLBACK");
         conn.set_outbox_lock_held(false);
-        return;
+        return Some(batch);
     }
     let mut finishes = Vec::with_capacity(batch.len());
     // Each job runs under a savepoint of its own. Releasing one and opening the next is one
@@ -1284,6 +1414,7 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) {
             Err(err) => Err(StoreError::Unavailable(format!("commit failed: {err}"))),
         });
     }
+    None
 }
 
 /// A subquery of the text items of the JSON array bound at `param` (`?1`, `#`), for `x IN

@@ -64,7 +64,40 @@ impl Session {
             statements: RefCell::default(),
             outbox_locked: std::cell::Cell::new(false),
             deferred_events: RefCell::new(None),
+            checked: std::cell::Cell::new(0),
         }))
+    }
+
+    /// Whether this is a PostgreSQL session whose connection has ended (the server
+    /// restarted, a proxy or an idle timeout cut it): it can only be replaced. The client
+    /// finds out when it next talks to the server.
+    pub(crate) fn is_lost(&self) -> bool {
+        match self {
+            Session::Postgres(pg) => pg.client.borrow().is_closed(),
+            Session::Sqlite(_) => false,
+        }
+    }
+
+    /// PostgreSQL: whether the session still answers, checked now (a round trip), as of
+    /// the store's count of lost sessions `losses`; true without a check when that count
+    /// has not moved since the last one.
+    pub(crate) fn answers(&self, losses: u64) -> bool {
+        let Session::Postgres(pg) = self else {
+            return true;
+        };
+        if pg.checked.get() == losses {
+            return !self.is_lost();
+        }
+        pg.checked.set(losses);
+        !self.is_lost() && pg.client.borrow_mut().batch_execute("SELECT 1").is_ok()
+    }
+
+    /// Marks a new session as checked as of `losses`.
+    pub(crate) fn checked_as_of(self, losses: u64) -> Session {
+        if let Session::Postgres(pg) = &self {
+            pg.checked.set(losses);
+        }
+        self
     }
 
     /// The session as a [`Tx`] for one closure or store call.
@@ -89,6 +122,9 @@ pub(crate) struct PgConn {
     /// The writer's events of the running job, recorded in one statement when the job ends
     /// ([`Tx::defer_events`]); `None` on every other session, which records at once.
     deferred_events: RefCell<Option<Vec<crate::events::HeldEvent>>>,
+    /// The store's count of lost sessions when this one was last known to answer
+    /// ([`Session::answers`]).
+    checked: std::cell::Cell<u64>,
 }
 
 impl Drop for PgConn {

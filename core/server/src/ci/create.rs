@@ -669,7 +669,7 @@ async fn expected_number(ci: &Services, turn: &Turn<'_>, repo_id: i64) -> Result
         Some(number) => number,
         None => {
             ci.store
-                .read(move |c| pipelines::next_number(c, repo_id))
+                .read_one(move |c| pipelines::next_number(c, repo_id))
                 .await?
         }
     })

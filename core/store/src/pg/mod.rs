@@ -377,6 +377,89 @@ mod tests {
         store.close();
     }
 
+    /// Every session of the store cut at once, as a database restart or failover does:
+    /// the next reads and writes go through on new sessions, whether or not the listener
+    /// has noticed first, and the store hears other replicas' changes again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sessions_the_database_closed_are_replaced() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions {
+            readers: 2,
+            ..crate::StoreOptions::default()
+        };
+        let store = crate::Store::open_postgres(&url, &options).unwrap();
+        store
+            .write(|c| c.execute_batch("CREATE TABLE t (v BIGINT)"))
+            .await
+            .unwrap();
+        let count =
+            |c: &crate::Tx| c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0));
+        let cut = || {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let cut: i64 = connect(&url)
+                    .unwrap()
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                cut
+            })
+            .join()
+            .unwrap()
+        };
+        for round in 0..3 {
+            // The first time the writer, the listener and both readers; later whichever
+            // have been replaced by then.
+            let sessions = cut();
+            assert!(round > 0 || sessions == 4, "{sessions} sessions");
+            if round == 1 {
+                // The listener notices first and every session is checked before use.
+                tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+            }
+            // Straight after the cut: each finds its own session lost.
+            store
+                .write(move |c| c.execute("INSERT INTO t (v) VALUES (?1)", [round]))
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: write: {e}"));
+            for _ in 0..3 {
+                store
+                    .read(count)
+                    .await
+                    .unwrap_or_else(|e| panic!("round {round}: read: {e}"));
+            }
+            store
+                .read_one(count)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: read_one: {e}"));
+        }
+        assert_eq!(store.read(count).await.unwrap(), 3);
+        // Another replica's change is heard again (the listener reconnected).
+        let other = crate::Store::open_postgres(&url, &options).unwrap();
+        let before = store.generation_elsewhere(crate::Domain::Identity);
+        other
+            .write(|c| {
+                c.execute_batch(
+                    "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///x', '{}', 's')",
+                )
+            })
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.generation_elsewhere(crate::Domain::Identity) == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the change was not heard"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        other.close();
+        store.close();
+    }
+
     /// Taking a pipeline number holds the repository's row until the transaction ends
     /// (one statement: the lock is a sub-select), so replicas take numbers one at a time.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
