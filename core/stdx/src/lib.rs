@@ -2,7 +2,10 @@
 //! rust-analyzer's `stdx`): randomness from the OS, Unix time, files only the owner can read.
 //!
 //! Nothing here knows about HTTP, SQL, pipelines or plugins; a helper that needs one of those
-//! belongs in that crate.
+//! belongs in that crate. ([`tls`] is TLS certificate policy, which the forge client and
+//! the database connection share.)
+
+pub mod tls;
 
 use std::io::Write;
 use std::path::Path;
