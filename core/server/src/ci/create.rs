@@ -437,6 +437,7 @@ async fn create_for(
             (Some(outcome), _) => break outcome,
             (None, _) => {
                 give_backs -= 1;
+                ci.numbers.gave_back();
                 turn = ci.numbers.turn(repo_id).await;
                 number = expected_number(ci, &turn, repo_id).await?;
                 compiled = compile(ci, &inputs, number);

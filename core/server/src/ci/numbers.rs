@@ -41,6 +41,7 @@ const STRIPES: usize = 16;
 pub struct NumberBook {
     stripes: Vec<Mutex<HashMap<i64, Entry>>>,
     misses: AtomicU64,
+    given_back: AtomicU64,
     /// Other replicas' pipeline changes heard of so far (0 when there are none).
     elsewhere: Box<dyn Fn() -> u64 + Send + Sync>,
 }
@@ -57,6 +58,7 @@ impl Default for NumberBook {
         NumberBook {
             stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
             misses: AtomicU64::new(0),
+            given_back: AtomicU64::new(0),
             elsewhere: Box::new(|| 0),
         }
     }
@@ -104,6 +106,16 @@ impl NumberBook {
     /// Records a write that found a number other than the one it was compiled with.
     pub fn missed(&self) {
         self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a creation whose write found its number taken and gave it back.
+    pub fn gave_back(&self) {
+        self.given_back.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Numbers given back so far (see [`NumberBook::gave_back`]).
+    pub fn given_back(&self) -> u64 {
+        self.given_back.load(Ordering::Relaxed)
     }
 
     /// Creations compiled again inside their write because the guess was wrong.
