@@ -838,7 +838,7 @@ async fn creations_on_two_replicas_at_once_compile_each_pipeline_for_its_number(
 /// Creations of one repository reaching two replicas in turn, a moment apart (as a proxy
 /// without sticky sessions spreads one repository's hooks): each replica's number book
 /// hears the other's creations, so no creation compiles for a number already taken and
-/// gives it back. (Without the rule every switch of replica gave one back.)
+/// gives it back. (Without the rule this test saw two numbers given back.)
 #[tokio::test]
 async fn creations_reaching_two_replicas_in_turn_never_give_a_number_back() {
     let (_keys, servers) = replicas_with_runners(&[false, false]).await;
