@@ -454,6 +454,7 @@ impl Store {
                 url: url.to_string(),
                 writer_pid: revive.writer_pid.clone(),
                 losses: revive.losses.clone(),
+                take_lead: std::cell::RefCell::default(),
                 counters: generation.counters.clone(),
                 elsewhere: elsewhere.clone(),
                 commits: commit_tx.clone(),
@@ -1026,6 +1027,8 @@ struct Listener {
     writer_pid: Arc<std::sync::atomic::AtomicI32>,
     /// The store's count of lost sessions ([`Revive`]): a cut listener says so at once.
     losses: Arc<AtomicU64>,
+    /// The leader-lock query, prepared on the current session.
+    take_lead: std::cell::RefCell<Option<postgres::Statement>>,
     counters: Arc<[AtomicU64; Domain::COUNT]>,
     /// Other replicas' commits only (`counters` also counts this replica's writer's).
     elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
@@ -1047,6 +1050,8 @@ impl Listener {
                 match self.connect() {
                     Ok(client) => {
                         tracing::info!("the store's change listener reconnected");
+                        // Prepared statements belong to the session they were prepared on.
+                        self.take_lead.take();
                         session = Some(client);
                         backoff = Duration::from_secs(1);
                         for counter in self.counters.iter().chain(self.elsewhere.iter()) {
@@ -1073,9 +1078,13 @@ impl Listener {
     /// Takes the leader lock if it is free, then hears notifications for one poll.
     fn listen_once(&self, client: &mut postgres::Client) -> Result<(), postgres::Error> {
         if !*self.leader.borrow() {
-            let taken: bool = client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])?
-                .get(0);
+            // Prepared once per session: a follower asks at every poll.
+            let statement = match self.take_lead.borrow().clone() {
+                Some(statement) => statement,
+                None => client.prepare("SELECT pg_try_advisory_lock($1)")?,
+            };
+            self.take_lead.replace(Some(statement.clone()));
+            let taken: bool = client.query_one(&statement, &[&LEADER_LOCK])?.get(0);
             if taken {
                 tracing::info!("this replica leads (it posts commit statuses)");
                 self.leader.send_replace(true);
