@@ -1371,8 +1371,9 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) -> Option
         let mut ok = matches!(outcome, Ok((true, _)));
         let mut events_failed = None;
         if ok && let Err(err) = events::record_held(conn) {
-            // Changes without the events that describe them: neither stays.
-            tracing::error!(%err, "cannot record a job's events; its changes are rolled back");
+            // Changes without the events that describe them: neither stays. The error goes
+            // to the caller only: a database error's detail can quote the event's row.
+            tracing::error!("cannot record a job's events; its changes are rolled back");
             events_failed = Some(err.to_string());
             ok = false;
         }

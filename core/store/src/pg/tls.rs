@@ -156,11 +156,8 @@ impl TlsOptions {
                 }
             )));
         }
-        kept.push(match mode.for_client() {
-            "disable" => "sslmode=disable",
-            "prefer" => "sslmode=prefer",
-            _ => "sslmode=require",
-        });
+        let client_mode = format!("sslmode={}", mode.for_client());
+        kept.push(&client_mode);
         let rest = format!("{base}?{}", kept.join("&"));
         Ok((
             rest,
