@@ -37,6 +37,31 @@ pub fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The host's address on Docker's default bridge: where a container reaches a server the
+/// test runs on the host. Docker names it in the network's IPAM config, but not always
+/// (docker.io 28 freshly started by `.ci/docker-engine` gave the subnet alone); then it is
+/// the subnet's first address, the one Docker's IPAM gives the bridge.
+pub fn bridge_gateway() -> std::net::IpAddr {
+    let config = docker(&[
+        "network",
+        "inspect",
+        "bridge",
+        "-f",
+        "{{json .IPAM.Config}}",
+    ]);
+    let config: serde_json::Value = serde_json::from_str(config.trim())
+        .unwrap_or_else(|e| panic!("docker's bridge IPAM config {config:?}: {e}"));
+    let first = &config[0];
+    if let Some(gateway) = first["Gateway"].as_str().filter(|g| !g.is_empty()) {
+        return gateway.parse().unwrap();
+    }
+    let subnet = first["Subnet"]
+        .as_str()
+        .unwrap_or_else(|| panic!("docker's bridge has neither a gateway nor a subnet: {config}"));
+    let base: std::net::Ipv4Addr = subnet.split('/').next().unwrap().parse().unwrap();
+    std::net::Ipv4Addr::from(u32::from(base) + 1).into()
+}
+
 /// Builds the test images once per run (idempotent across runs).
 pub fn ensure_images() {
     let mut built = IMAGES.lock().unwrap_or_else(|e| e.into_inner());

@@ -441,15 +441,8 @@ async fn round_trip_with(kind: Kind, backend: Backend, replica: bool) -> RoundTr
         ),
         Backend::Docker => {
             crate::docker::ensure_images();
-            let gateway = crate::docker::docker(&[
-                "network",
-                "inspect",
-                "bridge",
-                "-f",
-                "{{(index .IPAM.Config 0).Gateway}}",
-            ]);
             (
-                gateway.trim().parse().unwrap(),
+                crate::docker::bridge_gateway(),
                 crate::docker::docker_runner(data.path()),
                 Some(crate::docker::EngineCleanup(crate::docker::owner_of(
                     data.path(),
