@@ -420,6 +420,43 @@ async fn a_workflow_on_a_killed_replica_is_finished_by_another() {
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.iter().all(|n| n.starts_with("local@")), "{names:?}");
+
+    // B's record outlives B. It cannot be deleted while B might only be slow...
+    let b_path = format!("/api/agents/{b_agent}");
+    let refused = a.http.delete(&b_path, Some(&p.admin)).await.expect(409);
+    assert!(
+        refused.text().contains("silent for 5 minutes"),
+        "{}",
+        refused.text()
+    );
+    // ...and can once it has been silent for five minutes (its last contact moved back
+    // rather than waited for).
+    a.app_state
+        .ci
+        .store
+        .write(move |c| {
+            c.query_row_for_tests(
+                "UPDATE agents SET last_contact = last_contact - 300 WHERE id = ?1 RETURNING id",
+                [b_agent],
+                |r| r.get::<_, i64>(0),
+            )
+        })
+        .await
+        .unwrap();
+    a.http.delete(&b_path, Some(&p.admin)).await.expect(204);
+    a.http.get(&b_path, Some(&p.admin)).await.expect(404);
+    // A's own, in use, still cannot: A's runner stored a contact as it took its record.
+    let own = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|agent| agent["id"] != b_agent)
+        .unwrap()["id"]
+        .clone();
+    a.http
+        .delete(&format!("/api/agents/{own}"), Some(&p.admin))
+        .await
+        .expect(409);
 }
 
 /// Every list the API serves for the records `migrate_copies_a_data_dir…` makes, as JSON

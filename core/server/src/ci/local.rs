@@ -14,15 +14,16 @@ use crate::auth::sealing::SealKey;
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
 use crate::runner::{AgentApi, RunnerError};
 use crate::store::agents::{self, AgentRow, NewAgent};
-use crate::store::{Store, StoreResult};
+use crate::store::{Store, StoreResult, Tx, now_unix};
 
 pub const LOCAL_AGENT: &str = "local";
 
 /// Where a replica keeps the id that names its embedded agent (see [`agent_name`]).
 pub const REPLICA_ID_FILE: &str = "replica-id";
 
-/// Whether `agent` is an embedded runner's record: it cannot be deleted or renamed (the
-/// runner inside the server would go on under a stale id), only paused with `no_schedule`.
+/// Whether `agent` is an embedded runner's record: it cannot be renamed, nor deleted while
+/// its server runs (the runner inside would go on under a stale id), only paused with
+/// `no_schedule` (see [`super::agents::EMBEDDED_GONE_SECS`]).
 pub fn is_embedded(agent: &agents::Agent) -> bool {
     let local = agent.name == LOCAL_AGENT
         || agent
@@ -70,32 +71,45 @@ pub async fn ensure_agent(store: &Store, seal: &SealKey, name: String) -> StoreR
     let sealed = seal.seal(agents::SEAL_PURPOSE, token.as_bytes());
     let hash = agents::token_hash(&token);
     store
-        .write(move |c| match agents::system_agent_id(c, &name)? {
-            Some(id) => agents::by_id(c, id),
-            // The database of a single server moved to a shared one (`woodlark migrate`):
-            // the first replica takes over its `local` record, with its history.
-            None if name != LOCAL_AGENT
-                && let Some(id) = agents::system_agent_id(c, LOCAL_AGENT)? =>
-            {
-                let rename = agents::AgentChange {
-                    name: Some(name),
-                    no_schedule: None,
-                };
-                agents::update(c, id, &rename)
-            }
-            None => agents::create(
-                c,
-                &NewAgent {
-                    name,
-                    no_schedule: false,
-                    owner_id: -1,
-                    org_id: -1,
-                    token_hash: hash,
-                    sealed_token: sealed,
-                },
-            ),
+        .write(move |c| {
+            let mut row = find_or_create(c, name, hash, sealed)?;
+            // Heard from now, not at the queue's first flush of contact times: a record
+            // silent for a while is deletable (`agents::remove`) and this one is in use.
+            let now = now_unix();
+            agents::record_contact(c, row.agent.id, now, 0)?;
+            row.agent.last_contact = row.agent.last_contact.max(now);
+            Ok(row)
         })
         .await
+}
+
+/// The system agent row `name`, created if missing (or taken over from `local`).
+fn find_or_create(c: &Tx, name: String, hash: String, sealed: String) -> StoreResult<AgentRow> {
+    match agents::system_agent_id(c, &name)? {
+        Some(id) => agents::by_id(c, id),
+        // The database of a single server moved to a shared one (`woodlark migrate`):
+        // the first replica takes over its `local` record, with its history.
+        None if name != LOCAL_AGENT
+            && let Some(id) = agents::system_agent_id(c, LOCAL_AGENT)? =>
+        {
+            let rename = agents::AgentChange {
+                name: Some(name),
+                no_schedule: None,
+            };
+            agents::update(c, id, &rename)
+        }
+        None => agents::create(
+            c,
+            &NewAgent {
+                name,
+                no_schedule: false,
+                owner_id: -1,
+                org_id: -1,
+                token_hash: hash,
+                sealed_token: sealed,
+            },
+        ),
+    }
 }
 
 impl LocalAgent {
