@@ -73,7 +73,7 @@ pub enum StoreError {
     Conflict(String),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    #[error("database error: {0}")]
+    #[error("database error: {}", pg::describe(.0))]
     Postgres(#[from] postgres::Error),
     #[error("cannot serialise record: {0}")]
     Json(#[from] serde_json::Error),
@@ -651,17 +651,21 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
-        self.read_as(ReadKind::Snapshot, f).await
+        self.read_as(ReadKind::Snapshot, once(f)).await
     }
 
     /// [`Store::read`] for a closure that runs exactly one statement. On PostgreSQL it runs
     /// outside a transaction (a statement sees one snapshot by itself), which saves the
     /// `BEGIN` and `ROLLBACK` round trips of a read. A second statement fails, on either
     /// engine, so a test finds a closure that outgrew it.
+    ///
+    /// Its statement is the first thing the session hears, so it is the one that finds a
+    /// session the database cut (a restart): then it runs once more on a new session, which
+    /// is why `f` may be called twice.
     pub async fn read_one<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
         self.read_as(ReadKind::OneStatement, f).await
     }
@@ -669,7 +673,7 @@ impl Store {
     async fn read_as<T, F>(&self, kind: ReadKind, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
         if self.dialect() == Dialect::Postgres {
             // Its client blocks on a runtime of its own: never on a runtime worker.
@@ -692,13 +696,13 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
     {
-        self.read_blocking_as(ReadKind::Snapshot, f).await
+        self.read_blocking_as(ReadKind::Snapshot, once(f)).await
     }
 
     async fn read_blocking_as<T, F>(&self, kind: ReadKind, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
         let permit = self
             .inner
@@ -773,14 +777,27 @@ enum ReadKind {
 }
 
 /// Runs a read on a pooled connection under `permit`; a panic in `f` is an error.
+/// A read closure as [`run_read`] takes it; it is called once (a snapshot read never runs
+/// again: [`Store::read_one`]'s may).
+fn once<T, F>(f: F) -> impl FnMut(&Tx) -> StoreResult<T> + Send + 'static
+where
+    F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+{
+    let mut f = Some(f);
+    move |tx| match f.take() {
+        Some(f) => f(tx),
+        None => Err(StoreError::Unavailable("a read ran twice".into())),
+    }
+}
+
 fn run_read<T, F>(
     inner: &Inner,
     permit: tokio::sync::OwnedSemaphorePermit,
     kind: ReadKind,
-    f: F,
+    mut f: F,
 ) -> StoreResult<T>
 where
-    F: FnOnce(&Tx) -> StoreResult<T>,
+    F: FnMut(&Tx) -> StoreResult<T>,
 {
     let _permit = permit;
     let mut guard = ReaderGuard {
@@ -815,19 +832,31 @@ where
             _ => return Err(err),
         }
     }
-    let session = &*session;
-    let tx = session.tx();
-    if kind == ReadKind::OneStatement {
-        tx.limit_statements(1);
-    }
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tx)))
-        .map_err(|_| StoreError::Unavailable("a read panicked".into()));
+    let run = |session: &Session, f: &mut F| {
+        let tx = session.tx();
+        if kind == ReadKind::OneStatement {
+            tx.limit_statements(1);
+        }
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tx)))
+            .map_err(|_| StoreError::Unavailable("a read panicked".into()))
+    };
+    let mut result = run(session, &mut f);
     if let Some(revive) = &inner.revive
         && session.is_lost()
     {
-        // The other sessions are checked before their next use.
-        revive.lost();
+        if kind == ReadKind::OneStatement && matches!(result, Ok(Err(_))) {
+            // A one-statement read sent nothing before `f`'s statement, which found the
+            // cut: once more on a new session (the loss counted there). A snapshot read
+            // found it at its BEGIN, above.
+            revive.ensure_reader(session)?;
+            result = run(session, &mut f);
+        } else {
+            // The other sessions are checked before their next use.
+            revive.lost();
+        }
     }
+    let session = &*session;
+    let tx = session.tx();
     if snapshot {
         // Ends the snapshot whatever happened, before the session goes back to the pool.
         tx.execute_batch("ROLLBACK")?;

@@ -33,13 +33,13 @@ pub enum PgError {
         #[source]
         source: postgres::Error,
     },
-    #[error("PostgreSQL: {what}: {source}")]
+    #[error("PostgreSQL: {what}: {}", describe(source))]
     Query {
         what: &'static str,
         #[source]
         source: postgres::Error,
     },
-    #[error("PostgreSQL migration {version} failed: {source}")]
+    #[error("PostgreSQL migration {version} failed: {}", describe(source))]
     Migration {
         version: i64,
         #[source]
@@ -75,6 +75,21 @@ pub fn connect(url: &str) -> Result<postgres::Client, PgError> {
             target: target_of(&config),
             source,
         })
+}
+
+/// A client error on one line, for messages and logs (its own text is only "db error"): a
+/// server error's severity, message and SQLSTATE, but not its DETAIL, which can quote a
+/// row's values; any other error with its causes.
+pub fn describe(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        ),
+        None => with_causes(error),
+    }
 }
 
 /// An error and what caused it, on one line: the client's own message for a failed TLS
@@ -457,6 +472,82 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         other.close();
+        store.close();
+    }
+
+    /// A server error reads as what went wrong, not "db error", and without the row values
+    /// its DETAIL quotes.
+    #[test]
+    fn a_server_error_is_described_without_the_values_it_quotes() {
+        let url = testing::Cluster::shared().fresh_database();
+        let mut client = connect(&url).unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE u (login TEXT UNIQUE); INSERT INTO u VALUES ('hidden-login')",
+            )
+            .unwrap();
+        let err = client
+            .execute("INSERT INTO u VALUES ('hidden-login')", &[])
+            .unwrap_err();
+        let detail = err.as_db_error().and_then(|db| db.detail()).unwrap();
+        assert!(detail.contains("hidden-login"), "{detail}");
+        let text = crate::StoreError::from(err).to_string();
+        assert!(
+            text.contains("ERROR: duplicate key value violates unique constraint \"u_login_key\"")
+                && text.contains("SQLSTATE 23505"),
+            "{text}"
+        );
+        assert!(!text.contains("hidden-login"), "{text}");
+    }
+
+    /// A one-statement read is the first to hear of a cut (it sends nothing before its
+    /// statement): it runs again on a new session rather than failing its caller.
+    #[tokio::test]
+    async fn a_one_statement_read_on_a_cut_session_runs_again_on_a_new_one() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions {
+            readers: 1,
+            ..crate::StoreOptions::default()
+        };
+        let store = crate::Store::open_postgres(&url, &options).unwrap();
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let read = || {
+            let calls = calls.clone();
+            store.read_one(move |c| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                c.query_row("SELECT 7", [], |r| r.get::<_, i32>(0))
+            })
+        };
+        assert_eq!(read().await.unwrap(), 7);
+        let reader_pid = |url: &str| {
+            let url = url.to_string();
+            std::thread::spawn(move || {
+                connect(&url)
+                    .unwrap()
+                    .execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                         AND query = 'SELECT 7'",
+                        &[],
+                    )
+                    .unwrap()
+            })
+            .join()
+            .unwrap()
+        };
+        for round in 0..3 {
+            // Only the reader's session (its last statement names it); nothing else hears of
+            // the cut before the read.
+            assert_eq!(reader_pid(&url), 1, "round {round}");
+            let before = calls.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(
+                read()
+                    .await
+                    .unwrap_or_else(|e| panic!("round {round}: {e}")),
+                7
+            );
+            assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst) - before, 2);
+        }
         store.close();
     }
 
