@@ -401,6 +401,35 @@ mod tests {
     use super::*;
     use crate::pg::testing::Cluster;
 
+    /// The triggers are written out in the migrations, the domains' tables in
+    /// `Domain::tables`: a domain table without its trigger would leave other replicas'
+    /// caches of it stale, and a trigger on another table would wake them for nothing.
+    #[test]
+    fn the_tables_of_the_cache_domains_and_no_others_announce_their_changes() {
+        let url = Cluster::shared().fresh_database();
+        let mut client = crate::pg::connect(&url).unwrap();
+        migrate(&mut client).unwrap();
+        let mut announced: Vec<String> = client
+            .query(
+                "SELECT DISTINCT c.relname::text FROM pg_trigger t
+                 JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid
+                 WHERE p.proname = 'woodlark_changed' AND NOT t.tgisinternal",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        announced.sort();
+        let mut expected: Vec<String> = crate::Domain::ALL
+            .iter()
+            .flat_map(|d| d.tables())
+            .map(|t| t.to_string())
+            .collect();
+        expected.sort();
+        assert_eq!(announced, expected);
+    }
+
     #[test]
     fn replicas_starting_together_migrate_once_and_a_newer_schema_is_refused() {
         let cluster = Cluster::start();
