@@ -1119,23 +1119,25 @@ impl Listener {
                 self.leader.send_replace(true);
             }
         }
+        let started = std::time::Instant::now();
         let mut notifications = client.notifications();
         let mut iter = notifications.timeout_iter(LISTEN_POLL);
         use postgres::fallible_iterator::FallibleIterator;
-        let mut heard = false;
         while let Some(note) = iter.next()? {
             // This replica's own writer has counted its commits already.
-            if note.process_id() == self.writer_pid.load(Ordering::Acquire) {
-                continue;
+            if note.process_id() != self.writer_pid.load(Ordering::Acquire) {
+                if let Some(domain) = Domain::of_table(note.payload()) {
+                    self.elsewhere[domain as usize].fetch_add(1, Ordering::AcqRel);
+                    self.counters[domain as usize].fetch_add(1, Ordering::AcqRel);
+                }
+                // At once, not when the channel falls quiet: a replica that commits without
+                // a pause would hold back every live view here.
+                self.commits.send_modify(|n| *n += 1);
             }
-            heard = true;
-            if let Some(domain) = Domain::of_table(note.payload()) {
-                self.elsewhere[domain as usize].fetch_add(1, Ordering::AcqRel);
-                self.counters[domain as usize].fetch_add(1, Ordering::AcqRel);
+            // Back to `stopping` and the leader lock at least every poll, however busy.
+            if started.elapsed() >= LISTEN_POLL {
+                break;
             }
-        }
-        if heard {
-            self.commits.send_modify(|n| *n += 1);
         }
         Ok(())
     }

@@ -475,6 +475,42 @@ mod tests {
         store.close();
     }
 
+    /// Another replica that commits without a pause is heard commit by commit, not once it
+    /// stops: live views here follow it as it goes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replica_committing_without_pause_is_heard_while_it_does() {
+        let url = testing::Cluster::shared().fresh_database();
+        let store = crate::Store::open_postgres(&url, &crate::StoreOptions::default()).unwrap();
+        let mut commits = store.commits();
+        commits.borrow_and_update();
+        let before = store.generation_elsewhere(crate::Domain::Settings);
+        let busy = {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let mut other = connect(&url).unwrap();
+                // What a commit to `meta` makes its trigger send, every 20 ms for 3 s.
+                let notify = format!("SELECT pg_notify('{}', 'meta')", schema::NOTIFY_CHANNEL);
+                for _ in 0..150 {
+                    other.batch_execute(&notify).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            })
+        };
+        let mut wakes = 0;
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(2) {
+            tokio::time::timeout(std::time::Duration::from_secs(1), commits.changed())
+                .await
+                .expect("heard within a second while the other replica goes on")
+                .unwrap();
+            wakes += 1;
+        }
+        assert!(wakes >= 10, "{wakes} wake-ups in 2 s");
+        assert!(store.generation_elsewhere(crate::Domain::Settings) > before);
+        busy.join().unwrap();
+        store.close();
+    }
+
     /// A server error reads as what went wrong, not "db error", and without the row values
     /// its DETAIL quotes.
     #[test]
