@@ -336,6 +336,65 @@ async fn a_client_on_one_replica_follows_a_pipeline_another_runs() {
 /// kill -9 of the replica running a workflow: what it reported before it died is kept, and
 /// once its lease runs out (60 s) another replica's runner runs the workflow again and the
 /// pipeline ends; nothing stays `running`.
+/// Work queued on a replica without a runner reaches another replica's waiting runner as
+/// its commit is heard there, not at the runner's 2 s re-check: four times in a row within
+/// 700 ms (a re-check lands that soon about once in three).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_takes_work_another_replica_queued_as_it_is_committed() {
+    let (_keys, servers) = replicas_with_runners(&[false, true]).await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let p = a.principals().await;
+    let repo = a.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = "steps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n";
+    let mut taken = Vec::new();
+    for number in 1..=4 {
+        // B's two workers wait for work.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let info = b
+                .http
+                .get("/api/queue/info", Some(&p.admin))
+                .await
+                .expect(200)
+                .json();
+            if info["stats"]["worker_count"] == 2 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "B is not idle: {info}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let body = format!("{number}\n");
+        push_files(
+            a,
+            "alice/app",
+            &[(".woodpecker.yaml", config), ("n.txt", body.as_str())],
+            "push",
+        )
+        .await;
+        let pushed = std::time::Instant::now();
+        let path = format!("/api/repos/{id}/pipelines/{number}");
+        loop {
+            let pipeline = a.http.get(&path, Some(&p.alice)).await.expect(200).json();
+            if pipeline["workflows"][0]["agent_id"].as_i64().unwrap_or(0) > 0 {
+                break;
+            }
+            assert!(pushed.elapsed().as_secs() < 60, "never taken: {pipeline}");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        taken.push(pushed.elapsed());
+        let done = wait_for(&a.http, &p.alice, id, number, 60, finished).await;
+        assert_eq!(done["status"], "success", "{done}");
+    }
+    assert!(
+        taken.iter().all(|t| t.as_millis() < 700),
+        "taken after {taken:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workflow_on_a_killed_replica_is_finished_by_another() {
     let db = SharedDatabase::new();

@@ -335,6 +335,7 @@ fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::tas
     if config.ci.enabled {
         tasks.push(tokio::spawn(ci.feed.clone().run()));
         tasks.push(tokio::spawn(crate::ci::statuses::run(ci.clone())));
+        tasks.push(tokio::spawn(ci.queue.clone().follow_other_replicas()));
         tasks.extend(crate::ci::jobs::spawn(ci));
         if config.runner.enabled {
             // Subscribed now, so a stop that comes before the runner runs still waits for it.

@@ -226,6 +226,28 @@ impl Queue {
         self.changes.notify_waiters();
     }
 
+    /// Wakes this replica's runners and cancel waiters when another replica commits a
+    /// pipeline change (new work, a cancel, a finished dependency) or a setting (the
+    /// queue's pause); they would otherwise hear of it at their 2 s re-check. Runs for the
+    /// server's life; returns at once on a store no other server shares.
+    pub async fn follow_other_replicas(self: Arc<Self>) {
+        if !self.store.is_shared() {
+            return;
+        }
+        let heard = |store: &Store| {
+            [Domain::Pipelines, Domain::Settings].map(|d| store.generation_elsewhere(d))
+        };
+        let mut commits = self.store.commits();
+        let mut seen = heard(&self.store);
+        while commits.changed().await.is_ok() {
+            let now = heard(&self.store);
+            if now != seen {
+                seen = now;
+                self.wake();
+            }
+        }
+    }
+
     fn touch(&self, agent: i64, worked: bool) {
         let now = now_unix();
         let mut map = self.contact.lock().unwrap_or_else(|p| p.into_inner());
