@@ -251,7 +251,7 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// Lines stored by other replicas on a shared database. The log bus carries only this
 /// server's runners' lines; another replica's reach this one through the logs store's
-/// commit watch (moved by its change listener) and the logs' generation.
+/// commit watch (moved by its change listener) and the count of log commits it heard of.
 struct OtherReplicas {
     commits: Option<tokio::sync::watch::Receiver<u64>>,
     logs: crate::store::Store,
@@ -263,7 +263,7 @@ impl OtherReplicas {
         let logs = ctx.ci.logs.clone();
         OtherReplicas {
             commits: logs.is_shared().then(|| logs.commits()),
-            seen: logs.generation(crate::store::Domain::Logs),
+            seen: logs.generation_elsewhere(crate::store::Domain::Logs),
             logs,
         }
     }
@@ -279,7 +279,8 @@ impl OtherReplicas {
                 self.commits = None;
                 continue;
             }
-            let now = self.logs.generation(crate::store::Domain::Logs);
+            // Other replicas' commits only: this server's own lines come on the log bus.
+            let now = self.logs.generation_elsewhere(crate::store::Domain::Logs);
             if now != self.seen {
                 self.seen = now;
                 return;
