@@ -297,23 +297,10 @@ async fn the_embedded_agent_is_visible_and_stays_consistent() {
     let p = s.principals().await;
 
     // Idle, the local runner's workers are free (upstream's worker_count).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = s
-            .http
-            .get("/api/queue/info", Some(&p.admin))
-            .await
-            .expect(200)
-            .json();
-        if info["stats"]["worker_count"].as_i64().unwrap() >= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no free worker: {info}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::pipelines::wait_for_queue(&s.http, &p.admin, 20, |info| {
+        info["stats"]["worker_count"].as_i64().unwrap() >= 1
+    })
+    .await;
 
     let agents = s
         .http

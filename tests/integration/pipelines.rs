@@ -66,6 +66,32 @@ pub async fn run_manually(http: &Http, token: &str, repo: i64, body: &str, secs:
     wait_for(http, token, repo, number, secs, finished).await
 }
 
+/// `GET /queue/info` as `admin` sees it, polled every 20 ms until `ready` holds (at most
+/// `secs`).
+pub async fn wait_for_queue(
+    http: &Http,
+    admin: &str,
+    secs: u64,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let info = http
+            .get("/api/queue/info", Some(admin))
+            .await
+            .expect(200)
+            .json();
+        if ready(&info) {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue did not get there in time: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub async fn wait_for(
     http: &Http,
     token: &str,

@@ -8,7 +8,7 @@ use woodlark::logging::{LogControl, LogLevel};
 
 use serde_json::Value;
 
-use crate::pipelines::{finished, push_files, step_of, wait_for};
+use crate::pipelines::{finished, push_files, step_of, wait_for, wait_for_queue};
 use crate::streams::{Sse, entry_text, now_ns};
 use crate::util::{
     BIN, Process, TestServer, config_text, server_config_text, test_storage_url, with_runner,
@@ -350,23 +350,10 @@ async fn a_runner_takes_work_another_replica_queued_as_it_is_committed() {
     let mut taken = Vec::new();
     for number in 1..=4 {
         // B's two workers wait for work.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let info = b
-                .http
-                .get("/api/queue/info", Some(&p.admin))
-                .await
-                .expect(200)
-                .json();
-            if info["stats"]["worker_count"] == 2 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "B is not idle: {info}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        wait_for_queue(&b.http, &p.admin, 30, |info| {
+            info["stats"]["worker_count"] == 2
+        })
+        .await;
         let body = format!("{number}\n");
         push_files(
             a,
@@ -888,23 +875,7 @@ async fn a_queue_paused_on_one_replica_is_paused_on_all() {
     let config = "steps:\n  - name: build\n    image: sh\n    commands: [\"echo built\"]\n";
     push_files(a, "alice/app", &[(".woodpecker.yaml", config)], "held").await;
     // B hears of the pause with A's commit (a notification, milliseconds).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        let info = b
-            .http
-            .get("/api/queue/info", Some(&p.admin))
-            .await
-            .expect(200)
-            .json();
-        if info["paused"] == true {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "B does not know: {info}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for_queue(&b.http, &p.admin, 2, |info| info["paused"] == true).await;
     // Longer than a replica takes to read the pause again, and than a runner's re-check.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let held = b
