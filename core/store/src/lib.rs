@@ -254,16 +254,21 @@ pub enum Domain {
     Logs,
     /// Facts and settings of the database itself (`meta`: the queue's pause).
     Settings,
+    /// Workflows waiting for a runner (`tasks`). Nothing caches them; on PostgreSQL another
+    /// replica's commit counts here only when a task became pending (its trigger's
+    /// condition), which is what wakes this replica's runners.
+    Queue,
 }
 
 impl Domain {
-    const COUNT: usize = 5;
+    const COUNT: usize = 6;
     const ALL: [Domain; Domain::COUNT] = [
         Domain::Identity,
         Domain::Pipelines,
         Domain::Events,
         Domain::Logs,
         Domain::Settings,
+        Domain::Queue,
     ];
 
     /// The tables of this domain.
@@ -274,6 +279,7 @@ impl Domain {
             Domain::Events => &["events"],
             Domain::Logs => &["log_entries"],
             Domain::Settings => &["meta"],
+            Domain::Queue => &["tasks"],
         }
     }
 

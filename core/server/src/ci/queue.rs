@@ -226,16 +226,17 @@ impl Queue {
         self.changes.notify_waiters();
     }
 
-    /// Wakes this replica's runners and cancel waiters when another replica commits a
-    /// pipeline change (new work, a cancel, a finished dependency) or a setting (the
-    /// queue's pause); they would otherwise hear of it at their 2 s re-check. Runs for the
-    /// server's life; returns at once on a store no other server shares.
+    /// Wakes this replica's runners when another replica commits a workflow that became
+    /// ready to run (queued, a dependency finished, a lease ran out) or a setting (the
+    /// queue's resume); they would otherwise hear of it at their 2 s re-check. (Cancels
+    /// still wait for it: any pipeline change would wake every cancel waiter here.) Runs
+    /// for the server's life; returns at once on a store no other server shares.
     pub async fn follow_other_replicas(self: Arc<Self>) {
         if !self.store.is_shared() {
             return;
         }
         let heard = |store: &Store| {
-            [Domain::Pipelines, Domain::Settings].map(|d| store.generation_elsewhere(d))
+            [Domain::Queue, Domain::Settings].map(|d| store.generation_elsewhere(d))
         };
         let mut commits = self.store.commits();
         let mut seen = heard(&self.store);
@@ -243,7 +244,7 @@ impl Queue {
             let now = heard(&self.store);
             if now != seen {
                 seen = now;
-                self.wake();
+                self.work.notify_waiters();
             }
         }
     }

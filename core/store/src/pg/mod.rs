@@ -511,6 +511,52 @@ mod tests {
         store.close();
     }
 
+    /// Another replica's commit counts for the queue only when a task became pending: not
+    /// for a task that waits for others, nor for a lease renewed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_a_task_becoming_pending_is_heard_as_queue_work() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions::default();
+        let (here, other) = (
+            crate::Store::open_postgres(&url, &options).unwrap(),
+            crate::Store::open_postgres(&url, &options).unwrap(),
+        );
+        let queue = || here.generation_elsewhere(crate::Domain::Queue);
+        // Runs `sql` on the other replica, then a settings change, and waits until this one
+        // has heard that: notifications arrive in commit order, so the first was heard too.
+        async fn commit(here: &crate::Store, other: &crate::Store, sql: &'static str) {
+            let before = here.generation_elsewhere(crate::Domain::Settings);
+            other.write(move |c| c.execute_batch(sql)).await.unwrap();
+            other
+                .write(move |c| crate::meta::set(c, "test-mark", sql))
+                .await
+                .unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while here.generation_elsewhere(crate::Domain::Settings) == before {
+                assert!(std::time::Instant::now() < deadline, "not heard");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+        let commit = |sql| commit(&here, &other, sql);
+        let start = queue();
+        commit("INSERT INTO tasks (id, pipeline_id, repo_id, state, created) VALUES (1, 1, 1, 'waiting', 0)").await;
+        assert_eq!(queue(), start, "a waiting task");
+        commit("UPDATE tasks SET state = 'pending' WHERE id = 1").await;
+        let released = queue();
+        assert!(released > start, "a task released");
+        commit("UPDATE tasks SET state = 'running', agent_id = 7, lease_until = 100 WHERE id = 1")
+            .await;
+        commit("UPDATE tasks SET lease_until = 200 WHERE id = 1").await;
+        assert_eq!(queue(), released, "a lease taken and renewed");
+        commit("UPDATE tasks SET state = 'pending', agent_id = 0 WHERE id = 1").await;
+        let requeued = queue();
+        assert!(requeued > released, "a lease run out");
+        commit("INSERT INTO tasks (id, pipeline_id, repo_id, state, created) VALUES (2, 1, 1, 'pending', 0)").await;
+        assert!(queue() > requeued, "a task queued");
+        here.close();
+        other.close();
+    }
+
     /// A server error reads as what went wrong, not "db error", and without the row values
     /// its DETAIL quotes.
     #[test]

@@ -17,8 +17,8 @@ pub const MIGRATION_LOCK: i64 = 0x0077_6c2d_6d69_6772;
 /// column for column, so that every store query reads the same on both engines: integers
 /// are `BIGINT` (flags stay 0/1, as the queries compare them), blobs `BYTEA`, and
 /// `AUTOINCREMENT` ids identity columns (never reused either). The logs' table lives in the
-/// same database. Tables of the cache domains carry a trigger that announces the
-/// change on commit (see `NOTIFY_CHANNEL`).
+/// same database. Tables of the domains (`crate::Domain`) carry a trigger that announces
+/// the change on commit (see `NOTIFY_CHANNEL`).
 const MIGRATIONS: &[&str] = &[
     r#"
     CREATE TABLE forges (
@@ -329,6 +329,16 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER meta_changed AFTER INSERT OR UPDATE OR DELETE ON meta
         FOR EACH ROW EXECUTE FUNCTION woodlark_changed();
     "#,
+    // 4: a workflow that becomes ready to run, queued or released by any replica, wakes the
+    // runners waiting on every replica. Only that change: a lease renewed every 20 s per
+    // running workflow would wake them for nothing.
+    r#"
+    CREATE TRIGGER tasks_pending AFTER INSERT ON tasks
+        FOR EACH ROW WHEN (NEW.state = 'pending') EXECUTE FUNCTION woodlark_changed();
+    CREATE TRIGGER tasks_pending_again AFTER UPDATE OF state ON tasks
+        FOR EACH ROW WHEN (NEW.state = 'pending' AND OLD.state <> 'pending')
+        EXECUTE FUNCTION woodlark_changed();
+    "#,
 ];
 
 /// The channel [`MIGRATIONS`]' triggers notify, with the changed table's name as payload.
@@ -403,9 +413,10 @@ mod tests {
 
     /// The triggers are written out in the migrations, the domains' tables in
     /// `Domain::tables`: a domain table without its trigger would leave other replicas'
-    /// caches of it stale, and a trigger on another table would wake them for nothing.
+    /// caches of it stale (or their runners asleep), and a trigger on another table would
+    /// wake them for nothing.
     #[test]
-    fn the_tables_of_the_cache_domains_and_no_others_announce_their_changes() {
+    fn the_tables_of_every_domain_and_no_others_announce_their_changes() {
         let url = Cluster::shared().fresh_database();
         let mut client = crate::pg::connect(&url).unwrap();
         migrate(&mut client).unwrap();
