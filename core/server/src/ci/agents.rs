@@ -16,8 +16,9 @@ use crate::store::now_unix;
 
 /// Silence after which an embedded agent's server counts as gone and its record may be
 /// deleted. A running runner is heard at least every [`LONG_POLL`] (25 s) and its contact
-/// is stored every 15 s ([`super::jobs`]); a runner that takes its record stores a contact
-/// at once ([`super::local::ensure_agent`]). Five minutes is ten times that.
+/// is stored every 15 s ([`super::jobs`]), so a stored contact is at most 40 s old; a
+/// runner that takes its record stores one at once ([`super::local::ensure_agent`]). Five
+/// minutes is over seven times that.
 pub const EMBEDDED_GONE_SECS: i64 = 300;
 const _: () = assert!(EMBEDDED_GONE_SECS > 5 * (LONG_POLL.as_secs() as i64 + 15));
 
