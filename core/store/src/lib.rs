@@ -782,7 +782,6 @@ enum ReadKind {
     OneStatement,
 }
 
-/// Runs a read on a pooled connection under `permit`; a panic in `f` is an error.
 /// A read closure as [`run_read`] takes it; it is called once (a snapshot read never runs
 /// again: [`Store::read_one`]'s may).
 fn once<T, F>(f: F) -> impl FnMut(&Tx) -> StoreResult<T> + Send + 'static
@@ -796,6 +795,7 @@ where
     }
 }
 
+/// Runs a read on a pooled connection under `permit`; a panic in `f` is an error.
 fn run_read<T, F>(
     inner: &Inner,
     permit: tokio::sync::OwnedSemaphorePermit,
