@@ -646,16 +646,8 @@ async fn git_forge_holds_pushes_under_all_events_only() {
     assert_eq!(held["author"], "Tester");
     assert_eq!(held["status"], "blocked", "{held:#}");
 
-    let manual = s
-        .http
-        .post(
-            &format!("/api/repos/{id}/pipelines"),
-            Some(&p.alice),
-            r#"{"branch":"main"}"#,
-        )
-        .await
-        .expect(200)
-        .json();
+    let manual =
+        crate::pipelines::start_manually(&s.http, &p.alice, id, r#"{"branch":"main"}"#).await;
     assert_eq!(manual["status"], "pending", "{manual:#}");
     let cron = s
         .http

@@ -53,15 +53,18 @@ async fn push(s: &TestServer, remote_id: &str, files: &[(&str, &str)], message: 
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Polls a pipeline until `done(pipeline)` or the timeout.
+/// Starts a manual run (`body`: upstream's `PipelineOptions`); returns the new pipeline.
+pub async fn start_manually(http: &Http, token: &str, repo: i64, body: &str) -> Value {
+    http.post(&format!("/api/repos/{repo}/pipelines"), Some(token), body)
+        .await
+        .expect(200)
+        .json()
+}
+
 /// Starts a manual run (`body`: upstream's `PipelineOptions`) and waits up to `secs` for it
 /// to finish; returns the finished pipeline.
 pub async fn run_manually(http: &Http, token: &str, repo: i64, body: &str, secs: u64) -> Value {
-    let run = http
-        .post(&format!("/api/repos/{repo}/pipelines"), Some(token), body)
-        .await
-        .expect(200)
-        .json();
+    let run = start_manually(http, token, repo, body).await;
     let number = run["number"].as_i64().unwrap();
     wait_for(http, token, repo, number, secs, finished).await
 }
@@ -92,6 +95,7 @@ pub async fn wait_for_queue(
     }
 }
 
+/// Polls a pipeline until `done(pipeline)` or the timeout.
 pub async fn wait_for(
     http: &Http,
     token: &str,
@@ -1465,14 +1469,7 @@ async fn every_pipeline_is_compiled_with_its_own_number() {
         .map(|_| {
             let (http, token) = (s.http.clone(), p.alice.clone());
             tokio::spawn(async move {
-                http.post(
-                    &format!("/api/repos/{id}/pipelines"),
-                    Some(&token),
-                    r#"{"branch":"main"}"#,
-                )
-                .await
-                .expect(200)
-                .json()["number"]
+                start_manually(&http, &token, id, r#"{"branch":"main"}"#).await["number"]
                     .as_i64()
                     .unwrap()
             })
@@ -1494,16 +1491,7 @@ async fn every_pipeline_is_compiled_with_its_own_number() {
         .await
         .expect(204);
     for expected in [9, 10] {
-        let run = s
-            .http
-            .post(
-                &format!("/api/repos/{id}/pipelines"),
-                Some(&p.alice),
-                r#"{"branch":"main"}"#,
-            )
-            .await
-            .expect(200)
-            .json();
+        let run = start_manually(&s.http, &p.alice, id, r#"{"branch":"main"}"#).await;
         assert_eq!(run["number"], expected);
         says_its_number(expected).await;
     }

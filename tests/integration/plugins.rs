@@ -420,16 +420,8 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     assert_eq!(done["status"], "success", "{done:#}");
 
     // A manual run: the plugin forge's branch head comes from the git remote.
-    let manual = s
-        .http
-        .post(
-            &format!("/api/repos/{id}/pipelines"),
-            Some(&p.admin),
-            r#"{"branch":"main"}"#,
-        )
-        .await
-        .expect(200)
-        .json();
+    let manual =
+        crate::pipelines::start_manually(&s.http, &p.admin, id, r#"{"branch":"main"}"#).await;
     assert_eq!(manual["event"], "manual");
     assert_eq!(manual["commit"], sha.as_str());
     // The commit's details come from the adapter's branch-head.

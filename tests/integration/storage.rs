@@ -8,7 +8,7 @@ use woodlark::logging::{LogControl, LogLevel};
 
 use serde_json::Value;
 
-use crate::pipelines::{finished, push_files, step_of, wait_for, wait_for_queue};
+use crate::pipelines::{finished, push_files, start_manually, step_of, wait_for, wait_for_queue};
 use crate::streams::{Sse, entry_text, now_ns};
 use crate::util::{
     BIN, Process, TestServer, config_text, server_config_text, test_storage_url, with_runner,
@@ -922,16 +922,8 @@ async fn creations_reaching_two_replicas_in_turn_never_give_a_number_back() {
     for n in 2..=7 {
         // A moment apart: the other replica's commit has been heard of.
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let number = servers[n as usize % 2]
-            .http
-            .post(
-                &format!("/api/repos/{id}/pipelines"),
-                Some(&p.alice),
-                r#"{"branch":"main"}"#,
-            )
-            .await
-            .expect(200)
-            .json()["number"]
+        let http = &servers[n as usize % 2].http;
+        let number = start_manually(http, &p.alice, id, r#"{"branch":"main"}"#).await["number"]
             .as_i64()
             .unwrap();
         assert_eq!(number, n);
@@ -963,14 +955,7 @@ async fn creations_on_two_replicas_at_once() {
         let http = servers[i % 2].http.clone();
         let token = p.alice.clone();
         tokio::spawn(async move {
-            http.post(
-                &format!("/api/repos/{id}/pipelines"),
-                Some(&token),
-                r#"{"branch":"main"}"#,
-            )
-            .await
-            .expect(200)
-            .json()["number"]
+            start_manually(&http, &token, id, r#"{"branch":"main"}"#).await["number"]
                 .as_i64()
                 .unwrap()
         })
