@@ -414,14 +414,28 @@ async fn version_answers_again(addr: std::net::SocketAddr) {
     }
 }
 
+/// The head of a request whose body never comes: it is in flight (the handler waits for the
+/// body) until the body timeout.
+const PENDING_BODY: &[u8] =
+    b"POST /api/users HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{";
+
+/// Opens a connection with a request in flight on it.
+async fn busy_connection(addr: std::net::SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(PENDING_BODY).await.unwrap();
+    stream
+}
+
 #[tokio::test]
-async fn connections_past_the_limit_get_a_clean_503_until_places_free_up() {
+async fn connections_past_the_limit_get_a_clean_503_while_every_place_is_busy() {
     let s = TestServer::start_with("max_connections = 8").await;
-    // Eight idle connections take every place (the backlog is accepted in order).
-    let mut idle = Vec::new();
+    // Eight requests in flight take every place (the backlog is accepted in order).
+    let mut busy = Vec::new();
     for _ in 0..8 {
-        idle.push(TcpStream::connect(s.http.addr).await.unwrap());
+        busy.push(busy_connection(s.http.addr).await);
     }
+    // Give the server time to read the eight heads: each place is busy, none idle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // The ninth is answered at once, without the server waiting for its request.
     let mut ninth = TcpStream::connect(s.http.addr).await.unwrap();
     let answer = read_to_close(&mut ninth).await;
@@ -440,20 +454,117 @@ async fn connections_past_the_limit_get_a_clean_503_until_places_free_up() {
         .unwrap();
     assert!(read_to_close(&mut tenth).await.starts_with("HTTP/1.1 503"));
 
-    drop(idle);
+    drop(busy);
     version_answers_again(s.http.addr).await;
     let metrics = s.http.get("/metrics", None).await.expect(200).text();
     assert!(
         metrics.contains("\nwoodlark_http_connections_max 8\n"),
         "{metrics}"
     );
-    // The two above, and any retry that came before the idle ones were seen closing.
-    let refused: u64 = metrics
+    // The two above, and any retry that came before the busy ones were seen closing.
+    assert!(
+        counter(&metrics, "woodlark_http_connections_refused_total") >= 2,
+        "{metrics}"
+    );
+    assert_eq!(
+        counter(&metrics, "woodlark_http_connections_evicted_total"),
+        0,
+        "{metrics}"
+    );
+}
+
+/// A counter's value in a `/metrics` page.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
         .lines()
-        .find_map(|l| l.strip_prefix("woodlark_http_connections_refused_total "))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|n| n.parse().ok())
-        .expect("refused counter");
-    assert!(refused >= 2, "{metrics}");
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+}
+
+/// The attack of issue 45: sockets that never send a byte, more of them than there are
+/// places. They held every place for as long as they stayed open (every other client got
+/// 503); now the one idle the longest makes room for each new connection, and none outlives
+/// the header timeout counted from accept.
+#[tokio::test]
+async fn sockets_that_send_nothing_never_starve_a_request() {
+    let s = TestServer::start_with("max_connections = 16\nheader_read_timeout_ms = 2000").await;
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        idle.push(TcpStream::connect(s.http.addr).await.unwrap());
+    }
+    // A request in flight is never the one closed for room.
+    let mut busy = busy_connection(s.http.addr).await;
+    for _ in 0..20 {
+        idle.push(TcpStream::connect(s.http.addr).await.unwrap());
+    }
+    // A normal client is answered at once, on a fresh connection.
+    let started = std::time::Instant::now();
+    let r = s.http.get("/version", None).await.expect(200);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    assert!(!r.text().is_empty());
+    let metrics = s.http.get("/metrics", None).await.expect(200).text();
+    assert!(
+        counter(&metrics, "woodlark_http_connections_evicted_total") >= 40,
+        "{metrics}"
+    );
+    // The busy request is still waiting for its body: the server answers it with 408 when
+    // the body timeout passes, not a closed connection.
+    let mut buf = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), busy.read(&mut buf))
+            .await
+            .is_err(),
+        "the request in flight was cut"
+    );
+    // The idle sockets still open are closed once the header timeout has run from accept.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut closed = 0;
+    for stream in &mut idle {
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, idle.len(), "idle sockets left open");
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
+    let s = TestServer::start_with("header_read_timeout_ms = 300").await;
+    let mut stream = TcpStream::connect(s.http.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("the silent connection was never closed");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    // A kept-alive connection idle after its request is closed after the idle timeout.
+    let s = TestServer::start_with("header_read_timeout_ms = 3000\nidle_timeout_ms = 400").await;
+    let mut stream = TcpStream::connect(s.http.addr).await.unwrap();
+    stream
+        .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let answered = std::time::Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+        .await
+        .expect("the idle kept-alive connection was never closed")
+        .unwrap();
+    let idle = answered.elapsed();
+    assert!(
+        idle >= Duration::from_millis(350) && idle < Duration::from_millis(2500),
+        "{idle:?}"
+    );
 }
 
 #[tokio::test]
@@ -466,8 +577,14 @@ async fn tls_connections_count_toward_the_limit() {
         key.display().to_string()
     ))
     .await;
-    let first = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
-    let second = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    // Two TLS connections with a request in flight take both places.
+    let mut first = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    let mut second = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    for stream in [&mut first, &mut second] {
+        stream.write_all(PENDING_BODY).await.unwrap();
+        stream.flush().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         try_tls_connect(s.http.addr, &der, &[b"http/1.1"])
             .await
@@ -482,4 +599,8 @@ async fn tls_connections_count_toward_the_limit() {
         assert!(std::time::Instant::now() < deadline, "TLS still refused");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // An idle TLS connection makes room for a new one.
+    let _idle = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    let _also_idle = tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
+    tls_connect(s.http.addr, &der, &[b"http/1.1"]).await;
 }

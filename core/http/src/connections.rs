@@ -6,10 +6,18 @@
 //! loop admits at most a fixed number of connections; one more is accepted, told
 //! `503 Service Unavailable` in one non-blocking write, and closed: a clean, cheap refusal
 //! instead of a connection that hangs in the kernel's backlog or an `EMFILE` for everyone.
+//!
+//! A place must not be held by a client that does nothing with it. So every connection is
+//! timed from the moment it is accepted: one that has not begun a request within the header
+//! timeout, or sits idle between requests for longer than the idle timeout, is closed
+//! ([`Slot::expired`]). And when all places are taken, the connection idle the longest is
+//! closed to make room for the new one ([`Admission::admit`]): a flood of sockets that send
+//! nothing only ever displaces itself, never a client with a request in flight.
 
+use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
@@ -75,21 +83,158 @@ pub fn effective_limit(configured: usize, fd_limit: Option<u64>) -> usize {
         .max(1)
 }
 
+/// Evictions that may be on their way (the evicted connection's task not yet gone) before a
+/// new connection is refused instead: the open count never runs more than this past the limit.
+const EVICTIONS_IN_FLIGHT: u64 = 64;
+
+/// How long connections may do nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// From accept to the first request's headers (a TLS handshake included).
+    pub first_request: Duration,
+    /// Between the end of one response and the start of the next request.
+    pub idle: Duration,
+}
+
 /// Admits connections up to a limit; the accept loop is its only caller.
 pub struct Admission {
     metrics: Arc<Metrics>,
     limit: usize,
     /// Told when the open count reaches [`heap::FLOOD_MARK`](super::heap::FLOOD_MARK).
     flood: Arc<Notify>,
+    slots: Arc<Slots>,
+    timeouts: Timeouts,
+}
+
+/// The open connections' activity, by admission number.
+#[derive(Default)]
+struct Slots {
+    open: Mutex<HashMap<u64, Arc<Slot>>>,
+}
+
+/// One open connection's activity.
+pub struct Slot {
+    /// Requests in flight (an HTTP/2 connection may have several); their responses included,
+    /// until the last byte of the body was handed to the socket.
+    busy: Mutex<Activity>,
+    /// Told to close the connection now (it was evicted).
+    close: Notify,
+    /// Told when a request ends: the deadline moved (perhaps sooner than the one slept for).
+    ended: Notify,
+    timeouts: Timeouts,
+}
+
+#[derive(Clone, Copy)]
+struct Activity {
+    in_flight: u32,
+    /// When it was accepted, or its last request ended.
+    since: Instant,
+    /// Whether a request has begun on it.
+    served: bool,
+}
+
+impl Slot {
+    fn new(timeouts: Timeouts) -> Slot {
+        Slot {
+            busy: Mutex::new(Activity {
+                in_flight: 0,
+                since: Instant::now(),
+                served: false,
+            }),
+            close: Notify::new(),
+            ended: Notify::new(),
+            timeouts,
+        }
+    }
+
+    fn activity(&self) -> Activity {
+        *self.busy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A request began; it lasts until the guard is dropped (with the response's body).
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        let mut a = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        a.in_flight += 1;
+        a.served = true;
+        Busy { slot: self.clone() }
+    }
+
+    /// When the connection, idle as it is now, must be closed; `None` while a request is in
+    /// flight.
+    pub fn deadline(&self) -> Option<Instant> {
+        let a = self.activity();
+        (a.in_flight == 0).then(|| {
+            a.since
+                + if a.served {
+                    self.timeouts.idle
+                } else {
+                    self.timeouts.first_request
+                }
+        })
+    }
+
+    /// When to look again: the deadline, or while busy the idle timeout from now (a request
+    /// ending now moves the deadline to no earlier than that).
+    pub fn next_look(&self) -> Instant {
+        self.deadline()
+            .unwrap_or_else(|| Instant::now() + self.timeouts.idle)
+    }
+
+    /// Whether the connection has been idle past its deadline at `now`.
+    pub fn expired(&self, now: Instant) -> bool {
+        self.deadline().is_some_and(|d| d <= now)
+    }
+
+    /// Resolves when the connection was evicted to make room for another.
+    pub async fn evicted(&self) {
+        self.close.notified().await
+    }
+
+    /// Resolves when a request ended since the last call: time to look at the deadline again.
+    pub async fn request_ended(&self) {
+        self.ended.notified().await
+    }
+
+    /// Idle since when; `None` while busy.
+    fn idle_since(&self) -> Option<Instant> {
+        let a = self.activity();
+        (a.in_flight == 0).then_some(a.since)
+    }
+}
+
+/// A request in flight on a connection; dropping it makes the connection idle again (if it
+/// was the last).
+pub struct Busy {
+    slot: Arc<Slot>,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        {
+            let mut a = self.slot.busy.lock().unwrap_or_else(|p| p.into_inner());
+            a.in_flight -= 1;
+            a.since = Instant::now();
+        }
+        self.slot.ended.notify_one();
+    }
 }
 
 /// An admitted connection; dropping it (when the connection's task ends) frees its place.
 pub struct Admitted {
     metrics: Arc<Metrics>,
+    slots: Arc<Slots>,
+    id: u64,
+    /// The connection's activity: what the timeouts and evictions go by.
+    pub slot: Arc<Slot>,
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
+        self.slots
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
         self.metrics
             .connections
             .open
@@ -98,7 +243,12 @@ impl Drop for Admitted {
 }
 
 impl Admission {
-    pub fn new(metrics: Arc<Metrics>, limit: usize, flood: Arc<Notify>) -> Admission {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        limit: usize,
+        flood: Arc<Notify>,
+        timeouts: Timeouts,
+    ) -> Admission {
         metrics
             .connections
             .limit
@@ -107,23 +257,58 @@ impl Admission {
             metrics,
             limit,
             flood,
+            slots: Arc::default(),
+            timeouts,
         }
     }
 
-    /// A place for one more connection, or `None` (counted as refused) when all are taken.
+    /// A place for one more connection, or `None` (counted as refused) when all are taken by
+    /// connections with a request in flight. When all are taken but some are idle, the one
+    /// idle the longest is told to close and the new connection takes its place.
     pub fn admit(&self) -> Option<Admitted> {
         let counts = &self.metrics.connections;
         // Only the accept loop adds, so reading first cannot let two admissions overshoot.
-        if counts.open.load(Ordering::Relaxed) >= self.limit as u64 {
-            counts.refused.fetch_add(1, Ordering::Relaxed);
-            return None;
+        let open = counts.open.load(Ordering::Relaxed);
+        if open >= self.limit as u64 {
+            if open >= self.limit as u64 + EVICTIONS_IN_FLIGHT || !self.evict_the_longest_idle() {
+                counts.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            counts.evicted.fetch_add(1, Ordering::Relaxed);
         }
+        let id = counts.admitted.fetch_add(1, Ordering::Relaxed);
         if counts.open.fetch_add(1, Ordering::Relaxed) + 1 == super::heap::FLOOD_MARK {
             self.flood.notify_one();
         }
+        let slot = Arc::new(Slot::new(self.timeouts));
+        self.slots
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, slot.clone());
         Some(Admitted {
             metrics: self.metrics.clone(),
+            slots: self.slots.clone(),
+            id,
+            slot,
         })
+    }
+
+    /// Tells the connection idle the longest to close, and forgets it (its place is the new
+    /// connection's); `false` if every connection has a request in flight.
+    fn evict_the_longest_idle(&self) -> bool {
+        let mut open = self.slots.open.lock().unwrap_or_else(|p| p.into_inner());
+        let oldest = open
+            .iter()
+            .filter_map(|(id, slot)| slot.idle_since().map(|since| (since, *id)))
+            .min();
+        let Some((_, id)) = oldest else {
+            return false;
+        };
+        if let Some(slot) = open.remove(&id) {
+            slot.close.notify_one();
+        }
+        true
     }
 }
 
@@ -212,20 +397,77 @@ mod tests {
         assert_eq!(effective_limit(4096, Some(1)), 1);
     }
 
+    const TIMEOUTS: Timeouts = Timeouts {
+        first_request: Duration::from_secs(10),
+        idle: Duration::from_secs(60),
+    };
+
     #[test]
-    fn admission_stops_at_the_limit_and_frees_places_on_drop() {
+    fn admission_stops_at_the_limit_of_busy_connections_and_frees_places_on_drop() {
         let metrics = Arc::new(Metrics::default());
-        let gate = Admission::new(metrics.clone(), 2, Arc::default());
+        let gate = Admission::new(metrics.clone(), 2, Arc::default(), TIMEOUTS);
         let a = gate.admit().expect("first");
         let b = gate.admit().expect("second");
+        let (busy_a, busy_b) = (a.slot.begin(), b.slot.begin());
         assert!(gate.admit().is_none());
         assert_eq!(metrics.connections.refused.load(Ordering::Relaxed), 1);
-        drop(a);
+        drop((a, busy_a));
         let c = gate.admit().expect("a freed place");
+        let busy_c = c.slot.begin();
         assert!(gate.admit().is_none());
-        drop((b, c));
+        drop((b, c, busy_b, busy_c));
         assert_eq!(metrics.connections.open.load(Ordering::Relaxed), 0);
         assert_eq!(metrics.connections.refused.load(Ordering::Relaxed), 2);
+        assert_eq!(metrics.connections.evicted.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_house_closes_the_connection_idle_the_longest() {
+        let metrics = Arc::new(Metrics::default());
+        let gate = Admission::new(metrics.clone(), 3, Arc::default(), TIMEOUTS);
+        // Admitted in the same instant, ties go by admission order.
+        let oldest = gate.admit().unwrap();
+        let busy = gate.admit().unwrap();
+        let request = busy.slot.begin();
+        let newer = gate.admit().unwrap();
+        // The oldest idle one is told to close; the busy one never is.
+        let fourth = gate.admit().expect("room made");
+        tokio::time::timeout(Duration::from_secs(1), oldest.slot.evicted())
+            .await
+            .expect("the oldest idle connection is told to close");
+        drop(oldest);
+        let fifth = gate.admit().expect("room made again");
+        tokio::time::timeout(Duration::from_secs(1), newer.slot.evicted())
+            .await
+            .expect("then the next oldest");
+        drop(newer);
+        // Only busy connections and new ones are left: the newest idle goes next.
+        let _sixth = gate.admit().expect("room made from the newest");
+        tokio::time::timeout(Duration::from_secs(1), fourth.slot.evicted())
+            .await
+            .expect("the fourth was idle the longest");
+        drop(fourth);
+        drop(fifth);
+        assert!(busy.slot.deadline().is_none());
+        drop(request);
+        assert!(busy.slot.deadline().is_some());
+        assert_eq!(metrics.connections.evicted.load(Ordering::Relaxed), 3);
+        assert_eq!(metrics.connections.refused.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_connection_is_timed_from_accept_and_between_requests() {
+        let slot = Arc::new(Slot::new(TIMEOUTS));
+        let accepted = slot.activity().since;
+        assert_eq!(slot.deadline(), Some(accepted + TIMEOUTS.first_request));
+        assert!(!slot.expired(accepted));
+        assert!(slot.expired(accepted + TIMEOUTS.first_request));
+        let request = slot.begin();
+        assert_eq!(slot.deadline(), None);
+        assert!(!slot.expired(accepted + Duration::from_secs(3600)));
+        drop(request);
+        let ended = slot.activity().since;
+        assert_eq!(slot.deadline(), Some(ended + TIMEOUTS.idle));
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub struct ConnectionCounts {
     pub refused: AtomicU64,
     /// The limit in force.
     pub limit: AtomicU64,
+    /// Idle connections closed to make room for a new one at the limit.
+    pub evicted: AtomicU64,
+    /// Admitted since start (the next connection's number).
+    pub admitted: AtomicU64,
 }
 
 #[derive(Default)]
@@ -137,6 +141,12 @@ impl Metrics {
                 "counter",
                 "Connections refused with 503 because the connection limit was reached.",
                 connections.refused.load(Ordering::Relaxed),
+            ),
+            (
+                "woodlark_http_connections_evicted_total",
+                "counter",
+                "Idle connections closed to make room for a new one at the connection limit.",
+                connections.evicted.load(Ordering::Relaxed),
             ),
         ] {
             let _ = writeln!(

@@ -4,8 +4,9 @@
 //! knowledge) with hyper's timer set, so the header-read timeout is live (without a timer hyper
 //! ignores it). On shutdown the listener stops accepting and open connections get a grace
 //! period to finish (hyper-util's `GracefulShutdown`). At most `max_connections` are open at
-//! once (TLS handshakes included); past that a connection is refused (`connections`). After a
-//! flood of connections, freed heap goes back to the kernel (`heap`).
+//! once (TLS handshakes included); a connection is timed from accept and closed when idle too
+//! long, and past the limit the one idle the longest makes room or the new one is refused
+//! (`connections`). After a flood of connections, freed heap goes back to the kernel (`heap`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,7 +25,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
-use super::connections::{AcceptErrors, Admission};
+use super::connections::{AcceptErrors, Admission, Admitted, Busy, Timeouts};
 use super::error::{ApiError, ErrorStyle};
 use super::metrics::Metrics;
 use super::request::Request;
@@ -53,9 +54,39 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
+/// A response body that keeps its request counted as in flight on its connection until
+/// hyper has sent it and dropped it.
+struct Counted {
+    body: ResponseBody,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = Bytes;
+    type Error = <ResponseBody as hyper::body::Body>::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
+    /// From accept to a request's complete headers (and a TLS handshake's end).
     pub header_read_timeout: Duration,
+    /// A connection with no request in flight is closed after this long.
+    pub idle_timeout: Duration,
     pub shutdown_grace: Duration,
     /// Connections served at once; more are refused with a 503. [`serve`] raises the
     /// open-file limit and lowers this to fit it.
@@ -146,7 +177,11 @@ pub async fn serve<S>(
         tracing::info!(max_connections = limit, "connection limit");
     }
     let flood = Arc::new(tokio::sync::Notify::new());
-    let admission = Admission::new(dispatcher.metrics.clone(), limit, flood.clone());
+    let timeouts = Timeouts {
+        first_request: options.header_read_timeout,
+        idle: options.idle_timeout,
+    };
+    let admission = Admission::new(dispatcher.metrics.clone(), limit, flood.clone(), timeouts);
     let trimmer = tokio::spawn(super::heap::trim_after_floods(
         dispatcher.metrics.clone(),
         flood,
@@ -177,48 +212,47 @@ pub async fn serve<S>(
         let _ = stream.set_nodelay(true);
         let dispatcher = dispatcher.clone();
         let tls = options.tls.is_some();
+        let slot = admitted.slot.clone();
         let service = service_fn(move |req| {
             let dispatcher = dispatcher.clone();
-            async move { Ok::<_, Infallible>(dispatch(&dispatcher, req, Some(remote), tls).await) }
+            let busy = slot.begin();
+            async move {
+                let response = dispatch(&dispatcher, req, Some(remote), tls).await;
+                Ok::<_, Infallible>(response.map(|body| Counted { body, _busy: busy }))
+            }
         });
         let Some(tls_config) = options.tls.clone() else {
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
             let conn = graceful.watch(conn);
-            tokio::spawn(async move {
-                let _admitted = admitted;
-                if let Err(err) = conn.await {
-                    tracing::debug!(%err, %remote, "connection ended with an error");
-                }
-            });
+            tokio::spawn(run_connection(admitted, remote, conn));
             continue;
         };
         // The handshake runs in the connection's task so a slow client cannot stall accept.
         let builder = builder.clone();
         let watcher = graceful.watcher();
-        let handshake_timeout = options.header_read_timeout;
         tokio::spawn(async move {
-            let _admitted = admitted;
             let acceptor = tokio_rustls::TlsAcceptor::from(tls_config);
-            let stream =
-                match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(err)) => {
+            let deadline = admitted.slot.deadline().unwrap_or_else(Instant::now);
+            let stream = tokio::select! {
+                handshake = acceptor.accept(stream) => match handshake {
+                    Ok(s) => s,
+                    Err(err) => {
                         tracing::debug!(%err, %remote, "TLS handshake failed");
                         return;
                     }
-                    Err(_) => {
-                        tracing::debug!(%remote, "TLS handshake timed out");
-                        return;
-                    }
-                };
+                },
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                    return;
+                }
+                () = admitted.slot.evicted() => return,
+            };
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
-            if let Err(err) = watcher.watch(conn).await {
-                tracing::debug!(%err, %remote, "connection ended with an error");
-            }
+            run_connection(admitted, remote, watcher.watch(conn)).await;
         });
     }
 
@@ -229,6 +263,41 @@ pub async fn serve<S>(
         () = graceful.shutdown() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(options.shutdown_grace) => {
             tracing::warn!("grace period over; closing remaining connections")
+        }
+    }
+}
+
+/// Drives one connection until it ends, it is idle past its deadline (from accept to the
+/// first request, then between requests), or it is evicted to make room for another.
+/// Dropping `conn` closes the socket.
+async fn run_connection<E: std::fmt::Display>(
+    admitted: Admitted,
+    remote: SocketAddr,
+    conn: impl Future<Output = Result<(), E>>,
+) {
+    tokio::pin!(conn);
+    let slot = admitted.slot.clone();
+    loop {
+        let wake = slot.next_look();
+        tokio::select! {
+            ended = &mut conn => {
+                if let Err(err) = ended {
+                    tracing::debug!(%err, %remote, "connection ended with an error");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(wake.into()) => {
+                if slot.expired(Instant::now()) {
+                    tracing::debug!(%remote, "idle connection closed");
+                    return;
+                }
+            }
+            () = slot.evicted() => {
+                tracing::debug!(%remote, "idle connection closed to make room for another");
+                return;
+            }
+            // The deadline moved: sleep again until the new one.
+            () = slot.request_ended() => {}
         }
     }
 }

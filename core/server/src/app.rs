@@ -154,6 +154,7 @@ impl App {
         };
         let options = ServerOptions {
             header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
             shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
             max_connections: config.server.max_connections,
             tls,

@@ -92,8 +92,11 @@ pub struct ServerConfig {
     pub public_url: String,
     /// Default request body limit in bytes; routes such as webhooks may allow more.
     pub max_body_bytes: usize,
-    /// A client must finish sending request headers within this many milliseconds.
+    /// A client must finish sending request headers within this many milliseconds, counted
+    /// from accept for a connection's first request.
     pub header_read_timeout_ms: u64,
+    /// A connection with no request in flight for this many milliseconds is closed.
+    pub idle_timeout_ms: u64,
     /// A client must finish sending a request body within this many milliseconds (408).
     pub body_read_timeout_ms: u64,
     /// On SIGINT/SIGTERM, open connections get this long to finish.
@@ -162,6 +165,13 @@ pub struct PipelineConfig {
     /// The shortest time between two runs of a cron job, in seconds: every cron job starts a
     /// pipeline, so a schedule firing every second would be a denial of service.
     pub cron_min_interval_secs: u64,
+    /// Cron jobs one repository may have: each one starts pipelines on its own, so without a
+    /// bound a repository admin could schedule hundreds of runs a minute.
+    pub max_crons_per_repo: u64,
+    /// Bytes of output kept per step (0 = no limit): past it the step's log ends with a line
+    /// saying so and the step goes on. Logs are kept in the database and read whole by the
+    /// UI, so one step printing without end would fill the disk.
+    pub max_step_log_bytes: u64,
     /// The first part of the commit statuses' names on forges:
     /// `<status_context>/<event>/<workflow>` (upstream's `WOODPECKER_STATUS_CONTEXT`).
     pub status_context: String,
@@ -181,6 +191,8 @@ impl Default for PipelineConfig {
             registry_auth: Vec::new(),
             privileged_plugins: Vec::new(),
             cron_min_interval_secs: 60,
+            max_crons_per_repo: 50,
+            max_step_log_bytes: 5 * 1024 * 1024,
             status_context: "ci/woodpecker".into(),
         }
     }
@@ -464,6 +476,7 @@ impl Default for ServerConfig {
             public_url: String::new(),
             max_body_bytes: 2 * 1024 * 1024,
             header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 75_000,
             body_read_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
             max_connections: 4096,
@@ -637,6 +650,12 @@ impl Config {
                 "must be greater than 0".into(),
             ));
         }
+        if self.server.idle_timeout_ms == 0 {
+            return Err(invalid(
+                "server.idle_timeout_ms",
+                "must be greater than 0".into(),
+            ));
+        }
         if self.server.body_read_timeout_ms == 0 {
             return Err(invalid(
                 "server.body_read_timeout_ms",
@@ -724,6 +743,12 @@ impl Config {
         if self.pipeline.cron_min_interval_secs == 0 {
             return Err(invalid(
                 "pipeline.cron_min_interval_secs",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.pipeline.max_crons_per_repo == 0 {
+            return Err(invalid(
+                "pipeline.max_crons_per_repo",
                 "must be at least 1".into(),
             ));
         }
