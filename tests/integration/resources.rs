@@ -1109,6 +1109,63 @@ async fn crons() {
     }
 }
 
+/// A repository has at most `pipeline.max_crons_per_repo` cron jobs (issue 45: 300 crons at
+/// once a minute were accepted): one more is 409 naming the limit, and nothing is stored.
+#[tokio::test]
+async fn a_repository_has_at_most_the_configured_number_of_crons() {
+    let s = TestServer::start_with_tables("[pipeline]\nmax_crons_per_repo = 3\n").await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/hello").await;
+    let base = format!("/api/repos/{}/cron", repo["id"]);
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let body = json!({"name": format!("c{n}"), "schedule": "@hourly"}).to_string();
+        ids.push(
+            http.post(&base, Some(&p.alice), &body)
+                .await
+                .expect(200)
+                .json()["id"]
+                .clone(),
+        );
+    }
+    let r = http
+        .post(
+            &base,
+            Some(&p.alice),
+            r#"{"name":"one-more","schedule":"@hourly"}"#,
+        )
+        .await
+        .expect(409);
+    assert!(
+        r.text().contains("pipeline.max_crons_per_repo = 3"),
+        "{}",
+        r.text()
+    );
+    let listed = http.get(&base, Some(&p.alice)).await.expect(200).json();
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+    // Another repository has its own allowance; removing one makes room again.
+    let other = s.git_repo(&p.admin, &p.alice, "alice/other").await;
+    let body = r#"{"name":"c0","schedule":"@hourly"}"#;
+    http.post(
+        &format!("/api/repos/{}/cron", other["id"]),
+        Some(&p.alice),
+        body,
+    )
+    .await
+    .expect(200);
+    http.delete(&format!("{base}/{}", ids[0]), Some(&p.alice))
+        .await
+        .expect(204);
+    http.post(
+        &base,
+        Some(&p.alice),
+        r#"{"name":"one-more","schedule":"@hourly"}"#,
+    )
+    .await
+    .expect(200);
+}
+
 /// A cron job starts a pipeline each time it runs: schedules firing more often than
 /// `pipeline.cron_min_interval_secs` (default 60) are refused with 400, nothing is stored or
 /// changed, and the scheduler keeps crons stored before the rule to the minimum.
@@ -1208,6 +1265,7 @@ async fn crons_run_no_more_often_than_the_minimum() {
                     enabled: true,
                     ..Default::default()
                 },
+                u64::MAX,
             )
         })
         .await

@@ -418,6 +418,31 @@ async fn web_config_for_anonymous_and_signed_in_callers() {
     assert_eq!(globals(&r)["USER"], Value::Null);
 }
 
+/// The login page says only what an error code means: a link's `error_description` (text of
+/// the link maker's choosing, issue 45) never shows, whatever the code.
+#[tokio::test]
+async fn the_login_page_shows_known_messages_only() {
+    let s = TestServer::start().await;
+    for (code, said) in [
+        ("access_denied", "Access was denied."),
+        ("oauth_error", "The forge did not let us sign you in."),
+        ("made_up", "Signing in failed."),
+    ] {
+        let page = s
+            .http
+            .get(
+                &format!("/login?error={code}&error_description=Call+support+at+evil.example"),
+                None,
+            )
+            .await
+            .expect(200)
+            .text();
+        assert!(page.contains(said), "{code}: {page}");
+        assert!(!page.contains("evil.example"), "{code}: {page}");
+        assert!(!page.contains("made_up"), "{code}: {page}");
+    }
+}
+
 #[tokio::test]
 async fn token_sign_in_sessions_csrf_and_logout() {
     let s = TestServer::start().await;

@@ -468,9 +468,20 @@ fn owner(conn: &Tx, repo_id: i64) -> StoreResult<events::Owner> {
 
 /// Creates a cron (409 if the repository already has one of that name). Records
 /// `crons.created`.
-pub fn create(conn: &Tx, new: &NewCron) -> StoreResult<Cron> {
+pub fn create(conn: &Tx, new: &NewCron, max_per_repo: u64) -> StoreResult<Cron> {
     if name_taken(conn, new.repo_id, &new.name, 0)? {
         return Err(duplicate(&new.name));
+    }
+    let count: i64 = conn.cached_row(
+        "SELECT COUNT(*) FROM crons WHERE repo_id = ?1",
+        [new.repo_id],
+        |r| r.get(0),
+    )?;
+    if u64::try_from(count).unwrap_or(0) >= max_per_repo {
+        return Err(StoreError::Conflict(format!(
+            "this repository has {count} cron jobs, the most it may have \
+             (pipeline.max_crons_per_repo = {max_per_repo}): remove one first"
+        )));
     }
     conn.cached_exec(
         "INSERT INTO crons (name, repo_id, creator_id, next_exec, schedule, timezone, created,
@@ -877,13 +888,21 @@ mod tests {
     #[test]
     fn crud_due_claim_and_events() {
         let c = conn();
-        let a = create(&c, &new("nightly", 1)).unwrap();
-        create(&c, &new("nightly", 2)).unwrap();
+        let a = create(&c, &new("nightly", 1), 2).unwrap();
+        create(&c, &new("nightly", 2), 2).unwrap();
         assert!(matches!(
-            create(&c, &new("nightly", 1)),
+            create(&c, &new("nightly", 1), 2),
             Err(StoreError::Conflict(_))
         ));
-        let b = create(&c, &new("weekly", 1)).unwrap();
+        let b = create(&c, &new("weekly", 1), 2).unwrap();
+        // A third in repository 1 is past its limit of two; repository 2 has room.
+        match create(&c, &new("hourly", 1), 2) {
+            Err(StoreError::Conflict(m)) => {
+                assert!(m.contains("pipeline.max_crons_per_repo = 2"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        create(&c, &new("hourly", 2), 2).unwrap();
         assert!(matches!(
             update(
                 &c,
@@ -910,7 +929,7 @@ mod tests {
         assert!(!claim(&c, a.id, NOW, NOW + 86400).unwrap());
         assert_eq!(list(&c, 1, 1, 50).unwrap().len(), 2);
         assert_eq!(delete_scope(&c, 1).unwrap(), 2);
-        assert_eq!(list(&c, 2, 1, 50).unwrap().len(), 1);
+        assert_eq!(list(&c, 2, 1, 50).unwrap().len(), 2);
         let types: Vec<_> = events::list_after(&c, 0, 20)
             .unwrap()
             .iter()
@@ -919,6 +938,7 @@ mod tests {
         assert_eq!(
             types,
             [
+                "crons.created",
                 "crons.created",
                 "crons.created",
                 "crons.created",

@@ -34,7 +34,8 @@ pub async fn next_run(ci: &Services, schedule: String, timezone: String) -> Resu
 
 /// Stores a new cron (its `next_exec` computed by the caller with [`next_run`]).
 pub async fn create(ci: &Services, new: NewCron) -> Result<Cron, Error> {
-    let cron = ci.store.write(move |c| crons::create(c, &new)).await?;
+    let max = ci.settings.pipeline.max_crons_per_repo;
+    let cron = ci.store.write(move |c| crons::create(c, &new, max)).await?;
     tracing::info!(
         cron = cron.id,
         repo = cron.repo_id,

@@ -704,6 +704,7 @@ mod tests {
                         enabled: true,
                         ..NewCron::default()
                     },
+                    u64::MAX,
                 )
             })
             .await

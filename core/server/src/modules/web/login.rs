@@ -79,12 +79,20 @@ fn finish(ctx: &Ctx, req: &Request, outcome: oauth::Outcome) -> Response {
 }
 
 /// `GET <root>/login[?error=…]` without a web UI: the sign-in form, saying why a sign-in
-/// through a forge failed (the codes of upstream's login page).
+/// through a forge failed (the codes of upstream's login page). Only the code's own message is
+/// shown: the link's other text (`error_description`, passed on from the forge's callback for
+/// upstream's UI) is anyone's to write, and a page of this server must not say what an
+/// attacker's link makes it say.
 pub async fn login_page(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let Some(code) = req.query("error").filter(|e| !e.is_empty()) else {
         return Ok(form(&ctx, &req, StatusCode::OK, None));
     };
-    let why = match code.as_str() {
+    Ok(form(&ctx, &req, StatusCode::OK, Some(sign_in_error(&code))))
+}
+
+/// What the login page says for an error code; unknown codes get a general message.
+fn sign_in_error(code: &str) -> &'static str {
+    match code {
         "invalid_state" => "The sign-in took too long or was started in another browser.",
         "oauth_error" => "The forge did not let us sign you in.",
         "org_access_denied" => "You are not a member of an organisation allowed to sign in.",
@@ -92,12 +100,7 @@ pub async fn login_page(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         "access_denied" => "Access was denied.",
         "internal_error" => "The server could not complete the sign-in; see its log.",
         _ => "Signing in failed.",
-    };
-    let message = match req.query("error_description").filter(|d| !d.is_empty()) {
-        Some(detail) => format!("{why} ({detail})"),
-        None => why.to_string(),
-    };
-    Ok(form(&ctx, &req, StatusCode::OK, Some(&message)))
+    }
 }
 
 /// `POST <root>/authorize` (form fields `form_token`, `token`): signs in with a personal
