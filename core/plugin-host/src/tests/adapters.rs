@@ -945,3 +945,40 @@ async fn bitbucket_dc_recognition_and_signature() {
     let req = HookRequest::post("/api/hook", &cloud, fixture("bitbucket-push.json"));
     assert_eq!(host.detect_and_parse(req).await.unwrap().0, "bb");
 }
+
+/// A pull request whose source repository is gone from the delivery (a deleted fork: the
+/// forges send a null or an empty one) counts as from a fork, on every adapter: the source
+/// is unknown, so approval must hold it (issue 45 asked this of GitLab and both Bitbuckets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_request_whose_source_is_gone_counts_as_from_a_fork() {
+    let body = edit("gitlab-merge-request.json", |v| {
+        v["object_attributes"]["source_project_id"] = Value::Null;
+        v["object_attributes"]["source"] = Value::Null;
+    });
+    assert!(gitlab("Merge Request Hook", body).await.pipeline.from_fork);
+    let body = edit("bitbucket-pr-created.json", |v| {
+        v["pullrequest"]["source"]["repository"] = Value::Null;
+    });
+    assert!(
+        bitbucket("pullrequest:created", body)
+            .await
+            .pipeline
+            .from_fork
+    );
+    let body = edit("bitbucket-dc-pr-opened.json", |v| {
+        v["pullRequest"]["fromRef"]["repository"] = Value::Null;
+    });
+    assert!(dc("pr:opened", body).await.pipeline.from_fork);
+    let body = edit("github-pull-request.json", |v| {
+        v["pull_request"]["head"]["repo"] = Value::Null;
+    });
+    assert!(github("pull_request", body).await.from_fork);
+    for plugin in ["gitea", "forgejo"] {
+        let body = edit("gitea-pull-request.json", |v| {
+            v["pull_request"]["head"]["repo_id"] = Value::Null;
+            v["pull_request"]["head"]["repo"] = Value::Null;
+        });
+        let p = parsed(plugin, &family(plugin, "pull_request"), body).await;
+        assert!(p.pipeline.from_fork, "{plugin}");
+    }
+}
