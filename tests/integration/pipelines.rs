@@ -1791,3 +1791,97 @@ async fn linter_advice_is_a_warning_on_the_pipeline() {
         "{done:#}"
     );
 }
+
+/// Issue 45's log attack: a step printing without end. Its log stops at
+/// `pipeline.max_step_log_bytes` with a line saying so (the step and the steps after it go
+/// on), both read paths stream what is kept, and deleting the pipeline gives the space back
+/// (on SQLite it stayed in `logs.db`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_log_stops_at_its_limit_and_a_deleted_pipeline_frees_its_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = format!(
+        "{}[pipeline]\nmax_step_log_bytes = 1500000\n",
+        with_runner(dir.path())
+    );
+    let s = TestServer::start_in_with_tables(dir, "", &tables).await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/loud").await;
+    let id = repo["id"].as_i64().unwrap();
+    // Lines of 100 bytes with the newline: 12,000 fit (1.2 MB), 20,000 do not.
+    let config = r#"
+steps:
+  - name: big
+    image: sh
+    commands:
+      - i=0; while [ $$i -lt 12000 ]; do printf 'line %05d %088d\n' $$i 0; i=$$((i+1)); done
+  - name: loud
+    image: sh
+    commands:
+      - i=0; while [ $$i -lt 20000 ]; do printf 'line %05d %088d\n' $$i 0; i=$$((i+1)); done; echo finished
+  - name: after
+    image: sh
+    commands:
+      - echo after
+"#;
+    push_files(&s, "alice/loud", &[(".woodpecker.yaml", config)], "loud").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 120, finished).await;
+    assert_eq!(done["status"], "success", "{done:#}");
+    let step_id = |name: &str| step_of(&done, name)["id"].as_i64().unwrap();
+
+    let big = log_text(&s.http, &p.alice, id, 1, step_id("big")).await;
+    // Every line printed, in order, under the limit.
+    let printed: Vec<&String> = big.iter().filter(|l| l.starts_with("line ")).collect();
+    assert_eq!(printed.len(), 12_000, "{:?}", &big[..3]);
+    assert!(
+        printed[11_999].starts_with("line 11999 "),
+        "{}",
+        printed[11_999]
+    );
+    assert!(!big.iter().any(|l| l.contains("reached its limit")));
+    let loud = log_text(&s.http, &p.alice, id, 1, step_id("loud")).await;
+    let last = loud.last().unwrap();
+    assert!(
+        last.contains("reached its limit of 1500000 bytes"),
+        "{last}"
+    );
+    assert!(!loud.iter().any(|l| l == "finished"));
+    assert!(loud.len() < 15_100 && loud.len() > 14_000, "{}", loud.len());
+    assert_eq!(step_of(&done, "loud")["state"], "success");
+    assert_eq!(step_of(&done, "after")["state"], "success");
+    // The download streams the same text.
+    let download = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/logs/1/{}/download", step_id("loud")),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200);
+    let text = download.text();
+    assert!(
+        text.ends_with("later output is not kept\n"),
+        "{}",
+        &text[text.len() - 200..]
+    );
+    assert_eq!(text.lines().count(), loud.len());
+
+    if crate::util::on_postgres() {
+        return;
+    }
+    let pages = || async {
+        s.app_state
+            .ci
+            .logs
+            .read(|c| c.query_row_for_tests("PRAGMA page_count", [], |r| r.get::<_, i64>(0)))
+            .await
+            .unwrap()
+    };
+    let full = pages().await;
+    s.http
+        .delete(&format!("/api/repos/{id}/pipelines/1"), Some(&p.admin))
+        .await
+        .expect(204);
+    let emptied = pages().await;
+    // About 2.7 MB of lines (660 pages of 4 KiB) left the file.
+    assert!(emptied < full - 500, "{full} pages before, {emptied} after");
+}

@@ -152,6 +152,101 @@ steps:
     assert_eq!(done["status"], "success", "{done:#}");
 }
 
+/// Issue 45's attack on the local backend: a fork bomb and a memory hog in one repository's
+/// steps. Without limits both run to the end (the bomb exhausted the machine's process budget
+/// and another tenant's clone failed); with `runner.pids` and `runner.memory_mb` applied
+/// through a cgroup per step, each fails on its own and the other tenant's pipeline succeeds
+/// at the same time. The agent says how its steps are bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_bomb_or_a_memory_hog_is_bounded_to_its_own_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = format!(
+        "{}[runner]\nenabled = true\nbackend = \"local\"\ncapacity = 2\npids = 48\nmemory_mb = 96\n",
+        "#runner\n"
+    );
+    let s = TestServer::start_in_with_tables(dir, "", &tables).await;
+    let p = s.principals().await;
+    // The embedded agent records what it runs with once its backend is chosen.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let limits = loop {
+        let agents = s
+            .http
+            .get("/api/agents", Some(&p.admin))
+            .await
+            .expect(200)
+            .json();
+        let limits = agents[0]["limits"].as_str().unwrap_or_default().to_string();
+        if !limits.is_empty() {
+            break limits;
+        }
+        assert!(Instant::now() < deadline, "no limits: {agents:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        limits.starts_with("cgroup v1: memory 96 MiB, 48 processes")
+            || limits.starts_with("cgroup v2: memory 96 MiB, 48 processes"),
+        "{limits}"
+    );
+
+    let attacker = s.git_repo(&p.admin, &p.alice, "alice/bomb").await;
+    let tenant = s.git_repo(&p.admin, &p.alice, "alice/tenant").await;
+    let bomb = r#"
+steps:
+  - name: bomb
+    image: sh
+    commands:
+      - i=0; while [ $$i -lt 400 ]; do sleep 30 & i=$$((i+1)); done; echo all 400 started
+    failure: ignore
+  - name: hog
+    image: sh
+    commands:
+      - x=$$(head -c 400000000 /dev/zero | tr '\0' a); echo held $${#x} bytes
+"#;
+    push_files(&s, "alice/bomb", &[(".woodpecker.yaml", bomb)], "bomb").await;
+    let ok = "steps:\n  - name: work\n    image: sh\n    commands: [\"test -f README.md\", \"echo fine\"]\n";
+    push_files(&s, "alice/tenant", &[(".woodpecker.yaml", ok)], "tenant").await;
+    let bombed = wait_for(
+        &s.http,
+        &p.alice,
+        attacker["id"].as_i64().unwrap(),
+        1,
+        120,
+        finished,
+    )
+    .await;
+    let fine = wait_for(
+        &s.http,
+        &p.alice,
+        tenant["id"].as_i64().unwrap(),
+        1,
+        120,
+        finished,
+    )
+    .await;
+    assert_eq!(fine["status"], "success", "{fine:#}");
+    assert_eq!(step_of(&bombed, "clone")["state"], "success", "{bombed:#}");
+    let step_log = |name: &str| {
+        let step_id = step_of(&bombed, name)["id"].as_i64().unwrap();
+        log_text(
+            &s.http,
+            &p.alice,
+            attacker["id"].as_i64().unwrap(),
+            1,
+            step_id,
+        )
+    };
+    assert_eq!(step_of(&bombed, "bomb")["state"], "failure", "{bombed:#}");
+    let lines = step_log("bomb").await;
+    assert!(
+        lines.iter().any(|l| l.contains("fork")) && !lines.iter().any(|l| l == "all 400 started"),
+        "{lines:?}"
+    );
+    assert_eq!(step_of(&bombed, "hog")["state"], "failure", "{bombed:#}");
+    let lines = step_log("hog").await;
+    assert!(!lines.iter().any(|l| l.starts_with("held ")), "{lines:?}");
+    assert_eq!(bombed["status"], "failure");
+}
+
 /// How `woodlark serve` went.
 #[derive(Debug)]
 enum Start {

@@ -36,6 +36,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Removes everything this backend's owner created and that is still there (after a
     /// crash, or when the runner stops with workflows running).
     async fn sweep(&self) -> Result<Swept, BackendError>;
+
+    /// How each step's resources are bounded, as said in the log and the agent's labels;
+    /// `Err` says why they are not.
+    fn step_limits(&self) -> Result<String, String>;
 }
 
 /// One workflow's resources on a backend.
@@ -243,6 +247,38 @@ impl BackendError {
     ) -> impl FnOnce(bollard::errors::Error) -> BackendError {
         let what = what.into();
         move |source| BackendError::Docker { what, source }
+    }
+}
+
+/// Resource limits of every container (docker) or step (local, through cgroups); 0 means
+/// none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    /// Memory in bytes; swap is not added on top (memory+swap is the same number).
+    pub memory_bytes: i64,
+    /// Processes and threads.
+    pub pids: i64,
+    /// CPUs (fractions allowed); 0 here means all of the engine's (or host's) CPUs but one.
+    pub cpus: f64,
+}
+
+impl Limits {
+    /// The limits in words, e.g. `memory 4096 MiB, 4096 processes, 1 CPUs`.
+    pub fn describe(&self) -> String {
+        let memory = match self.memory_bytes {
+            0 => "no memory limit".to_string(),
+            b => format!("memory {} MiB", b / (1024 * 1024)),
+        };
+        let pids = match self.pids {
+            0 => "no process limit".to_string(),
+            n => format!("{n} processes"),
+        };
+        let cpus = if self.cpus > 0.0 {
+            format!("{} CPUs", self.cpus)
+        } else {
+            "all CPUs but one".to_string()
+        };
+        format!("{memory}, {pids}, {cpus}")
     }
 }
 

@@ -103,16 +103,7 @@ impl Default for Settings {
     }
 }
 
-/// Per-container resource limits; 0 means none.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Limits {
-    /// Memory in bytes; swap is not added on top (memory+swap is the same number).
-    pub memory_bytes: i64,
-    /// Processes and threads.
-    pub pids: i64,
-    /// CPUs (fractions allowed); 0 here means "all of the engine's but one" once connected.
-    pub cpus: f64,
-}
+pub use crate::backend::Limits;
 
 /// A connection to a Docker engine, for one runner.
 #[derive(Clone)]
@@ -631,6 +622,10 @@ impl Backend for Docker {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
         Ok(total)
+    }
+
+    fn step_limits(&self) -> Result<String, String> {
+        Ok(format!("docker: {}", self.settings.limits.describe()))
     }
 }
 

@@ -19,6 +19,7 @@
 //! it ends, and the runner sweeps its backend when it starts and when it stops.
 
 pub mod backend;
+pub mod cgroup;
 pub mod docker;
 pub mod http;
 pub mod lines;
@@ -117,7 +118,10 @@ pub struct BackendOptions {
 /// to the local backend with a warning. The backend is swept of this owner's leftovers
 /// before it is returned, so before any work starts.
 pub async fn choose_backend(options: BackendOptions) -> Result<Arc<dyn Backend>, BackendError> {
-    let local = || local::Local::new(&options.workdir, &options.owner, options.sandbox.clone());
+    let local = || {
+        local::Local::new(&options.workdir, &options.owner, options.sandbox.clone())
+            .with_limits(&options.owner, options.docker.limits)
+    };
     let backend: Arc<dyn Backend> = match options.kind {
         BackendKind::Local => Arc::new(local()),
         BackendKind::Docker | BackendKind::Auto => {
@@ -136,6 +140,14 @@ pub async fn choose_backend(options: BackendOptions) -> Result<Arc<dyn Backend>,
             }
         }
     };
+    match backend.step_limits() {
+        Ok(limits) => tracing::info!(backend = %backend.kind(), limits, "step limits"),
+        Err(why) => tracing::warn!(
+            backend = %backend.kind(),
+            why,
+            "steps run WITHOUT memory, process or CPU limits: one step can exhaust this machine for every other workflow"
+        ),
+    }
     sweep(&*backend, "removed what an earlier run left behind").await;
     Ok(backend)
 }
@@ -454,6 +466,7 @@ async fn execute<A: AgentApi>(
                     .copied()
                     .unwrap_or(0),
                 secrets: masked_values(step, work.netrc.as_ref()),
+                max_log_bytes: work.max_log_bytes,
                 step: step.clone(),
                 workflow: workflow.clone(),
                 cancel: cancel.clone(),
@@ -535,6 +548,8 @@ struct StepContext<A> {
     workflow_id: i64,
     step_id: i64,
     first_line: i64,
+    /// Bytes of output kept ([`Work::max_log_bytes`]; 0: no limit).
+    max_log_bytes: u64,
     step: CompiledStep,
     /// What to mask in the step's output.
     secrets: Vec<String>,
@@ -585,10 +600,48 @@ struct LogShipper<A> {
     batch: Vec<LogLine>,
     batch_bytes: usize,
     last_flush: Instant,
+    /// Bytes of output the step may keep (0: no limit), and how many it kept so far (each
+    /// line with its newline).
+    limit: u64,
+    kept: u64,
 }
 
 impl<A: AgentApi> LogShipper<A> {
+    fn new(ctx: &StepContext<A>) -> LogShipper<A> {
+        LogShipper {
+            api: ctx.api.clone(),
+            workflow_id: ctx.workflow_id,
+            step_id: ctx.step_id,
+            next_line: ctx.first_line,
+            batch: Vec::new(),
+            batch_bytes: 0,
+            last_flush: Instant::now(),
+            limit: ctx.max_log_bytes,
+            kept: 0,
+        }
+    }
+
+    /// Adds a line of the step's output; past the limit, one last line says the rest is not
+    /// kept, and later lines are dropped (the step goes on: its output is still read).
     fn push(&mut self, time: i64, kind: LineKind, data: String) {
+        if self.limit > 0 {
+            if self.kept > self.limit {
+                return;
+            }
+            self.kept += data.len() as u64 + 1;
+            if self.kept > self.limit {
+                let note = format!(
+                    "[woodlark] this step's log reached its limit of {} bytes (pipeline.max_step_log_bytes); later output is not kept",
+                    self.limit
+                );
+                self.add(time, kind, note);
+                return;
+            }
+        }
+        self.add(time, kind, data);
+    }
+
+    fn add(&mut self, time: i64, kind: LineKind, data: String) {
         self.batch_bytes += data.len();
         self.batch.push(LogLine {
             step_id: self.step_id,
@@ -650,15 +703,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         },
     )
     .await;
-    let mut shipper = LogShipper {
-        api: ctx.api.clone(),
-        workflow_id: ctx.workflow_id,
-        step_id: ctx.step_id,
-        next_line: ctx.first_line,
-        batch: Vec::new(),
-        batch_bytes: 0,
-        last_flush: Instant::now(),
-    };
+    let mut shipper = LogShipper::new(&ctx);
 
     let Started {
         handle: proc,
@@ -952,10 +997,8 @@ mod tests {
         assert_eq!(local_repository("file://relative"), None);
     }
 
-    #[tokio::test]
-    async fn batches_grow_with_waiting_output_within_bounds() {
-        let api = Batches::default();
-        let mut shipper = LogShipper {
+    fn shipper_for(api: &Batches, limit: u64) -> LogShipper<Batches> {
+        LogShipper {
             api: api.clone(),
             workflow_id: 1,
             step_id: 1,
@@ -963,7 +1006,42 @@ mod tests {
             batch: Vec::new(),
             batch_bytes: 0,
             last_flush: Instant::now(),
-        };
+            limit,
+            kept: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_log_past_its_limit_ends_with_a_line_saying_so() {
+        let api = Batches::default();
+        let mut shipper = shipper_for(&api, 100);
+        for i in 0..50 {
+            // 10 bytes a line with its newline: ten lines fit.
+            shipper.push(0, LineKind::Stdout, format!("line {i:04}"));
+        }
+        let kept: Vec<&str> = shipper.batch.iter().map(|l| l.data.as_str()).collect();
+        assert_eq!(kept.len(), 11, "{kept:?}");
+        assert_eq!(kept[9], "line 0009");
+        assert!(
+            kept[10].contains("reached its limit of 100 bytes"),
+            "{kept:?}"
+        );
+        // Numbered without a gap; nothing comes after the note.
+        assert_eq!(shipper.batch[10].line, 10);
+        shipper.push(0, LineKind::Stdout, "late".into());
+        assert_eq!(shipper.batch.len(), 11);
+        // No limit: everything is kept.
+        let mut open = shipper_for(&api, 0);
+        for i in 0..50 {
+            open.push(0, LineKind::Stdout, format!("line {i:04}"));
+        }
+        assert_eq!(open.batch.len(), 50);
+    }
+
+    #[tokio::test]
+    async fn batches_grow_with_waiting_output_within_bounds() {
+        let api = Batches::default();
+        let mut shipper = shipper_for(&api, 0);
         let (tx, mut rx) = mpsc::unbounded_channel();
         // A burst: 25,000 short lines and 40 lines of 64 KiB already waiting.
         for i in 0..25_000 {

@@ -2,10 +2,14 @@
 //! bubblewrap sandbox ([`crate::sandbox`]) unless the operator opted out.
 //!
 //! A workflow gets a directory `<workdir>/woodlark-<owner>-<workflow>-<random>` holding
-//! `workspace/` (where steps run) and `home/` (their `HOME`, with the clone's `.netrc` and
-//! per-step registry logins). The owner in the name is what the sweep goes by: it removes
-//! the directories of this owner that are still there, and only those, so runners may share
-//! a workdir. Directories are created and removed off the runtime's workers (`tokio::fs`,
+//! `workspace/` (where steps run) and `home/` (their `HOME`, with per-step registry logins).
+//! The clone's credentials (the repository owner's forge token, as a `.netrc`) are kept
+//! apart, in a sibling `…-<random>.clone/` that is the clone's `HOME` and no other step's:
+//! the sandbox covers the workdir but for the workflow's own directory, and the sibling goes
+//! as soon as a step after the clone starts. The token grants everything its owner may do on
+//! the forge, so a step (run for anyone with push access) must never read it. The owner in
+//! the name is what the sweep goes by: it removes the directories of this owner that are
+//! still there, and only those, so runners may share a workdir. Directories are created and removed off the runtime's workers (`tokio::fs`,
 //! the blocking pool), as is everything else that touches the file system before a step
 //! starts (registry logins, the sandbox's view of `/run`).
 
@@ -18,6 +22,7 @@ use async_trait::async_trait;
 use crate::backend::{
     Backend, BackendError, BackendKind, CloneSource, Started, Swept, Workflow, WorkflowSetup,
 };
+use crate::cgroup::{Limiter, StepGroup};
 use crate::process;
 use crate::sandbox::Sandbox;
 use woodlark_pipeline::types::{CompiledStep, StepKind};
@@ -30,6 +35,9 @@ pub struct Local {
     /// `woodlark-<owner>-`: the start of this owner's directory names.
     prefix: String,
     sandbox: Option<Arc<Sandbox>>,
+    /// Each step's control groups (`runner.memory_mb`, `pids`, `cpus`), or why there are
+    /// none.
+    limiter: Result<Arc<Limiter>, String>,
 }
 
 impl Local {
@@ -50,7 +58,15 @@ impl Local {
             parent,
             prefix: format!("woodlark-{owner}-"),
             sandbox: sandbox.map(Arc::new),
+            limiter: Err("no limits were asked for".into()),
         }
+    }
+
+    /// Runs every step in control groups with `limits`, where the host allows; otherwise
+    /// steps run without limits and [`Backend::step_limits`] says why.
+    pub fn with_limits(mut self, owner: &str, limits: crate::backend::Limits) -> Local {
+        self.limiter = Limiter::detect(owner, limits).map(Arc::new);
+        self
     }
 }
 
@@ -78,7 +94,13 @@ impl Backend for Local {
                 "a workspace on the host with the sandbox".into(),
             ));
         }
+        let credentials = setup.clone.netrc.as_ref().map(|_| {
+            let mut name = root.clone().into_os_string();
+            name.push(".clone");
+            PathBuf::from(name)
+        });
         let workflow = LocalWorkflow {
+            credentials,
             workspace: setup
                 .host_workspace
                 .clone()
@@ -86,6 +108,7 @@ impl Backend for Local {
             root,
             clone: setup.clone.clone(),
             sandbox: self.sandbox.clone(),
+            limiter: self.limiter.as_ref().ok().cloned(),
         };
         if let Err(e) = workflow.prepare().await {
             if let Err(left) = workflow.remove().await {
@@ -121,7 +144,21 @@ impl Backend for Local {
                 swept.workspaces += 1;
             }
         }
+        if let Ok(limiter) = &self.limiter {
+            let limiter = limiter.clone();
+            let groups = tokio::task::spawn_blocking(move || limiter.sweep()).await?;
+            if groups > 0 {
+                tracing::info!(groups, "removed step cgroups an earlier run left");
+            }
+        }
         Ok(swept)
+    }
+
+    fn step_limits(&self) -> Result<String, String> {
+        self.limiter
+            .as_ref()
+            .map(|l| l.describe())
+            .map_err(Clone::clone)
     }
 }
 
@@ -141,34 +178,62 @@ struct LocalWorkflow {
     workspace: PathBuf,
     clone: CloneSource,
     sandbox: Option<Arc<Sandbox>>,
+    /// The clone's `HOME` with its `.netrc`, beside `root` (never inside it: every step sees
+    /// `root`); `None` when the clone needs no credentials.
+    credentials: Option<PathBuf>,
+    limiter: Option<Arc<Limiter>>,
 }
 
 impl LocalWorkflow {
-    /// Creates the workspace and home, and the clone's `.netrc` in the home.
+    /// Creates the workspace and home, and the clone's `.netrc` in its own home.
     async fn prepare(&self) -> Result<(), BackendError> {
         for dir in [&self.workspace, &home(&self.root)] {
             tokio::fs::create_dir_all(&dir)
                 .await
                 .map_err(BackendError::io(format!("create {}", dir.display())))?;
         }
-        if let Some(netrc) = &self.clone.netrc {
+        if let (Some(netrc), Some(dir)) = (&self.clone.netrc, &self.credentials) {
             let text = format!(
                 "machine {}\nlogin {}\npassword {}\n",
                 netrc.machine, netrc.login, netrc.password
             );
-            let path = home(&self.root).join(".netrc");
-            tokio::task::spawn_blocking(move || woodlark_stdx::write_private(&path, &text))
-                .await?
-                .map_err(BackendError::io("write .netrc"))?;
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                private_dir(&dir)?;
+                woodlark_stdx::write_private(&dir.join(".netrc"), &text)
+            })
+            .await?
+            .map_err(BackendError::io("write the clone's .netrc"))?;
         }
         Ok(())
     }
+
+    /// Removes the clone's credentials; nothing after the clone needs them.
+    async fn forget_credentials(&self) -> Result<(), BackendError> {
+        match &self.credentials {
+            Some(dir) => remove_tree(dir).await.map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Creates `dir` readable by this user only.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 #[async_trait]
 impl Workflow for LocalWorkflow {
     async fn start(&self, step_id: i64, step: &CompiledStep) -> Result<Started, BackendError> {
+        if step.kind != StepKind::Clone {
+            self.forget_credentials().await?;
+        }
         let plan = Plan {
+            limiter: self.limiter.clone(),
+            credentials: self.credentials.clone(),
             root: self.root.clone(),
             workspace: self.workspace.clone(),
             clone: self.clone.clone(),
@@ -177,8 +242,13 @@ impl Workflow for LocalWorkflow {
             step: step.clone(),
         };
         let command = tokio::task::spawn_blocking(move || plan.command()).await??;
-        let (running, output) =
-            process::spawn(&command.program, &command.args, &command.cwd, &command.env)?;
+        let (running, output) = process::spawn(
+            &command.program,
+            &command.args,
+            &command.cwd,
+            &command.env,
+            command.group,
+        )?;
         Ok(Started {
             handle: Box::new(running),
             output,
@@ -186,6 +256,7 @@ impl Workflow for LocalWorkflow {
     }
 
     async fn remove(&self) -> Result<(), BackendError> {
+        self.forget_credentials().await?;
         remove_tree(&self.root).await.map(drop)
     }
 }
@@ -197,6 +268,8 @@ fn home(root: &Path) -> PathBuf {
 /// What to start for one step, worked out on the blocking pool (it reads and writes files).
 struct Plan {
     root: PathBuf,
+    credentials: Option<PathBuf>,
+    limiter: Option<Arc<Limiter>>,
     workspace: PathBuf,
     clone: CloneSource,
     sandbox: Option<Arc<Sandbox>>,
@@ -204,13 +277,15 @@ struct Plan {
     step: CompiledStep,
 }
 
-/// A process to start: program, arguments, working directory and environment.
+/// A process to start: program, arguments, working directory, environment and the control
+/// groups it runs in.
 #[derive(Debug)]
 struct Command {
     program: String,
     args: Vec<String>,
     cwd: PathBuf,
     env: BTreeMap<String, String>,
+    group: Option<StepGroup>,
 }
 
 impl Plan {
@@ -235,7 +310,9 @@ impl Plan {
             // covered directory, such as a `git` forge inside the data dir), and only if it
             // is one: a clone URL cannot uncover any other directory.
             readonly.extend(self.clone.local_repository().map(PathBuf::from));
-            host_clone_env(&home)
+            // Its credentials, beside the workflow's directory where only it can see them.
+            readonly.extend(self.credentials.clone());
+            host_clone_env(self.credentials.as_deref().unwrap_or(&home))
         } else {
             self.step_env(&dir, &home)?
         };
@@ -248,11 +325,27 @@ impl Plan {
             Some(sandbox) => sandbox.wrap(&self.root, &readonly, &cwd, &program, &args, &mut env),
             None => (program, args),
         };
+        let group = match &self.limiter {
+            Some(limiter) => {
+                let name = format!(
+                    "{}-{}",
+                    self.root.file_name().unwrap_or_default().to_string_lossy(),
+                    self.step_id
+                );
+                Some(
+                    limiter
+                        .create(&name)
+                        .map_err(BackendError::io("create the step's cgroup"))?,
+                )
+            }
+            None => None,
+        };
         Ok(Command {
             program,
             args,
             cwd,
             env,
+            group,
         })
     }
 
@@ -349,13 +442,23 @@ mod tests {
             ..WorkflowSetup::default()
         };
         let workflow = backend.create_workflow(&setup).await.unwrap();
-        let dirs: Vec<PathBuf> = std::fs::read_dir(top.path())
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(top.path())
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(dirs.len(), 1);
+        dirs.sort();
+        assert_eq!(dirs.len(), 2, "{dirs:?}");
         let name = dirs[0].file_name().unwrap().to_str().unwrap().to_string();
         assert!(name.starts_with("woodlark-server_1-7-"), "{name}");
+        // The clone's credentials lie beside the workflow's directory, never in it.
+        let credentials = dirs[1].clone();
+        assert_eq!(
+            credentials.file_name().unwrap().to_str().unwrap(),
+            format!("{name}.clone")
+        );
+        let netrc = std::fs::read_to_string(credentials.join(".netrc")).unwrap();
+        assert!(netrc.contains("password pw"));
+        assert!(!dirs[0].join("home/.netrc").exists());
 
         let step = commands("write", &["echo made > file", "cat file", "pwd", "exit 3"]);
         let (exit, out) = output_of(workflow.start(1, &step).await.unwrap()).await;
@@ -368,8 +471,8 @@ mod tests {
                 workspace.display()
             )
         );
-        let netrc = std::fs::read_to_string(dirs[0].join("home/.netrc")).unwrap();
-        assert!(netrc.contains("password pw"));
+        // A step after the clone started: the credentials are gone.
+        assert!(!credentials.exists());
 
         let missing = CompiledStep {
             directory: "nowhere".into(),

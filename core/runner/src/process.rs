@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::BytesMut;
@@ -16,6 +17,7 @@ use futures_util::StreamExt;
 use tokio::io::AsyncReadExt;
 
 use crate::backend::{BackendError, Exit, StepHandle};
+use crate::cgroup::StepGroup;
 use crate::lines::Output;
 use woodlark_pipeline::types::{CompiledStep, StepKind};
 
@@ -97,6 +99,8 @@ pub fn kill_process_group(pgid: i32) {
 pub struct Running {
     child: tokio::process::Child,
     pgid: i32,
+    /// The step's control groups, removed once it has ended.
+    group: Option<Arc<StepGroup>>,
 }
 
 #[async_trait]
@@ -107,13 +111,20 @@ impl StepHandle for Running {
     }
 
     async fn wait(&mut self) -> Exit {
-        match self.child.wait().await {
+        let exit = match self.child.wait().await {
             Ok(status) => match status.code() {
                 Some(code) => Exit::Code(code),
                 None => Exit::Killed,
             },
             Err(e) => Exit::Lost(BackendError::io("wait for the step")(e)),
+        };
+        if let Some(group) = self.group.take() {
+            // Whatever the step left running in its group dies with its first process (the
+            // sandbox's PID namespace, or the process group killed on cancel); the group goes
+            // once they have.
+            group.remove().await;
         }
+        exit
     }
 }
 
@@ -136,13 +147,15 @@ fn pipe_output(reader: std::io::PipeReader) -> Result<Output, BackendError> {
 }
 
 /// Starts `program args` in `dir` with exactly `env` (plus PATH/LANG from the host), in a
-/// new process group; its output (stdout and stderr merged) is the returned stream. Must be
+/// new process group and, if given, in `group` (entered before `exec`, so everything the step
+/// starts is limited); its output (stdout and stderr merged) is the returned stream. Must be
 /// called on the runtime; `dir` must exist.
 pub fn spawn(
     program: &str,
     args: &[String],
     dir: &Path,
     env: &BTreeMap<String, String>,
+    group: Option<StepGroup>,
 ) -> Result<(Running, Output), BackendError> {
     let (reader, writer) = std::io::pipe().map_err(BackendError::io("create a pipe"))?;
     let writer2 = writer
@@ -163,13 +176,30 @@ pub fn spawn(
         }
     }
     cmd.envs(env);
-    let child = cmd
+    let group = group.map(Arc::new);
+    if let Some(group) = group.clone() {
+        // SAFETY: `enter` only opens, writes and closes files whose paths were prepared
+        // before the fork: async-signal-safe calls, as the child of a fork may make.
+        unsafe {
+            cmd.pre_exec(move || group.enter());
+        }
+    }
+    let spawned = cmd
         .spawn()
-        .map_err(BackendError::io(format!("start {program}")))?;
+        .map_err(BackendError::io(format!("start {program}")));
     drop(cmd); // closes our copies of the pipe's write end
+    let child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(group) = &group {
+                group.remove_now();
+            }
+            return Err(e);
+        }
+    };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     let output = pipe_output(reader)?;
-    Ok((Running { child, pgid }, output))
+    Ok((Running { child, pgid, group }, output))
 }
 
 #[cfg(test)]
@@ -209,7 +239,7 @@ mod tests {
             "-c".into(),
             "echo $GREETING; echo oops >&2; echo s3cret; exit 3".into(),
         ];
-        let (mut run, output) = spawn("sh", &args, dir.path(), &env).unwrap();
+        let (mut run, output) = spawn("sh", &args, dir.path(), &env, None).unwrap();
         assert!(matches!(run.wait().await, Exit::Code(3)));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         crate::lines::pump(output, vec!["s3cret".into()], tx).await;
@@ -224,7 +254,7 @@ mod tests {
     async fn kill_takes_the_whole_group() {
         let dir = tempfile::tempdir().unwrap();
         let args = vec!["-c".into(), "sleep 600 & sleep 600; wait".into()];
-        let (mut run, _output) = spawn("sh", &args, dir.path(), &BTreeMap::new()).unwrap();
+        let (mut run, _output) = spawn("sh", &args, dir.path(), &BTreeMap::new(), None).unwrap();
         let pgid = run.pgid;
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let started = std::time::Instant::now();

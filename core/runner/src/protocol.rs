@@ -48,6 +48,10 @@ pub struct Work {
     /// re-run continues the numbering).
     #[serde(default)]
     pub log_offsets: BTreeMap<i64, i64>,
+    /// Bytes of output kept per step (the server's `pipeline.max_step_log_bytes`; 0, as
+    /// from a server older than the field: no limit).
+    #[serde(default)]
+    pub max_log_bytes: u64,
 }
 
 /// A step's state change, reported as it happens.
@@ -88,6 +92,20 @@ pub struct AgentInfo {
     pub version: String,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// How each step's resources are bounded (`none: <why>` where they are not), shown in
+    /// `/api/agents`; empty from agents older than this field.
+    #[serde(default)]
+    pub limits: String,
+}
+
+impl AgentInfo {
+    /// Records `backend`'s kind and how it bounds steps.
+    pub fn describe_backend(&mut self, backend: &dyn crate::Backend) {
+        self.backend = backend.kind().to_string();
+        self.limits = backend
+            .step_limits()
+            .unwrap_or_else(|why| format!("none: {why}"));
+    }
 }
 
 #[cfg(test)]

@@ -752,8 +752,14 @@ mod tests {
             &["-c".into(), script],
             &mut Default::default(),
         );
-        let (mut run, _output) =
-            process::spawn(&program, &args, &root, &std::collections::BTreeMap::new()).unwrap();
+        let (mut run, _output) = process::spawn(
+            &program,
+            &args,
+            &root,
+            &std::collections::BTreeMap::new(),
+            None,
+        )
+        .unwrap();
         let sleepers = || {
             std::fs::read_dir("/proc")
                 .unwrap()

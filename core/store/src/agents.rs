@@ -30,7 +30,10 @@ pub const ID_NOT_SET: i64 = -1;
 /// Longest agent name accepted.
 pub const MAX_NAME: usize = 255;
 
-/// Woodpecker's `Agent`.
+/// Migration: the `limits` column.
+pub const ADD_LIMITS: &str = "ALTER TABLE agents ADD COLUMN limits TEXT NOT NULL DEFAULT '';";
+
+/// Woodpecker's `Agent`, and how it bounds its steps (`limits`, Woodlark's own field).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Agent {
     pub id: i64,
@@ -48,6 +51,9 @@ pub struct Agent {
     pub no_schedule: bool,
     pub custom_labels: BTreeMap<String, String>,
     pub org_id: i64,
+    /// How each step's memory, processes and CPUs are bounded, or `none: <why>` (a local
+    /// backend on a host without usable cgroups); empty until the agent reports it.
+    pub limits: String,
 }
 
 /// An agent with its sealed token.
@@ -134,7 +140,7 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 }
 
 const COLUMNS: &str = "id, created, updated, name, owner_id, org_id, token, last_contact, \
-     last_work, platform, backend, capacity, version, no_schedule, custom_labels";
+     last_work, platform, backend, capacity, version, no_schedule, custom_labels, limits";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<AgentRow> {
     let custom_labels = super::json_column(r, 14)?;
@@ -155,6 +161,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<AgentRow> {
             version: r.get(12)?,
             no_schedule: r.get(13)?,
             custom_labels,
+            limits: r.get(15)?,
         },
         sealed_token: r.get(6)?,
     })
@@ -275,28 +282,46 @@ fn recorded_update(conn: &Tx, before: &AgentRow) -> StoreResult<AgentRow> {
 
 /// Stores what an agent reports about itself. Writes (and records `agents.updated`) only when
 /// something changed, so polling agents cost no writes.
-pub fn report(
-    conn: &Tx,
-    id: i64,
-    platform: &str,
-    backend: &str,
-    capacity: i64,
-    version: &str,
-) -> StoreResult<()> {
+pub fn report(conn: &Tx, id: i64, reported: &Reported) -> StoreResult<()> {
     let before = by_id(conn, id)?;
-    let a = &before.agent;
-    if a.platform == platform
-        && a.backend == backend
-        && a.capacity == capacity
-        && a.version == version
-    {
+    if reported.matches(&before.agent) {
         return Ok(());
     }
     conn.cached_exec(
-        "UPDATE agents SET platform = ?2, backend = ?3, capacity = ?4, version = ?5, updated = ?6 WHERE id = ?1",
-        params![id, platform, backend, capacity, version, now_unix()],
+        "UPDATE agents SET platform = ?2, backend = ?3, capacity = ?4, version = ?5, limits = ?6,
+                           updated = ?7 WHERE id = ?1",
+        params![
+            id,
+            reported.platform,
+            reported.backend,
+            reported.capacity,
+            reported.version,
+            reported.limits,
+            now_unix()
+        ],
     )?;
     recorded_update(conn, &before).map(drop)
+}
+
+/// What an agent says about itself.
+#[derive(Debug, Clone, Default)]
+pub struct Reported {
+    pub platform: String,
+    pub backend: String,
+    pub capacity: i64,
+    pub version: String,
+    pub limits: String,
+}
+
+impl Reported {
+    /// Whether `agent` already records all of it.
+    pub fn matches(&self, agent: &Agent) -> bool {
+        agent.platform == self.platform
+            && agent.backend == self.backend
+            && agent.capacity == self.capacity
+            && agent.version == self.version
+            && agent.limits == self.limits
+    }
 }
 
 /// Deletes an agent. Records `agents.deleted`.

@@ -46,7 +46,33 @@ const MIGRATIONS: &[migrations::Step] = &[
 ];
 
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    incremental_vacuum_on(conn)?;
     migrations::migrate_with(conn, MIGRATIONS)
+}
+
+/// Makes the file give deleted lines' pages back ([`reclaim`]): SQLite keeps freed pages for
+/// reuse and never shrinks the file unless `auto_vacuum` is on, and the mode of a file that
+/// already has tables only changes with a `VACUUM` (a rewrite of the file, once: instant for
+/// a new file, minutes for a big one).
+fn incremental_vacuum_on(conn: &Connection) -> StoreResult<()> {
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    if mode != 2 {
+        tracing::info!("turning on incremental vacuum in the logs database (rewrites it once)");
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+    }
+    Ok(())
+}
+
+/// Gives the pages of deleted lines back to the file system (SQLite; PostgreSQL's autovacuum
+/// does the same for its tables). A deleted pipeline's 100 MB of log otherwise stayed on disk.
+fn reclaim(conn: &Tx) -> StoreResult<()> {
+    if let Some(sqlite) = conn.sqlite_conn() {
+        // The pragma frees one page per row it returns: every row must be stepped through.
+        let mut stmt = sqlite.prepare_cached("PRAGMA incremental_vacuum")?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+    }
+    Ok(())
 }
 
 /// One log line as the API renders it; `data` is base64 text, as upstream sends it.
@@ -114,6 +140,55 @@ pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<Vec<(usize, i64)>> {
     Ok(added)
 }
 
+/// A stored line as it is in the database (its text unencoded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredLine {
+    pub id: i64,
+    pub line: i64,
+    pub time: i64,
+    pub kind: LineKind,
+    pub data: Vec<u8>,
+}
+
+/// Lines of step `step_id` numbered `from` and up, in order, at most `limit` lines and no
+/// more than about `max_bytes` of text (at least one line): a page of a log read in bounded
+/// memory, however long the log.
+pub fn page(
+    conn: &Tx,
+    step_id: i64,
+    from: i64,
+    limit: usize,
+    max_bytes: usize,
+) -> StoreResult<Vec<StoredLine>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, line, time, type, data FROM log_entries
+         WHERE step_id = ?1 AND line >= ?2 ORDER BY line LIMIT ?3 + 0",
+    )?;
+    let mut rows = stmt.query(params![step_id, from, limit as i64])?;
+    let (mut out, mut bytes) = (Vec::new(), 0);
+    while bytes < max_bytes {
+        let Some(r) = rows.next()? else { break };
+        let code: i64 = r.get(3)?;
+        let kind = LineKind::from_code(code).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                3,
+                rusqlite::types::Type::Integer,
+                format!("unknown log line type {code}").into(),
+            )
+        })?;
+        let data: Vec<u8> = r.get(4)?;
+        bytes += data.len();
+        out.push(StoredLine {
+            id: r.get(0)?,
+            line: r.get(1)?,
+            time: r.get(2)?,
+            kind,
+            data,
+        });
+    }
+    Ok(out)
+}
+
 /// Lines of a step numbered `from` and up (lines count from 0), in order, at most `limit`.
 pub fn list(conn: &Tx, step_id: i64, from: i64, limit: usize) -> StoreResult<Vec<LogEntry>> {
     let mut stmt = conn.prepare_cached(
@@ -142,22 +217,6 @@ pub fn list(conn: &Tx, step_id: i64, from: i64, limit: usize) -> StoreResult<Vec
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// The raw text of a step's log, for downloads.
-pub fn text(conn: &Tx, step_id: i64) -> StoreResult<Vec<u8>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT data FROM log_entries WHERE step_id = ?1 AND type != ?2 ORDER BY line",
-    )?;
-    let mut out = Vec::new();
-    let rows = stmt.query_map(params![step_id, LineKind::ExitCode.code()], |r| {
-        r.get::<_, Vec<u8>>(0)
-    })?;
-    for row in rows {
-        out.extend_from_slice(&row?);
-        out.push(b'\n');
-    }
-    Ok(out)
-}
-
 /// The number the step's next line gets: one past the highest stored (0 when none), so a
 /// restarted agent appends instead of overwriting.
 pub fn next_line(conn: &Tx, step_id: i64) -> StoreResult<i64> {
@@ -178,23 +237,32 @@ pub fn step_ids_after(conn: &Tx, after: i64, limit: usize) -> StoreResult<Vec<i6
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Removes every line of the given steps.
+/// Removes every line of the given steps, and gives their space back.
 pub fn delete_steps(conn: &Tx, step_ids: &[i64]) -> StoreResult<usize> {
     let mut stmt = conn.prepare_cached("DELETE FROM log_entries WHERE step_id = ?1")?;
     let mut removed = 0;
     for id in step_ids {
         removed += stmt.execute([id])?;
     }
+    drop(stmt);
+    if removed > 0 {
+        reclaim(conn)?;
+    }
     Ok(removed)
 }
 
-/// Removes lines stored before `cutoff_ms`, at most `batch` per call.
+/// Removes lines stored before `cutoff_ms`, at most `batch` per call, and gives their space
+/// back.
 pub fn prune(conn: &Tx, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
-    conn.cached_exec(
+    let removed = conn.cached_exec(
         "DELETE FROM log_entries WHERE id IN
            (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2 + 0)",
         params![cutoff_ms, batch as i64],
-    )
+    )?;
+    if removed > 0 {
+        reclaim(conn)?;
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -237,10 +305,36 @@ mod tests {
         assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(all[0].data, STANDARD.encode("a"));
         assert_eq!(list(&Tx::new(&c), 1, 2, 100).unwrap().len(), 1);
-        assert_eq!(text(&Tx::new(&c), 1).unwrap(), b"a\nb\nc\n");
+        // Pages: by lines, by bytes (at least one line), from a line on.
+        let data = |p: Vec<StoredLine>| p.into_iter().map(|l| l.data).collect::<Vec<_>>();
+        let tx = Tx::new(&c);
+        assert_eq!(data(page(&tx, 1, 0, 2, 1 << 20).unwrap()), [b"a", b"b"]);
+        assert_eq!(data(page(&tx, 1, 0, 10, 1).unwrap()), [b"a"]);
+        assert_eq!(data(page(&tx, 1, 1, 10, 1 << 20).unwrap()), [b"b", b"c"]);
+        assert!(page(&tx, 1, 3, 10, 1 << 20).unwrap().is_empty());
         assert_eq!(next_line(&Tx::new(&c), 1).unwrap(), 3);
         assert_eq!(delete_steps(&Tx::new(&c), &[1]).unwrap(), 3);
         assert_eq!(prune(&Tx::new(&c), i64::MAX, 10).unwrap(), 0);
+    }
+
+    #[test]
+    fn deleted_lines_give_their_pages_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Connection::open(dir.path().join("logs.db")).unwrap();
+        migrate(&mut c).unwrap();
+        let pages =
+            |c: &Connection| -> i64 { c.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap() };
+        let empty = pages(&c);
+        let big = "x".repeat(4000);
+        let lines: Vec<LogLine> = (0..500).map(|n| line(1, n, &big)).collect();
+        append(&Tx::new(&c), &lines).unwrap();
+        assert!(pages(&c) > empty + 400, "{}", pages(&c));
+        delete_steps(&Tx::new(&c), &[1]).unwrap();
+        assert!(
+            pages(&c) < empty + 10,
+            "{} pages after the delete",
+            pages(&c)
+        );
     }
 
     #[test]

@@ -191,6 +191,8 @@ const MIGRATIONS: &[Step] = &[
     // 16: facts about the database servers on it must agree on (the sealing key's
     //     fingerprint).
     Sql(super::meta::SCHEMA),
+    // 17: how an agent bounds its steps' resources, as it reports it.
+    Sql(super::agents::ADD_LIMITS),
 ];
 
 /// The schema version this build writes.

@@ -24,6 +24,7 @@ pub fn local_info(capacity: usize) -> AgentInfo {
         capacity: capacity as i64,
         version: super::version_string(),
         labels,
+        limits: String::new(),
     }
 }
 
@@ -92,7 +93,7 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
         }
     };
     let mut info = local_info(config.runner.capacity);
-    info.backend = backend.kind().to_string();
+    info.describe_backend(&*backend);
     if let Err(err) = ci.queue.record_info(&row, &info).await {
         tracing::warn!(%err, "could not record the local agent's details");
     }

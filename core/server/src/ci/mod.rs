@@ -126,6 +126,7 @@ impl Services {
                 seal.clone(),
                 drivers.clone(),
                 tokens.clone(),
+                settings.pipeline.max_step_log_bytes,
             )),
             tokens,
             drivers,

@@ -102,6 +102,8 @@ pub struct Queue {
     /// Agent workers waiting in [`Queue::next`] right now: upstream's `worker_count`, the
     /// "free" slots of `/queue/info`.
     polling: AtomicUsize,
+    /// `pipeline.max_step_log_bytes`, handed to agents with each workflow.
+    max_log_bytes: u64,
 }
 
 /// The queue's pause as last read or written here, and the settings generation it was read
@@ -161,8 +163,10 @@ impl Queue {
         seal: SealKey,
         drivers: Arc<Drivers>,
         tokens: Tokens,
+        max_log_bytes: u64,
     ) -> Queue {
         Queue {
+            max_log_bytes,
             store,
             logs,
             seal,
@@ -259,29 +263,22 @@ impl Queue {
         }
     }
 
-    /// Keeps an agent record's platform, backend, capacity and version up to date (a write
-    /// only when they change).
+    /// Keeps an agent record's platform, backend, capacity, version and step limits up to
+    /// date (a write only when they change).
     pub async fn record_info(&self, row: &AgentRow, info: &AgentInfo) -> StoreResult<()> {
-        let a = &row.agent;
-        if a.platform == info.platform
-            && a.backend == info.backend
-            && a.capacity == info.capacity
-            && a.version == info.version
-        {
+        let reported = agents::Reported {
+            platform: info.platform.clone(),
+            backend: info.backend.clone(),
+            capacity: info.capacity,
+            version: info.version.clone(),
+            limits: info.limits.clone(),
+        };
+        if reported.matches(&row.agent) {
             return Ok(());
         }
-        let (id, info) = (a.id, info.clone());
+        let id = row.agent.id;
         self.store
-            .write(move |c| {
-                agents::report(
-                    c,
-                    id,
-                    &info.platform,
-                    &info.backend,
-                    info.capacity,
-                    &info.version,
-                )
-            })
+            .write(move |c| agents::report(c, id, &reported))
             .await
     }
 
@@ -446,6 +443,7 @@ impl Queue {
             workflow,
             steps,
             log_offsets: offsets,
+            max_log_bytes: self.max_log_bytes,
         })
     }
 

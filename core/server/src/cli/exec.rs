@@ -342,6 +342,8 @@ impl Run {
                     workflow: wf.clone(),
                     steps,
                     log_offsets: Default::default(),
+                    // Everything is printed here and nothing is stored.
+                    max_log_bytes: 0,
                 };
                 runner::run_workflow(&api, work, &config).await;
                 api.outcome()

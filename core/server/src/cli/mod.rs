@@ -501,7 +501,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
         })
         .await?;
         let mut info = info;
-        info.backend = backend.kind().to_string();
+        info.describe_backend(&*backend);
         tracing::info!(server, capacity, backend = info.backend, "agent started");
         runner::run(
             api,

@@ -339,6 +339,8 @@ const MIGRATIONS: &[&str] = &[
         FOR EACH ROW WHEN (NEW.state = 'pending' AND OLD.state <> 'pending')
         EXECUTE FUNCTION woodlark_changed();
     "#,
+    // 5: how an agent bounds its steps' resources, as it reports it.
+    crate::agents::ADD_LIMITS,
 ];
 
 /// The channel [`MIGRATIONS`]' triggers notify, with the changed table's name as payload.

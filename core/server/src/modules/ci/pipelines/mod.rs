@@ -9,11 +9,13 @@
 
 pub mod admin;
 pub mod agent_rpc;
+mod log_reads;
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -29,7 +31,6 @@ use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::status::{self, Status};
 use crate::pipeline::types::Commit;
 use crate::state::Ctx;
-use crate::store::logs;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
 use crate::store::{Domain, StoreError};
 
@@ -526,27 +527,23 @@ async fn find_step(
     Ok((access, row, step))
 }
 
-/// `GET /repos/{id}/logs/{n}/{step_id}`: every stored line, in order.
+/// `GET /repos/{id}/logs/{n}/{step_id}`: every stored line, in order, streamed a page at a
+/// time.
 async fn step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (_, _, step) = find_step(&ctx, &req).await?;
-    let id = step.id;
-    let entries = ctx
-        .ci
-        .logs
-        .read_blocking(move |c| logs::list(c, id, 0, usize::MAX >> 1))
-        .await?;
-    Ok(Response::json(&entries))
+    let mut response = Response::json_text(Bytes::new());
+    response.stream = Some(log_reads::stream(
+        ctx.ci.logs.clone(),
+        step.id,
+        log_reads::Format::Json,
+    ));
+    Ok(response)
 }
 
-/// `GET …/download`: the log as a text attachment.
+/// `GET …/download`: the log as a text attachment, streamed a page at a time.
 async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (access, row, step) = find_step(&ctx, &req).await?;
-    let id = step.id;
-    let text = ctx
-        .ci
-        .logs
-        .read_blocking(move |c| logs::text(c, id))
-        .await?;
+    let text = Bytes::new();
     let name = format!(
         "{}-{}-{}.log",
         access.row.repo.name, row.pipeline.number, step.name
@@ -557,10 +554,14 @@ async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     );
     let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
         .unwrap_or(HeaderValue::from_static("attachment"));
-    Ok(
-        Response::new(StatusCode::OK, "text/plain; charset=utf-8", text)
-            .with_header(header::CONTENT_DISPOSITION, disposition),
-    )
+    let mut response = Response::new(StatusCode::OK, "text/plain; charset=utf-8", text)
+        .with_header(header::CONTENT_DISPOSITION, disposition);
+    response.stream = Some(log_reads::stream(
+        ctx.ci.logs.clone(),
+        step.id,
+        log_reads::Format::Text,
+    ));
+    Ok(response)
 }
 
 /// `DELETE /repos/{id}/logs/{n}/{step_id}`: refused while the step runs.
