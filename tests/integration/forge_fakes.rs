@@ -157,6 +157,11 @@ pub(crate) struct Fake {
     pub(crate) statuses: Vec<Posted>,
     /// octocat's permissions on the repository: pull, push, admin.
     pub(crate) perm: (bool, bool, bool),
+    /// octocat was removed from the (private) repository: GitHub answers 404 for it and no
+    /// longer lists it.
+    pub(crate) removed: bool,
+    /// octocat left the `octo` organisation: GitHub answers 404 for the membership.
+    pub(crate) left_org: bool,
     /// Access tokens that work, and the refresh token that gives the next one.
     pub(crate) live_tokens: Vec<String>,
     refresh_token: String,
@@ -663,12 +668,12 @@ fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
             json!([{"email": "octocat@example.com", "primary": true, "verified": true}])
         }
         ("GET", "/user/orgs") => json!([{"login": "octo", "avatar_url": ""}]),
-        ("GET", "/orgs/octo/memberships/octocat") => {
+        ("GET", "/orgs/octo/memberships/octocat") if !f.left_org => {
             json!({"state": "active", "role": "admin", "organization": {"login": "octo"}})
         }
-        ("GET", "/user/repos") if first_page(&q) => json!([f.github_repo()]),
+        ("GET", "/user/repos") if first_page(&q) && !f.removed => json!([f.github_repo()]),
         ("GET", "/user/repos") => json!([]),
-        ("GET", "/repos/octo/app") => f.github_repo(),
+        ("GET", "/repos/octo/app") if !f.removed => f.github_repo(),
         ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => {
             return Some((200, f.config.clone()));
         }

@@ -196,7 +196,12 @@ async fn finish_sign_in(browser: &mut Browser, state: &str) -> Option<String> {
 
 /// Signs in through the forge as a browser does: the login button, the forge's authorize
 /// page (answered with [`GOOD_CODE`]), the callback. Returns the browser, signed in.
-async fn sign_in(s: &TestServer, forge: i64, api: std::net::SocketAddr, kind: Kind) -> Browser {
+pub(crate) async fn sign_in(
+    s: &TestServer,
+    forge: i64,
+    api: std::net::SocketAddr,
+    kind: Kind,
+) -> Browser {
     let mut browser = Browser::new(&s.http);
     let start = browser
         .get(&format!("/authorize?forge_id={forge}"))
@@ -248,15 +253,15 @@ fn commit(work: &Path, bare: &Path, file: &str) -> String {
 }
 
 /// A server signed into through a fake forge, with the forge's repository activated.
-struct RoundTrip {
-    s: TestServer,
-    fake: Shared,
-    api: std::net::SocketAddr,
-    forge: i64,
+pub(crate) struct RoundTrip {
+    pub(crate) s: TestServer,
+    pub(crate) fake: Shared,
+    pub(crate) api: std::net::SocketAddr,
+    pub(crate) forge: i64,
     /// octocat's personal token.
-    pat: String,
+    pub(crate) pat: String,
     /// The activated repository.
-    id: i64,
+    pub(crate) id: i64,
     /// A clone of the forge's repository, and the bare repository it pushes to.
     work: PathBuf,
     bare: PathBuf,
@@ -267,27 +272,27 @@ struct RoundTrip {
     replica: Option<TestServer>,
 }
 
+/// A push delivered to the server: its commit, the hook's path, body and headers, and the
+/// pipeline it made.
+pub(crate) struct Delivered {
+    pub(crate) sha: String,
+    pub(crate) path: String,
+    pub(crate) body: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) created: serde_json::Value,
+}
+
 impl RoundTrip {
-    /// Pushes a commit, delivers the forge's signed push hook for it and waits for the
-    /// pipeline to end in `want`; then for the forge to have received statuses for the
-    /// commit ending in the forge's name for `want`. Returns the pipeline's number and the
-    /// statuses' states.
-    async fn push_and_check(&self, file: &str, want: &str) -> (i64, Vec<String>) {
-        let kind = self.fake.lock().unwrap().kind;
+    /// Pushes a commit and delivers the forge's signed push hook for it (with a replica, to
+    /// both at the same moment): what was delivered and the pipeline it made.
+    pub(crate) async fn push_and_deliver(&self, file: &str) -> Delivered {
         let sha = commit(&self.work, &self.bare, file);
         self.fake.lock().unwrap().head = sha.clone();
         let (body, headers) = self.fake.lock().unwrap().push_delivery(&sha);
         let (path, _) = self.fake.lock().unwrap().hook().unwrap();
-        let headers: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
         let deliver = |http: &crate::util::Http| {
             let (http, path, body) = (http.clone(), path.clone(), body.clone());
-            let headers: Vec<(String, String)> = headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            let headers = headers.clone();
             async move {
                 let headers: Vec<(&str, &str)> = headers
                     .iter()
@@ -310,6 +315,32 @@ impl RoundTrip {
                 first
             }
         };
+        Delivered {
+            sha,
+            path,
+            body,
+            headers,
+            created,
+        }
+    }
+
+    /// Pushes a commit, delivers the forge's signed push hook for it and waits for the
+    /// pipeline to end in `want`; then for the forge to have received statuses for the
+    /// commit ending in the forge's name for `want`. Returns the pipeline's number and the
+    /// statuses' states.
+    async fn push_and_check(&self, file: &str, want: &str) -> (i64, Vec<String>) {
+        let kind = self.fake.lock().unwrap().kind;
+        let Delivered {
+            sha,
+            path,
+            body,
+            headers,
+            created,
+        } = self.push_and_deliver(file).await;
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let number = created["number"].as_i64().unwrap();
         let done = wait_for(&self.s.http, &self.pat, self.id, number, 60, |p| {
             matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
@@ -409,7 +440,7 @@ impl RoundTrip {
 /// then a signed push whose pipeline clones the private repository over HTTP with the
 /// forge's netrc and succeeds, its statuses pending → success on the forge, and a failing
 /// one. The forge's tokens never reach the disk in clear.
-async fn round_trip(kind: Kind) -> RoundTrip {
+pub(crate) async fn round_trip(kind: Kind) -> RoundTrip {
     round_trip_on(kind, Backend::Local).await
 }
 

@@ -10,6 +10,8 @@
 //! - `sandbox`: pipeline steps under bubblewrap cannot see the server's files; start-up
 //!   refuses a missing bwrap.
 //! - `storage`: what servers sharing a database must agree on (the sealing key).
+//! - `forge_access`: access lost on a forge is lost here (removed collaborator, revoked
+//!   token, lost org membership, stale push).
 //!
 //! With `WOODLARK_TEST_STORE=postgres` every test server gets a PostgreSQL database of its
 //! own on one throwaway cluster instead of SQLite in its data dir.
@@ -22,6 +24,7 @@ mod browser;
 mod clients;
 mod docker;
 mod events;
+mod forge_access;
 mod forge_fakes;
 mod forges;
 mod glance;

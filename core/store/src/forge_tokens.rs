@@ -75,6 +75,17 @@ pub fn set(conn: &Tx, user_id: i64, tokens: &SealedTokens) -> StoreResult<()> {
     Ok(())
 }
 
+/// Removes user `user_id`'s tokens if forge `forge_id` issued them (the forge refused them:
+/// they are of no use, and a browser session made by signing in with them ends with them);
+/// `true` when there were some.
+pub fn delete(conn: &Tx, user_id: i64, forge_id: i64) -> StoreResult<bool> {
+    let gone = conn.cached_exec(
+        "DELETE FROM forge_tokens WHERE user_id = ?1 AND forge_id = ?2",
+        params![user_id, forge_id],
+    )?;
+    Ok(gone > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +122,13 @@ mod tests {
             ..SealedTokens::default()
         };
         set(c, alice.id, &second).unwrap();
-        assert_eq!(get(c, alice.id).unwrap(), Some(second));
+        assert_eq!(get(c, alice.id).unwrap(), Some(second.clone()));
+        // Another forge's refusal leaves them; their own forge's removes them.
+        assert!(!delete(c, alice.id, 4).unwrap());
+        assert_eq!(get(c, alice.id).unwrap(), Some(second.clone()));
+        assert!(delete(c, alice.id, 3).unwrap());
+        assert_eq!(get(c, alice.id).unwrap(), None);
+        set(c, alice.id, &second).unwrap();
         let found = users::by_forge_identity(c, &env, 3, "42").unwrap().unwrap();
         assert_eq!(found.user.id, alice.id);
         assert!(

@@ -244,7 +244,8 @@ struct Inner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Domain {
     /// Who a caller is and what they may do on a repository: accounts, repositories,
-    /// per-user permissions, organisations, forges.
+    /// per-user permissions, organisations, forges, and users' forge tokens (a browser
+    /// session made by signing in through a forge lasts only while they do).
     Identity,
     /// Pipelines with their workflows and steps (not their logs).
     Pipelines,
@@ -274,7 +275,7 @@ impl Domain {
     /// The tables of this domain.
     pub const fn tables(self) -> &'static [&'static str] {
         match self {
-            Domain::Identity => &["users", "repos", "perms", "orgs", "forges"],
+            Domain::Identity => &["users", "repos", "perms", "orgs", "forges", "forge_tokens"],
             Domain::Pipelines => &["pipelines", "workflows", "steps"],
             Domain::Events => &["events"],
             Domain::Logs => &["log_entries"],

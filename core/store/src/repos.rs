@@ -346,6 +346,67 @@ pub fn set_perm(conn: &Tx, user_id: i64, repo_id: i64, perm: Perm) -> StoreResul
     Ok(())
 }
 
+/// Removes every permission user `user_id` holds on a repository of forge `forge_id` (that
+/// forge refused them: what it granted goes); how many there were.
+pub fn drop_forge_perms(conn: &Tx, user_id: i64, forge_id: i64) -> StoreResult<usize> {
+    conn.cached_exec(
+        "DELETE FROM perms WHERE user_id = ?1
+            AND repo_id IN (SELECT id FROM repos WHERE forge_id = ?2)",
+        params![user_id, forge_id],
+    )
+}
+
+/// Makes user `user_id`'s permissions on the repositories of forge `forge_id` what the forge
+/// listed (`listed`: the forge's remote id and the permission): a listed repository stored
+/// here gets its permission, and a stored one the forge no longer lists for the user loses
+/// theirs (they were removed from it).
+pub fn replace_forge_perms(
+    conn: &Tx,
+    user_id: i64,
+    forge_id: i64,
+    listed: &[(String, Perm)],
+) -> StoreResult<()> {
+    let mut kept = std::collections::HashSet::new();
+    for (remote_id, perm) in listed {
+        let stored: Option<i64> = conn
+            .cached_row(
+                "SELECT id FROM repos WHERE forge_id = ?1 AND forge_remote_id = ?2",
+                params![forge_id, remote_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(repo_id) = stored {
+            set_perm(conn, user_id, repo_id, *perm)?;
+            kept.insert(repo_id);
+        }
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT p.repo_id FROM perms p JOIN repos r ON r.id = p.repo_id
+         WHERE p.user_id = ?1 AND r.forge_id = ?2",
+    )?;
+    let held = stmt
+        .query_map(params![user_id, forge_id], |r| r.get(0))?
+        .collect::<Result<Vec<i64>, _>>()?;
+    for repo_id in held.into_iter().filter(|id| !kept.contains(id)) {
+        conn.cached_exec(
+            "DELETE FROM perms WHERE user_id = ?1 AND repo_id = ?2",
+            params![user_id, repo_id],
+        )?;
+    }
+    Ok(())
+}
+
+/// Makes every permission of `user_id` look synced `secs` earlier (tests of the re-check
+/// outside the store, which hold no SQL; feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+pub fn backdate_perms(conn: &Tx, user_id: i64, secs: i64) -> StoreResult<()> {
+    conn.execute(
+        "UPDATE perms SET synced = synced - ?2 WHERE user_id = ?1",
+        params![user_id, secs],
+    )?;
+    Ok(())
+}
+
 /// The repositories a user works with: those in their own namespace and those they hold a
 /// permission on (not merely public ones), by full name.
 pub fn of_member(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<Vec<RepoRow>> {
@@ -421,4 +482,63 @@ pub fn best_perm_in_org(conn: &Tx, user_id: i64, org_id: i64) -> StoreResult<Per
         admin,
         ..Perm::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrations::migrate;
+    use crate::users::{self, EnvAdmins, NewUser};
+
+    #[test]
+    fn a_forge_s_listing_and_refusal_replace_only_its_own_permissions() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let c = &Tx::new(&conn);
+        let new = NewUser {
+            login: "alice".into(),
+            token_seed: "seed".into(),
+            ..NewUser::default()
+        };
+        let alice = users::create(c, &EnvAdmins::default(), &new)
+            .unwrap()
+            .user
+            .id;
+        // Each bare repository comes with a forge of its own.
+        let (a, b, other) = (
+            insert_bare(c, 0, alice, "o/a").unwrap(),
+            insert_bare(c, 0, alice, "o/b").unwrap(),
+            insert_bare(c, 0, alice, "p/c").unwrap(),
+        );
+        // Put `b` on `a`'s forge: one forge, two repositories.
+        let forge: i64 = c
+            .cached_row("SELECT forge_id FROM repos WHERE id = ?1", [a], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        c.execute(
+            "UPDATE repos SET forge_id = ?1 WHERE id = ?2",
+            params![forge, b],
+        )
+        .unwrap();
+        for id in [a, b, other] {
+            set_perm(c, alice, id, Perm::all()).unwrap();
+        }
+        // The forge lists `a` (now pull only) but not `b` any more.
+        replace_forge_perms(c, alice, forge, &[("o/a".into(), Perm::pull_only())]).unwrap();
+        let pull = perm(c, alice, a).unwrap().unwrap();
+        assert!(pull.pull && !pull.push && !pull.admin);
+        assert_eq!(perm(c, alice, b).unwrap(), None);
+        assert!(perm(c, alice, other).unwrap().is_some(), "another forge's");
+        // The forge refuses alice: what it granted goes, the other forge's stays.
+        assert_eq!(drop_forge_perms(c, alice, forge).unwrap(), 1);
+        assert_eq!(perm(c, alice, a).unwrap(), None);
+        assert!(perm(c, alice, other).unwrap().is_some());
+        // Backdated (for tests elsewhere): the sync time moves, nothing else.
+        let before = perm(c, alice, other).unwrap().unwrap();
+        backdate_perms(c, alice, 600).unwrap();
+        let after = perm(c, alice, other).unwrap().unwrap();
+        assert_eq!(after.synced, before.synced - 600);
+        assert!(after.admin);
+    }
 }

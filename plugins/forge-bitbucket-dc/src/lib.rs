@@ -319,7 +319,7 @@ impl ForgeAdapter for BitbucketDc {
     fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
         let base = repo_api(&ctx, &full_name)?;
         let client = ApiClient::bearer(&ctx);
-        let Some(repo) = client.get(&base)? else {
+        let Some(repo) = client.get_for_access(&base)? else {
             return Ok(no_perm());
         };
         let (key, slug) = split_name(&full_name)?;

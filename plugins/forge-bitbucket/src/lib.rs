@@ -293,7 +293,9 @@ impl ForgeAdapter for Bitbucket {
             http::encode(workspace),
             http::encode(&format!("repository.full_name=\"{full_name}\""))
         );
-        let list = ApiClient::bearer(&ctx).get_or_null(&url)?;
+        let list = ApiClient::bearer(&ctx)
+            .get_for_access(&url)?
+            .unwrap_or(Value::Null);
         Ok(array_at(&list, "/values")
             .first()
             .map_or_else(|| perm_of(""), |p| perm_of(&str_at(p, "/permission"))))

@@ -248,7 +248,7 @@ impl ForgeAdapter for GitHub {
         let url = format!("{}/repos/{}", api_url(&ctx), full_name);
         // 404 is what GitHub answers for a private repository the user cannot see.
         Ok(ApiClient::bearer(&ctx)
-            .get(&url)?
+            .get_for_access(&url)?
             .map(|v| perm_of(&v))
             .unwrap_or(Perm {
                 pull: false,
@@ -281,7 +281,7 @@ impl ForgeAdapter for GitHub {
             http::encode(&org),
             http::encode(&login)
         );
-        Ok(match ApiClient::bearer(&ctx).get(&url)? {
+        Ok(match ApiClient::bearer(&ctx).get_for_access(&url)? {
             Some(m) => OrgPerm {
                 member: str_at(&m, "/state") == "active",
                 admin: str_at(&m, "/role") == "admin",

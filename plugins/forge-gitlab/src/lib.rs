@@ -280,7 +280,7 @@ impl ForgeAdapter for GitLab {
     fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
         let url = format!("{}/projects/{}", api(&ctx), http::encode(&full_name));
         let client = ApiClient::bearer(&ctx);
-        let Some(project) = client.get(&url)? else {
+        let Some(project) = client.get_for_access(&url)? else {
             return Ok(no_perm());
         };
         Ok(match access_level(&ctx, &client, &project, &mut None)? {

@@ -458,7 +458,7 @@ pub fn user_repos(
 pub fn repo_perm(ctx: ApiContext, full_name: String) -> Result<Perm, PluginError> {
     let url = format!("{}/repos/{}", api(&ctx), full_name);
     Ok(ApiClient::token(&ctx)
-        .get(&url)?
+        .get_for_access(&url)?
         .map_or_else(|| perm_of(&Value::Null), |v| perm_of(&v)))
 }
 
@@ -495,8 +495,8 @@ pub fn org_membership(ctx: ApiContext, org: String, login: String) -> Result<Org
     }
     let member = match http::send(&http::request("GET", &url, hs))?.status {
         204 => true,
-        // 404 not a member; 302 when the caller cannot see the org's members at all.
-        302 | 404 => false,
+        // 404 not a member; 302 or 403 when the caller cannot see the org's members at all.
+        302 | 403 | 404 => false,
         s => return Err(http::status_error(&url, s)),
     };
     if !member {

@@ -42,13 +42,46 @@ pub fn get_json(
     url: &str,
     authorization: Option<&str>,
 ) -> Result<Option<serde_json::Value>, PluginError> {
+    get_json_unless(url, authorization, |resp| resp.status == 404)
+}
+
+/// [`get_json`] for a question about the caller's own access (their permission on a
+/// repository, their membership of an organisation): 403 is `Ok(None)` too, the forge
+/// saying no to them, unless it is a rate limit ([`is_rate_limited`]), which says nothing
+/// about the caller and stays `Unavailable`.
+pub fn get_json_for_access(
+    url: &str,
+    authorization: Option<&str>,
+) -> Result<Option<serde_json::Value>, PluginError> {
+    get_json_unless(url, authorization, |resp| {
+        resp.status == 404 || (resp.status == 403 && !is_rate_limited(resp))
+    })
+}
+
+/// Whether a 403 is a rate limit rather than a refusal: GitHub's primary limit sends
+/// `x-ratelimit-remaining: 0`, its secondary one `retry-after`.
+pub fn is_rate_limited(resp: &Response) -> bool {
+    crate::headers::header(&resp.headers, "retry-after").is_some()
+        || crate::headers::header(&resp.headers, "x-ratelimit-remaining")
+            .is_some_and(|left| left.trim() == "0")
+}
+
+/// GET JSON: `Ok(None)` when `absent` says so of the answer, the parsed JSON on 2xx,
+/// [`status_error`] otherwise.
+fn get_json_unless(
+    url: &str,
+    authorization: Option<&str>,
+    absent: impl Fn(&Response) -> bool,
+) -> Result<Option<serde_json::Value>, PluginError> {
     let mut hs = vec![headers::text("accept", "application/json")];
     if let Some(auth) = authorization {
         hs.push(headers::text("authorization", auth));
     }
     let resp = send(&request("GET", url, hs))?;
+    if absent(&resp) {
+        return Ok(None);
+    }
     match resp.status {
-        404 => Ok(None),
         200..=299 => serde_json::from_slice(&resp.body)
             .map(Some)
             .map_err(|e| crate::unavailable(format!("bad JSON from {url}: {e}"))),
@@ -155,6 +188,22 @@ pub fn encode_path(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_403_is_a_refusal_unless_it_is_a_rate_limit() {
+        let answer = |headers: &[(&str, &str)]| Response {
+            status: 403,
+            headers: headers.iter().map(|(k, v)| headers::text(k, v)).collect(),
+            body: Vec::new(),
+        };
+        assert!(!is_rate_limited(&answer(&[])));
+        assert!(!is_rate_limited(&answer(&[(
+            "x-ratelimit-remaining",
+            "17"
+        )])));
+        assert!(is_rate_limited(&answer(&[("x-ratelimit-remaining", "0")])));
+        assert!(is_rate_limited(&answer(&[("retry-after", "60")])));
+    }
 
     #[test]
     fn a_refused_token_is_denied_and_other_statuses_unavailable() {

@@ -59,15 +59,34 @@ fn str_claim<'a>(claims: &'a Value, name: &str) -> Option<&'a str> {
 
 /// A new session token for user `id`, valid for `lifetime_secs` from `now`.
 pub fn session_token(id: i64, hash: &str, now: i64, lifetime_secs: i64) -> String {
-    token::sign(
-        &json!({
-            "type": SESSION,
-            "user-id": id.to_string(),
-            "sid": random_secret(),
-            "exp": now.saturating_add(lifetime_secs),
-        }),
-        hash.as_bytes(),
-    )
+    session_token_from(id, hash, now, lifetime_secs, None)
+}
+
+/// [`session_token`]; `forge`: the forge the user signed in through, whose tokens the
+/// session lasts no longer than (its claim `forge`; see [`forge_of`]).
+pub fn session_token_from(
+    id: i64,
+    hash: &str,
+    now: i64,
+    lifetime_secs: i64,
+    forge: Option<i64>,
+) -> String {
+    let mut claims = json!({
+        "type": SESSION,
+        "user-id": id.to_string(),
+        "sid": random_secret(),
+        "exp": now.saturating_add(lifetime_secs),
+    });
+    if let Some(forge) = forge {
+        claims["forge"] = json!(forge);
+    }
+    token::sign(&claims, hash.as_bytes())
+}
+
+/// The forge a verified session's user signed in through, if they did: the session ends
+/// when the server no longer holds that forge's tokens for them (the forge refused them).
+pub fn forge_of(claims: &Value) -> Option<i64> {
+    claims.get("forge")?.as_i64()
 }
 
 /// The CSRF token for the page of whoever holds `raw`, a token already verified for user
@@ -180,6 +199,16 @@ mod tests {
         assert_eq!(subject(&login_link_token(7, "h", 0)), None);
         assert_eq!(subject(&csrf_token(&t, 7, "h")), None);
         assert_eq!(subject(&token::hook_token(1, "a/b", "h")), None);
+    }
+
+    #[test]
+    fn a_session_from_a_forge_names_it() {
+        let t = session_token_from(7, "h", 1000, 60, Some(3));
+        let claims = token::verify(&t, b"h", 1000).unwrap();
+        assert_eq!(forge_of(&claims), Some(3));
+        assert_eq!(subject(&t).map(|s| s.session), Some(true));
+        let plain = token::verify(&session_token(7, "h", 1000, 60), b"h", 1000).unwrap();
+        assert_eq!(forge_of(&plain), None);
     }
 
     #[test]

@@ -177,27 +177,34 @@ pub async fn forge_admin(driver: &dyn ForgeDriver, remote: &RemoteRepo) -> bool 
     matches!(driver.repo_perm(&repo).await, Ok(perm) if perm.admin)
 }
 
-/// How long a permission read from the forge is trusted (upstream: an hour).
+/// How long a permission read from the forge is trusted for reads (upstream: an hour).
 pub const PERM_TTL_SECS: i64 = 60 * 60;
+
+/// How long it is trusted for what matters (secrets, registries, settings, crons, manual
+/// runs, approvals, agent tokens): a user removed on the forge loses those within this.
+pub const RECHECK_SECS: i64 = 5 * 60;
 
 /// Whether `user`'s permission on `row` (`perm`, as stored) should be read from the forge
 /// again: a user of the repository's forge who signed in through it, whose permission is
-/// not implied (instance admin, the repository's own namespace) and was synced over
-/// [`PERM_TTL_SECS`] ago.
-pub fn perm_is_stale(user: &User, row: &RepoRow, perm: &Perm, now: i64) -> bool {
+/// not implied (instance admin, the repository's own namespace) and was synced `max_age`
+/// seconds ago or more ([`PERM_TTL_SECS`] for reads, [`RECHECK_SECS`] for writes).
+pub fn perm_is_stale(user: &User, row: &RepoRow, perm: &Perm, now: i64, max_age: i64) -> bool {
     !user.admin
         && user.org_id != row.repo.org_id
         && user.forge_id == row.repo.forge_id
         && !user.forge_remote_id.is_empty()
-        && now - perm.synced >= PERM_TTL_SECS
+        && now - perm.synced >= max_age
 }
 
 /// Reads `user_id`'s permission on `row` from the forge, as them, and stores it; `true` when
-/// it was stored. A forge that cannot say (no token, no support, an error: logged) leaves
-/// the stored permission as it is.
+/// the stored permission changed (read it again). A forge that says no ends what it granted:
+/// 403/404 (the adapters' "no permission") stores none, 401 forgets the user's token and
+/// every permission from that forge ([`forge::acting::Tokens::forget`]). A forge that cannot say
+/// (down, 5xx, no token, no support: logged) leaves the stored permission as it is, so an
+/// outage locks nobody out.
 pub async fn sync_perm(ci: &Services, user_id: i64, row: &RepoRow) -> bool {
     // A user the forge could not answer for is asked again only after a pause: their
-    // requests must not each wait on a forge that is down (or a token that is gone).
+    // requests must not each wait on a forge that is down.
     let key = (user_id, row.repo.id);
     if ci.perm_sync_pauses.paused(key) {
         return false;
@@ -234,6 +241,28 @@ impl PermSyncPauses {
     }
 }
 
+/// What the forge's answer to "what may this user do here?" comes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// This permission (none when the forge says the user may not see the repository).
+    Perm(forge::ForgePerm),
+    /// The forge refused the user's token (401).
+    TokenRefused,
+    /// The forge could not say (down, 5xx, the adapter failed or cannot tell).
+    Unknown,
+}
+
+/// [`Answer`] of `asked`: not found is no permission, a refused token is the token's end,
+/// anything else says nothing about the user.
+fn answer_of(asked: Result<forge::ForgePerm, forge::ForgeError>) -> Answer {
+    match asked {
+        Ok(perm) => Answer::Perm(perm),
+        Err(forge::ForgeError::RepoNotFound(_)) => Answer::Perm(forge::ForgePerm::default()),
+        Err(forge::ForgeError::Refused(_)) => Answer::TokenRefused,
+        Err(_) => Answer::Unknown,
+    }
+}
+
 async fn try_sync_perm(ci: &Services, user_id: i64, row: &RepoRow) -> bool {
     let Ok(forge) = ci.drivers.get(row.repo.forge_id).await else {
         return false;
@@ -241,18 +270,30 @@ async fn try_sync_perm(ci: &Services, user_id: i64, row: &RepoRow) -> bool {
     if forge.kind().is_builtin() {
         return false;
     }
+    let forge_id = forge.row.forge.id;
     let driver = match ci.tokens.as_user(&forge, user_id).await {
         Ok(Some(driver)) => driver,
         Ok(None) => return false,
+        // `as_user` forgot a token the forge refused to refresh.
+        Err(Error::Forge(forge::ForgeError::Refused(_))) => return true,
         Err(err) => {
-            tracing::debug!(user = user_id, error = %err, "permission not synced: no usable token");
+            tracing::warn!(user = user_id, forge = forge_id, error = %err, "permission not synced: no usable token; the stored one stays");
             return false;
         }
     };
-    let perm = match driver.repo_perm(&row.repo).await {
-        Ok(perm) => perm,
-        Err(err) => {
-            tracing::debug!(user = user_id, repo = row.repo.full_name, error = %err, "permission not synced");
+    let asked = driver.repo_perm(&row.repo).await;
+    let perm = match answer_of(asked) {
+        Answer::Perm(perm) => perm,
+        Answer::TokenRefused => {
+            ci.tokens.forget(user_id, forge_id).await;
+            return true;
+        }
+        Answer::Unknown => {
+            tracing::warn!(
+                user = user_id,
+                repo = row.repo.full_name,
+                "permission not synced: the forge could not say; the stored one stays"
+            );
             return false;
         }
     };
@@ -276,8 +317,9 @@ async fn try_sync_perm(ci: &Services, user_id: i64, row: &RepoRow) -> bool {
     }
 }
 
-/// Stores `user_id`'s permissions as forge `forge_id` listed them, for the repositories
-/// stored here (the others have nothing to hold a permission on yet).
+/// Makes `user_id`'s permissions on forge `forge_id`'s repositories what the forge listed
+/// (sign-in, the repository list): listed repositories stored here get theirs, stored ones
+/// the forge no longer lists for them lose theirs.
 pub async fn store_perms(
     ci: &Services,
     user_id: i64,
@@ -297,16 +339,33 @@ pub async fn store_perms(
         })
         .collect();
     ci.store
-        .write(move |c| {
-            for (remote_id, perm) in perms {
-                if let Some(row) = repos::by_remote_id(c, forge_id, &remote_id)? {
-                    repos::set_perm(c, user_id, row.repo.id, perm)?;
-                }
-            }
-            Ok(())
-        })
+        .write(move |c| repos::replace_forge_perms(c, user_id, forge_id, &perms))
         .await?;
     Ok(())
+}
+
+/// Reads user `user_id`'s repositories and permissions from the forge `as_user` speaks to
+/// and stores them ([`store_perms`]), and has their organisation memberships read afresh;
+/// a refused token is forgotten ([`forge::acting::Tokens::forget`]). The listing, for
+/// callers that show it.
+pub async fn sync_listed_perms(
+    ci: &Services,
+    user_id: i64,
+    forge_id: i64,
+    as_user: &dyn ForgeDriver,
+) -> Result<Vec<(RemoteRepo, forge::ForgePerm)>, Error> {
+    ci.memberships.forget_user(user_id);
+    match as_user.user_repos().await {
+        Ok(listed) => {
+            store_perms(ci, user_id, forge_id, &listed).await?;
+            Ok(listed)
+        }
+        Err(err @ forge::ForgeError::Refused(_)) => {
+            ci.tokens.forget(user_id, forge_id).await;
+            Err(err.into())
+        }
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// User `user_id` becomes the repository's owner (and its admin).
@@ -358,4 +417,44 @@ pub async fn move_to(
         })
         .await?;
     repair(ci, moved).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forge::{ForgeError, ForgePerm};
+
+    #[test]
+    fn a_forge_that_says_no_ends_the_permission_and_one_that_is_down_keeps_it() {
+        let push = ForgePerm {
+            pull: true,
+            push: true,
+            admin: false,
+        };
+        assert_eq!(answer_of(Ok(push)), Answer::Perm(push));
+        // 403/404: the adapters' "no permission", or a repository the forge hides.
+        assert_eq!(
+            answer_of(Ok(ForgePerm::default())),
+            Answer::Perm(ForgePerm::default())
+        );
+        assert_eq!(
+            answer_of(Err(ForgeError::RepoNotFound("o/r".into()))),
+            Answer::Perm(ForgePerm::default())
+        );
+        // 401: the token is gone.
+        assert_eq!(
+            answer_of(Err(ForgeError::Refused("HTTP 401".into()))),
+            Answer::TokenRefused
+        );
+        // Down, 5xx, a rate limit, a broken adapter, no support: nothing is known.
+        for down in [
+            ForgeError::Failed("HTTP 502".into()),
+            ForgeError::Failed("HTTP 403".into()),
+            ForgeError::AdapterFailed("trap".into()),
+            ForgeError::Unsupported("no".into()),
+            ForgeError::NoDriver("github".into()),
+        ] {
+            assert_eq!(answer_of(Err(down)), Answer::Unknown);
+        }
+    }
 }

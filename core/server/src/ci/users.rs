@@ -2,7 +2,9 @@
 //! one-time sign-in links. `auth.admins` (the settings' `env_admins`) are admins whatever the
 //! database says, so every call reads accounts through them.
 
-use super::forge::{ForgeAccount, ForgeTokens, acting};
+use std::sync::Arc;
+
+use super::forge::{ForgeAccount, ForgeDriver, ForgeError, ForgeTokens, acting};
 use super::{Error, Services};
 use crate::auth::random_secret;
 use crate::store::users::{self, Account, ForgeIdentity, ForgeSignIn, NewUser, User, UserPatch};
@@ -25,12 +27,16 @@ pub async fn create(ci: &Services, new: NewUser) -> Result<Account, Error> {
 
 /// Signs in forge `forge_id`'s `account`: finds or makes its user (see
 /// `store::users::sign_in_from_forge`) and keeps the tokens the forge gave, sealed, in the
-/// same write.
+/// same write; then, before the sign-in is answered, reads their repositories' permissions
+/// from the forge as them (`as_user`), as upstream does at each sign-in: a permission lost
+/// on the forge is lost here at once (see `ci::repos::sync_listed_perms`; a forge that
+/// cannot list them is logged, the sign-in goes on).
 pub async fn sign_in_from_forge(
     ci: &Services,
     forge_id: i64,
     account: ForgeAccount,
     tokens: &ForgeTokens,
+    as_user: Arc<dyn ForgeDriver>,
 ) -> Result<ForgeSignIn, Error> {
     users::validate_login(&account.login)
         .map_err(|why| Error::Invalid(format!("the forge's login cannot be used here: {why}")))?;
@@ -62,6 +68,18 @@ pub async fn sign_in_from_forge(
             Ok(outcome)
         })
         .await?;
+    if let ForgeSignIn::Known(a) | ForgeSignIn::Linked(a) | ForgeSignIn::Created(a) = &outcome {
+        let synced = super::repos::sync_listed_perms(ci, a.user.id, forge_id, as_user.as_ref());
+        match synced.await {
+            Ok(_) | Err(Error::Forge(ForgeError::Unsupported(_))) => {}
+            Err(err) => tracing::warn!(
+                user = a.user.id,
+                forge = forge_id,
+                error = %err,
+                "permissions not synced at sign-in; the stored ones stay"
+            ),
+        }
+    }
     match &outcome {
         ForgeSignIn::Created(a) => tracing::info!(
             user = a.user.login,

@@ -339,7 +339,13 @@ const MIGRATIONS: &[&str] = &[
         FOR EACH ROW WHEN (NEW.state = 'pending' AND OLD.state <> 'pending')
         EXECUTE FUNCTION woodlark_changed();
     "#,
-    // 5: how an agent bounds its steps' resources, as it reports it.
+    // 5: users' forge tokens are part of who a caller is: a browser session made by signing
+    // in through a forge ends on every replica when the forge refuses them.
+    r#"
+    CREATE TRIGGER forge_tokens_changed AFTER INSERT OR UPDATE OR DELETE ON forge_tokens
+        FOR EACH ROW EXECUTE FUNCTION woodlark_changed();
+    "#,
+    // 6: how an agent bounds its steps' resources, as it reports it.
     crate::agents::ADD_LIMITS,
 ];
 

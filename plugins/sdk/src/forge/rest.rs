@@ -47,6 +47,12 @@ impl ApiClient {
         http::get_json(url, self.authorization())
     }
 
+    /// GET JSON about the caller's own access: `None` on 404 and on a 403 that is not a
+    /// rate limit (see [`http::get_json_for_access`]).
+    pub fn get_for_access(&self, url: &str) -> Result<Option<Value>, PluginError> {
+        http::get_json_for_access(url, self.authorization())
+    }
+
     /// GET JSON that must exist: 404 is the error `not_found` makes.
     pub fn get_found(
         &self,

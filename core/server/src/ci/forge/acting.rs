@@ -16,7 +16,7 @@ use crate::ci::Error;
 use crate::store::Store;
 use crate::store::forge_tokens::{self, SealedTokens};
 use crate::store::now_unix;
-use crate::store::repos::RepoRow;
+use crate::store::repos::{self, RepoRow};
 
 /// Sealing purpose of users' forge tokens (bound into the ciphertext).
 pub const SEAL_FORGE_TOKEN: &str = "user-forge-token";
@@ -84,10 +84,45 @@ impl Tokens {
                 Err(err) if tokens.expiry > now_unix() => {
                     tracing::warn!(user = user_id, error = %err, "forge token not refreshed; using it until it expires");
                 }
-                Err(err) => return Err(err.into()),
+                Err(err) => {
+                    if matches!(err, ForgeError::Refused(_)) {
+                        self.forget(user_id, sealed.forge_id).await;
+                    }
+                    return Err(err.into());
+                }
             }
         }
         Ok(Some(forge.driver.acting_as(&tokens.access)))
+    }
+
+    /// Forge `forge_id` refused user `user_id`'s token (HTTP 401: revoked or expired for
+    /// good): their tokens go, which ends the browser sessions they signed in with, and so
+    /// does every permission that forge granted them. Failing to write it is logged: the
+    /// next refusal tries again.
+    pub async fn forget(&self, user_id: i64, forge_id: i64) {
+        let forgotten = self
+            .store
+            .write(move |c| {
+                let tokens = forge_tokens::delete(c, user_id, forge_id)?;
+                let perms = repos::drop_forge_perms(c, user_id, forge_id)?;
+                Ok((tokens, perms))
+            })
+            .await;
+        match forgotten {
+            Ok((tokens, perms)) => tracing::info!(
+                user = user_id,
+                forge = forge_id,
+                tokens,
+                perms,
+                "the forge refused the user's token: their forge session and permissions end"
+            ),
+            Err(err) => tracing::warn!(
+                user = user_id,
+                forge = forge_id,
+                error = %err,
+                "the forge refused the user's token, and forgetting it failed"
+            ),
+        }
     }
 
     /// The driver acting as user `user_id`, else (no token, or it cannot be read or

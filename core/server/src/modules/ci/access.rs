@@ -21,8 +21,8 @@
 //! Every authenticated request asks "whose token is this?" and most then ask "what may they
 //! do on this repository?" (the events feed: "which repositories may they read?"). These
 //! answers are cached in [`AccessCache`] for one identity
-//! generation of the store (see `store::cache`): a token rotation, a deleted user or a changed
-//! permission is seen by the next request, and a cache hit costs no database read, no key
+//! generation of the store (see `store::cache`): a token rotation, a deleted user, a changed
+//! permission or forge tokens forgotten is seen by the next request, and a cache hit costs no database read, no key
 //! derivation and no signature check.
 
 use std::sync::Arc;
@@ -39,7 +39,7 @@ use crate::state::Ctx;
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow, Visibility};
 use crate::store::users::{self, Account, User};
-use crate::store::{StoreError, StoreResult, now_unix};
+use crate::store::{StoreError, StoreResult, forge_tokens, now_unix};
 
 /// The signed-in user, if the request carries a valid personal access token or browser
 /// session token (`sess`, normally from the `user_sess` cookie; see `auth::session`).
@@ -92,13 +92,21 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
         return Ok(None);
     };
     let env = ctx.ci.settings.env_admins.clone();
-    let account = match ctx
+    let (account, tokens_from) = match ctx
         .ci
         .store
-        .read(move |c| users::by_id(c, &env, user_id))
+        .read(move |c| {
+            let account = users::by_id(c, &env, user_id)?;
+            let tokens_from = if session {
+                forge_tokens::get(c, user_id)?.map(|t| t.forge_id)
+            } else {
+                None
+            };
+            Ok((account, tokens_from))
+        })
         .await
     {
-        Ok(account) => account,
+        Ok(found) => found,
         Err(StoreError::NotFound) => return Ok(None),
         Err(err) => return Err(err.into()),
     };
@@ -106,6 +114,13 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
     let Some(claims) = token::verify(raw, key.as_bytes(), now) else {
         return Ok(None);
     };
+    // A session made by signing in through a forge ends with the tokens that forge gave
+    // (forgotten when it refused them: `ci::forge::acting::Tokens::forget`).
+    if let Some(forge) = session::forge_of(&claims)
+        && tokens_from != Some(forge)
+    {
+        return Ok(None);
+    }
     Ok(Some(Verified {
         account,
         expires: claims.get("exp").and_then(Value::as_i64),
@@ -259,14 +274,33 @@ impl RepoAccess {
         }
     }
 
+    /// The caller must be signed in and allowed to push: 401 anonymous, 403 otherwise.
+    pub fn require_push(&self) -> Result<(), ApiError> {
+        self.user()?;
+        if self.perm.push || self.perm.admin {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Access denied: push permission required",
+            ))
+        }
+    }
+
     /// The caller must be signed in (some repo reads of public repos need no user).
     pub fn user(&self) -> Result<&Account, ApiError> {
         self.user.as_ref().ok_or_else(ApiError::unauthorized)
     }
 }
 
-/// Loads the repository named by the `repo_id` path parameter and checks pull permission.
+/// Loads the repository named by the `repo_id` path parameter and checks pull permission
+/// (a permission from the forge is read again after `ci::repos::PERM_TTL_SECS`).
 pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
+    repo_within(ctx, req, ci::repos::PERM_TTL_SECS).await
+}
+
+/// [`repo`], with a permission from the forge read again when `max_age` seconds old.
+async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAccess, ApiError> {
     let id = req.param_i64("repo_id")?;
     let generation = ctx.ci.store.identity_generation();
     let user = current_at(ctx, req, generation).await?;
@@ -292,21 +326,23 @@ pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
             found
         }
     };
-    let found = with_synced_perm(ctx, user.as_ref(), found).await;
+    let found = with_synced_perm(ctx, user.as_ref(), found, max_age).await;
     checked(user, found)
 }
 
-/// `found`, its permission read from the forge first when the stored one is stale
-/// (`ci::repos::perm_is_stale`): a user who lost access on the forge loses it here.
+/// `found`, its permission read from the forge first when the stored one is `max_age`
+/// seconds old (`ci::repos::perm_is_stale`): a user who lost access on the forge loses it
+/// here.
 async fn with_synced_perm(
     ctx: &Ctx,
     user: Option<&Account>,
     found: StoreResult<(RepoRow, Perm)>,
+    max_age: i64,
 ) -> StoreResult<(RepoRow, Perm)> {
     let (Some(account), Ok((row, perm))) = (user, &found) else {
         return found;
     };
-    if !ci::repos::perm_is_stale(&account.user, row, perm, now_unix())
+    if !ci::repos::perm_is_stale(&account.user, row, perm, now_unix(), max_age)
         || !ci::repos::sync_perm(&ctx.ci, account.user.id, row).await
     {
         return found;
@@ -322,11 +358,20 @@ async fn with_synced_perm(
         .await
 }
 
-/// Like [`repo`] but also requires repo admin (secrets, registries, cron, settings).
+/// Like [`repo`] but also requires repo admin (secrets, registries, cron, settings), with a
+/// permission from the forge no older than `ci::repos::RECHECK_SECS`.
 pub async fn repo_admin(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
-    let access = repo(ctx, req).await?;
+    let access = repo_within(ctx, req, ci::repos::RECHECK_SECS).await?;
     access.user()?;
     access.require_admin()?;
+    Ok(access)
+}
+
+/// Like [`repo`] but also requires push (run, restart, cancel, approve or decline
+/// pipelines), with a permission from the forge no older than `ci::repos::RECHECK_SECS`.
+pub async fn repo_push(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
+    let access = repo_within(ctx, req, ci::repos::RECHECK_SECS).await?;
+    access.require_push()?;
     Ok(access)
 }
 
@@ -345,7 +390,7 @@ where
             Ok((row, perm))
         })
         .await;
-    let found = with_synced_perm(ctx, user.as_ref(), found).await;
+    let found = with_synced_perm(ctx, user.as_ref(), found, ci::repos::PERM_TTL_SECS).await;
     checked(user, found)
 }
 
@@ -374,16 +419,18 @@ pub fn repo_not_found() -> ApiError {
 }
 
 /// `perm`, with what the user's forge says of their membership of `org` added (never taken
-/// away: an instance admin stays one; see `ci::orgs::forge_membership`).
+/// away: an instance admin stays one; see `ci::orgs::forge_membership`), read from the forge
+/// again when `max_age` old.
 pub async fn with_forge_membership(
     ctx: &Ctx,
     user: Option<&User>,
     org: &Org,
     mut perm: OrgPerm,
+    max_age: std::time::Duration,
 ) -> OrgPerm {
     if let Some(user) = user
         && !perm.admin
-        && let Some(on_forge) = ci::orgs::forge_membership(&ctx.ci, user, org).await
+        && let Some(on_forge) = ci::orgs::forge_membership(&ctx.ci, user, org, max_age).await
     {
         perm.member |= on_forge.member;
         perm.admin |= on_forge.admin;
@@ -399,7 +446,9 @@ pub struct OrgAccess {
 }
 
 /// Loads the organisation named by the `org_id` path parameter; the caller must be a member
-/// (`need_admin`: an org admin). 400 bad id, 401 anonymous, 404 unknown, 403 not allowed.
+/// (`need_admin`: an org admin, their membership on the forge no older than
+/// `ci::orgs::MEMBERSHIP_RECHECK`: admins manage the org's secrets and agents). 400 bad id,
+/// 401 anonymous, 404 unknown, 403 not allowed.
 pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess, ApiError> {
     let id = req.param_i64("org_id")?;
     let user = must_user(ctx, req).await?;
@@ -418,7 +467,12 @@ pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess
         Err(StoreError::NotFound) => return Err(ApiError::not_found("Organization not found")),
         Err(err) => return Err(err.into()),
     };
-    let perm = with_forge_membership(ctx, Some(&user.user), &org, perm).await;
+    let max_age = if need_admin {
+        ci::orgs::MEMBERSHIP_RECHECK
+    } else {
+        ci::orgs::MEMBERSHIP_TTL
+    };
+    let perm = with_forge_membership(ctx, Some(&user.user), &org, perm, max_age).await;
     if (need_admin && !perm.admin) || !perm.member {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,

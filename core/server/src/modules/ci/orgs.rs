@@ -60,7 +60,9 @@ async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         })
         .await
         .map_err(org_not_found)?;
-    let perm = access::with_forge_membership(&ctx, user.as_ref(), &org, perm).await;
+    let perm =
+        access::with_forge_membership(&ctx, user.as_ref(), &org, perm, ci::orgs::MEMBERSHIP_TTL)
+            .await;
     Ok(Response::json(&perm))
 }
 
@@ -79,7 +81,9 @@ async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         })
         .await
         .map_err(org_not_found)?;
-    let perm = access::with_forge_membership(&ctx, Some(&user), &org, perm).await;
+    let perm =
+        access::with_forge_membership(&ctx, Some(&user), &org, perm, ci::orgs::MEMBERSHIP_TTL)
+            .await;
     if perm.member {
         Ok(Response::json(&org))
     } else {

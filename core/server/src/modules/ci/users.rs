@@ -147,13 +147,13 @@ async fn forge_listing(
     };
     let forge_id = forge.row.forge.id;
     if let Ok(Some(driver)) = ctx.ci.tokens.as_user(&forge, account.user.id).await {
-        match driver.user_repos().await {
+        let user_id = account.user.id;
+        match ci::repos::sync_listed_perms(&ctx.ci, user_id, forge_id, driver.as_ref()).await {
             Ok(listed) => {
-                ci::repos::store_perms(&ctx.ci, account.user.id, forge_id, &listed).await?;
                 let listed = listed.into_iter().map(|(r, p)| (r, Some(p))).collect();
                 return Ok(Some((forge_id, listed)));
             }
-            Err(crate::ci::forge::ForgeError::Unsupported(_)) => {}
+            Err(ci::Error::Forge(crate::ci::forge::ForgeError::Unsupported(_))) => {}
             Err(err) => return Err(err.into()),
         }
     }

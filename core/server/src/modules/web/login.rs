@@ -70,8 +70,8 @@ fn finish(ctx: &Ctx, req: &Request, outcome: oauth::Outcome) -> Response {
     match outcome {
         oauth::Outcome::Redirect(response) => response,
         oauth::Outcome::NoOAuth => form(ctx, req, StatusCode::OK, None),
-        oauth::Outcome::SignedIn(account) => {
-            let mut response = signed_in(ctx, req, &account, now_unix(), "forge");
+        oauth::Outcome::SignedIn(account, forge) => {
+            let mut response = signed_in(ctx, req, &account, now_unix(), "forge", Some(forge));
             oauth::clear_state_cookie(ctx, req, &mut response);
             response
         }
@@ -121,7 +121,7 @@ pub async fn authorize_with_token(ctx: Ctx, req: Request) -> Result<Response, Ap
         return Ok(form(&ctx, &req, StatusCode::BAD_REQUEST, Some(message)));
     }
     match account_for_pat(&ctx, &pat, now).await? {
-        Some(account) => Ok(signed_in(&ctx, &req, &account, now, "token")),
+        Some(account) => Ok(signed_in(&ctx, &req, &account, now, "token", None)),
         None => {
             let message = "That is not a valid personal access token.";
             Ok(form(&ctx, &req, StatusCode::UNAUTHORIZED, Some(message)))
@@ -198,7 +198,7 @@ async fn sign_in_with_link(ctx: &Ctx, req: &Request, link: &str) -> Result<Respo
     if !fresh {
         return Ok(invalid(ctx));
     }
-    Ok(signed_in(ctx, req, &account, now, "login link"))
+    Ok(signed_in(ctx, req, &account, now, "login link", None))
 }
 
 async fn account_by_id(ctx: &Ctx, id: i64) -> Result<Option<Account>, ApiError> {
@@ -219,13 +219,22 @@ async fn account_for_pat(ctx: &Ctx, pat: &str, now: i64) -> Result<Option<Accoun
     Ok(account.filter(|a| token::verify(pat, ctx.token_key(a).as_bytes(), now).is_some()))
 }
 
-/// Sets the session cookie, drops the form cookie and sends the browser to the root.
-fn signed_in(ctx: &Ctx, req: &Request, account: &Account, now: i64, how: &str) -> Response {
+/// Sets the session cookie, drops the form cookie and sends the browser to the root. A
+/// session made by signing in through `forge` lasts only while its tokens are held.
+fn signed_in(
+    ctx: &Ctx,
+    req: &Request,
+    account: &Account,
+    now: i64,
+    how: &str,
+    forge: Option<i64>,
+) -> Response {
     let secure = over_tls(ctx, req);
     let lifetime = i64::try_from(ctx.config.web.session_hours)
         .unwrap_or(1)
         .saturating_mul(3600);
-    let token = session::session_token(account.user.id, &ctx.token_key(account), now, lifetime);
+    let key = ctx.token_key(account);
+    let token = session::session_token_from(account.user.id, &key, now, lifetime, forge);
     let root = ctx.config.web.root_path();
     let mut response = redirect(&home(&ctx.config));
     set_cookie(

@@ -36,8 +36,8 @@ pub enum Outcome {
     Redirect(Response),
     /// The forge has no OAuth sign-in: show the token form.
     NoOAuth,
-    /// Signed in through the forge.
-    SignedIn(crate::store::users::Account),
+    /// Signed in through the forge (its id).
+    SignedIn(crate::store::users::Account, i64),
 }
 
 /// The key that signs states: derived from the sealing key, so a callback may reach any
@@ -139,7 +139,7 @@ pub async fn callback(ctx: &Ctx, req: &Request, code: &str, state: &str) -> Outc
         }
     };
     match sign_in(ctx, &forge, code).await {
-        Ok(SignIn::Account(account)) => Outcome::SignedIn(account),
+        Ok(SignIn::Account(account)) => Outcome::SignedIn(account, forge_id),
         Ok(SignIn::Refused(code, description)) => {
             Outcome::Redirect(login_error(ctx, code, description.as_deref()))
         }
@@ -179,34 +179,6 @@ fn verified_state(ctx: &Ctx, req: &Request, state: &str) -> Option<i64> {
     ours.then(|| claims.get("forge")?.as_i64())?
 }
 
-/// Reads the user's repositories and permissions from the forge after they signed in (as
-/// upstream does at each sign-in), off the sign-in's path.
-fn sync_perms_later(
-    ctx: &Ctx,
-    forge_id: i64,
-    user_id: i64,
-    as_user: std::sync::Arc<dyn crate::ci::forge::ForgeDriver>,
-) {
-    let ci = ctx.ci.clone();
-    tokio::spawn(async move {
-        let synced = match as_user.user_repos().await {
-            Ok(listed) => crate::ci::repos::store_perms(&ci, user_id, forge_id, &listed)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(ForgeError::Unsupported(_)) => Ok(()),
-            Err(err) => Err(err.to_string()),
-        };
-        if let Err(error) = synced {
-            tracing::warn!(
-                user = user_id,
-                forge = forge_id,
-                error,
-                "permissions not synced at sign-in"
-            );
-        }
-    });
-}
-
 enum SignIn {
     Account(crate::store::users::Account),
     /// Refused, with the login page's error code and a description.
@@ -241,9 +213,10 @@ async fn sign_in(ctx: &Ctx, forge: &ForgeHandle, code: &str) -> Result<SignIn, C
     }
     let login = account.login.clone();
     Ok(
-        match crate::ci::users::sign_in_from_forge(&ctx.ci, forge_id, account, &tokens).await? {
+        match crate::ci::users::sign_in_from_forge(&ctx.ci, forge_id, account, &tokens, as_user)
+            .await?
+        {
             ForgeSignIn::Known(a) | ForgeSignIn::Linked(a) | ForgeSignIn::Created(a) => {
-                sync_perms_later(ctx, forge_id, a.user.id, as_user);
                 SignIn::Account(a)
             }
             ForgeSignIn::RegistrationClosed => {

@@ -59,19 +59,6 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
     agent_rpc::routes(scope);
 }
 
-/// The caller must be allowed to push (run, cancel, approve pipelines): 403 otherwise.
-fn require_push(access: &RepoAccess) -> Result<(), ApiError> {
-    access.user()?;
-    if access.perm.push || access.perm.admin {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Access denied: push permission required",
-        ))
-    }
-}
-
 fn pipeline_not_found(err: StoreError) -> ApiError {
     match err {
         StoreError::NotFound => ApiError::not_found("Pipeline not found"),
@@ -220,8 +207,7 @@ pub fn check_variables(variables: &BTreeMap<String, String>) -> Result<(), ApiEr
 
 /// `POST /repos/{id}/pipelines`: a manual run of a branch's head.
 async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
-    require_push(&access)?;
+    let access = access::repo_push(&ctx, &req).await?;
     let opts: PipelineOptions = if req.body.is_empty() {
         PipelineOptions::default()
     } else {
@@ -274,8 +260,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `POST /repos/{id}/pipelines/{n}`: a new pipeline from the stored configs of pipeline `n`.
 async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
-    require_push(&access)?;
+    let access = access::repo_push(&ctx, &req).await?;
     let old = load(&ctx, access.row.repo.id, number_param(&req)?)
         .await?
         .pipeline;
@@ -355,8 +340,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `POST …/cancel`: 204.
 async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
-    require_push(&access)?;
+    let access = access::repo_push(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
     let login = access.user()?.user.login.clone();
     // Upstream answers 400 for a pipeline that can no longer be canceled.
@@ -373,8 +357,7 @@ async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `POST …/approve`: a blocked pipeline goes to the queue.
 async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
-    require_push(&access)?;
+    let access = access::repo_push(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
     let login = access.user()?.user.login.clone();
     let updated = ci::pipelines::approve(&ctx.ci, &access.row, &row, login).await?;
@@ -383,8 +366,7 @@ async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `POST …/decline`: a blocked pipeline, its workflows and steps become `declined`.
 async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
-    require_push(&access)?;
+    let access = access::repo_push(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
     let login = access.user()?.user.login.clone();
     let updated = ci::pipelines::decline(&ctx.ci, access.row.repo.id, &row, login).await?;
@@ -567,7 +549,7 @@ async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// `DELETE /repos/{id}/logs/{n}/{step_id}`: refused while the step runs.
 async fn delete_step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (access, _, step) = find_step(&ctx, &req).await?;
-    require_push(&access)?;
+    access.require_push()?;
     ci::pipelines::delete_step_log(&ctx.ci, &step).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
@@ -596,8 +578,7 @@ async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `DELETE /repos/{id}/logs/{n}`: every step's log; refused while the pipeline is active.
 async fn delete_pipeline_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
-    require_push(&access)?;
+    let access = access::repo_push(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
     ci::pipelines::delete_logs(&ctx.ci, &row).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
