@@ -33,15 +33,16 @@ impl Backend {
     /// home, the workspace and the directories around it, `/tmp`, `/etc`) and fails
     /// with 97 or 98 if it finds it, and then exits `code`.
     fn config(self, code: u8) -> String {
-        // The docker step's home is `/root`; the host's is the workflow's own.
-        let (image, root) = match self {
-            Backend::Local => ("sh", ""),
-            Backend::Docker => (crate::docker::BUSYBOX, " /root"),
+        // Host steps: the workflow's directory and the workdir around it. Containers: the
+        // volume at /woodpecker and the home (never `/`: /proc and /sys do not end).
+        let (image, dirs) = match self {
+            Backend::Local => ("sh", r#""$$PWD/.." "$$PWD/../..""#),
+            Backend::Docker => (crate::docker::BUSYBOX, "/woodpecker /root"),
         };
         // The token's prefix, spelt so that the step's own script does not contain it.
         let (a, b) = ACCESS_PREFIX.split_at(4);
         format!(
-            "steps:\n  - name: check\n    image: {image}\n    commands:\n      - test -f README.md\n      - p={a}; p=\"$${{p}}{b}\"\n      - if env | grep -q \"$$p\"; then echo token in the environment; exit 97; fi\n      - for d in \"$$HOME\" \"$$PWD\" \"$$PWD/..\" \"$$PWD/../..\" /tmp /etc{root}; do if grep -rqs \"$$p\" \"$$d\"; then echo token in $$d; exit 98; fi; done\n      - exit {code}\n"
+            "steps:\n  - name: check\n    image: {image}\n    commands:\n      - test -f README.md\n      - p={a}; p=\"$${{p}}{b}\"\n      - if env | grep -q \"$$p\"; then echo token in the environment; exit 97; fi\n      - for d in \"$$HOME\" \"$$PWD\" {dirs} /tmp /etc; do if grep -rqs \"$$p\" \"$$d\"; then echo token in $$d; exit 98; fi; done\n      - exit {code}\n"
         )
     }
 }
