@@ -191,6 +191,9 @@ const MIGRATIONS: &[Step] = &[
     // 16: facts about the database servers on it must agree on (the sealing key's
     //     fingerprint).
     Sql(super::meta::SCHEMA),
+    // 17: the bodies of deliveries that made pipelines (a replay with another delivery id
+    //     makes no second one either).
+    Sql(super::deliveries::BODY_SCHEMA),
 ];
 
 /// The schema version this build writes.

@@ -339,6 +339,17 @@ const MIGRATIONS: &[&str] = &[
         FOR EACH ROW WHEN (NEW.state = 'pending' AND OLD.state <> 'pending')
         EXECUTE FUNCTION woodlark_changed();
     "#,
+    // 5: the bodies of deliveries that made pipelines (`deliveries::BODY_SCHEMA`).
+    r#"
+    CREATE TABLE delivery_bodies (
+        repo_id     BIGINT NOT NULL,
+        sha256      BYTEA  NOT NULL,
+        pipeline_id BIGINT NOT NULL,
+        created     BIGINT NOT NULL,
+        PRIMARY KEY (repo_id, sha256)
+    );
+    CREATE INDEX delivery_bodies_created ON delivery_bodies (created);
+    "#,
 ];
 
 /// The channel [`MIGRATIONS`]' triggers notify, with the changed table's name as payload.
