@@ -274,6 +274,15 @@ impl Setup<'_> {
 
     /// Posts `payload` signed as the forge signs it; the created pipeline.
     async fn deliver(&self, payload: &Value, headers: &[(&str, &str)]) -> Value {
+        // Every call is a delivery of its own: a forge's delivery id is never reused, and
+        // neither is its body (a real event's payload differs at least in its times). The
+        // server answers a repeated id or body with the pipeline it made.
+        static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = DELIVERIES
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_string();
+        let mut payload = payload.clone();
+        payload["test_delivery"] = json!(id);
         let body = payload.to_string();
         let (name, value) = match self.t.signing {
             Signing::Hmac(header, prefix) => {
@@ -289,12 +298,6 @@ impl Setup<'_> {
             }
             Signing::Token(header) => (header, self.secret.clone()),
         };
-        // Every call is a delivery of its own: a forge's delivery id is never reused (the
-        // server answers a repeated one with the pipeline it made).
-        static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let id = DELIVERIES
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            .to_string();
         let mut all: Vec<(&str, &str)> = headers
             .iter()
             .map(|&(k, v)| {

@@ -769,6 +769,62 @@ async fn gitea_round_trip_with_a_second_replica() {
     assert_eq!(leaders, 1);
 }
 
+/// Issue 45, item 4: a captured signed push sent again with another delivery id, or none,
+/// makes no pipeline (the id is outside the signature; the body is not), neither while the
+/// pipeline it made exists (answered with that one, as a redelivery is) nor after it is
+/// deleted. Before bodies were known, each replay made a pipeline, secrets and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_signed_push_replayed_under_any_delivery_id_makes_no_pipeline() {
+    let round = round_trip(Kind::Gitea).await;
+    let (number, _) = round.push_and_check("REPLAY.md", "success").await;
+    let (body, headers, path) = {
+        let fake = round.fake.lock().unwrap();
+        let (body, headers) = fake.push_delivery(&fake.head);
+        (body, headers, fake.hook().unwrap().0)
+    };
+    let is_id = |k: &str| k.ends_with("-delivery");
+    assert!(headers.iter().any(|(k, _)| is_id(k)), "{headers:?}");
+    let replay = |id: Option<&'static str>| {
+        let mut sent: Vec<(String, String)> =
+            headers.iter().filter(|(k, _)| !is_id(k)).cloned().collect();
+        if let Some(id) = id {
+            sent.push(("x-gitea-delivery".into(), id.into()));
+            sent.push(("x-github-delivery".into(), id.into()));
+        }
+        let (http, path, body) = (round.s.http.clone(), path.clone(), body.clone());
+        async move {
+            let sent: Vec<(&str, &str)> =
+                sent.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            http.send("POST", &path, None, Some(body.as_bytes()), &sent)
+                .await
+        }
+    };
+    let next = format!("/api/repos/{}/pipelines/{}", round.id, number + 1);
+    for id in [Some("attacker-1"), Some("attacker-2"), None] {
+        let answer = replay(id).await.expect(200).json();
+        assert_eq!(answer["number"], number, "{id:?}: {answer:#}");
+        round.s.http.get(&next, Some(&round.pat)).await.expect(404);
+    }
+    round
+        .s
+        .http
+        .delete(
+            &format!("/api/repos/{}/pipelines/{number}", round.id),
+            Some(&round.pat),
+        )
+        .await
+        .expect(204);
+    for id in [Some("attacker-3"), None] {
+        let answer = replay(id).await.expect(200);
+        assert!(
+            answer.text().contains("received before"),
+            "{id:?}: {}",
+            answer.text()
+        );
+        round.s.http.get(&next, Some(&round.pat)).await.expect(404);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forgejo_round_trip() {
     round_trip_and_deactivate(Kind::Forgejo).await;

@@ -137,10 +137,16 @@ async fn slow_headers_are_cut_off() {
 #[tokio::test]
 async fn a_trickled_body_is_cut_off_with_408_even_anonymously() {
     let s = TestServer::start_with("body_read_timeout_ms = 400").await;
+    // No user token, only a repository's hook token: a hook that names no target is refused
+    // before its body is read, so the body is trickled to a valid one.
+    let p = s.principals().await;
+    s.git_repo(&p.admin, &p.alice, "alice/slow").await;
+    let hook = s.hook_path("alice/slow");
     let mut stream = TcpStream::connect(s.http.addr).await.unwrap();
     stream
         .write_all(
-            b"POST /api/hook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+            format!("POST {hook} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n0")
+                .as_bytes(),
         )
         .await
         .unwrap();

@@ -712,14 +712,7 @@ async fn hook_rejects_bad_tokens_and_bodies() {
     let s = TestServer::start().await;
     let p = s.principals().await;
     let repo = s.git_repo(&p.admin, &p.alice, "alice/hello").await;
-    let script =
-        std::fs::read_to_string(s.forge_dir().join("alice/hello.git/hooks/post-receive")).unwrap();
-    let url = script
-        .lines()
-        .find_map(|l| l.strip_prefix("url='"))
-        .unwrap()
-        .trim_end_matches('\'');
-    let path = &url[url.find("/api/hook").unwrap()..];
+    let path = &s.hook_path("alice/hello");
     let token = path.split("access_token=").nth(1).unwrap();
     let head = git(
         &s.forge_dir().join("alice/hello.git"),

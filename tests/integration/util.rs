@@ -523,6 +523,23 @@ impl TestServer {
     }
 }
 
+impl TestServer {
+    /// The path and query the `post-receive` hook of git repository `remote_id` posts to
+    /// (`/api/hook?access_token=…`), as its script has it.
+    pub fn hook_path(&self, remote_id: &str) -> String {
+        let hook = self
+            .forge_dir()
+            .join(format!("{remote_id}.git/hooks/post-receive"));
+        let script = std::fs::read_to_string(hook).unwrap();
+        let url = script
+            .lines()
+            .find_map(|l| l.strip_prefix("url='"))
+            .unwrap()
+            .trim_end_matches('\'');
+        url[url.find("/api/hook").unwrap()..].to_string()
+    }
+}
+
 /// Runs git in `dir` with a fixed identity; panics on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

@@ -21,6 +21,8 @@ pub enum ErrorStyle {
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// Seconds to wait before trying again (`Retry-After`), when the refusal will pass.
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -28,6 +30,15 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 503: the server is too busy for this request now; try again in `seconds`.
+    pub fn busy(message: impl Into<String>, seconds: u32) -> ApiError {
+        ApiError {
+            retry_after: Some(seconds),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
         }
     }
 
@@ -69,11 +80,15 @@ impl ApiError {
     }
 
     pub fn render(&self, style: ErrorStyle) -> Response {
-        match style {
+        let response = match style {
             ErrorStyle::PlainText => Response::text(self.status, self.message.clone()),
             ErrorStyle::JsonMessage => {
                 Response::json_status(self.status, &serde_json::json!({ "message": self.message }))
             }
+        };
+        match self.retry_after {
+            Some(seconds) => response.with_header(http::header::RETRY_AFTER, seconds.into()),
+            None => response,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! - [`connections`]: the connection limit, the 503 refusal past it, the open-file limit.
 //! - [`heap`]: freed heap handed back to the kernel after a flood of connections.
 //! - [`router`]: a matchit table from path patterns to handlers, with per-route body limits and
-//!   405 + `Allow`; modules add their routes through a [`router::Scope`] under their mount.
+//!   405 + `Allow`; modules add their routes through a [`router::Scope`] under their mount. A
+//!   guarded route (webhooks) checks the request's head before its body is read.
+//! - [`budget`]: the byte budget guarded routes' bodies share (503 past it).
 //! - [`request`] / [`response`]: the plain types handlers see and return.
 //! - [`error`]: [`ApiError`], rendered as plain text (Woodpecker) or `{"message"}` JSON
 //!   (Clever, algod) depending on the module that owns the route.
@@ -17,6 +19,7 @@
 //! `Result<Response, ApiError>`. Types re-exported here from the `http` crate (status codes,
 //! methods, header maps) are plain data and safe to use anywhere.
 
+pub mod budget;
 pub mod client;
 pub mod connections;
 pub mod error;

@@ -1,7 +1,8 @@
 //! What handlers receive: the request line, headers, path parameters and the whole body.
 //!
 //! Bodies are read before the handler runs, bounded by the route's limit, so a handler never
-//! waits on a slow client and never sees more bytes than its route allows.
+//! waits on a slow client and never sees more bytes than its route allows. A guarded route's
+//! head check sees the request before its body is read (`body` still empty).
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
@@ -23,6 +24,9 @@ pub struct Request {
     pub remote: Option<std::net::SocketAddr>,
     /// Whether the request came over TLS.
     pub tls: bool,
+    /// What the server and a route's head check attached to the request (see
+    /// [`crate::router::Scope::route_guarded`]).
+    pub extensions: http::Extensions,
 }
 
 impl Request {
@@ -40,6 +44,7 @@ impl Request {
             body: Bytes::new(),
             remote: None,
             tls: false,
+            extensions: http::Extensions::new(),
         }
     }
 

@@ -11,12 +11,38 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Method};
 
+use super::budget::{BodyBudget, DEFAULT_BODY_BUDGET};
 use super::error::{ApiError, ErrorStyle};
 use super::request::Request;
 use super::response::Response;
 
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Response, ApiError>> + Send>>;
 pub type Handler<S> = Arc<dyn Fn(S, Request) -> HandlerFuture + Send + Sync>;
+pub type HeadCheckFuture = Pin<Box<dyn Future<Output = Result<Request, ApiError>> + Send>>;
+/// Sees a request before its body is read (`body` empty) and refuses it, or gives it back,
+/// with what it learned in `extensions` for the handler.
+pub type HeadCheck<S> = Arc<dyn Fn(S, Request) -> HeadCheckFuture + Send + Sync>;
+
+/// Put in a request's extensions by a head check that authenticated the sender from the head
+/// alone (a signed token in the URL): its body is read outside the shared budget.
+#[derive(Debug, Clone, Copy)]
+pub struct SenderKnown;
+
+/// What a route open to unknown senders has before its body is read: its head check, and
+/// the byte budget its bodies share with every other guarded route.
+pub struct Guard<S> {
+    pub check: HeadCheck<S>,
+    pub budget: Arc<BodyBudget>,
+}
+
+impl<S> Clone for Guard<S> {
+    fn clone(&self) -> Self {
+        Guard {
+            check: self.check.clone(),
+            budget: self.budget.clone(),
+        }
+    }
+}
 
 /// One method on one path.
 pub struct Route<S> {
@@ -25,6 +51,8 @@ pub struct Route<S> {
     pub handler: Handler<S>,
     pub body_limit: usize,
     pub style: ErrorStyle,
+    /// Set on routes whose senders are unknown until their body is read.
+    pub guard: Option<Guard<S>>,
 }
 
 impl<S> Clone for Route<S> {
@@ -34,6 +62,7 @@ impl<S> Clone for Route<S> {
             handler: self.handler.clone(),
             body_limit: self.body_limit,
             style: self.style,
+            guard: self.guard.clone(),
         }
     }
 }
@@ -77,6 +106,8 @@ pub struct Router<S> {
     /// Mount prefixes and their error styles, longest first, for 404s.
     mounts: Vec<(String, ErrorStyle)>,
     default_body_limit: usize,
+    /// Shared by the guarded routes' bodies.
+    body_budget: Arc<BodyBudget>,
     errors: Vec<RouteError>,
 }
 
@@ -88,8 +119,20 @@ impl<S: Clone + Send + Sync + 'static> Router<S> {
             patterns: Vec::new(),
             mounts: Vec::new(),
             default_body_limit,
+            body_budget: BodyBudget::new(DEFAULT_BODY_BUDGET),
             errors: Vec::new(),
         }
+    }
+
+    /// The bytes the guarded routes' bodies may hold at once (before any route is added).
+    pub fn with_body_budget(mut self, bytes: usize) -> Router<S> {
+        self.body_budget = BodyBudget::new(bytes);
+        self
+    }
+
+    /// The guarded routes' shared budget (for metrics).
+    pub fn body_budget(&self) -> &Arc<BodyBudget> {
+        &self.body_budget
     }
 
     /// Routes added through the scope are mounted under `prefix` and render errors in `style`.
@@ -249,12 +292,52 @@ impl<S: Clone + Send + Sync + 'static> Scope<'_, S> {
         self.route_with_limit(method, path, limit, handler)
     }
 
+    /// Like [`Scope::route_with_limit`] for a route anyone may send a body to before they are
+    /// known (webhooks). `check` sees the head first and may refuse it, so nothing is read
+    /// for a request that names no valid target; a body whose sender `check` did not mark
+    /// [`SenderKnown`] is read within the router's [`BodyBudget`] (503 past it).
+    pub fn route_guarded<C, CFut, F, Fut>(
+        &mut self,
+        method: Method,
+        path: &str,
+        body_limit: usize,
+        check: C,
+        handler: F,
+    ) -> &mut Self
+    where
+        C: Fn(S, Request) -> CFut + Send + Sync + 'static,
+        CFut: Future<Output = Result<Request, ApiError>> + Send + 'static,
+        F: Fn(S, Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response, ApiError>> + Send + 'static,
+    {
+        let guard = Guard {
+            check: Arc::new(move |s, r| Box::pin(check(s, r))),
+            budget: self.router.body_budget.clone(),
+        };
+        self.add(method, path, body_limit, Some(guard), handler)
+    }
+
     /// Like [`Scope::route`] with a route-specific body limit (webhooks, uploads).
     pub fn route_with_limit<F, Fut>(
         &mut self,
         method: Method,
         path: &str,
         body_limit: usize,
+        handler: F,
+    ) -> &mut Self
+    where
+        F: Fn(S, Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response, ApiError>> + Send + 'static,
+    {
+        self.add(method, path, body_limit, None, handler)
+    }
+
+    fn add<F, Fut>(
+        &mut self,
+        method: Method,
+        path: &str,
+        body_limit: usize,
+        guard: Option<Guard<S>>,
         handler: F,
     ) -> &mut Self
     where
@@ -272,6 +355,7 @@ impl<S: Clone + Send + Sync + 'static> Scope<'_, S> {
             handler: Arc::new(move |s, r| Box::pin(handler(s, r))),
             body_limit,
             style: self.style,
+            guard,
         };
         self.router.add(method, pattern, route);
         self

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
@@ -25,12 +25,13 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
+use super::budget::{BodyBudget, Held};
 use super::connections::{AcceptErrors, Admission, Admitted, Busy, Timeouts};
 use super::error::{ApiError, ErrorStyle};
 use super::metrics::Metrics;
 use super::request::Request;
 use super::response::Response;
-use super::router::{Lookup, Router};
+use super::router::{Lookup, Route, Router, SenderKnown};
 
 /// A whole body, or chunks from a channel (server-sent events).
 pub type ResponseBody = Either<Full<Bytes>, ChannelBody>;
@@ -365,7 +366,7 @@ where
             let response = async {
                 // A request without a body (most GETs) needs no read timer.
                 let no_body = hyper::body::Body::is_end_stream(req.body());
-                let read = read_request(req, params, route.body_limit, remote, tls);
+                let read = read_request(req, params, &route, &dispatcher.state, remote, tls);
                 let read = if no_body {
                     Ok(read.await)
                 } else {
@@ -451,13 +452,17 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-async fn read_request(
+/// The request with its body, read within the route's limit (and, on a guarded route, after
+/// its head check and within the shared budget).
+async fn read_request<S: Clone + Send + Sync + 'static>(
     req: hyper::Request<Incoming>,
     params: Vec<(String, String)>,
-    limit: usize,
+    route: &Route<S>,
+    state: &S,
     remote: Option<SocketAddr>,
     tls: bool,
 ) -> Result<Request, ApiError> {
+    let limit = route.body_limit;
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -467,27 +472,92 @@ async fn read_request(
         return Err(ApiError::payload_too_large(limit));
     }
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-            return Err(ApiError::payload_too_large(limit));
-        }
-        Err(err) => {
-            return Err(ApiError::bad_request(format!(
-                "could not read request body: {err}"
-            )));
-        }
-    };
-    Ok(Request {
+    let mut request = Request {
         method: parts.method,
         path: parts.uri.path().to_string(),
         query: parts.uri.query().unwrap_or("").to_string(),
         headers: parts.headers,
         params,
-        body,
+        body: Bytes::new(),
         remote,
         tls,
-    })
+        extensions: parts.extensions,
+    };
+    let Some(guard) = &route.guard else {
+        request.body = collect(body, limit).await?;
+        return Ok(request);
+    };
+    let mut request = (guard.check)(state.clone(), request).await?;
+    if request.extensions.get::<SenderKnown>().is_some() {
+        request.body = collect(body, limit).await?;
+    } else {
+        let (bytes, held) = collect_within(body, limit, declared, &guard.budget).await?;
+        request.body = bytes;
+        request.extensions.insert(Arc::new(held));
+    }
+    Ok(request)
+}
+
+/// A whole body of at most `limit` bytes.
+async fn collect(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::payload_too_large(limit))
+        }
+        Err(err) => Err(unreadable(err)),
+    }
+}
+
+fn unreadable(err: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!("could not read request body: {err}"))
+}
+
+/// Seconds a client refused for want of budget is asked to wait: bodies in flight are done
+/// within the body read timeout, most far sooner.
+const BUDGET_RETRY_AFTER_SECS: u32 = 5;
+
+/// [`collect`] holding the body's bytes in `budget` as they are admitted: a declared length
+/// before any byte is read, else each frame before it is kept. Past the budget, 503.
+async fn collect_within(
+    mut body: Incoming,
+    limit: usize,
+    declared: Option<u64>,
+    budget: &Arc<BodyBudget>,
+) -> Result<(Bytes, Held), ApiError> {
+    let busy = || {
+        tracing::debug!(
+            budget = budget.limit(),
+            held = budget.held(),
+            "request body refused: the unauthenticated body budget is spent"
+        );
+        ApiError::busy(
+            "too many request bodies in flight; try again later",
+            BUDGET_RETRY_AFTER_SECS,
+        )
+    };
+    let mut held = budget.hold();
+    let mut buf = BytesMut::new();
+    if let Some(n) = declared {
+        // At most `limit` (checked before).
+        let n = n as usize;
+        held.grow(n).map_err(|_| busy())?;
+        buf.reserve(n);
+    }
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(unreadable)?.into_data() else {
+            continue;
+        };
+        let total = buf.len() + data.len();
+        if total > limit {
+            return Err(ApiError::payload_too_large(limit));
+        }
+        if total > held.bytes() {
+            held.grow(total - held.bytes()).map_err(|_| busy())?;
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok((buf.freeze(), held))
 }
 
 fn into_hyper(response: Response, is_head: bool) -> hyper::Response<ResponseBody> {
@@ -532,7 +602,135 @@ mod tests {
             body: Bytes::new(),
             remote: None,
             tls: false,
+            extensions: http::Extensions::new(),
         }
+    }
+
+    /// A server with one guarded route, `POST /hook`: its check refuses a request without
+    /// `?to=ok` and marks one with `x-known` as from a known sender; the handler answers the
+    /// body's length. Bodies share a budget of 100 bytes.
+    async fn guarded_server() -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        async fn check(_: (), req: Request) -> Result<Request, ApiError> {
+            if req.query != "to=ok" {
+                return Err(ApiError::bad_request("no such target"));
+            }
+            let mut req = req;
+            if req.header("x-known").is_some() {
+                req.extensions.insert(SenderKnown);
+            }
+            Ok(req)
+        }
+        async fn handler(_: (), req: Request) -> Result<Response, ApiError> {
+            Ok(Response::text(StatusCode::OK, req.body.len().to_string()))
+        }
+        let mut router = Router::new(1024).with_body_budget(100);
+        router.scope("", ErrorStyle::PlainText).route_guarded(
+            Method::POST,
+            "/hook",
+            1000,
+            check,
+            handler,
+        );
+        let dispatcher = Arc::new(Dispatcher {
+            router: router.finish().unwrap(),
+            state: (),
+            metrics: Arc::new(Metrics::default()),
+            body_read_timeout: Duration::from_secs(5),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let options = ServerOptions {
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_millis(10),
+            max_connections: 64,
+            tls: None,
+        };
+        tokio::spawn(serve(listener, dispatcher, options, async {
+            let _ = stopped.await;
+        }));
+        (addr, stop)
+    }
+
+    /// Sends `head` (and `body`) on a new connection; the answer's head, as soon as it comes.
+    async fn send(addr: SocketAddr, head: &str, body: &[u8]) -> (tokio::net::TcpStream, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        let answered = tokio::time::timeout(Duration::from_secs(5), async {
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        assert!(answered.is_ok(), "no answer to {head:?}");
+        (stream, String::from_utf8_lossy(&got).to_lowercase())
+    }
+
+    fn post(query: &str, length: usize, extra: &str) -> String {
+        format!("POST /hook?{query} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n{extra}\r\n")
+    }
+
+    #[tokio::test]
+    async fn a_guarded_route_refuses_a_bad_head_before_reading_any_body() {
+        let (addr, _stop) = guarded_server().await;
+        // Not a byte of the declared body is sent: the answer comes anyway.
+        let (_, answer) = send(addr, &post("to=nowhere", 900, ""), b"").await;
+        assert!(answer.starts_with("http/1.1 400"), "{answer}");
+        let (_, answer) = send(addr, &post("to=ok", 3, ""), b"abc").await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn guarded_bodies_share_a_budget_and_past_it_are_told_to_come_back() {
+        let (addr, _stop) = guarded_server().await;
+        // A body of 80 declared bytes, held half sent.
+        let first = {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream
+                .write_all(post("to=ok", 80, "").as_bytes())
+                .await
+                .unwrap();
+            stream.write_all(&[b'x'; 40]).await.unwrap();
+            stream
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // 30 more do not fit, declared or chunked; a known sender's body is outside it.
+        let (_, answer) = send(addr, &post("to=ok", 30, ""), &[b'y'; 30]).await;
+        assert!(answer.starts_with("http/1.1 503"), "{answer}");
+        assert!(answer.contains("\r\nretry-after: 5\r\n"), "{answer}");
+        let chunked = "POST /hook?to=ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let (_, answer) = send(
+            addr,
+            chunked,
+            b"1e\r\nyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\r\n0\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("http/1.1 503"), "{answer}");
+        let (_, answer) = send(addr, &post("to=ok", 30, "x-known: 1\r\n"), &[b'y'; 30]).await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        // 20 still fit; once the first body is in and answered, 30 fit again.
+        let (_, answer) = send(addr, &post("to=ok", 20, ""), &[b'y'; 20]).await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        let mut first = first;
+        {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            first.write_all(&[b'x'; 40]).await.unwrap();
+            let mut buf = [0u8; 256];
+            let n = first.read(&mut buf).await.unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (_, answer) = send(addr, &post("to=ok", 30, ""), &[b'y'; 30]).await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
     }
 
     #[tokio::test]

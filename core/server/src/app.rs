@@ -363,7 +363,8 @@ fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::tas
 }
 
 fn build_router(config: &Config) -> Result<Router<Ctx>, RouteError> {
-    let mut router = Router::new(config.server.max_body_bytes);
+    let mut router = Router::new(config.server.max_body_bytes)
+        .with_body_budget(config.server.unauthenticated_body_budget_bytes);
     for (module, settings) in enabled(config) {
         module.routes(&mut router.scope(&settings.mount, module.error_style()));
         module.root_routes(&mut router.scope("", ErrorStyle::PlainText));

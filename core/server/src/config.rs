@@ -104,6 +104,10 @@ pub struct ServerConfig {
     /// Client connections served at once (lowered to fit the open-file limit); one more is
     /// answered 503 and closed.
     pub max_connections: usize,
+    /// Bytes that request bodies from senders not yet authenticated (webhooks checked only
+    /// by their forge's signature) may hold at once, all together; past it, 503 with
+    /// `Retry-After`. Bounds what a flood of large bodies can take.
+    pub unauthenticated_body_budget_bytes: usize,
     /// If set, `GET /metrics` requires `Authorization: Bearer <token>`.
     pub metrics_token: String,
     /// PEM certificate chain; with `tls_key`, the server speaks HTTPS (HTTP/2 by ALPN).
@@ -480,6 +484,7 @@ impl Default for ServerConfig {
             body_read_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
             max_connections: 4096,
+            unauthenticated_body_budget_bytes: crate::http::budget::DEFAULT_BODY_BUDGET,
             metrics_token: String::new(),
             tls_cert: PathBuf::new(),
             tls_key: PathBuf::new(),
@@ -666,6 +671,12 @@ impl Config {
             return Err(invalid(
                 "server.max_connections",
                 "must be between 1 and 1000000".into(),
+            ));
+        }
+        if self.server.unauthenticated_body_budget_bytes < 1024 * 1024 {
+            return Err(invalid(
+                "server.unauthenticated_body_budget_bytes",
+                "must be at least 1048576".into(),
             ));
         }
         if self.storage.readers == 0 || self.storage.readers > 64 {
@@ -1118,6 +1129,21 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
             .to_string();
         assert!(err.contains("server.listen"), "{err}");
         assert!(err.contains("invalid socket address"), "{err}");
+    }
+
+    #[test]
+    fn the_unauthenticated_body_budget_has_a_floor() {
+        assert_eq!(
+            load("").unwrap().server.unauthenticated_body_budget_bytes,
+            64 * 1024 * 1024
+        );
+        let err = load("[server]\nunauthenticated_body_budget_bytes = 1000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.unauthenticated_body_budget_bytes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -193,6 +193,9 @@ const MIGRATIONS: &[Step] = &[
     Sql(super::meta::SCHEMA),
     // 17: how an agent bounds its steps' resources, as it reports it.
     Sql(super::agents::ADD_LIMITS),
+    // 18: the bodies of deliveries that made pipelines (a replay with another delivery id
+    //     makes no second one either).
+    Sql(super::deliveries::BODY_SCHEMA),
 ];
 
 /// The schema version this build writes.

@@ -7,8 +7,14 @@
 //! failed; the server's connection metrics after; its RSS before, at the peak, and every 5 s
 //! for 60 s after.
 //!
+//! Then the webhook flood (issue 45): [`HOOK_FLOODERS`] clients post 25 MB bodies to
+//! `/api/hook` without a token or a signature (only a GitHub event header, so the adapter
+//! recognises them and the body must be read before anything can refuse it), again as soon
+//! as each is answered, for [`HOOK_FLOOD_SECS`]. Reported: the answers, and the server's
+//! RSS before and at the peak, against `server.unauthenticated_body_budget_bytes`.
+//!
 //! **No baseline:** absolute numbers, against issue 32's goal (back within 50 MB of the
-//! pre-flood RSS a minute after).
+//! pre-flood RSS a minute after) and issue 45's (the hook flood held to the budget).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +32,46 @@ use crate::server::{Api, Binary};
 const FLOOD_CONNECTIONS: usize = 20_000;
 /// Connection attempts in flight at once.
 const FLOOD_PARALLEL: usize = 256;
+
+/// Clients of the webhook flood at once (the issue's attack: 300 took the RSS to 4.5 GB).
+const HOOK_FLOODERS: usize = 300;
+/// How long the webhook flood lasts.
+const HOOK_FLOOD_SECS: u64 = 10;
+/// Each flood body: the hook route's limit (GitHub's largest delivery).
+const HOOK_BODY: usize = 25 * 1024 * 1024;
+
+/// The highest RSS of a process, sampled every 100 ms until stopped.
+struct PeakRss {
+    peak: Arc<AtomicUsize>,
+    sampling: Arc<std::sync::atomic::AtomicBool>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl PeakRss {
+    fn sample(pid: u32, before: u64) -> PeakRss {
+        let peak = Arc::new(AtomicUsize::new(before as usize));
+        let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (p, s) = (peak.clone(), sampling.clone());
+        let sampler = tokio::spawn(async move {
+            while s.load(Ordering::Relaxed) {
+                p.fetch_max(rss_kib(pid) as usize, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        PeakRss {
+            peak,
+            sampling,
+            sampler,
+        }
+    }
+
+    /// The peak in KiB.
+    async fn stop(self) -> u64 {
+        self.sampling.store(false, Ordering::Relaxed);
+        let _ = self.sampler.await;
+        self.peak.load(Ordering::Relaxed) as u64
+    }
+}
 
 /// What became of one flood connection.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -85,17 +131,7 @@ pub async fn run() {
     let before = rss_kib(pid);
 
     // The peak is sampled while the flood runs.
-    let peak = Arc::new(AtomicUsize::new(before as usize));
-    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let sampler = {
-        let (peak, sampling) = (peak.clone(), sampling.clone());
-        tokio::spawn(async move {
-            while sampling.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(pid) as usize, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let peak = PeakRss::sample(pid, before);
     let opening = Instant::now();
     let mut held = Vec::with_capacity(n);
     let mut connect_errors = 0usize;
@@ -127,9 +163,7 @@ pub async fn run() {
     let held_at_end = outcomes.get(&FloodOutcome::Held).copied().unwrap_or(0);
     drop(held);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    sampling.store(false, Ordering::Relaxed);
-    let _ = sampler.await;
-    let peak = peak.load(Ordering::Relaxed) as u64;
+    let peak = peak.stop().await;
 
     let metrics = Api::new(addr).send("GET", "/metrics", None, None).await.1;
     let metric = |name: &str| {
@@ -138,6 +172,8 @@ pub async fn run() {
             .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_string))
             .unwrap_or_else(|| "-".into())
     };
+
+    hook_flood(addr, pid).await;
 
     let mut samples = Vec::new();
     for _ in 0..12 {
@@ -193,5 +229,109 @@ pub async fn run() {
     println!(
         "60 s after: {} MB above the pre-flood RSS (goal: within 50 MB)",
         mb(last.saturating_sub(before))
+    );
+}
+
+/// One webhook-flood request: the head declaring [`HOOK_BODY`] bytes, the body in 64 KiB
+/// writes while the server takes it, and the status of its answer (0: none, cut off).
+async fn hook_flood_request(addr: SocketAddr, chunk: &[u8]) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let Ok(Ok(mut stream)) =
+        tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr)).await
+    else {
+        return 0;
+    };
+    let head = format!(
+        "POST /api/hook HTTP/1.1\r\nHost: flood\r\nX-GitHub-Event: push\r\nContent-Type: application/json\r\nContent-Length: {HOOK_BODY}\r\nConnection: close\r\n\r\n"
+    );
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        return 0;
+    }
+    let (mut read, mut write) = stream.into_split();
+    let sending = async {
+        let mut left = HOOK_BODY;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if write.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+            left -= n;
+        }
+        // Wait for the answer with the write side open.
+        std::future::pending::<()>().await;
+    };
+    let answer = async {
+        let mut buf = [0u8; 64];
+        let n = read.read(&mut buf).await.unwrap_or(0);
+        std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.strip_prefix("HTTP/1.1 "))
+            .and_then(|s| s.get(..3))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    tokio::select! {
+        status = answer => status,
+        () = sending => 0,
+    }
+}
+
+/// The webhook flood (see the module's doc): answers by status, and the RSS it cost.
+async fn hook_flood(addr: SocketAddr, pid: u32) {
+    println!(
+        "\n# flood: {HOOK_FLOODERS} clients posting {} MB unauthenticated bodies to /api/hook, again on each answer, for {HOOK_FLOOD_SECS} s",
+        HOOK_BODY / (1024 * 1024)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = rss_kib(pid);
+    let peak = PeakRss::sample(pid, before);
+    let chunk: Arc<[u8]> = vec![b' '; 64 * 1024].into();
+    let until = Instant::now() + Duration::from_secs(HOOK_FLOOD_SECS);
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..HOOK_FLOODERS {
+        let chunk = chunk.clone();
+        clients.spawn(async move {
+            let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+            while Instant::now() < until {
+                *answers
+                    .entry(hook_flood_request(addr, &chunk).await)
+                    .or_default() += 1;
+            }
+            answers
+        });
+    }
+    let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+    while let Some(done) = clients.join_next().await {
+        for (status, n) in done.unwrap_or_default() {
+            *answers.entry(status).or_default() += n;
+        }
+    }
+    let peak = peak.stop().await;
+    let rows: Vec<Vec<String>> = answers
+        .iter()
+        .map(|(status, n)| {
+            let what = match status {
+                0 => "no answer (cut off)".to_string(),
+                s => s.to_string(),
+            };
+            vec![what, n.to_string()]
+        })
+        .collect();
+    table("flood: /api/hook answers", &["status", "requests"], &rows);
+    table(
+        "flood: server RSS under the webhook flood (MB)",
+        &["when", "RSS MB", "above before"],
+        &[
+            vec!["before".to_string(), mb(before), String::new()],
+            vec![
+                "peak (during the flood)".to_string(),
+                mb(peak),
+                mb(peak.saturating_sub(before)),
+            ],
+        ],
+    );
+    println!(
+        "peak {} MB above before the webhook flood (budget: server.unauthenticated_body_budget_bytes of config.toml)",
+        mb(peak.saturating_sub(before))
     );
 }

@@ -26,7 +26,7 @@
 //! | [`docker`] | docker-backend pipeline to `success` | `docker run --rm` (not in `all`) |
 //! | [`rss`] | the real binary's memory and idle wake-ups | bare hyper process, idle |
 //! | [`hooks`] | push hooks at a fixed rate: latency | bare hyper; bare SQLite commits |
-//! | [`flood`] | 20,000 connections at once, RSS after | none (absolute goal) |
+//! | [`flood`] | 20,000 connections at once, RSS after; 300 unauthenticated 25 MB webhook bodies, RSS peak | none (absolute goal) |
 //! | [`stores`] | hooks/s and reads/s: SQLite, PostgreSQL, 2 replicas | bare PostgreSQL and SQLite commits (not in `all`) |
 //!
 //! The shared harness: [`server`] (the server under test and its API client), [`baseline`]

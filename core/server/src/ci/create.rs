@@ -54,9 +54,27 @@ pub struct Trigger {
     /// The forge login an authenticated forge delivery names as its sender, the identity
     /// `approval_allowed_users` is checked against. Empty when no forge vouches for one.
     pub verified_sender: String,
-    /// The forge's id of the webhook delivery this came from (`<header>:<value>`): a
-    /// redelivery with the same id makes no second pipeline. Empty when there is none.
-    pub delivery: String,
+    /// The webhook delivery this came from: a redelivery or a replay makes no second
+    /// pipeline.
+    pub delivery: Delivery,
+}
+
+/// What a webhook delivery is known by. Both empty for anything else (manual runs, crons,
+/// restarts, git's post-receive hook).
+#[derive(Debug, Clone, Default)]
+pub struct Delivery {
+    /// The forge's id of the delivery (`<header>:<value>`), kept across the forge's retries
+    /// and "redeliver". Empty when there is none.
+    pub id: String,
+    /// SHA-256 of the delivery's body as the forge signed it. The id is outside the
+    /// signature, so a captured delivery sent again under a new id (or none) is known by this.
+    pub body_sha256: Option<[u8; 32]>,
+}
+
+impl Delivery {
+    fn is_empty(&self) -> bool {
+        self.id.is_empty() && self.body_sha256.is_none()
+    }
 }
 
 /// What became of a trigger.
@@ -69,6 +87,8 @@ pub enum Created {
     SkipCi,
     /// The commit has no pipeline config.
     NoConfig,
+    /// The delivery's body made a pipeline before, since deleted: a replay makes no new one.
+    Replayed,
 }
 
 /// Reads the config files at the trigger's commit and creates the pipeline.
@@ -812,8 +832,8 @@ fn create_in(
     } = inputs;
     let number = pipelines::take_next_number(c, repo.repo.id)?;
     // Checked again here, in the write: two copies arriving together make one pipeline.
-    if let Some(existing) = delivered_in(c, repo.repo.id, &t.delivery)? {
-        return Ok((Some(Created::Pipeline(Box::new(existing))), number));
+    if let Some(before) = delivered_in(c, repo.repo.id, &t.delivery)? {
+        return Ok((Some(before), number));
     }
     let prepared = if prepared.number == number {
         prepared
@@ -860,8 +880,11 @@ fn create_in(
         ..Pipeline::default()
     };
     let row = pipelines::create(c, repo.repo.id, number, &pipeline, &new_workflows, files)?;
-    if !t.delivery.is_empty() {
-        deliveries::record(c, repo.repo.id, &t.delivery, row.pipeline.id)?;
+    if !t.delivery.id.is_empty() {
+        deliveries::record(c, repo.repo.id, &t.delivery.id, row.pipeline.id)?;
+    }
+    if let Some(body) = &t.delivery.body_sha256 {
+        deliveries::record_body(c, repo.repo.id, body, row.pipeline.id)?;
     }
     if status == Status::Pending {
         enqueue(c, &row, &result.workflows, repo)?;
@@ -869,30 +892,46 @@ fn create_in(
     Ok((Some(Created::Pipeline(Box::new(row.pipeline))), next))
 }
 
-/// The pipeline webhook delivery `key` already made for `repo_id`, if it still exists.
-fn delivered_in(c: &Tx, repo_id: i64, key: &str) -> StoreResult<Option<Pipeline>> {
-    if key.is_empty() {
+/// What `delivery` made for `repo_id` before, if it came before: the pipeline, or
+/// [`Created::Replayed`] when its body made one that is deleted since (a body is never run
+/// twice). A known id whose pipeline is gone lets it run again (a "redeliver" after a
+/// delete), as before bodies were known.
+fn delivered_in(c: &Tx, repo_id: i64, delivery: &Delivery) -> StoreResult<Option<Created>> {
+    let existing = |id: i64| match pipelines::by_id(c, id) {
+        Ok(row) => Ok(Some(row.pipeline)),
+        Err(StoreError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    };
+    if let Some(body) = &delivery.body_sha256
+        && let Some(id) = deliveries::pipeline_of_body(c, repo_id, body)?
+    {
+        return Ok(Some(match existing(id)? {
+            Some(p) => Created::Pipeline(Box::new(p)),
+            None => Created::Replayed,
+        }));
+    }
+    if delivery.id.is_empty() {
         return Ok(None);
     }
-    match deliveries::pipeline_of(c, repo_id, key)? {
-        Some(id) => match pipelines::by_id(c, id) {
-            Ok(row) => Ok(Some(row.pipeline)),
-            Err(StoreError::NotFound) => Ok(None),
-            Err(e) => Err(e),
-        },
+    match deliveries::pipeline_of(c, repo_id, &delivery.id)? {
+        Some(id) => Ok(existing(id)?.map(|p| Created::Pipeline(Box::new(p)))),
         None => Ok(None),
     }
 }
 
 /// [`delivered_in`] as a read, before any work is done for a delivery.
-pub async fn delivered(ci: &Services, repo_id: i64, key: &str) -> Result<Option<Pipeline>, Error> {
-    if key.is_empty() {
+pub async fn delivered(
+    ci: &Services,
+    repo_id: i64,
+    delivery: &Delivery,
+) -> Result<Option<Created>, Error> {
+    if delivery.is_empty() {
         return Ok(None);
     }
-    let key = key.to_string();
+    let delivery = delivery.clone();
     Ok(ci
         .store
-        .read(move |c| delivered_in(c, repo_id, &key))
+        .read(move |c| delivered_in(c, repo_id, &delivery))
         .await?)
 }
 

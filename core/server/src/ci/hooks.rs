@@ -5,12 +5,20 @@
 //! pipelines. The built-in `git` forge posts what git gives a `post-receive` hook, one
 //! `<old-sha> <new-sha> <ref>` line per updated ref ([`parse_ref_updates`], [`git_push`]);
 //! forge-adapter plugins parse every other forge's webhooks ([`from_plugin`]).
+//!
+//! A plugin's delivery is known by its id header and by the SHA-256 of its body (which the
+//! forge signed), so neither a redelivery nor a replay under another id makes a second
+//! pipeline. Git's hook bodies are not: they carry a hook token rather than a signature (whoever
+//! holds it can post any body), and the same ref update can legitimately come twice (a branch
+//! moved A→B, back to A, and to B again).
 
 use std::sync::Arc;
 
 use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError, WorldKind};
 
-use super::create::{self, Created, Trigger};
+use sha2::{Digest, Sha256};
+
+use super::create::{self, Created, Delivery, Trigger};
 use super::forge::drivers::ForgeHandle;
 use super::forge::plugin::plugin_among;
 use super::forge::{self, ForgeDriver, ForgeError};
@@ -105,6 +113,7 @@ pub enum PluginHook {
 }
 
 /// What a plugin webhook is known to be about before the plugin parses it.
+#[derive(Clone)]
 pub enum HookScope {
     /// The repository (and its forge) a hook token named: the hook must be about it.
     Repo(Box<RepoRow>, Arc<ForgeHandle>),
@@ -124,7 +133,10 @@ pub async fn from_plugin(
     request: HookRequest,
     scope: HookScope,
 ) -> Result<PluginHook, Error> {
-    let delivery = delivery_key(&request.headers);
+    let delivery = Delivery {
+        id: delivery_key(&request.headers),
+        body_sha256: Some(Sha256::digest(&request.body).into()),
+    };
     let outcome = ci
         .plugins
         .parse_hook(plugin, request)
@@ -233,15 +245,19 @@ pub async fn from_plugin(
         delivery,
         ..Trigger::default()
     };
-    // A redelivery: the pipeline it made already, before asking the forge for anything.
-    if let Some(existing) = create::delivered(ci, row.repo.id, &trigger.delivery).await? {
+    // A redelivery or a replay: what it made already, before asking the forge for anything.
+    if let Some(before) = create::delivered(ci, row.repo.id, &trigger.delivery).await? {
+        let pipeline = match &before {
+            Created::Pipeline(p) => p.number,
+            _ => 0,
+        };
         tracing::info!(
             repo = row.repo.full_name,
-            pipeline = existing.number,
-            delivery = trigger.delivery,
+            pipeline,
+            delivery = trigger.delivery.id,
             "webhook delivered again; no new pipeline"
         );
-        return Ok(PluginHook::Created(Created::Pipeline(Box::new(existing))));
+        return Ok(PluginHook::Created(before));
     }
     if trigger.commit.changed_files.is_empty()
         && trigger.event.is_pull_request()

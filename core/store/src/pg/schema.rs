@@ -347,6 +347,17 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 6: how an agent bounds its steps' resources, as it reports it.
     crate::agents::ADD_LIMITS,
+    // 7: the bodies of deliveries that made pipelines (`deliveries::BODY_SCHEMA`).
+    r#"
+    CREATE TABLE delivery_bodies (
+        repo_id     BIGINT NOT NULL,
+        sha256      BYTEA  NOT NULL,
+        pipeline_id BIGINT NOT NULL,
+        created     BIGINT NOT NULL,
+        PRIMARY KEY (repo_id, sha256)
+    );
+    CREATE INDEX delivery_bodies_created ON delivery_bodies (created);
+    "#,
 ];
 
 /// The channel [`MIGRATIONS`]' triggers notify, with the changed table's name as payload.

@@ -6,17 +6,22 @@
 //! body is never sniffed. Forges served by plugins register one webhook per repository
 //! without a token, signed with the forge's secret; its URL names the forge
 //! (`?forge=<id>`), so only that forge's adapter parses it (a delivery without either is
-//! offered to every loaded adapter's `recognize`). What a delivery means for pipelines is
-//! the service layer's ([`crate::ci::hooks`]); this handler authenticates it and renders the
-//! outcome.
+//! offered to every loaded adapter's `recognize`). All of that is known from the request's
+//! head, so it is checked before the body is read ([`check_head`]). What a delivery means for
+//! pipelines is the service layer's ([`crate::ci::hooks`]); this handler authenticates it and
+//! renders the outcome.
+
+use std::sync::Arc;
 
 use woodlark_plugin_host::HookRequest;
 
 use super::pipelines::created_response;
 use crate::auth::{self, token};
 use crate::ci::create::Created;
+use crate::ci::forge::drivers::ForgeHandle;
 use crate::ci::forge::plugin::FORGE_PARAM;
 use crate::ci::hooks::{self, HookScope, PluginHook};
+use crate::http::router::SenderKnown;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
 use crate::store::now_unix;
@@ -26,7 +31,76 @@ use crate::store::repos::{self, RepoRow};
 pub const HOOK_BODY_LIMIT: usize = 25 * 1024 * 1024;
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
-    scope.route_with_limit(crate::http::Method::POST, "/hook", HOOK_BODY_LIMIT, receive);
+    scope.route_guarded(
+        crate::http::Method::POST,
+        "/hook",
+        HOOK_BODY_LIMIT,
+        check_head,
+        receive,
+    );
+}
+
+/// Where a delivery goes, found from the request's head alone (see [`check_head`]).
+#[derive(Clone)]
+enum Target {
+    /// A hook token named an inactive repository: accepted, and nothing happens.
+    Inactive,
+    /// The built-in git forge's `post-receive` hook, by its verified hook token.
+    Git(Box<RepoRow>, Arc<ForgeHandle>),
+    /// A delivery for forge-adapter plugin `.0`.
+    Plugin(String, HookScope),
+}
+
+/// Runs before the body is read (up to 25 MB, from anyone): a request naming no forge or
+/// repository here, with a token that does not verify, or that no adapter recognises is
+/// refused without a byte of it read. A verified hook token makes the sender known; every
+/// other delivery is only checked by its plugin, so its body counts against the server's
+/// budget for unauthenticated bodies (`server.unauthenticated_body_budget_bytes`).
+async fn check_head(ctx: Ctx, mut req: Request) -> Result<Request, ApiError> {
+    let target = target_of(&ctx, &req).await?;
+    if !matches!(
+        target,
+        Target::Plugin(_, HookScope::Forge(_) | HookScope::Any)
+    ) {
+        req.extensions.insert(SenderKnown);
+    }
+    req.extensions.insert(target);
+    Ok(req)
+}
+
+/// The delivery's [`Target`] by its hook token, else its `?forge=`, else the adapter that
+/// recognises its headers.
+async fn target_of(ctx: &Ctx, req: &Request) -> Result<Target, ApiError> {
+    if hook_token(req).is_some() {
+        let row = repo_of(ctx, req).await?;
+        if !row.repo.active {
+            return Ok(Target::Inactive);
+        }
+        let forge = ctx.ci.drivers.get(row.repo.forge_id).await?;
+        return Ok(match forge.plugin().map(str::to_string) {
+            Some(plugin) => Target::Plugin(plugin, HookScope::Repo(Box::new(row), forge)),
+            None => Target::Git(Box::new(row), forge),
+        });
+    }
+    // No token in the URL: a forge-wide webhook, verified by a plugin. The URL names its
+    // forge when activation registered it; else every adapter is asked whether the request
+    // is its forge's (a plugin call each).
+    if let Some(forge) = req.query(FORGE_PARAM) {
+        let forge_id: i64 = forge.parse().map_err(|_| {
+            ApiError::bad_request(format!("failure to parse hook: invalid forge id {forge:?}"))
+        })?;
+        let forge = ctx.ci.drivers.get(forge_id).await?;
+        let Some(plugin) = forge.plugin().map(str::to_string) else {
+            return Err(ApiError::bad_request(format!(
+                "failure to parse hook: forge {forge_id} is a git forge; its hooks carry a hook token"
+            )));
+        };
+        return Ok(Target::Plugin(plugin, HookScope::Forge(forge)));
+    }
+    match ctx.ci.plugins.recognize(&plugin_headers(req)).await {
+        Some(plugin) => Ok(Target::Plugin(plugin, HookScope::Any)),
+        None => Err(ApiError::bad_request("failure to parse token from hook")),
+    }
 }
 
 /// The hook token of a request: Bearer, then `X-Gitlab-Token`, then `?access_token=`. An
@@ -64,36 +138,16 @@ async fn repo_of(ctx: &Ctx, req: &Request) -> Result<RepoRow, ApiError> {
     Ok(row)
 }
 
-async fn receive(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    if hook_token(&req).is_none() {
-        // No token in the URL: a forge-wide webhook, verified by a plugin. The URL names its
-        // forge when activation registered it; else every adapter is asked whether the
-        // request is its forge's (a plugin call each).
-        if let Some(forge) = req.query(FORGE_PARAM) {
-            let forge_id: i64 = forge.parse().map_err(|_| {
-                ApiError::bad_request(format!("failure to parse hook: invalid forge id {forge:?}"))
-            })?;
-            let forge = ctx.ci.drivers.get(forge_id).await?;
-            let Some(plugin) = forge.plugin().map(str::to_string) else {
-                return Err(ApiError::bad_request(format!(
-                    "failure to parse hook: forge {forge_id} is a git forge; its hooks carry a hook token"
-                )));
-            };
-            return plugin_hook(&ctx, &req, &plugin, HookScope::Forge(forge)).await;
-        }
-        let Some(plugin) = ctx.ci.plugins.recognize(&plugin_headers(&req)).await else {
-            return Err(ApiError::bad_request("failure to parse token from hook"));
-        };
-        return plugin_hook(&ctx, &req, &plugin, HookScope::Any).await;
-    }
-    let row = repo_of(&ctx, &req).await?;
-    if !row.repo.active {
-        return Ok(Response::empty(StatusCode::NO_CONTENT));
-    }
-    let forge = ctx.ci.drivers.get(row.repo.forge_id).await?;
-    if let Some(plugin) = forge.plugin().map(str::to_string) {
-        return plugin_hook(&ctx, &req, &plugin, HookScope::Repo(Box::new(row), forge)).await;
-    }
+async fn receive(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
+    let target = match req.extensions.remove::<Target>() {
+        Some(target) => target,
+        None => target_of(&ctx, &req).await?,
+    };
+    let (row, forge) = match target {
+        Target::Inactive => return Ok(Response::empty(StatusCode::NO_CONTENT)),
+        Target::Plugin(plugin, scope) => return plugin_hook(&ctx, &req, &plugin, scope).await,
+        Target::Git(row, forge) => (row, forge),
+    };
     let updates = hooks::parse_ref_updates(&req.body)
         .map_err(|why| ApiError::bad_request(format!("failure to parse hook: {why}")))?;
     Ok(

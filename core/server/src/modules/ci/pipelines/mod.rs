@@ -187,6 +187,11 @@ pub fn created_response(created: Created) -> Response {
             HeaderValue::from_static("true"),
         ),
         Created::NoConfig => Response::empty(StatusCode::NO_CONTENT),
+        // A webhook replayed (its pipeline deleted since): answered as a duplicate is, 200.
+        Created::Replayed => Response::text(
+            StatusCode::OK,
+            "ignoring hook: this delivery was received before\n",
+        ),
     }
 }
 
@@ -324,7 +329,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         from_fork: old.from_fork,
         verified_sender: String::new(),
         // A restart is a new run, not the delivery again.
-        delivery: String::new(),
+        delivery: Default::default(),
     };
     let created = create::create(&ctx.ci, &access.row, trigger, files).await?;
     Ok(created_response(created))
