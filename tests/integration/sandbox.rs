@@ -175,7 +175,10 @@ async fn a_fork_bomb_or_a_memory_hog_is_bounded_to_its_own_step() {
             .await
             .expect(200)
             .json();
-        let limits = agents[0]["limits"].as_str().unwrap_or_default().to_string();
+        let limits = agents[0]["woodlark_limits"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if !limits.is_empty() {
             break limits;
         }

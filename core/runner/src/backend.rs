@@ -37,7 +37,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// crash, or when the runner stops with workflows running).
     async fn sweep(&self) -> Result<Swept, BackendError>;
 
-    /// How each step's resources are bounded, as said in the log and the agent's labels;
+    /// How each step's resources are bounded, as said in the log and in the agent's record;
     /// `Err` says why they are not.
     fn step_limits(&self) -> Result<String, String>;
 }

@@ -16,7 +16,7 @@
 //! The step's first process enters its groups between `fork` and `exec`
 //! ([`StepGroup::enter`]), so nothing it starts is ever outside them. Where no writable
 //! hierarchy exists, [`Limiter::detect`] says why, and the runner says at start-up (in the log
-//! and in the agent's labels) that local steps run without limits.
+//! and in the agent's `woodlark_limits` in `/api/agents`) that local steps run without limits.
 
 use std::ffi::CString;
 use std::io;
@@ -185,7 +185,7 @@ impl Limiter {
         }
     }
 
-    /// What steps get, for the log and the agent's labels.
+    /// What steps get, for the log and the agent's record.
     pub fn describe(&self) -> String {
         let version = match self.layout {
             Layout::V1 { .. } => "cgroup v1",

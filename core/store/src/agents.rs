@@ -52,7 +52,9 @@ pub struct Agent {
     pub custom_labels: BTreeMap<String, String>,
     pub org_id: i64,
     /// How each step's memory, processes and CPUs are bounded, or `none: <why>` (a local
-    /// backend on a host without usable cgroups); empty until the agent reports it.
+    /// backend on a host without usable cgroups). Woodlark's own field, so it is named as
+    /// such on the wire and left out until the agent reports it (upstream's record as is).
+    #[serde(rename = "woodlark_limits", skip_serializing_if = "String::is_empty")]
     pub limits: String,
 }
 
