@@ -902,7 +902,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        create(&c, &new("hourly", 2), 2).unwrap();
+        let paused = NewCron {
+            enabled: false,
+            ..new("hourly", 2)
+        };
+        create(&c, &paused, 2).unwrap();
         assert!(matches!(
             update(
                 &c,
