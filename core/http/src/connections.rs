@@ -131,6 +131,8 @@ struct Activity {
     since: Instant,
     /// Whether a request has begun on it.
     served: bool,
+    /// When the connection's task looks at the deadline next ([`Slot::next_look`]).
+    look_at: Option<Instant>,
 }
 
 impl Slot {
@@ -140,6 +142,7 @@ impl Slot {
                 in_flight: 0,
                 since: Instant::now(),
                 served: false,
+                look_at: None,
             }),
             close: Notify::new(),
             ended: Notify::new(),
@@ -162,7 +165,10 @@ impl Slot {
     /// When the connection, idle as it is now, must be closed; `None` while a request is in
     /// flight.
     pub fn deadline(&self) -> Option<Instant> {
-        let a = self.activity();
+        self.deadline_of(&self.activity())
+    }
+
+    fn deadline_of(&self, a: &Activity) -> Option<Instant> {
         (a.in_flight == 0).then(|| {
             a.since
                 + if a.served {
@@ -174,10 +180,15 @@ impl Slot {
     }
 
     /// When to look again: the deadline, or while busy the idle timeout from now (a request
-    /// ending now moves the deadline to no earlier than that).
+    /// ending now moves the deadline to no earlier than that). Remembered, so that a request's
+    /// end wakes the connection's task only when it moved the deadline sooner than that.
     pub fn next_look(&self) -> Instant {
-        self.deadline()
-            .unwrap_or_else(|| Instant::now() + self.timeouts.idle)
+        let mut a = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let at = self
+            .deadline_of(&a)
+            .unwrap_or_else(|| Instant::now() + self.timeouts.idle);
+        a.look_at = Some(at);
+        at
     }
 
     /// Whether the connection has been idle past its deadline at `now`.
@@ -210,12 +221,18 @@ pub struct Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        {
+        let sooner = {
             let mut a = self.slot.busy.lock().unwrap_or_else(|p| p.into_inner());
             a.in_flight -= 1;
             a.since = Instant::now();
+            let deadline = self.slot.deadline_of(&a);
+            deadline.zip(a.look_at).is_some_and(|(d, look)| d < look)
+        };
+        // Most request ends move the deadline later than the task looks anyway: no wake-up
+        // on the request path then.
+        if sooner {
+            self.slot.ended.notify_one();
         }
-        self.slot.ended.notify_one();
     }
 }
 
@@ -453,6 +470,30 @@ mod tests {
         assert!(busy.slot.deadline().is_some());
         assert_eq!(metrics.connections.evicted.load(Ordering::Relaxed), 3);
         assert_eq!(metrics.connections.refused.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_end_wakes_the_connection_only_when_its_deadline_came_sooner() {
+        // The task looks at accept + 60 s; the request's end makes the deadline 1 s away.
+        let slow_first = Timeouts {
+            first_request: Duration::from_secs(60),
+            idle: Duration::from_secs(1),
+        };
+        let slot = Arc::new(Slot::new(slow_first));
+        slot.next_look();
+        drop(slot.begin());
+        tokio::time::timeout(Duration::from_millis(200), slot.request_ended())
+            .await
+            .expect("woken: the idle deadline is sooner than the look");
+        // The usual case: the idle deadline lies after the look, so nothing is woken.
+        let slot = Arc::new(Slot::new(TIMEOUTS));
+        slot.next_look();
+        drop(slot.begin());
+        let woken = tokio::time::timeout(Duration::from_millis(50), slot.request_ended()).await;
+        assert!(
+            woken.is_err(),
+            "a request's end woke the connection for nothing"
+        );
     }
 
     #[test]
