@@ -9,9 +9,10 @@
 //! as soon as a step after the clone starts. The token grants everything its owner may do on
 //! the forge, so a step (run for anyone with push access) must never read it. The owner in
 //! the name is what the sweep goes by: it removes the directories of this owner that are
-//! still there, and only those, so runners may share a workdir. Directories are created and removed off the runtime's workers (`tokio::fs`,
-//! the blocking pool), as is everything else that touches the file system before a step
-//! starts (registry logins, the sandbox's view of `/run`).
+//! still there, and only those, so runners may share a workdir. Directories are created and
+//! removed off the runtime's workers (`tokio::fs`, the blocking pool), as is everything else
+//! that touches the file system before a step starts (registry logins, the sandbox's view of
+//! `/run`, the step's cgroups).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
