@@ -12,9 +12,10 @@
 //!    masking), `when_status`, and its full `depends_on` list ([`super::dag`]); the clone step
 //!    comes first unless `skip_clone`.
 //!
-//! Then across workflows: `depends_on` naming a workflow that no file defines is an error; a
-//! workflow depending on one that was filtered out is dropped too (transitively, as upstream);
-//! a cycle is an error.
+//! Then across workflows, as upstream: a workflow whose required `depends_on` names one that
+//! does not run (filtered out, or defined by no file) is dropped, transitively; an optional
+//! one that does not run is left out of its list. A name no file defines is also a warning
+//! (upstream says nothing). A cycle is an error.
 //!
 //! Every problem becomes a [`PipelineError`] naming the file and field; identical errors from
 //! several matrix combinations are reported once. If any error is not a warning, `workflows`
@@ -247,9 +248,16 @@ fn compile_workflow(
                     steps,
                     concurrency: spec.concurrency.clone(),
                 }),
+                // A name also listed as required is required.
                 spec.depends_on
                     .iter()
-                    .filter(|d| d.optional)
+                    .filter(|d| {
+                        d.optional
+                            && !spec
+                                .depends_on
+                                .iter()
+                                .any(|r| r.name == d.name && !r.optional)
+                    })
                     .map(|d| d.name.clone())
                     .collect(),
                 issues,
@@ -554,23 +562,31 @@ fn privileged_image(allowed: &[String], image: &str) -> bool {
     allowed.iter().any(|a| name(a) == wanted)
 }
 
-/// Cross-workflow `depends_on`, as upstream: a required dependency on a workflow no file
-/// defines is an error; a workflow whose required dependency was filtered out is dropped
-/// (transitively), and an optional dependency that is missing is dropped from the list; a
-/// cycle is an error.
+/// Cross-workflow `depends_on`, as upstream's builder: drop every workflow with a required
+/// dependency that is not among the workflows left, until none is dropped (so one that
+/// required a dropped workflow goes too), then remove the optional dependencies that are not
+/// left from the lists. A cycle is an error. A name no file defines is likely a typo: a warning.
 fn link_workflows(
     built: Vec<Built>,
     defined: &[String],
     errors: &mut Errors,
 ) -> Vec<CompiledWorkflow> {
     for b in &built {
-        for dep in &b.workflow.depends_on {
-            if !defined.contains(dep) && !b.optional.contains(dep) {
-                errors.add(
-                    &b.file,
-                    Issue::linter("depends_on", format!("depends on unknown workflow `{dep}`")),
-                );
-            }
+        for dep in b
+            .workflow
+            .depends_on
+            .iter()
+            .filter(|d| !defined.contains(d))
+        {
+            let message = if b.optional.contains(dep) {
+                format!("optional dependency `{dep}` is left out: no workflow file defines it")
+            } else {
+                format!(
+                    "depends on `{dep}`, which no workflow file defines: this workflow is not \
+                     run, nor any that requires it"
+                )
+            };
+            errors.add(&b.file, Issue::compiler("depends_on", message).warning());
         }
     }
     let mut kept: Vec<Built> = built;

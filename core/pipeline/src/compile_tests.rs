@@ -157,6 +157,10 @@ fn key(kind: &str, file: &str, field: &str) -> (String, String, String, bool) {
     (kind.into(), file.into(), field.into(), false)
 }
 
+fn warning_key(kind: &str, file: &str, field: &str) -> (String, String, String, bool) {
+    (kind.into(), file.into(), field.into(), true)
+}
+
 const W: (&str, usize) = ("woodpecker", 1);
 
 // ---------------------------------------------------------------------------------------
@@ -483,7 +487,8 @@ fn several_files_with_workflow_dependencies() {
 }
 
 /// Upstream's optional workflow dependencies: dropped when the workflow they name was
-/// filtered out or is not defined at all; a required one still drops its dependant.
+/// filtered out or is not defined at all (with a warning); a required one still drops its
+/// dependant.
 #[test]
 fn optional_workflow_dependencies_are_dropped_when_missing() {
     let test = file(
@@ -495,7 +500,16 @@ fn optional_workflow_dependencies_are_dropped_when_missing() {
         "depends_on:\n  - name: test\n    optional: true\n  - {name: lint, optional: true}\nsteps:\n  d: {image: sh, commands: [d]}\n",
     );
     let got = run(&[test.clone(), deploy], meta(), Vec::new());
-    assert!(got.errors.is_empty(), "{:?}", got.errors);
+    // Only the name no file defines is pointed out; `test` was merely filtered out.
+    assert_eq!(
+        error_keys(&got),
+        [warning_key(
+            "compiler",
+            ".woodpecker/deploy.yaml",
+            "depends_on"
+        )]
+    );
+    assert!(got.errors[0].message.contains("`lint` is left out"));
     let names: Vec<(&str, &Vec<String>)> = got
         .workflows
         .iter()
@@ -516,19 +530,166 @@ fn optional_workflow_dependencies_are_dropped_when_missing() {
     let deploy = got.workflows.iter().find(|w| w.name == "deploy").unwrap();
     assert_eq!(deploy.depends_on, strings(&["test"]));
 
-    // A required dependency on an unknown workflow is still an error.
-    let deploy = file(
-        ".woodpecker/deploy.yaml",
-        "depends_on: [test, {name: lint}]\nsteps:\n  d: {image: sh, commands: [d]}\n",
-    );
-    let got = run(&[test, deploy], meta(), Vec::new());
-    assert!(
-        got.errors
+    // A required dependency on an unknown workflow drops the workflow, with a warning; a name
+    // listed both ways is required.
+    for deps in [
+        "[test, {name: lint}]",
+        "[{name: lint, optional: true}, lint]",
+    ] {
+        let deploy = file(
+            ".woodpecker/deploy.yaml",
+            &format!("depends_on: {deps}\nsteps:\n  d: {{image: sh, commands: [d]}}\n"),
+        );
+        let got = run(&[test.clone(), deploy], meta(), Vec::new());
+        assert_eq!(got.workflows, Vec::new(), "{deps}");
+        assert_eq!(
+            error_keys(&got),
+            [warning_key(
+                "compiler",
+                ".woodpecker/deploy.yaml",
+                "depends_on"
+            )],
+            "{deps}"
+        );
+        assert!(
+            got.errors[0]
+                .message
+                .contains("depends on `lint`, which no workflow file defines"),
+            "{:?}",
+            got.errors
+        );
+    }
+}
+
+/// Upstream's builder tests of workflow `depends_on` (TestDependsOn, TestMissingWorkflowDeps,
+/// TestZeroStepsAsMultiPipelineTransitiveDeps, TestDependsOnOptionalFlag): each set of files
+/// with the workflows upstream keeps and their dependencies. Upstream warns about none of
+/// these; we warn where a name no file defines.
+#[test]
+fn upstream_workflow_dependency_cases() {
+    let runs = "when: {event: push}\nsteps: [{name: build, image: scratch}]\n";
+    let runs_on_tag = "when: {event: tag}\nsteps: [{name: build, image: scratch}]\n";
+    let no_steps = "when: {event: push}\nskip_clone: true\nsteps: [{name: build, image: scratch, when: {branch: notdev}}]\n";
+    let needs = |deps: &str| format!("{runs}depends_on: {deps}\n");
+    // Files (workflow name, text); the workflows kept with their dependencies; the warnings.
+    type Files = Vec<(&'static str, String)>;
+    type Kept = &'static [(&'static str, &'static [&'static str])];
+    let cases: Vec<(&str, Files, Kept, usize)> = vec![
+        (
+            "TestDependsOn",
+            vec![
+                ("lint", runs.into()),
+                ("test", runs.into()),
+                ("deploy", needs("[lint, test]")),
+                ("missing dependencies", needs("[missing]")),
+            ],
+            &[("deploy", &["lint", "test"]), ("lint", &[]), ("test", &[])],
+            1,
+        ),
+        (
+            "TestMissingWorkflowDeps",
+            vec![("workflow-with-missing-deps", needs("[non-existing]"))],
+            &[],
+            1,
+        ),
+        (
+            "TestZeroStepsAsMultiPipelineTransitiveDeps",
+            vec![
+                ("zerostep", no_steps.into()),
+                ("justastep", runs.into()),
+                ("shouldbefiltered", needs("[zerostep]")),
+                ("shouldbefilteredtoo", needs("[shouldbefiltered]")),
+            ],
+            &[("justastep", &[])],
+            0,
+        ),
+        (
+            "missing optional dep is dropped",
+            vec![
+                ("check-a", runs.into()),
+                (
+                    "deploy",
+                    needs("[check-a, {name: check-b, optional: true}]"),
+                ),
+            ],
+            &[("check-a", &[]), ("deploy", &["check-a"])],
+            1,
+        ),
+        (
+            "present optional dep is promoted",
+            vec![
+                ("check-a", runs.into()),
+                ("check-b", runs.into()),
+                (
+                    "deploy",
+                    needs("[check-a, {name: check-b, optional: true}]"),
+                ),
+            ],
+            &[
+                ("check-a", &[]),
+                ("check-b", &[]),
+                ("deploy", &["check-a", "check-b"]),
+            ],
+            0,
+        ),
+        (
+            "missing required dep still removes workflow",
+            vec![
+                ("check-a", runs.into()),
+                (
+                    "deploy",
+                    needs("[missing, {name: check-a, optional: true}]"),
+                ),
+            ],
+            &[("check-a", &[])],
+            1,
+        ),
+        (
+            "optional dep filtered by when is dropped",
+            vec![
+                ("check-a", runs.into()),
+                ("check-b", runs_on_tag.into()),
+                (
+                    "deploy",
+                    needs("[check-a, {name: check-b, optional: true}]"),
+                ),
+            ],
+            &[("check-a", &[]), ("deploy", &["check-a"])],
+            0,
+        ),
+        (
+            "optional dep on workflow removed for own missing required dep is dropped",
+            vec![
+                ("broken", needs("[missing]")),
+                ("deploy", needs("[{name: broken, optional: true}]")),
+            ],
+            &[("deploy", &[])],
+            1,
+        ),
+    ];
+    for (name, files, want, warnings) in cases {
+        let files: Vec<ConfigFile> = files
             .iter()
-            .any(|e| e.message.contains("unknown workflow `lint`")),
-        "{:?}",
-        got.errors
-    );
+            .map(|(n, data)| file(&format!(".woodpecker/{n}.yaml"), data))
+            .collect();
+        let got = run(&files, meta(), Vec::new());
+        let kept: Vec<(&str, Vec<&str>)> = got
+            .workflows
+            .iter()
+            .map(|w| {
+                let deps = w.depends_on.iter().map(String::as_str).collect();
+                (w.name.as_str(), deps)
+            })
+            .collect();
+        let want: Vec<(&str, Vec<&str>)> = want.iter().map(|(n, d)| (*n, d.to_vec())).collect();
+        assert_eq!(kept, want, "{name}");
+        assert!(
+            got.errors.iter().all(|e| e.is_warning),
+            "{name}: {:?}",
+            got.errors
+        );
+        assert_eq!(got.errors.len(), warnings, "{name}: {:?}", got.errors);
+    }
 }
 
 #[test]
@@ -676,12 +837,6 @@ fn error_table() {
             "steps: {a: {image: plugins/gcs, settings: {x: {from_secret: plugin}}}}",
             &[("compiler", "steps.a.settings.x")],
             "image `plugins/gcs`",
-        ),
-        (
-            "unknown workflow dep",
-            "depends_on: [elsewhere]\nsteps: {a: {image: sh}}",
-            &[("linter", "depends_on")],
-            "unknown workflow `elsewhere`",
         ),
         (
             "unterminated subst",

@@ -237,9 +237,9 @@ mod tests {
             file(".woodpecker/b.yaml", "steps: [\n"),
         ]);
         assert!(
-            found
-                .iter()
-                .any(|f| f.file == ".woodpecker/a.yaml" && f.message.contains("missing")),
+            found.iter().any(|f| f.file == ".woodpecker/a.yaml"
+                && f.message.contains("missing")
+                && f.warning),
             "{found:?}"
         );
         assert!(
