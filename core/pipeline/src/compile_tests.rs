@@ -416,6 +416,55 @@ fn secrets_and_plugin_settings() {
     );
 }
 
+/// Upstream's linter only warns about `settings` beside `environment`, and its compiler runs
+/// such a step as a commands step (its plugin rule needs no environment): the settings still
+/// become `PLUGIN_*` variables, but plugin-only secrets, privileged plugins and the plugin
+/// treatment of pipeline variables do not apply.
+#[test]
+fn settings_with_environment_warn_and_run_as_a_commands_step() {
+    let config = "steps:\n  publish:\n    image: plugins/s3\n    settings: {target: prod}\n    environment: {REGION: eu}\n";
+    let mut m = meta();
+    m.variables = BTreeMap::from([("NOTE".into(), "from-the-run".into())]);
+    let got = run(&[file(".woodpecker.yaml", config)], m, Vec::new());
+    assert_eq!(
+        error_keys(&got),
+        [warning_key("linter", ".woodpecker.yaml", "steps.publish")]
+    );
+    let mut publish = cmd(W, 2, "publish", "plugins/s3", &[], &["clone"]);
+    for (k, v) in [
+        ("PLUGIN_TARGET", "prod"),
+        ("REGION", "eu"),
+        ("NOTE", "from-the-run"),
+    ] {
+        publish.environment.insert(k.into(), v.into());
+    }
+    assert_eq!(
+        got.workflows,
+        [workflow(
+            "woodpecker",
+            vec![clone("woodpecker", 1), publish]
+        )]
+    );
+
+    // A secret for the plugin's image only, and the image listed as a privileged plugin.
+    let config = "steps:\n  publish:\n    image: plugins/s3\n    privileged: true\n    settings: {key: {from_secret: s3_key}}\n    environment: {REGION: eu}\n";
+    let got = compile(&CompileInput {
+        files: vec![file(".woodpecker.yaml", config)],
+        meta: meta(),
+        secrets: vec![secret("s3_key", "k3y", &[], &["plugins/s3"])],
+        privileged_plugins: vec!["plugins/s3".into()],
+        ..CompileInput::default()
+    });
+    assert_eq!(
+        error_keys(&got),
+        [
+            warning_key("linter", ".woodpecker.yaml", "steps.publish"),
+            key("compiler", ".woodpecker.yaml", "steps.publish.settings.key"),
+            key("linter", ".woodpecker.yaml", "steps.publish.privileged"),
+        ]
+    );
+}
+
 #[test]
 fn variables_substitution_and_precedence() {
     let mut m = meta();
