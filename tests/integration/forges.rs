@@ -442,18 +442,73 @@ impl RoundTrip {
 /// forge's netrc and succeeds, its statuses pending → success on the forge, and a failing
 /// one. The forge's tokens never reach the disk in clear.
 pub(crate) async fn round_trip(kind: Kind) -> RoundTrip {
-    round_trip_on(kind, Backend::Local).await
+    round_trip_set_up(kind, Setup::Api).await
+}
+
+/// How the round trip's forge comes to be: each way an operator sets one up. Nothing else
+/// is wired: the forge grants its adapter its hosts and webhook secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Setup {
+    /// `POST /api/forges`, as Woodpecker's admins create forges.
+    Api,
+    /// `POST /api/forges` beside a `[plugins.instances]` table granting the adapter the
+    /// same by hand (how it had to be done before forges granted their adapters).
+    InstanceTable,
+    /// `[[forges]]` in config.toml.
+    ConfigFile,
+    /// Woodpecker's `WOODPECKER_*` server variables.
+    WoodpeckerEnv,
+}
+
+/// [`round_trip`] with the forge set up as `setup` says.
+pub(crate) async fn round_trip_set_up(kind: Kind, setup: Setup) -> RoundTrip {
+    round_trip_with(kind, Backend::Local, false, setup).await
 }
 
 /// [`round_trip`] with the pipelines on `backend`. On the docker backend the clone runs in
 /// a container, which reaches the git server on the host's address on Docker's bridge.
 async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
-    round_trip_with(kind, backend, false).await
+    round_trip_with(kind, backend, false, Setup::Api).await
+}
+
+/// Where the fake forge's API is when the adapter's default for a forge at `api` is not it
+/// (the fakes serve GitHub's and Bitbucket Cloud's APIs under their own roots).
+fn api_url(kind: Kind, api: std::net::SocketAddr) -> Option<String> {
+    match kind {
+        Kind::GitHub => Some(format!("http://{api}")),
+        Kind::Bitbucket => Some(format!("http://{api}/2.0")),
+        _ => None,
+    }
+}
+
+/// The `WOODPECKER_*` variables an upstream deployment would have for the fake forge.
+fn woodpecker_env(kind: Kind, api: std::net::SocketAddr) -> Vec<(String, String)> {
+    let stem = match kind {
+        Kind::GitHub => "GITHUB",
+        Kind::Gitea => "GITEA",
+        Kind::Forgejo => "FORGEJO",
+        Kind::GitLab => "GITLAB",
+        Kind::Bitbucket => "BITBUCKET",
+        Kind::BitbucketDc => "BITBUCKET_DC",
+    };
+    let (client, secret) = if kind == Kind::BitbucketDc {
+        ("CLIENT_ID", "CLIENT_SECRET")
+    } else {
+        ("CLIENT", "SECRET")
+    };
+    [
+        ("WOODPECKER_OPEN".to_string(), "true".to_string()),
+        (format!("WOODPECKER_{stem}"), "true".into()),
+        (format!("WOODPECKER_{stem}_URL"), format!("http://{api}")),
+        (format!("WOODPECKER_{stem}_{client}"), CLIENT_ID.into()),
+        (format!("WOODPECKER_{stem}_{secret}"), CLIENT_SECRET.into()),
+    ]
+    .into()
 }
 
 /// [`round_trip_on`]; with `replica`, the server and a second one (no runner, its own data
 /// dir, the same sealing key) share a fresh PostgreSQL database for the whole trip.
-async fn round_trip_with(kind: Kind, backend: Backend, replica: bool) -> RoundTrip {
+async fn round_trip_with(kind: Kind, backend: Backend, replica: bool, setup: Setup) -> RoundTrip {
     let dist = first_party_plugins();
     let data = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(data.path().join("octo")).unwrap();
@@ -498,44 +553,154 @@ async fn round_trip_with(kind: Kind, backend: Backend, replica: bool) -> RoundTr
     let fake_state = state.clone();
     let api = fake_service(move |r| Some(answer(&fake_state, r))).await;
     const FORGE: i64 = 1;
+    const WEBHOOK_SECRET: &str = "a-webhook-secret-of-ours";
     let name = kind.forge_type();
-    let instance = format!(
-        "[plugins.instances.{name}]\nfile = \"forge-{name}.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{FORGE}\"]\nconfig = {{ hook-secret = \"forge:{FORGE}\"{} }}\n",
-        kind.instance_config(api)
-    );
+    let instance = match setup {
+        Setup::InstanceTable => format!(
+            "[plugins.instances.{name}]\nfile = \"forge-{name}.wasm\"\nallowed_hosts = [\"http://{api}\"]\nsecrets = [\"forge:{FORGE}\"]\nconfig = {{ hook-secret = \"forge:{FORGE}\"{} }}\n",
+            kind.instance_config(api)
+        ),
+        Setup::ConfigFile => {
+            let secrets = data.path().join("forge-secrets");
+            std::fs::create_dir_all(&secrets).unwrap();
+            let (oauth, hooks) = (secrets.join("oauth"), secrets.join("hooks"));
+            std::fs::write(&oauth, format!("{CLIENT_SECRET}\n")).unwrap();
+            std::fs::write(&hooks, WEBHOOK_SECRET).unwrap();
+            let api_url = api_url(kind, api)
+                .map(|u| format!("api_url = {u:?}\n"))
+                .unwrap_or_default();
+            format!(
+                "[[forges]]\nid = {FORGE}\ntype = {name:?}\nurl = \"http://{api}\"\nclient = {CLIENT_ID:?}\nclient_secret_file = {:?}\nwebhook_secret_file = {:?}\n{api_url}",
+                oauth.display().to_string(),
+                hooks.display().to_string()
+            )
+        }
+        Setup::Api | Setup::WoodpeckerEnv => String::new(),
+    };
+    let env = match setup {
+        Setup::WoodpeckerEnv => woodpecker_env(kind, api),
+        _ => Vec::new(),
+    };
+    // Anyone with an account on the forge may sign in (`auth.open`; Woodpecker's variables
+    // say it with WOODPECKER_OPEN).
+    let open = if setup == Setup::WoodpeckerEnv {
+        ""
+    } else {
+        "#open"
+    };
     let shared = replica.then(|| {
         let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
         let key = data.path().join("secrets.key").display().to_string();
         format!("[storage]\nurl = {url:?}\nsecret_key_file = {key:?}\n")
     });
-    let tables = runner + &plugins_table(&dist, false, &instance) + shared.as_deref().unwrap_or("");
-    // Anyone with an account on the forge may sign in (`auth.open`).
-    let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
+    // (`[[forges]]` is an array of tables: it goes after every other table.)
+    let tables = runner
+        + &plugins_table(
+            &dist,
+            false,
+            if setup == Setup::ConfigFile {
+                ""
+            } else {
+                &instance
+            },
+        )
+        + shared.as_deref().unwrap_or("")
+        + if setup == Setup::ConfigFile {
+            &instance
+        } else {
+            ""
+        };
+    let s = TestServer::start_in_with_env(data, open, &tables, &env).await;
     let replica = match shared {
         Some(storage) => {
             let tables = plugins_table(&dist, false, &instance) + &storage;
             let dir = tempfile::tempdir().unwrap();
-            Some(TestServer::start_in_with_tables(dir, "#open", &tables).await)
+            Some(TestServer::start_in_with_env(dir, open, &tables, &env).await)
         }
         None => None,
     };
     let p = s.principals().await;
-    let forge = s
-        .http
-        .post(
-            "/api/forges",
-            Some(&p.admin),
-            &json!({"type": name, "url": format!("http://{api}"), "client": CLIENT_ID,
-                    "oauth_client_secret": CLIENT_SECRET, "webhook_secret": "a-webhook-secret-of-ours",
-                    "additional_options": {"plugin": name}})
-            .to_string(),
-        )
-        .await
-        .expect(200)
-        .json();
-    assert_eq!(forge["id"], FORGE);
-    // A secret given on create is the one kept (and shown to the admin once).
-    assert_eq!(forge["webhook_secret"], "a-webhook-secret-of-ours");
+    match setup {
+        Setup::Api | Setup::InstanceTable => {
+            let mut options = serde_json::Map::new();
+            if setup == Setup::InstanceTable {
+                options.insert("plugin".into(), json!(name));
+            } else if let Some(url) = api_url(kind, api) {
+                options.insert("api_url".into(), json!(url));
+            }
+            let forge = s
+                .http
+                .post(
+                    "/api/forges",
+                    Some(&p.admin),
+                    &json!({"type": name, "url": format!("http://{api}"), "client": CLIENT_ID,
+                            "oauth_client_secret": CLIENT_SECRET, "webhook_secret": WEBHOOK_SECRET,
+                            "additional_options": options})
+                    .to_string(),
+                )
+                .await
+                .expect(200)
+                .json();
+            assert_eq!(forge["id"], FORGE);
+            // A secret given on create is the one kept (and shown to the admin once).
+            assert_eq!(forge["webhook_secret"], WEBHOOK_SECRET);
+        }
+        Setup::ConfigFile | Setup::WoodpeckerEnv => {
+            // The operator's forge is there under its id, read-only through the API.
+            let forge = s
+                .http
+                .get(&format!("/api/forges/{FORGE}"), Some(&p.admin))
+                .await
+                .expect(200)
+                .json();
+            assert_eq!(forge["woodlark_type"], name, "{forge}");
+            assert_eq!(forge["url"], format!("http://{api}"));
+            assert_eq!(forge["client"], CLIENT_ID);
+            let origin = forge["woodlark_configured_in"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let changed = s
+                .http
+                .patch(
+                    &format!("/api/forges/{FORGE}"),
+                    Some(&p.admin),
+                    &json!({"url": "http://elsewhere.example.com"}).to_string(),
+                )
+                .await
+                .expect(409)
+                .text();
+            assert!(changed.contains(&origin), "{changed}");
+            let want = if setup == Setup::ConfigFile {
+                "config.toml"
+            } else {
+                "WOODPECKER_"
+            };
+            assert!(changed.contains(want), "{changed}");
+            s.http
+                .delete(&format!("/api/forges/{FORGE}"), Some(&p.admin))
+                .await
+                .expect(409);
+            if setup == Setup::ConfigFile {
+                assert_eq!(forge["webhook_secret"], WEBHOOK_SECRET, "from its file");
+            }
+            // A forge added through the API comes after it (on PostgreSQL too: the id
+            // sequence moved past the configured id).
+            let next = s
+                .http
+                .post(
+                    "/api/forges",
+                    Some(&p.admin),
+                    &json!({"type": "gitea", "url": "https://other.example.com",
+                            "oauth_client_secret": "a-token"})
+                    .to_string(),
+                )
+                .await
+                .expect(200)
+                .json();
+            assert_eq!(next["id"], FORGE + 1, "{next}");
+        }
+    }
 
     // A callback with a state that is not ours, or ours in another browser, is refused.
     let mut stranger = Browser::new(&s.http);
@@ -733,8 +898,8 @@ async fn round_trip_with(kind: Kind, backend: Backend, replica: bool) -> RoundTr
 }
 
 /// The round trip, then deactivation: the hook is removed from the forge.
-async fn round_trip_and_deactivate(kind: Kind) {
-    let round = round_trip(kind).await;
+async fn round_trip_and_deactivate(kind: Kind, setup: Setup) {
+    let round = round_trip_set_up(kind, setup).await;
     let repo = round
         .s
         .http
@@ -753,14 +918,14 @@ async fn round_trip_and_deactivate(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitea_round_trip() {
-    round_trip_and_deactivate(Kind::Gitea).await;
+    round_trip_and_deactivate(Kind::Gitea, Setup::Api).await;
 }
 
 /// The round trip with a second replica on the same database: the leader alone posts the
 /// commit statuses, each state once, whichever replica ran the pipeline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitea_round_trip_with_a_second_replica() {
-    let round = round_trip_with(Kind::Gitea, Backend::Local, true).await;
+    let round = round_trip_with(Kind::Gitea, Backend::Local, true, Setup::Api).await;
     let replica = round.replica.as_ref().unwrap();
     let leaders = [&round.s, replica]
         .iter()
@@ -826,23 +991,23 @@ async fn a_captured_signed_push_replayed_under_any_delivery_id_makes_no_pipeline
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forgejo_round_trip() {
-    round_trip_and_deactivate(Kind::Forgejo).await;
+async fn forgejo_round_trip_from_config_toml() {
+    round_trip_and_deactivate(Kind::Forgejo, Setup::ConfigFile).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gitlab_round_trip() {
-    round_trip_and_deactivate(Kind::GitLab).await;
+async fn gitlab_round_trip_from_woodpeckers_variables() {
+    round_trip_and_deactivate(Kind::GitLab, Setup::WoodpeckerEnv).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bitbucket_cloud_round_trip() {
-    round_trip_and_deactivate(Kind::Bitbucket).await;
+    round_trip_and_deactivate(Kind::Bitbucket, Setup::InstanceTable).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bitbucket_data_center_round_trip() {
-    round_trip_and_deactivate(Kind::BitbucketDc).await;
+    round_trip_and_deactivate(Kind::BitbucketDc, Setup::Api).await;
 }
 
 /// The round trip with the docker backend: the clone container fetches the private

@@ -26,6 +26,7 @@ mod docker;
 mod events;
 mod forge_access;
 mod forge_fakes;
+mod forge_setup;
 mod forges;
 mod glance;
 mod http_core;

@@ -193,9 +193,14 @@ pub struct TestServer {
 /// Config text for a test data dir (`#open` in `extra`: anyone may sign in through a forge).
 pub fn config_text(data_dir: &Path, extra: &str) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n{extra}\n[auth]\nadmins = [\"envadmin\"]\nopen = {}\n",
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\nshutdown_grace_ms = 2000\n{extra}\n[auth]\nadmins = [\"envadmin\"]\n{}",
         data_dir.display().to_string(),
-        extra.contains("#open")
+        // Left out unless wanted: `auth.open` in the file would win over WOODPECKER_OPEN.
+        if extra.contains("#open") {
+            "open = true\n"
+        } else {
+            ""
+        }
     ) + if extra.contains("#runner") {
         ""
     } else {
@@ -360,8 +365,18 @@ impl TestServer {
         extra: &str,
         tables: &str,
     ) -> TestServer {
+        TestServer::start_in_with_env(dir, extra, tables, &[]).await
+    }
+
+    /// [`Self::start_in_with_tables`] as if the process environment held `env`.
+    pub async fn start_in_with_env(
+        dir: tempfile::TempDir,
+        extra: &str,
+        tables: &str,
+        env: &[(String, String)],
+    ) -> TestServer {
         let text = server_config_text(dir.path(), extra, tables);
-        let config = Config::from_toml(&text, "test.toml", &[]).expect("test config");
+        let config = Config::from_toml(&text, "test.toml", env).expect("test config");
         let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
         let app_state = app.state().clone();
         let routes = app.routes();

@@ -74,7 +74,7 @@ impl log::Host for CallState {
 
 impl config::Host for CallState {
     fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(self.grants.config.get(&key).cloned())
+        Ok(self.config_value(&key))
     }
 }
 
@@ -176,16 +176,13 @@ impl http_client::Host for CallState {
         };
         let max = self.limits.max_http_response_bytes;
         let url = out.url.clone();
-        let result = self
-            .services
-            .http
-            .send(
-                &self.grants.allowed_hosts,
-                self.unverified.as_ref(),
-                out,
-                max,
-            )
-            .await;
+        let result = {
+            let allowed = |o: &crate::config::Origin| self.may_reach(o);
+            self.services
+                .http
+                .send(&allowed, self.unverified.as_ref(), out, max)
+                .await
+        };
         Ok(match result {
             Ok(r) => {
                 tracing::debug!(plugin = %self.plugin, %url, status = r.status, "plugin http request");
@@ -199,27 +196,36 @@ impl http_client::Host for CallState {
                     body: r.body,
                 })
             }
-            Err(e) => {
-                let (kind, msg) = match e {
-                    OutError::Invalid(m) => ("invalid", m),
-                    OutError::Denied(m) => ("denied", m),
-                    OutError::Unavailable(m) => ("unavailable", m),
-                };
-                tracing::info!(plugin = %self.plugin, %url, kind, error = %msg, "plugin http request failed");
-                Err(match kind {
-                    "invalid" => WitError::InvalidInput(msg),
-                    "denied" => WitError::Denied(msg),
-                    _ => WitError::Unavailable(msg),
-                })
+            Err(OutError::NotAllowed(origin)) => {
+                tracing::warn!(plugin = %self.plugin, forge = %self.forge.label, %origin, "plugin http request to a host it is not granted");
+                let message = format!("{origin} is not allowed for this plugin");
+                self.denied_origin.get_or_insert(origin);
+                Err(WitError::Denied(message))
+            }
+            Err(OutError::Invalid(msg)) => {
+                tracing::info!(plugin = %self.plugin, %url, error = %msg, "plugin http request invalid");
+                Err(WitError::InvalidInput(msg))
+            }
+            Err(OutError::Unavailable(msg)) => {
+                tracing::info!(plugin = %self.plugin, %url, error = %msg, "plugin http request failed");
+                Err(WitError::Unavailable(msg))
             }
         })
     }
 }
 
 impl CallState {
-    /// The value of a granted secret. `Err` is the guest-visible error.
+    /// The value of a granted secret: the webhook secret of the forge the call is made for,
+    /// else one the instance is granted — but never another forge's (`forge:<id>`) in a
+    /// call made for a forge. `Err` is the guest-visible error.
     async fn granted_secret(&self, name: &str) -> Result<Vec<u8>, WitError> {
-        if !self.grants.secrets.contains(name) {
+        if let Some(own) = &self.forge.hook_secret
+            && own.name == name
+        {
+            return Ok(own.value.clone());
+        }
+        let another_forges = self.forge.is_forge() && name.starts_with("forge:");
+        if another_forges || !self.grants.secrets.contains(name) {
             tracing::warn!(plugin = %self.plugin, secret = name, "plugin asked for a secret it is not granted");
             return Err(WitError::Denied(format!(
                 "secret {name:?} is not granted to this plugin"

@@ -101,6 +101,14 @@ pub enum PluginError {
         function: &'static str,
         contract: String,
     },
+    /// The plugin asked for a host it is not granted (and the call failed): the operator's
+    /// fix is a grant, not a new token. `detail` names the call and how to allow the host.
+    #[error("plugin {plugin:?} may not reach {origin} ({detail})")]
+    HostDenied {
+        plugin: String,
+        origin: String,
+        detail: String,
+    },
     /// The plugin answered with an error value (`plugin-error` in WIT).
     #[error("plugin {plugin:?}: {kind}: {message}")]
     Plugin {
@@ -139,6 +147,7 @@ impl PluginError {
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Self::Plugin { kind, .. } => Some(*kind),
+            Self::HostDenied { .. } => Some(ErrorKind::Denied),
             _ => None,
         }
     }

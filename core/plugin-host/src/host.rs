@@ -62,7 +62,7 @@ impl Default for HostServices {
 }
 
 /// Call counters of one plugin instance (kept across reloads).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct CallCounts {
     /// Calls started.
     pub total: u64,
@@ -77,6 +77,11 @@ pub struct CallCounts {
     /// Refused before running (busy, oversized input).
     pub rejected: u64,
     pub in_flight: u64,
+    /// Calls of functions the plugin does not offer (its contract predates them, or it
+    /// answered "… is not supported by this adapter"): the server fell back. Not errors.
+    pub unsupported: u64,
+    /// The same, by function (its WIT name).
+    pub unsupported_by_function: BTreeMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -88,11 +93,33 @@ struct Stats {
     timeouts: AtomicU64,
     rejected: AtomicU64,
     in_flight: AtomicU64,
+    unsupported: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Stats {
+    /// Counts a call of `function`, which `plugin` does not offer; the first one per
+    /// function is logged (a fallback, not a failure, so not on every call).
+    fn note_unsupported(&self, plugin: &str, function: &'static str) {
+        let mut map = self.unsupported.lock().unwrap_or_else(|p| p.into_inner());
+        let count = map.entry(function).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            tracing::info!(
+                plugin,
+                function,
+                "the plugin does not support this function; the server falls back where it can (counted in GET /api/plugins)"
+            );
+        }
+    }
+
     fn snapshot(&self) -> CallCounts {
+        let unsupported = self.unsupported.lock().unwrap_or_else(|p| p.into_inner());
         CallCounts {
+            unsupported: unsupported.values().sum(),
+            unsupported_by_function: unsupported
+                .iter()
+                .map(|(f, n)| (f.to_string(), *n))
+                .collect(),
             total: self.total.load(Ordering::Relaxed),
             ok: self.ok.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
@@ -275,11 +302,24 @@ impl PluginHost {
 
     // ---- forge adapters ----
 
-    /// Asks forge adapter `plugin` to parse a webhook.
+    /// Asks forge adapter `plugin` to parse a webhook whose forge is not known (only the
+    /// instance's own grants apply).
     pub async fn parse_hook(
         &self,
         plugin: &str,
         req: HookRequest,
+    ) -> Result<HookOutcome, PluginError> {
+        self.parse_hook_for(plugin, req, ForgeGrant::default())
+            .await
+    }
+
+    /// Asks forge adapter `plugin` to parse a webhook for the forge that `grant` comes from
+    /// (its webhook secret verifies the signature).
+    pub async fn parse_hook_for(
+        &self,
+        plugin: &str,
+        req: HookRequest,
+        grant: ForgeGrant,
     ) -> Result<HookOutcome, PluginError> {
         let limits_in = self.limits_of(plugin)?;
         let header_bytes: u64 = req
@@ -304,8 +344,12 @@ impl PluginHost {
             );
         }
         let req = convert::hook_request(req);
+        let scope = CallScope {
+            unverified: None,
+            forge: grant,
+        };
         let out = self
-            .call_export(plugin, WorldKind::ForgeAdapter, "parse-hook", (req,))
+            .call_export_with(plugin, WorldKind::ForgeAdapter, "parse-hook", (req,), scope)
             .await?;
         let out = convert::outcome(out);
         self.check_output(plugin, &out)?;
@@ -413,22 +457,30 @@ impl PluginHost {
         // The status record changed shape in 0.2.0 (branch, event, times), so it is lowered
         // per contract here rather than through `call_forge`.
         let (full, commit) = (full_name.to_string(), commit.to_string());
-        let unverified = unverified_origin(ctx.skip_verify, &ctx.forge_url);
-        self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
-            Box::pin(async move {
-                store.data_mut().unverified = unverified;
-                let r = if loaded.is_forge_v0_1() {
-                    let ctx = convert::api_context_v0_1(ctx);
-                    let params = (ctx, full, commit, convert::commit_status_v0_1(status));
-                    invoke::<_, (Result<(), WitError>,)>(loaded, store, "post-status", params).await
-                } else {
-                    let ctx = convert::api_context(ctx);
-                    let params = (ctx, full, commit, convert::commit_status(status));
-                    invoke::<_, (Result<(), WitError>,)>(loaded, store, "post-status", params).await
-                };
-                r.map(|(r,)| r)
-            })
-        })
+        let scope = CallScope::forge_api(&ctx);
+        let function = "post-status";
+        self.call(
+            plugin,
+            WorldKind::ForgeAdapter,
+            function,
+            scope,
+            move |loaded, store| {
+                Box::pin(async move {
+                    let r = if loaded.is_forge_v0_1() {
+                        let ctx = convert::api_context_v0_1(ctx);
+                        let params = (ctx, full, commit, convert::commit_status_v0_1(status));
+                        invoke::<_, (Result<(), WitError>,)>(loaded, store, "post-status", params)
+                            .await
+                    } else {
+                        let ctx = convert::api_context(ctx);
+                        let params = (ctx, full, commit, convert::commit_status(status));
+                        invoke::<_, (Result<(), WitError>,)>(loaded, store, "post-status", params)
+                            .await
+                    };
+                    r.map(|(r,)| r)
+                })
+            },
+        )
         .await
     }
 
@@ -510,9 +562,16 @@ impl PluginHost {
         state: &str,
     ) -> Result<String, PluginError> {
         self.require_v0_2(plugin, "authorize-url")?;
+        let scope = CallScope::oauth(&client);
         let args = (convert::oauth_client(client), state.to_string());
         let r: String = self
-            .call_export(plugin, WorldKind::ForgeAdapter, "authorize-url", args)
+            .call_export_with(
+                plugin,
+                WorldKind::ForgeAdapter,
+                "authorize-url",
+                args,
+                scope,
+            )
             .await?;
         self.check_output(plugin, &r)?;
         Ok(r)
@@ -526,7 +585,7 @@ impl PluginHost {
         code: &str,
     ) -> Result<OAuthToken, PluginError> {
         self.require_v0_2(plugin, "exchange-code")?;
-        let unverified = unverified_origin(client.skip_verify, &client.forge_url);
+        let scope = CallScope::oauth(&client);
         let args = (convert::oauth_client(client), code.to_string());
         let r: wit_forge::OauthToken = self
             .call_export_with(
@@ -534,7 +593,7 @@ impl PluginHost {
                 WorldKind::ForgeAdapter,
                 "exchange-code",
                 args,
-                unverified,
+                scope,
             )
             .await?;
         let r = convert::oauth_token(r);
@@ -550,7 +609,7 @@ impl PluginHost {
         refresh_token: &str,
     ) -> Result<OAuthToken, PluginError> {
         self.require_v0_2(plugin, "refresh-token")?;
-        let unverified = unverified_origin(client.skip_verify, &client.forge_url);
+        let scope = CallScope::oauth(&client);
         let args = (convert::oauth_client(client), refresh_token.to_string());
         let r: wit_forge::OauthToken = self
             .call_export_with(
@@ -558,7 +617,7 @@ impl PluginHost {
                 WorldKind::ForgeAdapter,
                 "refresh-token",
                 args,
-                unverified,
+                scope,
             )
             .await?;
         let r = convert::oauth_token(r);
@@ -820,28 +879,27 @@ impl PluginHost {
         T: Send + Sync + 'static,
         (Result<T, WitError>,): ComponentNamedList + Lift,
     {
-        self.call_export_with(plugin, world, func, params, None)
+        self.call_export_with(plugin, world, func, params, CallScope::default())
             .await
     }
 
-    /// [`Self::call_export`], not verifying the certificate of `unverified` (a forge marked
-    /// `skip_verify`) in this call.
+    /// [`Self::call_export`] on behalf of `scope` (a forge's grant, and its certificate
+    /// unchecked when the forge is marked `skip_verify`).
     async fn call_export_with<P, T>(
         &self,
         plugin: &str,
         world: WorldKind,
         func: &'static str,
         params: P,
-        unverified: Option<Origin>,
+        scope: CallScope,
     ) -> Result<T, PluginError>
     where
         P: ComponentNamedList + Lower + Send + Sync + 'static,
         T: Send + Sync + 'static,
         (Result<T, WitError>,): ComponentNamedList + Lift,
     {
-        self.call(plugin, world, move |loaded, store| {
+        self.call(plugin, world, func, scope, move |loaded, store| {
             Box::pin(async move {
-                store.data_mut().unverified = unverified;
                 invoke::<P, (Result<T, WitError>,)>(loaded, store, func, params)
                     .await
                     .map(|(r,)| r)
@@ -855,7 +913,9 @@ impl PluginHost {
     fn require_v0_2(&self, plugin: &str, function: &'static str) -> Result<(), PluginError> {
         match self.forge_contract(plugin) {
             Some(v) if v.starts_with("0.1.") => {
-                tracing::debug!(plugin, function, contract = %v, "forge adapter predates the function");
+                if let Ok(slot) = self.slot(plugin) {
+                    slot.stats.note_unsupported(plugin, function);
+                }
                 Err(PluginError::Unsupported {
                     plugin: plugin.to_string(),
                     function,
@@ -881,20 +941,25 @@ impl PluginHost {
         T: Send + Sync + 'static,
         (Result<T, WitError>,): ComponentNamedList + Lift,
     {
-        let unverified = unverified_origin(ctx.skip_verify, &ctx.forge_url);
-        self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
-            Box::pin(async move {
-                store.data_mut().unverified = unverified;
-                let r = if loaded.is_forge_v0_1() {
-                    let params = args.v0_1(convert::api_context_v0_1(ctx));
-                    invoke::<_, (Result<T, WitError>,)>(loaded, store, func, params).await
-                } else {
-                    let params = args.v0_2(convert::api_context(ctx));
-                    invoke::<_, (Result<T, WitError>,)>(loaded, store, func, params).await
-                };
-                r.map(|(r,)| r)
-            })
-        })
+        let scope = CallScope::forge_api(&ctx);
+        self.call(
+            plugin,
+            WorldKind::ForgeAdapter,
+            func,
+            scope,
+            move |loaded, store| {
+                Box::pin(async move {
+                    let r = if loaded.is_forge_v0_1() {
+                        let params = args.v0_1(convert::api_context_v0_1(ctx));
+                        invoke::<_, (Result<T, WitError>,)>(loaded, store, func, params).await
+                    } else {
+                        let params = args.v0_2(convert::api_context(ctx));
+                        invoke::<_, (Result<T, WitError>,)>(loaded, store, func, params).await
+                    };
+                    r.map(|(r,)| r)
+                })
+            },
+        )
         .await
     }
 
@@ -904,20 +969,34 @@ impl PluginHost {
         plugin: &str,
         headers: Vec<WitHeader>,
     ) -> Result<bool, PluginError> {
-        self.call(plugin, WorldKind::ForgeAdapter, move |loaded, store| {
-            Box::pin(async move {
-                invoke::<_, (bool,)>(loaded, store, "recognize", (headers,))
-                    .await
-                    .map(|(b,)| Ok(b))
-            })
-        })
+        let scope = CallScope::default();
+        self.call(
+            plugin,
+            WorldKind::ForgeAdapter,
+            "recognize",
+            scope,
+            move |loaded, store| {
+                Box::pin(async move {
+                    invoke::<_, (bool,)>(loaded, store, "recognize", (headers,))
+                        .await
+                        .map(|(b,)| Ok(b))
+                })
+            },
+        )
         .await
     }
 
     /// Runs `f` on a fresh store of `plugin`'s current version, under its limits, on the
     /// caller's task (wasmtime's async mode: the guest yields to the runtime every epoch
     /// tick, see [`run`]).
-    async fn call<T, F>(&self, plugin: &str, world: WorldKind, f: F) -> Result<T, PluginError>
+    async fn call<T, F>(
+        &self,
+        plugin: &str,
+        world: WorldKind,
+        function: &'static str,
+        scope: CallScope,
+        f: F,
+    ) -> Result<T, PluginError>
     where
         F: for<'a> FnOnce(&'a LoadedPlugin, &'a mut Store<CallState>) -> CallFuture<'a, T> + Send,
     {
@@ -959,7 +1038,7 @@ impl PluginHost {
         // unwinds the guest and throws its store away).
         let result = match tokio::time::timeout(
             timeout + Duration::from_secs(2),
-            run(&loaded, &self.inner.clock, services, f),
+            run(&loaded, &self.inner.clock, services, function, scope, f),
         )
         .await
         {
@@ -975,6 +1054,11 @@ impl PluginHost {
             Ok(_) => {
                 stats.ok.fetch_add(1, Ordering::Relaxed);
             }
+            Err(e) if e.is_unsupported() => stats.note_unsupported(plugin, function),
+            Err(e @ PluginError::HostDenied { .. }) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(plugin, function, error = %e, "plugin call failed");
+            }
             Err(PluginError::Plugin { kind, message, .. }) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(plugin, kind = %kind, error = %message, "plugin returned an error");
@@ -988,6 +1072,30 @@ impl PluginHost {
             }
         }
         result
+    }
+}
+
+/// On whose behalf a call runs: the forge whose grant it carries, and the one origin whose
+/// certificate it does not check (that forge's, when marked `skip_verify`).
+#[derive(Default)]
+struct CallScope {
+    unverified: Option<Origin>,
+    forge: ForgeGrant,
+}
+
+impl CallScope {
+    fn forge_api(ctx: &ApiContext) -> Self {
+        Self {
+            unverified: unverified_origin(ctx.skip_verify, &ctx.forge_url),
+            forge: ctx.grant.clone(),
+        }
+    }
+
+    fn oauth(client: &OAuthClient) -> Self {
+        Self {
+            unverified: unverified_origin(client.skip_verify, &client.forge_url),
+            forge: client.grant.clone(),
+        }
     }
 }
 
@@ -1071,17 +1179,21 @@ async fn run<T, F>(
     loaded: &LoadedPlugin,
     clock: &EpochClock,
     services: Arc<Services>,
+    function: &'static str,
+    scope: CallScope,
     f: F,
 ) -> Result<T, PluginError>
 where
     F: for<'a> FnOnce(&'a LoadedPlugin, &'a mut Store<CallState>) -> CallFuture<'a, T>,
 {
-    let state = CallState::new(
+    let mut state = CallState::new(
         loaded.name.clone(),
         loaded.grants.clone(),
         loaded.limits,
         services,
     );
+    state.unverified = scope.unverified;
+    state.forge = scope.forge;
     // Declared before the store, so the clock keeps ticking until the store is gone.
     let _ticking = clock.running();
     let mut store = Store::new(&loaded.engine, state);
@@ -1096,6 +1208,23 @@ where
     });
     let plugin = &*loaded.name;
     let result = f(loaded, &mut store).await;
+    if !matches!(result, Ok(Ok(_)))
+        && let Some(origin) = store.data_mut().denied_origin.take()
+    {
+        let label = &store.data().forge.label;
+        let table = format!("add it to allowed_hosts of [plugins.instances.{plugin}]");
+        return Err(PluginError::HostDenied {
+            plugin: plugin.to_string(),
+            origin: origin.to_string(),
+            detail: if label.is_empty() {
+                format!("calling {function}: {table}")
+            } else {
+                format!(
+                    "calling {function} for {label}: a forge grants its adapter the origins of its url, oauth_host and additional_options.api_url; for another host, {table}"
+                )
+            },
+        });
+    }
     match result {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(convert::plugin_error(plugin, e)),

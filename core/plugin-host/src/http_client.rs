@@ -2,7 +2,8 @@
 //!
 //! Rules, in order:
 //! 1. the URL's origin (`scheme://host:port`, default ports filled in) must be in the
-//!    instance's `allowed_hosts`, else `denied`;
+//!    instance's `allowed_hosts` or among the origins of the forge the call is made for,
+//!    else `denied` (and the call's failure names the host and how to allow it);
 //! 2. redirects (301/302/303/307/308, at most 5) are followed only to allowed origins, each
 //!    hop re-checked; a 303 turns into a body-less GET;
 //! 3. the request body, header count and number of requests per call are capped; the
@@ -15,7 +16,6 @@
 //! Each exchange goes through the HTTP core's client (`woodlark_http::client`: rustls with the
 //! Mozilla root set, so no system state is consulted); this module adds the policy above.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -45,7 +45,8 @@ pub(crate) struct OutResponse {
 #[derive(Debug)]
 pub(crate) enum OutError {
     Invalid(String),
-    Denied(String),
+    /// The origin is not granted to this call.
+    NotAllowed(Origin),
     Unavailable(String),
 }
 
@@ -64,11 +65,12 @@ impl HttpClient {
         Ok(Self { client, unverified })
     }
 
-    /// Sends `req` under the allow-list; runs on the async runtime. Requests to
-    /// `unverified` (and only those, redirects included) skip certificate checks.
+    /// Sends `req` to origins `allowed` accepts (every redirect hop checked); runs on the
+    /// async runtime. Requests to `unverified` (and only those, redirects included) skip
+    /// certificate checks.
     pub async fn send(
         &self,
-        allowed: &HashSet<Origin>,
+        allowed: &(dyn Fn(&Origin) -> bool + Sync),
         unverified: Option<&Origin>,
         req: OutRequest,
         max_response: u64,
@@ -88,10 +90,8 @@ impl HttpClient {
         for _hop in 0..=MAX_REDIRECTS {
             let origin = Origin::of(&url)
                 .ok_or_else(|| OutError::Invalid(format!("url {url} needs a scheme and host")))?;
-            if !allowed.contains(&origin) {
-                return Err(OutError::Denied(format!(
-                    "{origin} is not in allowed_hosts"
-                )));
+            if !allowed(&origin) {
+                return Err(OutError::NotAllowed(origin));
             }
             let mut builder = http::Request::builder()
                 .method(method.clone())

@@ -205,6 +205,30 @@ pub(crate) fn detect_world(
     })
 }
 
+/// Says what a file is when it is not a binary component, before the compiler gives a
+/// less direct answer: WebAssembly text, a core module, or no WebAssembly at all.
+fn check_binary_component(bytes: &[u8]) -> Result<(), LoadError> {
+    const MAGIC: &[u8] = b"\0asm";
+    let refuse = |what: &str| Err(LoadError::Compile(what.to_string()));
+    if !bytes.starts_with(MAGIC) {
+        let text = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        return if matches!(text, Some(b'(' | b';')) {
+            refuse(
+                "the file is WebAssembly text (WAT), not a binary component: plugins are loaded as binary components (build them as plugins/README.md shows, or convert the text with `wasm-tools parse`)",
+            )
+        } else {
+            refuse("not a WebAssembly binary (the file does not start with \\0asm)")
+        };
+    }
+    // Bytes 6..8 are the layer: 0 for a core module, 1 for a component.
+    if bytes.get(6..8) == Some(&[0, 0]) {
+        return refuse(
+            "a core WebAssembly module, not a component: make it one with `wasm-tools component new` (cargo's wasm32-wasip2 target does this), see plugins/README.md",
+        );
+    }
+    Ok(())
+}
+
 /// Loads `bytes` as instance `name`. Pure with respect to the registry: the caller swaps.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn load(
@@ -217,6 +241,7 @@ pub(crate) fn load(
     bytes: &[u8],
     sha256: &str,
 ) -> Result<LoadedPlugin, LoadError> {
+    check_binary_component(bytes)?;
     let component = cache
         .load_or_compile(engine, sha256, bytes)
         .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
@@ -264,4 +289,19 @@ pub(crate) fn load(
         limits: inst.limits(defaults),
         engine: engine.clone(),
     })
+}
+
+#[cfg(test)]
+mod binary_tests {
+    use super::*;
+
+    #[test]
+    fn text_core_modules_and_other_files_are_named_for_what_they_are() {
+        let said = |bytes: &[u8]| check_binary_component(bytes).unwrap_err().to_string();
+        assert!(said(b"\n  (component\n)").contains("WebAssembly text (WAT)"));
+        assert!(said(b";; a comment\n(module)").contains("WebAssembly text (WAT)"));
+        assert!(said(b"\0asm\x01\0\0\0").contains("core WebAssembly module"));
+        assert!(said(b"#!/bin/sh").contains("not a WebAssembly binary"));
+        assert!(check_binary_component(b"\0asm\x0d\0\x01\0").is_ok());
+    }
 }

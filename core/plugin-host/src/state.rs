@@ -11,6 +11,10 @@ use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use crate::config::{InstanceConfig, Limits, Origin};
 use crate::http_client::HttpClient;
 use crate::services::{KvStore, SecretSource};
+use crate::types::ForgeGrant;
+
+/// The config key under which forge adapters look up the name of the webhook secret.
+pub(crate) const HOOK_SECRET_KEY: &str = "hook-secret";
 
 /// The server-provided services shared by every call.
 pub(crate) struct Services {
@@ -63,6 +67,10 @@ pub(crate) struct CallState {
     /// The origin whose TLS certificate this call does not verify: the forge of a forge
     /// call made with `skip_verify` (see [`crate::http_client`]).
     pub unverified: Option<Origin>,
+    /// What the forge this call is made for grants (nothing for other calls).
+    pub forge: ForgeGrant,
+    /// The first origin this call was refused, so its failure can say which and why.
+    pub denied_origin: Option<Origin>,
 }
 
 impl CallState {
@@ -82,7 +90,30 @@ impl CallState {
             log_lines: 0,
             http_calls: 0,
             unverified: None,
+            forge: ForgeGrant::default(),
+            denied_origin: None,
         }
+    }
+
+    /// Whether this call may reach `origin`: the instance's `allowed_hosts`, then the
+    /// forge's own origins.
+    pub fn may_reach(&self, origin: &Origin) -> bool {
+        self.grants.allowed_hosts.contains(origin) || self.forge.origins.contains(origin)
+    }
+
+    /// Config value `key`: the forge's (its webhook secret's name as `hook-secret`, its API
+    /// root) before the instance's.
+    pub fn config_value(&self, key: &str) -> Option<String> {
+        if key == HOOK_SECRET_KEY
+            && let Some(secret) = &self.forge.hook_secret
+        {
+            return Some(secret.name.clone());
+        }
+        self.forge
+            .config
+            .get(key)
+            .or_else(|| self.grants.config.get(key))
+            .cloned()
     }
 
     pub fn remaining(&self) -> Duration {

@@ -4,6 +4,8 @@
 //! `{"build": {"repo": {...}, "pipeline": {...}, "signature_verified": true}}` or
 //! `{"ignored": "reason"}`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The kind of plugin, i.e. the world a component targets.
@@ -170,6 +172,52 @@ pub struct ApiContext {
     /// outbound client skips certificate checks for `forge_url`'s origin during the call,
     /// and adapters of contract 0.2.0 are told.
     pub skip_verify: bool,
+    /// What the forge the call is made for grants the adapter (host side only).
+    pub grant: ForgeGrant,
+}
+
+/// What a forge grants the adapter serving it, for calls made on that forge's behalf: the
+/// server builds it from the forge's record, so a forge works with no
+/// `[plugins.instances]` table, a changed record takes effect on the next call, and a call
+/// for one forge is never granted another's host or secret. Nothing of it enters the guest
+/// except the config values (the secret's name, never its value).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ForgeGrant {
+    /// The forge, as logs and errors name it (`forge 3`); empty: no forge.
+    pub label: String,
+    /// Origins calls may reach besides the instance's `allowed_hosts`: the forge's URL,
+    /// OAuth host and API root.
+    pub origins: Vec<crate::config::Origin>,
+    /// The forge's webhook secret: `signing` may use it under its name, which the adapter
+    /// reads as config `hook-secret`.
+    pub hook_secret: Option<NamedSecret>,
+    /// Config values read before the instance's own (e.g. `api-url`).
+    pub config: BTreeMap<String, String>,
+}
+
+impl ForgeGrant {
+    /// Whether any forge is named (a call made on a forge's behalf).
+    pub fn is_forge(&self) -> bool {
+        !self.label.is_empty()
+    }
+}
+
+impl std::fmt::Debug for ForgeGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForgeGrant")
+            .field("label", &self.label)
+            .field("origins", &self.origins)
+            .field("hook_secret", &self.hook_secret.as_ref().map(|s| &s.name))
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// A secret `signing` may use under `name`; its value stays in the host.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NamedSecret {
+    pub name: String,
+    pub value: Vec<u8>,
 }
 
 /// A forge's OAuth application, for sign-in.
@@ -184,6 +232,8 @@ pub struct OAuthClient {
     /// The server's callback URL.
     pub redirect_uri: String,
     pub skip_verify: bool,
+    /// What the forge grants the adapter (host side only).
+    pub grant: ForgeGrant,
 }
 
 impl std::fmt::Debug for OAuthClient {
@@ -195,6 +245,7 @@ impl std::fmt::Debug for OAuthClient {
             .field("client_secret", &"<redacted>")
             .field("redirect_uri", &self.redirect_uri)
             .field("skip_verify", &self.skip_verify)
+            .field("grant", &self.grant)
             .finish()
     }
 }

@@ -49,6 +49,9 @@ pub enum AppError {
     /// The local runner cannot run steps as configured (`runner.sandbox`).
     #[error("{0}")]
     Runner(String),
+    /// A configured forge (`[[forges]]`, Woodpecker's variables) cannot be applied.
+    #[error("configured forges: {0}")]
+    Forges(crate::ci::Error),
 }
 
 impl From<InitError> for AppError {
@@ -182,8 +185,13 @@ impl App {
                 env_admins: EnvAdmins(config.auth.admins.clone()),
                 open_registration: config.auth.open,
                 web_root: config.web.root_path().to_string(),
+                configured_forges: config.forges.iter().map(|f| (f.id, f.origin)).collect(),
             },
         );
+        for note in &config.notes {
+            tracing::info!("configuration: {note}");
+        }
+        crate::ci::forges::configure_now(&ci, &config.forges).map_err(AppError::Forges)?;
         let mounts = enabled(&config)
             .into_iter()
             .map(|(module, settings)| Mount {

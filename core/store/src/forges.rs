@@ -170,7 +170,21 @@ pub struct ForgePublic {
     pub oauth_host: String,
 }
 
+/// The `additional_options` key naming the adapter plugin that serves a forge.
+pub const PLUGIN_OPTION: &str = "plugin";
+/// The `additional_options` key naming a forge's REST API root, when it is not where the
+/// forge's adapter looks by default.
+pub const API_URL_OPTION: &str = "api_url";
+
 impl Forge {
+    /// A non-empty string of `additional_options`.
+    pub fn option(&self, key: &str) -> Option<&str> {
+        self.additional_options
+            .get(key)
+            .and_then(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
     /// The public fields. A `git` forge's URL has no host to name its login button after;
     /// its users sign in on this server, so `server_url` stands in.
     pub fn public(&self, server_url: &str) -> ForgePublic {
@@ -274,7 +288,12 @@ pub fn create(
             sealed_webhook_secret
         ],
     )?;
-    let created = by_id(conn, conn.last_insert_rowid()?)?.forge;
+    created(conn, conn.last_insert_rowid()?)
+}
+
+/// The forge just inserted as `id`, its `forges.created` recorded.
+fn created(conn: &Tx, id: i64) -> StoreResult<Forge> {
+    let created = by_id(conn, id)?.forge;
     events::append(
         conn,
         RECORD_TYPE,
@@ -284,6 +303,41 @@ pub fn create(
         owner(),
     )?;
     Ok(created)
+}
+
+/// Inserts a forge under the id it carries (one the operator configured); `None` when that
+/// id is taken (another replica, starting at the same moment, inserted it). On PostgreSQL
+/// the id sequence is moved past it, so forges added later through the API never collide.
+/// Records `forges.created`.
+pub fn create_with_id(
+    conn: &Tx,
+    forge: &Forge,
+    sealed_client_secret: &str,
+    sealed_webhook_secret: &str,
+) -> StoreResult<Option<Forge>> {
+    let inserted = conn.cached_exec(
+        "INSERT INTO forges (id, type, url, data, client_secret, webhook_secret) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (id) DO NOTHING",
+        params![
+            forge.id,
+            forge.kind,
+            forge.url,
+            data_of(forge)?,
+            sealed_client_secret,
+            sealed_webhook_secret
+        ],
+    )?;
+    if inserted == 0 {
+        return Ok(None);
+    }
+    if conn.dialect() == crate::sql::Dialect::Postgres {
+        conn.query_row(
+            "SELECT setval(pg_get_serial_sequence('forges', 'id'), (SELECT max(id) FROM forges))",
+            [],
+            |r| r.get::<_, i64>(0),
+        )?;
+    }
+    created(conn, forge.id).map(Some)
 }
 
 /// Replaces a forge's settings (and the client or webhook secret when `Some`). Records
@@ -377,5 +431,33 @@ mod tests {
         assert!(any_served_by_adapters(c).unwrap());
         delete(c, github.id).unwrap();
         assert!(!any_served_by_adapters(c).unwrap());
+    }
+
+    #[test]
+    fn a_configured_forge_keeps_its_id_and_later_ones_follow_it() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let c = &Tx::new(&conn);
+        let configured = Forge {
+            id: 7,
+            kind: ForgeKind::Gitea,
+            url: "https://git.example.com".into(),
+            ..Forge::default()
+        };
+        assert_eq!(
+            create_with_id(c, &configured, "", "s").unwrap().unwrap().id,
+            7
+        );
+        let later = Forge {
+            kind: ForgeKind::Github,
+            url: "https://github.com".into(),
+            ..Forge::default()
+        };
+        assert_eq!(create(c, &later, "", "s").unwrap().id, 8);
+        assert_eq!(
+            create_with_id(c, &configured, "", "s").unwrap(),
+            None,
+            "taken"
+        );
     }
 }

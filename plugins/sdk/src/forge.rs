@@ -42,7 +42,9 @@ pub trait ForgeAdapter {
     /// Parses a webhook request.
     fn parse_hook(req: HookRequest) -> Result<Outcome, PluginError>;
 
-    /// Looks up a repository by `owner/name`.
+    /// Looks up a repository: `full_name` is its `owner/name`, or the forge's own id for it
+    /// (`forge_remote_id`) when a client activated it by that id and the user's repository
+    /// list did not have it; accept both where the forge can.
     fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
         let _ = (ctx, full_name);
         Err(unsupported("repo-info"))

@@ -38,6 +38,7 @@ fn ctx(origin: &str) -> ApiContext {
         forge_url: origin.to_string(),
         token: "tok-1".into(),
         skip_verify: false,
+        grant: ForgeGrant::default(),
     }
 }
 

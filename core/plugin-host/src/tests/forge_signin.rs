@@ -105,6 +105,7 @@ pub(super) fn ctx(origin: &str, token: &str) -> ApiContext {
         forge_url: origin.to_string(),
         token: token.to_string(),
         skip_verify: false,
+        grant: ForgeGrant::default(),
     }
 }
 
@@ -116,6 +117,7 @@ pub(super) fn client(origin: &str) -> OAuthClient {
         client_secret: "shh".into(),
         redirect_uri: "https://ci.example.com/authorize".into(),
         skip_verify: false,
+        grant: ForgeGrant::default(),
     }
 }
 

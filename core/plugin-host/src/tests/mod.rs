@@ -17,6 +17,7 @@ mod events;
 mod fake_http;
 mod first_party_backends;
 mod forge_api;
+mod forge_grants;
 mod forge_signin;
 mod forge_signin_bitbucket;
 mod forge_signin_bitbucket_dc;

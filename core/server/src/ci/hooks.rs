@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use woodlark_plugin_host::{HookOutcome, HookRequest, PluginError, WorldKind};
+use woodlark_plugin_host::{ForgeGrant, HookOutcome, HookRequest, PluginError, WorldKind};
 
 use sha2::{Digest, Sha256};
 
@@ -107,8 +107,9 @@ pub async fn git_push(
 pub enum PluginHook {
     /// The plugin recognised the delivery and says why it starts nothing.
     Ignored(String),
-    /// About no active repository here (or a pull request where they are not allowed).
-    NotOurs,
+    /// About no active repository here (or a pull request where they are not allowed):
+    /// why, for the forge's delivery log.
+    NotOurs(String),
     Created(Created),
 }
 
@@ -137,9 +138,13 @@ pub async fn from_plugin(
         id: delivery_key(&request.headers),
         body_sha256: Some(Sha256::digest(&request.body).into()),
     };
+    let grant = match &scope {
+        HookScope::Repo(_, forge) | HookScope::Forge(forge) => forge.grant().clone(),
+        HookScope::Any => ForgeGrant::default(),
+    };
     let outcome = ci
         .plugins
-        .parse_hook(plugin, request)
+        .parse_hook_for(plugin, request, grant)
         .await
         .map_err(|e| match e {
             PluginError::NotLoaded(_) => Error::Forge(ForgeError::NoDriver(plugin.to_string())),
@@ -209,15 +214,31 @@ pub async fn from_plugin(
         }
     };
     let Some((row, forge)) = found else {
-        return Ok(PluginHook::NotOurs);
+        let why = format!(
+            "repository {} is not activated on this server",
+            build.repo.full_name
+        );
+        tracing::info!(
+            plugin,
+            remote_id = build.repo.forge_remote_id,
+            "ignoring hook: {why}"
+        );
+        return Ok(PluginHook::NotOurs(why));
     };
     if !row.repo.active {
-        return Ok(PluginHook::NotOurs);
+        let why = format!("repository {} is not active", row.repo.full_name);
+        tracing::info!(plugin, "ignoring hook: {why}");
+        return Ok(PluginHook::NotOurs(why));
     }
     let p = &build.pipeline;
     let event = webhook_event(p.event);
     if event.is_pull_request() && !row.repo.allow_pr {
-        return Ok(PluginHook::NotOurs);
+        let why = format!(
+            "repository {} does not allow pull requests",
+            row.repo.full_name
+        );
+        tracing::info!(plugin, "ignoring hook: {why}");
+        return Ok(PluginHook::NotOurs(why));
     }
     // The plugin's record crosses the WIT boundary as its own type; from here on it is the
     // pipeline's commit record.

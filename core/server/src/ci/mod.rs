@@ -98,6 +98,9 @@ pub struct Settings {
     pub open_registration: bool,
     /// `web.root_path`: where the web UI and `/authorize` are mounted.
     pub web_root: String,
+    /// Forges the operator configured (`[[forges]]`, Woodpecker's variables), by id: the
+    /// API shows them read-only.
+    pub configured_forges: std::collections::BTreeMap<i64, crate::config::ForgeOrigin>,
 }
 
 impl Services {

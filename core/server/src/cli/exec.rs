@@ -119,7 +119,9 @@ pub fn run(args: ExecArgs) -> anyhow::Result<()> {
         bail!("the pipeline does not compile");
     }
     if compiled.workflows.is_empty() {
-        bail!("no workflow to run: `when` filtered every one out");
+        bail!(
+            "no workflow to run: `when` filtered every one out, or each needs one that does not run (see the warnings above)"
+        );
     }
     let kind: runner::BackendKind = args.backend.parse()?;
     let run = Run {

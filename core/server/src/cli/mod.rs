@@ -372,19 +372,49 @@ fn run_hook(
         {
             anyhow::bail!("{}: cannot load: {action:?}", plugin.display());
         }
-        let outcome = host
-            .parse_hook(
-                &name,
-                HookRequest {
-                    method: "POST".into(),
-                    path_and_query: path.to_string(),
-                    headers,
-                    body,
-                },
-            )
-            .await?;
+        // The server asks `recognize` of a forge-wide webhook whose URL names no forge.
+        let recognized = host.recognize(&headers).await.is_some();
+        eprintln!(
+            "recognize: {}",
+            if recognized {
+                "yes (a webhook URL without ?forge= reaches this adapter)"
+            } else {
+                "no (only webhook URLs naming its forge, /api/hook?forge=<id>, reach this adapter)"
+            }
+        );
+        let request = HookRequest {
+            method: "POST".into(),
+            path_and_query: path.to_string(),
+            headers,
+            body,
+        };
+        let outcome = match host.parse_hook(&name, request).await {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                if let Some(secret) = denied_secret(&err.to_string()) {
+                    eprintln!(
+                        "hint: the adapter asked for secret {secret:?}: pass --secret {secret}=VALUE"
+                    );
+                }
+                return Err(err.into());
+            }
+        };
+        if let woodlark_plugin_host::HookOutcome::Build(build) = &outcome
+            && !build.signature_verified
+        {
+            eprintln!(
+                "signature: not verified; the server refuses such a delivery unless a hook token names the repository. To check a signature: --set hook-secret=NAME --secret NAME=VALUE (the forge's webhook secret)"
+            );
+        }
         print_out(&serde_json::to_string_pretty(&outcome)?)
     })
+}
+
+/// The secret a failed call was refused (`secret "x" is not granted to this plugin`).
+fn denied_secret(error: &str) -> Option<&str> {
+    let rest = &error[error.find("secret \"")? + "secret \"".len()..];
+    let (name, after) = rest.split_once('"')?;
+    after.starts_with(" is not granted").then_some(name)
 }
 
 /// The instance name `run-hook` loads a file as: its stem in the characters instance names
@@ -587,5 +617,13 @@ mod tests {
         assert_eq!(name("My Plugin.wasm"), "my-plugin");
         assert_eq!(name(".wasm"), "-wasm");
         assert_eq!(name(&format!("{}.wasm", "a".repeat(100))).len(), 64);
+    }
+
+    #[test]
+    fn run_hook_names_the_secret_a_call_was_refused() {
+        let err = r#"plugin "x": denied: secret "gh-hook" is not granted to this plugin"#;
+        assert_eq!(denied_secret(err), Some("gh-hook"));
+        assert_eq!(denied_secret(r#"secret "gh-hook" is not set"#), None);
+        assert_eq!(denied_secret("something else"), None);
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use woodlark_plugin_host::PluginHost;
+use woodlark_plugin_host::{ForgeGrant, PluginHost};
 
 use super::plugin::{PluginForge, plugin_for};
 use super::{DriverError, ForgeDriver, ForgeError, git};
@@ -27,6 +27,8 @@ pub struct ForgeHandle {
     pub driver: Arc<dyn ForgeDriver>,
     /// The adapter serving a plugin forge when the driver was built.
     plugin: Option<String>,
+    /// What the forge grants its adapter (nothing for the built-in forge).
+    grant: ForgeGrant,
 }
 
 impl ForgeHandle {
@@ -37,6 +39,11 @@ impl ForgeHandle {
     /// The forge-adapter plugin serving the forge; `None` for the built-in `git` forge.
     pub fn plugin(&self) -> Option<&str> {
         self.plugin.as_deref()
+    }
+
+    /// What the forge grants its adapter, for calls (a webhook's parsing) made for it.
+    pub fn grant(&self) -> &ForgeGrant {
+        &self.grant
     }
 }
 
@@ -129,12 +136,14 @@ impl Drivers {
                 driver: Arc::new(git::GitForge::from_url(&row.forge.url)?),
                 row,
                 plugin: None,
+                grant: ForgeGrant::default(),
             });
         }
         let plugin = plugin_for(&self.context.plugins, &row.forge)
             .ok_or_else(|| ForgeError::NoDriver(row.forge.kind.to_string()))?;
         let driver = PluginForge::new(&self.context, &row, plugin.clone())?;
         Ok(ForgeHandle {
+            grant: driver.grant().clone(),
             driver: Arc::new(driver),
             row,
             plugin: Some(plugin),

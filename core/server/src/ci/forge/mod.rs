@@ -179,6 +179,9 @@ pub enum ForgeError {
     /// A forge-adapter plugin failed (trapped, ran out of fuel, broke its contract).
     #[error("forge adapter failed: {0}")]
     AdapterFailed(String),
+    /// The adapter may not reach a host it needed: the operator's grant is missing.
+    #[error("{0}")]
+    HostDenied(String),
     /// The forge refused the credentials (a revoked or expired token): signing in again
     /// helps, retrying does not.
     #[error("the forge refused the credentials; sign in again: {0}")]
@@ -193,7 +196,9 @@ impl Classify for ForgeError {
             ForgeError::Invalid(_) => Fault::Unprocessable(message),
             ForgeError::Conflict(_) => Fault::Conflict(message),
             ForgeError::NoDriver(_) | ForgeError::Unsupported(_) => Fault::Unavailable(message),
-            ForgeError::Failed(_) | ForgeError::AdapterFailed(_) => Fault::Upstream(message),
+            ForgeError::Failed(_) | ForgeError::AdapterFailed(_) | ForgeError::HostDenied(_) => {
+                Fault::Upstream(message)
+            }
             ForgeError::Refused(_) => Fault::Forbidden(message),
         }
     }

@@ -20,8 +20,10 @@
 
 use std::sync::Arc;
 
+use woodlark_plugin_host::config::Origin;
 use woodlark_plugin_host::{
-    ApiContext, ErrorKind, OAuthClient, PluginError, PluginHost, StatusState, WorldKind,
+    ApiContext, ErrorKind, ForgeGrant, NamedSecret, OAuthClient, PluginError, PluginHost,
+    StatusState, WorldKind,
 };
 
 use super::drivers::PluginContext;
@@ -34,7 +36,7 @@ use crate::ci::{Settings, forge_secrets};
 use crate::pipeline::status::Status;
 use crate::pipeline::types::{Commit, ConfigFile};
 use crate::runner::protocol::Netrc;
-use crate::store::forges::{Forge, ForgeRow};
+use crate::store::forges::{API_URL_OPTION, Forge, ForgeKind, ForgeRow, PLUGIN_OPTION};
 use crate::store::repos::Repo;
 
 /// The query parameter of a plugin forge's webhook URL that names the forge.
@@ -47,11 +49,7 @@ pub fn plugin_for(host: &PluginHost, forge: &Forge) -> Option<String> {
 
 /// [`plugin_for`] among forge adapters `loaded` (listed once for many forges).
 pub fn plugin_among(loaded: &[String], forge: &Forge) -> Option<String> {
-    let wanted: Vec<String> = match forge
-        .additional_options
-        .get("plugin")
-        .and_then(|v| v.as_str())
-    {
+    let wanted: Vec<String> = match forge.option(PLUGIN_OPTION) {
         Some(name) => vec![name.to_string()],
         None => vec![forge.kind.to_string(), format!("forge-{}", forge.kind)],
     };
@@ -93,6 +91,8 @@ impl PluginForge {
         let unsealed = |e: SealError| ForgeError::Failed(e.to_string());
         let secret = forge_secrets::api_token(&context.seal, row).map_err(unsealed)?;
         let forge = &row.forge;
+        let webhook_secret = forge_secrets::webhook_secret(&context.seal, row).map_err(unsealed)?;
+        let grant = grant_of(forge, &webhook_secret);
         let (token, oauth) = if forge.client.is_empty() {
             (secret, None)
         } else {
@@ -111,12 +111,18 @@ impl PluginForge {
                 forge_url: forge.url.clone(),
                 token,
                 skip_verify: forge.skip_verify,
+                grant,
             },
             forge_id: forge.id,
             settings: context.settings.clone(),
-            webhook_secret: forge_secrets::webhook_secret(&context.seal, row).map_err(unsealed)?,
+            webhook_secret,
             oauth,
         })
+    }
+
+    /// What the forge grants its adapter (its hosts and webhook secret).
+    pub fn grant(&self) -> &ForgeGrant {
+        &self.api.grant
     }
 
     /// The endpoint the forge's webhook calls: it names the forge.
@@ -132,6 +138,55 @@ impl PluginForge {
     /// activation and deactivation too).
     fn legacy_endpoint(&self) -> String {
         self.settings.hook_endpoint()
+    }
+}
+
+/// The secret name under which a forge's webhook secret reaches `signing` (and which the
+/// adapter reads as config `hook-secret`).
+pub fn hook_secret_name(forge_id: i64) -> String {
+    format!("forge:{forge_id}")
+}
+
+/// What `forge` grants the adapter serving it, for every call made on its behalf: HTTP to
+/// the origins of its URL, OAuth host and API root ([`api_root`]), and its webhook secret.
+/// Built from the record, so a changed forge is granted anew with its next driver.
+pub fn grant_of(forge: &Forge, webhook_secret: &str) -> ForgeGrant {
+    let api = api_root(forge);
+    let mut origins: Vec<Origin> = Vec::new();
+    for url in [forge.url.as_str(), forge.oauth_host.as_str(), api.as_str()] {
+        if let Some(origin) = url.parse().ok().as_ref().and_then(Origin::of)
+            && !origins.contains(&origin)
+        {
+            origins.push(origin);
+        }
+    }
+    let mut config = std::collections::BTreeMap::new();
+    if let Some(api_url) = forge.option(API_URL_OPTION) {
+        config.insert("api-url".to_string(), api_url.to_string());
+    }
+    ForgeGrant {
+        label: format!("forge {}", forge.id),
+        origins,
+        hook_secret: Some(NamedSecret {
+            name: hook_secret_name(forge.id),
+            value: webhook_secret.as_bytes().to_vec(),
+        }),
+        config,
+    }
+}
+
+/// Where the forge's REST API is: `additional_options.api_url` if set, else where each
+/// type's adapter looks for it (github.com's and Bitbucket Cloud's APIs have hosts of their
+/// own; every other forge serves its API under its URL).
+pub fn api_root(forge: &Forge) -> String {
+    if let Some(url) = forge.option(API_URL_OPTION) {
+        return url.to_string();
+    }
+    let url = forge.url.trim_end_matches('/');
+    match forge.kind {
+        ForgeKind::Github if url == "https://github.com" => "https://api.github.com".into(),
+        ForgeKind::Bitbucket => "https://api.bitbucket.org".into(),
+        _ => url.to_string(),
     }
 }
 
@@ -226,6 +281,11 @@ pub fn plugin_error(err: PluginError) -> ForgeError {
     if err.is_unsupported() {
         return ForgeError::Unsupported(err.to_string());
     }
+    // A host the adapter may not reach is the operator's grant to fix, never a refused
+    // login (which would end the user's tokens).
+    if let PluginError::HostDenied { .. } = err {
+        return ForgeError::HostDenied(err.to_string());
+    }
     match err.kind() {
         Some(ErrorKind::Denied) => return ForgeError::Refused(err.to_string()),
         Some(ErrorKind::Unavailable | ErrorKind::Internal) => {
@@ -310,13 +370,16 @@ impl ForgeDriver for PluginForge {
                 );
                 Ok(())
             }
-            Err(ForgeError::Invalid(reason)) => {
+            // An adapter without `create-hook` (or a token that may not) costs a warning:
+            // the webhook can be made by hand, signed with the forge's webhook secret.
+            Err(ForgeError::Invalid(reason) | ForgeError::Unsupported(reason)) => {
                 tracing::warn!(
                     repo = repo.full_name,
                     plugin = self.plugin,
                     %reason,
                     url = endpoint,
-                    "webhook not created; create it on the forge by hand"
+                    "webhook not created; create it on the forge by hand with this URL and the forge's webhook_secret (GET /api/forges/{id})",
+                    id = self.forge_id
                 );
                 Ok(())
             }
@@ -578,6 +641,7 @@ impl PluginForge {
             client_secret: app.client_secret.clone(),
             redirect_uri: redirect_uri.to_string(),
             skip_verify: app.skip_verify,
+            grant: self.api.grant.clone(),
         })
     }
 

@@ -1,5 +1,7 @@
 //! `/forges`: where repositories come from. Admins write; anyone may list, non-admins see
-//! only `id`, `type` and `url`.
+//! only `id`, `type` and `url`. Forges the operator configured (`[[forges]]` in config.toml,
+//! Woodpecker's variables) are read-only here: a write answers 409 naming where to change
+//! them, and admins see `woodlark_configured_in`.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -13,7 +15,7 @@ use crate::ci::forge_secrets::webhook_secret;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
 use crate::store::StoreError;
-use crate::store::forges::{self, Forge, ForgeKind};
+use crate::store::forges::{self, Forge, ForgeKind, PLUGIN_OPTION};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
@@ -33,7 +35,11 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .read(move |c| forges::list(c, page.page, page.per_page))
         .await?;
     if admin {
-        Ok(Response::json(&list))
+        let shown: Vec<Value> = list
+            .iter()
+            .map(|f| with_origin(&ctx, f, json!(f)))
+            .collect();
+        Ok(Response::json(&shown))
     } else {
         let server_url = ctx.public_url();
         let public: Vec<_> = list.iter().map(|f| f.public(&server_url)).collect();
@@ -54,10 +60,28 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         return Ok(Response::json(&row.forge.public(&ctx.public_url())));
     }
     let secret = webhook_secret(&ctx.ci.seal, &row).map_err(ApiError::internal)?;
-    Ok(Response::json(&with_webhook_secret(
-        &row.forge,
-        secret.as_bytes(),
-    )))
+    let shown = with_webhook_secret(&row.forge, secret.as_bytes());
+    Ok(Response::json(&with_origin(&ctx, &row.forge, shown)))
+}
+
+/// `value` (an admin's view of `forge`) with `woodlark_configured_in` when the operator
+/// configured the forge.
+fn with_origin(ctx: &Ctx, forge: &Forge, mut value: Value) -> Value {
+    if let Some(origin) = ctx.ci.settings.configured_forges.get(&forge.id) {
+        value["woodlark_configured_in"] = Value::String(origin.describe().to_string());
+    }
+    value
+}
+
+/// 409 when forge `id` is configured by the operator, naming where to change it.
+fn must_be_api_managed(ctx: &Ctx, id: i64) -> Result<(), ApiError> {
+    match ctx.ci.settings.configured_forges.get(&id) {
+        Some(origin) => Err(ApiError::conflict(format!(
+            "forge {id} is configured in {}: change it there and restart the server",
+            origin.describe()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Admins see the webhook secret (they configure it on the forge) next to the forge.
@@ -118,12 +142,30 @@ impl ForgeIn {
         if let Some(v) = self.url {
             forge.url = undo_ui_scheme(&v).trim_end_matches('/').to_string();
         }
+        if let Some(v) = self.additional_options {
+            forge.additional_options = v;
+        }
+        // Upstream's addon forges name an executable; here the stem names a WASM adapter.
+        if forge.option(PLUGIN_OPTION).is_none()
+            && let Some(stem) = forge
+                .option("executable")
+                .and_then(|e| std::path::Path::new(e).file_stem())
+                .map(|s| s.to_string_lossy().into_owned())
+        {
+            forge
+                .additional_options
+                .insert(PLUGIN_OPTION.into(), Value::String(stem));
+        }
         // `type: "addon"` is how a `git` forge is reported, so a client sending back what it
-        // read keeps the forge a `git` forge, and an addon forge at a `file://` URL (the
-        // upstream UI cannot pick `git`) is one; `woodlark_type` names the type unambiguously.
+        // read keeps an existing `git` forge one, and an addon forge at a `file://` URL (the
+        // upstream UI cannot pick `git`) is one. An addon forge naming its adapter
+        // (`additional_options.plugin`) is a third-party adapter's. `woodlark_type` names
+        // the type unambiguously.
         let git_url = forge.url.starts_with("file://");
+        let existing_git = forge.id != 0 && forge.kind.is_builtin();
+        let names_adapter = forge.option(PLUGIN_OPTION).is_some();
         match kind {
-            Some(ForgeKind::Addon) if forge.kind.is_builtin() || git_url => {
+            Some(ForgeKind::Addon) if git_url || (existing_git && !names_adapter) => {
                 forge.kind = ForgeKind::Git
             }
             Some(kind) => forge.kind = kind,
@@ -140,9 +182,6 @@ impl ForgeIn {
         }
         if let Some(v) = self.orgs {
             forge.orgs = v;
-        }
-        if let Some(v) = self.additional_options {
-            forge.additional_options = v;
         }
         Ok(())
     }
@@ -165,6 +204,11 @@ fn validate(forge: &Forge) -> Result<(), ApiError> {
             "url {:?} must start with http:// or https://",
             forge.url
         )));
+    }
+    if forge.kind == ForgeKind::Addon && forge.option(PLUGIN_OPTION).is_none() {
+        return Err(ApiError::unprocessable(
+            "an addon forge names the forge-adapter plugin that serves it in additional_options.plugin",
+        ));
     }
     Ok(())
 }
@@ -202,6 +246,7 @@ async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("forge_id")?;
+    must_be_api_managed(&ctx, id)?;
     let body: ForgeIn = req.json()?;
     let mut forge = ctx
         .ci
@@ -223,6 +268,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("forge_id")?;
+    must_be_api_managed(&ctx, id)?;
     ci::forges::delete(&ctx.ci, id)
         .await
         .map_err(forge_not_found)?;

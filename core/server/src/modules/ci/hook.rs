@@ -190,9 +190,10 @@ async fn plugin_hook(
                 StatusCode::OK,
                 format!("forge driver: explicit ignored event: {reason}\n"),
             ),
-            PluginHook::NotOurs | PluginHook::Created(Created::NoConfig) => {
-                Response::empty(StatusCode::NO_CONTENT)
+            PluginHook::NotOurs(why) => {
+                Response::text(StatusCode::OK, format!("ignoring hook: {why}\n"))
             }
+            PluginHook::Created(Created::NoConfig) => Response::empty(StatusCode::NO_CONTENT),
             PluginHook::Created(created) => created_response(created),
         },
     )

@@ -13,6 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::logging::LogLevel;
 
+pub mod forges;
+mod woodpecker;
+
+pub use forges::{ForgeConfig, ForgeOrigin};
+
 /// `[plugins]`: the plugin directory, the compiled-code cache, limits and per-plugin grants
 /// (defined by the plugin host, which owns their meaning).
 pub use woodlark_plugin_host::PluginsConfig;
@@ -30,6 +35,14 @@ pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("WOODLARK_RUNNER_ENABLED", "runner.enabled"),
     ("WOODLARK_RUNNER_BACKEND", "runner.backend"),
 ];
+
+/// The value of variable `name` in `env` (the last one when set twice).
+fn env_value(env: &[(String, String)], name: &str) -> Option<String> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
 
 /// A boolean environment variable: `1`/`true` or `0`/`false`.
 fn env_bool(value: &str) -> Result<bool, String> {
@@ -74,9 +87,16 @@ pub struct Config {
     pub runner: RunnerConfig,
     /// `[web]`: the browser surface (web UI files, `/web-config.js`, sign-in).
     pub web: WebConfig,
+    /// `[[forges]]`: forges applied at start under their ids (plus forge 1 from Woodpecker's
+    /// variables, see `woodpecker`).
+    pub forges: Vec<ForgeConfig>,
     /// Where the configuration came from, for error messages (not a key).
     #[serde(skip)]
     pub source: String,
+    /// What start-up should tell the operator about how the configuration was assembled
+    /// (Woodpecker variables used or overridden); not a key.
+    #[serde(skip)]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -466,7 +486,9 @@ impl Default for Config {
             pipeline: PipelineConfig::default(),
             runner: RunnerConfig::default(),
             web: WebConfig::default(),
+            forges: Vec::new(),
             source: "<defaults>".into(),
+            notes: Vec::new(),
         }
     }
 }
@@ -567,6 +589,26 @@ impl Config {
         })?;
         config.source = file.to_string();
         config.apply_env(env)?;
+        let table: toml::Table = text.parse().unwrap_or_default();
+        let file_sets = |key: &str| {
+            let mut at = Some(&table);
+            let mut parts = key.split('.').peekable();
+            while let Some(part) = parts.next() {
+                let value = at.and_then(|t| t.get(part));
+                if parts.peek().is_none() {
+                    return value.is_some();
+                }
+                at = value.and_then(|v| v.as_table());
+            }
+            false
+        };
+        let invalid = |(key, message): (String, String)| ConfigError::Invalid {
+            file: file.to_string(),
+            key,
+            message,
+        };
+        woodpecker::apply(&mut config, env, &file_sets).map_err(invalid)?;
+        forges::load_all(&mut config.forges, env).map_err(invalid)?;
         config.validate()?;
         Ok(config)
     }
