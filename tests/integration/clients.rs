@@ -357,3 +357,133 @@ async fn the_embedded_agent_is_visible_and_stays_consistent() {
             .await;
     assert_eq!(done["workflows"][0]["agent_id"], local["id"]);
 }
+
+/// The upstream UI's repository (and organisation) secrets and registries pages list the
+/// global ones beside their own (`getGlobalSecretList`, `getGlobalRegistryList`:
+/// `GET /api/secrets?page=1`, `GET /api/registries?page=1`). Upstream's router lets every
+/// signed-in user read them, never with a value or password; writes stay with instance admins.
+#[tokio::test]
+async fn the_repository_settings_pages_list_global_secrets_and_registries_without_values() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .post(
+            "/api/secrets",
+            Some(&p.admin),
+            r#"{"name":"global_token","value":"GLOBAL-VALUE","events":["push"]}"#,
+        )
+        .await
+        .expect(200);
+    s.http
+        .post(
+            "/api/registries",
+            Some(&p.admin),
+            r#"{"address":"docker.io","username":"bot","password":"GLOBAL-PASSWORD"}"#,
+        )
+        .await
+        .expect(200);
+
+    // The pages' requests: anonymous 401; the repository's admin, a user with nothing to do
+    // with it, and an instance admin all see the same records, without what they guard.
+    let lists = ["/api/secrets?page=1", "/api/registries?page=1"];
+    for path in lists {
+        s.http.get(path, None).await.expect(401);
+    }
+    for who in [&p.alice, &p.bob, &p.admin] {
+        let secrets = s.http.get(lists[0], Some(who)).await.expect(200);
+        assert!(
+            !secrets.text().contains("GLOBAL-VALUE"),
+            "{}",
+            secrets.text()
+        );
+        let secrets = secrets.json();
+        assert_eq!(secrets.as_array().unwrap().len(), 1, "{secrets}");
+        assert_eq!(secrets[0]["name"], "global_token");
+        assert!(secrets[0].get("value").is_none(), "{secrets}");
+        let registries = s.http.get(lists[1], Some(who)).await.expect(200);
+        assert!(!registries.text().contains("GLOBAL-PASSWORD"));
+        let registries = registries.json();
+        assert_eq!(registries[0]["address"], "docker.io");
+        assert_eq!(registries[0]["password"], "");
+        // One of them, as upstream's `GET /secrets/{secret}` serves it to any user.
+        let one = s
+            .http
+            .get("/api/secrets/global_token", Some(who))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(one, secrets[0]);
+        let one = s
+            .http
+            .get("/api/registries/docker.io", Some(who))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(one, registries[0]);
+    }
+    s.http
+        .get("/api/secrets/global_token", None)
+        .await
+        .expect(401);
+    s.http
+        .get("/api/secrets/nope", Some(&p.bob))
+        .await
+        .expect(404);
+    // The page's own list beside them is still the repository admin's alone.
+    let own = format!("/api/repos/{id}/secrets?page=1");
+    s.http.get(&own, Some(&p.alice)).await.expect(200);
+    s.http.get(&own, Some(&p.bob)).await.expect(404);
+
+    // Writes stay with instance admins: 401 anonymous, 403 for every other user, and nothing
+    // changes.
+    let writes = [
+        (
+            "POST",
+            "/api/secrets",
+            r#"{"name":"mine","value":"v","events":["push"]}"#,
+        ),
+        (
+            "PATCH",
+            "/api/secrets/global_token",
+            r#"{"value":"stolen"}"#,
+        ),
+        ("DELETE", "/api/secrets/global_token", ""),
+        (
+            "POST",
+            "/api/registries",
+            r#"{"address":"ghcr.io","username":"u","password":"p"}"#,
+        ),
+        (
+            "PATCH",
+            "/api/registries/docker.io",
+            r#"{"username":"evil"}"#,
+        ),
+        ("DELETE", "/api/registries/docker.io", ""),
+    ];
+    for (method, path, body) in writes {
+        let body = Some(body.as_bytes()).filter(|b| !b.is_empty());
+        s.http.send(method, path, None, body, &[]).await.expect(401);
+        for who in [&p.alice, &p.bob] {
+            s.http
+                .send(method, path, Some(who), body, &[])
+                .await
+                .expect(403);
+        }
+    }
+    let after = s
+        .http
+        .get(lists[0], Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(after.as_array().unwrap().len(), 1);
+    let after = s
+        .http
+        .get(lists[1], Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(after[0]["username"], "bot");
+}
