@@ -681,7 +681,8 @@ fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
             {"number": 7, "title": "Fix the frobnicator", "state": "open",
              "head": {"ref": "fix", "sha": f.head}, "base": {"ref": "main"}},
         ]),
-        ("GET", "/repos/octo/app/branches/main") => json!({
+        // As the repository's other reads: with a token that sees the private repository.
+        ("GET", "/repos/octo/app/branches/main") if !f.removed => json!({
             "name": "main",
             "commit": {"sha": f.head, "commit": {"message": "m", "author": {"name": "O", "email": "o@x", "date": "2026-11-20T10:00:00Z"}}},
         }),
