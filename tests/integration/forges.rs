@@ -1123,6 +1123,125 @@ async fn github_round_trip_pull_requests_org_admin_and_dropped_permission() {
     assert!(refused.contains("sign in again"), "{refused}");
 }
 
+/// A manual run as the upstream UI starts one (`RepoManualPipeline.vue`: `POST
+/// /api/repos/{id}/pipelines` with `{message, branch, variables}`) on a private GitHub
+/// repository. The branch head is read with the forge token of the user who asked (before,
+/// it went out with none: the forge's 401 made the run a 502), and only the commit comes
+/// from it: author, e-mail, avatar and message are upstream's `createTmpPipeline`'s. Who may:
+/// anonymous 401, a stranger 404, a reader 403, none of them reaching the forge; an instance
+/// admin with no token from this forge reads the head as the repository's owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_manual_run_reads_the_branch_head_as_the_user_who_asked() {
+    let rt = round_trip(Kind::GitHub).await;
+    let (s, pat, id) = (&rt.s, rt.pat.as_str(), rt.id);
+    let runs = format!("/api/repos/{id}/pipelines");
+    let head = rt.fake.lock().unwrap().head.clone();
+    // The `Authorization` of each branch-head request the forge received.
+    let branch_heads = || -> Vec<String> {
+        let fake = rt.fake.lock().unwrap();
+        fake.seen
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == "/repos/octo/app/branches/main")
+            .map(|r| r.auth.clone())
+            .collect()
+    };
+    let body = |message: &str| {
+        json!({"message": message, "branch": "main", "variables": {"GREETING": "hi"}}).to_string()
+    };
+
+    let stranger = s.user("stranger", false).await;
+    let reader = s.user("reader", false).await;
+    let reader_id = s
+        .http
+        .get("/api/user", Some(&reader))
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    s.app_state
+        .ci
+        .store
+        .write(move |c| {
+            woodlark::store::repos::set_perm(
+                c,
+                reader_id,
+                id,
+                woodlark::store::repos::Perm::pull_only(),
+            )
+        })
+        .await
+        .unwrap();
+    s.http.post(&runs, None, &body("")).await.expect(401);
+    s.http
+        .post(&runs, Some(&stranger), &body(""))
+        .await
+        .expect(404);
+    s.http
+        .post(&runs, Some(&reader), &body(""))
+        .await
+        .expect(403);
+    assert!(branch_heads().is_empty(), "{:?}", branch_heads());
+
+    // octocat, who signed in through the forge: the head is read with their token.
+    let run = s
+        .http
+        .post(&runs, Some(pat), &body(""))
+        .await
+        .expect(200)
+        .json();
+    let asked = branch_heads();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains(ACCESS_PREFIX), "{asked:?}");
+    assert_eq!(run["event"], "manual");
+    assert_eq!(run["commit"], head.as_str());
+    assert_eq!(run["branch"], "main");
+    assert_eq!(run["ref"], "refs/heads/main");
+    assert_eq!(run["message"], "MANUAL PIPELINE @ main");
+    assert_eq!(run["author"], "octocat");
+    assert_eq!(run["author_email"], "octocat@example.com");
+    assert_eq!(run["author_avatar"], "https://avatars.example.com/octocat");
+    assert_eq!(run["variables"], json!({"GREETING": "hi"}));
+    let number = run["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, pat, id, number, 60, |p| {
+        matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
+    })
+    .await;
+    assert_eq!(done["status"], "success", "{done:#}");
+
+    // The form's message goes into upstream's manual message.
+    let run = s
+        .http
+        .post(&runs, Some(pat), &body("ship it"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(run["message"], "MANUAL: ship it @ main");
+
+    // An instance admin made here has no token from the forge: the head is read as the
+    // repository's owner, and the run is still the admin's.
+    let admin = s.user("boss", true).await;
+    let run = s
+        .http
+        .post(&runs, Some(&admin), &body(""))
+        .await
+        .expect(200)
+        .json();
+    let asked = branch_heads();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert!(asked[2].contains(ACCESS_PREFIX), "{asked:?}");
+    assert_eq!(run["commit"], head.as_str());
+    assert_eq!(run["author"], "boss");
+    assert_eq!(run["author_email"], "");
+    assert!(
+        run["author_avatar"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/users/boss/avatar.svg"),
+        "{run}"
+    );
+}
+
 #[tokio::test]
 async fn sign_in_needs_an_open_server_or_an_admin_login() {
     let dist = first_party_plugins();
