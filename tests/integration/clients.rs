@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use woodlark::store::repos::{self, Perm};
+
 use crate::util::{TestServer, with_runner};
 
 /// `(full_name, id, active)` of a repository list, sorted by name.
@@ -486,4 +488,118 @@ async fn the_repository_settings_pages_list_global_secrets_and_registries_withou
         .expect(200)
         .json();
     assert_eq!(after[0]["username"], "bot");
+}
+
+/// The home page's repository list as the upstream UI asks for it (`store/repos.ts`:
+/// `getRepoList()`, `GET /api/user/repos?`), and the "add repository" page's
+/// (`getRepoList({all: true})`). As upstream's `GetRepos`, both list only what the user owns:
+/// repositories they may push to or administer (their own namespace's included), never one
+/// they may only pull, public or not, and not every repository for an instance admin; the
+/// home list only active ones, `all=true` inactive ones too.
+#[tokio::test]
+async fn the_home_list_shows_what_the_user_may_push_to_or_administer() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let home = "/api/user/repos?";
+    let all = "/api/user/repos?all=true";
+    let mut ids = std::collections::HashMap::new();
+    for name in ["alice/app", "alice/lib", "alice/old"] {
+        let repo = s.git_repo(&p.admin, &p.alice, name).await;
+        ids.insert(name, repo["id"].as_i64().unwrap());
+    }
+    // alice/app is public (anyone may pull it), alice/old no longer active.
+    s.http
+        .patch(
+            &format!("/api/repos/{}", ids["alice/app"]),
+            Some(&p.alice),
+            r#"{"visibility":"public"}"#,
+        )
+        .await
+        .expect(200);
+    s.http
+        .delete(&format!("/api/repos/{}", ids["alice/old"]), Some(&p.alice))
+        .await
+        .expect(200);
+    // Bob may pull alice/lib, carol push to it, dave administers alice/app.
+    let carol = s.user("carol", false).await;
+    let dave = s.user("dave", false).await;
+    let grants = [
+        (&p.bob, "alice/lib", Perm::pull_only()),
+        (
+            &carol,
+            "alice/lib",
+            Perm {
+                pull: true,
+                push: true,
+                ..Perm::default()
+            },
+        ),
+        (&dave, "alice/app", Perm::all()),
+    ];
+    for (token, repo, perm) in grants {
+        let user = s
+            .http
+            .get("/api/user", Some(token))
+            .await
+            .expect(200)
+            .json()["id"]
+            .as_i64()
+            .unwrap();
+        let repo = ids[repo];
+        s.app_state
+            .ci
+            .store
+            .write(move |c| repos::set_perm(c, user, repo, perm))
+            .await
+            .unwrap();
+    }
+
+    let names = |list: &Value| -> Vec<String> {
+        let mut names: Vec<String> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["full_name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    s.http.get(home, None).await.expect(401);
+    s.http.get(all, None).await.expect(401);
+    let cases: [(&str, &str, &[&str], &[&str]); 5] = [
+        // Her own namespace: she administers all three; alice/old is inactive.
+        (
+            "alice",
+            &p.alice,
+            &["alice/app", "alice/lib"],
+            &["alice/app", "alice/lib", "alice/old"],
+        ),
+        // A pull permission (and a public repository) is not ownership.
+        ("bob", &p.bob, &[], &[]),
+        ("carol", &carol, &["alice/lib"], &["alice/lib"]),
+        ("dave", &dave, &["alice/app"], &["alice/app"]),
+        // An instance admin's home list is what they push to too: nothing here. The git
+        // forge says nothing of permissions, so what they may add is the local rule's:
+        // anything.
+        (
+            "root",
+            &p.admin,
+            &[],
+            &["alice/app", "alice/lib", "alice/old"],
+        ),
+    ];
+    for (who, token, at_home, with_all) in cases {
+        let listed = s.http.get(home, Some(token)).await.expect(200).json();
+        assert_eq!(names(&listed), at_home, "{who}: {listed}");
+        // The home list carries each repository's newest pipeline (none yet).
+        for repo in listed.as_array().unwrap() {
+            assert!(repo.get("last_pipeline").is_none(), "{who}: {repo}");
+        }
+        let listed = s.http.get(all, Some(token)).await.expect(200).json();
+        let stored: Vec<String> = names(&listed)
+            .into_iter()
+            .filter(|n| ids.contains_key(n.as_str()))
+            .collect();
+        assert_eq!(stored, with_all, "{who}: {listed}");
+    }
 }

@@ -1242,6 +1242,72 @@ async fn github_manual_run_reads_the_branch_head_as_the_user_who_asked() {
     );
 }
 
+/// `(full_name, id)` of each repository `GET path` lists for `token`.
+async fn repos_listed(s: &TestServer, path: &str, token: &str) -> Vec<(String, i64)> {
+    let listed = s.http.get(path, Some(token)).await.expect(200).json();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["full_name"].as_str().unwrap().to_string(),
+                r["id"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The home list (`GET /api/user/repos?`, the upstream UI's `getRepoList()`) and the "add
+/// repository" list (`?all=true`) on GitHub, filtered as upstream's `GetRepos` does by what
+/// the forge says the user may do: push to see a repository in either, admin on the forge
+/// to be offered one that is not here yet. Listing with `all=true` reads the permissions from
+/// the forge first, so the home list follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_repository_lists_follow_the_forge_s_push_and_admin() {
+    let rt = round_trip(Kind::GitHub).await;
+    let (s, pat, id) = (&rt.s, rt.pat.as_str(), rt.id);
+    let (home, all) = ("/api/user/repos?", "/api/user/repos?all=true");
+    let app = || vec![("octo/app".to_string(), id)];
+
+    // An admin on the forge: both lists, the home list with the newest pipeline.
+    assert_eq!(repos_listed(s, all, pat).await, app());
+    let listed = s.http.get(home, Some(pat)).await.expect(200).json();
+    assert_eq!(listed[0]["full_name"], "octo/app", "{listed}");
+    assert!(listed[0]["last_pipeline"]["number"].as_i64().unwrap() >= 1);
+
+    // Push without admin: still theirs.
+    rt.fake.lock().unwrap().perm = (true, true, false);
+    assert_eq!(repos_listed(s, all, pat).await, app());
+    assert_eq!(repos_listed(s, home, pat).await, app());
+
+    // Pull only: in neither list (the repository is still readable).
+    rt.fake.lock().unwrap().perm = (true, false, false);
+    assert_eq!(repos_listed(s, all, pat).await, []);
+    assert_eq!(repos_listed(s, home, pat).await, []);
+    s.http
+        .get(&format!("/api/repos/{id}"), Some(pat))
+        .await
+        .expect(200);
+
+    // Removed here, the forge's repository is offered to add only to one who administers
+    // it there.
+    rt.fake.lock().unwrap().perm = (true, true, true);
+    assert_eq!(repos_listed(s, all, pat).await, app());
+    s.http
+        .delete(&format!("/api/repos/{id}?remove=true"), Some(pat))
+        .await
+        .expect(200);
+    rt.fake.lock().unwrap().perm = (true, true, false);
+    assert_eq!(repos_listed(s, all, pat).await, []);
+    rt.fake.lock().unwrap().perm = (true, true, true);
+    assert_eq!(
+        repos_listed(s, all, pat).await,
+        [("octo/app".to_string(), 0)]
+    );
+    assert_eq!(repos_listed(s, home, pat).await, []);
+}
+
 #[tokio::test]
 async fn sign_in_needs_an_open_server_or_an_admin_login() {
     let dist = first_party_plugins();
