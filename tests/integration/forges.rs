@@ -1308,6 +1308,53 @@ async fn github_repository_lists_follow_the_forge_s_push_and_admin() {
     assert_eq!(repos_listed(s, home, pat).await, []);
 }
 
+/// Activation by GitHub's id for the repository (`POST /api/repos?forge_remote_id=42`, as the
+/// web UI's "add repository" page sends it) when the user's repository list does not have
+/// it: the adapter looks the id up as upstream's GitHub forge does, `GET /repositories/{id}`
+/// (it used to ask for `/repos/42`, which is no repository).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_activation_by_id_looks_the_repository_up_by_id() {
+    let rt = round_trip(Kind::GitHub).await;
+    let (s, pat, id) = (&rt.s, rt.pat.as_str(), rt.id);
+    s.http
+        .delete(&format!("/api/repos/{id}?remove=true"), Some(pat))
+        .await
+        .expect(200);
+    rt.fake.lock().unwrap().unlisted = true;
+    let activate = |remote_id: &str| {
+        format!(
+            "/api/repos?forge_remote_id={remote_id}&forge_id={}",
+            rt.forge
+        )
+    };
+    let repo = s
+        .http
+        .post(&activate("42"), Some(pat), "")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(repo["full_name"], "octo/app");
+    assert_eq!(repo["forge_remote_id"], "42");
+    assert_eq!(repo["active"], true);
+    {
+        let fake = rt.fake.lock().unwrap();
+        let by_id: Vec<&str> = fake
+            .seen
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == "/repositories/42")
+            .map(|r| r.auth.as_str())
+            .collect();
+        assert!(!by_id.is_empty(), "{:?}", fake.seen);
+        assert!(by_id.iter().all(|a| a.contains(ACCESS_PREFIX)), "{by_id:?}");
+        assert!(!fake.seen.iter().any(|r| r.path == "/repos/42"));
+    }
+
+    // An id GitHub does not know is a clear refusal.
+    let unknown = s.http.post(&activate("43"), Some(pat), "").await;
+    assert_eq!(unknown.status, 422, "{}", unknown.text());
+    assert!(unknown.text().contains("not found"), "{}", unknown.text());
+}
+
 #[tokio::test]
 async fn sign_in_needs_an_open_server_or_an_admin_login() {
     let dist = first_party_plugins();
