@@ -298,10 +298,11 @@ const RULES: &[(&str, Rule)] = &[
     ("GET /api/badges/{owner}/{name}/status.svg", Rule::RepoRead),
     ("GET /api/badges/{owner}/{name}/cc.xml", Rule::RepoRead),
     ("GET /api/plugins", Rule::Admin),
-    // Secrets at three scopes.
-    ("GET /api/secrets", Rule::Admin),
+    // Secrets at three scopes; global ones are read (without values) by every user, as
+    // upstream, and written by instance admins.
+    ("GET /api/secrets", Rule::User),
     ("POST /api/secrets", Rule::Admin),
-    ("GET /api/secrets/{secret}", Rule::Admin),
+    ("GET /api/secrets/{secret}", Rule::User),
     ("PATCH /api/secrets/{secret}", Rule::Admin),
     ("DELETE /api/secrets/{secret}", Rule::Admin),
     ("GET /api/orgs/{org_id}/secrets", Rule::OrgAdmin),
@@ -320,10 +321,10 @@ const RULES: &[(&str, Rule)] = &[
         "DELETE /api/repos/{repo_id}/secrets/{secret}",
         Rule::RepoAdmin,
     ),
-    // Registries at three scopes.
-    ("GET /api/registries", Rule::Admin),
+    // Registries at three scopes; global ones as global secrets (read without passwords).
+    ("GET /api/registries", Rule::User),
     ("POST /api/registries", Rule::Admin),
-    ("GET /api/registries/{registry}", Rule::Admin),
+    ("GET /api/registries/{registry}", Rule::User),
     ("PATCH /api/registries/{registry}", Rule::Admin),
     ("DELETE /api/registries/{registry}", Rule::Admin),
     ("GET /api/orgs/{org_id}/registries", Rule::OrgAdmin),

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use woodlark::store::repos::{self, Perm};
+
 use crate::util::{TestServer, with_runner};
 
 /// `(full_name, id, active)` of a repository list, sorted by name.
@@ -356,4 +358,248 @@ async fn the_embedded_agent_is_visible_and_stays_consistent() {
         crate::pipelines::wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "success")
             .await;
     assert_eq!(done["workflows"][0]["agent_id"], local["id"]);
+}
+
+/// The upstream UI's repository (and organisation) secrets and registries pages list the
+/// global ones beside their own (`getGlobalSecretList`, `getGlobalRegistryList`:
+/// `GET /api/secrets?page=1`, `GET /api/registries?page=1`). Upstream's router lets every
+/// signed-in user read them, never with a value or password; writes stay with instance admins.
+#[tokio::test]
+async fn the_repository_settings_pages_list_global_secrets_and_registries_without_values() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .post(
+            "/api/secrets",
+            Some(&p.admin),
+            r#"{"name":"global_token","value":"GLOBAL-VALUE","events":["push"]}"#,
+        )
+        .await
+        .expect(200);
+    s.http
+        .post(
+            "/api/registries",
+            Some(&p.admin),
+            r#"{"address":"docker.io","username":"bot","password":"GLOBAL-PASSWORD"}"#,
+        )
+        .await
+        .expect(200);
+
+    // The pages' requests: anonymous 401; the repository's admin, a user with nothing to do
+    // with it, and an instance admin all see the same records, without what they guard.
+    let lists = ["/api/secrets?page=1", "/api/registries?page=1"];
+    for path in lists {
+        s.http.get(path, None).await.expect(401);
+    }
+    for who in [&p.alice, &p.bob, &p.admin] {
+        let secrets = s.http.get(lists[0], Some(who)).await.expect(200);
+        assert!(
+            !secrets.text().contains("GLOBAL-VALUE"),
+            "{}",
+            secrets.text()
+        );
+        let secrets = secrets.json();
+        assert_eq!(secrets.as_array().unwrap().len(), 1, "{secrets}");
+        assert_eq!(secrets[0]["name"], "global_token");
+        assert!(secrets[0].get("value").is_none(), "{secrets}");
+        let registries = s.http.get(lists[1], Some(who)).await.expect(200);
+        assert!(!registries.text().contains("GLOBAL-PASSWORD"));
+        let registries = registries.json();
+        assert_eq!(registries[0]["address"], "docker.io");
+        assert_eq!(registries[0]["password"], "");
+        // One of them, as upstream's `GET /secrets/{secret}` serves it to any user.
+        let one = s
+            .http
+            .get("/api/secrets/global_token", Some(who))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(one, secrets[0]);
+        let one = s
+            .http
+            .get("/api/registries/docker.io", Some(who))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(one, registries[0]);
+    }
+    s.http
+        .get("/api/secrets/global_token", None)
+        .await
+        .expect(401);
+    s.http
+        .get("/api/secrets/nope", Some(&p.bob))
+        .await
+        .expect(404);
+    // The page's own list beside them is still the repository admin's alone.
+    let own = format!("/api/repos/{id}/secrets?page=1");
+    s.http.get(&own, Some(&p.alice)).await.expect(200);
+    s.http.get(&own, Some(&p.bob)).await.expect(404);
+
+    // Writes stay with instance admins: 401 anonymous, 403 for every other user, and nothing
+    // changes.
+    let writes = [
+        (
+            "POST",
+            "/api/secrets",
+            r#"{"name":"mine","value":"v","events":["push"]}"#,
+        ),
+        (
+            "PATCH",
+            "/api/secrets/global_token",
+            r#"{"value":"stolen"}"#,
+        ),
+        ("DELETE", "/api/secrets/global_token", ""),
+        (
+            "POST",
+            "/api/registries",
+            r#"{"address":"ghcr.io","username":"u","password":"p"}"#,
+        ),
+        (
+            "PATCH",
+            "/api/registries/docker.io",
+            r#"{"username":"evil"}"#,
+        ),
+        ("DELETE", "/api/registries/docker.io", ""),
+    ];
+    for (method, path, body) in writes {
+        let body = Some(body.as_bytes()).filter(|b| !b.is_empty());
+        s.http.send(method, path, None, body, &[]).await.expect(401);
+        for who in [&p.alice, &p.bob] {
+            s.http
+                .send(method, path, Some(who), body, &[])
+                .await
+                .expect(403);
+        }
+    }
+    let after = s
+        .http
+        .get(lists[0], Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(after.as_array().unwrap().len(), 1);
+    let after = s
+        .http
+        .get(lists[1], Some(&p.admin))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(after[0]["username"], "bot");
+}
+
+/// The home page's repository list as the upstream UI asks for it (`store/repos.ts`:
+/// `getRepoList()`, `GET /api/user/repos?`), and the "add repository" page's
+/// (`getRepoList({all: true})`). As upstream's `GetRepos`, both list only what the user owns:
+/// repositories they may push to or administer (their own namespace's included), never one
+/// they may only pull, public or not, and not every repository for an instance admin; the
+/// home list only active ones, `all=true` inactive ones too.
+#[tokio::test]
+async fn the_home_list_shows_what_the_user_may_push_to_or_administer() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let home = "/api/user/repos?";
+    let all = "/api/user/repos?all=true";
+    let mut ids = std::collections::HashMap::new();
+    for name in ["alice/app", "alice/lib", "alice/old"] {
+        let repo = s.git_repo(&p.admin, &p.alice, name).await;
+        ids.insert(name, repo["id"].as_i64().unwrap());
+    }
+    // alice/app is public (anyone may pull it), alice/old no longer active.
+    s.http
+        .patch(
+            &format!("/api/repos/{}", ids["alice/app"]),
+            Some(&p.alice),
+            r#"{"visibility":"public"}"#,
+        )
+        .await
+        .expect(200);
+    s.http
+        .delete(&format!("/api/repos/{}", ids["alice/old"]), Some(&p.alice))
+        .await
+        .expect(200);
+    // Bob may pull alice/lib, carol push to it, dave administers alice/app.
+    let carol = s.user("carol", false).await;
+    let dave = s.user("dave", false).await;
+    let grants = [
+        (&p.bob, "alice/lib", Perm::pull_only()),
+        (
+            &carol,
+            "alice/lib",
+            Perm {
+                pull: true,
+                push: true,
+                ..Perm::default()
+            },
+        ),
+        (&dave, "alice/app", Perm::all()),
+    ];
+    for (token, repo, perm) in grants {
+        let user = s
+            .http
+            .get("/api/user", Some(token))
+            .await
+            .expect(200)
+            .json()["id"]
+            .as_i64()
+            .unwrap();
+        let repo = ids[repo];
+        s.app_state
+            .ci
+            .store
+            .write(move |c| repos::set_perm(c, user, repo, perm))
+            .await
+            .unwrap();
+    }
+
+    let names = |list: &Value| -> Vec<String> {
+        let mut names: Vec<String> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["full_name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    s.http.get(home, None).await.expect(401);
+    s.http.get(all, None).await.expect(401);
+    let cases: [(&str, &str, &[&str], &[&str]); 5] = [
+        // Her own namespace: she administers all three; alice/old is inactive.
+        (
+            "alice",
+            &p.alice,
+            &["alice/app", "alice/lib"],
+            &["alice/app", "alice/lib", "alice/old"],
+        ),
+        // A pull permission (and a public repository) is not ownership.
+        ("bob", &p.bob, &[], &[]),
+        ("carol", &carol, &["alice/lib"], &["alice/lib"]),
+        ("dave", &dave, &["alice/app"], &["alice/app"]),
+        // An instance admin's home list is what they push to too: nothing here. The git
+        // forge says nothing of permissions, so what they may add is the local rule's:
+        // anything.
+        (
+            "root",
+            &p.admin,
+            &[],
+            &["alice/app", "alice/lib", "alice/old"],
+        ),
+    ];
+    for (who, token, at_home, with_all) in cases {
+        let listed = s.http.get(home, Some(token)).await.expect(200).json();
+        assert_eq!(names(&listed), at_home, "{who}: {listed}");
+        // The home list carries each repository's newest pipeline (none yet).
+        for repo in listed.as_array().unwrap() {
+            assert!(repo.get("last_pipeline").is_none(), "{who}: {repo}");
+        }
+        let listed = s.http.get(all, Some(token)).await.expect(200).json();
+        let stored: Vec<String> = names(&listed)
+            .into_iter()
+            .filter(|n| ids.contains_key(n.as_str()))
+            .collect();
+        assert_eq!(stored, with_all, "{who}: {listed}");
+    }
 }

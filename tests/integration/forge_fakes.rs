@@ -162,6 +162,9 @@ pub(crate) struct Fake {
     pub(crate) removed: bool,
     /// octocat left the `octo` organisation: GitHub answers 404 for the membership.
     pub(crate) left_org: bool,
+    /// GitHub leaves the repository out of octocat's `/user/repos`, so an id given for it
+    /// can only be looked up by id (`/repositories/42`).
+    pub(crate) unlisted: bool,
     /// Access tokens that work, and the refresh token that gives the next one.
     pub(crate) live_tokens: Vec<String>,
     refresh_token: String,
@@ -671,9 +674,12 @@ fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
         ("GET", "/orgs/octo/memberships/octocat") if !f.left_org => {
             json!({"state": "active", "role": "admin", "organization": {"login": "octo"}})
         }
-        ("GET", "/user/repos") if first_page(&q) && !f.removed => json!([f.github_repo()]),
+        ("GET", "/user/repos") if first_page(&q) && !f.removed && !f.unlisted => {
+            json!([f.github_repo()])
+        }
         ("GET", "/user/repos") => json!([]),
-        ("GET", "/repos/octo/app") if !f.removed => f.github_repo(),
+        // By name, or by GitHub's id for it (the `forge_remote_id` stored and activated by).
+        ("GET", "/repos/octo/app" | "/repositories/42") if !f.removed => f.github_repo(),
         ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => {
             return Some((200, f.config.clone()));
         }
@@ -681,7 +687,8 @@ fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
             {"number": 7, "title": "Fix the frobnicator", "state": "open",
              "head": {"ref": "fix", "sha": f.head}, "base": {"ref": "main"}},
         ]),
-        ("GET", "/repos/octo/app/branches/main") => json!({
+        // As the repository's other reads: with a token that sees the private repository.
+        ("GET", "/repos/octo/app/branches/main") if !f.removed => json!({
             "name": "main",
             "commit": {"sha": f.head, "commit": {"message": "m", "author": {"name": "O", "email": "o@x", "date": "2026-11-20T10:00:00Z"}}},
         }),

@@ -1123,6 +1123,238 @@ async fn github_round_trip_pull_requests_org_admin_and_dropped_permission() {
     assert!(refused.contains("sign in again"), "{refused}");
 }
 
+/// A manual run as the upstream UI starts one (`RepoManualPipeline.vue`: `POST
+/// /api/repos/{id}/pipelines` with `{message, branch, variables}`) on a private GitHub
+/// repository. The branch head is read with the forge token of the user who asked (before,
+/// it went out with none: the forge's 401 made the run a 502), and only the commit comes
+/// from it: author, e-mail, avatar and message are upstream's `createTmpPipeline`'s. Who may:
+/// anonymous 401, a stranger 404, a reader 403, none of them reaching the forge; an instance
+/// admin with no token from this forge reads the head as the repository's owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_manual_run_reads_the_branch_head_as_the_user_who_asked() {
+    let rt = round_trip(Kind::GitHub).await;
+    let (s, pat, id) = (&rt.s, rt.pat.as_str(), rt.id);
+    let runs = format!("/api/repos/{id}/pipelines");
+    let head = rt.fake.lock().unwrap().head.clone();
+    // The `Authorization` of each branch-head request the forge received.
+    let branch_heads = || -> Vec<String> {
+        let fake = rt.fake.lock().unwrap();
+        fake.seen
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == "/repos/octo/app/branches/main")
+            .map(|r| r.auth.clone())
+            .collect()
+    };
+    let body = |message: &str| {
+        json!({"message": message, "branch": "main", "variables": {"GREETING": "hi"}}).to_string()
+    };
+
+    let stranger = s.user("stranger", false).await;
+    let reader = s.user("reader", false).await;
+    let reader_id = s
+        .http
+        .get("/api/user", Some(&reader))
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    s.app_state
+        .ci
+        .store
+        .write(move |c| {
+            woodlark::store::repos::set_perm(
+                c,
+                reader_id,
+                id,
+                woodlark::store::repos::Perm::pull_only(),
+            )
+        })
+        .await
+        .unwrap();
+    s.http.post(&runs, None, &body("")).await.expect(401);
+    s.http
+        .post(&runs, Some(&stranger), &body(""))
+        .await
+        .expect(404);
+    s.http
+        .post(&runs, Some(&reader), &body(""))
+        .await
+        .expect(403);
+    assert!(branch_heads().is_empty(), "{:?}", branch_heads());
+
+    // octocat, who signed in through the forge: the head is read with their token.
+    let run = s
+        .http
+        .post(&runs, Some(pat), &body(""))
+        .await
+        .expect(200)
+        .json();
+    let asked = branch_heads();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains(ACCESS_PREFIX), "{asked:?}");
+    assert_eq!(run["event"], "manual");
+    assert_eq!(run["commit"], head.as_str());
+    assert_eq!(run["branch"], "main");
+    assert_eq!(run["ref"], "refs/heads/main");
+    assert_eq!(run["message"], "MANUAL PIPELINE @ main");
+    assert_eq!(run["author"], "octocat");
+    assert_eq!(run["author_email"], "octocat@example.com");
+    assert_eq!(run["author_avatar"], "https://avatars.example.com/octocat");
+    assert_eq!(run["variables"], json!({"GREETING": "hi"}));
+    let number = run["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, pat, id, number, 60, |p| {
+        matches!(p["status"].as_str(), Some("success" | "failure" | "error"))
+    })
+    .await;
+    assert_eq!(done["status"], "success", "{done:#}");
+
+    // The form's message goes into upstream's manual message.
+    let run = s
+        .http
+        .post(&runs, Some(pat), &body("ship it"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(run["message"], "MANUAL: ship it @ main");
+
+    // An instance admin made here has no token from the forge: the head is read as the
+    // repository's owner, and the run is still the admin's.
+    let admin = s.user("boss", true).await;
+    let run = s
+        .http
+        .post(&runs, Some(&admin), &body(""))
+        .await
+        .expect(200)
+        .json();
+    let asked = branch_heads();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert!(asked[2].contains(ACCESS_PREFIX), "{asked:?}");
+    assert_eq!(run["commit"], head.as_str());
+    assert_eq!(run["author"], "boss");
+    assert_eq!(run["author_email"], "");
+    assert!(
+        run["author_avatar"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/users/boss/avatar.svg"),
+        "{run}"
+    );
+}
+
+/// `(full_name, id)` of each repository `GET path` lists for `token`.
+async fn repos_listed(s: &TestServer, path: &str, token: &str) -> Vec<(String, i64)> {
+    let listed = s.http.get(path, Some(token)).await.expect(200).json();
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["full_name"].as_str().unwrap().to_string(),
+                r["id"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The home list (`GET /api/user/repos?`, the upstream UI's `getRepoList()`) and the "add
+/// repository" list (`?all=true`) on GitHub, filtered as upstream's `GetRepos` does by what
+/// the forge says the user may do: push to see a repository in either, admin on the forge
+/// to be offered one that is not here yet. Listing with `all=true` reads the permissions from
+/// the forge first, so the home list follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_repository_lists_follow_the_forge_s_push_and_admin() {
+    let rt = round_trip(Kind::GitHub).await;
+    let (s, pat, id) = (&rt.s, rt.pat.as_str(), rt.id);
+    let (home, all) = ("/api/user/repos?", "/api/user/repos?all=true");
+    let app = || vec![("octo/app".to_string(), id)];
+
+    // An admin on the forge: both lists, the home list with the newest pipeline.
+    assert_eq!(repos_listed(s, all, pat).await, app());
+    let listed = s.http.get(home, Some(pat)).await.expect(200).json();
+    assert_eq!(listed[0]["full_name"], "octo/app", "{listed}");
+    assert!(listed[0]["last_pipeline"]["number"].as_i64().unwrap() >= 1);
+
+    // Push without admin: still theirs.
+    rt.fake.lock().unwrap().perm = (true, true, false);
+    assert_eq!(repos_listed(s, all, pat).await, app());
+    assert_eq!(repos_listed(s, home, pat).await, app());
+
+    // Pull only: in neither list (the repository is still readable).
+    rt.fake.lock().unwrap().perm = (true, false, false);
+    assert_eq!(repos_listed(s, all, pat).await, []);
+    assert_eq!(repos_listed(s, home, pat).await, []);
+    s.http
+        .get(&format!("/api/repos/{id}"), Some(pat))
+        .await
+        .expect(200);
+
+    // Removed here, the forge's repository is offered to add only to one who administers
+    // it there.
+    rt.fake.lock().unwrap().perm = (true, true, true);
+    assert_eq!(repos_listed(s, all, pat).await, app());
+    s.http
+        .delete(&format!("/api/repos/{id}?remove=true"), Some(pat))
+        .await
+        .expect(200);
+    rt.fake.lock().unwrap().perm = (true, true, false);
+    assert_eq!(repos_listed(s, all, pat).await, []);
+    rt.fake.lock().unwrap().perm = (true, true, true);
+    assert_eq!(
+        repos_listed(s, all, pat).await,
+        [("octo/app".to_string(), 0)]
+    );
+    assert_eq!(repos_listed(s, home, pat).await, []);
+}
+
+/// Activation by GitHub's id for the repository (`POST /api/repos?forge_remote_id=42`, as the
+/// web UI's "add repository" page sends it) when the user's repository list does not have
+/// it: the adapter looks the id up as upstream's GitHub forge does, `GET /repositories/{id}`
+/// (it used to ask for `/repos/42`, which is no repository).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_activation_by_id_looks_the_repository_up_by_id() {
+    let rt = round_trip(Kind::GitHub).await;
+    let (s, pat, id) = (&rt.s, rt.pat.as_str(), rt.id);
+    s.http
+        .delete(&format!("/api/repos/{id}?remove=true"), Some(pat))
+        .await
+        .expect(200);
+    rt.fake.lock().unwrap().unlisted = true;
+    let activate = |remote_id: &str| {
+        format!(
+            "/api/repos?forge_remote_id={remote_id}&forge_id={}",
+            rt.forge
+        )
+    };
+    let repo = s
+        .http
+        .post(&activate("42"), Some(pat), "")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(repo["full_name"], "octo/app");
+    assert_eq!(repo["forge_remote_id"], "42");
+    assert_eq!(repo["active"], true);
+    {
+        let fake = rt.fake.lock().unwrap();
+        let by_id: Vec<&str> = fake
+            .seen
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == "/repositories/42")
+            .map(|r| r.auth.as_str())
+            .collect();
+        assert!(!by_id.is_empty(), "{:?}", fake.seen);
+        assert!(by_id.iter().all(|a| a.contains(ACCESS_PREFIX)), "{by_id:?}");
+        assert!(!fake.seen.iter().any(|r| r.path == "/repos/42"));
+    }
+
+    // An id GitHub does not know is a clear refusal.
+    let unknown = s.http.post(&activate("43"), Some(pat), "").await;
+    assert_eq!(unknown.status, 422, "{}", unknown.text());
+    assert!(unknown.text().contains("not found"), "{}", unknown.text());
+}
+
 #[tokio::test]
 async fn sign_in_needs_an_open_server_or_an_admin_login() {
     let dist = first_party_plugins();

@@ -424,10 +424,18 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         crate::pipelines::start_manually(&s.http, &p.admin, id, r#"{"branch":"main"}"#).await;
     assert_eq!(manual["event"], "manual");
     assert_eq!(manual["commit"], sha.as_str());
-    // The commit's details come from the adapter's branch-head.
-    assert_eq!(manual["message"], "hello from github");
-    assert_eq!(manual["author"], "Octo Cat");
-    assert_eq!(manual["author_email"], "octo@example.com");
+    // Only the commit's id comes from the adapter's branch-head: as upstream, a manual run
+    // is the user's (author, e-mail, avatar) and says so in its message.
+    assert_eq!(manual["message"], "MANUAL PIPELINE @ main");
+    assert_eq!(manual["author"], "root");
+    assert_eq!(manual["author_email"], "");
+    assert!(
+        manual["author_avatar"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/users/root/avatar.svg"),
+        "{manual}"
+    );
     let done = wait_for(
         &s.http,
         &p.admin,

@@ -141,23 +141,50 @@ async fn write_refused(http: &Http, method: &str, path: &str, other: &str, statu
 // -------------------------------------------------------------------------------------------
 // Secrets
 
+/// Who else may read a scope's items: nobody (refused with the status), or every signed-in
+/// user (the global scope, as upstream: without values or passwords).
+#[derive(Clone, Copy)]
+enum OtherReads {
+    Refused(u16),
+    Allowed,
+}
+
+impl OtherReads {
+    /// The status `other` gets for a read of something that exists.
+    fn status(self) -> u16 {
+        match self {
+            OtherReads::Refused(status) => status,
+            OtherReads::Allowed => 200,
+        }
+    }
+}
+
 /// Every secret operation at one scope (`base` = `/api/secrets`, `/api/orgs/1/secrets`, …):
-/// `owner` may manage it, `other` is refused with `refused`.
+/// `owner` may manage it, `other` is refused writes with `refused` and reads as `reads`
+/// says.
 async fn secrets_at_scope(
     s: &TestServer,
     base: &str,
     owner: &str,
     other: &str,
     refused: u16,
+    reads: OtherReads,
     expect_scope: (i64, i64),
 ) {
     let http = &s.http;
     // Auth matrix on every route, before anything exists.
-    read_matrix(http, base, &[owner], &[(other, refused)]).await;
+    match reads {
+        OtherReads::Refused(status) => read_matrix(http, base, &[owner], &[(other, status)]).await,
+        OtherReads::Allowed => read_matrix(http, base, &[owner, other], &[]).await,
+    }
     write_refused(http, "POST", base, other, refused).await;
     let one = format!("{base}/deploy_key");
     http.get(&one, None).await.expect(401);
-    http.get(&one, Some(other)).await.expect(refused);
+    let absent = match reads {
+        OtherReads::Refused(status) => status,
+        OtherReads::Allowed => 404,
+    };
+    http.get(&one, Some(other)).await.expect(absent);
     write_refused(http, "PATCH", &one, other, refused).await;
     http.delete(&one, None).await.expect(401);
     http.delete(&one, Some(other)).await.expect(refused);
@@ -242,6 +269,10 @@ async fn secrets_at_scope(
     // Get.
     let got = http.get(&one, Some(owner)).await.expect(200).json();
     assert_eq!(got, created);
+    let seen = http.get(&one, Some(other)).await.expect(reads.status());
+    if let OtherReads::Allowed = reads {
+        assert_eq!(seen.json(), created, "the same record, without a value");
+    }
     http.get(&format!("{base}/nope"), Some(owner))
         .await
         .expect(404);
@@ -364,8 +395,17 @@ async fn check_secret_events(s: &TestServer, owner_org: Option<i64>, repo: Optio
 async fn global_secrets() {
     let s = TestServer::start().await;
     let p = s.principals().await;
-    secrets_at_scope(&s, "/api/secrets", &p.admin, &p.alice, 403, (0, 0)).await;
-    s.http.get("/api/secrets", Some(&p.bob)).await.expect(403);
+    secrets_at_scope(
+        &s,
+        "/api/secrets",
+        &p.admin,
+        &p.alice,
+        403,
+        OtherReads::Allowed,
+        (0, 0),
+    )
+    .await;
+    s.http.get("/api/secrets", Some(&p.bob)).await.expect(200);
     check_secret_events(&s, None, None).await;
 }
 
@@ -376,7 +416,16 @@ async fn org_secrets() {
     let org = org_id_of(&s, &p.alice).await;
     let base = format!("/api/orgs/{org}/secrets");
     // The org's own admin (alice: her namespace); bob is refused with 403.
-    secrets_at_scope(&s, &base, &p.alice, &p.bob, 403, (org, 0)).await;
+    secrets_at_scope(
+        &s,
+        &base,
+        &p.alice,
+        &p.bob,
+        403,
+        OtherReads::Refused(403),
+        (org, 0),
+    )
+    .await;
     check_secret_events(&s, Some(org), None).await;
     // The instance admin may manage it too.
     s.http.get(&base, Some(&p.admin)).await.expect(200);
@@ -412,7 +461,16 @@ async fn repo_secrets() {
     let org = repo["org_id"].as_i64().unwrap();
     let base = format!("/api/repos/{id}/secrets");
     // Private repo: bob cannot see it at all (404, not 403).
-    secrets_at_scope(&s, &base, &p.alice, &p.bob, 404, (0, id)).await;
+    secrets_at_scope(
+        &s,
+        &base,
+        &p.alice,
+        &p.bob,
+        404,
+        OtherReads::Refused(404),
+        (0, id),
+    )
+    .await;
     check_secret_events(&s, Some(org), Some(id)).await;
     s.http.get(&base, Some(&p.admin)).await.expect(200);
     s.http
@@ -467,14 +525,22 @@ async fn registries_at_scope(
     owner: &str,
     other: &str,
     refused: u16,
+    reads: OtherReads,
     expect_scope: (i64, i64),
 ) {
     let http = &s.http;
-    read_matrix(http, base, &[owner], &[(other, refused)]).await;
+    match reads {
+        OtherReads::Refused(status) => read_matrix(http, base, &[owner], &[(other, status)]).await,
+        OtherReads::Allowed => read_matrix(http, base, &[owner, other], &[]).await,
+    }
     write_refused(http, "POST", base, other, refused).await;
     let one = format!("{base}/docker.io");
     http.get(&one, None).await.expect(401);
-    http.get(&one, Some(other)).await.expect(refused);
+    let absent = match reads {
+        OtherReads::Refused(status) => status,
+        OtherReads::Allowed => 404,
+    };
+    http.get(&one, Some(other)).await.expect(absent);
     write_refused(http, "PATCH", &one, other, refused).await;
     http.delete(&one, Some(other)).await.expect(refused);
 
@@ -492,6 +558,10 @@ async fn registries_at_scope(
     assert_eq!(created["username"], "bot");
     assert_eq!(created["password"], "", "never returned");
     assert_eq!(created["readonly"], false, "not writable through the API");
+    let seen = http.get(&one, Some(other)).await.expect(reads.status());
+    if let OtherReads::Allowed = reads {
+        assert_eq!(seen.json(), created, "the same record, without a password");
+    }
     assert_eq!(
         (
             created["org_id"].as_i64().unwrap(),
@@ -603,11 +673,20 @@ async fn registries_at_scope(
 async fn global_registries() {
     let s = TestServer::start().await;
     let p = s.principals().await;
-    registries_at_scope(&s, "/api/registries", &p.admin, &p.bob, 403, (0, 0)).await;
+    registries_at_scope(
+        &s,
+        "/api/registries",
+        &p.admin,
+        &p.bob,
+        403,
+        OtherReads::Allowed,
+        (0, 0),
+    )
+    .await;
     s.http
         .get("/api/registries", Some(&p.alice))
         .await
-        .expect(403);
+        .expect(200);
 }
 
 #[tokio::test]
@@ -616,7 +695,16 @@ async fn org_registries() {
     let p = s.principals().await;
     let org = org_id_of(&s, &p.alice).await;
     let base = format!("/api/orgs/{org}/registries");
-    registries_at_scope(&s, &base, &p.alice, &p.bob, 403, (org, 0)).await;
+    registries_at_scope(
+        &s,
+        &base,
+        &p.alice,
+        &p.bob,
+        403,
+        OtherReads::Refused(403),
+        (org, 0),
+    )
+    .await;
     s.http.get(&base, Some(&p.admin)).await.expect(200);
 }
 
@@ -627,7 +715,16 @@ async fn repo_registries() {
     let repo = s.git_repo(&p.admin, &p.alice, "alice/hello").await;
     let id = repo["id"].as_i64().unwrap();
     let base = format!("/api/repos/{id}/registries");
-    registries_at_scope(&s, &base, &p.alice, &p.bob, 404, (0, id)).await;
+    registries_at_scope(
+        &s,
+        &base,
+        &p.alice,
+        &p.bob,
+        404,
+        OtherReads::Refused(404),
+        (0, id),
+    )
+    .await;
     s.http.get(&base, Some(&p.admin)).await.expect(200);
 }
 

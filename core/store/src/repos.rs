@@ -420,6 +420,21 @@ pub fn of_member(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<Vec<Re
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The repositories a user owns in upstream's sense (`RepoList(user, owned=true)`): those
+/// in their own namespace (they administer it) and those they may push to or administer, by
+/// full name. Not those they may merely pull, and not every repository for an instance
+/// admin: it is the home page's list, and upstream shows there only what the user works on.
+pub fn owned_by(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<Vec<RepoRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM repos
+         WHERE org_id = ?2
+            OR id IN (SELECT repo_id FROM perms WHERE user_id = ?1 AND (push != 0 OR admin != 0))
+         ORDER BY full_name"
+    ))?;
+    let rows = stmt.query_map(params![user_id, own_org_id], from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// What a non-admin user may read: ids of the repositories they can pull (public and
 /// internal ones, those in their own namespace, those they hold a permission on) and of the
 /// organisations they belong to (their own, and those where they may push somewhere).

@@ -20,10 +20,10 @@
 //! Signature: `X-Hub-Signature-256` (HMAC-SHA256) when the instance config names a
 //! `hook-secret`. Config keys: `hook-secret`, `api-url` (default `https://api.github.com`).
 //!
-//! API: repository info, files and folders at a commit, branches and their heads, commit
-//! statuses, the files a pull request changes, and webhooks (`create-hook` replaces a hook
-//! with the same URL; the hook's secret is the forge's webhook secret, checked again by
-//! `parse-hook`).
+//! API: repository info (by GitHub's numeric id, `GET /repositories/{id}`, or by full name),
+//! files and folders at a commit, branches and their heads, commit statuses, the files a
+//! pull request changes, and webhooks (`create-hook` replaces a hook with the same URL; the
+//! hook's secret is the forge's webhook secret, checked again by `parse-hook`).
 //!
 //! Sign-in and the user's view (contract 0.2.0), as Woodpecker's GitHub forge does it:
 //!
@@ -71,8 +71,10 @@ impl ForgeAdapter for GitHub {
         })
     }
 
+    /// `full_name` is either `owner/name` or GitHub's numeric id for the repository (the
+    /// `forge_remote_id` the server stores and the web UI activates by).
     fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
-        let url = format!("{}/repos/{}", api_url(&ctx), full_name);
+        let url = repo_url(&api_url(&ctx), &full_name);
         let v = ApiClient::bearer(&ctx).get_found(&url, || no_repo(&full_name))?;
         Ok(github_hooks::repo_of(&v))
     }
@@ -379,6 +381,17 @@ fn primary_email(emails: &[Value], api: &str) -> String {
     }
 }
 
+/// Where a repository is looked up: by its id (`GET /repositories/{id}`, as upstream's
+/// GitHub forge does: an id stays the same when the repository is renamed or moved, a name
+/// does not) when `repo` is all digits, else by full name (`GET /repos/{owner}/{name}`).
+fn repo_url(api: &str, repo: &str) -> String {
+    if !repo.is_empty() && repo.bytes().all(|b| b.is_ascii_digit()) {
+        format!("{api}/repositories/{repo}")
+    } else {
+        format!("{api}/repos/{repo}")
+    }
+}
+
 /// The repository's webhooks.
 fn hooks(ctx: &ApiContext, full_name: &str) -> HookApi {
     let list_url = format!("{}/repos/{}/hooks", api_url(ctx), full_name);
@@ -396,5 +409,20 @@ fn api_url(ctx: &ApiContext) -> String {
         "https://api.github.com".to_string()
     } else {
         format!("{base}/api/v3")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repo_url;
+
+    #[test]
+    fn repositories_are_looked_up_by_id_when_given_one() {
+        let api = "https://api.github.com";
+        assert_eq!(repo_url(api, "42"), format!("{api}/repositories/42"));
+        assert_eq!(repo_url(api, "octo/app"), format!("{api}/repos/octo/app"));
+        // A name that merely starts with digits is a name.
+        assert_eq!(repo_url(api, "42/app"), format!("{api}/repos/42/app"));
+        assert_eq!(repo_url(api, ""), format!("{api}/repos/"));
     }
 }

@@ -1,6 +1,7 @@
-//! Registry credentials at three scopes: `/registries` (instance admins),
-//! `/orgs/{org_id}/registries` (org admins) and `/repos/{repo_id}/registries` (repo admins),
-//! keyed by `address` (the `{registry}` path parameter, percent-decoded).
+//! Registry credentials at three scopes: `/registries` (instance admins; any signed-in user
+//! lists and gets them, without passwords, as upstream), `/orgs/{org_id}/registries` (org
+//! admins) and `/repos/{repo_id}/registries` (repo admins), keyed by `address` (the
+//! `{registry}` path parameter, percent-decoded).
 //!
 //! Passwords are sealed before they reach the store and always render as `""`. Create needs
 //! `address`, `username` and `password` (422 otherwise); duplicates are 409. PATCH changes

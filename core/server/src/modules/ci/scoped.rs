@@ -2,10 +2,14 @@
 //!
 //! Each resource is reachable as `{prefix}/{collection}` and `{prefix}/{collection}/{key}`
 //! where the prefix picks the scope (`Level`): `""` for instance admins,
-//! `/orgs/{org_id}` for org admins and `/repos/{repo_id}` for repo admins. This module owns
-//! everything the scopes have in common:
+//! `/orgs/{org_id}` for org admins and `/repos/{repo_id}` for repo admins. The global scope's
+//! reads (list and get one) are open to every signed-in user, as upstream's ("global secrets
+//! can be read without actual values by any user"): the upstream UI's repository and
+//! organisation pages list them beside their own, and the rendering never carries a value or a
+//! password. This module owns everything the scopes have in common:
 //!
-//! - `resolve`: authorise the caller for the level and name the [`ResourceScope`];
+//! - `resolve`: authorise the caller for the level and the kind of call ([`Use`]) and name
+//!   the [`ResourceScope`];
 //! - `routes`: list (paged) / create / get / update / delete for every level;
 //! - the 404 for unknown keys (`ScopedResource::NOT_FOUND`) and the audit log lines.
 //!
@@ -13,7 +17,7 @@
 //! becomes a validated new item or change (its 422s, its sealing); its `ci::scoped::ScopedRecord`
 //! side names the store functions that read and write it, and writes go through `ci::scoped`.
 
-use super::access::{must_admin, org, repo_admin};
+use super::access::{must_admin, must_user, org, repo_admin};
 use super::pagination::Page;
 use crate::ci::{self, scoped::ScopedRecord};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
@@ -24,7 +28,7 @@ use crate::store::secrets::ResourceScope;
 /// Which of the three scopes a route serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Level {
-    /// Instance admins.
+    /// Instance admins; every signed-in user reads.
     Global,
     /// Org admins of `{org_id}`.
     Org,
@@ -41,17 +45,30 @@ impl Level {
     ];
 }
 
-/// Authorises the caller for `level` and names the scope: 401 anonymous; global: 403 for
-/// non-admins; org: 404 unknown org, 403 non-org-admins; repo: 404 unknown or invisible repo,
-/// 403 for readers who are not repo admins.
+/// What a call does with a scope's items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Use {
+    /// List or get one: never a value or password (the renderings have none).
+    Read,
+    /// Create, update or delete.
+    Write,
+}
+
+/// Authorises the caller for `level` and names the scope: 401 anonymous; global: any user
+/// may read, 403 for non-admins' writes; org: 404 unknown org, 403 non-org-admins; repo: 404
+/// unknown or invisible repo, 403 for readers who are not repo admins.
 pub(super) async fn resolve(
     ctx: &Ctx,
     req: &Request,
     level: Level,
+    usage: Use,
 ) -> Result<ResourceScope, ApiError> {
     match level {
         Level::Global => {
-            must_admin(ctx, req).await?;
+            match usage {
+                Use::Read => must_user(ctx, req).await?,
+                Use::Write => must_admin(ctx, req).await?,
+            };
             Ok(ResourceScope::GLOBAL)
         }
         Level::Org => Ok(ResourceScope::org(org(ctx, req, true).await?.org.id)),
@@ -125,7 +142,7 @@ async fn list<R: ScopedResource>(
     req: Request,
     level: Level,
 ) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
+    let scope = resolve(&ctx, &req, level, Use::Read).await?;
     let page = Page::from_request(&req);
     let list = ctx
         .ci
@@ -141,7 +158,7 @@ async fn create<R: ScopedResource>(
     req: Request,
     level: Level,
 ) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
+    let scope = resolve(&ctx, &req, level, Use::Write).await?;
     let new = R::new_from(&ctx, &req)?;
     let item = ci::scoped::create::<R>(&ctx.ci, scope, new).await?;
     Ok(Response::json(&item))
@@ -153,7 +170,7 @@ async fn get<R: ScopedResource>(
     req: Request,
     level: Level,
 ) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
+    let scope = resolve(&ctx, &req, level, Use::Read).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
     let item = ctx
         .ci
@@ -170,7 +187,7 @@ async fn update<R: ScopedResource>(
     req: Request,
     level: Level,
 ) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
+    let scope = resolve(&ctx, &req, level, Use::Write).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
     let change = R::change_from(&ctx, &req)?;
     let item = ci::scoped::update::<R>(&ctx.ci, scope, key, change)
@@ -185,7 +202,7 @@ async fn delete<R: ScopedResource>(
     req: Request,
     level: Level,
 ) -> Result<Response, ApiError> {
-    let scope = resolve(&ctx, &req, level).await?;
+    let scope = resolve(&ctx, &req, level, Use::Write).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
     ci::scoped::delete::<R>(&ctx.ci, scope, key)
         .await

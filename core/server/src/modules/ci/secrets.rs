@@ -1,6 +1,7 @@
-//! Secrets at three scopes: `/secrets` (instance admins), `/orgs/{org_id}/secrets` (org
-//! admins) and `/repos/{repo_id}/secrets` (repo admins), each with list / create / get /
-//! update / delete by name.
+//! Secrets at three scopes: `/secrets` (instance admins; any signed-in user lists and gets
+//! them, without values, as upstream), `/orgs/{org_id}/secrets` (org admins) and
+//! `/repos/{repo_id}/secrets` (repo admins), each with list / create / get / update / delete
+//! by name.
 //!
 //! Values are sealed before they reach the store and never come back: the API rendering has
 //! no `value` field (upstream omits it the same way), nothing here logs one. Validation

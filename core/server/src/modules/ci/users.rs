@@ -91,9 +91,13 @@ pub(super) fn feed_entry(repo_id: i64, full_name: &str, p: &Pipeline) -> Value {
     })
 }
 
-/// `GET /user/repos?all=&name=`: the caller's active repositories with their newest pipeline
-/// (`RepoLastPipeline`); with `all=true`, what the caller may add, as upstream's "add
-/// repository" page lists it (`addable_repos`).
+/// `GET /user/repos?all=&name=`: the home page's list, upstream's `GetRepos`. Without `all`,
+/// the caller's active repositories with their newest pipeline (`RepoLastPipeline`), where
+/// the caller may push or is admin (`repos::owned_by`: a repository one may only pull, a
+/// public one included, is not theirs to list, and an instance admin does not get every
+/// repository). With `all=true`, what the caller may add, as upstream's "add repository" page
+/// lists it (`addable_repos`); on a forge that cannot list repositories, the caller's owned
+/// ones, inactive included.
 pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
     let all = matches!(req.query("all").as_deref(), Some("true") | Some("1"));
@@ -113,7 +117,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
         .store
         .read(move |c| {
             let mut out = Vec::new();
-            for row in repos::of_member(c, user.id, user.org_id)? {
+            for row in repos::owned_by(c, user.id, user.org_id)? {
                 if (!all && !row.repo.active)
                     || (!name.is_empty() && !row.repo.full_name.to_lowercase().contains(&name))
                 {
@@ -163,8 +167,14 @@ async fn forge_listing(
 
 /// Upstream's `GET /user/repos?all=true`: every repository of the forge the user may add or
 /// already has (stored ones with their `active` flag, others with id 0), a forge repository
-/// whose name a different stored one holds marked `has_forge_name_conflict`, and the user's
-/// stored repositories the forge no longer has marked `has_no_forge_repo`.
+/// whose name a different stored one of theirs holds marked `has_forge_name_conflict`, and
+/// the user's stored repositories the forge no longer has marked `has_no_forge_repo`.
+///
+/// Where the forge lists the user's permission, upstream's filter decides: a repository they
+/// cannot push to is left out, a stored one they can is listed, one not stored only when they
+/// administer it on the forge (only then may they activate it). Where it cannot say (the
+/// built-in git forge), the local rules stand in: stored ones the user owns here
+/// ([`repos::owned_by`]) and whatever is in a namespace they may activate in.
 fn addable_repos(
     c: &crate::store::Tx,
     user: &users::User,
@@ -172,18 +182,22 @@ fn addable_repos(
     name: &str,
 ) -> StoreResult<Vec<repos::Repo>> {
     let wanted = |full_name: &str| name.is_empty() || full_name.to_lowercase().contains(name);
-    let members = repos::of_member(c, user.id, user.org_id)?;
-    let is_member = |id: i64| members.iter().any(|m| m.repo.id == id);
+    let owned = repos::owned_by(c, user.id, user.org_id)?;
+    let is_owned = |id: i64| owned.iter().any(|m| m.repo.id == id);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for (remote, perm) in listed {
         let stored = repos::by_remote_id(c, forge_id, &remote.forge_remote_id)?;
-        // As upstream: what the user may push to is listed when stored here, what they
-        // administer on the forge may be added.
-        let perm = perm.unwrap_or_default();
-        let may_add = perm.admin || may_activate_in(c, user, forge_id, &remote.owner)?;
+        let (list_stored, may_add) = match perm {
+            Some(perm) => (perm.push, perm.push && perm.admin),
+            None => {
+                let may_add = may_activate_in(c, user, forge_id, &remote.owner)?;
+                let owns = stored.as_ref().is_some_and(|row| is_owned(row.repo.id));
+                (may_add || owns, may_add)
+            }
+        };
         match stored {
-            Some(row) if may_add || perm.push || is_member(row.repo.id) => {
+            Some(row) if list_stored => {
                 seen.insert(row.repo.id);
                 if wanted(&row.repo.full_name) {
                     out.push(row.repo);
@@ -195,7 +209,7 @@ fn addable_repos(
                 repo.active = false;
                 if let Ok(other) = repos::by_full_name(c, &repo.full_name)
                     && other.repo.forge_id == forge_id
-                    && is_member(other.repo.id)
+                    && is_owned(other.repo.id)
                 {
                     repo.id = other.repo.id;
                     repo.has_forge_name_conflict = true;
@@ -208,7 +222,7 @@ fn addable_repos(
             None => {}
         }
     }
-    for row in members {
+    for row in owned {
         if row.repo.forge_id == forge_id
             && !seen.contains(&row.repo.id)
             && wanted(&row.repo.full_name)

@@ -211,6 +211,14 @@ pub fn check_variables(variables: &BTreeMap<String, String>) -> Result<(), ApiEr
 }
 
 /// `POST /repos/{id}/pipelines`: a manual run of a branch's head.
+///
+/// As upstream's `CreatePipeline`: the branch head is read as the user who asked (their
+/// forge token: a private repository's branch is visible to them, not to the forge's app
+/// alone; a user without a token from this forge reads it as the repository's owner, as the
+/// config files are read), and only the commit's id comes from it. Author, e-mail and avatar
+/// are the user's and the message says it was a manual run (`MANUAL PIPELINE @ <branch>`, or
+/// `MANUAL: <message> @ <branch>` when one was given), so the pipeline list shows who started
+/// it rather than whoever made the commit.
 async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_push(&ctx, &req).await?;
     let opts: PipelineOptions = if req.body.is_empty() {
@@ -225,24 +233,31 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         opts.branch.clone()
     };
-    let driver = crate::ci::forge::driver(&ctx.ci, repo.repo.forge_id).await?;
-    let head = driver.branch_head(&repo.repo, &branch).await?;
     let user = access.user()?.user.clone();
+    let forge = ctx.ci.drivers.get(repo.repo.forge_id).await?;
+    let driver = ctx.ci.tokens.for_caller(&forge, Some(user.id), &repo).await;
+    let head = driver.branch_head(&repo.repo, &branch).await?;
     let short = head.sha[..head.sha.len().min(12)].to_string();
+    let message = if opts.message.is_empty() {
+        format!("MANUAL PIPELINE @ {branch}")
+    } else {
+        format!("MANUAL: {} @ {branch}", opts.message)
+    };
+    let avatar = crate::modules::ci::avatars::shown(&ctx, user.clone()).avatar_url;
     let trigger = Trigger {
         event: WebhookEvent::Manual,
         commit: Commit {
+            sha: head.sha,
             git_ref: format!("refs/heads/{branch}"),
             branch,
-            message: if opts.message.is_empty() {
-                head.message.clone()
-            } else {
-                opts.message
-            },
+            message,
+            author: user.login.clone(),
+            author_email: user.email.clone(),
+            author_avatar: avatar,
             sender: user.login.clone(),
-            author_avatar: crate::modules::ci::avatars::shown(&ctx, user.clone()).avatar_url,
             forge_url: repo.repo.forge_url.clone(),
-            ..head
+            timestamp: crate::store::now_unix(),
+            ..Commit::default()
         },
         variables: opts.variables,
         by_user: user.login.clone(),
