@@ -1,6 +1,7 @@
 //! Status at a glance: badges, CCTray, the user's feed and repository list, agent tasks.
 
 use serde_json::Value;
+use woodlark::store::repos::{self, Perm};
 
 use crate::pipelines::{push_files, step_of, wait_for};
 use crate::util::TestServer;
@@ -141,6 +142,33 @@ async fn badges_cc_xml_feed_and_repo_list() {
             .unwrap()
             .is_empty()
     );
+    // As upstream's feed: the repositories the user may push to or administer, not those
+    // they may merely pull.
+    let bob = s.http.get("/api/user", Some(&p.bob)).await.json()["id"]
+        .as_i64()
+        .unwrap();
+    let feed_of_bob = |perm: Perm| {
+        let (store, http, token) = (s.app_state.ci.store.clone(), s.http.clone(), p.bob.clone());
+        async move {
+            store
+                .write(move |c| repos::set_perm(c, bob, id, perm))
+                .await
+                .unwrap();
+            http.get("/api/user/feed", Some(&token))
+                .await
+                .expect(200)
+                .json()
+        }
+    };
+    let pulling = feed_of_bob(Perm::pull_only()).await;
+    assert!(pulling.as_array().unwrap().is_empty(), "{pulling}");
+    let pushing = feed_of_bob(Perm {
+        pull: true,
+        push: true,
+        ..Perm::default()
+    })
+    .await;
+    assert_eq!(pushing.as_array().unwrap().len(), 2, "{pushing}");
     let repos = s
         .http
         .get("/api/user/repos", Some(&p.alice))

@@ -407,19 +407,6 @@ pub fn backdate_perms(conn: &Tx, user_id: i64, secs: i64) -> StoreResult<()> {
     Ok(())
 }
 
-/// The repositories a user works with: those in their own namespace and those they hold a
-/// permission on (not merely public ones), by full name.
-pub fn of_member(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<Vec<RepoRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM repos
-         WHERE org_id = ?2
-            OR id IN (SELECT repo_id FROM perms WHERE user_id = ?1 AND (pull != 0 OR push != 0 OR admin != 0))
-         ORDER BY full_name"
-    ))?;
-    let rows = stmt.query_map(params![user_id, own_org_id], from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
 /// The repositories a user owns in upstream's sense (`RepoList(user, owned=true)`): those
 /// in their own namespace (they administer it) and those they may push to or administer, by
 /// full name. Not those they may merely pull, and not every repository for an instance

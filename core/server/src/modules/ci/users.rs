@@ -40,7 +40,8 @@ pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
     Ok(Response::text(StatusCode::OK, t))
 }
 
-/// `GET /user/feed`: the newest 50 pipelines of the caller's repositories (upstream's Feed).
+/// `GET /user/feed`: the newest 50 pipelines of the repositories the caller may push to or
+/// administer (upstream's Feed, `userPushOrAdminCondition`).
 pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user = must_user(&ctx, &req).await?.user;
     let list = ctx
@@ -48,7 +49,7 @@ pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .store
         .read(move |c| {
             let mut out = Vec::new();
-            for row in repos::of_member(c, user.id, user.org_id)? {
+            for row in repos::owned_by(c, user.id, user.org_id)? {
                 for p in pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 50)? {
                     out.push((row.repo.clone(), p));
                 }
