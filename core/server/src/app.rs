@@ -115,6 +115,7 @@ fn open_sealed_store(config: &Config, seal: Option<&SealKey>) -> Result<Store, A
         readers: config.storage.readers,
         full_sync: config.storage.synchronous == "full",
         sealing_key: seal.map(SealKey::fingerprint),
+        competes_for_lead: true,
     };
     if !config.storage.url.is_empty() {
         return Ok(Store::open_postgres(&config.storage.url, &options)?);
@@ -125,10 +126,13 @@ fn open_sealed_store(config: &Config, seal: Option<&SealKey>) -> Result<Store, A
 /// Opens the step logs' store: their own file in the data dir on SQLite, the same database
 /// on PostgreSQL.
 fn open_logs(config: &Config) -> Result<Store, AppError> {
+    // The logs' store never leads: on PostgreSQL it shares the main store's database, and
+    // its listener holding the leader lock would leave every replica a follower.
     let options = StoreOptions {
         readers: 2,
         full_sync: config.storage.synchronous == "full",
         sealing_key: None,
+        competes_for_lead: false,
     };
     if !config.storage.url.is_empty() {
         return Ok(Store::open_postgres(&config.storage.url, &options)?);

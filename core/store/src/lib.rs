@@ -301,6 +301,10 @@ pub struct StoreOptions {
     /// the database, and refused ([`StoreError::SealingKeyMismatch`]) if it differs later.
     /// `None` checks nothing (the CLI, which seals nothing; the logs' store).
     pub sealing_key: Option<String>,
+    /// PostgreSQL: whether this store's listener competes for the replicas' leader lock
+    /// ([`Store::leadership`]). Only a server's main store does: a second store on the same
+    /// database (the logs') that won the lock would leave no replica leading.
+    pub competes_for_lead: bool,
 }
 
 impl Default for StoreOptions {
@@ -309,6 +313,7 @@ impl Default for StoreOptions {
             readers: 4,
             full_sync: true,
             sealing_key: None,
+            competes_for_lead: true,
         }
     }
 }
@@ -467,6 +472,7 @@ impl Store {
                 commits: commit_tx.clone(),
                 stopping: stopping.clone(),
                 leader: leader.clone(),
+                competes: options.competes_for_lead,
             };
             std::thread::Builder::new()
                 .name("store-listen".into())
@@ -1071,6 +1077,8 @@ struct Listener {
     commits: Arc<tokio::sync::watch::Sender<u64>>,
     stopping: Arc<AtomicBool>,
     leader: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Whether to try for the leader lock at all (`StoreOptions::competes_for_lead`).
+    competes: bool,
 }
 
 impl Listener {
@@ -1113,7 +1121,7 @@ impl Listener {
 
     /// Takes the leader lock if it is free, then hears notifications for one poll.
     fn listen_once(&self, client: &mut postgres::Client) -> Result<(), postgres::Error> {
-        if !*self.leader.borrow() {
+        if self.competes && !*self.leader.borrow() {
             // Prepared once per session: a follower asks at every poll.
             let statement = match self.take_lead.borrow().clone() {
                 Some(statement) => statement,
@@ -1661,6 +1669,7 @@ mod tests {
             readers: 2,
             full_sync: false,
             sealing_key: None,
+            competes_for_lead: true,
         };
         let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
         store
@@ -1759,6 +1768,7 @@ mod tests {
             readers: 1,
             full_sync: false,
             sealing_key: None,
+            competes_for_lead: true,
         };
         let store = Store::open(&dir.path().join("t.db"), &options).unwrap();
         // A read whose caller gives up while it runs.

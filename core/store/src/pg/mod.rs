@@ -205,6 +205,24 @@ mod tests {
         }
     }
 
+    /// A store that does not compete for the lead (a server's logs' store) never takes the
+    /// lock, even opened first and alone: the main store opened after it leads at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_that_does_not_compete_never_takes_the_lead() {
+        let url = testing::Cluster::shared().fresh_database();
+        let logs = crate::StoreOptions {
+            competes_for_lead: false,
+            ..crate::StoreOptions::default()
+        };
+        let logs = crate::Store::open_postgres(&url, &logs).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        assert!(!*logs.leadership().borrow(), "the logs' store leads");
+        let main = crate::Store::open_postgres(&url, &crate::StoreOptions::default()).unwrap();
+        assert_eq!(the_leader(&[&logs, &main]).await, 1);
+        main.close();
+        logs.close();
+    }
+
     /// A listener whose session is cut reconnects: every generation moves (notifications
     /// may have been missed), other replicas' changes are heard again, and a leader is back.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
