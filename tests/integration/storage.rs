@@ -714,6 +714,25 @@ async fn migrate_copies_a_data_dir_and_the_api_answers_the_same() {
         err.contains("not empty") && err.contains("empty database only"),
         "{err}"
     );
+    // A database that does not answer: the reason, said once (it was printed three times).
+    let down = std::process::Command::new(BIN)
+        .args([
+            "migrate",
+            "--to",
+            "postgres://nobody:x@127.0.0.1:1/db",
+            "--config",
+        ])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert!(!down.status.success());
+    let err = String::from_utf8_lossy(&down.stderr);
+    assert_eq!(
+        err.matches("cannot connect to PostgreSQL").count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
 
     // With its runner, the server (now a replica) takes over the `local` agent, history and all.
     let dir = s.stop().await;

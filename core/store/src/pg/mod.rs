@@ -22,28 +22,27 @@ pub mod transfer;
 
 use std::str::FromStr;
 
-/// Errors from PostgreSQL, with what was being done.
+/// Errors from PostgreSQL, with what was being done. The client's error is part of the
+/// message (with its causes), not a separate `source`: printed as a chain, it would be said
+/// twice.
 #[derive(Debug, thiserror::Error)]
 pub enum PgError {
     #[error("storage.url: {0}")]
     Url(String),
-    #[error("cannot connect to PostgreSQL at {target}: {}", with_causes(source))]
+    #[error("cannot connect to PostgreSQL at {target}: {}", with_causes(cause))]
     Connect {
         target: String,
-        #[source]
-        source: postgres::Error,
+        cause: postgres::Error,
     },
-    #[error("PostgreSQL: {what}: {}", describe(source))]
+    #[error("PostgreSQL: {what}: {}", describe(cause))]
     Query {
         what: &'static str,
-        #[source]
-        source: postgres::Error,
+        cause: postgres::Error,
     },
-    #[error("PostgreSQL migration {version} failed: {}", describe(source))]
+    #[error("PostgreSQL migration {version} failed: {}", describe(cause))]
     Migration {
         version: i64,
-        #[source]
-        source: postgres::Error,
+        cause: postgres::Error,
     },
     #[error(
         "the database is at schema version {found}, newer than this build knows ({known}): \
@@ -55,7 +54,7 @@ pub enum PgError {
 impl PgError {
     /// A closure mapping a client error to [`PgError::Query`] naming `what`.
     pub fn query(what: &'static str) -> impl FnOnce(postgres::Error) -> PgError {
-        move |source| PgError::Query { what, source }
+        move |cause| PgError::Query { what, cause }
     }
 }
 
@@ -71,9 +70,9 @@ pub fn connect(url: &str) -> Result<postgres::Client, PgError> {
     let config = postgres::Config::from_str(&rest).map_err(|e| PgError::Url(e.to_string()))?;
     config
         .connect(tls.connector()?)
-        .map_err(|source| PgError::Connect {
+        .map_err(|cause| PgError::Connect {
             target: target_of(&config),
-            source,
+            cause,
         })
 }
 

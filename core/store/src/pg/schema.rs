@@ -402,7 +402,7 @@ fn apply_missing(client: &mut postgres::Client) -> Result<usize, PgError> {
     let mut applied = 0;
     for (i, script) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let version = i as i64 + 1;
-        let fail = |source| PgError::Migration { version, source };
+        let fail = |cause| PgError::Migration { version, cause };
         let mut tx = client.transaction().map_err(fail)?;
         tx.batch_execute(script).map_err(fail)?;
         tx.execute(

@@ -54,9 +54,9 @@ pub struct Copied {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{0}")]
+    #[error(transparent)]
     Pg(#[from] PgError),
     #[error("{path}: {source}")]
     Open {
@@ -426,12 +426,12 @@ fn run_insert(
         .iter()
         .map(|b| b as &(dyn postgres::types::ToSql + Sync))
         .collect();
-    tx.execute(insert, &refs).map_err(|source| {
+    tx.execute(insert, &refs).map_err(|cause| {
         // The error itself is returned (and shown once, by the command).
         tracing::error!(table, "a copy insert failed");
         PgError::Query {
             what: "insert copied rows",
-            source,
+            cause,
         }
     })?;
     Ok(())
