@@ -278,7 +278,15 @@ fn read_secret_file(path: &Path) -> Result<String, String> {
 pub fn load_all(forges: &mut [ForgeConfig], env: &[(String, String)]) -> Result<(), Problem> {
     let mut seen = std::collections::BTreeSet::new();
     for (n, forge) in forges.iter_mut().enumerate() {
-        let at = |(key, msg): Problem| (format!("forges[{n}].{key}"), msg);
+        // An operator who set Woodpecker's variables never wrote `forges[n]`: name those.
+        let origin = forge.origin;
+        let at = |(key, msg): Problem| match origin {
+            ForgeOrigin::ConfigFile => (format!("forges[{n}].{key}"), msg),
+            ForgeOrigin::WoodpeckerEnv => (
+                "WOODPECKER_* forge variables".to_string(),
+                format!("{key}: {msg} (Woodpecker's WOODPECKER_<FORGE>_SECRET or its _FILE form)"),
+            ),
+        };
         if !seen.insert(forge.id) {
             return Err(at((
                 "id".into(),

@@ -376,5 +376,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("needs its secret"), "{err}");
+        assert!(
+            err.to_string().contains("WOODPECKER_<FORGE>_SECRET"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("forges[0]"), "{err}");
     }
 }
