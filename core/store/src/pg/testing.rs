@@ -65,23 +65,30 @@ impl Cluster {
         );
         cluster.make_certificates(&data);
         cluster.port = free_port();
-        let tls = cluster.dir.path().join("tls");
+        cluster.start_again();
+        cluster
+    }
+
+    /// Starts the cluster's server (again, after [`Cluster::stop_for_outage`]) on its port.
+    pub fn start_again(&self) {
+        let data = self.dir.path().join("data");
+        let tls = self.dir.path().join("tls");
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
              -c full_page_writes=off -c max_connections=1000 -c ssl=on \
              -c ssl_cert_file={tls}/server.crt -c ssl_key_file={tls}/server.key \
              -c ssl_ca_file={tls}/ca.pem",
-            cluster.port,
-            cluster.dir.path().display(),
+            self.port,
+            self.dir.path().display(),
             tls = tls.display(),
         );
-        cluster.tool(
+        self.tool(
             "pg_ctl",
             &[
                 "-D",
                 &data.display().to_string(),
                 "-l",
-                &cluster.dir.path().join("server.log").display().to_string(),
+                &self.dir.path().join("server.log").display().to_string(),
                 "-o",
                 &options,
                 "-w",
@@ -90,7 +97,14 @@ impl Cluster {
                 "start",
             ],
         );
-        cluster
+    }
+
+    /// Stops the cluster's server as an outage would (connections cut at once, the data
+    /// kept): [`Cluster::start_again`] brings it back. Only on a cluster of the test's own,
+    /// never [`Cluster::shared`].
+    pub fn stop_for_outage(&self) {
+        let data = self.dir.path().join("data").display().to_string();
+        self.tool("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
     }
 
     /// Creates database `name` and returns its URL.
