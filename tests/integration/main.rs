@@ -30,6 +30,7 @@ mod forge_setup;
 mod forges;
 mod glance;
 mod http_core;
+mod outages;
 mod participation;
 mod pipelines;
 mod plugins;

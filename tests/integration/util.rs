@@ -375,12 +375,28 @@ impl TestServer {
         tables: &str,
         env: &[(String, String)],
     ) -> TestServer {
+        TestServer::start_listening(dir, extra, tables, env, "127.0.0.1:0").await
+    }
+
+    /// [`Self::start_in_with_tables`] on `addr` (a server started again where its agents
+    /// and replicas know it).
+    pub async fn start_in_at(dir: tempfile::TempDir, tables: &str, addr: SocketAddr) -> TestServer {
+        TestServer::start_listening(dir, "", tables, &[], &addr.to_string()).await
+    }
+
+    async fn start_listening(
+        dir: tempfile::TempDir,
+        extra: &str,
+        tables: &str,
+        env: &[(String, String)],
+        listen: &str,
+    ) -> TestServer {
         let text = server_config_text(dir.path(), extra, tables);
         let config = Config::from_toml(&text, "test.toml", env).expect("test config");
         let app = App::build(config, LogControl::detached(LogLevel::Info)).expect("app");
         let app_state = app.state().clone();
         let routes = app.routes();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind(listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(app.serve(listener, async {

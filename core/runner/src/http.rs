@@ -59,6 +59,9 @@ impl HttpAgent {
         let body = resp.into_body();
         match status {
             200..=299 => Ok((status, body)),
+            409 => Err(RunnerError::NotHeld(
+                String::from_utf8_lossy(&body).into_owned(),
+            )),
             500..=599 => Err(RunnerError::Transport(format!(
                 "{status}: {}",
                 String::from_utf8_lossy(&body)

@@ -24,6 +24,7 @@ pub mod docker;
 pub mod http;
 pub mod lines;
 pub mod local;
+pub mod outbox;
 pub mod process;
 pub mod protocol;
 pub mod sandbox;
@@ -51,10 +52,15 @@ pub enum RunnerError {
     Transport(String),
     #[error("server refused: {0}")]
     Refused(String),
+    /// The workflow is not this agent's (any more): its lease ran out and it went back to
+    /// the queue, or it ended.
+    #[error("not this agent's workflow: {0}")]
+    NotHeld(String),
 }
 
-/// What a runner needs from the server. Every call may fail; the runner retries where it
-/// makes sense (a lost log batch is re-sent; the server stores each line once).
+/// What a runner needs from the server. Every call may fail; reports about a workflow go
+/// through its [`outbox::Outbox`], which re-sends each until the server takes it (the
+/// server applies each once).
 pub trait AgentApi: Clone + Send + Sync + 'static {
     /// Waits (bounded) for a workflow to run; `None` when there was none in time.
     fn next(
@@ -95,6 +101,20 @@ pub struct RunnerConfig {
     /// Run every workflow in this directory of the host instead of a fresh workspace
     /// (`woodlark exec`); `None` for agents.
     pub host_workspace: Option<PathBuf>,
+    /// Where reports the server did not take yet go past their memory bound, and what a
+    /// stopped runner could not deliver waits for its next start ([`spool_dir`]).
+    pub spool: PathBuf,
+}
+
+/// The spool directory of the runner `owner` under `workdir` ("" = the system temp dir):
+/// beside the workflows' directories, outside every step's sandbox.
+pub fn spool_dir(workdir: &std::path::Path, owner: &str) -> PathBuf {
+    let parent = if workdir.as_os_str().is_empty() {
+        std::env::temp_dir()
+    } else {
+        workdir.to_path_buf()
+    };
+    parent.join(format!("woodlark-spool-{owner}"))
 }
 
 /// Where a runner's steps are to run, as the operator set it.
@@ -204,6 +224,9 @@ impl Shutdown {
 /// Runs `capacity` workers until `shutdown` fires, then sweeps the backend: the workflows
 /// still running end with the workers, and what they created goes with the sweep.
 pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch::Receiver<bool>) {
+    // Reports an earlier run could not deliver go first: a workflow it held may come back
+    // to this runner, and must not meet its old reports then.
+    outbox::deliver_leftovers(&api, &config.spool).await;
     let config = Arc::new(config);
     let mut workers = JoinSet::new();
     for n in 0..config.capacity.max(1) {
@@ -259,12 +282,12 @@ where
     for _ in 0..6 {
         match f().await {
             Ok(v) => return Ok(v),
-            Err(RunnerError::Refused(e)) => return Err(RunnerError::Refused(e)),
-            Err(e) => {
-                last = Some(e);
+            Err(RunnerError::Transport(e)) => {
+                last = Some(RunnerError::Transport(e));
                 tokio::time::sleep(delay).await;
                 delay *= 2;
             }
+            Err(refused) => return Err(refused),
         }
     }
     Err(last.unwrap_or(RunnerError::Transport("no attempt".into())))
@@ -300,9 +323,12 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
         tracing::warn!(workflow = id, %err, "init refused; dropping the workflow");
         return;
     }
+    let outbox = outbox::Outbox::open(api.clone(), id, &config.spool);
     let (cancel_tx, cancel_rx) = watch::channel(false);
+    let cancel_tx = Arc::new(cancel_tx);
     let watcher = {
         let api = api.clone();
+        let cancel_tx = cancel_tx.clone();
         tokio::spawn(async move {
             loop {
                 match api.wait_canceled(id).await {
@@ -316,15 +342,17 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
             }
         })
     };
-    let extender = {
-        let api = api.clone();
+    // A workflow the server gave away (its lease ran out while the server did not hear
+    // from us) stops here as a canceled one would.
+    let given_away = {
+        let mut given_away = outbox.given_away();
         tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(20)).await;
-                let _ = api.extend(id).await;
+            if given_away.wait_for(|g| *g).await.is_ok() {
+                let _ = cancel_tx.send(true);
             }
         })
     };
+    let extender = tokio::spawn(keep_lease(api.clone(), id));
 
     let setup = WorkflowSetup {
         workflow_id: id,
@@ -339,7 +367,7 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
     let result = match config.backend.create_workflow(&setup).await {
         Ok(workflow) => {
             let workflow: Arc<dyn Workflow> = Arc::from(workflow);
-            let result = execute(api, &work, workflow.clone(), cancel_rx).await;
+            let result = execute(&outbox.reporter(), &work, workflow.clone(), cancel_rx).await;
             // The one removal path: after the steps (detached ones stopped), whatever ended
             // them; what cannot go now is the next sweep's.
             if let Err(e) = workflow.remove().await {
@@ -351,6 +379,7 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
     };
     watcher.abort();
     extender.abort();
+    given_away.abort();
     let done = match result {
         Ok(state) => WorkflowDone {
             state,
@@ -361,8 +390,19 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
             error: error.to_string(),
         },
     };
-    if let Err(err) = retry(|| api.done(id, done.clone())).await {
-        tracing::warn!(workflow = id, %err, "could not report the end of the workflow");
+    outbox.finish(done).await;
+}
+
+/// Extends the workflow's lease every 20 s while it runs; after a failed try, every second
+/// until the server answers, so the lease runs from the first contact after an outage.
+async fn keep_lease<A: AgentApi>(api: A, id: i64) {
+    let mut wait = Duration::from_secs(20);
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = match api.extend(id).await {
+            Err(RunnerError::Transport(_)) => Duration::from_secs(1),
+            _ => Duration::from_secs(20),
+        };
     }
 }
 
@@ -378,8 +418,8 @@ enum WorkflowError {
 }
 
 /// Runs the steps; returns the workflow's final state, or an error that prevented running.
-async fn execute<A: AgentApi>(
-    api: &A,
+async fn execute(
+    reports: &outbox::Reporter,
     work: &Work,
     workflow: Arc<dyn Workflow>,
     cancel: watch::Receiver<bool>,
@@ -439,26 +479,21 @@ async fn execute<A: AgentApi>(
                 } else {
                     Status::Skipped
                 };
-                report(
-                    api,
-                    work.workflow_id,
-                    StepUpdate {
-                        step_id: work.steps[i].id,
-                        state,
-                        exit_code: 0,
-                        error: String::new(),
-                        started: 0,
-                        finished: 0,
-                        cancel_pipeline: false,
-                    },
-                )
-                .await;
+                reports.step(StepUpdate {
+                    step_id: work.steps[i].id,
+                    state,
+                    exit_code: 0,
+                    error: String::new(),
+                    started: 0,
+                    finished: 0,
+                    cancel_pipeline: false,
+                    seq: 0,
+                });
                 outcomes[i] = Some(Outcome::Skipped);
                 continue;
             }
             let ctx = StepContext {
-                api: api.clone(),
-                workflow_id: work.workflow_id,
+                reports: reports.clone(),
                 step_id: work.steps[i].id,
                 first_line: work
                     .log_offsets
@@ -488,20 +523,16 @@ async fn execute<A: AgentApi>(
                 // Nothing runs and nothing can start: dependencies on unknown steps.
                 for (i, o) in outcomes.iter_mut().enumerate() {
                     if o.is_none() {
-                        report(
-                            api,
-                            work.workflow_id,
-                            StepUpdate {
-                                step_id: work.steps[i].id,
-                                state: Status::Skipped,
-                                exit_code: 0,
-                                error: "dependencies cannot be met".into(),
-                                started: 0,
-                                finished: 0,
-                                cancel_pipeline: false,
-                            },
-                        )
-                        .await;
+                        reports.step(StepUpdate {
+                            step_id: work.steps[i].id,
+                            state: Status::Skipped,
+                            exit_code: 0,
+                            error: "dependencies cannot be met".into(),
+                            started: 0,
+                            finished: 0,
+                            cancel_pipeline: false,
+                            seq: 0,
+                        });
                         *o = Some(Outcome::Skipped);
                     }
                 }
@@ -527,12 +558,6 @@ async fn execute<A: AgentApi>(
     })
 }
 
-async fn report<A: AgentApi>(api: &A, workflow_id: i64, update: StepUpdate) {
-    if let Err(err) = retry(|| api.step(workflow_id, update.clone())).await {
-        tracing::warn!(workflow = workflow_id, step = update.step_id, %err, "could not report a step state");
-    }
-}
-
 /// The values masked in a step's output: its secrets, and for the clone the password it
 /// clones with.
 fn masked_values(step: &CompiledStep, netrc: Option<&Netrc>) -> Vec<String> {
@@ -543,9 +568,9 @@ fn masked_values(step: &CompiledStep, netrc: Option<&Netrc>) -> Vec<String> {
     secrets
 }
 
-struct StepContext<A> {
-    api: A,
-    workflow_id: i64,
+struct StepContext {
+    /// Where the step's states and lines go.
+    reports: outbox::Reporter,
     step_id: i64,
     first_line: i64,
     /// Bytes of output kept ([`Work::max_log_bytes`]; 0: no limit).
@@ -592,9 +617,8 @@ fn step_end(exit: Exit, killed: Option<KillReason>) -> (Status, i64, String) {
 
 /// Sends a step's lines in batches (at most every 20 ms, or at 200 lines), numbering them:
 /// live log readers see a line a few milliseconds after it was written.
-struct LogShipper<A> {
-    api: A,
-    workflow_id: i64,
+struct LogShipper {
+    reports: outbox::Reporter,
     step_id: i64,
     next_line: i64,
     batch: Vec<LogLine>,
@@ -606,11 +630,10 @@ struct LogShipper<A> {
     kept: u64,
 }
 
-impl<A: AgentApi> LogShipper<A> {
-    fn new(ctx: &StepContext<A>) -> LogShipper<A> {
+impl LogShipper {
+    fn new(ctx: &StepContext) -> LogShipper {
         LogShipper {
-            api: ctx.api.clone(),
-            workflow_id: ctx.workflow_id,
+            reports: ctx.reports.clone(),
             step_id: ctx.step_id,
             next_line: ctx.first_line,
             batch: Vec::new(),
@@ -673,36 +696,30 @@ impl<A: AgentApi> LogShipper<A> {
         }
     }
 
-    async fn flush(&mut self) {
+    /// Hands the batch to the outbox (which sends consecutive batches together while the
+    /// server is busy or away).
+    fn flush(&mut self) {
         self.last_flush = Instant::now();
         if self.batch.is_empty() {
             return;
         }
         self.batch_bytes = 0;
-        let lines = std::mem::take(&mut self.batch);
-        let id = self.workflow_id;
-        if let Err(err) = retry(|| self.api.logs(id, lines.clone())).await {
-            tracing::warn!(workflow = id, %err, lines = lines.len(), "log lines could not be delivered");
-        }
+        self.reports.logs(std::mem::take(&mut self.batch));
     }
 }
 
-async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
+async fn run_step(ctx: StepContext) -> Outcome {
     let started = now();
-    report(
-        &ctx.api,
-        ctx.workflow_id,
-        StepUpdate {
-            step_id: ctx.step_id,
-            state: Status::Running,
-            exit_code: 0,
-            error: String::new(),
-            started,
-            finished: 0,
-            cancel_pipeline: false,
-        },
-    )
-    .await;
+    ctx.reports.step(StepUpdate {
+        step_id: ctx.step_id,
+        state: Status::Running,
+        exit_code: 0,
+        error: String::new(),
+        started,
+        finished: 0,
+        cancel_pipeline: false,
+        seq: 0,
+    });
     let mut shipper = LogShipper::new(&ctx);
 
     let Started {
@@ -713,8 +730,8 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         Err(error) => {
             let error = error.to_string();
             shipper.push(0, LineKind::Stdout, error.clone());
-            shipper.flush().await;
-            return finish(&ctx, started, Status::Failure, 1, error).await;
+            shipper.flush();
+            return finish(&ctx, started, Status::Failure, 1, error);
         }
     };
 
@@ -725,7 +742,7 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
         // does not fail the workflow.
         let mut ctx = ctx;
         let Some(Detached { tasks, over }) = ctx.detached.take() else {
-            return finish(&ctx, started, Status::Failure, 1, "no detached set".into()).await;
+            return finish(&ctx, started, Status::Failure, 1, "no detached set".into());
         };
         // The set owns the follower: it is awaited when the workflow is over.
         tasks
@@ -734,23 +751,23 @@ async fn run_step<A: AgentApi>(ctx: StepContext<A>) -> Outcome {
             .spawn(async move {
                 let (state, code, error) =
                     follow(&ctx, proc, output, &mut shipper, Some(over)).await;
-                finish(&ctx, started, state, code, error).await;
+                finish(&ctx, started, state, code, error);
             });
         return Outcome::Success;
     }
     let (state, code, error) = follow(&ctx, proc, output, &mut shipper, None).await;
-    finish(&ctx, started, state, code, error).await
+    finish(&ctx, started, state, code, error)
 }
 
 /// Follows a started step to its end: ships its output as it comes, kills it when the
 /// workflow is canceled or the repository's timeout is reached, and for a detached step
 /// stops it once `over` says the workflow is over (its state is then success: it ran as
 /// long as it was needed). Returns the step's state, exit code and error.
-async fn follow<A: AgentApi>(
-    ctx: &StepContext<A>,
+async fn follow(
+    ctx: &StepContext,
     mut proc: Box<dyn StepHandle>,
     output: lines::Output,
-    shipper: &mut LogShipper<A>,
+    shipper: &mut LogShipper,
     mut over: Option<watch::Receiver<bool>>,
 ) -> (Status, i64, String) {
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -767,14 +784,14 @@ async fn follow<A: AgentApi>(
                     shipper.push(time, LineKind::Stdout, text);
                     if shipper.due() {
                         shipper.take_waiting(&mut rx);
-                        shipper.flush().await;
+                        shipper.flush();
                     }
                 }
                 None => break proc.wait().await,
             },
             _ = ticker.tick() => {
                 if shipper.due() {
-                    shipper.flush().await;
+                    shipper.flush();
                 }
             }
             ended = wait_over(&mut over), if !stopped && killed_reason.is_none() => {
@@ -802,9 +819,9 @@ async fn follow<A: AgentApi>(
         if !shipper.full() {
             break;
         }
-        shipper.flush().await;
+        shipper.flush();
     }
-    shipper.flush().await;
+    shipper.flush();
     if stopped && killed_reason.is_none() {
         return (Status::Success, 0, String::new());
     }
@@ -828,27 +845,17 @@ pub fn local_repository(url: &str) -> Option<String> {
         .then(|| path.to_string())
 }
 
-async fn finish<A: AgentApi>(
-    ctx: &StepContext<A>,
-    started: i64,
-    state: Status,
-    code: i64,
-    error: String,
-) -> Outcome {
-    report(
-        &ctx.api,
-        ctx.workflow_id,
-        StepUpdate {
-            step_id: ctx.step_id,
-            state,
-            exit_code: code,
-            error,
-            started,
-            finished: now(),
-            cancel_pipeline: state == Status::Failure && ctx.step.failure == OnFailure::Cancel,
-        },
-    )
-    .await;
+fn finish(ctx: &StepContext, started: i64, state: Status, code: i64, error: String) -> Outcome {
+    ctx.reports.step(StepUpdate {
+        step_id: ctx.step_id,
+        state,
+        exit_code: code,
+        error,
+        started,
+        finished: now(),
+        cancel_pipeline: state == Status::Failure && ctx.step.failure == OnFailure::Cancel,
+        seq: 0,
+    });
     match state {
         Status::Success => Outcome::Success,
         Status::Killed => Outcome::Killed,
@@ -913,6 +920,7 @@ mod tests {
             info: AgentInfo::default(),
             backend,
             host_workspace: None,
+            spool: top.path().join("spool"),
         };
         let runner = tokio::spawn(run(Batches::default(), config, shutdown.subscribe()));
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -997,10 +1005,9 @@ mod tests {
         assert_eq!(local_repository("file://relative"), None);
     }
 
-    fn shipper_for(api: &Batches, limit: u64) -> LogShipper<Batches> {
+    fn shipper_for(outbox: &outbox::Outbox, limit: u64) -> LogShipper {
         LogShipper {
-            api: api.clone(),
-            workflow_id: 1,
+            reports: outbox.reporter(),
             step_id: 1,
             next_line: 0,
             batch: Vec::new(),
@@ -1013,8 +1020,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_log_past_its_limit_ends_with_a_line_saying_so() {
-        let api = Batches::default();
-        let mut shipper = shipper_for(&api, 100);
+        let spool = tempfile::tempdir().unwrap();
+        let outbox = outbox::Outbox::open(Batches::default(), 1, spool.path());
+        let mut shipper = shipper_for(&outbox, 100);
         for i in 0..50 {
             // 10 bytes a line with its newline: ten lines fit.
             shipper.push(0, LineKind::Stdout, format!("line {i:04}"));
@@ -1031,7 +1039,7 @@ mod tests {
         shipper.push(0, LineKind::Stdout, "late".into());
         assert_eq!(shipper.batch.len(), 11);
         // No limit: everything is kept.
-        let mut open = shipper_for(&api, 0);
+        let mut open = shipper_for(&outbox, 0);
         for i in 0..50 {
             open.push(0, LineKind::Stdout, format!("line {i:04}"));
         }
@@ -1041,7 +1049,9 @@ mod tests {
     #[tokio::test]
     async fn batches_grow_with_waiting_output_within_bounds() {
         let api = Batches::default();
-        let mut shipper = shipper_for(&api, 0);
+        let spool = tempfile::tempdir().unwrap();
+        let outbox = outbox::Outbox::open(api.clone(), 1, spool.path());
+        let mut shipper = shipper_for(&outbox, 0);
         let (tx, mut rx) = mpsc::unbounded_channel();
         // A burst: 25,000 short lines and 40 lines of 64 KiB already waiting.
         for i in 0..25_000 {
@@ -1056,8 +1066,10 @@ mod tests {
             if shipper.batch.is_empty() {
                 break;
             }
-            shipper.flush().await;
+            shipper.flush();
         }
+        // The outbox sends the waiting batches together, within the same bounds.
+        outbox.delivered().await;
         let batches = api.0.lock().unwrap().clone();
         let lines: usize = batches.iter().map(|b| b.0).sum();
         assert_eq!(lines, 25_040, "no line lost");

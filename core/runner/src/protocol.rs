@@ -72,6 +72,16 @@ pub struct StepUpdate {
     /// The step failed and has `failure: cancel`: the server cancels the whole pipeline.
     #[serde(default)]
     pub cancel_pipeline: bool,
+    /// The report's number among this lease's reports (1, 2, 3, … in the order they
+    /// happened): the server applies each number once and ignores one it has already seen,
+    /// so a report re-sent after a lost answer changes nothing. 0 (agents older than the
+    /// field): applied as it comes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seq: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// How a workflow ended.

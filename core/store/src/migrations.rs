@@ -196,6 +196,9 @@ const MIGRATIONS: &[Step] = &[
     // 18: the bodies of deliveries that made pipelines (a replay with another delivery id
     //     makes no second one either).
     Sql(super::deliveries::BODY_SCHEMA),
+    // 19: the last report of an agent applied to a task (reports are numbered, so a
+    //     re-sent one is applied once).
+    Sql(super::tasks::ADD_REPORT_SEQ),
 ];
 
 /// The schema version this build writes.

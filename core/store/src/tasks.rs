@@ -77,6 +77,10 @@ pub struct Task {
     pub concurrency_group: String,
 }
 
+/// Migration: the last report sequence number applied for the task's current lease.
+pub const ADD_REPORT_SEQ: &str =
+    "ALTER TABLE tasks ADD COLUMN report_seq BIGINT NOT NULL DEFAULT 0;";
+
 const COLUMNS: &str = "id, pipeline_id, repo_id, state, labels, dependencies, run_on, agent_id, lease_until, created, concurrency_limit, concurrency_group";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
@@ -165,7 +169,8 @@ pub fn of_agent(conn: &Tx, agent_id: i64) -> StoreResult<Vec<Task>> {
 /// Leases a pending task to an agent; false if someone else took it first.
 pub fn lease(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
     Ok(conn.cached_exec(
-        "UPDATE tasks SET state = 'running', agent_id = ?2, lease_until = ?3 WHERE id = ?1 AND state = 'pending'",
+        "UPDATE tasks SET state = 'running', agent_id = ?2, lease_until = ?3, report_seq = 0
+         WHERE id = ?1 AND state = 'pending'",
         params![id, agent_id, until],
     )? == 1)
 }
@@ -175,6 +180,19 @@ pub fn extend(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool
     Ok(conn.cached_exec(
         "UPDATE tasks SET lease_until = ?3 WHERE id = ?1 AND agent_id = ?2 AND state = 'running'",
         params![id, agent_id, until],
+    )? == 1)
+}
+
+/// Whether report `seq` of the agent holding task `id` is new: true (and recorded) when it
+/// is past the last one applied; false for a repeat, or when the agent does not hold the
+/// task. An agent numbers its reports of one lease 1, 2, 3, … and re-sends one until it is
+/// acknowledged, so a repeat (its first delivery was applied, the answer lost) or a stale
+/// copy overtaken by a later report must not be applied again.
+pub fn accept_report(conn: &Tx, id: i64, agent_id: i64, seq: i64) -> StoreResult<bool> {
+    Ok(conn.cached_exec(
+        "UPDATE tasks SET report_seq = ?3
+         WHERE id = ?1 AND agent_id = ?2 AND state = 'running' AND report_seq < ?3",
+        params![id, agent_id, seq],
     )? == 1)
 }
 

@@ -78,6 +78,7 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
             return;
         }
     };
+    let spool = runner::spool_dir(&config.runner.workdir, &owner);
     let options = runner::BackendOptions {
         kind,
         owner,
@@ -103,6 +104,7 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
         info,
         backend,
         host_workspace: None,
+        spool,
     };
     tracing::info!(
         agent = api.id(),

@@ -13,24 +13,37 @@ use crate::store::pipelines::{self, CancelInfo, PipelineRow};
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, Tx, now_unix};
 
+/// What a step's record says when the workflow ended before the step's own end was
+/// reported: the report was lost, and the record says so rather than guess.
+pub const REPORT_LOST: &str =
+    "no report of this step's end reached the server (the agent's report was lost)";
+
 /// Marks a workflow ended with `state`; its unfinished steps end too. Returns its pipeline.
+///
+/// Step records are never invented. A killed or canceled workflow's steps were stopped
+/// (`killed`) or never ran (`canceled`); a skipped one's never ran. A runner reports every
+/// step's end before the workflow's, so a step still unfinished when a runner ends the
+/// workflow `success` or `failure` lost its report: it is stored as an `error` saying so,
+/// never as `skipped` with exit code 0. On an `error` end (the runner could not run the
+/// workflow) a step that never started is skipped, one that started lost its report.
 pub(crate) fn end_workflow(c: &Tx, id: i64, state: Status, error: &str) -> StoreResult<i64> {
     let now = now_unix();
     let wf = pipelines::workflow(c, id)?;
     for s in &wf.children {
         if !status::is_done(s.state) {
-            let step_state = match state {
-                Status::Killed | Status::Canceled => {
-                    if s.state == Status::Running {
-                        Status::Killed
-                    } else {
-                        Status::Canceled
-                    }
-                }
-                _ => Status::Skipped,
+            let started = s.state == Status::Running;
+            let (step_state, lost) = match state {
+                Status::Killed | Status::Canceled if started => (Status::Killed, false),
+                Status::Killed | Status::Canceled => (Status::Canceled, false),
+                Status::Success | Status::Failure => (Status::Error, true),
+                Status::Error if started => (Status::Error, true),
+                _ => (Status::Skipped, false),
             };
             pipelines::update_step(c, s.id, |s| {
                 s.state = step_state;
+                if lost {
+                    s.error = REPORT_LOST.into();
+                }
                 if s.finished == 0 && s.started > 0 {
                     s.finished = now;
                 }
@@ -347,7 +360,8 @@ mod tests {
         assert_eq!((wf.state, wf.finished > 0), (Status::Killed, true));
         assert_eq!(f.task_state(0), None);
 
-        // Any other end skips what had not finished.
+        // A runner's end with steps unreported: their reports were lost, and the records
+        // say so instead of inventing a skip.
         let f = fixture(
             Status::Running,
             &[(
@@ -357,8 +371,33 @@ mod tests {
             )],
         );
         end_workflow(&f.db, f.workflows[0], Status::Failure, "exit 1").unwrap();
-        assert_eq!(f.step_states(0), [Status::Skipped, Status::Skipped]);
+        assert_eq!(f.step_states(0), [Status::Error, Status::Error]);
+        assert!(
+            f.workflow(0)
+                .children
+                .iter()
+                .all(|s| s.error == REPORT_LOST && s.exit_code == 0)
+        );
         assert_eq!(f.workflow(0).error, "exit 1");
+
+        // A workflow that could not run: what never started is skipped.
+        let f = fixture(
+            Status::Running,
+            &[(
+                "build",
+                Status::Running,
+                &[Status::Running, Status::Pending],
+            )],
+        );
+        end_workflow(&f.db, f.workflows[0], Status::Error, "no engine").unwrap();
+        assert_eq!(f.step_states(0), [Status::Error, Status::Skipped]);
+        // One whose dependencies ended the wrong way never ran at all.
+        let f = fixture(
+            Status::Running,
+            &[("deploy", Status::Pending, &[Status::Pending])],
+        );
+        end_workflow(&f.db, f.workflows[0], Status::Skipped, "").unwrap();
+        assert_eq!(f.step_states(0), [Status::Skipped]);
     }
 
     #[test]

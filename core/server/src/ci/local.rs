@@ -128,6 +128,9 @@ impl LocalAgent {
 /// The queue's answer as the runner reads it: a server-side failure may pass (try again),
 /// a refusal will not.
 fn err(e: QueueError) -> RunnerError {
+    if let QueueError::NotHeld = e {
+        return RunnerError::NotHeld(e.to_string());
+    }
     match e.fault() {
         Fault::Internal => RunnerError::Transport(e.to_string()),
         _ => RunnerError::Refused(e.to_string()),

@@ -503,7 +503,9 @@ impl Queue {
         if ok { Ok(()) } else { Err(QueueError::NotHeld) }
     }
 
-    /// A step changed state.
+    /// A step changed state. A numbered report (`seq` > 0) is applied once: a repeat of
+    /// one already applied (its answer was lost, and the agent sent it again) or one
+    /// overtaken by a later report is taken and ignored.
     pub async fn step(&self, agent: i64, id: i64, update: StepUpdate) -> Result<(), QueueError> {
         self.touch(agent, true);
         let cancel = update.cancel_pipeline && update.state == Status::Failure;
@@ -518,6 +520,14 @@ impl Queue {
                 if wf != id {
                     return Ok(None);
                 }
+                if update.seq > 0 && !tasks::accept_report(c, id, agent, update.seq)? {
+                    tracing::debug!(
+                        workflow = id,
+                        seq = update.seq,
+                        "a step report seen before; ignored"
+                    );
+                    return Ok(Some(None));
+                }
                 pipelines::update_step(c, step.id, |s| {
                     s.state = update.state;
                     s.exit_code = update.exit_code;
@@ -529,7 +539,7 @@ impl Queue {
                         s.finished = update.finished;
                     }
                 })?;
-                Ok(Some((step.pipeline_id, step.name)))
+                Ok(Some(Some((step.pipeline_id, step.name))))
             })
             .await
             .map_err(|e| match e {
@@ -537,8 +547,11 @@ impl Queue {
                 other => other.into(),
             })?;
         self.changes.notify_waiters();
-        let Some((pipeline_id, step_name)) = ok else {
+        let Some(applied) = ok else {
             return Err(QueueError::NotHeld);
+        };
+        let Some((pipeline_id, step_name)) = applied else {
+            return Ok(());
         };
         if cancel {
             // `failure: cancel`: the whole pipeline stops, recording which step asked.
@@ -647,7 +660,8 @@ impl Queue {
         }
     }
 
-    /// The runner finished the workflow.
+    /// The runner finished the workflow. Said again (the first answer was lost) by the agent
+    /// whose report ended it, it is taken as already done.
     pub async fn done(&self, agent: i64, id: i64, done: WorkflowDone) -> Result<(), QueueError> {
         if !matches!(
             done.state,
@@ -665,17 +679,34 @@ impl Queue {
             .store
             .write(move |c| {
                 if !Self::holds(c, id, agent)? {
-                    return Ok(false);
+                    return Self::ended_by(c, id, agent, done.state)
+                        .map(|again| again.then_some(false));
                 }
                 Self::finish_in(c, id, done.state, &done.error)?;
-                Ok(true)
+                Ok(Some(true))
             })
             .await?;
-        if !ended {
+        let Some(ended) = ended else {
             return Err(QueueError::NotHeld);
+        };
+        if !ended {
+            return Ok(());
         }
         self.wake();
         Ok(())
+    }
+
+    /// Whether workflow `id` already ended in `state`, run by `agent`, and is no longer
+    /// queued: the end `agent` reports again.
+    fn ended_by(c: &Tx, id: i64, agent: i64, state: Status) -> StoreResult<bool> {
+        if tasks::get(c, id)?.is_some() {
+            return Ok(false);
+        }
+        match pipelines::workflow(c, id) {
+            Ok(wf) => Ok(wf.agent_id == agent && wf.state == state && wf.finished > 0),
+            Err(StoreError::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Ends a workflow (steps left unfinished end with it), releases dependents, and rolls

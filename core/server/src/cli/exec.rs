@@ -286,6 +286,7 @@ impl Run {
                 .collect::<String>()
                 .to_lowercase()
         );
+        let spool = runner::spool_dir(std::path::Path::new(""), &owner);
         let backend = runner::choose_backend(runner::BackendOptions {
             kind,
             owner,
@@ -299,6 +300,7 @@ impl Run {
             info: AgentInfo::default(),
             backend: backend.clone(),
             host_workspace: Some(workspace),
+            spool,
         };
         let (cancel, canceled) = watch::channel(false);
         let signals = super::ShutdownSignals::install()?;

@@ -522,6 +522,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
             "agent-{}",
             &crate::store::agents::token_hash(&format!("{server}\n{token}"))[..16]
         );
+        let spool = runner::spool_dir(&workdir, &owner);
         let backend = runner::choose_backend(runner::BackendOptions {
             kind,
             owner,
@@ -540,6 +541,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
                 info,
                 backend,
                 host_workspace: None,
+                spool,
             },
             shutdown,
         )

@@ -358,6 +358,8 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX delivery_bodies_created ON delivery_bodies (created);
     "#,
+    // 8: the last report of an agent applied to a task (`tasks::ADD_REPORT_SEQ`).
+    crate::tasks::ADD_REPORT_SEQ,
 ];
 
 /// The channel [`MIGRATIONS`]' triggers notify, with the changed table's name as payload.

@@ -1,0 +1,213 @@
+//! Outages cost time, never data: a server stopped for 20 s under a remote agent, and a
+//! PostgreSQL database gone for 20 s under two replicas' embedded runners, while steps run
+//! and print. Every line arrives once and in order, and every step's state is its own.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::pipelines::{finished, log_text, push_files, step_of, wait_for};
+use crate::util::{BIN, Http, TestServer, on_postgres};
+
+/// A step printing `line 1` … `line 30`, one a second, then exiting with `code`.
+fn printing_step(name: &str, code: i32) -> String {
+    format!(
+        "skip_clone: true\nsteps:\n  - name: {name}\n    image: sh\n    commands:\n      - for i in $(seq 1 30); do echo \"line $$i\"; sleep 1; done; exit {code}\n"
+    )
+}
+
+fn thirty_lines() -> Vec<String> {
+    (1..=30).map(|i| format!("line {i}")).collect()
+}
+
+/// Waits until step `name` of pipeline 1 of `repo` has stored at least `lines` lines.
+async fn wait_for_lines(http: &Http, token: &str, repo: i64, name: &str, lines: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = http
+            .get(&format!("/api/repos/{repo}/pipelines/1"), Some(token))
+            .await
+            .json();
+        let found = p["workflows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|w| w["children"].as_array().into_iter().flatten())
+            .find(|s| s["name"] == name)
+            .and_then(|s| s["id"].as_i64());
+        if let Some(step) = found
+            && log_text(http, token, repo, 1, step).await.len() >= lines
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "step {name} never printed: {p:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Asserts step `name` ended `state` with `exit_code` and stored its thirty lines once each,
+/// in order.
+async fn assert_whole(
+    http: &Http,
+    token: &str,
+    repo: i64,
+    p: &Value,
+    name: &str,
+    state: &str,
+    exit_code: i64,
+) {
+    let step = step_of(p, name);
+    assert_eq!(step["state"], state, "{p:#}");
+    assert_eq!(step["exit_code"], exit_code, "{p:#}");
+    let mut lines = log_text(http, token, repo, 1, step["id"].as_i64().unwrap()).await;
+    // (After the shell's trace of the command.)
+    assert!(
+        lines.first().is_some_and(|l| l.starts_with("+ for i")),
+        "{lines:?}"
+    );
+    lines.remove(0);
+    assert_eq!(
+        lines,
+        thirty_lines(),
+        "step {name}: every line once and in order"
+    );
+}
+
+/// Killed (and waited for) however the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stopped_for_20_s_under_a_remote_agent_loses_no_line() {
+    let s = TestServer::start().await; // runner off: the remote agent runs the steps
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let agent = s
+        .http
+        .post("/api/agents", Some(&p.admin), r#"{"name":"remote"}"#)
+        .await
+        .expect(200)
+        .json();
+    let agent_log = s.dir.path().join("agent.log");
+    let workdir = s.dir.path().join("agent-runs");
+    let _agent = Child(
+        Command::new(BIN)
+            .args([
+                "agent",
+                "--server",
+                &format!("http://{}", s.http.addr),
+                "--token",
+                agent["token"].as_str().unwrap(),
+                "--backend",
+                "local",
+                "--workdir",
+            ])
+            .arg(&workdir)
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&agent_log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    push_files(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", &printing_step("print", 0))],
+        "print",
+    )
+    .await;
+    wait_for_lines(&s.http, &p.alice, id, "print", 5).await;
+
+    // The server stops (an upgrade) for 20 s and comes back on the same data dir.
+    let addr = s.http.addr;
+    let dir = s.stop().await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let s = TestServer::start_in_at(dir, "", addr).await;
+
+    let done = wait_for(&s.http, &p.alice, id, 1, 90, finished).await;
+    let log = || std::fs::read_to_string(&agent_log).unwrap_or_default();
+    assert_eq!(done["status"], "success", "{done:#}\nagent log:\n{}", log());
+    assert_whole(&s.http, &p.alice, id, &done, "print", "success", 0).await;
+    assert!(
+        log().contains("holding this workflow's reports"),
+        "the agent held its reports while the server was away:\n{}",
+        log()
+    );
+}
+
+/// `[runner]` of a replica: one workflow at a time, so two workflows run on two replicas.
+fn one_at_a_time(data_dir: &std::path::Path) -> String {
+    format!(
+        "#runner\n[runner]\nenabled = true\nbackend = \"local\"\ncapacity = 1\nworkdir = {:?}\n",
+        data_dir.join("runs").display().to_string()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_gone_for_20_s_under_two_replicas_loses_no_line_and_no_exit_code() {
+    // Its own PostgreSQL cluster, stopped and started by the test; once per suite (the
+    // PostgreSQL pass would run the same thing again).
+    if on_postgres() {
+        return;
+    }
+    let cluster = woodlark_store::pg::testing::Cluster::start();
+    let url = std::thread::scope(|s| s.spawn(|| cluster.database("outage")).join()).unwrap();
+    let dir_a = tempfile::tempdir().unwrap();
+    // Replicas share the sealing key as they share the database.
+    let key = dir_a.path().join("secrets.key").display().to_string();
+    let storage = format!("[storage]\nurl = {url:?}\nsecret_key_file = {key:?}\n");
+    let tables_a = one_at_a_time(dir_a.path()) + &storage;
+    let a = TestServer::start_in_with_tables(dir_a, "", &tables_a).await;
+    let dir_b = tempfile::tempdir().unwrap();
+    let tables_b = one_at_a_time(dir_b.path()) + &storage;
+    let b = TestServer::start_in_with_tables(dir_b, "", &tables_b).await;
+
+    let p = a.principals().await;
+    let repo = a.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push_files(
+        &a,
+        "alice/app",
+        &[
+            (".woodpecker/ok.yaml", &printing_step("passes", 0)),
+            (".woodpecker/fails.yaml", &printing_step("fails", 3)),
+        ],
+        "two workflows",
+    )
+    .await;
+    wait_for_lines(&a.http, &p.alice, id, "passes", 5).await;
+    wait_for_lines(&a.http, &p.alice, id, "fails", 5).await;
+
+    let stopped = Instant::now();
+    std::thread::scope(|s| s.spawn(|| cluster.stop_for_outage()).join()).unwrap();
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(stopped.elapsed())).await;
+    std::thread::scope(|s| s.spawn(|| cluster.start_again()).join()).unwrap();
+
+    let done = wait_for(&b.http, &p.alice, id, 1, 120, finished).await;
+    assert_eq!(done["status"], "failure", "{done:#}");
+    let agents: Vec<&Value> = done["workflows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| &w["agent_id"])
+        .collect();
+    assert_ne!(
+        agents[0], agents[1],
+        "each replica ran one workflow: {done:#}"
+    );
+    for server in [&a, &b] {
+        assert_whole(&server.http, &p.alice, id, &done, "passes", "success", 0).await;
+        assert_whole(&server.http, &p.alice, id, &done, "fails", "failure", 3).await;
+    }
+}
