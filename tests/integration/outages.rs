@@ -211,3 +211,168 @@ async fn a_database_gone_for_20_s_under_two_replicas_loses_no_line_and_no_exit_c
         assert_whole(&server.http, &p.alice, id, &done, "fails", "failure", 3).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_sent_again_changes_nothing() {
+    let s = TestServer::start().await; // runner off: the test is the agent
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let agent = |name: &'static str| {
+        let (http, admin) = (&s.http, p.admin.clone());
+        async move {
+            http.post(
+                "/api/agents",
+                Some(&admin),
+                &format!(r#"{{"name":"{name}"}}"#),
+            )
+            .await
+            .expect(200)
+            .json()["token"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let (holder, other) = (agent("holder").await, agent("other").await);
+    push_files(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "skip_clone: true\nsteps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+        )],
+        "one step",
+    )
+    .await;
+    let work = s
+        .http
+        .send("POST", "/api/agent/next", Some(&holder), Some(AGENT_INFO), &[])
+        .await
+        .expect(200)
+        .json();
+    let wf = work["workflow_id"].as_i64().unwrap();
+    let step = work["steps"][0]["id"].as_i64().unwrap();
+    let call = |token: &str, what: &str, body: String| {
+        let (http, token, path) = (
+            &s.http,
+            token.to_string(),
+            format!("/api/agent/workflows/{wf}/{what}"),
+        );
+        async move {
+            http.send("POST", &path, Some(&token), Some(body.as_bytes()), &[])
+                .await
+        }
+    };
+    let report = |state: &str, code: i64, seq: i64| {
+        format!(
+            r#"{{"step_id":{step},"state":"{state}","exit_code":{code},"started":1,"finished":2,"seq":{seq}}}"#
+        )
+    };
+    call(&holder, "init", String::new()).await.expect(204);
+    call(&holder, "steps", report("running", 0, 1))
+        .await
+        .expect(204);
+    call(&holder, "steps", report("failure", 3, 2))
+        .await
+        .expect(204);
+    // The first report once more (its answer was lost), and a stale copy of it: taken,
+    // and the step keeps its end.
+    call(&holder, "steps", report("running", 0, 1))
+        .await
+        .expect(204);
+    call(&holder, "steps", report("failure", 3, 2))
+        .await
+        .expect(204);
+    let p1 = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(step_of(&p1, "a")["state"], "failure", "{p1:#}");
+    assert_eq!(step_of(&p1, "a")["exit_code"], 3, "{p1:#}");
+    // Another agent is refused, numbered or not.
+    call(&other, "steps", report("success", 0, 9))
+        .await
+        .expect(409);
+
+    let done = r#"{"state":"failure"}"#.to_string();
+    call(&holder, "done", done.clone()).await.expect(204);
+    // The end said again by the agent that ended it: taken; by another, or another end: not.
+    call(&holder, "done", done.clone()).await.expect(204);
+    call(&other, "done", done).await.expect(409);
+    call(&holder, "done", r#"{"state":"success"}"#.into())
+        .await
+        .expect(409);
+    let p1 = wait_for(&s.http, &p.alice, id, 1, 10, finished).await;
+    assert_eq!(p1["status"], "failure", "{p1:#}");
+    assert_eq!(step_of(&p1, "a")["exit_code"], 3, "{p1:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_end_never_arrived_says_its_report_was_lost() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let token = s
+        .http
+        .post("/api/agents", Some(&p.admin), r#"{"name":"lossy"}"#)
+        .await
+        .expect(200)
+        .json()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    push_files(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "skip_clone: true\nsteps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
+        )],
+        "one step",
+    )
+    .await;
+    let work = s
+        .http
+        .send("POST", "/api/agent/next", Some(&token), Some(AGENT_INFO), &[])
+        .await
+        .expect(200)
+        .json();
+    let wf = work["workflow_id"].as_i64().unwrap();
+    let step = work["steps"][0]["id"].as_i64().unwrap();
+    for (what, body) in [
+        ("init", String::new()),
+        (
+            "steps",
+            format!(r#"{{"step_id":{step},"state":"running","started":1,"seq":1}}"#),
+        ),
+        ("done", r#"{"state":"success"}"#.to_string()),
+    ] {
+        s.http
+            .send(
+                "POST",
+                &format!("/api/agent/workflows/{wf}/{what}"),
+                Some(&token),
+                Some(body.as_bytes()),
+                &[],
+            )
+            .await
+            .expect(204);
+    }
+    let p1 = wait_for(&s.http, &p.alice, id, 1, 10, finished).await;
+    let a = step_of(&p1, "a");
+    assert_eq!(a["state"], "error", "not skipped: {p1:#}");
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("no report of this step's end"),
+        "{p1:#}"
+    );
+}
+
+/// What an agent says about itself when it asks for work.
+const AGENT_INFO: &[u8] =
+    br#"{"platform":"linux/amd64","backend":"local","capacity":1,"version":"test"}"#;
