@@ -299,6 +299,8 @@ impl Run {
             info: AgentInfo::default(),
             backend: backend.clone(),
             host_workspace: Some(workspace),
+            // Unused: `exec` runs its workflows itself, not through `runner::run`.
+            shutdown_grace: std::time::Duration::ZERO,
         };
         let (cancel, canceled) = watch::channel(false);
         let signals = super::ShutdownSignals::install()?;
