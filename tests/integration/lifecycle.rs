@@ -344,3 +344,83 @@ async fn sigterm_stops_a_step_longer_than_the_grace_with_a_trace_and_hands_it_ov
         "stopped with a trace, then run again to its end"
     );
 }
+
+const INFO: &str = r#"{"platform":"linux/amd64","backend":"local","capacity":1,"version":"t"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_remote_agent_hands_its_workflow_over_with_a_trace() {
+    let s = crate::util::TestServer::start().await; // runner off
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await["id"]
+        .as_i64()
+        .unwrap();
+    let token = s
+        .http
+        .post("/api/agents", Some(&p.admin), r#"{"name":"remote-1"}"#)
+        .await
+        .expect(200)
+        .json()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pipeline = "steps:\n  - name: slow\n    image: sh\n    commands: [\"sleep 600\"]\n";
+    crate::pipelines::push_files(&s, "alice/app", &[(".woodpecker.yaml", pipeline)], "one").await;
+    let agent = |call: &str, body: Option<String>| {
+        let (http, token, call) = (&s.http, token.clone(), call.to_string());
+        async move {
+            http.send(
+                "POST",
+                &format!("/api/agent{call}"),
+                Some(&token),
+                body.as_deref().map(str::as_bytes),
+                &[],
+            )
+            .await
+        }
+    };
+    let work = agent("/next", Some(INFO.into())).await.expect(200).json();
+    let wf = work["workflow_id"].as_i64().unwrap();
+    let step_id = work["steps"][0]["id"].as_i64().unwrap();
+    agent(&format!("/workflows/{wf}/init"), None)
+        .await
+        .expect(204);
+    let running = format!(r#"{{"step_id":{step_id},"state":"running","started":1}}"#);
+    agent(&format!("/workflows/{wf}/steps"), Some(running))
+        .await
+        .expect(204);
+    let line = format!(r#"[{{"step_id":{step_id},"line":0,"time":0,"type":0,"data":"started"}}]"#);
+    agent(&format!("/workflows/{wf}/logs"), Some(line))
+        .await
+        .expect(204);
+
+    agent(&format!("/workflows/{wf}/hand-over"), None)
+        .await
+        .expect(204);
+    // Not this agent's any more: a second hand-over is refused.
+    agent(&format!("/workflows/{wf}/hand-over"), None)
+        .await
+        .expect(409);
+    let pipeline = s
+        .http
+        .get(&format!("/api/repos/{repo}/pipelines/1"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(pipeline["workflows"][0]["state"], "pending", "{pipeline:#}");
+    assert_eq!(
+        step_of(&pipeline, "slow")["state"],
+        "pending",
+        "{pipeline:#}"
+    );
+    let lines = log_text(&s.http, &p.alice, repo, 1, step_id).await;
+    assert_eq!(
+        lines,
+        [
+            "started",
+            "[woodlark] agent \"remote-1\" stopped before this step ended: the step was stopped, and its workflow is handed over to run again",
+        ]
+    );
+    // Back in the queue at once: the next poll gets it again.
+    let again = agent("/next", Some(INFO.into())).await.expect(200).json();
+    assert_eq!(again["workflow_id"], wf);
+}

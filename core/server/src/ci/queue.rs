@@ -726,11 +726,12 @@ impl Queue {
                 if !Self::holds(c, id, agent)? {
                     return Ok(None);
                 }
-                let running: Vec<i64> = pipelines::workflow(c, id)?
+                // Each running step with when it started (a line's time counts from then).
+                let running: Vec<(i64, i64)> = pipelines::workflow(c, id)?
                     .children
                     .iter()
                     .filter(|s| s.state == Status::Running)
-                    .map(|s| s.id)
+                    .map(|s| (s.id, s.started))
                     .collect();
                 Ok(Some((running, agents::by_id(c, agent)?.agent)))
             })
@@ -750,11 +751,12 @@ impl Queue {
             .logs
             .write(move |c| {
                 let mut lines = Vec::new();
-                for step_id in running {
+                for (step_id, started) in running {
+                    let time = if started > 0 { now_unix() - started } else { 0 };
                     lines.push(LogLine {
                         step_id,
                         line: logs::next_line(c, step_id)?,
-                        time: now_unix(),
+                        time: time.max(0),
                         kind: crate::runner::protocol::LineKind::Stdout,
                         data: note.clone(),
                     });
