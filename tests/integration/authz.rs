@@ -286,6 +286,10 @@ const RULES: &[(&str, Rule)] = &[
         "POST /api/agent/workflows/{workflow_id}/done",
         Rule::AgentToken,
     ),
+    (
+        "POST /api/agent/workflows/{workflow_id}/hand-over",
+        Rule::AgentToken,
+    ),
     // Server-sent events: anyone may listen to the pipelines they may see.
     ("GET /api/stream/events", Rule::Public),
     (

@@ -10,6 +10,7 @@
 //! - `sandbox`: pipeline steps under bubblewrap cannot see the server's files; start-up
 //!   refuses a missing bwrap.
 //! - `storage`: what servers sharing a database must agree on (the sealing key).
+//! - `lifecycle`: starting before the database is up; SIGTERM with workflows running.
 //! - `forge_access`: access lost on a forge is lost here (removed collaborator, revoked
 //!   token, lost org membership, stale push).
 //!
@@ -30,6 +31,7 @@ mod forge_setup;
 mod forges;
 mod glance;
 mod http_core;
+mod lifecycle;
 mod outages;
 mod participation;
 mod pipelines;

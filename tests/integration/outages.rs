@@ -247,7 +247,13 @@ async fn a_report_sent_again_changes_nothing() {
     .await;
     let work = s
         .http
-        .send("POST", "/api/agent/next", Some(&holder), Some(AGENT_INFO), &[])
+        .send(
+            "POST",
+            "/api/agent/next",
+            Some(&holder),
+            Some(AGENT_INFO),
+            &[],
+        )
         .await
         .expect(200)
         .json();
@@ -336,7 +342,13 @@ async fn a_step_whose_end_never_arrived_says_its_report_was_lost() {
     .await;
     let work = s
         .http
-        .send("POST", "/api/agent/next", Some(&token), Some(AGENT_INFO), &[])
+        .send(
+            "POST",
+            "/api/agent/next",
+            Some(&token),
+            Some(AGENT_INFO),
+            &[],
+        )
         .await
         .expect(200)
         .json();

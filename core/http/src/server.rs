@@ -156,6 +156,67 @@ pub async fn serve<S>(
 ) where
     S: Clone + Send + Sync + 'static,
 {
+    let metrics = dispatcher.metrics.clone();
+    let handle = move |req, remote, tls| {
+        let dispatcher = dispatcher.clone();
+        async move { dispatch(&dispatcher, req, Some(remote), tls).await }
+    };
+    let graceful = accept(&listener, handle, metrics, &options, true, shutdown).await;
+    drop(listener);
+    drain(graceful, options.shutdown_grace).await;
+}
+
+/// What [`hold`] answers a request with, from its method and path.
+pub type Answer = Arc<dyn Fn(&Method, &str) -> Response + Send + Sync>;
+
+/// Answers every request on `listener` with `answer` until `until` resolves, then lets the
+/// requests in flight finish (within the grace) and hands the listener back, still bound:
+/// a server that cannot serve yet (its database is not up) holds its port meanwhile, so that
+/// clients and load balancers hear why instead of a refused connection.
+pub async fn hold(
+    listener: TcpListener,
+    answer: Answer,
+    options: &ServerOptions,
+    until: impl Future<Output = ()>,
+) -> TcpListener {
+    let handle = move |req: hyper::Request<Incoming>, _remote, _tls| {
+        let answer = answer.clone();
+        async move {
+            let is_head = req.method() == Method::HEAD;
+            into_hyper(answer(req.method(), req.uri().path()), is_head)
+        }
+    };
+    let metrics = Arc::new(Metrics::default());
+    let graceful = accept(&listener, handle, metrics, options, false, until).await;
+    drain(graceful, options.shutdown_grace).await;
+    listener
+}
+
+/// Gives open connections up to `grace` to finish their requests, then closes them.
+async fn drain(graceful: GracefulShutdown, grace: Duration) {
+    tracing::info!("shutting down: waiting for open connections");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!("grace period over; closing remaining connections")
+        }
+    }
+}
+
+/// The accept loop: serves each connection with `handle` until `shutdown` resolves, and
+/// returns the connections still open, to drain.
+async fn accept<H, F>(
+    listener: &TcpListener,
+    handle: H,
+    metrics: Arc<Metrics>,
+    options: &ServerOptions,
+    announce: bool,
+    shutdown: impl Future<Output = ()>,
+) -> GracefulShutdown
+where
+    H: Fn(hyper::Request<Incoming>, SocketAddr, bool) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = hyper::Response<ResponseBody>> + Send + 'static,
+{
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -174,7 +235,7 @@ pub async fn serve<S>(
             configured = options.max_connections,
             "connection limit lowered to fit the open-file limit"
         );
-    } else {
+    } else if announce {
         tracing::info!(max_connections = limit, "connection limit");
     }
     let flood = Arc::new(tokio::sync::Notify::new());
@@ -182,11 +243,8 @@ pub async fn serve<S>(
         first_request: options.header_read_timeout,
         idle: options.idle_timeout,
     };
-    let admission = Admission::new(dispatcher.metrics.clone(), limit, flood.clone(), timeouts);
-    let trimmer = tokio::spawn(super::heap::trim_after_floods(
-        dispatcher.metrics.clone(),
-        flood,
-    ));
+    let admission = Admission::new(metrics.clone(), limit, flood.clone(), timeouts);
+    let trimmer = tokio::spawn(super::heap::trim_after_floods(metrics, flood));
     let mut accept_errors = AcceptErrors::default();
 
     loop {
@@ -211,14 +269,14 @@ pub async fn serve<S>(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let dispatcher = dispatcher.clone();
+        let handle = handle.clone();
         let tls = options.tls.is_some();
         let slot = admitted.slot.clone();
         let service = service_fn(move |req| {
-            let dispatcher = dispatcher.clone();
+            let response = handle(req, remote, tls);
             let busy = slot.begin();
             async move {
-                let response = dispatch(&dispatcher, req, Some(remote), tls).await;
+                let response = response.await;
                 Ok::<_, Infallible>(response.map(|body| Counted { body, _busy: busy }))
             }
         });
@@ -256,16 +314,8 @@ pub async fn serve<S>(
             run_connection(admitted, remote, watcher.watch(conn)).await;
         });
     }
-
-    drop(listener);
     trimmer.abort();
-    tracing::info!("shutting down: waiting for open connections");
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(options.shutdown_grace) => {
-            tracing::warn!("grace period over; closing remaining connections")
-        }
-    }
+    graceful
 }
 
 /// Drives one connection until it ends, it is idle past its deadline (from accept to the
@@ -676,6 +726,44 @@ mod tests {
 
     fn post(query: &str, length: usize, extra: &str) -> String {
         format!("POST /hook?{query} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n{extra}\r\n")
+    }
+
+    #[tokio::test]
+    async fn a_held_port_answers_then_is_handed_on_still_bound() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let options = ServerOptions {
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_millis(200),
+            max_connections: 64,
+            tls: None,
+        };
+        let answer: Answer = Arc::new(|method, path| {
+            Response::text(StatusCode::SERVICE_UNAVAILABLE, format!("{method} {path}"))
+        });
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let held = tokio::spawn({
+            let options = options.clone();
+            async move {
+                hold(listener, answer, &options, async {
+                    let _ = released.await;
+                })
+                .await
+            }
+        });
+        let get = "GET /any/path HTTP/1.1\r\nHost: x\r\n\r\n";
+        let (_, head) = send(addr, get, b"").await;
+        assert!(head.starts_with("http/1.1 503"), "{head}");
+        release.send(()).unwrap();
+        let listener = held.await.unwrap();
+        // A connection made between the two is kept in the backlog, not refused.
+        let early = tokio::net::TcpStream::connect(addr).await.unwrap();
+        drop(early);
+        let answer: Answer = Arc::new(|_, _| Response::text(StatusCode::OK, "ready"));
+        tokio::spawn(async move { hold(listener, answer, &options, std::future::pending()).await });
+        let (_, head) = send(addr, get, b"").await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
     }
 
     #[tokio::test]

@@ -129,4 +129,10 @@ impl AgentApi for HttpAgent {
             .await
             .map(|_| ())
     }
+
+    async fn hand_over(&self, workflow_id: i64) -> Result<(), RunnerError> {
+        self.call("POST", &format!("/workflows/{workflow_id}/hand-over"), None)
+            .await
+            .map(|_| ())
+    }
 }

@@ -89,6 +89,13 @@ pub trait AgentApi: Clone + Send + Sync + 'static {
         workflow_id: i64,
         done: WorkflowDone,
     ) -> impl Future<Output = Result<(), RunnerError>> + Send;
+    /// The runner stopped the workflow before its end (its grace after a stop ran out): the
+    /// server notes it in the running steps' logs and queues the workflow again at once.
+    /// By default nothing is said, and the workflow waits for its lease to run out.
+    fn hand_over(&self, workflow_id: i64) -> impl Future<Output = Result<(), RunnerError>> + Send {
+        let _ = workflow_id;
+        async { Ok(()) }
+    }
 }
 
 /// Settings of a runner.
@@ -104,6 +111,9 @@ pub struct RunnerConfig {
     /// Where reports the server did not take yet go past their memory bound, and what a
     /// stopped runner could not deliver waits for its next start ([`spool_dir`]).
     pub spool: PathBuf,
+    /// After a stop, how long running workflows may go on to their end; then they are
+    /// stopped and handed over ([`AgentApi::hand_over`]).
+    pub shutdown_grace: Duration,
 }
 
 /// The spool directory of the runner `owner` under `workdir` ("" = the system temp dir):
@@ -193,7 +203,7 @@ async fn sweep(backend: &dyn Backend, done: &str) {
 }
 
 /// Tells runners to stop, and waits until they have: a graceful stop of the process that
-/// hosts them waits for their sweep.
+/// hosts them waits for their running workflows (within their grace) and their sweep.
 #[derive(Debug)]
 pub struct Shutdown {
     tx: watch::Sender<bool>,
@@ -213,32 +223,65 @@ impl Shutdown {
         self.tx.subscribe()
     }
 
+    /// Tells every subscribed runner to stop taking work, without waiting: their running
+    /// workflows go on for the grace meanwhile.
+    pub fn begin(&self) {
+        self.tx.send_replace(true);
+    }
+
     /// Tells every subscribed runner to stop and waits until all have returned from [`run`]
     /// (a subscriber that never ran returns at once when it drops its receiver).
     pub async fn stop(&self) {
-        self.tx.send_replace(true);
+        self.begin();
         self.tx.closed().await;
     }
 }
 
-/// Runs `capacity` workers until `shutdown` fires, then sweeps the backend: the workflows
-/// still running end with the workers, and what they created goes with the sweep.
+/// The workflows a runner's workers are running, by id.
+#[derive(Clone, Default)]
+struct InFlight(Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>>);
+
+impl InFlight {
+    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<i64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ids(&self) -> Vec<i64> {
+        self.set().iter().copied().collect()
+    }
+}
+
+/// Runs `capacity` workers until `shutdown` fires. Then no worker asks for work any more;
+/// running workflows may go on to their end for [`RunnerConfig::shutdown_grace`]; those
+/// still running then are stopped (their tasks dropped, their steps killed) and handed over
+/// to the server to run again; and the backend is swept.
 pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch::Receiver<bool>) {
     // Reports an earlier run could not deliver go first: a workflow it held may come back
     // to this runner, and must not meet its old reports then.
-    outbox::deliver_leftovers(&api, &config.spool).await;
+    // (A stop meanwhile keeps them on disk for the next start.)
+    tokio::select! {
+        _ = outbox::deliver_leftovers(&api, &config.spool) => {}
+        _ = shutdown.wait_for(|stop| *stop) => return,
+    }
     let config = Arc::new(config);
+    let in_flight = InFlight::default();
     let mut workers = JoinSet::new();
     for n in 0..config.capacity.max(1) {
         let api = api.clone();
         let config = config.clone();
+        let in_flight = in_flight.clone();
         let mut stop = shutdown.clone();
         workers.spawn(async move {
             let mut backoff = Duration::from_millis(200);
             loop {
+                // Checked before asking: a poll dropped halfway may still have leased a task.
+                if *stop.borrow_and_update() {
+                    break;
+                }
                 let next = tokio::select! {
-                    next = api.next(&config.info) => next,
+                    biased;
                     _ = stop.changed() => break,
+                    next = api.next(&config.info) => next,
                 };
                 match next {
                     Ok(Some(work)) => {
@@ -250,7 +293,9 @@ pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch:
                             repo = work.repo,
                             "workflow started"
                         );
+                        in_flight.set().insert(id);
                         run_workflow(&api, work, &config).await;
+                        in_flight.set().remove(&id);
                         tracing::info!(worker = n, workflow = id, "workflow finished");
                     }
                     Ok(None) => backoff = Duration::from_millis(200),
@@ -266,9 +311,53 @@ pub async fn run<A: AgentApi>(api: A, config: RunnerConfig, mut shutdown: watch:
             }
         });
     }
-    let _ = shutdown.changed().await;
-    workers.shutdown().await;
+    let _ = shutdown.wait_for(|stop| *stop).await;
+    finish_or_hand_over(&api, &config, workers, &in_flight).await;
     sweep(&*config.backend, "removed the runner's leftovers").await;
+}
+
+/// A stopping runner's grace: waits for its workers (each ends after its workflow) for at
+/// most the grace, then stops the workflows still running and hands each over, so that
+/// another agent (or this one, restarted) runs it at once instead of after its lease.
+async fn finish_or_hand_over<A: AgentApi>(
+    api: &A,
+    config: &RunnerConfig,
+    mut workers: JoinSet<()>,
+    in_flight: &InFlight,
+) {
+    let running = in_flight.ids();
+    if !running.is_empty() {
+        tracing::info!(
+            workflows = ?running,
+            grace_secs = config.shutdown_grace.as_secs(),
+            "stopping: running workflows may finish within the grace"
+        );
+    }
+    let all = async { while workers.join_next().await.is_some() {} };
+    if tokio::time::timeout(config.shutdown_grace, all)
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        workflows = ?in_flight.ids(),
+        "the grace is over: stopping the running workflows and handing them over"
+    );
+    // Dropping a workflow's task kills its steps; the sweep after removes what they left.
+    // What is still in flight now was stopped (a workflow that ended meanwhile is out).
+    workers.shutdown().await;
+    let left = in_flight.ids();
+    for id in left {
+        match retry(|| api.hand_over(id)).await {
+            Ok(()) => tracing::info!(workflow = id, "workflow handed over to run again"),
+            Err(err) => tracing::warn!(
+                workflow = id,
+                %err,
+                "could not hand the workflow over; it runs again when its lease runs out"
+            ),
+        }
+    }
 }
 
 /// Retries an API call a few times (transport errors only).
@@ -921,6 +1010,7 @@ mod tests {
             backend,
             host_workspace: None,
             spool: top.path().join("spool"),
+            shutdown_grace: Duration::from_secs(5),
         };
         let runner = tokio::spawn(run(Batches::default(), config, shutdown.subscribe()));
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -931,6 +1021,119 @@ mod tests {
             "swept before the stop returned"
         );
         runner.await.unwrap();
+    }
+
+    /// Hands out one workflow (one step, `sleep`), then nothing; records how it ended.
+    #[derive(Clone, Default)]
+    struct OneWorkflow {
+        work: Arc<Mutex<Option<Work>>>,
+        ended: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl AgentApi for OneWorkflow {
+        async fn next(&self, _: &AgentInfo) -> Result<Option<Work>, RunnerError> {
+            let work = self.work.lock().unwrap().take();
+            if work.is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok(work)
+        }
+        async fn init(&self, _: i64) -> Result<(), RunnerError> {
+            Ok(())
+        }
+        async fn step(&self, _: i64, _: StepUpdate) -> Result<(), RunnerError> {
+            Ok(())
+        }
+        async fn logs(&self, _: i64, _: Vec<LogLine>) -> Result<(), RunnerError> {
+            Ok(())
+        }
+        async fn extend(&self, _: i64) -> Result<(), RunnerError> {
+            Ok(())
+        }
+        async fn wait_canceled(&self, _: i64) -> Result<bool, RunnerError> {
+            std::future::pending().await
+        }
+        async fn done(&self, id: i64, done: WorkflowDone) -> Result<(), RunnerError> {
+            let ended = format!("{id} done: {}", done.state.as_str());
+            self.ended.lock().unwrap().push(ended);
+            Ok(())
+        }
+        async fn hand_over(&self, id: i64) -> Result<(), RunnerError> {
+            self.ended.lock().unwrap().push(format!("{id} handed over"));
+            Ok(())
+        }
+    }
+
+    /// Runs a workflow whose one step sleeps `sleep`, stops the runner once it runs and
+    /// returns how the workflow ended and how long the stop took.
+    async fn stopped_while_sleeping(sleep: &str, grace: Duration) -> (Vec<String>, Duration) {
+        let top = tempfile::tempdir().unwrap();
+        let step = CompiledStep {
+            name: "nap".into(),
+            image: "sh".into(),
+            commands: vec![format!("sleep {sleep}")],
+            ..CompiledStep::default()
+        };
+        let work = Work {
+            workflow_id: 7,
+            pipeline_id: 1,
+            pipeline_number: 1,
+            repo: "a/b".into(),
+            timeout_minutes: 10,
+            clone_url: String::new(),
+            commit: String::new(),
+            git_ref: String::new(),
+            netrc: None,
+            workflow: woodlark_pipeline::types::CompiledWorkflow {
+                name: "w".into(),
+                skip_clone: true,
+                steps: vec![step],
+                ..Default::default()
+            },
+            steps: vec![protocol::StepRef {
+                id: 70,
+                uuid: String::new(),
+                name: "nap".into(),
+            }],
+            log_offsets: Default::default(),
+            max_log_bytes: 0,
+        };
+        let api = OneWorkflow::default();
+        *api.work.lock().unwrap() = Some(work);
+        let config = RunnerConfig {
+            capacity: 2,
+            info: AgentInfo::default(),
+            backend: Arc::new(local::Local::new(top.path(), "o", None)),
+            host_workspace: None,
+            spool: top.path().join("spool"),
+            shutdown_grace: grace,
+        };
+        let shutdown = Shutdown::default();
+        let runner = tokio::spawn(run(api.clone(), config, shutdown.subscribe()));
+        while api.work.lock().unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        shutdown.stop().await;
+        let took = started.elapsed();
+        runner.await.unwrap();
+        let ended = api.ended.lock().unwrap().clone();
+        (ended, took)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopping_runner_lets_a_workflow_end_within_its_grace() {
+        let (ended, took) = stopped_while_sleeping("1", Duration::from_secs(10)).await;
+        assert_eq!(ended, ["7 done: success"]);
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopping_runner_hands_over_a_workflow_longer_than_its_grace() {
+        let (ended, took) = stopped_while_sleeping("60", Duration::from_millis(500)).await;
+        assert_eq!(ended, ["7 handed over"]);
+        assert!(took < Duration::from_secs(5), "{took:?}");
     }
 
     #[test]

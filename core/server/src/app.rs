@@ -144,6 +144,25 @@ fn open_logs(config: &Config) -> Result<Store, AppError> {
     )?)
 }
 
+/// How the server serves connections (timeouts, limits, TLS from `server.tls_*`).
+pub fn server_options(config: &Config) -> Result<ServerOptions, AppError> {
+    let tls = if config.server.tls_cert.as_os_str().is_empty() {
+        None
+    } else {
+        Some(server::tls_config(
+            &config.server.tls_cert,
+            &config.server.tls_key,
+        )?)
+    };
+    Ok(ServerOptions {
+        header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
+        shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
+        max_connections: config.server.max_connections,
+        tls,
+    })
+}
+
 impl App {
     pub fn build(config: Config, log: LogControl) -> Result<App, AppError> {
         let seal = load_seal(&config)?;
@@ -151,21 +170,7 @@ impl App {
         let key = ServerKey::load_shared(&store, &seal, &config.server.data_dir)?;
         let logs = open_logs(&config)?;
         let participation = Arc::new(modules::participation::State::init(&config)?);
-        let tls = if config.server.tls_cert.as_os_str().is_empty() {
-            None
-        } else {
-            Some(server::tls_config(
-                &config.server.tls_cert,
-                &config.server.tls_key,
-            )?)
-        };
-        let options = ServerOptions {
-            header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
-            idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
-            shutdown_grace: Duration::from_millis(config.server.shutdown_grace_ms),
-            max_connections: config.server.max_connections,
-            tls,
-        };
+        let options = server_options(&config)?;
         let plugins = start_plugins(&config, &store, &seal)?;
         // Compiling the plugins (on several threads, each with its own malloc arena) can
         // leave megabytes freed but still resident: trimming a running server by hand took it
@@ -262,8 +267,16 @@ impl App {
             tracing::warn!(%err, "cannot watch the plugin directory; changes need a restart");
         }
         let background = spawn_background(&state.config, &state.ci);
+        // On the signal the embedded runner stops taking work at once, while connections
+        // drain: its running workflows have their own grace (`runner.shutdown_grace_secs`).
+        let runner = ci.runner_shutdown.clone();
+        let shutdown = async move {
+            shutdown.await;
+            runner.begin();
+        };
         server::serve(listener, self.dispatcher, self.options, shutdown).await;
-        // The runner's workflows end with the server: it stops and sweeps before the rest.
+        // The store stays open until the runner has finished or handed over its workflows
+        // and swept.
         ci.runner_shutdown.stop().await;
         for task in background {
             task.abort();

@@ -4,6 +4,7 @@
 //! - [`cli`]: the `woodlark` command line (`serve`, `agent`, `user …`, `plugin run-hook`).
 //! - [`config`]: `config.toml` → validated [`config::Config`].
 //! - [`app`]: builds the state, the route table and the background jobs, and serves.
+//! - [`startup`]: a server starting before its database waits for it, answering 503.
 //! - [`state`]: `AppState`/`Ctx`, what every handler receives.
 //! - [`http`]: crate `woodlark-http`, the only one that knows hyper: server, router,
 //!   request/response, errors, outbound client.
@@ -39,6 +40,7 @@ pub mod plugin_services;
 pub mod profiler;
 pub mod retention;
 pub use woodlark_runner as runner;
+pub mod startup;
 pub mod state;
 pub use woodlark_store as store;
 pub mod timefmt;

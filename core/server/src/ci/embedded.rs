@@ -105,6 +105,7 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
         backend,
         host_workspace: None,
         spool,
+        shutdown_grace: std::time::Duration::from_secs(config.runner.shutdown_grace_secs),
     };
     tracing::info!(
         agent = api.id(),
@@ -114,6 +115,13 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
         "local runner started"
     );
     runner::run(api, runner_config, shutdown).await;
+    // A workflow leased by a poll that the stop cut short never started here: back to the
+    // queue with it too (those stopped after the grace were handed over already).
+    match ci.queue.requeue(Some(row.agent.id)).await {
+        Ok(n) if n > 0 => tracing::info!(workflows = n, "re-queued what the local agent held"),
+        Ok(_) => {}
+        Err(err) => tracing::warn!(%err, "could not re-queue the local agent's workflows"),
+    }
 }
 
 /// What steps of the embedded runner must not see: the data dir (databases, signing keys,

@@ -171,39 +171,47 @@ pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Tas
         None => tasks::expired(c, now_unix())?,
     };
     for task in &stale {
-        let pipeline = pipelines::by_id(c, task.pipeline_id)?;
-        if matches!(
-            pipeline.pipeline.status,
-            Status::Killed | Status::Canceled | Status::Declined
-        ) {
-            // Canceled while its agent was gone: end it instead of running it again.
-            end_workflow(c, task.id, Status::Killed, "")?;
-            roll_up(c, task.pipeline_id)?;
-            continue;
+        if requeue_task(c, task)? {
+            tracing::warn!(
+                workflow = task.id,
+                agent = task.agent_id,
+                "lease lost; workflow re-queued"
+            );
         }
-        tasks::set_state(c, task.id, TaskState::Pending)?;
-        let wf = pipelines::workflow(c, task.id)?;
-        for s in &wf.children {
-            if !status::is_done(s.state) || s.state == Status::Running {
-                pipelines::update_step(c, s.id, |s| {
-                    s.state = Status::Pending;
-                    s.started = 0;
-                    s.finished = 0;
-                    s.exit_code = 0;
-                })?;
-            }
-        }
-        pipelines::update_workflow(c, task.id, |w| {
-            w.state = Status::Pending;
-            w.agent_id = 0;
-        })?;
-        tracing::warn!(
-            workflow = task.id,
-            agent = task.agent_id,
-            "lease lost; workflow re-queued"
-        );
     }
     Ok(stale)
+}
+
+/// Puts one task back in the queue, its unfinished steps pending again; a task whose
+/// pipeline was canceled meanwhile ends instead. Whether it was queued again.
+pub(crate) fn requeue_task(c: &Tx, task: &Task) -> StoreResult<bool> {
+    let pipeline = pipelines::by_id(c, task.pipeline_id)?;
+    if matches!(
+        pipeline.pipeline.status,
+        Status::Killed | Status::Canceled | Status::Declined
+    ) {
+        // Canceled while its agent was gone: end it instead of running it again.
+        end_workflow(c, task.id, Status::Killed, "")?;
+        roll_up(c, task.pipeline_id)?;
+        return Ok(false);
+    }
+    tasks::set_state(c, task.id, TaskState::Pending)?;
+    let wf = pipelines::workflow(c, task.id)?;
+    for s in &wf.children {
+        if !status::is_done(s.state) || s.state == Status::Running {
+            pipelines::update_step(c, s.id, |s| {
+                s.state = Status::Pending;
+                s.started = 0;
+                s.finished = 0;
+                s.exit_code = 0;
+            })?;
+        }
+    }
+    pipelines::update_workflow(c, task.id, |w| {
+        w.state = Status::Pending;
+        w.agent_id = 0;
+    })?;
+    Ok(true)
 }
 
 #[cfg(test)]

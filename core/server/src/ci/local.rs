@@ -183,4 +183,11 @@ impl AgentApi for LocalAgent {
             .await
             .map_err(err)
     }
+
+    async fn hand_over(&self, workflow_id: i64) -> Result<(), RunnerError> {
+        self.queue
+            .hand_over(self.ident.id, workflow_id)
+            .await
+            .map_err(err)
+    }
 }

@@ -21,7 +21,9 @@ use woodlark_stdx::{Classify, Fault};
 use super::bus::LogBus;
 use super::forge::acting::Tokens;
 use super::forge::drivers::Drivers;
-use super::lifecycle::{cancel_in, end_workflow, release_dependents, requeue_in, roll_up};
+use super::lifecycle::{
+    cancel_in, end_workflow, release_dependents, requeue_in, requeue_task, roll_up,
+};
 use crate::auth::sealing::SealKey;
 use crate::pipeline::labels;
 use crate::pipeline::status::Status;
@@ -742,6 +744,86 @@ impl Queue {
             .await?;
         self.wake();
         Ok(row)
+    }
+
+    /// The agent stopped workflow `id` before its end (its grace after a stop ran out): each
+    /// step that was running gets a line saying so, and the workflow goes straight back to
+    /// the queue, so that another agent, or this one restarted, runs it at once rather than
+    /// when the lease runs out.
+    pub async fn hand_over(&self, agent: i64, id: i64) -> Result<(), QueueError> {
+        let held = self
+            .store
+            .read(move |c| {
+                if !Self::holds(c, id, agent)? {
+                    return Ok(None);
+                }
+                // Each running step with when it started (a line's time counts from then).
+                let running: Vec<(i64, i64)> = pipelines::workflow(c, id)?
+                    .children
+                    .iter()
+                    .filter(|s| s.state == Status::Running)
+                    .map(|s| (s.id, s.started))
+                    .collect();
+                Ok(Some((running, agents::by_id(c, agent)?.agent)))
+            })
+            .await?;
+        let Some((running, holder)) = held else {
+            return Err(QueueError::NotHeld);
+        };
+        let who = if super::local::is_embedded(&holder) {
+            "the server stopped".to_string()
+        } else {
+            format!("agent {:?} stopped", holder.name)
+        };
+        let note = format!(
+            "[woodlark] {who} before this step ended: the step was stopped, and its workflow is handed over to run again"
+        );
+        let (lines, added) = self
+            .logs
+            .write(move |c| {
+                let mut lines = Vec::new();
+                for (step_id, started) in running {
+                    let time = if started > 0 { now_unix() - started } else { 0 };
+                    lines.push(LogLine {
+                        step_id,
+                        line: logs::next_line(c, step_id)?,
+                        time: time.max(0),
+                        kind: crate::runner::protocol::LineKind::Stdout,
+                        data: note.clone(),
+                    });
+                }
+                let added = logs::append(c, &lines)?;
+                Ok((lines, added))
+            })
+            .await?;
+        if self.bus.has_readers() && !added.is_empty() {
+            let entries = added
+                .iter()
+                .map(|(i, id)| logs::LogEntry::of(*id, &lines[*i]))
+                .collect();
+            self.bus.publish(std::sync::Arc::new(entries));
+        }
+        // Queued again only while still held: a lease that ran out meanwhile went its way.
+        let requeued = self
+            .store
+            .write(move |c| match tasks::get(c, id)? {
+                Some(task) if task.state == TaskState::Running && task.agent_id == agent => {
+                    requeue_task(c, &task)
+                }
+                _ => Ok(false),
+            })
+            .await?;
+        self.changes.notify_waiters();
+        if requeued {
+            tracing::warn!(
+                workflow = id,
+                agent,
+                steps_stopped = lines.len(),
+                "workflow handed over by its stopping agent; re-queued"
+            );
+            self.wake();
+        }
+        Ok(())
     }
 
     /// Puts tasks whose lease ran out (or that the restarted local agent held) back in the

@@ -301,6 +301,8 @@ impl Run {
             backend: backend.clone(),
             host_workspace: Some(workspace),
             spool,
+            // Unused: `exec` runs its workflows itself, not through `runner::run`.
+            shutdown_grace: std::time::Duration::ZERO,
         };
         let (cancel, canceled) = watch::channel(false);
         let signals = super::ShutdownSignals::install()?;

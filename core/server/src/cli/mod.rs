@@ -83,6 +83,10 @@ enum Command {
         /// CPUs each container may use (0 = the engine's CPUs but one).
         #[arg(long, default_value_t = 0.0)]
         cpus: f64,
+        /// On SIGTERM or ctrl-c, seconds running workflows may go on to their end; those
+        /// still running then are stopped and handed back to the server to run again.
+        #[arg(long, default_value_t = 30)]
+        shutdown_grace_secs: u64,
     },
     /// Manage users.
     User {
@@ -188,6 +192,7 @@ pub fn main() -> ExitCode {
             memory_mb,
             pids,
             cpus,
+            shutdown_grace_secs,
         } => agent(AgentOptions {
             server: &server,
             token: &token,
@@ -204,6 +209,7 @@ pub fn main() -> ExitCode {
                 cpus,
                 ..Default::default()
             },
+            shutdown_grace: std::time::Duration::from_secs(shutdown_grace_secs),
         }),
         Command::User {
             command:
@@ -252,16 +258,42 @@ fn serve(config_path: PathBuf) -> anyhow::Result<()> {
     runtime()?.block_on(async move {
         // Before anything is announced: a SIGTERM from here on (a rolling restart right after
         // start) is kept and ends the serve loop cleanly instead of killing the process.
-        let signals = ShutdownSignals::install()?;
-        let app = App::build(config, log)?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-        let local = listener.local_addr()?;
-        tracing::info!(address = %local, "woodlark listening");
-        app.serve(listener, signals.recv()).await;
+        let stop = ShutdownSignals::install()?.watch();
+        let waits = !config.storage.url.is_empty() && config.storage.wait_for_database_secs > 0;
+        let (app, listener) = if waits {
+            // PostgreSQL may not be up yet: the port is held, answering 503, while it waits.
+            let listener = bind(addr).await?;
+            tracing::info!(
+                address = %listener.local_addr()?,
+                "woodlark holds its port while it starts (503 until it serves)"
+            );
+            let stopped = signalled(stop.clone());
+            match crate::startup::build_when_database_is_up(config, log, listener, stopped).await? {
+                Some(ready) => ready,
+                None => return Ok(()),
+            }
+        } else {
+            let app = App::build(config, log)?;
+            (app, bind(addr).await?)
+        };
+        // Said once the app serves: scripts and tests wait for this line.
+        tracing::info!(address = %listener.local_addr()?, "woodlark listening");
+        app.serve(listener, signalled(stop)).await;
         Ok(())
     })
+}
+
+async fn bind(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))
+}
+
+/// Resolves once a shutdown signal came (never when the signal task is gone without one).
+async fn signalled(mut stop: tokio::sync::watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// SIGINT and SIGTERM handlers, installed when this is made: a signal delivered between
@@ -289,6 +321,18 @@ impl ShutdownSignals {
         }
         #[cfg(not(unix))]
         Ok(ShutdownSignals {})
+    }
+
+    /// A flag set by the first SIGINT or SIGTERM, for the several phases that stop on it.
+    fn watch(self) -> tokio::sync::watch::Receiver<bool> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            self.recv().await;
+            let _ = tx.send(true);
+            // Kept open: a receiver that asks later still sees the flag.
+            tx.closed().await;
+        });
+        rx
     }
 
     /// Resolves on SIGINT or SIGTERM (at once if one came since `install`).
@@ -464,6 +508,8 @@ struct AgentOptions<'a> {
     backend: &'a str,
     /// The container settings (`clone_image`, limits) as `[runner]` has them.
     docker: crate::config::RunnerConfig,
+    /// How long running workflows may go on after a stop.
+    shutdown_grace: std::time::Duration,
 }
 
 fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
@@ -478,6 +524,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
         sandbox,
         backend,
         docker,
+        shutdown_grace,
     } = options;
     if !(docker.cpus.is_finite() && docker.cpus >= 0.0) {
         anyhow::bail!("--cpus must be 0 or more");
@@ -542,6 +589,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
                 backend,
                 host_workspace: None,
                 spool,
+                shutdown_grace,
             },
             shutdown,
         )

@@ -150,6 +150,9 @@ pub struct StorageConfig {
     pub secret_key_file: PathBuf,
     /// Step log lines older than this many days are removed (0 = keep them).
     pub log_retention_days: u64,
+    /// How long `serve` waits for a PostgreSQL database that does not accept connections yet
+    /// (started beside it, restarting), answering 503 meanwhile; 0 = fail at once.
+    pub wait_for_database_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -457,6 +460,9 @@ pub struct RunnerConfig {
     pub pids: u64,
     /// CPUs each container may use (fractions allowed); 0 = the engine's CPUs but one.
     pub cpus: f64,
+    /// On SIGTERM, how long running workflows may go on to their end; those still running
+    /// then are stopped, with a line in their steps' logs, and handed back to the queue.
+    pub shutdown_grace_secs: u64,
 }
 
 impl RunnerConfig {
@@ -472,6 +478,9 @@ impl RunnerConfig {
         }
     }
 }
+
+/// The longest start-up wait or shutdown grace the configuration accepts, in seconds.
+const MAX_WAIT_SECS: u64 = 86_400;
 
 impl Default for Config {
     fn default() -> Self {
@@ -522,6 +531,7 @@ impl Default for StorageConfig {
             synchronous: "full".into(),
             secret_key_file: PathBuf::new(),
             log_retention_days: 0,
+            wait_for_database_secs: 60,
         }
     }
 }
@@ -553,6 +563,7 @@ impl Default for RunnerConfig {
             memory_mb: 4096,
             pids: 4096,
             cpus: 0.0,
+            shutdown_grace_secs: 30,
         }
     }
 }
@@ -734,6 +745,24 @@ impl Config {
                 "storage.url",
                 "must be empty (SQLite in data_dir) or a postgres:// URL".into(),
             ));
+        }
+        // A day at most: a longer wait is a mistake in the unit, not a plan.
+        for (key, secs) in [
+            (
+                "storage.wait_for_database_secs",
+                self.storage.wait_for_database_secs,
+            ),
+            (
+                "runner.shutdown_grace_secs",
+                self.runner.shutdown_grace_secs,
+            ),
+        ] {
+            if secs > MAX_WAIT_SECS {
+                return Err(invalid(
+                    key,
+                    format!("must be at most {MAX_WAIT_SECS} (a day)"),
+                ));
+            }
         }
         if !matches!(self.storage.synchronous.as_str(), "full" | "normal") {
             return Err(invalid(
@@ -1156,6 +1185,28 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
         assert!(err.contains("unknown key `server.listne`"), "{err}");
         assert!(err.contains("line 3"), "{err}");
         assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn start_up_and_shutdown_waits_have_defaults_and_a_bound() {
+        let c = load("").unwrap();
+        assert_eq!(c.storage.wait_for_database_secs, 60);
+        assert_eq!(c.runner.shutdown_grace_secs, 30);
+        let c = load("[storage]\nwait_for_database_secs = 0\n[runner]\nshutdown_grace_secs = 5\n")
+            .unwrap();
+        assert_eq!(c.storage.wait_for_database_secs, 0);
+        assert_eq!(c.runner.shutdown_grace_secs, 5);
+        for text in [
+            "[storage]\nwait_for_database_secs = 86401\n",
+            "[runner]\nshutdown_grace_secs = 100000\n",
+        ] {
+            let err = load(text).unwrap_err().to_string();
+            assert!(err.contains("must be at most 86400"), "{err}");
+        }
+        let err = load("[runner]\nshutdown_grace_secs = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("runner.shutdown_grace_secs"), "{err}");
     }
 
     #[test]

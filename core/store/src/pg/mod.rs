@@ -76,6 +76,61 @@ pub fn connect(url: &str) -> Result<postgres::Client, PgError> {
         })
 }
 
+/// Opens one session to `url`, asks `SELECT 1` and closes it: whether the database accepts
+/// work now (`woodlark serve` waits for it at start-up). The connect gives up after
+/// `timeout`, unless the URL's own `connect_timeout` says otherwise.
+pub fn probe(url: &str, timeout: std::time::Duration) -> Result<(), PgError> {
+    let (rest, _) = tls::TlsOptions::split(url)?;
+    let config = postgres::Config::from_str(&rest).map_err(|e| PgError::Url(e.to_string()))?;
+    let url = if config.get_connect_timeout().is_some() {
+        url.to_string()
+    } else {
+        // A parameter of its own, appended: the rest of the URL is passed on untouched.
+        let secs = timeout.as_secs().max(1);
+        let joiner = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{joiner}connect_timeout={secs}")
+    };
+    let mut client = connect(&url)?;
+    client
+        .batch_execute("SELECT 1")
+        .map_err(PgError::query("probe the database"))
+}
+
+/// Where `url` points, for logs and messages: hosts, ports and database, never the
+/// password (`storage.url` when it cannot be read).
+pub fn target(url: &str) -> String {
+    tls::TlsOptions::split(url)
+        .ok()
+        .and_then(|(rest, _)| postgres::Config::from_str(&rest).ok())
+        .map(|config| target_of(&config))
+        .unwrap_or_else(|| "storage.url".into())
+}
+
+impl PgError {
+    /// Whether waiting may help: the server does not answer yet, is starting up or shutting
+    /// down, cut the session, or has no connection slot free. A bad URL, a refused sign-in,
+    /// a missing database or a failed TLS handshake stay as they are: no wait mends them.
+    pub fn is_transient(&self) -> bool {
+        let cause = match self {
+            PgError::Connect { cause, .. } | PgError::Query { cause, .. } => cause,
+            _ => return false,
+        };
+        if let Some(db) = cause.as_db_error() {
+            let code = db.code().code();
+            // 57P01-03: admin shutdown, crash shutdown, cannot connect now (starting up);
+            // 53300: too many connections; 08xxx: connection exceptions.
+            return matches!(code, "57P01" | "57P02" | "57P03" | "53300") || code.starts_with("08");
+        }
+        if cause.is_closed() {
+            return true;
+        }
+        // Refused, reset, unreachable, timed out, a name that does not resolve yet: the
+        // client's I/O errors, except a TLS handshake's (a certificate problem).
+        let io = std::error::Error::source(cause).is_some_and(|s| s.is::<std::io::Error>());
+        io && cause.to_string() != "error performing TLS handshake"
+    }
+}
+
 /// A client error on one line, for messages and logs (its own text is only "db error"): a
 /// server error's severity, message and SQLSTATE, but not its DETAIL, which can quote a
 /// row's values; any other error with its causes.
@@ -824,5 +879,37 @@ mod tests {
             refused.contains("127.0.0.1:1/ci") && !refused.contains("secret-pw"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn a_target_is_named_without_its_password() {
+        let url = "postgres://u:secret-pw@db.example:5433/ci?sslmode=require";
+        assert_eq!(target(url), "db.example:5433/ci");
+        assert_eq!(target("postgres://u@db/ci"), "db:5432/ci");
+        assert_eq!(target("postgres://u@h:notaport/db"), "storage.url");
+    }
+
+    #[test]
+    fn a_database_that_is_not_up_is_worth_waiting_for_and_a_wrong_one_is_not() {
+        let seconds = std::time::Duration::from_secs(2);
+        let down = probe(
+            "postgres://u:secret-pw@127.0.0.1:1/ci?sslmode=disable",
+            seconds,
+        )
+        .expect_err("nothing listens on port 1");
+        assert!(down.is_transient(), "{down}");
+        assert!(!down.to_string().contains("secret-pw"), "{down}");
+        let url = testing::Cluster::shared().fresh_database();
+        let probed = std::thread::scope(|s| s.spawn(|| probe(&url, seconds)).join().unwrap());
+        probed.expect("the cluster answers");
+        // A database that does not exist, a URL it cannot read: waiting mends neither.
+        let (head, query) = url.split_once('?').unwrap();
+        let (base, _) = head.rsplit_once('/').unwrap();
+        let missing = format!("{base}/no_such_database?{query}");
+        let missing = std::thread::scope(|s| s.spawn(|| probe(&missing, seconds)).join().unwrap())
+            .expect_err("no such database");
+        assert!(!missing.is_transient(), "{missing}");
+        let bad = probe("postgres://u@h:notaport/db", seconds).expect_err("bad URL");
+        assert!(!bad.is_transient(), "{bad}");
     }
 }

@@ -9,6 +9,7 @@
 //! | `POST /agent/workflows/{id}/extend` | – | 204 (lease +60 s) |
 //! | `GET  /agent/workflows/{id}/canceled` | – | 200 `{"canceled": bool}` after ≤ 25 s |
 //! | `POST /agent/workflows/{id}/done` | `WorkflowDone` | 204 |
+//! | `POST /agent/workflows/{id}/hand-over` | – | 204 (a stopping agent's workflow: noted in its running steps' logs, queued again) |
 //!
 //! 401 for a missing or unknown token, 409 when the agent does not hold the workflow's
 //! lease (it expired and the workflow went to another agent, or it was never this agent's),
@@ -41,7 +42,8 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         )
         .post("/agent/workflows/{workflow_id}/extend", extend)
         .get("/agent/workflows/{workflow_id}/canceled", canceled)
-        .post("/agent/workflows/{workflow_id}/done", done);
+        .post("/agent/workflows/{workflow_id}/done", done)
+        .post("/agent/workflows/{workflow_id}/hand-over", hand_over);
 }
 
 /// The agent a request's token belongs to.
@@ -124,6 +126,15 @@ async fn done(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     ctx.ci
         .queue
         .done(row.agent.id, workflow_id(&req)?, done)
+        .await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+async fn hand_over(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let row = agent(&ctx, &req).await?;
+    ctx.ci
+        .queue
+        .hand_over(row.agent.id, workflow_id(&req)?)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
