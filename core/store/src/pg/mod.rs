@@ -624,7 +624,7 @@ mod tests {
                 connect(&url)
                     .unwrap()
                     .execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity \
                          WHERE datname = current_database() AND pid <> pg_backend_pid() \
                          AND query = 'SELECT 7'",
                         &[],
@@ -636,7 +636,8 @@ mod tests {
         };
         for round in 0..3 {
             // Only the reader's session (its last statement names it); nothing else hears of
-            // the cut before the read.
+            // the cut before the read. Waited for: a backend ends some time after it is told
+            // to, and a read sent meanwhile gets its FATAL error before its socket closes.
             assert_eq!(reader_pid(&url), 1, "round {round}");
             let before = calls.load(std::sync::atomic::Ordering::SeqCst);
             assert_eq!(
