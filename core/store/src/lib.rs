@@ -1057,8 +1057,14 @@ const LISTEN_POLL: Duration = Duration::from_millis(200);
 /// ([`Store::leadership`]).
 const LEADER_LOCK: i64 = 0x776c_2d6c_6561_6472;
 
-/// The longest wait between two attempts to reconnect a lost listener.
-const LISTEN_RECONNECT_MAX: Duration = Duration::from_secs(30);
+/// The wait before the first attempt to reconnect a lost listener, doubled after each
+/// failed attempt up to [`LISTEN_RECONNECT_MAX`].
+const LISTEN_RECONNECT_FIRST: Duration = Duration::from_millis(250);
+
+/// The longest wait between two attempts to reconnect a lost listener: after a database
+/// restart, a leader is back at most this long (plus a connection's set-up) after the
+/// database is. A refused attempt costs the database nothing.
+const LISTEN_RECONNECT_MAX: Duration = Duration::from_secs(2);
 
 /// PostgreSQL: moves this replica's generations (and wakes its outbox readers) for changes
 /// other replicas commit (any session but `writer_pid`, this replica's writer), and holds
@@ -1087,7 +1093,7 @@ impl Listener {
     /// re-read), and leadership is given up until the lock is taken again.
     fn run(self, first: postgres::Client) {
         let mut session = Some(first);
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = LISTEN_RECONNECT_FIRST;
         while !self.stopping.load(Ordering::Acquire) {
             let Some(client) = session.as_mut() else {
                 self.pause(backoff);
@@ -1097,7 +1103,7 @@ impl Listener {
                         // Prepared statements belong to the session they were prepared on.
                         self.take_lead.take();
                         session = Some(client);
-                        backoff = Duration::from_secs(1);
+                        backoff = LISTEN_RECONNECT_FIRST;
                         for counter in self.counters.iter().chain(self.elsewhere.iter()) {
                             counter.fetch_add(1, Ordering::AcqRel);
                         }

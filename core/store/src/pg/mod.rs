@@ -13,6 +13,8 @@
 //! The blocking client runs a small runtime of its own for each connection, so it is used
 //! from the store's own threads (its writer, `spawn_blocking`), never on a runtime worker.
 
+#[cfg(test)]
+mod outages;
 pub mod outbox;
 pub mod schema;
 #[cfg(any(test, feature = "test-support"))]
