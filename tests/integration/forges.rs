@@ -284,6 +284,11 @@ pub(crate) struct Delivered {
 }
 
 impl RoundTrip {
+    /// The server, and the second replica if there is one.
+    pub(crate) fn servers(&self) -> Vec<&TestServer> {
+        std::iter::once(&self.s).chain(&self.replica).collect()
+    }
+
     /// Pushes a commit and delivers the forge's signed push hook for it (with a replica, to
     /// both at the same moment): what was delivered and the pipeline it made.
     pub(crate) async fn push_and_deliver(&self, file: &str) -> Delivered {
@@ -329,7 +334,7 @@ impl RoundTrip {
     /// pipeline to end in `want`; then for the forge to have received statuses for the
     /// commit ending in the forge's name for `want`. Returns the pipeline's number and the
     /// statuses' states.
-    async fn push_and_check(&self, file: &str, want: &str) -> (i64, Vec<String>) {
+    pub(crate) async fn push_and_check(&self, file: &str, want: &str) -> (i64, Vec<String>) {
         let kind = self.fake.lock().unwrap().kind;
         let Delivered {
             sha,
@@ -462,13 +467,13 @@ pub(crate) enum Setup {
 
 /// [`round_trip`] with the forge set up as `setup` says.
 pub(crate) async fn round_trip_set_up(kind: Kind, setup: Setup) -> RoundTrip {
-    round_trip_with(kind, Backend::Local, false, setup).await
+    round_trip_with(kind, Backend::Local, None, setup).await
 }
 
 /// [`round_trip`] with the pipelines on `backend`. On the docker backend the clone runs in
 /// a container, which reaches the git server on the host's address on Docker's bridge.
 async fn round_trip_on(kind: Kind, backend: Backend) -> RoundTrip {
-    round_trip_with(kind, backend, false, Setup::Api).await
+    round_trip_with(kind, backend, None, Setup::Api).await
 }
 
 /// Where the fake forge's API is when the adapter's default for a forge at `api` is not it
@@ -506,9 +511,21 @@ fn woodpecker_env(kind: Kind, api: std::net::SocketAddr) -> Vec<(String, String)
     .into()
 }
 
-/// [`round_trip_on`]; with `replica`, the server and a second one (no runner, its own data
-/// dir, the same sealing key) share a fresh PostgreSQL database for the whole trip.
-async fn round_trip_with(kind: Kind, backend: Backend, replica: bool, setup: Setup) -> RoundTrip {
+/// The Gitea round trip (local runner, the forge made through the API) with a second
+/// replica, the two sharing the PostgreSQL database at `url`.
+pub(crate) async fn gitea_round_trip_on_replicas(url: String) -> RoundTrip {
+    round_trip_with(Kind::Gitea, Backend::Local, Some(url), Setup::Api).await
+}
+
+/// [`round_trip_on`]; with `shared` (a PostgreSQL database's URL), the server and a second
+/// one (no runner, its own data dir, the same sealing key) share that database for the
+/// whole trip.
+async fn round_trip_with(
+    kind: Kind,
+    backend: Backend,
+    shared: Option<String>,
+    setup: Setup,
+) -> RoundTrip {
     let dist = first_party_plugins();
     let data = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(data.path().join("octo")).unwrap();
@@ -588,8 +605,7 @@ async fn round_trip_with(kind: Kind, backend: Backend, replica: bool, setup: Set
     } else {
         "#open"
     };
-    let shared = replica.then(|| {
-        let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
+    let shared = shared.map(|url| {
         let key = data.path().join("secrets.key").display().to_string();
         format!("[storage]\nurl = {url:?}\nsecret_key_file = {key:?}\n")
     });
@@ -925,7 +941,8 @@ async fn gitea_round_trip() {
 /// commit statuses, each state once, whichever replica ran the pipeline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitea_round_trip_with_a_second_replica() {
-    let round = round_trip_with(Kind::Gitea, Backend::Local, true, Setup::Api).await;
+    let url = woodlark_store::pg::testing::Cluster::shared().fresh_database();
+    let round = gitea_round_trip_on_replicas(url).await;
     let replica = round.replica.as_ref().unwrap();
     let leaders = [&round.s, replica]
         .iter()

@@ -13,6 +13,8 @@
 //! - `lifecycle`: starting before the database is up; SIGTERM with workflows running.
 //! - `forge_access`: access lost on a forge is lost here (removed collaborator, revoked
 //!   token, lost org membership, stale push).
+//! - `leadership`: two replicas through eight PostgreSQL restarts: one leader after each,
+//!   commit statuses posted after each (the PostgreSQL pass only).
 //!
 //! With `WOODLARK_TEST_STORE=postgres` every test server gets a PostgreSQL database of its
 //! own on one throwaway cluster instead of SQLite in its data dir.
@@ -31,6 +33,7 @@ mod forge_setup;
 mod forges;
 mod glance;
 mod http_core;
+mod leadership;
 mod lifecycle;
 mod outages;
 mod participation;

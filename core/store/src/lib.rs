@@ -560,7 +560,10 @@ impl Store {
     /// done once and in order for all of them (posting commit statuses). Always true on
     /// SQLite. On PostgreSQL it is the replica whose change listener holds the leader lock;
     /// when that session ends (the replica stopped or died, or lost its connection) another
-    /// replica's listener takes the lock at its next poll.
+    /// replica's listener takes the lock at its next poll. The leader checks its session at
+    /// every poll and stops leading as soon as it finds it lost, so two replicas lead at
+    /// once for at most a poll and the check's timeout (`LEAD_CHECK`), and only when the
+    /// session was cut without a word.
     pub fn leadership(&self) -> tokio::sync::watch::Receiver<bool> {
         self.inner.leader.subscribe()
     }
@@ -964,7 +967,8 @@ fn open_postgres_sessions(
     let writer_pid: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
     let writer = Session::postgres(client);
     check_sealing_key(&writer.tx(), options)?;
-    let mut listener = connect()?;
+    let mut listener = pg::connect_named(url, pg::LISTENER_NAME)
+        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
     listener.batch_execute(&listen)?;
     let readers = (0..options.readers.max(1))
         .map(|_| connect().map(Session::postgres))
@@ -1057,8 +1061,20 @@ const LISTEN_POLL: Duration = Duration::from_millis(200);
 /// ([`Store::leadership`]).
 const LEADER_LOCK: i64 = 0x776c_2d6c_6561_6472;
 
-/// The longest wait between two attempts to reconnect a lost listener.
-const LISTEN_RECONNECT_MAX: Duration = Duration::from_secs(30);
+/// The wait before the first attempt to reconnect a lost listener, doubled after each
+/// failed attempt up to [`LISTEN_RECONNECT_MAX`].
+const LISTEN_RECONNECT_FIRST: Duration = Duration::from_millis(250);
+
+/// The longest wait between two attempts to reconnect a lost listener: after a database
+/// restart, a leader is back at most this long (plus a connection's set-up) after the
+/// database is. A refused attempt costs the database nothing.
+const LISTEN_RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// How long the leader's listener waits for the database to answer its check at each poll
+/// before it takes its session for lost and stops leading. With [`LISTEN_POLL`], the most a
+/// leader cut off without a word (no reset, no goodbye) goes on leading after the database
+/// freed its lock, so the most two replicas ever lead at once.
+const LEAD_CHECK: Duration = Duration::from_secs(1);
 
 /// PostgreSQL: moves this replica's generations (and wakes its outbox readers) for changes
 /// other replicas commit (any session but `writer_pid`, this replica's writer), and holds
@@ -1087,7 +1103,7 @@ impl Listener {
     /// re-read), and leadership is given up until the lock is taken again.
     fn run(self, first: postgres::Client) {
         let mut session = Some(first);
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = LISTEN_RECONNECT_FIRST;
         while !self.stopping.load(Ordering::Acquire) {
             let Some(client) = session.as_mut() else {
                 self.pause(backoff);
@@ -1097,7 +1113,7 @@ impl Listener {
                         // Prepared statements belong to the session they were prepared on.
                         self.take_lead.take();
                         session = Some(client);
-                        backoff = Duration::from_secs(1);
+                        backoff = LISTEN_RECONNECT_FIRST;
                         for counter in self.counters.iter().chain(self.elsewhere.iter()) {
                             counter.fetch_add(1, Ordering::AcqRel);
                         }
@@ -1111,17 +1127,25 @@ impl Listener {
                 continue;
             };
             if let Err(err) = self.listen_once(client) {
-                tracing::error!(%err, "the store's change listener lost its connection");
+                // First of all: the lock may be someone else's already.
+                let led = self.leader.send_replace(false);
+                tracing::error!(%err, led, "the store's change listener lost its connection");
                 self.losses.fetch_add(1, Ordering::AcqRel);
-                session = None;
-                self.leader.send_replace(false);
+                if let Some(lost) = session.take() {
+                    close_aside(lost);
+                }
             }
         }
     }
 
     /// Takes the leader lock if it is free, then hears notifications for one poll.
     fn listen_once(&self, client: &mut postgres::Client) -> Result<(), postgres::Error> {
-        if self.competes && !*self.leader.borrow() {
+        if *self.leader.borrow() {
+            // A leader sends nothing otherwise, and a session cut without a word (its
+            // packets dropped, the database's host gone) never errs: it would go on leading
+            // beside the replica that took the freed lock.
+            client.is_valid(LEAD_CHECK)?;
+        } else if self.competes {
             // Prepared once per session: a follower asks at every poll.
             let statement = match self.take_lead.borrow().clone() {
                 Some(statement) => statement,
@@ -1158,8 +1182,8 @@ impl Listener {
     }
 
     fn connect(&self) -> StoreResult<postgres::Client> {
-        let mut client =
-            pg::connect(&self.url).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let mut client = pg::connect_named(&self.url, pg::LISTENER_NAME)
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         client.batch_execute(&format!("LISTEN {}", pg::schema::NOTIFY_CHANNEL))?;
         Ok(client)
     }
@@ -1174,6 +1198,17 @@ impl Listener {
             }
             std::thread::sleep(left.min(LISTEN_POLL));
         }
+    }
+}
+
+/// Drops a lost session on a thread of its own: closing says goodbye and waits until the
+/// socket is shut, which a peer that vanished may never let happen.
+fn close_aside(lost: postgres::Client) {
+    let closing = std::thread::Builder::new()
+        .name("store-close".into())
+        .spawn(move || drop(lost));
+    if let Err(err) = closing {
+        tracing::warn!(%err, "a lost listener session is left open");
     }
 }
 

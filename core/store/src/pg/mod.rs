@@ -13,6 +13,8 @@
 //! The blocking client runs a small runtime of its own for each connection, so it is used
 //! from the store's own threads (its writer, `spawn_blocking`), never on a runtime worker.
 
+#[cfg(test)]
+mod outages;
 pub mod outbox;
 pub mod schema;
 #[cfg(any(test, feature = "test-support"))]
@@ -58,16 +60,34 @@ impl PgError {
     }
 }
 
+/// The `application_name` of a store's change listener, the session that holds the leader
+/// lock on the leading replica: how an operator (or a test) tells it in `pg_stat_activity`.
+pub const LISTENER_NAME: &str = "woodlark-listener";
+
 /// Connects to the database `url` names (`postgres://` or `postgresql://`), over TLS as its
 /// `sslmode` asks ([`tls`]: libpq's modes and certificate parameters).
 pub fn connect(url: &str) -> Result<postgres::Client, PgError> {
+    connect_with(url, None)
+}
+
+/// [`connect`], the session named `application_name` unless `url` names it.
+pub fn connect_named(url: &str, application_name: &str) -> Result<postgres::Client, PgError> {
+    connect_with(url, Some(application_name))
+}
+
+fn connect_with(url: &str, name: Option<&str>) -> Result<postgres::Client, PgError> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(PgError::Url(
             "expected postgres://user:password@host:port/database".into(),
         ));
     }
     let (rest, tls) = tls::TlsOptions::split(url)?;
-    let config = postgres::Config::from_str(&rest).map_err(|e| PgError::Url(e.to_string()))?;
+    let mut config = postgres::Config::from_str(&rest).map_err(|e| PgError::Url(e.to_string()))?;
+    if let Some(name) = name
+        && config.get_application_name().is_none()
+    {
+        config.application_name(name);
+    }
     config
         .connect(tls.connector()?)
         .map_err(|cause| PgError::Connect {
@@ -287,16 +307,15 @@ mod tests {
         let b = crate::Store::open_postgres(&url, &options).unwrap();
         the_leader(&[&a, &b]).await;
         let (a0, b0) = (a.identity_generation(), b.identity_generation());
-        // Both listeners' last statement is the leader lock's; nothing else runs it.
+        // Both listeners' sessions, by their name.
         let cut = url.clone();
         let killed: i64 = std::thread::spawn(move || {
             let mut admin = connect(&cut).unwrap();
             admin
                 .query_one(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                     WHERE query = 'SELECT pg_try_advisory_lock($1)' AND pid <> pg_backend_pid() \
-                     AND datname = current_database()",
-                    &[],
+                     WHERE application_name = $1 AND datname = current_database()",
+                    &[&LISTENER_NAME],
                 )
                 .unwrap()
                 .get(0)
@@ -679,7 +698,7 @@ mod tests {
                 connect(&url)
                     .unwrap()
                     .execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity \
                          WHERE datname = current_database() AND pid <> pg_backend_pid() \
                          AND query = 'SELECT 7'",
                         &[],
@@ -691,7 +710,8 @@ mod tests {
         };
         for round in 0..3 {
             // Only the reader's session (its last statement names it); nothing else hears of
-            // the cut before the read.
+            // the cut before the read. Waited for: a backend ends some time after it is told
+            // to, and a read sent meanwhile gets its FATAL error before its socket closes.
             assert_eq!(reader_pid(&url), 1, "round {round}");
             let before = calls.load(std::sync::atomic::Ordering::SeqCst);
             assert_eq!(
