@@ -388,3 +388,193 @@ async fn a_step_whose_end_never_arrived_says_its_report_was_lost() {
 /// What an agent says about itself when it asks for work.
 const AGENT_INFO: &[u8] =
     br#"{"platform":"linux/amd64","backend":"local","capacity":1,"version":"test"}"#;
+
+/// Delivers the push hook of the git forge (`body`: `<old> <new> <ref>`) as a proxy in front
+/// of the replicas would: to replica `first`, and on a refused connection or a 5xx to the
+/// next one. Returns the replicas that failed it, with when.
+async fn deliver_through_proxy(
+    addrs: &[std::net::SocketAddr],
+    hook: &str,
+    body: &str,
+    first: usize,
+) -> Vec<(usize, Instant, String)> {
+    let mut failed = Vec::new();
+    for attempt in 0..addrs.len() * 5 {
+        let replica = (first + attempt) % addrs.len();
+        let http = Http::new(addrs[replica]);
+        let headers = [("content-type", "text/plain"), ("x-woodlark-event", "push")];
+        let sent = tokio::time::timeout(
+            Duration::from_secs(10),
+            http.try_send("POST", hook, None, Some(body.as_bytes()), &headers),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer within 10 s".into()));
+        match sent {
+            Ok(r) if r.status.is_success() => return failed,
+            Ok(r) if r.status.is_server_error() => failed.push((
+                replica,
+                Instant::now(),
+                format!("{}: {}", r.status, r.text()),
+            )),
+            Ok(r) => panic!("the hook was refused: {} {}", r.status, r.text()),
+            Err(e) => failed.push((replica, Instant::now(), e)),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("no replica took the hook: {failed:?}");
+}
+
+/// A step printing five numbered lines of push `n` over about two seconds.
+fn short_step(n: usize) -> String {
+    format!(
+        "skip_clone: true\nsteps:\n  - name: build\n    image: sh\n    commands:\n      - for i in 1 2 3 4 5; do echo \"push {n} line $$i\"; sleep 0.4; done\n"
+    )
+}
+
+/// Runs `git` in `dir` off the runtime's threads; its stdout.
+async fn git_off_thread(dir: std::path::PathBuf, args: Vec<String>) -> String {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::util::git(&dir, &args)
+    })
+    .await
+    .unwrap()
+}
+
+/// How many pushes the rolling restart test makes, one a second.
+const ROLLING_PUSHES: usize = 18;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_three_replicas_loses_and_repeats_nothing() {
+    // Always on PostgreSQL (replicas): once per suite.
+    if on_postgres() {
+        return;
+    }
+    let shared = crate::storage::SharedDatabase::new();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let tables = shared.tables(dir.path(), true);
+        servers.push(Some(
+            TestServer::start_in_with_tables(dir, "", &tables).await,
+        ));
+    }
+    let addrs: Vec<std::net::SocketAddr> = servers
+        .iter()
+        .map(|s| s.as_ref().unwrap().http.addr)
+        .collect();
+    let first = servers[0].as_ref().unwrap();
+    let p = first.principals().await;
+    let repo = first.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    // The proxy, not git's hook, delivers the pushes.
+    let hook = first.hook_path("alice/app");
+    let bare = first.forge_dir().join("alice/app.git");
+    std::fs::remove_file(bare.join("hooks/post-receive")).unwrap();
+    let work = first.dir.path().join("work/alice/app");
+
+    let pusher = tokio::spawn({
+        let (addrs, hook, bare, work) = (addrs.clone(), hook.clone(), bare.clone(), work.clone());
+        async move {
+            let mut failed = Vec::new();
+            for n in 1..=ROLLING_PUSHES {
+                let started = Instant::now();
+                std::fs::write(work.join(".woodpecker.yaml"), short_step(n)).unwrap();
+                let git = |args: &[&str]| {
+                    git_off_thread(work.clone(), args.iter().map(|a| a.to_string()).collect())
+                };
+                let old = git(&["rev-parse", "HEAD"]).await;
+                git(&["add", "-A"]).await;
+                git(&["commit", "-q", "-m", &format!("push {n}")]).await;
+                let new = git(&["rev-parse", "HEAD"]).await;
+                git(&["push", "-q", bare.to_str().unwrap(), "HEAD:main"]).await;
+                let body = format!("{} {} refs/heads/main\n", old.trim(), new.trim());
+                failed.extend(deliver_through_proxy(&addrs, &hook, &body, n % 3).await);
+                tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed())).await;
+            }
+            failed
+        }
+    });
+
+    // One replica after the other: SIGTERM's graceful stop, then a start on the same data
+    // dir and address, while the pushes go on.
+    let mut windows = Vec::new();
+    for (i, slot) in servers.iter_mut().enumerate() {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let from = Instant::now();
+        let dir = slot.take().unwrap().stop().await;
+        let tables = shared.tables(dir.path(), true);
+        *slot = Some(TestServer::start_in_at(dir, &tables, addrs[i]).await);
+        windows.push((i, from, Instant::now()));
+    }
+    let failed = pusher.await.unwrap();
+    let servers: Vec<TestServer> = servers.into_iter().map(Option::unwrap).collect();
+
+    // Only a restarting replica failed a delivery (the proxy took it elsewhere).
+    for (replica, when, why) in &failed {
+        assert!(
+            windows.iter().any(|(r, from, to)| r == replica
+                && when >= from
+                && *when <= *to + Duration::from_millis(500)),
+            "replica {replica} failed a hook while it was not restarting: {why}"
+        );
+    }
+    // Every push made one pipeline, and every pipeline ran once to success.
+    for number in 1..=ROLLING_PUSHES as i64 {
+        let reader = &servers[number as usize % 3];
+        let done = wait_for(&reader.http, &p.alice, id, number, 120, finished).await;
+        assert_eq!(done["status"], "success", "pipeline {number}: {done:#}");
+        let step = step_of(&done, "build")["id"].as_i64().unwrap();
+        let lines = log_text(&reader.http, &p.alice, id, number, step).await;
+        let printed: Vec<String> = (1..=5).map(|i| format!("push {number} line {i}")).collect();
+        assert_eq!(
+            lines[1..],
+            printed[..],
+            "pipeline {number}: every line once (one run of the step)"
+        );
+    }
+    let list = servers[0]
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines?per_page=50"),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    let numbers: Vec<i64> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        (1..=ROLLING_PUSHES as i64).rev().collect::<Vec<_>>(),
+        "one pipeline per push, none twice"
+    );
+    let feeds = crate::storage::in_turn(
+        servers
+            .iter()
+            .map(|s| crate::storage::all_events(s, &p.admin)),
+    )
+    .await;
+    for feed in &feeds {
+        assert_eq!(feed, &feeds[0], "a replica pages another feed");
+    }
+    let took: Vec<u128> = windows
+        .iter()
+        .map(|(_, a, b)| (*b - *a).as_millis())
+        .collect();
+    eprintln!(
+        "rolling restart: {ROLLING_PUSHES} pushes, {} pipelines, {} events on each replica, \
+         {} deliveries retried elsewhere ({:?}), restarts took {took:?} ms",
+        numbers.len(),
+        feeds[0].len(),
+        failed.len(),
+        failed
+            .iter()
+            .map(|(r, _, why)| format!("replica {r}: {why}"))
+            .collect::<Vec<_>>()
+    );
+}

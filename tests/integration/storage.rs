@@ -117,13 +117,13 @@ async fn replicas_with_runners(runners: &[bool]) -> (tempfile::TempDir, Vec<Test
 }
 
 /// A fresh PostgreSQL database and a sealing key file for replicas to share.
-struct SharedDatabase {
+pub(crate) struct SharedDatabase {
     url: String,
     keys: tempfile::TempDir,
 }
 
 impl SharedDatabase {
-    fn new() -> SharedDatabase {
+    pub(crate) fn new() -> SharedDatabase {
         SharedDatabase {
             url: woodlark_store::pg::testing::Cluster::shared().fresh_database(),
             keys: tempfile::tempdir().unwrap(),
@@ -131,7 +131,7 @@ impl SharedDatabase {
     }
 
     /// The config tables of a replica on `data_dir`, with or without a local runner.
-    fn tables(&self, data_dir: &std::path::Path, runner: bool) -> String {
+    pub(crate) fn tables(&self, data_dir: &std::path::Path, runner: bool) -> String {
         let runner = if runner {
             with_runner(data_dir)
         } else {
@@ -148,7 +148,7 @@ impl SharedDatabase {
 }
 
 /// Every event in the feed, paged from the start by following `next` links.
-async fn all_events(s: &TestServer, token: &str) -> Vec<Value> {
+pub(crate) async fn all_events(s: &TestServer, token: &str) -> Vec<Value> {
     let mut out = Vec::new();
     let mut uri = "/events?limit=7".to_string();
     loop {
@@ -245,7 +245,9 @@ async fn pushes_through_replicas(n: usize) {
 }
 
 /// Awaits `futures` one after another.
-async fn in_turn<T>(futures: impl Iterator<Item = impl std::future::Future<Output = T>>) -> Vec<T> {
+pub(crate) async fn in_turn<T>(
+    futures: impl Iterator<Item = impl std::future::Future<Output = T>>,
+) -> Vec<T> {
     let mut out = Vec::new();
     for f in futures.collect::<Vec<_>>() {
         out.push(f.await);

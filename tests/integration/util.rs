@@ -82,6 +82,20 @@ impl Http {
         body: Option<&[u8]>,
         headers: &[(&str, &str)],
     ) -> Resp {
+        self.try_send(method, path, token, body, headers)
+            .await
+            .expect("request failed")
+    }
+
+    /// [`Http::send`] to a server that may be down: the client's error when no answer came.
+    pub async fn try_send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+        headers: &[(&str, &str)],
+    ) -> Result<Resp, String> {
         let mut builder = Request::builder()
             .method(Method::from_bytes(method.as_bytes()).unwrap())
             .uri(format!("http://{}{}", self.addr, path));
@@ -101,14 +115,14 @@ impl Http {
         let req = builder
             .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))
             .unwrap();
-        let resp = self.client.request(req).await.expect("request failed");
+        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
         let (parts, body) = resp.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Resp {
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Resp {
             status: parts.status,
             headers: parts.headers,
             body,
-        }
+        })
     }
 
     pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
