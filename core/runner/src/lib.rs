@@ -415,7 +415,9 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
     let outbox = outbox::Outbox::open(api.clone(), id, &config.spool);
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancel_tx = Arc::new(cancel_tx);
-    let watcher = {
+    // The workflow's helpers end with it, also when a stop drops it halfway.
+    let mut helpers = AbortOnDrop::default();
+    helpers.0.push({
         let api = api.clone();
         let cancel_tx = cancel_tx.clone();
         tokio::spawn(async move {
@@ -430,18 +432,18 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
                 }
             }
         })
-    };
+    });
     // A workflow the server gave away (its lease ran out while the server did not hear
     // from us) stops here as a canceled one would.
-    let given_away = {
+    helpers.0.push({
         let mut given_away = outbox.given_away();
         tokio::spawn(async move {
             if given_away.wait_for(|g| *g).await.is_ok() {
                 let _ = cancel_tx.send(true);
             }
         })
-    };
-    let extender = tokio::spawn(keep_lease(api.clone(), id));
+    });
+    helpers.0.push(tokio::spawn(keep_lease(api.clone(), id)));
 
     let setup = WorkflowSetup {
         workflow_id: id,
@@ -466,9 +468,7 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
         }
         Err(e) => Err(WorkflowError::Backend(e)),
     };
-    watcher.abort();
-    extender.abort();
-    given_away.abort();
+    drop(helpers);
     let done = match result {
         Ok(state) => WorkflowDone {
             state,
@@ -480,6 +480,18 @@ pub async fn run_workflow<A: AgentApi>(api: &A, work: Work, config: &RunnerConfi
         },
     };
     outbox.finish(done).await;
+}
+
+/// Tasks that end when this is dropped.
+#[derive(Default)]
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// Extends the workflow's lease every 20 s while it runs; after a failed try, every second
