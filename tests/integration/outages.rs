@@ -21,9 +21,17 @@ fn thirty_lines() -> Vec<String> {
     (1..=30).map(|i| format!("line {i}")).collect()
 }
 
-/// Waits until step `name` of pipeline 1 of `repo` has stored at least `lines` lines.
-async fn wait_for_lines(http: &Http, token: &str, repo: i64, name: &str, lines: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// Waits until step `name` of pipeline 1 of `repo` has stored at least `lines` lines (its
+/// shell trace counts); `context` says more when it never does.
+async fn wait_for_lines(
+    http: &Http,
+    token: &str,
+    repo: i64,
+    name: &str,
+    lines: usize,
+    context: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let p = http
             .get(&format!("/api/repos/{repo}/pipelines/1"), Some(token))
@@ -43,7 +51,8 @@ async fn wait_for_lines(http: &Http, token: &str, repo: i64, name: &str, lines: 
         }
         assert!(
             Instant::now() < deadline,
-            "step {name} never printed: {p:#}"
+            "step {name} never printed: {p:#}\n{}",
+            context()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -127,7 +136,11 @@ async fn a_server_stopped_for_20_s_under_a_remote_agent_loses_no_line() {
         "print",
     )
     .await;
-    wait_for_lines(&s.http, &p.alice, id, "print", 5).await;
+    let log = || std::fs::read_to_string(&agent_log).unwrap_or_default();
+    wait_for_lines(&s.http, &p.alice, id, "print", 5, || {
+        format!("agent log:\n{}", log())
+    })
+    .await;
 
     // The server stops (an upgrade) for 20 s and comes back on the same data dir.
     let addr = s.http.addr;
@@ -136,7 +149,6 @@ async fn a_server_stopped_for_20_s_under_a_remote_agent_loses_no_line() {
     let s = TestServer::start_in_at(dir, "", addr).await;
 
     let done = wait_for(&s.http, &p.alice, id, 1, 90, finished).await;
-    let log = || std::fs::read_to_string(&agent_log).unwrap_or_default();
     assert_eq!(done["status"], "success", "{done:#}\nagent log:\n{}", log());
     assert_whole(&s.http, &p.alice, id, &done, "print", "success", 0).await;
     assert!(
@@ -186,8 +198,8 @@ async fn a_database_gone_for_20_s_under_two_replicas_loses_no_line_and_no_exit_c
         "two workflows",
     )
     .await;
-    wait_for_lines(&a.http, &p.alice, id, "passes", 5).await;
-    wait_for_lines(&a.http, &p.alice, id, "fails", 5).await;
+    wait_for_lines(&a.http, &p.alice, id, "passes", 5, String::new).await;
+    wait_for_lines(&a.http, &p.alice, id, "fails", 5, String::new).await;
 
     let stopped = Instant::now();
     std::thread::scope(|s| s.spawn(|| cluster.stop_for_outage()).join()).unwrap();

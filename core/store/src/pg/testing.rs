@@ -99,12 +99,16 @@ impl Cluster {
         );
     }
 
-    /// Stops the cluster's server as an outage would (connections cut at once, the data
-    /// kept): [`Cluster::start_again`] brings it back. Only on a cluster of the test's own,
-    /// never [`Cluster::shared`].
+    /// Stops the cluster's server as an outage would (every session cut at once, what was
+    /// committed kept): [`Cluster::start_again`] brings it back. Only on a cluster of the
+    /// test's own, never [`Cluster::shared`].
+    ///
+    /// A fast stop, not an immediate one: the test cluster runs with `synchronous_commit =
+    /// off`, so a crash would lose the last commits it had already acknowledged, which a
+    /// production database (commits durable when acknowledged) never does.
     pub fn stop_for_outage(&self) {
         let data = self.dir.path().join("data").display().to_string();
-        self.tool("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        self.tool("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]);
     }
 
     /// Creates database `name` and returns its URL.
