@@ -119,7 +119,7 @@ async fn one_leader_after_every_postgres_restart() {
         let old = mains[first].leadership();
         let stopping = Instant::now();
         let down = cluster.clone();
-        on_thread(move || down.stop_for_outage()).await;
+        on_thread(move || down.crash()).await;
         let deadline = stopping + Duration::from_secs(2);
         while *old.borrow() {
             assert!(

@@ -111,6 +111,14 @@ impl Cluster {
         self.tool("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]);
     }
 
+    /// Stops the cluster's server as a crash would (`pg_ctl -m immediate`: no goodbye to the
+    /// sessions). On this cluster the last acknowledged commits may be lost with it (see
+    /// [`Cluster::stop_for_outage`]): for tests of what sessions see, not of what was stored.
+    pub fn crash(&self) {
+        let data = self.dir.path().join("data").display().to_string();
+        self.tool("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+    }
+
     /// Creates database `name` and returns its URL.
     pub fn database(&self, name: &str) -> String {
         let mut admin = crate::pg::connect(&self.url("postgres")).expect("connect as admin");
