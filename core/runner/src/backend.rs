@@ -7,7 +7,6 @@
 //! picked once at start ([`crate::choose_backend`]).
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use async_trait::async_trait;
 
@@ -150,7 +149,9 @@ impl Swept {
     }
 }
 
-/// The backend setting (`runner.backend`, `woodlark agent --backend`).
+/// The backend setting (`runner.backend`, `woodlark agent --backend`, `woodlark exec
+/// --backend`), parsed by [`crate::setting::Named`]. A new backend is one more value here
+/// and one more arm in [`crate::choose_backend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BackendKind {
     /// Docker when an engine answers, else local (with a warning).
@@ -172,28 +173,11 @@ impl BackendKind {
     }
 }
 
-impl std::fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for BackendKind {
-    type Err = BackendError;
-
-    fn from_str(s: &str) -> Result<BackendKind, BackendError> {
-        BackendKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == s)
-            .ok_or_else(|| BackendError::UnknownBackend(s.to_string()))
-    }
-}
+crate::setting::named_setting!(BackendKind);
 
 /// Why a backend could not do something. The text is what a step's log and error show.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("unknown backend {0:?} (auto, docker or local)")]
-    UnknownBackend(String),
     /// A file system or process call of the local backend.
     #[error("cannot {what}: {source}")]
     Io {
@@ -285,18 +269,6 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backend_kinds_parse_from_their_names_only() {
-        for kind in BackendKind::ALL {
-            assert_eq!(kind.as_str().parse::<BackendKind>().unwrap(), kind);
-            assert_eq!(kind.to_string(), kind.as_str());
-        }
-        for bad in ["", "Docker", "kubernetes", " local"] {
-            let err = bad.parse::<BackendKind>().unwrap_err();
-            assert!(matches!(err, BackendError::UnknownBackend(_)), "{bad:?}");
-        }
-    }
 
     #[test]
     fn only_commit_ids_are_cloned() {

@@ -28,6 +28,7 @@ pub mod outbox;
 pub mod process;
 pub mod protocol;
 pub mod sandbox;
+pub mod setting;
 
 use std::collections::HashMap;
 use std::future::Future;

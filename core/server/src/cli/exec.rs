@@ -38,8 +38,8 @@ pub struct ExecArgs {
     pub path: Option<PathBuf>,
     /// Where steps run: `docker`, `local` (host processes, unsandboxed: your own code on
     /// your own machine) or `auto` (docker when an engine answers).
-    #[arg(long, alias = "backend-engine", default_value = "docker", value_parser = ["auto", "docker", "local"])]
-    pub backend: String,
+    #[arg(long, alias = "backend-engine", default_value = "docker", value_parser = super::named::<runner::BackendKind>())]
+    pub backend: runner::BackendKind,
     /// The workspace (default: the folder holding the config, or the parent of
     /// `.woodpecker/`).
     #[arg(long)]
@@ -123,7 +123,6 @@ pub fn run(args: ExecArgs) -> anyhow::Result<()> {
             "no workflow to run: `when` filtered every one out, or each needs one that does not run (see the warnings above)"
         );
     }
-    let kind: runner::BackendKind = args.backend.parse()?;
     let run = Run {
         workflows: compiled
             .workflows
@@ -134,7 +133,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<()> {
         commit: trigger.commit,
         timeout: args.timeout.max(1),
     };
-    super::runtime()?.block_on(run.execute(kind, workspace))
+    super::runtime()?.block_on(run.execute(args.backend, workspace))
 }
 
 /// The workspace: `--repo-path`, else the folder of the config (the parent of `.woodpecker/`).

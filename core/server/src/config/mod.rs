@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::logging::LogLevel;
+use crate::runner::BackendKind;
+use crate::runner::sandbox::SandboxMode;
 
 pub mod forges;
 mod woodpecker;
@@ -446,11 +448,11 @@ pub struct RunnerConfig {
     /// How steps are isolated from the host: "bwrap" (each step in a bubblewrap sandbox that
     /// hides the data dir, the secrets key, the plugin cache, this file and the TLS key) or
     /// "none" (steps read whatever the server's user can: trusted code only).
-    pub sandbox: String,
+    pub sandbox: SandboxMode,
     /// Where steps run: "docker" (each step in a container of its image, on the engine at
     /// `DOCKER_HOST` or the local socket), "local" (host processes) or "auto" (docker when an
     /// engine answers at start-up, else local with a warning).
-    pub backend: String,
+    pub backend: BackendKind,
     /// The image of the clone step on the docker backend (upstream's clone-plugin protocol);
     /// the default is built locally by `.ci/clone-image`.
     pub clone_image: String,
@@ -557,8 +559,8 @@ impl Default for RunnerConfig {
             enabled: true,
             capacity: 2,
             workdir: PathBuf::new(),
-            sandbox: "bwrap".into(),
-            backend: "auto".into(),
+            sandbox: SandboxMode::Bwrap,
+            backend: BackendKind::Auto,
             clone_image: crate::runner::docker::DEFAULT_CLONE_IMAGE.into(),
             memory_mb: 4096,
             pids: 4096,
@@ -646,7 +648,9 @@ impl Config {
                         .collect()
                 }
                 "WOODLARK_PLUGINS_DIR" => self.plugins.dir = value.into(),
-                "WOODLARK_RUNNER_BACKEND" => self.runner.backend = value.clone(),
+                "WOODLARK_RUNNER_BACKEND" => {
+                    self.runner.backend = value.parse().map_err(|e| invalid(format!("{e}")))?
+                }
                 "WOODLARK_RUNNER_ENABLED" => {
                     self.runner.enabled = env_bool(value).map_err(invalid)?
                 }
@@ -851,15 +855,6 @@ impl Config {
         if self.runner.capacity == 0 {
             return Err(invalid("runner.capacity", "must be at least 1".into()));
         }
-        if !matches!(self.runner.backend.as_str(), "auto" | "docker" | "local") {
-            return Err(invalid(
-                "runner.backend",
-                format!(
-                    "{:?} is not \"auto\", \"docker\" or \"local\"",
-                    self.runner.backend
-                ),
-            ));
-        }
         if self.runner.clone_image.trim().is_empty() {
             return Err(invalid("runner.clone_image", "must name an image".into()));
         }
@@ -880,12 +875,6 @@ impl Config {
         }
         if self.runner.pids > i64::MAX as u64 {
             return Err(invalid("runner.pids", "is too large".into()));
-        }
-        if !matches!(self.runner.sandbox.as_str(), "bwrap" | "none") {
-            return Err(invalid(
-                "runner.sandbox",
-                format!("{:?} is not \"bwrap\" or \"none\"", self.runner.sandbox),
-            ));
         }
         self.validate_web()
     }
@@ -1347,16 +1336,15 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
     #[test]
     fn runner_sandbox() {
         let c = load("").unwrap();
-        assert_eq!(c.runner.sandbox, "bwrap", "sandboxed by default");
+        assert_eq!(c.runner.sandbox, SandboxMode::Bwrap, "sandboxed by default");
         let c = load("[runner]\nsandbox = \"none\"\n").unwrap();
-        assert_eq!(c.runner.sandbox, "none");
+        assert_eq!(c.runner.sandbox, SandboxMode::None);
         let err = load("[runner]\nsandbox = \"docker\"\n")
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("test.toml: runner.sandbox: "), "{err}");
-        assert!(
-            err.contains("\"docker\" is not \"bwrap\" or \"none\""),
-            "{err}"
+        assert_eq!(
+            err,
+            "test.toml: runner.sandbox: \"docker\" is not \"bwrap\" or \"none\" (line 2)"
         );
         let shown = serde_json::to_value(c.redacted()).unwrap();
         assert_eq!(shown["runner"]["sandbox"], "none");
@@ -1364,13 +1352,37 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
 
     #[test]
     fn runner_backend() {
-        assert_eq!(load("").unwrap().runner.backend, "auto");
-        let c = load("[runner]\nbackend = \"docker\"\n").unwrap();
-        assert_eq!(c.runner.backend, "docker");
+        assert_eq!(load("").unwrap().runner.backend, BackendKind::Auto);
+        for kind in BackendKind::ALL {
+            let c = load(&format!("[runner]\nbackend = \"{kind}\"\n")).unwrap();
+            assert_eq!(c.runner.backend, kind);
+            let shown = serde_json::to_value(c.redacted()).unwrap();
+            assert_eq!(shown["runner"]["backend"], kind.as_str());
+        }
         let err = load("[runner]\nbackend = \"kubernetes\"\n")
             .unwrap_err()
             .to_string();
+        assert_eq!(
+            err,
+            "test.toml: runner.backend: \"kubernetes\" is not \"auto\", \"docker\" or \"local\" (line 2)"
+        );
+        let err = load("[runner]\nbackend = 3\n").unwrap_err().to_string();
         assert!(err.starts_with("test.toml: runner.backend: "), "{err}");
+        // The environment wins over the file, through the same parser.
+        let env = |value: &str| [("WOODLARK_RUNNER_BACKEND".to_string(), value.to_string())];
+        let c = Config::from_toml(
+            "[runner]\nbackend = \"docker\"\n",
+            "test.toml",
+            &env("local"),
+        );
+        assert_eq!(c.unwrap().runner.backend, BackendKind::Local);
+        let err = Config::from_toml("", "test.toml", &env("Docker"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "test.toml: WOODLARK_RUNNER_BACKEND: \"Docker\" is not \"auto\", \"docker\" or \"local\""
+        );
     }
 
     #[test]
