@@ -72,13 +72,7 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
         }
     };
     let spool = runner::spool_dir(&config.runner.workdir, &owner);
-    let options = runner::BackendOptions {
-        kind: config.runner.backend,
-        owner,
-        workdir: config.runner.workdir.clone(),
-        sandbox,
-        docker: config.runner.docker_settings(),
-    };
+    let options = config.runner.backend_options(owner, sandbox);
     let backend = match runner::choose_backend(options).await {
         Ok(backend) => backend,
         Err(err) => {

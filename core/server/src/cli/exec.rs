@@ -27,6 +27,7 @@ use crate::pipeline::types::{
     Commit, CompileInput, CompiledWorkflow, ConfigFile, LineKind, LogLine, SecretValue, Trust,
 };
 use crate::runner::protocol::{AgentInfo, StepRef, StepUpdate, Work, WorkflowDone};
+use crate::runner::sandbox::SandboxMode;
 use crate::runner::{self, AgentApi, RunnerError};
 use crate::store::forges::ForgeKind;
 use crate::store::repos::RepoRow;
@@ -286,14 +287,13 @@ impl Run {
                 .to_lowercase()
         );
         let spool = runner::spool_dir(std::path::Path::new(""), &owner);
-        let backend = runner::choose_backend(runner::BackendOptions {
-            kind,
-            owner,
-            workdir: PathBuf::new(),
-            sandbox: None,
-            docker: crate::config::RunnerConfig::default().docker_settings(),
-        })
-        .await?;
+        // Your own code on your own machine: unsandboxed, workspaces in the temp dir.
+        let settings = crate::config::RunnerConfig {
+            backend: kind,
+            sandbox: SandboxMode::None,
+            ..Default::default()
+        };
+        let backend = runner::choose_backend(settings.backend_options(owner, None)).await?;
         let config = runner::RunnerConfig {
             capacity: 1,
             info: AgentInfo::default(),

@@ -200,19 +200,19 @@ pub fn main() -> ExitCode {
             server: &server,
             token: &token,
             api_prefix: &api_prefix,
-            capacity,
-            workdir: workdir.unwrap_or_default(),
             labels: &labels,
-            sandbox,
-            backend,
-            docker: crate::config::RunnerConfig {
+            runner: crate::config::RunnerConfig {
+                capacity,
+                workdir: workdir.unwrap_or_default(),
+                sandbox,
+                backend,
                 clone_image,
                 memory_mb,
                 pids,
                 cpus,
+                shutdown_grace_secs,
                 ..Default::default()
             },
-            shutdown_grace: std::time::Duration::from_secs(shutdown_grace_secs),
         }),
         Command::User {
             command:
@@ -512,15 +512,10 @@ struct AgentOptions<'a> {
     server: &'a str,
     token: &'a str,
     api_prefix: &'a str,
-    capacity: usize,
-    workdir: PathBuf,
     labels: &'a [String],
-    sandbox: SandboxMode,
-    backend: BackendKind,
-    /// The container settings (`clone_image`, limits) as `[runner]` has them.
-    docker: crate::config::RunnerConfig,
-    /// How long running workflows may go on after a stop.
-    shutdown_grace: std::time::Duration,
+    /// The flags that repeat `[runner]`'s keys (`--capacity`, `--backend`, `--sandbox`, the
+    /// clone image and limits, the grace), as `[runner]` has them.
+    runner: crate::config::RunnerConfig,
 }
 
 fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
@@ -529,18 +524,13 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
         server,
         token,
         api_prefix,
-        capacity,
-        workdir,
         labels,
-        sandbox,
-        backend,
-        docker,
-        shutdown_grace,
+        runner: settings,
     } = options;
-    if !(docker.cpus.is_finite() && docker.cpus >= 0.0) {
+    if !(settings.cpus.is_finite() && settings.cpus >= 0.0) {
         anyhow::bail!("--cpus must be 0 or more");
     }
-    let docker_settings = docker.docker_settings();
+    let capacity = settings.capacity;
     LogControl::install(LogLevel::Info);
     if !(server.starts_with("http://") || server.starts_with("https://")) {
         anyhow::bail!("--server {server:?} must be an http:// URL");
@@ -558,7 +548,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
     // An agent has no files of its own to hide (its token is in its arguments and
     // environment, which steps see neither of); the sandbox still keeps steps out of the
     // host's /tmp, other workflows' directories and the agent's process.
-    let sandbox = if sandbox == SandboxMode::None {
+    let sandbox = if settings.sandbox == SandboxMode::None {
         tracing::warn!("--sandbox none: {}", runner::sandbox::UNSANDBOXED_WARNING);
         None
     } else {
@@ -579,15 +569,8 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
             "agent-{}",
             &crate::store::agents::token_hash(&format!("{server}\n{token}"))[..16]
         );
-        let spool = runner::spool_dir(&workdir, &owner);
-        let backend = runner::choose_backend(runner::BackendOptions {
-            kind: backend,
-            owner,
-            workdir,
-            sandbox,
-            docker: docker_settings,
-        })
-        .await?;
+        let spool = runner::spool_dir(&settings.workdir, &owner);
+        let backend = runner::choose_backend(settings.backend_options(owner, sandbox)).await?;
         let mut info = info;
         info.describe_backend(&*backend);
         tracing::info!(server, capacity, backend = info.backend, "agent started");
@@ -599,7 +582,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
                 backend,
                 host_workspace: None,
                 spool,
-                shutdown_grace,
+                shutdown_grace: std::time::Duration::from_secs(settings.shutdown_grace_secs),
             },
             shutdown,
         )
