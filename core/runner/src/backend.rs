@@ -125,27 +125,57 @@ impl CloneSource {
     }
 }
 
-/// What a sweep removed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What a sweep removed: how many of each kind of object, named as the backend calls them
+/// ("containers", "workspaces"), in the order first counted. Displayed as
+/// `containers: 2, networks: 1`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Swept {
-    pub containers: usize,
-    pub networks: usize,
-    pub volumes: usize,
-    /// Workflow directories of the local backend.
-    pub workspaces: usize,
+    removed: Vec<(&'static str, usize)>,
 }
 
 impl Swept {
+    /// Counts one removed object of kind `what`.
+    pub fn count(&mut self, what: &'static str) {
+        self.add_n(what, 1);
+    }
+
+    /// How many objects of kind `what` were removed.
+    pub fn of(&self, what: &str) -> usize {
+        self.removed
+            .iter()
+            .find(|(kind, _)| *kind == what)
+            .map_or(0, |(_, n)| *n)
+    }
+
     pub fn is_empty(&self) -> bool {
-        *self == Swept::default()
+        self.removed.iter().all(|(_, n)| *n == 0)
     }
 
     /// Adds another pass's counts to these.
     pub fn add(&mut self, other: &Swept) {
-        self.containers += other.containers;
-        self.networks += other.networks;
-        self.volumes += other.volumes;
-        self.workspaces += other.workspaces;
+        for &(what, n) in &other.removed {
+            self.add_n(what, n);
+        }
+    }
+
+    fn add_n(&mut self, what: &'static str, n: usize) {
+        match self.removed.iter_mut().find(|(kind, _)| *kind == what) {
+            Some((_, count)) => *count += n,
+            None => self.removed.push((what, n)),
+        }
+    }
+}
+
+impl std::fmt::Display for Swept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut counted = self.removed.iter().filter(|(_, n)| *n > 0);
+        match counted.next() {
+            None => f.write_str("nothing"),
+            Some((what, n)) => {
+                write!(f, "{what}: {n}")?;
+                counted.try_for_each(|(what, n)| write!(f, ", {what}: {n}"))
+            }
+        }
     }
 }
 
@@ -269,6 +299,32 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swept_counts_what_the_backend_names() {
+        let mut first = Swept::default();
+        assert!(first.is_empty());
+        assert_eq!(first.to_string(), "nothing");
+        first.count("containers");
+        first.count("containers");
+        first.count("networks");
+        let mut second = Swept::default();
+        second.count("volumes");
+        second.count("containers");
+        first.add(&second);
+        first.add(&Swept::default());
+        assert!(!first.is_empty());
+        assert_eq!(
+            (
+                first.of("containers"),
+                first.of("networks"),
+                first.of("volumes")
+            ),
+            (3, 1, 1)
+        );
+        assert_eq!(first.of("pods"), 0);
+        assert_eq!(first.to_string(), "containers: 3, networks: 1, volumes: 1");
+    }
 
     #[test]
     fn only_commit_ids_are_cloned() {

@@ -232,7 +232,7 @@ impl Docker {
             .map_err(BackendError::docker("cannot list containers"))?;
         for id in containers.into_iter().filter_map(|c| c.id) {
             match self.remove_container(&id).await {
-                true => swept.containers += 1,
+                true => swept.count("containers"),
                 false => left += 1,
             }
         }
@@ -245,7 +245,7 @@ impl Docker {
             .map_err(BackendError::docker("cannot list networks"))?;
         for name in networks.into_iter().filter_map(|n| n.name) {
             match self.remove_network(name).await {
-                true => swept.networks += 1,
+                true => swept.count("networks"),
                 false => left += 1,
             }
         }
@@ -265,7 +265,7 @@ impl Docker {
                 })
                 .await;
             match gone(removed) {
-                true => swept.volumes += 1,
+                true => swept.count("volumes"),
                 false => left += 1,
             }
         }

@@ -191,10 +191,7 @@ async fn sweep(backend: &dyn Backend, done: &str) {
     match backend.sweep().await {
         Ok(swept) if !swept.is_empty() => tracing::info!(
             backend = %backend.kind(),
-            containers = swept.containers,
-            networks = swept.networks,
-            volumes = swept.volumes,
-            workspaces = swept.workspaces,
+            removed = %swept,
             "{done}"
         ),
         Ok(_) => {}
