@@ -15,7 +15,8 @@ use woodlark_pipeline::types::CompiledStep;
 
 /// Runs steps somewhere. Implemented by the local (host processes) and the docker backends;
 /// a Kubernetes backend would implement it next (workspace as a volume claim, steps as pods,
-/// the sweep as label-selected deletes; see ARCHITECTURE.md).
+/// the sweep as label-selected deletes counted as "pods", "volume claims"…; see
+/// docs/kubernetes-backend.md).
 ///
 /// Every object a backend creates is marked with its owner (a label, a name prefix), so that
 /// [`Backend::sweep`] finds what a crashed run left: the runner sweeps when it starts and
