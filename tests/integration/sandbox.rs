@@ -37,7 +37,10 @@ async fn steps_cannot_read_or_change_the_servers_files() {
         cache = cache.display().to_string(),
     );
     let s = TestServer::start_in_with_tables(data, "", &tables).await;
-    assert_eq!(s.app_state.config.runner.sandbox, "bwrap");
+    assert_eq!(
+        s.app_state.config.runner.sandbox,
+        woodlark::runner::sandbox::SandboxMode::Bwrap
+    );
     let db = d.join(woodlark::app::DB_FILE);
     assert!(db.is_file() && key.is_file());
     let p = s.principals().await;

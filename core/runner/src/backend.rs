@@ -7,7 +7,6 @@
 //! picked once at start ([`crate::choose_backend`]).
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use async_trait::async_trait;
 
@@ -16,7 +15,8 @@ use woodlark_pipeline::types::CompiledStep;
 
 /// Runs steps somewhere. Implemented by the local (host processes) and the docker backends;
 /// a Kubernetes backend would implement it next (workspace as a volume claim, steps as pods,
-/// the sweep as label-selected deletes; see ARCHITECTURE.md).
+/// the sweep as label-selected deletes counted as "pods", "volume claims"…; see
+/// docs/kubernetes-backend.md).
 ///
 /// Every object a backend creates is marked with its owner (a label, a name prefix), so that
 /// [`Backend::sweep`] finds what a crashed run left: the runner sweeps when it starts and
@@ -126,31 +126,63 @@ impl CloneSource {
     }
 }
 
-/// What a sweep removed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What a sweep removed: how many of each kind of object, named as the backend calls them
+/// ("containers", "workspaces"), in the order first counted. Displayed as
+/// `containers: 2, networks: 1`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Swept {
-    pub containers: usize,
-    pub networks: usize,
-    pub volumes: usize,
-    /// Workflow directories of the local backend.
-    pub workspaces: usize,
+    removed: Vec<(&'static str, usize)>,
 }
 
 impl Swept {
+    /// Counts one removed object of kind `what`.
+    pub fn count(&mut self, what: &'static str) {
+        self.add_n(what, 1);
+    }
+
+    /// How many objects of kind `what` were removed.
+    pub fn of(&self, what: &str) -> usize {
+        self.removed
+            .iter()
+            .find(|(kind, _)| *kind == what)
+            .map_or(0, |(_, n)| *n)
+    }
+
     pub fn is_empty(&self) -> bool {
-        *self == Swept::default()
+        self.removed.iter().all(|(_, n)| *n == 0)
     }
 
     /// Adds another pass's counts to these.
     pub fn add(&mut self, other: &Swept) {
-        self.containers += other.containers;
-        self.networks += other.networks;
-        self.volumes += other.volumes;
-        self.workspaces += other.workspaces;
+        for &(what, n) in &other.removed {
+            self.add_n(what, n);
+        }
+    }
+
+    fn add_n(&mut self, what: &'static str, n: usize) {
+        match self.removed.iter_mut().find(|(kind, _)| *kind == what) {
+            Some((_, count)) => *count += n,
+            None => self.removed.push((what, n)),
+        }
     }
 }
 
-/// The backend setting (`runner.backend`, `woodlark agent --backend`).
+impl std::fmt::Display for Swept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut counted = self.removed.iter().filter(|(_, n)| *n > 0);
+        match counted.next() {
+            None => f.write_str("nothing"),
+            Some((what, n)) => {
+                write!(f, "{what}: {n}")?;
+                counted.try_for_each(|(what, n)| write!(f, ", {what}: {n}"))
+            }
+        }
+    }
+}
+
+/// The backend setting (`runner.backend`, `woodlark agent --backend`, `woodlark exec
+/// --backend`), parsed by [`crate::setting::Named`]. A new backend is one more value here
+/// and one more arm in [`crate::choose_backend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BackendKind {
     /// Docker when an engine answers, else local (with a warning).
@@ -172,28 +204,11 @@ impl BackendKind {
     }
 }
 
-impl std::fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for BackendKind {
-    type Err = BackendError;
-
-    fn from_str(s: &str) -> Result<BackendKind, BackendError> {
-        BackendKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == s)
-            .ok_or_else(|| BackendError::UnknownBackend(s.to_string()))
-    }
-}
+crate::setting::named_setting!(BackendKind);
 
 /// Why a backend could not do something. The text is what a step's log and error show.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("unknown backend {0:?} (auto, docker or local)")]
-    UnknownBackend(String),
     /// A file system or process call of the local backend.
     #[error("cannot {what}: {source}")]
     Io {
@@ -287,15 +302,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backend_kinds_parse_from_their_names_only() {
-        for kind in BackendKind::ALL {
-            assert_eq!(kind.as_str().parse::<BackendKind>().unwrap(), kind);
-            assert_eq!(kind.to_string(), kind.as_str());
-        }
-        for bad in ["", "Docker", "kubernetes", " local"] {
-            let err = bad.parse::<BackendKind>().unwrap_err();
-            assert!(matches!(err, BackendError::UnknownBackend(_)), "{bad:?}");
-        }
+    fn swept_counts_what_the_backend_names() {
+        let mut first = Swept::default();
+        assert!(first.is_empty());
+        assert_eq!(first.to_string(), "nothing");
+        first.count("containers");
+        first.count("containers");
+        first.count("networks");
+        let mut second = Swept::default();
+        second.count("volumes");
+        second.count("containers");
+        first.add(&second);
+        first.add(&Swept::default());
+        assert!(!first.is_empty());
+        assert_eq!(
+            (
+                first.of("containers"),
+                first.of("networks"),
+                first.of("volumes")
+            ),
+            (3, 1, 1)
+        );
+        assert_eq!(first.of("pods"), 0);
+        assert_eq!(first.to_string(), "containers: 3, networks: 1, volumes: 1");
     }
 
     #[test]

@@ -85,8 +85,8 @@ pub const DEFAULT_CLONE_IMAGE: &str = "localhost/woodlark/clone:1";
 pub const DROPPED_CAPABILITIES: &[&str] =
     &["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SETPCAP"];
 
-/// What the operator sets for every container of a runner (`[runner]`, `woodlark agent`
-/// flags).
+/// What the docker backend takes of a runner's [`crate::BackendOptions`]: what applies to
+/// every container.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// The image the clone step runs.
@@ -94,11 +94,11 @@ pub struct Settings {
     pub limits: Limits,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
+impl From<&crate::BackendOptions> for Settings {
+    fn from(options: &crate::BackendOptions) -> Settings {
         Settings {
-            clone_image: DEFAULT_CLONE_IMAGE.to_string(),
-            limits: Limits::default(),
+            clone_image: options.clone_image.clone(),
+            limits: options.limits,
         }
     }
 }
@@ -153,7 +153,7 @@ fn random_suffix() -> String {
 impl Docker {
     /// Connects to the engine (`DOCKER_HOST`, else the local socket), agrees on an API
     /// version and checks that it answers; a zero CPU limit becomes the engine's CPUs but one.
-    pub async fn connect(owner: &str, settings: Settings) -> Result<Docker, BackendError> {
+    pub async fn connect(options: &crate::BackendOptions) -> Result<Docker, BackendError> {
         let client = bollard::Docker::connect_with_defaults()
             .map_err(BackendError::docker("cannot connect"))?;
         let client = client
@@ -165,14 +165,14 @@ impl Docker {
             .ping()
             .await
             .map_err(BackendError::docker("the engine does not answer"))?;
-        let mut settings = settings;
+        let mut settings = Settings::from(options);
         if settings.limits.cpus <= 0.0 {
             let cpus = client.info().await.ok().and_then(|i| i.ncpu).unwrap_or(1);
             settings.limits.cpus = default_cpus(cpus);
         }
         Ok(Docker {
             client,
-            owner: owner.to_string(),
+            owner: options.owner.clone(),
             settings: Arc::new(settings),
             idle_networks: Arc::default(),
             in_flight: Arc::default(),
@@ -232,7 +232,7 @@ impl Docker {
             .map_err(BackendError::docker("cannot list containers"))?;
         for id in containers.into_iter().filter_map(|c| c.id) {
             match self.remove_container(&id).await {
-                true => swept.containers += 1,
+                true => swept.count("containers"),
                 false => left += 1,
             }
         }
@@ -245,7 +245,7 @@ impl Docker {
             .map_err(BackendError::docker("cannot list networks"))?;
         for name in networks.into_iter().filter_map(|n| n.name) {
             match self.remove_network(name).await {
-                true => swept.networks += 1,
+                true => swept.count("networks"),
                 false => left += 1,
             }
         }
@@ -265,7 +265,7 @@ impl Docker {
                 })
                 .await;
             match gone(removed) {
-                true => swept.volumes += 1,
+                true => swept.count("volumes"),
                 false => left += 1,
             }
         }

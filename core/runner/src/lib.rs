@@ -28,6 +28,7 @@ pub mod outbox;
 pub mod process;
 pub mod protocol;
 pub mod sandbox;
+pub mod setting;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -39,8 +40,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 pub use backend::{
-    Backend, BackendError, BackendKind, CloneSource, Exit, Started, StepHandle, Swept, Workflow,
-    WorkflowSetup,
+    Backend, BackendError, BackendKind, CloneSource, Exit, Limits, Started, StepHandle, Swept,
+    Workflow, WorkflowSetup,
 };
 use protocol::{AgentInfo, LineKind, LogLine, Netrc, StepUpdate, Work, WorkflowDone};
 use woodlark_pipeline::status::Status;
@@ -127,7 +128,8 @@ pub fn spool_dir(workdir: &std::path::Path, owner: &str) -> PathBuf {
     parent.join(format!("woodlark-spool-{owner}"))
 }
 
-/// Where a runner's steps are to run, as the operator set it.
+/// Where a runner's steps are to run, as the operator set it: the same shape for every
+/// backend, each taking what applies to it.
 #[derive(Debug, Clone)]
 pub struct BackendOptions {
     pub kind: BackendKind,
@@ -140,35 +142,37 @@ pub struct BackendOptions {
     /// directly on the host (`runner.sandbox = "none"`), able to read whatever the runner's
     /// user can.
     pub sandbox: Option<sandbox::Sandbox>,
-    /// The docker backend's clone image and limits.
-    pub docker: docker::Settings,
+    /// Each step's resource limits: the local backend's cgroups, the docker backend's
+    /// containers.
+    pub limits: Limits,
+    /// The image of the clone step on backends that run steps from images (docker).
+    pub clone_image: String,
 }
 
-/// The backend for `options.kind`: `docker` fails when no engine answers; `auto` falls back
-/// to the local backend with a warning. The backend is swept of this owner's leftovers
-/// before it is returned, so before any work starts.
+/// The backend for `options.kind`, the one place a kind becomes an implementation: `docker`
+/// fails when no engine answers; `auto` falls back to the local backend with a warning. The
+/// backend is swept of this owner's leftovers before it is returned, so before any work
+/// starts.
 pub async fn choose_backend(options: BackendOptions) -> Result<Arc<dyn Backend>, BackendError> {
     let local = || {
         local::Local::new(&options.workdir, &options.owner, options.sandbox.clone())
-            .with_limits(&options.owner, options.docker.limits)
+            .with_limits(&options.owner, options.limits)
     };
     let backend: Arc<dyn Backend> = match options.kind {
         BackendKind::Local => Arc::new(local()),
-        BackendKind::Docker | BackendKind::Auto => {
-            match docker::Docker::connect(&options.owner, options.docker.clone()).await {
-                Ok(engine) => Arc::new(engine),
-                Err(e) if options.kind == BackendKind::Auto => {
-                    tracing::warn!(
-                        error = %e,
-                        "no Docker engine answers: steps run as HOST PROCESSES with the local backend \
-                         (trusted code only); install and start Docker, or set runner.backend = \"local\" \
-                         to silence this"
-                    );
-                    Arc::new(local())
-                }
-                Err(e) => return Err(e),
+        BackendKind::Docker | BackendKind::Auto => match docker::Docker::connect(&options).await {
+            Ok(engine) => Arc::new(engine),
+            Err(e) if options.kind == BackendKind::Auto => {
+                tracing::warn!(
+                    error = %e,
+                    "no Docker engine answers: steps run as HOST PROCESSES with the local backend \
+                     (trusted code only); install and start Docker, or set runner.backend = \"local\" \
+                     to silence this"
+                );
+                Arc::new(local())
             }
-        }
+            Err(e) => return Err(e),
+        },
     };
     match backend.step_limits() {
         Ok(limits) => tracing::info!(backend = %backend.kind(), limits, "step limits"),
@@ -187,10 +191,7 @@ async fn sweep(backend: &dyn Backend, done: &str) {
     match backend.sweep().await {
         Ok(swept) if !swept.is_empty() => tracing::info!(
             backend = %backend.kind(),
-            containers = swept.containers,
-            networks = swept.networks,
-            volumes = swept.volumes,
-            workspaces = swept.workspaces,
+            removed = %swept,
             "{done}"
         ),
         Ok(_) => {}

@@ -142,7 +142,7 @@ impl Backend for Local {
                 .to_str()
                 .is_some_and(|name| name.starts_with(&self.prefix));
             if ours && remove_tree(&entry.path()).await? {
-                swept.workspaces += 1;
+                swept.count("workspaces");
             }
         }
         if let Ok(limiter) = &self.limiter {
@@ -525,7 +525,7 @@ mod tests {
             .unwrap();
         std::fs::create_dir(top.path().join("unrelated")).unwrap();
         let swept = ours.sweep().await.unwrap();
-        assert_eq!(swept.workspaces, 2);
+        assert_eq!(swept.of("workspaces"), 2);
         let mut left: Vec<String> = std::fs::read_dir(top.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -55,6 +55,30 @@ const BASE_ARGS: &[&str] = &[
     "/proc",
 ];
 
+/// The sandbox setting (`runner.sandbox`, `woodlark agent --sandbox`): whether the local
+/// backend's steps run under bubblewrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SandboxMode {
+    /// Each step in a bubblewrap [`Sandbox`].
+    Bwrap,
+    /// Steps straight on the host ([`UNSANDBOXED_WARNING`]).
+    None,
+}
+
+impl SandboxMode {
+    pub const ALL: [SandboxMode; 2] = [SandboxMode::Bwrap, SandboxMode::None];
+
+    /// The setting's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Bwrap => "bwrap",
+            SandboxMode::None => "none",
+        }
+    }
+}
+
+crate::setting::named_setting!(SandboxMode);
+
 /// What the runner logs at start-up when steps run without a sandbox.
 pub const UNSANDBOXED_WARNING: &str = "steps are NOT sandboxed: they run as host processes of this user and can read everything it can (a server's data dir with its token-signing keys, the secrets key, the configuration); run trusted code only";
 

@@ -9,7 +9,7 @@ use super::Services;
 use super::local::{self, LocalAgent};
 use crate::config::Config;
 use crate::runner::protocol::AgentInfo;
-use crate::runner::sandbox::Sandbox;
+use crate::runner::sandbox::{Sandbox, SandboxMode};
 use crate::runner::{self, RunnerConfig};
 
 /// What the embedded agent says about itself.
@@ -71,21 +71,8 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
             return;
         }
     };
-    let kind = match config.runner.backend.parse() {
-        Ok(kind) => kind,
-        Err(err) => {
-            tracing::error!(%err, "runner.backend: the local runner is off");
-            return;
-        }
-    };
     let spool = runner::spool_dir(&config.runner.workdir, &owner);
-    let options = runner::BackendOptions {
-        kind,
-        owner,
-        workdir: config.runner.workdir.clone(),
-        sandbox,
-        docker: config.runner.docker_settings(),
-    };
+    let options = config.runner.backend_options(owner, sandbox);
     let backend = match runner::choose_backend(options).await {
         Ok(backend) => backend,
         Err(err) => {
@@ -110,7 +97,7 @@ pub async fn run(ci: Services, config: Config, shutdown: tokio::sync::watch::Rec
     tracing::info!(
         agent = api.id(),
         capacity = runner_config.capacity,
-        sandbox = config.runner.sandbox,
+        sandbox = config.runner.sandbox.as_str(),
         backend = runner_config.info.backend,
         "local runner started"
     );
@@ -144,7 +131,7 @@ fn sandbox_hidden(config: &Config) -> Vec<std::path::PathBuf> {
 
 /// The sandbox of the embedded runner's steps (`runner.sandbox`); `None` for `"none"`.
 pub fn local_sandbox(config: &Config) -> Result<Option<Sandbox>, String> {
-    if config.runner.sandbox == "none" {
+    if config.runner.sandbox == SandboxMode::None {
         return Ok(None);
     }
     Sandbox::new(sandbox_hidden(config)).map(Some)
@@ -153,7 +140,7 @@ pub fn local_sandbox(config: &Config) -> Result<Option<Sandbox>, String> {
 /// The start-up check of `runner.sandbox` (with the local runner on): `"bwrap"` must be
 /// installed and work here, else the server does not start; `"none"` is said loudly.
 pub fn check_sandbox(config: &Config) -> Result<(), String> {
-    if config.runner.sandbox == "none" {
+    if config.runner.sandbox == SandboxMode::None {
         tracing::warn!(
             "runner.sandbox = \"none\": {}",
             runner::sandbox::UNSANDBOXED_WARNING

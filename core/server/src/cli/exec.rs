@@ -27,6 +27,7 @@ use crate::pipeline::types::{
     Commit, CompileInput, CompiledWorkflow, ConfigFile, LineKind, LogLine, SecretValue, Trust,
 };
 use crate::runner::protocol::{AgentInfo, StepRef, StepUpdate, Work, WorkflowDone};
+use crate::runner::sandbox::SandboxMode;
 use crate::runner::{self, AgentApi, RunnerError};
 use crate::store::forges::ForgeKind;
 use crate::store::repos::RepoRow;
@@ -38,8 +39,8 @@ pub struct ExecArgs {
     pub path: Option<PathBuf>,
     /// Where steps run: `docker`, `local` (host processes, unsandboxed: your own code on
     /// your own machine) or `auto` (docker when an engine answers).
-    #[arg(long, alias = "backend-engine", default_value = "docker", value_parser = ["auto", "docker", "local"])]
-    pub backend: String,
+    #[arg(long, alias = "backend-engine", default_value = "docker", value_parser = super::named::<runner::BackendKind>())]
+    pub backend: runner::BackendKind,
     /// The workspace (default: the folder holding the config, or the parent of
     /// `.woodpecker/`).
     #[arg(long)]
@@ -123,7 +124,6 @@ pub fn run(args: ExecArgs) -> anyhow::Result<()> {
             "no workflow to run: `when` filtered every one out, or each needs one that does not run (see the warnings above)"
         );
     }
-    let kind: runner::BackendKind = args.backend.parse()?;
     let run = Run {
         workflows: compiled
             .workflows
@@ -134,7 +134,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<()> {
         commit: trigger.commit,
         timeout: args.timeout.max(1),
     };
-    super::runtime()?.block_on(run.execute(kind, workspace))
+    super::runtime()?.block_on(run.execute(args.backend, workspace))
 }
 
 /// The workspace: `--repo-path`, else the folder of the config (the parent of `.woodpecker/`).
@@ -287,14 +287,13 @@ impl Run {
                 .to_lowercase()
         );
         let spool = runner::spool_dir(std::path::Path::new(""), &owner);
-        let backend = runner::choose_backend(runner::BackendOptions {
-            kind,
-            owner,
-            workdir: PathBuf::new(),
-            sandbox: None,
-            docker: crate::config::RunnerConfig::default().docker_settings(),
-        })
-        .await?;
+        // Your own code on your own machine: unsandboxed, workspaces in the temp dir.
+        let settings = crate::config::RunnerConfig {
+            backend: kind,
+            sandbox: SandboxMode::None,
+            ..Default::default()
+        };
+        let backend = runner::choose_backend(settings.backend_options(owner, None)).await?;
         let config = runner::RunnerConfig {
             capacity: 1,
             info: AgentInfo::default(),

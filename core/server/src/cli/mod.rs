@@ -16,6 +16,9 @@ use crate::auth::sealing::SealKey;
 use crate::auth::{random_secret, token, user_token_key};
 use crate::config::Config;
 use crate::logging::{LogControl, LogLevel};
+use crate::runner::BackendKind;
+use crate::runner::sandbox::SandboxMode;
+use crate::runner::setting::Named;
 use crate::store::StoreError;
 use crate::store::users::{self, EnvAdmins, NewUser, validate_login};
 
@@ -65,12 +68,12 @@ enum Command {
         labels: Vec<String>,
         /// Run each step in a bubblewrap sandbox (`bwrap`), or directly on the host (`none`:
         /// trusted code only).
-        #[arg(long, default_value = "bwrap", value_parser = ["bwrap", "none"])]
-        sandbox: String,
+        #[arg(long, default_value = "bwrap", value_parser = named::<SandboxMode>())]
+        sandbox: SandboxMode,
         /// Where steps run: `docker` (containers on the engine at DOCKER_HOST or the local
         /// socket), `local` (host processes) or `auto` (docker when an engine answers).
-        #[arg(long, default_value = "auto", value_parser = ["auto", "docker", "local"])]
-        backend: String,
+        #[arg(long, default_value = "auto", value_parser = named::<BackendKind>())]
+        backend: BackendKind,
         /// The clone step's image (docker backend).
         #[arg(long, default_value = crate::runner::docker::DEFAULT_CLONE_IMAGE)]
         clone_image: String,
@@ -197,19 +200,19 @@ pub fn main() -> ExitCode {
             server: &server,
             token: &token,
             api_prefix: &api_prefix,
-            capacity,
-            workdir: workdir.unwrap_or_default(),
             labels: &labels,
-            sandbox: &sandbox,
-            backend: &backend,
-            docker: crate::config::RunnerConfig {
+            runner: crate::config::RunnerConfig {
+                capacity,
+                workdir: workdir.unwrap_or_default(),
+                sandbox,
+                backend,
                 clone_image,
                 memory_mb,
                 pids,
                 cpus,
+                shutdown_grace_secs,
                 ..Default::default()
             },
-            shutdown_grace: std::time::Duration::from_secs(shutdown_grace_secs),
         }),
         Command::User {
             command:
@@ -241,6 +244,14 @@ pub fn main() -> ExitCode {
 
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     Ok(Config::load(path)?)
+}
+
+/// The parser of a [`Named`] setting's flag: clap lists the setting's words in help and in
+/// the error for any other, and the word becomes the value by the setting's own parser.
+fn named<T: Named>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser;
+    let words = T::all().iter().map(|value| value.name());
+    clap::builder::PossibleValuesParser::new(words).try_map(|word| T::from_name(&word))
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -501,15 +512,10 @@ struct AgentOptions<'a> {
     server: &'a str,
     token: &'a str,
     api_prefix: &'a str,
-    capacity: usize,
-    workdir: PathBuf,
     labels: &'a [String],
-    sandbox: &'a str,
-    backend: &'a str,
-    /// The container settings (`clone_image`, limits) as `[runner]` has them.
-    docker: crate::config::RunnerConfig,
-    /// How long running workflows may go on after a stop.
-    shutdown_grace: std::time::Duration,
+    /// The flags that repeat `[runner]`'s keys (`--capacity`, `--backend`, `--sandbox`, the
+    /// clone image and limits, the grace), as `[runner]` has them.
+    runner: crate::config::RunnerConfig,
 }
 
 fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
@@ -518,19 +524,13 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
         server,
         token,
         api_prefix,
-        capacity,
-        workdir,
         labels,
-        sandbox,
-        backend,
-        docker,
-        shutdown_grace,
+        runner: settings,
     } = options;
-    if !(docker.cpus.is_finite() && docker.cpus >= 0.0) {
+    if !(settings.cpus.is_finite() && settings.cpus >= 0.0) {
         anyhow::bail!("--cpus must be 0 or more");
     }
-    let docker_settings = docker.docker_settings();
-    let kind: runner::BackendKind = backend.parse()?;
+    let capacity = settings.capacity;
     LogControl::install(LogLevel::Info);
     if !(server.starts_with("http://") || server.starts_with("https://")) {
         anyhow::bail!("--server {server:?} must be an http:// URL");
@@ -548,7 +548,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
     // An agent has no files of its own to hide (its token is in its arguments and
     // environment, which steps see neither of); the sandbox still keeps steps out of the
     // host's /tmp, other workflows' directories and the agent's process.
-    let sandbox = if sandbox == "none" {
+    let sandbox = if settings.sandbox == SandboxMode::None {
         tracing::warn!("--sandbox none: {}", runner::sandbox::UNSANDBOXED_WARNING);
         None
     } else {
@@ -569,15 +569,8 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
             "agent-{}",
             &crate::store::agents::token_hash(&format!("{server}\n{token}"))[..16]
         );
-        let spool = runner::spool_dir(&workdir, &owner);
-        let backend = runner::choose_backend(runner::BackendOptions {
-            kind,
-            owner,
-            workdir,
-            sandbox,
-            docker: docker_settings,
-        })
-        .await?;
+        let spool = runner::spool_dir(&settings.workdir, &owner);
+        let backend = runner::choose_backend(settings.backend_options(owner, sandbox)).await?;
         let mut info = info;
         info.describe_backend(&*backend);
         tracing::info!(server, capacity, backend = info.backend, "agent started");
@@ -589,7 +582,7 @@ fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
                 backend,
                 host_workspace: None,
                 spool,
-                shutdown_grace,
+                shutdown_grace: std::time::Duration::from_secs(settings.shutdown_grace_secs),
             },
             shutdown,
         )
@@ -675,5 +668,46 @@ mod tests {
         assert_eq!(denied_secret(err), Some("gh-hook"));
         assert_eq!(denied_secret(r#"secret "gh-hook" is not set"#), None);
         assert_eq!(denied_secret("something else"), None);
+    }
+
+    /// `woodlark agent` and `woodlark exec` parse `--backend`/`--sandbox` into the config's
+    /// enums, and list the accepted words for any other.
+    #[test]
+    fn backend_and_sandbox_flags_parse_into_the_settings() {
+        let agent = |extra: &[&str]| {
+            let args = ["woodlark", "agent", "--server", "http://x", "--token", "t"];
+            Cli::try_parse_from(args.iter().chain(extra)).map(|cli| match cli.command {
+                Command::Agent {
+                    backend, sandbox, ..
+                } => (backend, sandbox),
+                _ => unreachable!(),
+            })
+        };
+        assert_eq!(agent(&[]).unwrap(), (BackendKind::Auto, SandboxMode::Bwrap));
+        for kind in BackendKind::ALL {
+            let flags = ["--backend", kind.as_str(), "--sandbox", "none"];
+            assert_eq!(agent(&flags).unwrap(), (kind, SandboxMode::None));
+        }
+        for flags in [["--backend", "kubernetes"], ["--sandbox", "docker"]] {
+            let err = agent(&flags).err().unwrap().to_string();
+            assert!(
+                err.contains(&format!("invalid value '{}'", flags[1])),
+                "{err}"
+            );
+            let listed = match flags[0] {
+                "--backend" => "[possible values: auto, docker, local]",
+                _ => "[possible values: bwrap, none]",
+            };
+            assert!(err.contains(listed), "{err}");
+        }
+        let exec = |extra: &[&str]| {
+            let args = ["woodlark", "exec"].iter().chain(extra);
+            match Cli::try_parse_from(args).unwrap().command {
+                Command::Exec(args) => args.backend,
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(exec(&[]), BackendKind::Docker);
+        assert_eq!(exec(&["--backend-engine", "local"]), BackendKind::Local);
     }
 }

@@ -14,9 +14,11 @@ use serde::{Deserialize, Serialize};
 use crate::logging::LogLevel;
 
 pub mod forges;
+mod runner;
 mod woodpecker;
 
 pub use forges::{ForgeConfig, ForgeOrigin};
+pub use runner::RunnerConfig;
 
 /// `[plugins]`: the plugin directory, the compiled-code cache, limits and per-plugin grants
 /// (defined by the plugin host, which owns their meaning).
@@ -434,51 +436,6 @@ impl WebConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RunnerConfig {
-    /// Run the embedded local agent inside the server.
-    pub enabled: bool,
-    /// How many workflows the local agent runs at once.
-    pub capacity: usize,
-    /// Parent directory of per-workflow workspaces ("" = the system temp dir).
-    pub workdir: PathBuf,
-    /// How steps are isolated from the host: "bwrap" (each step in a bubblewrap sandbox that
-    /// hides the data dir, the secrets key, the plugin cache, this file and the TLS key) or
-    /// "none" (steps read whatever the server's user can: trusted code only).
-    pub sandbox: String,
-    /// Where steps run: "docker" (each step in a container of its image, on the engine at
-    /// `DOCKER_HOST` or the local socket), "local" (host processes) or "auto" (docker when an
-    /// engine answers at start-up, else local with a warning).
-    pub backend: String,
-    /// The image of the clone step on the docker backend (upstream's clone-plugin protocol);
-    /// the default is built locally by `.ci/clone-image`.
-    pub clone_image: String,
-    /// Memory limit of each container (docker backend), MiB; no swap on top; 0 = none.
-    pub memory_mb: u64,
-    /// Most processes and threads in each container; 0 = none.
-    pub pids: u64,
-    /// CPUs each container may use (fractions allowed); 0 = the engine's CPUs but one.
-    pub cpus: f64,
-    /// On SIGTERM, how long running workflows may go on to their end; those still running
-    /// then are stopped, with a line in their steps' logs, and handed back to the queue.
-    pub shutdown_grace_secs: u64,
-}
-
-impl RunnerConfig {
-    /// What the docker backend applies to every container.
-    pub fn docker_settings(&self) -> crate::runner::docker::Settings {
-        crate::runner::docker::Settings {
-            clone_image: self.clone_image.clone(),
-            limits: crate::runner::docker::Limits {
-                memory_bytes: (self.memory_mb as i64).saturating_mul(1024 * 1024),
-                pids: self.pids as i64,
-                cpus: self.cpus,
-            },
-        }
-    }
-}
-
 /// The longest start-up wait or shutdown grace the configuration accepts, in seconds.
 const MAX_WAIT_SECS: u64 = 86_400;
 
@@ -548,23 +505,6 @@ impl ModuleConfig {
 impl Default for ModuleConfig {
     fn default() -> Self {
         ModuleConfig::mounted("")
-    }
-}
-
-impl Default for RunnerConfig {
-    fn default() -> Self {
-        RunnerConfig {
-            enabled: true,
-            capacity: 2,
-            workdir: PathBuf::new(),
-            sandbox: "bwrap".into(),
-            backend: "auto".into(),
-            clone_image: crate::runner::docker::DEFAULT_CLONE_IMAGE.into(),
-            memory_mb: 4096,
-            pids: 4096,
-            cpus: 0.0,
-            shutdown_grace_secs: 30,
-        }
     }
 }
 
@@ -646,7 +586,9 @@ impl Config {
                         .collect()
                 }
                 "WOODLARK_PLUGINS_DIR" => self.plugins.dir = value.into(),
-                "WOODLARK_RUNNER_BACKEND" => self.runner.backend = value.clone(),
+                "WOODLARK_RUNNER_BACKEND" => {
+                    self.runner.backend = value.parse().map_err(|e| invalid(format!("{e}")))?
+                }
                 "WOODLARK_RUNNER_ENABLED" => {
                     self.runner.enabled = env_bool(value).map_err(invalid)?
                 }
@@ -848,45 +790,9 @@ impl Config {
             };
             invalid(&key, e.message)
         })?;
-        if self.runner.capacity == 0 {
-            return Err(invalid("runner.capacity", "must be at least 1".into()));
-        }
-        if !matches!(self.runner.backend.as_str(), "auto" | "docker" | "local") {
-            return Err(invalid(
-                "runner.backend",
-                format!(
-                    "{:?} is not \"auto\", \"docker\" or \"local\"",
-                    self.runner.backend
-                ),
-            ));
-        }
-        if self.runner.clone_image.trim().is_empty() {
-            return Err(invalid("runner.clone_image", "must name an image".into()));
-        }
-        if !(self.runner.cpus.is_finite() && self.runner.cpus >= 0.0) {
-            return Err(invalid(
-                "runner.cpus",
-                format!("{} is not a CPU count (0 or more)", self.runner.cpus),
-            ));
-        }
-        if self.runner.memory_mb != 0 && self.runner.memory_mb < 6 {
-            return Err(invalid(
-                "runner.memory_mb",
-                "must be 0 (no limit) or at least 6 (the engine's minimum)".into(),
-            ));
-        }
-        if self.runner.memory_mb > (i64::MAX as u64) >> 20 {
-            return Err(invalid("runner.memory_mb", "is too large".into()));
-        }
-        if self.runner.pids > i64::MAX as u64 {
-            return Err(invalid("runner.pids", "is too large".into()));
-        }
-        if !matches!(self.runner.sandbox.as_str(), "bwrap" | "none") {
-            return Err(invalid(
-                "runner.sandbox",
-                format!("{:?} is not \"bwrap\" or \"none\"", self.runner.sandbox),
-            ));
-        }
+        self.runner
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
         self.validate_web()
     }
 
@@ -1342,35 +1248,6 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
             let err = load(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text}: {err}");
         }
-    }
-
-    #[test]
-    fn runner_sandbox() {
-        let c = load("").unwrap();
-        assert_eq!(c.runner.sandbox, "bwrap", "sandboxed by default");
-        let c = load("[runner]\nsandbox = \"none\"\n").unwrap();
-        assert_eq!(c.runner.sandbox, "none");
-        let err = load("[runner]\nsandbox = \"docker\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("test.toml: runner.sandbox: "), "{err}");
-        assert!(
-            err.contains("\"docker\" is not \"bwrap\" or \"none\""),
-            "{err}"
-        );
-        let shown = serde_json::to_value(c.redacted()).unwrap();
-        assert_eq!(shown["runner"]["sandbox"], "none");
-    }
-
-    #[test]
-    fn runner_backend() {
-        assert_eq!(load("").unwrap().runner.backend, "auto");
-        let c = load("[runner]\nbackend = \"docker\"\n").unwrap();
-        assert_eq!(c.runner.backend, "docker");
-        let err = load("[runner]\nbackend = \"kubernetes\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("test.toml: runner.backend: "), "{err}");
     }
 
     #[test]
