@@ -497,12 +497,14 @@ impl PluginHost {
         plugin: &str,
         scope: SecretScope,
     ) -> Result<Vec<Secret>, PluginError> {
+        let (world, export) = (WorldKind::SecretBackend, Export::new("list-secrets"));
         let params = (convert::scope(scope),);
-        self.backend_export(
+        self.plain_export(
             plugin,
-            WorldKind::SecretBackend,
-            "list-secrets",
+            world,
+            export,
             params,
+            CallScope::default(),
             each(convert::secret),
         )
         .await
@@ -514,12 +516,14 @@ impl PluginHost {
         scope: SecretScope,
         name: &str,
     ) -> Result<Option<Secret>, PluginError> {
+        let (world, export) = (WorldKind::SecretBackend, Export::new("get-secret"));
         let params = (convert::scope(scope), name.to_string());
-        self.backend_export(
+        self.plain_export(
             plugin,
-            WorldKind::SecretBackend,
-            "get-secret",
+            world,
+            export,
             params,
+            CallScope::default(),
             maybe(convert::secret),
         )
         .await
@@ -533,12 +537,14 @@ impl PluginHost {
         image: &str,
         repo: &str,
     ) -> Result<Option<Credential>, PluginError> {
+        let (world, export) = (WorldKind::RegistryAuth, Export::new("credential-for"));
         let params = (image.to_string(), repo.to_string());
-        self.backend_export(
+        self.plain_export(
             plugin,
-            WorldKind::RegistryAuth,
-            "credential-for",
+            world,
+            export,
             params,
+            CallScope::default(),
             maybe(convert::credential),
         )
         .await
@@ -679,26 +685,6 @@ impl PluginHost {
         let scope = CallScope::oauth(&client);
         let params = (convert::oauth_client(client), text.to_string());
         self.plain_export(plugin, world, export, params, scope, convert)
-            .await
-    }
-
-    /// An export of a secret backend or registry-auth plugin (no forge, no grant).
-    async fn backend_export<P, W, T>(
-        &self,
-        plugin: &str,
-        world: WorldKind,
-        name: &'static str,
-        params: P,
-        convert: impl FnOnce(W) -> T,
-    ) -> Result<T, PluginError>
-    where
-        P: ComponentNamedList + Lower + Send + Sync + 'static,
-        W: Send + Sync + 'static,
-        (Result<W, WitError>,): ComponentNamedList + Lift,
-        T: Serialize,
-    {
-        let scope = CallScope::default();
-        self.plain_export(plugin, world, Export::new(name), params, scope, convert)
             .await
     }
 
