@@ -25,9 +25,12 @@
 //! - [`CatFile`] (`catfile.rs`): one session, the in-place reader in front of the pipe.
 //! - [`pool`]: sessions kept per repository; [`with_session`].
 //! - [`diff`]: changed files between trees, as `git diff`/`git show --name-only` list them.
+//! - [`command`]: the other `git` commands the server runs (refs, hooks, `ls-remote`), each
+//!   failure a [`CommandError`] naming the command and carrying git's stderr.
 //! - `testing` (feature `test-support`): real repositories made with `git`, for tests.
 
 mod catfile;
+pub mod command;
 pub mod diff;
 mod error;
 pub mod object;
@@ -37,6 +40,7 @@ pub mod pool;
 pub mod testing;
 
 pub use catfile::CatFile;
+pub use command::{CommandError, Git};
 pub use error::GitError;
 pub use object::{Commit, Kind, Object, TreeEntry, hex, parse_commit, parse_tree};
 pub use pool::with_session;

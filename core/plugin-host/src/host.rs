@@ -29,8 +29,6 @@ use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use crate::bindings::caps::woodlark::host::types::{Header as WitHeader, PluginError as WitError};
 use crate::bindings::forge_v0_1::exports::woodlark::forge0_1_0::forge as wit_forge_v0_1;
 use crate::bindings::forge_v0_2::exports::woodlark::forge0_2_0::forge as wit_forge;
-use crate::bindings::registry_v0_1::exports::woodlark::registry::auth as wit_registry;
-use crate::bindings::secrets_v0_1::exports::woodlark::secrets::secrets as wit_secrets;
 use crate::cache::ComponentCache;
 use crate::config::{InstanceConfig, Origin, PluginsConfig};
 use crate::convert;
@@ -382,19 +380,6 @@ impl PluginHost {
         Ok((name, out))
     }
 
-    pub async fn repo_info(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-    ) -> Result<Repo, PluginError> {
-        let full = full_name.to_string();
-        let r = self.call_forge(plugin, "repo-info", ctx, (full,)).await?;
-        let r = convert::repo(r);
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
     pub async fn file_at(
         &self,
         plugin: &str,
@@ -415,34 +400,6 @@ impl PluginHost {
         if size > limit {
             return self.fault_output(plugin, size, limit);
         }
-        Ok(r)
-    }
-
-    pub async fn dir_at(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-        commit: &str,
-        path: &str,
-    ) -> Result<Vec<String>, PluginError> {
-        let (full, commit, path) = (full_name.to_string(), commit.to_string(), path.to_string());
-        let r = self
-            .call_forge(plugin, "dir-at", ctx, (full, commit, path))
-            .await?;
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    pub async fn branches(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-    ) -> Result<Vec<String>, PluginError> {
-        let full = full_name.to_string();
-        let r = self.call_forge(plugin, "branches", ctx, (full,)).await?;
-        self.check_output(plugin, &r)?;
         Ok(r)
     }
 
@@ -484,66 +441,6 @@ impl PluginHost {
         .await
     }
 
-    /// The files pull request `pr_number` of `full_name` changes.
-    pub async fn changed_files(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-        pr_number: u64,
-    ) -> Result<Vec<String>, PluginError> {
-        let full = full_name.to_string();
-        let r = self
-            .call_forge(plugin, "changed-files", ctx, (full, pr_number))
-            .await?;
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    /// The commit `branch` of `full_name` points at.
-    pub async fn branch_head(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-        branch: &str,
-    ) -> Result<CommitInfo, PluginError> {
-        let (full, branch) = (full_name.to_string(), branch.to_string());
-        let r = self
-            .call_forge(plugin, "branch-head", ctx, (full, branch))
-            .await?;
-        let r = convert::commit_info(r);
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    /// Makes the forge call `url` for `full_name`'s events, signed with `secret`.
-    pub async fn create_hook(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-        url: &str,
-        secret: &str,
-    ) -> Result<(), PluginError> {
-        let (full, url, secret) = (full_name.to_string(), url.to_string(), secret.to_string());
-        self.call_forge(plugin, "create-hook", ctx, (full, url, secret))
-            .await
-    }
-
-    /// Removes `full_name`'s hooks that call `url`.
-    pub async fn delete_hook(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-        url: &str,
-    ) -> Result<(), PluginError> {
-        let (full, url) = (full_name.to_string(), url.to_string());
-        self.call_forge(plugin, "delete-hook", ctx, (full, url))
-            .await
-    }
-
     // ---- forge adapters: sign-in and acting as the user (contract 0.2.0) ----
 
     /// The forge contract version forge adapter `plugin` exports (`0.1.0`, `0.2.0`); `None`
@@ -561,20 +458,8 @@ impl PluginHost {
         client: OAuthClient,
         state: &str,
     ) -> Result<String, PluginError> {
-        self.require_v0_2(plugin, "authorize-url")?;
-        let scope = CallScope::oauth(&client);
-        let args = (convert::oauth_client(client), state.to_string());
-        let r: String = self
-            .call_export_with(
-                plugin,
-                WorldKind::ForgeAdapter,
-                "authorize-url",
-                args,
-                scope,
-            )
-            .await?;
-        self.check_output(plugin, &r)?;
-        Ok(r)
+        self.oauth_export(plugin, "authorize-url", client, state, same)
+            .await
     }
 
     /// Trades the OAuth callback's `code` for tokens.
@@ -584,21 +469,8 @@ impl PluginHost {
         client: OAuthClient,
         code: &str,
     ) -> Result<OAuthToken, PluginError> {
-        self.require_v0_2(plugin, "exchange-code")?;
-        let scope = CallScope::oauth(&client);
-        let args = (convert::oauth_client(client), code.to_string());
-        let r: wit_forge::OauthToken = self
-            .call_export_with(
-                plugin,
-                WorldKind::ForgeAdapter,
-                "exchange-code",
-                args,
-                scope,
-            )
-            .await?;
-        let r = convert::oauth_token(r);
-        self.check_output(plugin, &r)?;
-        Ok(r)
+        self.oauth_export(plugin, "exchange-code", client, code, convert::oauth_token)
+            .await
     }
 
     /// A fresh access token from `refresh_token`.
@@ -608,130 +480,14 @@ impl PluginHost {
         client: OAuthClient,
         refresh_token: &str,
     ) -> Result<OAuthToken, PluginError> {
-        self.require_v0_2(plugin, "refresh-token")?;
-        let scope = CallScope::oauth(&client);
-        let args = (convert::oauth_client(client), refresh_token.to_string());
-        let r: wit_forge::OauthToken = self
-            .call_export_with(
-                plugin,
-                WorldKind::ForgeAdapter,
-                "refresh-token",
-                args,
-                scope,
-            )
-            .await?;
-        let r = convert::oauth_token(r);
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    /// The account `ctx.token` belongs to.
-    pub async fn current_user(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-    ) -> Result<ForgeUser, PluginError> {
-        self.require_v0_2(plugin, "current-user")?;
-        let r: wit_forge::ForgeUser = self.call_forge(plugin, "current-user", ctx, ()).await?;
-        let r = convert::forge_user(r);
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    /// Page `page` (from 1) of the user's repositories with their permissions.
-    pub async fn user_repos(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        page: u32,
-        per_page: u32,
-    ) -> Result<Vec<RepoWithPerm>, PluginError> {
-        self.require_v0_2(plugin, "user-repos")?;
-        let r: Vec<wit_forge::RepoWithPerm> = self
-            .call_forge(plugin, "user-repos", ctx, (page, per_page))
-            .await?;
-        let r: Vec<RepoWithPerm> = r.into_iter().map(convert::repo_with_perm).collect();
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    /// The user's permissions on `full_name`.
-    pub async fn repo_perm(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-    ) -> Result<Perm, PluginError> {
-        self.require_v0_2(plugin, "repo-perm")?;
-        let r: wit_forge::Perm = self
-            .call_forge(plugin, "repo-perm", ctx, (full_name.to_string(),))
-            .await?;
-        Ok(convert::perm(r))
-    }
-
-    /// Page `page` (from 1) of the organisations the user belongs to.
-    pub async fn user_orgs(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        page: u32,
-        per_page: u32,
-    ) -> Result<Vec<Team>, PluginError> {
-        self.require_v0_2(plugin, "user-orgs")?;
-        let r: Vec<wit_forge::Team> = self
-            .call_forge(plugin, "user-orgs", ctx, (page, per_page))
-            .await?;
-        let r: Vec<Team> = r.into_iter().map(convert::team).collect();
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    /// Whether `login` is a member (and admin) of `org`.
-    pub async fn org_membership(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        org: &str,
-        login: &str,
-    ) -> Result<OrgMembership, PluginError> {
-        self.require_v0_2(plugin, "org-membership")?;
-        let args = (org.to_string(), login.to_string());
-        let r: wit_forge::OrgPerm = self.call_forge(plugin, "org-membership", ctx, args).await?;
-        Ok(convert::org_membership(r))
-    }
-
-    /// Page `page` (from 1) of `full_name`'s open pull requests.
-    pub async fn pull_requests(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        full_name: &str,
-        page: u32,
-        per_page: u32,
-    ) -> Result<Vec<PullRequestInfo>, PluginError> {
-        self.require_v0_2(plugin, "pull-requests")?;
-        let args = (full_name.to_string(), page, per_page);
-        let r: Vec<wit_forge::PullRequestInfo> =
-            self.call_forge(plugin, "pull-requests", ctx, args).await?;
-        let r: Vec<PullRequestInfo> = r.into_iter().map(convert::pull_request).collect();
-        self.check_output(plugin, &r)?;
-        Ok(r)
-    }
-
-    /// The `.netrc` entry for cloning `clone_url` as the user.
-    pub async fn netrc(
-        &self,
-        plugin: &str,
-        ctx: ApiContext,
-        clone_url: &str,
-    ) -> Result<NetrcInfo, PluginError> {
-        self.require_v0_2(plugin, "netrc")?;
-        let r: wit_forge::NetrcInfo = self
-            .call_forge(plugin, "netrc", ctx, (clone_url.to_string(),))
-            .await?;
-        let r = convert::netrc(r);
-        self.check_output(plugin, &r)?;
-        Ok(r)
+        self.oauth_export(
+            plugin,
+            "refresh-token",
+            client,
+            refresh_token,
+            convert::oauth_token,
+        )
+        .await
     }
 
     // ---- secret backends ----
@@ -741,13 +497,17 @@ impl PluginHost {
         plugin: &str,
         scope: SecretScope,
     ) -> Result<Vec<Secret>, PluginError> {
-        let scope = convert::scope(scope);
-        let r: Vec<wit_secrets::Secret> = self
-            .call_export(plugin, WorldKind::SecretBackend, "list-secrets", (scope,))
-            .await?;
-        let r: Vec<Secret> = r.into_iter().map(convert::secret).collect();
-        self.check_output(plugin, &r)?;
-        Ok(r)
+        let (world, export) = (WorldKind::SecretBackend, Export::new("list-secrets"));
+        let params = (convert::scope(scope),);
+        self.plain_export(
+            plugin,
+            world,
+            export,
+            params,
+            CallScope::default(),
+            each(convert::secret),
+        )
+        .await
     }
 
     pub async fn get_secret(
@@ -756,19 +516,17 @@ impl PluginHost {
         scope: SecretScope,
         name: &str,
     ) -> Result<Option<Secret>, PluginError> {
-        let scope = convert::scope(scope);
-        let name = name.to_string();
-        let r: Option<wit_secrets::Secret> = self
-            .call_export(
-                plugin,
-                WorldKind::SecretBackend,
-                "get-secret",
-                (scope, name),
-            )
-            .await?;
-        let r = r.map(convert::secret);
-        self.check_output(plugin, &r)?;
-        Ok(r)
+        let (world, export) = (WorldKind::SecretBackend, Export::new("get-secret"));
+        let params = (convert::scope(scope), name.to_string());
+        self.plain_export(
+            plugin,
+            world,
+            export,
+            params,
+            CallScope::default(),
+            maybe(convert::secret),
+        )
+        .await
     }
 
     // ---- registry auth ----
@@ -779,18 +537,17 @@ impl PluginHost {
         image: &str,
         repo: &str,
     ) -> Result<Option<Credential>, PluginError> {
-        let (image, repo) = (image.to_string(), repo.to_string());
-        let r: Option<wit_registry::Credential> = self
-            .call_export(
-                plugin,
-                WorldKind::RegistryAuth,
-                "credential-for",
-                (image, repo),
-            )
-            .await?;
-        let r = r.map(convert::credential);
-        self.check_output(plugin, &r)?;
-        Ok(r)
+        let (world, export) = (WorldKind::RegistryAuth, Export::new("credential-for"));
+        let params = (image.to_string(), repo.to_string());
+        self.plain_export(
+            plugin,
+            world,
+            export,
+            params,
+            CallScope::default(),
+            maybe(convert::credential),
+        )
+        .await
     }
 
     // ---- the call path ----
@@ -864,27 +621,98 @@ impl PluginHost {
         Ok(())
     }
 
-    /// Calls export `func` (its WIT name) of `plugin`, a `world` plugin, on a fresh instance
-    /// (see [`Self::call`]). The export's `result<T, plugin-error>` becomes `Ok(T)` or
-    /// [`PluginError::Plugin`].
-    async fn call_export<P, T>(
+    /// Forge-API export `export` with `ctx` and `args`, its answer converted by `convert`
+    /// (see [`Export`] for the contract and the output limit).
+    async fn forge_export<A, W, T>(
+        &self,
+        plugin: &str,
+        export: Export,
+        ctx: ApiContext,
+        args: A,
+        convert: impl FnOnce(W) -> T,
+    ) -> Result<T, PluginError>
+    where
+        A: ForgeArgs,
+        W: Send + Sync + 'static,
+        (Result<W, WitError>,): ComponentNamedList + Lift,
+        T: Serialize,
+    {
+        self.require(plugin, export)?;
+        let r = self.call_forge(plugin, export.name, ctx, args).await?;
+        self.converted(plugin, export, convert(r))
+    }
+
+    /// Export `export` of a `world` plugin with `params` on behalf of `scope`, its answer
+    /// converted by `convert` (see [`Export`]).
+    async fn plain_export<P, W, T>(
         &self,
         plugin: &str,
         world: WorldKind,
-        func: &'static str,
+        export: Export,
         params: P,
+        scope: CallScope,
+        convert: impl FnOnce(W) -> T,
     ) -> Result<T, PluginError>
     where
         P: ComponentNamedList + Lower + Send + Sync + 'static,
-        T: Send + Sync + 'static,
-        (Result<T, WitError>,): ComponentNamedList + Lift,
+        W: Send + Sync + 'static,
+        (Result<W, WitError>,): ComponentNamedList + Lift,
+        T: Serialize,
     {
-        self.call_export_with(plugin, world, func, params, CallScope::default())
+        self.require(plugin, export)?;
+        let r = self
+            .call_export_with(plugin, world, export.name, params, scope)
+            .await?;
+        self.converted(plugin, export, convert(r))
+    }
+
+    /// An OAuth export (contract 0.2): the forge's OAuth client and one string, on behalf of
+    /// the client (its token URL's origin).
+    async fn oauth_export<W, T>(
+        &self,
+        plugin: &str,
+        name: &'static str,
+        client: OAuthClient,
+        text: &str,
+        convert: impl FnOnce(W) -> T,
+    ) -> Result<T, PluginError>
+    where
+        W: Send + Sync + 'static,
+        (Result<W, WitError>,): ComponentNamedList + Lift,
+        T: Serialize,
+    {
+        let (world, export) = (WorldKind::ForgeAdapter, Export::new(name).since_v0_2());
+        let scope = CallScope::oauth(&client);
+        let params = (convert::oauth_client(client), text.to_string());
+        self.plain_export(plugin, world, export, params, scope, convert)
             .await
     }
 
-    /// [`Self::call_export`] on behalf of `scope` (a forge's grant, and its certificate
-    /// unchecked when the forge is marked `skip_verify`).
+    /// [`Self::require_v0_2`] for an export that contract 0.1 lacks.
+    fn require(&self, plugin: &str, export: Export) -> Result<(), PluginError> {
+        if export.since_v0_2 {
+            self.require_v0_2(plugin, export.name)?;
+        }
+        Ok(())
+    }
+
+    /// `value`, held to the output limit unless `export` is exempt.
+    fn converted<T: Serialize>(
+        &self,
+        plugin: &str,
+        export: Export,
+        value: T,
+    ) -> Result<T, PluginError> {
+        if export.checked {
+            self.check_output(plugin, &value)?;
+        }
+        Ok(value)
+    }
+
+    /// Calls export `func` (its WIT name) of `plugin`, a `world` plugin, on a fresh instance
+    /// (see [`Self::call`]), on behalf of `scope` (a forge's grant, and its certificate
+    /// unchecked when the forge is marked `skip_verify`). The export's
+    /// `result<T, plugin-error>` becomes `Ok(T)` or [`PluginError::Plugin`].
     async fn call_export_with<P, T>(
         &self,
         plugin: &str,
@@ -1143,6 +971,116 @@ forge_args!();
 forge_args!(A);
 forge_args!(A, B);
 forge_args!(A, B, C);
+
+/// How a wrapper calls one export: its WIT name, whether contract 0.1 lacks it (then it is
+/// answered [`PluginError::Unsupported`] without a call), and whether its converted answer
+/// is held to the instance's `max_output_bytes` (not for answers of a fixed small size).
+#[derive(Debug, Clone, Copy)]
+struct Export {
+    name: &'static str,
+    since_v0_2: bool,
+    checked: bool,
+}
+
+impl Export {
+    const fn new(name: &'static str) -> Export {
+        Export {
+            name,
+            since_v0_2: false,
+            checked: true,
+        }
+    }
+
+    const fn since_v0_2(self) -> Export {
+        Export {
+            since_v0_2: true,
+            ..self
+        }
+    }
+
+    const fn unchecked(self) -> Export {
+        Export {
+            checked: false,
+            ..self
+        }
+    }
+}
+
+/// An answer whose WIT and host types are the same.
+fn same<T>(value: T) -> T {
+    value
+}
+
+/// `convert` over a list answer.
+fn each<W, T>(convert: fn(W) -> T) -> impl FnOnce(Vec<W>) -> Vec<T> {
+    move |list| list.into_iter().map(convert).collect()
+}
+
+/// `convert` over an optional answer.
+fn maybe<W, T>(convert: fn(W) -> T) -> impl FnOnce(Option<W>) -> Option<T> {
+    move |value| value.map(convert)
+}
+
+/// The forge-API wrappers, one line each: `name(args) -> answer = "export" [options] =>
+/// conversion`. Each becomes `pub async fn name(&self, plugin, ctx, args)`, calling the
+/// export with the context and the arguments (borrowed ones owned) through
+/// [`PluginHost::forge_export`].
+macro_rules! forge_api_exports {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($arg:ident: $ty:ty),*) -> $out:ty
+            = $export:literal $(.$option:ident())* => $convert:expr;
+    )*) => {
+        impl PluginHost {$(
+            $(#[$doc])*
+            pub async fn $name(
+                &self,
+                plugin: &str,
+                ctx: ApiContext,
+                $($arg: $ty),*
+            ) -> Result<$out, PluginError> {
+                let export = Export::new($export)$(.$option())*;
+                let args = ($($arg.to_owned(),)*);
+                self.forge_export(plugin, export, ctx, args, $convert).await
+            }
+        )*}
+    };
+}
+
+forge_api_exports! {
+    fn repo_info(full_name: &str) -> Repo = "repo-info" => convert::repo;
+    fn dir_at(full_name: &str, commit: &str, path: &str) -> Vec<String> = "dir-at" => same;
+    fn branches(full_name: &str) -> Vec<String> = "branches" => same;
+    /// The files pull request `pr_number` of `full_name` changes.
+    fn changed_files(full_name: &str, pr_number: u64) -> Vec<String> = "changed-files" => same;
+    /// The commit `branch` of `full_name` points at.
+    fn branch_head(full_name: &str, branch: &str) -> CommitInfo
+        = "branch-head" => convert::commit_info;
+    /// Makes the forge call `url` for `full_name`'s events, signed with `secret`.
+    fn create_hook(full_name: &str, url: &str, secret: &str) -> ()
+        = "create-hook".unchecked() => same;
+    /// Removes `full_name`'s hooks that call `url`.
+    fn delete_hook(full_name: &str, url: &str) -> () = "delete-hook".unchecked() => same;
+    /// The account `ctx.token` belongs to.
+    fn current_user() -> ForgeUser = "current-user".since_v0_2() => convert::forge_user;
+    /// Page `page` (from 1) of the user's repositories with their permissions.
+    fn user_repos(page: u32, per_page: u32) -> Vec<RepoWithPerm>
+        = "user-repos".since_v0_2() => each(convert::repo_with_perm);
+    /// The user's permissions on `full_name`.
+    fn repo_perm(full_name: &str) -> Perm
+        = "repo-perm".since_v0_2().unchecked() => convert::perm;
+    /// Page `page` (from 1) of the organisations the user belongs to.
+    fn user_orgs(page: u32, per_page: u32) -> Vec<Team>
+        = "user-orgs".since_v0_2() => each(convert::team);
+    /// Whether `login` is a member (and admin) of `org`.
+    fn org_membership(org: &str, login: &str) -> OrgMembership
+        = "org-membership".since_v0_2().unchecked() => convert::org_membership;
+    /// Page `page` (from 1) of `full_name`'s open pull requests.
+    fn pull_requests(full_name: &str, page: u32, per_page: u32) -> Vec<PullRequestInfo>
+        = "pull-requests".since_v0_2() => each(convert::pull_request);
+    /// The `.netrc` entry for cloning `clone_url` as the user.
+    fn netrc(clone_url: &str) -> NetrcInfo = "netrc".since_v0_2() => convert::netrc;
+}
 
 /// Instantiates `loaded` in `store` and calls its export `func` with `params`. Only this
 /// function's type is checked (the bindings' `*Pre::instantiate` would check every export's

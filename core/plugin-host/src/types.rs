@@ -345,11 +345,15 @@ pub enum StatusState {
     Killed,
 }
 
+/// A commit status to show on the forge: the server posts one per workflow of a pipeline.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitStatus {
+    /// The workflow's state; each adapter maps it to what its forge has.
     pub state: StatusState,
+    /// The status's name on the forge (`ci/woodpecker/<event>/<workflow>`).
     pub context: String,
     pub description: String,
+    /// The workflow's page on the server.
     pub target_url: String,
     /// The pipeline's branch (a pull request's target branch); empty when it has none.
     pub branch: String,

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix};
 
-pub const RECORD_TYPE: &str = "agents";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Agents;
 
 /// Sealing purpose of agent tokens.
 pub const SEAL_PURPOSE: &str = "ci-agent-token";

@@ -144,7 +144,8 @@ mod tests {
                     repo_id: None,
                 };
                 let action = crate::events::Action::Created;
-                crate::events::append(c, "things", action, 1, &serde_json::json!({}), owner)?;
+                let users = crate::events::RecordType::Users;
+                crate::events::append(c, users, action, 1, &serde_json::json!({}), owner)?;
                 Ok(())
             })
             .await

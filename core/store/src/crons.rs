@@ -36,7 +36,7 @@ use super::events::{self, Action};
 use super::secrets::ResourceScope;
 use super::{StoreError, StoreResult, now_unix};
 
-pub const RECORD_TYPE: &str = "crons";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Crons;
 
 pub const DEFAULT_TIMEZONE: &str = "UTC";
 /// Longest name / branch / schedule accepted.

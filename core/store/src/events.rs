@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::{StoreResult, now_unix_ms};
 
+/// What happened to a record: the second half of an event's type (`users.created`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Created,
@@ -22,12 +23,84 @@ pub enum Action {
 }
 
 impl Action {
+    pub const ALL: [Action; 3] = [Action::Created, Action::Updated, Action::Deleted];
+
+    /// The stored name, as the feed shows it.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Created => "created",
             Action::Updated => "updated",
             Action::Deleted => "deleted",
         }
+    }
+
+    /// The action named `text`, if it is one.
+    pub fn parse(text: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == text)
+    }
+}
+
+/// Which kind of record an event is about: the first half of an event's type. Each is
+/// recorded by the store module of its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordType {
+    Users,
+    Orgs,
+    Repos,
+    Forges,
+    Pipelines,
+    Workflows,
+    Steps,
+    Secrets,
+    Registries,
+    Agents,
+    Crons,
+    ParticipationKeys,
+}
+
+impl RecordType {
+    pub const ALL: [RecordType; 12] = [
+        RecordType::Users,
+        RecordType::Orgs,
+        RecordType::Repos,
+        RecordType::Forges,
+        RecordType::Pipelines,
+        RecordType::Workflows,
+        RecordType::Steps,
+        RecordType::Secrets,
+        RecordType::Registries,
+        RecordType::Agents,
+        RecordType::Crons,
+        RecordType::ParticipationKeys,
+    ];
+
+    /// The stored name, as the feed shows it and its `record_type` filter takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordType::Users => "users",
+            RecordType::Orgs => "orgs",
+            RecordType::Repos => "repos",
+            RecordType::Forges => "forges",
+            RecordType::Pipelines => "pipelines",
+            RecordType::Workflows => "workflows",
+            RecordType::Steps => "steps",
+            RecordType::Secrets => "secrets",
+            RecordType::Registries => "registries",
+            RecordType::Agents => "agents",
+            RecordType::Crons => "crons",
+            RecordType::ParticipationKeys => "participation_keys",
+        }
+    }
+
+    /// The record type named `text`, if it is one.
+    pub fn parse(text: &str) -> Option<RecordType> {
+        RecordType::ALL.into_iter().find(|t| t.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for RecordType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -82,6 +155,15 @@ impl<B> StoredEvent<B> {
     pub fn event_type(&self) -> String {
         format!("{}.{}", self.record_type, self.action)
     }
+
+    /// The record type and action, parsed; `None` for names this version does not know
+    /// (the stored names are kept as text so the feed serves any event as it was recorded).
+    pub fn kind(&self) -> Option<(RecordType, Action)> {
+        Some((
+            RecordType::parse(&self.record_type)?,
+            Action::parse(&self.action)?,
+        ))
+    }
 }
 
 /// The newest event's sequence number (0 when there is none).
@@ -109,7 +191,7 @@ pub fn push_id(out: &mut String, seq: i64) {
 /// it when the job ends.)
 pub fn append<T: Serialize>(
     conn: &Tx,
-    record_type: &str,
+    record_type: RecordType,
     action: Action,
     record_id: impl ToString,
     object: &T,
@@ -131,7 +213,7 @@ pub fn append<T: Serialize>(
 /// false) when no field changed.
 pub fn append_update<T: Serialize>(
     conn: &Tx,
-    record_type: &str,
+    record_type: RecordType,
     record_id: impl ToString,
     before: &T,
     after: &T,
@@ -156,7 +238,7 @@ pub fn append_update<T: Serialize>(
 
 fn insert(
     conn: &Tx,
-    record_type: &str,
+    record_type: RecordType,
     action: Action,
     record_id: &str,
     object: &Value,
@@ -167,7 +249,7 @@ fn insert(
     conn.lock_outbox()?;
     let event = HeldEvent {
         created_ms: now_unix_ms(),
-        record_type: record_type.to_string(),
+        record_type: record_type.as_str(),
         action: action.as_str(),
         record_id: record_id.to_string(),
         object: object.to_string(),
@@ -184,7 +266,7 @@ fn insert(
 /// job ends ([`Tx::defer_events`]), so that a job's events cost one statement.
 pub(crate) struct HeldEvent {
     created_ms: i64,
-    record_type: String,
+    record_type: &'static str,
     action: &'static str,
     record_id: String,
     object: String,
@@ -578,10 +660,14 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         for i in 1..=n {
-            let kind = if i % 2 == 0 { "repos" } else { "users" };
+            let kind = if i % 2 == 0 {
+                RecordType::Repos
+            } else {
+                RecordType::Users
+            };
             let owner = Owner {
                 org_id: Some(i % 3),
-                repo_id: (kind == "repos").then_some(i),
+                repo_id: (kind == RecordType::Repos).then_some(i),
             };
             append(
                 &Tx::new(&conn),
@@ -715,7 +801,7 @@ mod tests {
         // Sequence numbers are never reused after pruning.
         append(
             &c,
-            "users",
+            RecordType::Users,
             Action::Created,
             1,
             &json!({}),
@@ -731,13 +817,44 @@ mod tests {
     }
 
     #[test]
+    fn record_types_and_actions_parse_back_from_their_names() {
+        for t in RecordType::ALL {
+            assert_eq!(RecordType::parse(t.as_str()), Some(t));
+        }
+        for a in Action::ALL {
+            assert_eq!(Action::parse(a.as_str()), Some(a));
+        }
+        assert_eq!(RecordType::ParticipationKeys.as_str(), "participation_keys");
+        assert_eq!(RecordType::parse("things"), None);
+        assert_eq!(Action::parse("Created"), None);
+    }
+
+    #[test]
     fn update_without_change_writes_nothing() {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         let v = json!({"login": "a"});
-        assert!(!append_update(&Tx::new(&conn), "users", 1, &v, &v, Owner::default()).unwrap());
+        assert!(
+            !append_update(
+                &Tx::new(&conn),
+                RecordType::Users,
+                1,
+                &v,
+                &v,
+                Owner::default()
+            )
+            .unwrap()
+        );
         let changed = json!({"login": "b"});
-        append_update(&Tx::new(&conn), "users", 1, &v, &changed, Owner::default()).unwrap();
+        append_update(
+            &Tx::new(&conn),
+            RecordType::Users,
+            1,
+            &v,
+            &changed,
+            Owner::default(),
+        )
+        .unwrap();
         let events = list_after(&Tx::new(&conn), 0, 10).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event_type(), "users.updated");

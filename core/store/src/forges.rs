@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult};
 
-pub const RECORD_TYPE: &str = "forges";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Forges;
 
 /// The kinds of forge. `Git` is Woodlark's own (local repositories, served through the `git`
 /// binary); the others are Woodpecker's forge types, served by forge-adapter plugins.

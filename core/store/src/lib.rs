@@ -131,7 +131,7 @@ impl StoreError {
 fn delete_recorded<T: serde::Serialize>(
     conn: &Tx,
     table: &str,
-    record_type: &str,
+    record_type: events::RecordType,
     id: i64,
     rendering: &T,
     owner: events::Owner,
@@ -154,7 +154,7 @@ fn delete_recorded<T: serde::Serialize>(
 fn delete_scope_recorded<R, T: serde::Serialize>(
     conn: &Tx,
     table: &str,
-    record_type: &str,
+    record_type: events::RecordType,
     scope: secrets::ResourceScope,
     columns: &str,
     from_row: fn(&crate::Row<'_>) -> rusqlite::Result<R>,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult};
 
-pub const RECORD_TYPE: &str = "orgs";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Orgs;
 
 /// An organisation as the API renders it (Woodpecker's `Org`).
 #[derive(Debug, Clone, PartialEq, Serialize)]

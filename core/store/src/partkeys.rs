@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix};
 
-pub const RECORD_TYPE: &str = "participation_keys";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::ParticipationKeys;
 
 /// The schema of the participation-key tables (to be added as a migration).
 pub const SCHEMA: &str = r#"

@@ -21,9 +21,9 @@ use woodlark_pipeline::event::WebhookEvent;
 use woodlark_pipeline::status::Status;
 use woodlark_pipeline::types::{Commit, ConfigFile, PipelineError};
 
-pub const PIPELINES: &str = "pipelines";
-pub const WORKFLOWS: &str = "workflows";
-pub const STEPS: &str = "steps";
+pub const PIPELINES: events::RecordType = events::RecordType::Pipelines;
+pub const WORKFLOWS: events::RecordType = events::RecordType::Workflows;
+pub const STEPS: events::RecordType = events::RecordType::Steps;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct CancelInfo {

@@ -17,7 +17,7 @@ use super::events::{self, Action};
 use super::secrets::ResourceScope;
 use super::{PIPELINE_SCOPES, StoreError, StoreResult};
 
-pub const RECORD_TYPE: &str = "registries";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Registries;
 
 /// Sealing purpose of registry passwords.
 pub const SEAL_PURPOSE: &str = "ci-registry-password";

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix};
 
-pub const RECORD_TYPE: &str = "repos";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Repos;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Trusted {

@@ -16,7 +16,7 @@ use super::events::{self, Action, Owner};
 use super::{PIPELINE_SCOPES, StoreError, StoreResult};
 use woodlark_pipeline::event::WebhookEvent;
 
-pub const RECORD_TYPE: &str = "secrets";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Secrets;
 
 /// Sealing purpose of secret values (bound into the ciphertext).
 pub const SEAL_PURPOSE: &str = "ci-secret-value";

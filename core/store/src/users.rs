@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::events::{self, Action, Owner};
 use super::{StoreError, StoreResult, now_unix, orgs};
 
-pub const RECORD_TYPE: &str = "users";
+pub const RECORD_TYPE: events::RecordType = events::RecordType::Users;
 
 /// A user as the API renders it (Woodpecker's `User`).
 #[derive(Debug, Clone, PartialEq, Serialize)]

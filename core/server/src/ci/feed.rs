@@ -19,9 +19,17 @@ use tokio::sync::broadcast;
 
 use crate::pipeline::status::{self, Status};
 use crate::store::Store;
-use crate::store::events::{self, Direction, Filter, StoredEvent};
-use crate::store::pipelines::{self, PIPELINES, Pipeline, STEPS, Step, WORKFLOWS, Workflow};
+use crate::store::events::{self, Action, Direction, Filter, RecordType, StoredEvent};
+use crate::store::pipelines::{self, Pipeline, Step, Workflow};
 use crate::store::repos::{self, Repo, Visibility};
+
+/// The record types a pipeline is rebuilt from, and the repositories it is shown with.
+const FOLLOWED: [RecordType; 4] = [
+    RecordType::Pipelines,
+    RecordType::Workflows,
+    RecordType::Steps,
+    RecordType::Repos,
+];
 
 /// Messages kept for subscribers that fall behind.
 const FEED_CAPACITY: usize = 4096;
@@ -119,12 +127,7 @@ impl PipelineFeed {
         let mut tracked: HashMap<i64, Tracked> = HashMap::new();
         let mut repos_seen: HashMap<i64, Repo> = HashMap::new();
         let filter = Filter {
-            record_types: vec![
-                PIPELINES.into(),
-                WORKFLOWS.into(),
-                STEPS.into(),
-                repos::RECORD_TYPE.into(),
-            ],
+            record_types: FOLLOWED.iter().map(|t| t.as_str().into()).collect(),
             ..Filter::default()
         };
         loop {
@@ -177,18 +180,24 @@ impl PipelineFeed {
             let mut touched = HashSet::new();
             for event in &batch {
                 last = event.seq;
-                let Some(pid) = feed.apply(&mut tracked, &mut repos_seen, event).await else {
+                let Some((record, action)) = event.kind() else {
+                    continue;
+                };
+                let Some(pid) = feed
+                    .apply(&mut tracked, &mut repos_seen, event, record, action)
+                    .await
+                else {
                     continue;
                 };
                 touched.insert(pid);
-                if event.action == "created" && event.record_type != PIPELINES {
+                if action == Action::Created && record != RecordType::Pipelines {
                     dirty = Some(pid);
                     continue;
                 }
                 if let Some(d) = dirty.take().filter(|d| *d != pid) {
                     feed.publish(&tracked, &mut repos_seen, d).await;
                 }
-                if event.action == "created" {
+                if action == Action::Created {
                     dirty = Some(pid);
                 } else {
                     feed.publish(&tracked, &mut repos_seen, pid).await;
@@ -214,29 +223,34 @@ impl PipelineFeed {
         }
     }
 
-    /// Applies one event; returns the pipeline it concerns.
+    /// Applies one event (of `record`, `action`: its parsed kind); returns the pipeline it
+    /// concerns.
     async fn apply(
         &self,
         tracked: &mut HashMap<i64, Tracked>,
         repos_seen: &mut HashMap<i64, Repo>,
         event: &StoredEvent,
+        record: RecordType,
+        action: Action,
     ) -> Option<i64> {
-        if event.record_type == repos::RECORD_TYPE {
+        if record == RecordType::Repos {
             if let Ok(repo) = Repo::deserialize(&event.object) {
                 repos_seen.insert(repo.id, repo);
             }
             return None;
         }
-        let pipeline_id = match event.record_type.as_str() {
-            PIPELINES => event.object["id"].as_i64()?,
-            _ => event.object["pipeline_id"].as_i64()?,
+        let pipeline_id = match record {
+            RecordType::Pipelines => event.object["id"].as_i64()?,
+            RecordType::Workflows | RecordType::Steps => event.object["pipeline_id"].as_i64()?,
+            // Not followed (see `FOLLOWED`).
+            _ => return None,
         };
-        if event.action == "deleted" && event.record_type == PIPELINES {
+        if action == Action::Deleted && record == RecordType::Pipelines {
             tracked.remove(&pipeline_id);
             return None;
         }
         if !tracked.contains_key(&pipeline_id) {
-            if event.record_type == PIPELINES && event.action == "created" {
+            if record == RecordType::Pipelines && action == Action::Created {
                 let p = Pipeline::deserialize(&event.object).ok()?;
                 tracked.insert(pipeline_id, Tracked::from_db(event.repo_id.unwrap_or(0), p));
                 return Some(pipeline_id);
@@ -251,34 +265,35 @@ impl PipelineFeed {
             return Some(pipeline_id);
         }
         let t = tracked.get_mut(&pipeline_id)?;
-        match event.record_type.as_str() {
-            PIPELINES => {
+        match record {
+            RecordType::Pipelines => {
                 if let Ok(mut p) = Pipeline::deserialize(&event.object) {
                     p.workflows = None;
                     t.pipeline = p;
                 }
             }
-            WORKFLOWS => {
+            RecordType::Workflows => {
                 if let Ok(wf) = Workflow::deserialize(&event.object) {
-                    if event.action == "deleted" {
+                    if action == Action::Deleted {
                         t.workflows.remove(&wf.id);
                     } else {
                         t.workflows.insert(wf.id, wf);
                     }
                 }
             }
-            _ => {
+            RecordType::Steps => {
                 let wf_id = event.object["ppid"]
                     .as_i64()
                     .and_then(|ppid| t.workflows.values().find(|w| w.pid == ppid).map(|w| w.id));
                 if let (Ok(s), Some(wf_id)) = (Step::deserialize(&event.object), wf_id) {
-                    if event.action == "deleted" {
+                    if action == Action::Deleted {
                         t.steps.remove(&s.id);
                     } else {
                         t.steps.insert(s.id, (wf_id, s));
                     }
                 }
             }
+            _ => {}
         }
         Some(pipeline_id)
     }

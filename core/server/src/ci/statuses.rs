@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Semaphore, broadcast, watch};
 
 use super::Services;
-use super::forge::{CommitStatus, ForgeDriver, ForgeError};
+use super::forge::{CommitStatus, ForgeDriver, ForgeError, StatusState};
 use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::status::{self, Status};
 use crate::store::pipelines::{self, Pipeline, Workflow};
@@ -224,7 +224,7 @@ async fn post_pipeline(ci: &Services, repo_id: i64, pipeline_id: i64, last: &mut
                     repo = repo.repo.full_name,
                     pipeline = pipeline.number,
                     context = status.context,
-                    state = %status.state,
+                    state = %workflow.state,
                     error = %err,
                     "commit status not posted"
                 );
@@ -272,7 +272,7 @@ fn commit_status(
         other => other.as_str(),
     };
     CommitStatus {
-        state: workflow.state,
+        state: status_state(workflow.state),
         context: format!(
             "{}/{event}/{}",
             ci.settings.pipeline.status_context, workflow.name
@@ -290,6 +290,19 @@ fn commit_status(
         event: pipeline.event.as_str().to_string(),
         started: pipeline.started,
         finished: pipeline.finished,
+    }
+}
+
+/// A pipeline state as the contract's status states name it (each adapter maps them to its
+/// forge's, as upstream does).
+fn status_state(state: Status) -> StatusState {
+    match state {
+        Status::Pending | Status::Blocked | Status::Created => StatusState::Pending,
+        Status::Running => StatusState::Running,
+        Status::Success | Status::Skipped => StatusState::Success,
+        Status::Failure => StatusState::Failure,
+        Status::Killed | Status::Canceled | Status::Declined => StatusState::Killed,
+        _ => StatusState::Error,
     }
 }
 
@@ -317,5 +330,13 @@ mod tests {
         assert_eq!(description(Status::Error), "Pipeline failed");
         assert_eq!(description(Status::Killed), "Pipeline was canceled");
         assert_eq!(description(Status::Blocked), "Pipeline is pending approval");
+    }
+
+    #[test]
+    fn states_map_to_the_contracts() {
+        assert_eq!(status_state(Status::Blocked), StatusState::Pending);
+        assert_eq!(status_state(Status::Skipped), StatusState::Success);
+        assert_eq!(status_state(Status::Declined), StatusState::Killed);
+        assert_eq!(status_state(Status::Error), StatusState::Error);
     }
 }

@@ -256,15 +256,9 @@ fn current_branch(workspace: &Path) -> String {
 
 /// `git <args>` in `dir`, trimmed; `None` outside a repository or without git.
 fn git_output(dir: &Path, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !text.is_empty()).then_some(text)
+    let text = woodlark_git::Git::in_dir(dir, args).stdout().ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// The compiled pipeline and what every workflow's [`Work`] repeats.

@@ -367,7 +367,7 @@ mod tests {
         let event = |c: &crate::Tx, id: &str| {
             events::append(
                 c,
-                "test",
+                events::RecordType::Users,
                 Action::Created,
                 id,
                 &serde_json::json!({}),
@@ -422,7 +422,7 @@ mod tests {
         fn event(c: &crate::Tx, id: String) -> crate::StoreResult<()> {
             events::append(
                 c,
-                "test",
+                events::RecordType::Users,
                 Action::Created,
                 id,
                 &serde_json::json!({}),

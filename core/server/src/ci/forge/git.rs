@@ -7,11 +7,12 @@
 //! to the server's hook endpoint, so `git push` starts pipelines with no network forge.
 
 use std::path::{Component, Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use woodlark_git::diff as git_diff;
-use woodlark_git::{CatFile, Commit, GitError, Kind, Object, TreeEntry, hex, with_session};
+use woodlark_git::{
+    CatFile, CommandError, Commit, Git, GitError, Kind, Object, TreeEntry, hex, with_session,
+};
 
 use super::{
     CONFIG_DIR, CONFIG_FILES, ForgeDriver, ForgeError, PullRequest, RemoteRepo, off_runtime,
@@ -30,6 +31,12 @@ const LIST_MAX: usize = 2000;
 
 impl From<GitError> for ForgeError {
     fn from(err: GitError) -> ForgeError {
+        ForgeError::Failed(err.to_string())
+    }
+}
+
+impl From<CommandError> for ForgeError {
+    fn from(err: CommandError) -> ForgeError {
         ForgeError::Failed(err.to_string())
     }
 }
@@ -204,21 +211,7 @@ fn head_branch(dir: &Path) -> Option<String> {
 
 /// Runs `git` in `dir`; stdout on success.
 fn git(dir: &Path, args: &[&str]) -> Result<String, ForgeError> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .output()
-        .map_err(|e| ForgeError::Failed(format!("cannot run git: {e}")))?;
-    if !out.status.success() {
-        return Err(ForgeError::Failed(format!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(Git::in_dir(dir, args).without_prompt().stdout()?)
 }
 
 /// The blocking answers, one per [`ForgeDriver`] call; the trait impl below runs each on

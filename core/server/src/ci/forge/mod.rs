@@ -21,6 +21,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use woodlark_stdx::{Classify, Fault};
 
+/// A commit status to show on the forge, one per workflow of a pipeline: the plugin
+/// contract's own type, so no driver converts it.
+pub use woodlark_plugin_host::{CommitStatus, StatusState};
+
 use super::Services;
 use crate::pipeline::types::Commit;
 use crate::runner::protocol::Netrc;
@@ -120,26 +124,6 @@ pub struct ForgePerm {
 pub struct Membership {
     pub member: bool,
     pub admin: bool,
-}
-
-/// A commit status to show on the forge: one per workflow of a pipeline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitStatus {
-    /// The workflow's state (the driver maps it to what its forge has).
-    pub state: crate::pipeline::status::Status,
-    /// The status's name on the forge: `ci/woodpecker/<event>/<workflow>`.
-    pub context: String,
-    pub description: String,
-    /// The workflow's page on this server.
-    pub target_url: String,
-    /// The pipeline's branch (Bitbucket shows statuses per ref).
-    pub branch: String,
-    /// The pipeline's event, as upstream names it.
-    pub event: String,
-    /// The pipeline's start and end, Unix seconds (0 until then): Bitbucket Data Center
-    /// shows a build's duration.
-    pub started: i64,
-    pub finished: i64,
 }
 
 /// Where the browser goes to sign in, and where the forge sends it back.

@@ -22,8 +22,7 @@ use std::sync::Arc;
 
 use woodlark_plugin_host::config::Origin;
 use woodlark_plugin_host::{
-    ApiContext, ErrorKind, ForgeGrant, NamedSecret, OAuthClient, PluginError, PluginHost,
-    StatusState, WorldKind,
+    ApiContext, ErrorKind, ForgeGrant, NamedSecret, OAuthClient, PluginError, PluginHost, WorldKind,
 };
 
 use super::drivers::PluginContext;
@@ -33,7 +32,6 @@ use super::{
 };
 use crate::auth::sealing::SealError;
 use crate::ci::{Settings, forge_secrets};
-use crate::pipeline::status::Status;
 use crate::pipeline::types::{Commit, ConfigFile};
 use crate::runner::protocol::Netrc;
 use crate::store::forges::{API_URL_OPTION, Forge, ForgeKind, ForgeRow, PLUGIN_OPTION};
@@ -244,19 +242,6 @@ fn forge_perm(p: woodlark_plugin_host::Perm) -> ForgePerm {
         pull: p.pull,
         push: p.push,
         admin: p.admin,
-    }
-}
-
-/// A pipeline state as the contract's status states name it (each adapter maps them to its
-/// forge's, as upstream does).
-fn status_state(state: Status) -> StatusState {
-    match state {
-        Status::Pending | Status::Blocked | Status::Created => StatusState::Pending,
-        Status::Running => StatusState::Running,
-        Status::Success | Status::Skipped => StatusState::Success,
-        Status::Failure => StatusState::Failure,
-        Status::Killed | Status::Canceled | Status::Declined => StatusState::Killed,
-        _ => StatusState::Error,
     }
 }
 
@@ -569,22 +554,12 @@ impl ForgeDriver for PluginForge {
         commit: &str,
         status: &CommitStatus,
     ) -> Result<(), ForgeError> {
-        let status = woodlark_plugin_host::CommitStatus {
-            state: status_state(status.state),
-            context: status.context.clone(),
-            description: status.description.clone(),
-            target_url: status.target_url.clone(),
-            branch: status.branch.clone(),
-            event: status.event.clone(),
-            started: status.started,
-            finished: status.finished,
-        };
         call(self.host.post_status(
             &self.plugin,
             self.api.clone(),
             &repo.full_name,
             commit,
-            status,
+            status.clone(),
         ))
         .await
     }

@@ -7,12 +7,10 @@
 //! config (`GIT_CONFIG_*`, readable only by this user; never on the command line, never in the
 //! URL), the call is bounded by a timeout, and only the exact ref `refs/heads/<branch>` counts.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
+use woodlark_git::command::Output;
 
 use super::ForgeError;
 
@@ -33,25 +31,14 @@ pub fn branch_head(
         )));
     }
     let wanted = format!("refs/heads/{branch}");
-    let mut cmd = Command::new("git");
-    cmd.args(["ls-remote", "--heads", clone_url, &wanted])
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
-        // Its own process group, so a timeout also ends git's transport helper.
-        .process_group(0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if !token.is_empty() && (clone_url.starts_with("https://") || clone_url.starts_with("http://"))
-    {
+    let header = (!token.is_empty()
+        && (clone_url.starts_with("https://") || clone_url.starts_with("http://")))
+    .then(|| {
         let basic = base64::engine::general_purpose::STANDARD.encode(format!("oauth2:{token}"));
-        cmd.env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "http.extraHeader")
-            .env(
-                "GIT_CONFIG_VALUE_0",
-                format!("Authorization: Basic {basic}"),
-            );
-    }
-    let (stdout, stderr) = run_bounded(cmd, timeout)?;
+        format!("Authorization: Basic {basic}")
+    });
+    let Output { stdout, stderr } =
+        woodlark_git::command::ls_remote_heads(clone_url, &wanted, header.as_deref(), timeout)?;
     for line in stdout.lines() {
         if let Some((sha, name)) = line.split_once('\t')
             && name == wanted
@@ -95,54 +82,6 @@ fn check_branch_name(branch: &str) -> Result<(), ForgeError> {
 
 fn is_commit_id(s: &str) -> bool {
     matches!(s.len(), 40 | 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// Runs `cmd` to completion or kills it after `timeout`; returns stdout and stderr.
-fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<(String, String), ForgeError> {
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ForgeError::Failed(format!("cannot run git: {e}")))?;
-    // Drain both pipes on their own threads so a chatty remote cannot block the child.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(pipe) = pipe {
-                let _ = pipe.take(1 << 20).read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                crate::runner::process::kill_process_group(child.id() as i32);
-                let _ = child.wait();
-                return Err(ForgeError::Failed(format!(
-                    "git ls-remote did not answer within {} s",
-                    timeout.as_secs_f32()
-                )));
-            }
-            Err(e) => return Err(ForgeError::Failed(format!("waiting for git: {e}"))),
-        }
-    }
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    Ok((stdout, stderr))
 }
 
 #[cfg(test)]
@@ -201,27 +140,5 @@ mod tests {
             branch_head("--upload-pack=x", "", "main", TIMEOUT),
             Err(ForgeError::Invalid(_))
         ));
-    }
-
-    #[test]
-    fn a_silent_remote_times_out() {
-        // Accepts the connection and never answers.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let _hold = std::thread::spawn(move || {
-            let conns: Vec<_> = listener.incoming().take(2).collect();
-            std::thread::sleep(Duration::from_secs(5));
-            drop(conns);
-        });
-        let started = Instant::now();
-        let err = branch_head(
-            &format!("http://{addr}/o/r.git"),
-            "secret-token",
-            "main",
-            Duration::from_millis(500),
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("did not answer"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(3));
     }
 }
