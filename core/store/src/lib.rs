@@ -114,6 +114,20 @@ impl woodlark_stdx::Classify for StoreError {
 pub type StoreResult<T> = Result<T, StoreError>;
 
 impl StoreError {
+    /// Whether PostgreSQL ended the session with this error: it is shutting down (a fast
+    /// or smart stop says goodbye to every session with `57P01`), crashed, or refused the
+    /// session as it starts up. The client may only learn that the socket closed a moment
+    /// later, so a session that got one of these is treated as lost at once.
+    pub fn ends_session(&self) -> bool {
+        let StoreError::Postgres(e) = self else {
+            return false;
+        };
+        e.as_db_error().is_some_and(|db| {
+            matches!(db.code().code(), "57P01" | "57P02" | "57P03")
+                || matches!(db.severity(), "FATAL" | "PANIC")
+        })
+    }
+
     /// A row broke a `UNIQUE`, `CHECK`, `NOT NULL` or foreign-key rule (on either engine).
     pub fn is_constraint_violation(&self) -> bool {
         match self {
@@ -841,7 +855,9 @@ where
     if snapshot && let Err(err) = session.tx().execute_batch(BEGIN) {
         // Cut since it last answered: nothing of `f` ran yet, so once more on a new session.
         match &inner.revive {
-            Some(revive) if session.is_lost() => {
+            Some(revive) if session.is_lost() || err.ends_session() => {
+                // (Counted as a loss first, so the session is checked before it is kept.)
+                revive.lost();
                 revive.ensure_reader(session)?;
                 session.tx().execute_batch(BEGIN)?;
             }
@@ -857,10 +873,12 @@ where
             .map_err(|_| StoreError::Unavailable("a read panicked".into()))
     };
     let mut result = run(session, &mut f);
+    let ended = matches!(&result, Ok(Err(e)) if e.ends_session());
     if let Some(revive) = &inner.revive
-        && session.is_lost()
+        && (session.is_lost() || ended)
     {
         if kind == ReadKind::OneStatement && matches!(result, Ok(Err(_))) {
+            revive.lost();
             // A one-statement read sent nothing before `f`'s statement, which found the
             // cut: once more on a new session (the loss counted there). A snapshot read
             // found it at its BEGIN, above.
@@ -1385,11 +1403,14 @@ fn run_batch_revived(
         tracing::error!(%err, jobs = batch.len(), "the store's writer has no session");
         return;
     }
-    if let Some(batch) = run_batch(&conn.tx(), batch, generation)
-        && conn.is_lost()
-        && revive.ensure_writer(conn).is_ok()
+    if let Some((batch, err)) = run_batch(&conn.tx(), batch, generation)
+        && (conn.is_lost() || err.ends_session())
     {
-        drop(run_batch(&conn.tx(), batch, generation));
+        // (Counted as a loss first, so the session is checked before it is kept.)
+        revive.lost();
+        if revive.ensure_writer(conn).is_ok() {
+            drop(run_batch(&conn.tx(), batch, generation));
+        }
     }
     if conn.is_lost() {
         // The other sessions are checked before their next use.
@@ -1399,7 +1420,11 @@ fn run_batch_revived(
 
 /// Runs `batch` in one transaction; gives the jobs back, none of them run, if the
 /// transaction cannot begin.
-fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) -> Option<Vec<WriteJob>> {
+fn run_batch(
+    conn: &Tx,
+    batch: Vec<WriteJob>,
+    generation: &Generation,
+) -> Option<(Vec<WriteJob>, StoreError)> {
     let begin = match conn.dialect() {
         // Takes the write lock now, not at the first write (no deadlock upgrading it later).
         Dialect::Sqlite => "BEGIN IMMEDIATE",
@@ -1425,7 +1450,7 @@ fn run_batch(conn: &Tx, batch: Vec<WriteJob>, generation: &Generation) -> Option
         tracing::error!(%err, jobs = batch.len(), "cannot begin a write transaction");
         let _ = conn.execute_batch("ROLLBACK");
         conn.set_outbox_lock_held(false);
-        return Some(batch);
+        return Some((batch, err));
     }
     let mut finishes = Vec::with_capacity(batch.len());
     // Each job runs under a savepoint of its own. Releasing one and opening the next is one

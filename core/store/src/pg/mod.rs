@@ -725,6 +725,51 @@ mod tests {
         store.close();
     }
 
+    /// A session PostgreSQL says goodbye to (`pg_terminate_backend`, or a fast stop: each
+    /// session gets `FATAL 57P01` before its socket closes) is lost at once: a read sent
+    /// right after the goodbye, which may get the FATAL error before the client sees the
+    /// socket close, runs again on a new session, one statement or a snapshot alike.
+    #[tokio::test]
+    async fn a_read_that_gets_the_servers_goodbye_runs_again_on_a_new_session() {
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions {
+            readers: 1,
+            ..crate::StoreOptions::default()
+        };
+        let store = crate::Store::open_postgres(&url, &options).unwrap();
+        // The one reader's backend is told to end, not waited for.
+        let say_goodbye = || async {
+            let pid: i32 = store
+                .read_one(|c| c.query_row("SELECT pg_backend_pid()", [], |r| r.get(0)))
+                .await
+                .unwrap();
+            let url = url.clone();
+            std::thread::spawn(move || {
+                connect(&url)
+                    .unwrap()
+                    .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                    .unwrap()
+            })
+            .join()
+            .unwrap();
+        };
+        for round in 0..12 {
+            say_goodbye().await;
+            let one = store
+                .read_one(|c| c.query_row("SELECT 7", [], |r| r.get::<_, i32>(0)))
+                .await
+                .unwrap_or_else(|e| panic!("round {round}, one statement: {e}"));
+            assert_eq!(one, 7);
+            say_goodbye().await;
+            let snapshot = store
+                .read(|c| c.query_row("SELECT 7", [], |r| r.get::<_, i32>(0)))
+                .await
+                .unwrap_or_else(|e| panic!("round {round}, snapshot: {e}"));
+            assert_eq!(snapshot, 7);
+        }
+        store.close();
+    }
+
     /// Taking a pipeline number holds the repository's row until the transaction ends
     /// (one statement: the lock is a sub-select), so replicas take numbers one at a time.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
