@@ -34,6 +34,10 @@ const PARALLEL: usize = 8;
 const ATTEMPTS: u32 = 5;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long what was posted for a finished pipeline is remembered: the feed's messages for
+/// the changes that ended it can still be on their way, and one read afresh would post the
+/// end a second time.
+const FINISHED_KEPT: Duration = Duration::from_secs(60);
 
 /// How posting went, for `/metrics`.
 #[derive(Default)]
@@ -160,17 +164,23 @@ async fn follow(
             .clone();
         let (ci, posted, slots) = (ci.clone(), posted.clone(), slots.clone());
         tokio::spawn(async move {
-            let Ok(_slot) = slots.acquire().await else {
+            let Ok(slot) = slots.acquire().await else {
                 return;
             };
             let mut last = state.lock().await;
             let finished = post_pipeline(&ci, message.repo_id, pipeline_id, &mut last).await;
             drop(last);
+            drop(slot);
             if finished {
-                posted
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&pipeline_id);
+                // Forgotten a while later (unless another entry took its place meanwhile).
+                tokio::time::sleep(FINISHED_KEPT).await;
+                let mut map = posted.lock().unwrap_or_else(|p| p.into_inner());
+                if map
+                    .get(&pipeline_id)
+                    .is_some_and(|kept| Arc::ptr_eq(kept, &state))
+                {
+                    map.remove(&pipeline_id);
+                }
             }
         });
     }
