@@ -10,46 +10,14 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::pipelines::{finished, log_text, step_of, wait_for};
-use crate::util::{BIN, Http, Process, cli_user_add, git, with_runner, write_config};
+use crate::pipelines::{finished, log_text, slow_repo_on, step_of, wait_for};
+use crate::util::{Http, Process, cli_user_add, with_runner, write_config};
 use woodlark_store::pg::testing::Cluster;
 
 /// Starts `woodlark serve --config CONFIG` and returns once it holds its port, before it
 /// serves ([`Process::start`] waits until it serves).
-#[allow(clippy::zombie_processes)] // killed and waited for in `Process`'s `Drop`
 fn start_holding(config: &Path) -> Process {
-    let stderr_path = config.with_extension("holding.stderr");
-    let stderr = std::fs::File::create(&stderr_path).unwrap();
-    let child = std::process::Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(config)
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("spawn woodlark");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-        let held = log
-            .lines()
-            .find(|l| l.contains("woodlark holds its port"))
-            .and_then(|l| l.split("address=").nth(1))
-            .and_then(|rest| rest.split_whitespace().next());
-        if let Some(addr) = held {
-            let clean: String = addr
-                .chars()
-                .filter(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                .collect();
-            return Process {
-                child,
-                addr: clean.parse().expect("address in log"),
-                stderr_path,
-            };
-        }
-        assert!(Instant::now() < deadline, "the server did not start: {log}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Process::start_until(config, "woodlark holds its port")
 }
 
 /// Runs `f` on a plain thread: the blocking PostgreSQL client cannot run on the runtime's.
@@ -181,7 +149,7 @@ async fn running_pipeline(grace: u64, sleep: u64) -> Running {
     let (admin, alice) = (token("root", true), token("alice", false));
     let server = Process::start(&config);
     let http = Http::new(server.addr);
-    let repo = git_repo(&http, dir.path(), &admin, &alice, sleep).await;
+    let repo = slow_repo_on(&http, dir.path(), &admin, &alice, sleep).await;
     http.post(&format!("/api/repos/{repo}/pipelines"), Some(&alice), "{}")
         .await
         .expect(200);
@@ -214,47 +182,6 @@ async fn running_pipeline(grace: u64, sleep: u64) -> Running {
         repo,
         step_id,
     }
-}
-
-/// A git forge (in the data dir), and alice's repository on it whose pipeline is the slow
-/// step; returns the repository's id.
-async fn git_repo(http: &Http, dir: &Path, admin: &str, alice: &str, sleep: u64) -> i64 {
-    let forge_dir = dir.join("forge");
-    std::fs::create_dir_all(forge_dir.join("alice")).unwrap();
-    let body = serde_json::json!({"type": "git", "url": format!("file://{}", forge_dir.display())})
-        .to_string();
-    let forge = http
-        .post("/api/forges", Some(admin), &body)
-        .await
-        .expect(200)
-        .json()["id"]
-        .as_i64()
-        .unwrap();
-    let bare = forge_dir.join("alice/app.git");
-    git(
-        &forge_dir,
-        &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
-    );
-    let work = dir.join("w");
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    let pipeline = format!(
-        "steps:\n  - name: slow\n    image: sh\n    commands:\n      - echo first line\n      - sleep {sleep}\n      - echo last line\n"
-    );
-    std::fs::write(work.join(".woodpecker.yaml"), pipeline).unwrap();
-    git(&work, &["add", "."]);
-    git(&work, &["commit", "-q", "-m", "slow"]);
-    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    http.post(
-        &format!("/api/repos?forge_remote_id=alice/app&forge_id={forge}"),
-        Some(alice),
-        "",
-    )
-    .await
-    .expect(200)
-    .json()["id"]
-        .as_i64()
-        .unwrap()
 }
 
 /// The states of the queue's tasks, read from the stopped server's database (a task goes

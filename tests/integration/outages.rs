@@ -2,13 +2,12 @@
 //! PostgreSQL database gone for 20 s under two replicas' embedded runners, while steps run
 //! and print. Every line arrives once and in order, and every step's state is its own.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::pipelines::{finished, log_text, push_files, step_of, wait_for};
-use crate::util::{BIN, Http, TestServer, on_postgres};
+use crate::util::{Http, TestServer, on_postgres, spawn_agent};
 
 /// A step printing `line 1` … `line 30`, one a second, then exiting with `code`.
 fn printing_step(name: &str, code: i32) -> String {
@@ -86,16 +85,6 @@ async fn assert_whole(
     );
 }
 
-/// Killed (and waited for) however the test ends.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_stopped_for_20_s_under_a_remote_agent_loses_no_line() {
     let s = TestServer::start().await; // runner off: the remote agent runs the steps
@@ -110,24 +99,11 @@ async fn a_server_stopped_for_20_s_under_a_remote_agent_loses_no_line() {
         .json();
     let agent_log = s.dir.path().join("agent.log");
     let workdir = s.dir.path().join("agent-runs");
-    let _agent = Child(
-        Command::new(BIN)
-            .args([
-                "agent",
-                "--server",
-                &format!("http://{}", s.http.addr),
-                "--token",
-                agent["token"].as_str().unwrap(),
-                "--backend",
-                "local",
-                "--workdir",
-            ])
-            .arg(&workdir)
-            .env("NO_COLOR", "1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&agent_log).unwrap())
-            .spawn()
-            .unwrap(),
+    let _agent = spawn_agent(
+        s.http.addr,
+        agent["token"].as_str().unwrap(),
+        &workdir,
+        &agent_log,
     );
     push_files(
         &s,
@@ -224,29 +200,33 @@ async fn a_database_gone_for_20_s_under_two_replicas_loses_no_line_and_no_exit_c
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_report_sent_again_changes_nothing() {
-    let s = TestServer::start().await; // runner off: the test is the agent
+/// A server without a runner (the test is the agent), alice's repository with a one-step
+/// pipeline pushed, and agents named `names` (their tokens); the first has leased the
+/// workflow: its id and its step's.
+struct Leased {
+    s: TestServer,
+    alice: String,
+    repo: i64,
+    tokens: Vec<String>,
+    workflow: i64,
+    step: i64,
+}
+
+async fn leased_by(names: &[&str]) -> Leased {
+    let s = TestServer::start().await;
     let p = s.principals().await;
     let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
-    let id = repo["id"].as_i64().unwrap();
-    let agent = |name: &'static str| {
-        let (http, admin) = (&s.http, p.admin.clone());
-        async move {
-            http.post(
-                "/api/agents",
-                Some(&admin),
-                &format!(r#"{{"name":"{name}"}}"#),
-            )
-            .await
-            .expect(200)
-            .json()["token"]
+    let mut tokens = Vec::new();
+    for name in names {
+        let body = serde_json::json!({ "name": name }).to_string();
+        let agent = s.http.post("/api/agents", Some(&p.admin), &body).await;
+        tokens.push(
+            agent.expect(200).json()["token"]
                 .as_str()
                 .unwrap()
-                .to_string()
-        }
-    };
-    let (holder, other) = (agent("holder").await, agent("other").await);
+                .to_string(),
+        );
+    }
     push_files(
         &s,
         "alice/app",
@@ -262,15 +242,34 @@ async fn a_report_sent_again_changes_nothing() {
         .send(
             "POST",
             "/api/agent/next",
-            Some(&holder),
+            Some(&tokens[0]),
             Some(AGENT_INFO),
             &[],
         )
         .await
         .expect(200)
         .json();
-    let wf = work["workflow_id"].as_i64().unwrap();
-    let step = work["steps"][0]["id"].as_i64().unwrap();
+    Leased {
+        repo: repo["id"].as_i64().unwrap(),
+        alice: p.alice,
+        tokens,
+        workflow: work["workflow_id"].as_i64().unwrap(),
+        step: work["steps"][0]["id"].as_i64().unwrap(),
+        s,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_sent_again_changes_nothing() {
+    let Leased {
+        s,
+        alice,
+        repo: id,
+        tokens,
+        workflow: wf,
+        step,
+    } = leased_by(&["holder", "other"]).await;
+    let (holder, other) = (&tokens[0], &tokens[1]);
     let call = |token: &str, what: &str, body: String| {
         let (http, token, path) = (
             &s.http,
@@ -287,85 +286,57 @@ async fn a_report_sent_again_changes_nothing() {
             r#"{{"step_id":{step},"state":"{state}","exit_code":{code},"started":1,"finished":2,"seq":{seq}}}"#
         )
     };
-    call(&holder, "init", String::new()).await.expect(204);
-    call(&holder, "steps", report("running", 0, 1))
+    call(holder, "init", String::new()).await.expect(204);
+    call(holder, "steps", report("running", 0, 1))
         .await
         .expect(204);
-    call(&holder, "steps", report("failure", 3, 2))
+    call(holder, "steps", report("failure", 3, 2))
         .await
         .expect(204);
     // The first report once more (its answer was lost), and a stale copy of it: taken,
     // and the step keeps its end.
-    call(&holder, "steps", report("running", 0, 1))
+    call(holder, "steps", report("running", 0, 1))
         .await
         .expect(204);
-    call(&holder, "steps", report("failure", 3, 2))
+    call(holder, "steps", report("failure", 3, 2))
         .await
         .expect(204);
     let p1 = s
         .http
-        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&alice))
         .await
         .json();
     assert_eq!(step_of(&p1, "a")["state"], "failure", "{p1:#}");
     assert_eq!(step_of(&p1, "a")["exit_code"], 3, "{p1:#}");
     // Another agent is refused, numbered or not.
-    call(&other, "steps", report("success", 0, 9))
+    call(other, "steps", report("success", 0, 9))
         .await
         .expect(409);
 
     let done = r#"{"state":"failure"}"#.to_string();
-    call(&holder, "done", done.clone()).await.expect(204);
+    call(holder, "done", done.clone()).await.expect(204);
     // The end said again by the agent that ended it: taken; by another, or another end: not.
-    call(&holder, "done", done.clone()).await.expect(204);
-    call(&other, "done", done).await.expect(409);
-    call(&holder, "done", r#"{"state":"success"}"#.into())
+    call(holder, "done", done.clone()).await.expect(204);
+    call(other, "done", done).await.expect(409);
+    call(holder, "done", r#"{"state":"success"}"#.into())
         .await
         .expect(409);
-    let p1 = wait_for(&s.http, &p.alice, id, 1, 10, finished).await;
+    let p1 = wait_for(&s.http, &alice, id, 1, 10, finished).await;
     assert_eq!(p1["status"], "failure", "{p1:#}");
     assert_eq!(step_of(&p1, "a")["exit_code"], 3, "{p1:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_whose_end_never_arrived_says_its_report_was_lost() {
-    let s = TestServer::start().await;
-    let p = s.principals().await;
-    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
-    let id = repo["id"].as_i64().unwrap();
-    let token = s
-        .http
-        .post("/api/agents", Some(&p.admin), r#"{"name":"lossy"}"#)
-        .await
-        .expect(200)
-        .json()["token"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    push_files(
-        &s,
-        "alice/app",
-        &[(
-            ".woodpecker.yaml",
-            "skip_clone: true\nsteps:\n  - name: a\n    image: sh\n    commands: [\"true\"]\n",
-        )],
-        "one step",
-    )
-    .await;
-    let work = s
-        .http
-        .send(
-            "POST",
-            "/api/agent/next",
-            Some(&token),
-            Some(AGENT_INFO),
-            &[],
-        )
-        .await
-        .expect(200)
-        .json();
-    let wf = work["workflow_id"].as_i64().unwrap();
-    let step = work["steps"][0]["id"].as_i64().unwrap();
+    let Leased {
+        s,
+        alice,
+        repo: id,
+        tokens,
+        workflow: wf,
+        step,
+    } = leased_by(&["lossy"]).await;
+    let token = &tokens[0];
     for (what, body) in [
         ("init", String::new()),
         (
@@ -378,14 +349,14 @@ async fn a_step_whose_end_never_arrived_says_its_report_was_lost() {
             .send(
                 "POST",
                 &format!("/api/agent/workflows/{wf}/{what}"),
-                Some(&token),
+                Some(token),
                 Some(body.as_bytes()),
                 &[],
             )
             .await
             .expect(204);
     }
-    let p1 = wait_for(&s.http, &p.alice, id, 1, 10, finished).await;
+    let p1 = wait_for(&s.http, &alice, id, 1, 10, finished).await;
     let a = step_of(&p1, "a");
     assert_eq!(a["state"], "error", "not skipped: {p1:#}");
     assert!(

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::Value;
 
-use crate::util::{BIN, Http, Process, TestServer, cli_user_add, git, with_runner, write_config};
+use crate::util::{
+    Http, Process, TestServer, cli_user_add, git, spawn_agent, with_runner, write_config,
+};
 
 /// Commits `files` to the work tree of `remote_id` and pushes (the hook fires).
 pub async fn push_files(
@@ -1004,32 +1006,7 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
 
     let workdir = s.dir.path().join("remote-runs");
     let agent_log = s.dir.path().join("agent.log");
-    let child = Command::new(BIN)
-        .args([
-            "agent",
-            "--server",
-            &format!("http://{}", s.http.addr),
-            "--token",
-            &token,
-            "--backend",
-            "local",
-            "--workdir",
-        ])
-        .arg(&workdir)
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&agent_log).unwrap())
-        .spawn()
-        .unwrap();
-    // Killed however the test ends.
-    struct KillOnDrop(std::process::Child);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let child = KillOnDrop(child);
+    let child = spawn_agent(s.http.addr, &token, &workdir, &agent_log);
     push(
         &s,
         "alice/app",
@@ -1083,6 +1060,54 @@ async fn a_remote_agent_runs_the_pipeline_when_the_local_runner_is_off() {
     assert!(a["last_work"].as_i64().unwrap() > 0);
 }
 
+/// For a server run as a process: a git forge (in the data dir `dir`), and alice's
+/// repository on it whose pipeline is one step `slow` printing `first line`, sleeping
+/// `sleep` seconds and printing `last line`; returns the repository's id.
+pub async fn slow_repo_on(
+    http: &Http,
+    dir: &std::path::Path,
+    admin: &str,
+    alice: &str,
+    sleep: u64,
+) -> i64 {
+    let forge_dir = dir.join("forge");
+    std::fs::create_dir_all(forge_dir.join("alice")).unwrap();
+    let body = serde_json::json!({"type": "git", "url": format!("file://{}", forge_dir.display())})
+        .to_string();
+    let forge = http
+        .post("/api/forges", Some(admin), &body)
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    let bare = forge_dir.join("alice/app.git");
+    git(
+        &forge_dir,
+        &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
+    );
+    let work = dir.join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    let pipeline = format!(
+        "steps:\n  - name: slow\n    image: sh\n    commands:\n      - echo first line\n      - sleep {sleep}\n      - echo last line\n"
+    );
+    std::fs::write(work.join(".woodpecker.yaml"), pipeline).unwrap();
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "slow"]);
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    http.post(
+        &format!("/api/repos?forge_remote_id=alice/app&forge_id={forge}"),
+        Some(alice),
+        "",
+    )
+    .await
+    .expect(200)
+    .json()["id"]
+        .as_i64()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_pipeline_then_restart_finishes_it_and_keeps_logs() {
     let dir = tempfile::tempdir().unwrap();
@@ -1097,45 +1122,7 @@ async fn kill_9_mid_pipeline_then_restart_finishes_it_and_keeps_logs() {
         .to_string();
     let server = Process::start(&config);
     let http = Http::new(server.addr);
-
-    // The same fixture as TestServer::git_repo, against the child process.
-    let forge_dir = dir.path().join("forge");
-    std::fs::create_dir_all(forge_dir.join("alice")).unwrap();
-    let body = serde_json::json!({"type": "git", "url": format!("file://{}", forge_dir.display())})
-        .to_string();
-    let forge = http
-        .post("/api/forges", Some(&admin), &body)
-        .await
-        .expect(200)
-        .json()["id"]
-        .as_i64()
-        .unwrap();
-    let bare = forge_dir.join("alice/app.git");
-    git(
-        &forge_dir,
-        &["init", "-q", "--bare", "-b", "main", bare.to_str().unwrap()],
-    );
-    let work = dir.path().join("w");
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    std::fs::write(
-        work.join(".woodpecker.yaml"),
-        "steps:\n  - name: slow\n    image: sh\n    commands:\n      - echo first line\n      - sleep 3\n      - echo last line\n",
-    )
-    .unwrap();
-    git(&work, &["add", "."]);
-    git(&work, &["commit", "-q", "-m", "slow"]);
-    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    let repo = http
-        .post(
-            &format!("/api/repos?forge_remote_id=alice/app&forge_id={forge}"),
-            Some(&alice),
-            "",
-        )
-        .await
-        .expect(200)
-        .json();
-    let id = repo["id"].as_i64().unwrap();
+    let id = slow_repo_on(&http, dir.path(), &admin, &alice, 3).await;
     http.post(&format!("/api/repos/{id}/pipelines"), Some(&alice), "{}")
         .await
         .expect(200);

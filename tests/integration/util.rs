@@ -657,9 +657,16 @@ pub fn cli_user_add(config: &Path, login: &str, admin: bool) -> std::process::Ou
 
 impl Process {
     /// Starts `woodlark serve --config CONFIG` and waits until it listens.
+    pub fn start(config: &Path) -> Process {
+        Process::start_until(config, "woodlark listening")
+    }
+
+    /// Starts `woodlark serve --config CONFIG` and waits for the log line containing
+    /// `marker` that names the address (`woodlark listening`, or `woodlark holds its port`
+    /// for a server waiting for its database).
     // The child is killed and waited for in `Drop`.
     #[allow(clippy::zombie_processes)]
-    pub fn start(config: &Path) -> Process {
+    pub fn start_until(config: &Path, marker: &str) -> Process {
         let stderr_path = config.with_extension(format!("stderr.{}", rand_suffix()));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
         let child = Command::new(BIN)
@@ -675,7 +682,7 @@ impl Process {
             let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
             if let Some(addr) = log
                 .lines()
-                .find(|l| l.contains("woodlark listening"))
+                .find(|l| l.contains(marker))
                 .and_then(|l| l.split("address=").nth(1))
                 .and_then(|rest| rest.split_whitespace().next())
             {
@@ -736,4 +743,37 @@ fn rand_suffix() -> String {
             .unwrap()
             .as_nanos()
     )
+}
+
+/// A child process killed and waited for however the test ends.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `woodlark agent` against the server at `addr` with agent token `token`, on the
+/// local backend, its workflows under `workdir` and its log in `log`.
+pub fn spawn_agent(addr: SocketAddr, token: &str, workdir: &Path, log: &Path) -> KillOnDrop {
+    let child = Command::new(BIN)
+        .args([
+            "agent",
+            "--server",
+            &format!("http://{addr}"),
+            "--token",
+            token,
+            "--backend",
+            "local",
+            "--workdir",
+        ])
+        .arg(workdir)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("spawn woodlark agent");
+    KillOnDrop(child)
 }
