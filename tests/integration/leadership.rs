@@ -55,9 +55,8 @@ async fn one_leader(servers: &[&TestServer]) -> (usize, Duration) {
 }
 
 /// Two replicas (one with the runner), PostgreSQL restarted eight times, cleanly and as a
-/// crash in turn: after each, one leader, and a pipeline pushed then has its end posted
-/// to the forge, nothing twice (`push_and_check_end`: its `pending` may be missing, a
-/// known gap).
+/// crash in turn: after each, one leader, and a pipeline pushed then has each of its
+/// states posted to the forge, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_posts_statuses_after_every_postgres_restart() {
     if !on_postgres() {
@@ -99,7 +98,7 @@ async fn one_leader_posts_statuses_after_every_postgres_restart() {
         elections.push(took);
         led_by.push(leader);
         round
-            .push_and_check_end(&format!("RESTART-{restart}.md"), "success")
+            .push_and_check(&format!("RESTART-{restart}.md"), "success")
             .await;
         assert_eq!(
             leading(&servers),

@@ -31,6 +31,13 @@ const FOLLOWED: [RecordType; 4] = [
     RecordType::Repos,
 ];
 
+/// After a failed read of the outbox: the shortest wait (a store that fails at once is not
+/// asked again at the rate of its failed commits), the longest wait with no change heard of,
+/// and the first one.
+const RETRY_FLOOR: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+
 /// Messages kept for subscribers that fall behind.
 const FEED_CAPACITY: usize = 4096;
 
@@ -126,6 +133,7 @@ impl PipelineFeed {
         let mut last = feed.store.read_one(events::newest_seq).await.unwrap_or(0);
         let mut tracked: HashMap<i64, Tracked> = HashMap::new();
         let mut repos_seen: HashMap<i64, Repo> = HashMap::new();
+        let mut pause = RETRY_FIRST;
         let filter = Filter {
             record_types: FOLLOWED.iter().map(|t| t.as_str().into()).collect(),
             ..Filter::default()
@@ -155,6 +163,9 @@ impl PipelineFeed {
                     Err(err) => Err(err),
                 }
             };
+            if batch.is_ok() {
+                pause = RETRY_FIRST;
+            }
             let (newest, batch) = match batch {
                 Ok((newest, Some(page))) => (newest, page),
                 Ok((newest, None)) => {
@@ -169,8 +180,17 @@ impl PipelineFeed {
                     continue;
                 }
                 Err(err) => {
-                    tracing::warn!(%err, "event stream: cannot read the outbox");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tracing::warn!(%err, retry_in = ?pause, "event stream: cannot read the outbox");
+                    // Again as soon as the store hears of a change (a reconnected listener
+                    // says so the moment the database is back), or after `pause`: a feed
+                    // that slept a fixed second after an outage missed the live states of
+                    // a pipeline run meanwhile (commit statuses then posted only its end).
+                    tokio::time::sleep(RETRY_FLOOR).await;
+                    tokio::select! {
+                        changed = commits.changed() => if changed.is_err() { return },
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(RETRY_MAX);
                     continue;
                 }
             };
