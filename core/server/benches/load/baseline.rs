@@ -97,6 +97,25 @@ pub async fn baseline_server(feed: broadcast::Sender<Bytes>) -> SocketAddr {
     .await
 }
 
+/// A bare hyper server answering every request with `body` and `headers` (a real response
+/// of the server, fetched once): what sending those bytes costs, with nothing else done.
+/// `date` and `content-length` are left to hyper, which writes them itself.
+pub async fn same_bytes_server(headers: hyper::HeaderMap, body: Bytes) -> SocketAddr {
+    let mut kept = headers;
+    kept.remove(hyper::header::DATE);
+    kept.remove(hyper::header::CONTENT_LENGTH);
+    let kept = Arc::new(kept);
+    serve_http1(move |_req: Request<hyper::body::Incoming>| {
+        let (headers, body) = (kept.clone(), body.clone());
+        async move {
+            let mut reply = Response::new(BoxBody::new(Full::new(body)));
+            *reply.headers_mut() = (*headers).clone();
+            reply
+        }
+    })
+    .await
+}
+
 /// A bare SQLite connection as the baselines use it: WAL, every commit synced.
 pub fn durable_sqlite(path: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(path).unwrap();

@@ -28,6 +28,9 @@ impl LoadResult {
     }
 }
 
+/// `conns` connections sending `GET path` in a closed loop for `duration` or `max_requests`.
+/// A `{n}` in `path` becomes each request's own number, so that no two requests ask for the
+/// same thing (a read that misses every cache, every time).
 pub async fn load(
     addr: SocketAddr,
     path: &str,
@@ -51,11 +54,18 @@ pub async fn load(
             tokio::spawn(conn);
             let mut lat = Vec::new();
             let mut errors = 0;
-            while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < max_requests
-            {
-                let mut req = Request::builder()
-                    .uri(path.as_str())
-                    .header("host", "127.0.0.1");
+            let varied = path.contains("{n}");
+            loop {
+                let n = issued.fetch_add(1, Ordering::Relaxed);
+                if Instant::now() >= deadline || n >= max_requests {
+                    break;
+                }
+                let uri = if varied {
+                    path.replace("{n}", &n.to_string())
+                } else {
+                    path.clone()
+                };
+                let mut req = Request::builder().uri(uri).header("host", "127.0.0.1");
                 if let Some(t) = &token {
                     req = req.header("authorization", format!("Bearer {t}"));
                 }

@@ -2,6 +2,7 @@
 //!
 //! ```sh
 //! cargo bench -p woodlark --bench load -- <http|events|queue|logs|sse|hooks|rss|flood|all>
+//! cargo bench -p woodlark --bench load -- reads    # needs PostgreSQL's binaries; not part of `all`
 //! cargo bench -p woodlark --bench load -- docker   # needs a Docker engine; not part of `all`
 //! ```
 //!
@@ -27,6 +28,7 @@
 //! | [`rss`] | the real binary's memory and idle wake-ups | bare hyper process, idle |
 //! | [`hooks`] | push hooks at a fixed rate: latency | bare hyper; bare SQLite commits |
 //! | [`flood`] | 20,000 connections at once, RSS after; 300 unauthenticated 25 MB webhook bodies, RSS peak | none (absolute goal) |
+//! | [`reads`] | hot reads; a page past every cache on PostgreSQL | bare hyper sending the same bytes; the same page on SQLite (not in `all`) |
 //! | [`stores`] | hooks/s and reads/s: SQLite, PostgreSQL, 2 replicas | bare PostgreSQL and SQLite commits (not in `all`) |
 //!
 //! The shared harness: [`server`] (the server under test and its API client), [`baseline`]
@@ -49,6 +51,7 @@ mod http;
 mod logs;
 mod procfs;
 mod queue;
+mod reads;
 mod report;
 mod rss;
 mod server;
@@ -112,6 +115,12 @@ const SCENARIOS: &[Scenario] = &[
         name: "flood",
         in_all: true,
         run: || runtime().block_on(flood::run()),
+    },
+    // Needs PostgreSQL's server binaries (Debian's `postgresql`), as `stores` does.
+    Scenario {
+        name: "reads",
+        in_all: false,
+        run: || runtime().block_on(reads::run()),
     },
     // Needs PostgreSQL's server binaries (Debian's `postgresql`).
     Scenario {

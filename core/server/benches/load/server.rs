@@ -84,6 +84,23 @@ impl Api {
         (status, body)
     }
 
+    /// A `GET` with `token`: the status, the response headers and the body.
+    pub async fn get_full(
+        &self,
+        path: &str,
+        token: Option<&str>,
+    ) -> (StatusCode, hyper::HeaderMap, Bytes) {
+        let mut builder = Request::builder().uri(format!("http://{}{}", self.addr, path));
+        if let Some(t) = token {
+            builder = builder.header("authorization", format!("Bearer {t}"));
+        }
+        let req = builder.body(Full::new(Bytes::new())).unwrap();
+        let resp = self.client.request(req).await.expect("request failed");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        (parts.status, parts.headers, body)
+    }
+
     /// Sends and insists on `want`; returns the body as JSON (`null` when empty).
     pub async fn expect(
         &self,

@@ -68,7 +68,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 /// A fresh database of the shared test cluster (started on first use), on a plain thread:
 /// the blocking client cannot run on a runtime's.
-fn fresh_database() -> String {
+pub fn fresh_database() -> String {
     std::thread::spawn(|| woodlark_store::pg::testing::Cluster::shared().fresh_database())
         .join()
         .expect("a fresh PostgreSQL database")

@@ -1,0 +1,218 @@
+//! `reads`: what the hot authenticated reads cost beyond sending their bytes, and what
+//! PostgreSQL costs against SQLite for a page no cache holds (issue 50).
+//!
+//! Two figures, each a ratio taken in one run:
+//! - **Against the same bytes.** For each hot read (`/api/user`, a repository, its pipeline
+//!   list, a pipeline with its steps, a page of `/events`), the response is fetched once
+//!   from the SQLite server and a bare hyper server is started that answers every request
+//!   with exactly those bytes and headers ([`crate::baseline::same_bytes_server`]). The
+//!   two are loaded in turns (bare, then Woodlark, `ROUNDS` times), 16 keep-alive
+//!   connections in a closed loop ([`crate::client::load`]). What is left between them is
+//!   what Woodlark does besides sending: routing, the token, the access decision, the cache
+//!   look-up or the store read and the rendering.
+//! - **PostgreSQL against SQLite.** The same repository of 25 pipelines on a SQLite server
+//!   and on a PostgreSQL one (a fresh database of the test cluster); reads of its list
+//!   with `perPage=25` (about 22 KB) under a new query string each time (`miss={n}`, which
+//!   the API ignores: no cache can hold the answer, so every request reads the store and
+//!   renders), the same page asked again and again (past the rendered-body cache's old
+//!   16 KiB per-body limit), and `perPage=5` (a page every cache holds), in turns.
+//!
+//! `WOODLARK_READS_SECS` (seconds per turn, default 2) and `WOODLARK_READS_ROUNDS`
+//! (default 2) change the load; `WOODLARK_READS_ONLY=<text>` keeps the rows whose name
+//! contains the text.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::baseline::same_bytes_server;
+use crate::client::{LoadResult, load};
+use crate::report::{ms, pct, ratio, table};
+use crate::server::Server;
+
+const CONNS: usize = 16;
+const MAX: usize = 400_000;
+/// Pipelines in the bench repository (the over-the-cache page shows them all).
+const PIPELINES: usize = 25;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A server with a user, a repository of theirs and [`PIPELINES`] pending pipelines;
+/// returns the server, the token and the repository's id.
+async fn server_with_pipelines(tables: &str) -> (Server, String, i64) {
+    let server = Server::start_with(false, tables).await;
+    let token = server.user("bench", false).await;
+    let admin = server.user("root", true).await;
+    let config = "steps:\n  build:\n    image: sh\n    commands: [echo hello]\n";
+    let (repo, _) = server
+        .pipeline_repo(&admin, &token, "bench/app", config)
+        .await;
+    for _ in 0..PIPELINES {
+        server
+            .api
+            .expect(
+                "POST",
+                &format!("/api/repos/{repo}/pipelines"),
+                Some(&token),
+                Some("{}"),
+                200,
+            )
+            .await;
+    }
+    (server, token, repo)
+}
+
+/// Loads `path` on `addr` for `turn` after a short warm-up, adding to `total`.
+async fn turn(
+    total: &mut LoadResult,
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    t: Duration,
+) {
+    load(addr, path, token, CONNS, Duration::from_millis(200), MAX).await;
+    let r = load(addr, path, token, CONNS, t, MAX).await;
+    total.requests += r.requests;
+    total.errors += r.errors;
+    total.elapsed += r.elapsed;
+    total.lat.extend(r.lat);
+}
+
+fn empty() -> LoadResult {
+    LoadResult {
+        requests: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+        lat: Vec::new(),
+    }
+}
+
+fn p99(r: &mut LoadResult) -> Duration {
+    r.lat.sort_unstable();
+    pct(&r.lat, 0.99)
+}
+
+pub async fn run() {
+    let secs = env_or("WOODLARK_READS_SECS", 2);
+    let rounds = env_or("WOODLARK_READS_ROUNDS", 2);
+    let only = std::env::var("WOODLARK_READS_ONLY").unwrap_or_default();
+    let t = Duration::from_secs(secs);
+    println!(
+        "\n# reads: hot reads against bare hyper sending the same bytes; PostgreSQL against \
+         SQLite for a page over every cache; {CONNS} keep-alive connections, closed loop, \
+         {rounds} turns of {secs} s per row"
+    );
+    let (lite, token, repo) = server_with_pipelines("").await;
+    let pg_url = crate::stores::fresh_database();
+    let (pg, pg_token, pg_repo) =
+        server_with_pipelines(&format!("[storage]\nurl = {pg_url:?}\n")).await;
+
+    // Against the same bytes.
+    let hot: Vec<(String, String)> = [
+        ("GET /api/user", "/api/user".to_string()),
+        ("GET /api/repos/{id}", format!("/api/repos/{repo}")),
+        (
+            "GET …/pipelines?perPage=5",
+            format!("/api/repos/{repo}/pipelines?perPage=5"),
+        ),
+        (
+            "GET …/pipelines?perPage=25",
+            format!("/api/repos/{repo}/pipelines?perPage=25"),
+        ),
+        (
+            "GET …/pipelines/5 (steps)",
+            format!("/api/repos/{repo}/pipelines/5"),
+        ),
+        ("GET /events?limit=20", "/events?limit=20".to_string()),
+    ]
+    .into_iter()
+    .filter(|(name, _)| name.contains(only.as_str()))
+    .map(|(n, p)| (n.to_string(), p))
+    .collect();
+    let mut rows = Vec::new();
+    for (name, path) in &hot {
+        let (status, headers, body) = lite.api.get_full(path, Some(&token)).await;
+        assert!(status.is_success(), "{path}: {status}");
+        let bare = same_bytes_server(headers, body.clone()).await;
+        let (mut b, mut w) = (empty(), empty());
+        for _ in 0..rounds {
+            turn(&mut b, bare, path, Some(&token), t).await;
+            turn(&mut w, lite.api.addr, path, Some(&token), t).await;
+        }
+        rows.push(vec![
+            name.clone(),
+            body.len().to_string(),
+            format!("{:.0}", b.rps()),
+            format!("{:.0}", w.rps()),
+            ratio(w.rps(), b.rps()),
+            ms(p99(&mut b)),
+            ms(p99(&mut w)),
+            (b.errors + w.errors).to_string(),
+        ]);
+    }
+    table(
+        "reads: Woodlark (SQLite) against bare hyper sending the same bytes",
+        &[
+            "read",
+            "bytes",
+            "bare req/s",
+            "woodlark req/s",
+            "÷ bare",
+            "bare p99 ms",
+            "woodlark p99 ms",
+            "errors",
+        ],
+        &rows,
+    );
+
+    // PostgreSQL against SQLite.
+    let pages = [
+        (
+            "…/pipelines?perPage=25 (a new query each time: misses every cache)",
+            "perPage=25&miss={n}",
+        ),
+        ("…/pipelines?perPage=25 (the same query)", "perPage=25"),
+        ("…/pipelines?perPage=5 (the same query)", "perPage=5"),
+    ];
+    let mut rows = Vec::new();
+    for (name, query) in pages {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
+        let lite_path = format!("/api/repos/{repo}/pipelines?{query}");
+        let pg_path = format!("/api/repos/{pg_repo}/pipelines?{query}");
+        let (mut l, mut p) = (empty(), empty());
+        for _ in 0..rounds {
+            turn(&mut l, lite.api.addr, &lite_path, Some(&token), t).await;
+            turn(&mut p, pg.api.addr, &pg_path, Some(&pg_token), t).await;
+        }
+        rows.push(vec![
+            name.to_string(),
+            format!("{:.0}", l.rps()),
+            format!("{:.0}", p.rps()),
+            ratio(p.rps(), l.rps()),
+            ms(p99(&mut l)),
+            ms(p99(&mut p)),
+            (l.errors + p.errors).to_string(),
+        ]);
+    }
+    table(
+        "reads: PostgreSQL against SQLite, the same page",
+        &[
+            "page",
+            "SQLite req/s",
+            "PostgreSQL req/s",
+            "÷ SQLite",
+            "SQLite p99 ms",
+            "PostgreSQL p99 ms",
+            "errors",
+        ],
+        &rows,
+    );
+    lite.stop().await;
+    pg.stop().await;
+}
