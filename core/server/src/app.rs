@@ -179,7 +179,7 @@ impl App {
         // cache do not need it.
         crate::http::heap::release_free_heap();
         if config.ci.enabled && config.runner.enabled {
-            crate::ci::embedded::check_sandbox(&config).map_err(AppError::Runner)?;
+            crate::config::check_sandbox(&config).map_err(AppError::Runner)?;
         }
         let router = build_router(&config)?;
         let ci = crate::ci::Services::new(
@@ -188,19 +188,24 @@ impl App {
             seal.clone(),
             plugins,
             crate::ci::Settings {
-                pipeline: config.pipeline.clone(),
+                pipeline: config.pipeline.settings(),
                 mount: config.ci.mount.clone(),
                 public_url: crate::ci::PublicUrl::new(&config.server.listen),
                 env_admins: EnvAdmins(config.auth.admins.clone()),
                 open_registration: config.auth.open,
                 web_root: config.web.root_path().to_string(),
-                configured_forges: config.forges.iter().map(|f| (f.id, f.origin)).collect(),
+                configured_forges: config
+                    .forges
+                    .iter()
+                    .map(|f| (f.id, f.origin.describe()))
+                    .collect(),
             },
         );
         for note in &config.notes {
             tracing::info!("configuration: {note}");
         }
-        crate::ci::forges::configure_now(&ci, &config.forges).map_err(AppError::Forges)?;
+        let configured: Vec<_> = config.forges.iter().map(|f| f.configured()).collect();
+        crate::ci::forges::configure_now(&ci, &configured).map_err(AppError::Forges)?;
         let mounts = enabled(&config)
             .into_iter()
             .map(|(module, settings)| Mount {
@@ -366,7 +371,11 @@ fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::tas
         if config.runner.enabled {
             // Subscribed now, so a stop that comes before the runner runs still waits for it.
             let shutdown = ci.runner_shutdown.subscribe();
-            let runner = crate::ci::embedded::run(ci.clone(), config.clone(), shutdown);
+            let runner = crate::ci::embedded::run(
+                ci.clone(),
+                crate::config::embedded_runner(config),
+                shutdown,
+            );
             tasks.push(tokio::spawn(runner));
         }
     }

@@ -48,7 +48,6 @@ use woodlark_plugin_host::PluginHost;
 use woodlark_stdx::{Classify, Fault};
 
 use crate::auth::sealing::SealKey;
-use crate::config::PipelineConfig;
 use crate::store::users::EnvAdmins;
 use crate::store::{Store, StoreError};
 
@@ -85,10 +84,11 @@ pub struct Services {
     pub perm_sync_pauses: Arc<repos::PermSyncPauses>,
 }
 
-/// The configuration the CI services read.
+/// The configuration the CI services read, built by the server from its own (this layer
+/// knows no configuration file).
 pub struct Settings {
     /// `[pipeline]`: secret backends, registry-auth plugins, privileged plugins.
-    pub pipeline: PipelineConfig,
+    pub pipeline: PipelineSettings,
     /// Where the CI API is mounted (`/api`): forges post hooks to `<public url><mount>/hook`.
     pub mount: String,
     pub public_url: PublicUrl,
@@ -98,9 +98,35 @@ pub struct Settings {
     pub open_registration: bool,
     /// `web.root_path`: where the web UI and `/authorize` are mounted.
     pub web_root: String,
-    /// Forges the operator configured (`[[forges]]`, Woodpecker's variables), by id: the
-    /// API shows them read-only.
-    pub configured_forges: std::collections::BTreeMap<i64, crate::config::ForgeOrigin>,
+    /// Forges the operator configured (`[[forges]]`, Woodpecker's variables), by id, with
+    /// where each was configured as messages name it: the API shows them read-only.
+    pub configured_forges: std::collections::BTreeMap<i64, &'static str>,
+}
+
+/// How pipelines are made and run: the `[pipeline]` values the services act on.
+#[derive(Debug, Clone)]
+pub struct PipelineSettings {
+    /// Secret-backend plugin instances asked, in order, after the built-in store.
+    pub secret_backends: Vec<String>,
+    /// Registry-auth plugin instances asked, in order, when no stored registry matches.
+    pub registry_auth: Vec<String>,
+    /// Plugin images that may run `privileged: true` in any repository.
+    pub privileged_plugins: Vec<String>,
+    /// The shortest time between two runs of one cron job, in seconds.
+    pub cron_min_interval_secs: u64,
+    /// Cron jobs one repository may have.
+    pub max_crons_per_repo: u64,
+    /// Bytes of output kept per step (0 = no limit).
+    pub max_step_log_bytes: u64,
+    /// The commit statuses' names begin with it: `<status_context>/<event>/<workflow>`.
+    pub status_context: String,
+}
+
+impl PipelineSettings {
+    /// `cron_min_interval_secs` as the store's schedule arithmetic counts (unix seconds).
+    pub fn cron_min_interval(&self) -> i64 {
+        i64::try_from(self.cron_min_interval_secs).unwrap_or(i64::MAX)
+    }
 }
 
 impl Services {

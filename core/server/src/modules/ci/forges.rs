@@ -68,7 +68,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// configured the forge.
 fn with_origin(ctx: &Ctx, forge: &Forge, mut value: Value) -> Value {
     if let Some(origin) = ctx.ci.settings.configured_forges.get(&forge.id) {
-        value["woodlark_configured_in"] = Value::String(origin.describe().to_string());
+        value["woodlark_configured_in"] = Value::String(origin.to_string());
     }
     value
 }
@@ -77,8 +77,7 @@ fn with_origin(ctx: &Ctx, forge: &Forge, mut value: Value) -> Value {
 fn must_be_api_managed(ctx: &Ctx, id: i64) -> Result<(), ApiError> {
     match ctx.ci.settings.configured_forges.get(&id) {
         Some(origin) => Err(ApiError::conflict(format!(
-            "forge {id} is configured in {}: change it there and restart the server",
-            origin.describe()
+            "forge {id} is configured in {origin}: change it there and restart the server"
         ))),
         None => Ok(()),
     }
