@@ -8,8 +8,8 @@
 //! - [`state`]: `AppState`/`Ctx`, what every handler receives.
 //! - [`http`]: crate `woodlark-http`, the only one that knows hyper: server, router,
 //!   request/response, errors, outbound client.
-//! - [`ci`]: the CI service layer (every CI state change, the queue, the embedded agent), no
-//!   HTTP.
+//! - [`ci`]: crate `woodlark-ci`, the CI service layer (every CI state change, the queue,
+//!   the embedded agent), no HTTP.
 //! - [`participation`]: the participation service (installed keys, key material), no HTTP.
 //! - [`retention`]: the jobs that delete aged events and log lines.
 //! - [`modules`]: one folder per interface (`ci`, …): HTTP handlers only, registering routes
@@ -26,7 +26,7 @@
 
 pub mod app;
 pub mod auth;
-pub mod ci;
+pub use woodlark_ci as ci;
 pub mod cli;
 pub mod config;
 pub use woodlark_http as http;

@@ -1,15 +1,15 @@
 //! Credentials: random secrets, signed tokens and the server's signing key.
 //!
-//! - [`token`]: HS256 tokens (personal access tokens, later sessions and hook tokens).
+//! - [`token`], [`sealing`]: HS256 tokens and encryption at rest, kept in the services'
+//!   crate (`woodlark_ci::auth`), which makes and opens them too.
 //! - [`keys`]: the server's ed25519 key pair, created on first start in the data dir.
-//! - [`sealing`]: encryption at rest for secret values, with a key kept outside the database.
 //! - [`session`]: browser sessions (`sess`), their CSRF tokens and one-time login links.
 //! - [`bearer`]: where a request carries its token (header, query, cookie).
 
 pub mod keys;
-pub mod sealing;
 pub mod session;
-pub mod token;
+
+pub use woodlark_ci::auth::{sealing, token};
 
 use crate::http::Request;
 

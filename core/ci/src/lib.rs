@@ -1,4 +1,5 @@
-//! The CI service layer: what happens to pipelines, with no HTTP in sight.
+//! The CI service layer (crate `woodlark-ci`): what happens to pipelines, with no HTTP in
+//! sight.
 //!
 //! The Woodpecker API's handlers (`modules::ci`) parse a request, authorize the caller, call
 //! into this layer and render the result; the agent protocol's handlers and the embedded
@@ -21,6 +22,7 @@
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
 pub mod agents;
+pub mod auth;
 pub mod bus;
 pub mod create;
 pub mod crons;
@@ -43,6 +45,10 @@ pub mod statuses;
 pub mod users;
 
 use std::sync::{Arc, OnceLock};
+
+use woodlark_pipeline as pipeline;
+use woodlark_runner as runner;
+use woodlark_store as store;
 
 use woodlark_plugin_host::PluginHost;
 use woodlark_stdx::{Classify, Fault};
