@@ -1858,7 +1858,7 @@ steps:
     let pages = || async {
         s.app_state
             .ci
-            .logs
+            .log_reads
             .read(|c| c.query_row_for_tests("PRAGMA page_count", [], |r| r.get::<_, i64>(0)))
             .await
             .unwrap()

@@ -19,6 +19,8 @@
 //! - [`numbers`]: the pipeline numbers creations compile with before their write.
 //! - [`hooks`]: a forge's webhook (a git push, a plugin-parsed delivery) becomes triggers.
 //!
+//! - [`reads`]: the read-only store view everyone above this layer gets ([`Reads`]).
+//!
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
 pub mod agents;
@@ -39,6 +41,7 @@ pub mod numbers;
 pub mod orgs;
 pub mod pipelines;
 pub mod queue;
+pub mod reads;
 pub mod repos;
 pub mod scoped;
 pub mod statuses;
@@ -56,14 +59,21 @@ use woodlark_stdx::{Classify, Fault};
 use crate::auth::sealing::SealKey;
 use crate::store::users::EnvAdmins;
 use crate::store::{Store, StoreError};
+pub use reads::Reads;
 
 /// What the CI services are built from. One per server; cheap to clone (every part is a
 /// handle to shared state).
 #[derive(Clone)]
 pub struct Services {
-    pub store: Store,
-    /// Step logs, in their own database.
-    pub logs: Store,
+    /// The store the services write through: theirs alone (everyone else reads, through
+    /// [`Services::reads`]).
+    pub(crate) store: Store,
+    /// Step logs, in their own database; written by the queue and the jobs.
+    pub(crate) logs: Store,
+    /// The store, read-only: what handlers, the CLI and the web UI read through.
+    pub reads: Reads,
+    /// The step logs' store, read-only.
+    pub log_reads: Reads,
     /// Opens secrets and forge tokens, seals compiled workflows.
     pub seal: SealKey,
     pub plugins: PluginHost,
@@ -173,11 +183,28 @@ impl Services {
             memberships: Arc::default(),
             perm_sync_pauses: Arc::default(),
             settings,
+            reads: Reads::new(store.clone()),
+            log_reads: Reads::new(logs.clone()),
             store,
             logs,
             seal,
             plugins,
         }
+    }
+}
+
+impl Services {
+    /// Stops both stores' writers once everything queued has committed: the server's last
+    /// step, after the runner has stopped.
+    pub fn close_stores(&self) {
+        self.store.close();
+        self.logs.close();
+    }
+
+    /// The writable store, for tests that set up rows no service makes.
+    #[cfg(feature = "test-support")]
+    pub fn store_for_tests(&self) -> &Store {
+        &self.store
     }
 }
 

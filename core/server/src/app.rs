@@ -66,6 +66,9 @@ impl From<InitError> for AppError {
 pub struct App {
     dispatcher: Arc<Dispatcher<Ctx>>,
     options: ServerOptions,
+    /// The store and the logs' store, for retention, the one writer besides the services
+    /// (handlers get only `ci.reads`).
+    retention: (Store, Store),
 }
 
 /// The database file inside the data dir.
@@ -182,6 +185,7 @@ impl App {
             crate::config::check_sandbox(&config).map_err(AppError::Runner)?;
         }
         let router = build_router(&config)?;
+        let retention = (store.clone(), logs.clone());
         let ci = crate::ci::Services::new(
             store.clone(),
             logs,
@@ -235,6 +239,7 @@ impl App {
                 state,
             }),
             options,
+            retention,
         })
     }
 
@@ -264,14 +269,12 @@ impl App {
         };
         state.ci.settings.public_url.set(url);
         let ci = state.ci.clone();
-        let store = state.ci.store.clone();
-        let logs = state.ci.logs.clone();
         if state.config.plugins.watch
             && let Err(err) = state.ci.plugins.watch()
         {
             tracing::warn!(%err, "cannot watch the plugin directory; changes need a restart");
         }
-        let background = spawn_background(&state.config, &state.ci);
+        let background = spawn_background(&state.config, &state.ci, &self.retention);
         // On the signal the embedded runner stops taking work at once, while connections
         // drain: its running workflows have their own grace (`runner.shutdown_grace_secs`).
         let runner = ci.runner_shutdown.clone();
@@ -286,12 +289,9 @@ impl App {
         for task in background {
             task.abort();
         }
-        tokio::task::spawn_blocking(move || {
-            store.close();
-            logs.close();
-        })
-        .await
-        .ok();
+        tokio::task::spawn_blocking(move || ci.close_stores())
+            .await
+            .ok();
     }
 }
 
@@ -361,7 +361,11 @@ fn enabled(config: &Config) -> Vec<(Box<dyn Module>, crate::config::ModuleConfig
 
 /// The work that runs beside the requests while the server serves: the pipeline feed, the
 /// CI jobs (leases, crons, the embedded runner) and retention. Aborted when serving stops.
-fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::task::JoinHandle<()>> {
+fn spawn_background(
+    config: &Config,
+    ci: &crate::ci::Services,
+    (store, logs): &(Store, Store),
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     if config.ci.enabled {
         tasks.push(tokio::spawn(ci.feed.clone().run()));
@@ -382,14 +386,14 @@ fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::tas
     if config.ci.enabled && config.storage.log_retention_days > 0 {
         let days = config.storage.log_retention_days;
         tasks.push(tokio::spawn(crate::retention::step_logs(
-            ci.logs.clone(),
+            logs.clone(),
             days,
         )));
     }
     if config.events.module.enabled {
         let settings = config.events.clone();
         tasks.push(tokio::spawn(crate::retention::events(
-            ci.store.clone(),
+            store.clone(),
             settings,
         )));
     }

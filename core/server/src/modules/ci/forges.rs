@@ -31,7 +31,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| forges::list(c, page.page, page.per_page))
         .await?;
     if admin {
@@ -52,7 +52,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let admin = current(&ctx, &req).await?.is_some_and(|a| a.user.admin);
     let row = ctx
         .ci
-        .store
+        .reads
         .read(move |c| forges::by_id(c, id))
         .await
         .map_err(forge_not_found)?;
@@ -249,7 +249,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let body: ForgeIn = req.json()?;
     let mut forge = ctx
         .ci
-        .store
+        .reads
         .read(move |c| forges::by_id(c, id))
         .await
         .map_err(forge_not_found)?

@@ -146,7 +146,7 @@ async fn list<R: ScopedResource>(
     let page = Page::from_request(&req);
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| R::list(c, scope, page.page, page.per_page))
         .await?;
     Ok(Response::json(&list))
@@ -174,7 +174,7 @@ async fn get<R: ScopedResource>(
     let key = path_text(&req, R::KEY_PARAM)?;
     let item = ctx
         .ci
-        .store
+        .reads
         .read(move |c| R::find(c, scope, &key))
         .await
         .map_err(not_found::<R>)?;
