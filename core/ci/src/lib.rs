@@ -18,6 +18,7 @@
 //! - [`create`]: a trigger (push, manual run, cron, restart) becomes a pipeline.
 //! - [`numbers`]: the pipeline numbers creations compile with before their write.
 //! - [`hooks`]: a forge's webhook (a git push, a plugin-parsed delivery) becomes triggers.
+//! - [`plugin_services`]: storage and secrets lent to the WebAssembly plugin host.
 //!
 //! - [`reads`]: the read-only store view everyone above this layer gets ([`Reads`]).
 //!
@@ -40,6 +41,7 @@ pub mod local;
 pub mod numbers;
 pub mod orgs;
 pub mod pipelines;
+pub mod plugin_services;
 pub mod queue;
 pub mod reads;
 pub mod repos;

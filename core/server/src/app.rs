@@ -313,10 +313,10 @@ fn start_plugins(
         plugins.cache_dir = config.server.data_dir.join("plugin-cache");
     }
     let services = woodlark_plugin_host::HostServices {
-        kv: Arc::new(crate::plugin_services::StoreKv {
+        kv: Arc::new(crate::ci::plugin_services::StoreKv {
             store: store.clone(),
         }),
-        secrets: Arc::new(crate::plugin_services::StoreSecrets {
+        secrets: Arc::new(crate::ci::plugin_services::StoreSecrets {
             store: store.clone(),
             seal: seal.clone(),
         }),

@@ -15,7 +15,6 @@
 //! - [`modules`]: one folder per interface (`ci`, …): HTTP handlers only, registering routes
 //!   under its mount; they call the services for every change.
 //! - [`pipeline`]: crate `woodlark-pipeline`, configs → compiled workflows (no I/O).
-//! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
 //! - [`profiler`]: the process-wide CPU sampler behind `/debug/settings/pprof`.
 //! - [`runner`]: crate `woodlark-runner`, runs workflows (embedded agent and `woodlark agent`).
 //! - [`store`]: crate `woodlark-store`, SQLite (writer thread, reader pool, migrations,
@@ -36,7 +35,6 @@ pub mod logging;
 pub mod modules;
 pub mod participation;
 pub use woodlark_pipeline as pipeline;
-pub mod plugin_services;
 pub mod profiler;
 pub mod retention;
 pub use woodlark_runner as runner;

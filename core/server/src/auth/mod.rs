@@ -1,15 +1,14 @@
 //! Credentials: random secrets, signed tokens and the server's signing key.
 //!
-//! - [`token`], [`sealing`]: HS256 tokens and encryption at rest, kept in the services'
-//!   crate (`woodlark_ci::auth`), which makes and opens them too.
-//! - [`keys`]: the server's ed25519 key pair, created on first start in the data dir.
+//! - [`token`], [`sealing`], [`keys`]: HS256 tokens, encryption at rest and the server's
+//!   ed25519 key pair, kept in the services' crate (`woodlark_ci::auth`), which makes, opens
+//!   and stores them.
 //! - [`session`]: browser sessions (`sess`), their CSRF tokens and one-time login links.
 //! - [`bearer`]: where a request carries its token (header, query, cookie).
 
-pub mod keys;
 pub mod session;
 
-pub use woodlark_ci::auth::{sealing, token};
+pub use woodlark_ci::auth::{keys, sealing, token};
 
 use crate::http::Request;
 
