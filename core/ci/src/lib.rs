@@ -20,10 +20,12 @@
 //! - [`hooks`]: a forge's webhook (a git push, a plugin-parsed delivery) becomes triggers.
 //! - [`plugin_services`]: storage and secrets lent to the WebAssembly plugin host.
 //!
+//! - [`access_cache`]: what access checks learned, kept for one identity generation.
 //! - [`reads`]: the read-only store view everyone above this layer gets ([`Reads`]).
 //!
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
+pub mod access_cache;
 pub mod agents;
 pub mod auth;
 pub mod bus;

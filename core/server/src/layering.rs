@@ -300,7 +300,10 @@ fn the_service_layers_import_no_handler() {
     let graph = Graph::of_crate(&server_src());
     let service = |f: &str| f.starts_with("participation/") || f == "retention.rs";
     let http_side = |f: &str| {
-        f.starts_with("modules/") || f.starts_with("cli/") || matches!(f, "app.rs" | "state.rs")
+        f.starts_with("modules/")
+            || f.starts_with("cli/")
+            || f.starts_with("state/")
+            || f == "app.rs"
     };
     let mut wrong = Vec::new();
     for (file, targets) in &graph.edges {
@@ -316,6 +319,32 @@ fn the_service_layers_import_no_handler() {
     }
     assert!(graph.edges.len() > 40, "{:?}", graph.edges.keys());
     assert!(wrong.is_empty(), "service layer imports: {wrong:#?}");
+}
+
+/// The app state (`state/`) sits below the handlers: it imports no module under `modules/`
+/// (the modules' own state lives in `state/` for that reason).
+#[test]
+fn the_app_state_imports_no_handler() {
+    let graph = Graph::of_crate(&server_src());
+    let state: Vec<_> = graph
+        .edges
+        .iter()
+        .filter(|(file, _)| file.starts_with("state/"))
+        .collect();
+    assert!(state.len() >= 3, "{state:?}");
+    let upward: Vec<String> = state
+        .iter()
+        .flat_map(|(file, targets)| {
+            targets
+                .iter()
+                .filter(|t| t.starts_with("modules/"))
+                .map(move |t| format!("{file} -> {t}"))
+        })
+        .collect();
+    assert!(
+        upward.is_empty(),
+        "the app state imports handlers: {upward:#?}"
+    );
 }
 
 /// Every way a store writes: a job awaited (`write`), a job queued now and awaited later

@@ -31,9 +31,9 @@ use crate::store::Tx;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::access_cache::{Readable, Verified};
 use crate::auth::{self, session, token};
 use crate::ci;
+use crate::ci::access_cache::{Readable, Verified};
 use crate::http::{ApiError, Request, StatusCode};
 use crate::state::Ctx;
 use crate::store::orgs::{self, Org};

@@ -21,8 +21,8 @@ mod render;
 
 use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::{CallerReads, readable_by_caller};
-use crate::modules::rendered;
 use crate::state::Ctx;
+use crate::state::rendered;
 use crate::store::events::{self, Cursor, Direction, Filter, Visible};
 use crate::store::{StoreResult, orgs};
 use render::{Link, TextEvent};

@@ -26,11 +26,11 @@ use woodlark_stdx::{Classify, Fault};
 use crate::ci;
 use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
-use crate::modules::rendered::PipelinePage;
 use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::status::{self, Status};
 use crate::pipeline::types::Commit;
 use crate::state::Ctx;
+use crate::state::rendered::PipelinePage;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
 use crate::store::{Domain, StoreError};
 
