@@ -673,7 +673,7 @@ async fn fixture(s: &TestServer) -> (Fixture, BTreeMap<Who, String>) {
     let (dave_id, carol_id) = (user_id(s, &dave).await, user_id(s, &carol).await);
     s.app_state
         .ci
-        .store
+        .store_for_tests()
         .write(move |c| {
             for r in [repo, trash_repo, mover_repo] {
                 repos::set_perm(c, dave_id, r, Perm::pull_only())?;
@@ -819,7 +819,7 @@ async fn fixture(s: &TestServer) -> (Fixture, BTreeMap<Who, String>) {
         let row = s
             .app_state
             .ci
-            .store
+            .reads
             .read(move |c| repos::by_id(c, repo))
             .await
             .unwrap();

@@ -548,7 +548,7 @@ async fn the_home_list_shows_what_the_user_may_push_to_or_administer() {
         let repo = ids[repo];
         s.app_state
             .ci
-            .store
+            .store_for_tests()
             .write(move |c| repos::set_perm(c, user, repo, perm))
             .await
             .unwrap();

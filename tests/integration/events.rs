@@ -338,10 +338,12 @@ async fn retention_removes_old_events_and_cursors_say_so() {
     let p = s.principals().await;
     let before = ids(&feed(&s, &p.admin, "?limit=10000").await);
     assert_eq!(before.len(), 6);
-    let removed =
-        woodlark::retention::prune_events(&s.app_state.ci.store, &s.app_state.config.events)
-            .await
-            .unwrap();
+    let removed = woodlark::retention::prune_events(
+        s.app_state.ci.store_for_tests(),
+        &s.app_state.config.events,
+    )
+    .await
+    .unwrap();
     assert_eq!(removed, 3);
     let after = ids(&feed(&s, &p.admin, "?limit=10000").await);
     assert_eq!(after, before[3..].to_vec());

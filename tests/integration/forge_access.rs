@@ -31,7 +31,7 @@ async fn user_id(s: &TestServer, pat: &str) -> i64 {
 async fn grant(s: &TestServer, user: i64, repo: i64, age: i64) {
     s.app_state
         .ci
-        .store
+        .store_for_tests()
         .write(move |c| {
             repos::set_perm(c, user, repo, Perm::all())?;
             repos::backdate_perms(c, user, age)
@@ -165,7 +165,7 @@ async fn github_revoked_token_ends_the_forge_session_and_what_the_forge_granted(
     let (tokens, perm) = s
         .app_state
         .ci
-        .store
+        .reads
         .read(move |c| {
             Ok((
                 woodlark::store::forge_tokens::get(c, octocat)?,

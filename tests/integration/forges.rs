@@ -946,7 +946,7 @@ async fn gitea_round_trip_with_a_second_replica() {
     let replica = round.replica.as_ref().unwrap();
     let leaders = [&round.s, replica]
         .iter()
-        .filter(|s| *s.app_state.ci.store.leadership().borrow())
+        .filter(|s| *s.app_state.ci.reads.leadership().borrow())
         .count();
     assert_eq!(leaders, 1);
 }
@@ -1178,7 +1178,7 @@ async fn github_manual_run_reads_the_branch_head_as_the_user_who_asked() {
         .unwrap();
     s.app_state
         .ci
-        .store
+        .store_for_tests()
         .write(move |c| {
             woodlark::store::repos::set_perm(
                 c,

@@ -148,7 +148,11 @@ async fn badges_cc_xml_feed_and_repo_list() {
         .as_i64()
         .unwrap();
     let feed_of_bob = |perm: Perm| {
-        let (store, http, token) = (s.app_state.ci.store.clone(), s.http.clone(), p.bob.clone());
+        let (store, http, token) = (
+            s.app_state.ci.store_for_tests().clone(),
+            s.http.clone(),
+            p.bob.clone(),
+        );
         async move {
             store
                 .write(move |c| repos::set_perm(c, bob, id, perm))

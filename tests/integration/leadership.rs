@@ -27,12 +27,12 @@ const ELECTED_WITHIN: Duration = Duration::from_secs(5);
 fn leading(servers: &[&TestServer]) -> Vec<usize> {
     for s in servers {
         assert!(
-            !*s.app_state.ci.logs.leadership().borrow(),
+            !*s.app_state.ci.log_reads.leadership().borrow(),
             "a logs' store leads"
         );
     }
     (0..servers.len())
-        .filter(|i| *servers[*i].app_state.ci.store.leadership().borrow())
+        .filter(|i| *servers[*i].app_state.ci.reads.leadership().borrow())
         .collect()
 }
 

@@ -362,7 +362,7 @@ async fn import_get_list_delete() {
     let events = s
         .app_state
         .ci
-        .store
+        .reads
         .read(|c| woodlark::store::events::list_after(c, 0, 1000))
         .await
         .unwrap();
@@ -706,7 +706,7 @@ async fn private_key_material_is_sealed_at_rest() {
     let (stored_vrf, stored_voting): (String, String) = s
         .app_state
         .ci
-        .store
+        .reads
         .read(move |c| {
             c.query_row_for_tests(
                 "SELECT vrf_secrets, voting_secrets FROM participation_keys WHERE id = ?1",
@@ -717,7 +717,7 @@ async fn private_key_material_is_sealed_at_rest() {
         .await
         .unwrap();
     assert!(stored_vrf.starts_with("v1:") && stored_voting.starts_with("v1:"));
-    s.app_state.ci.store.ping().await.unwrap();
+    s.app_state.ci.reads.ping().await.unwrap();
     // Nothing at rest in the database holds the VRF secret key (public keys are fine).
     let raw = s.stored_bytes();
     let contains = |needle: &[u8]| raw.windows(needle.len()).any(|w| w == needle);
@@ -750,7 +750,7 @@ async fn append_state_proof_keys() {
         let id = id.clone();
         s.app_state
             .ci
-            .store
+            .reads
             .read(move |c| woodlark::store::partkeys::state_proof_key_count(c, &id))
             .await
             .unwrap()
@@ -831,7 +831,7 @@ async fn append_state_proof_keys() {
     let events = s
         .app_state
         .ci
-        .store
+        .reads
         .read(|c| woodlark::store::events::list_after(c, 0, 1000))
         .await
         .unwrap();

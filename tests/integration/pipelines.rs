@@ -1348,7 +1348,7 @@ async fn a_flood_of_output_and_an_endless_line_are_stored_whole() {
     assert_eq!(xs.iter().map(|l| l.len()).sum::<usize>(), 300_000);
 }
 
-/// Pipeline and event bodies are kept between equal requests (`modules::rendered`); a read
+/// Pipeline and event bodies are kept between equal requests (`state::rendered`); a read
 /// after a change must never get a body from before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_pages_never_outlive_a_change() {
@@ -1858,7 +1858,7 @@ steps:
     let pages = || async {
         s.app_state
             .ci
-            .logs
+            .log_reads
             .read(|c| c.query_row_for_tests("PRAGMA page_count", [], |r| r.get::<_, i64>(0)))
             .await
             .unwrap()

@@ -768,7 +768,7 @@ async fn resource_changes_write_events() {
     let start = s
         .app_state
         .ci
-        .store
+        .reads
         .read(|c| woodlark::store::events::list_after(c, 0, 10_000))
         .await
         .unwrap()
@@ -792,7 +792,7 @@ async fn resource_changes_write_events() {
     let events = s
         .app_state
         .ci
-        .store
+        .reads
         .read(move |c| woodlark::store::events::list_after(c, start, 100))
         .await
         .unwrap();

@@ -92,7 +92,7 @@ fn field_lists_match_the_swagger() {
 async fn all_events(s: &TestServer) -> Vec<StoredEvent> {
     s.app_state
         .ci
-        .store
+        .reads
         .read(|c| events::list_after(c, 0, 100_000))
         .await
         .unwrap()
@@ -774,7 +774,7 @@ async fn global_agents() {
     let found = s
         .app_state
         .ci
-        .store
+        .reads
         .read(move |c| woodlark::store::agents::by_token(c, &t))
         .await
         .unwrap()
@@ -1157,7 +1157,7 @@ async fn crons() {
     let due = s
         .app_state
         .ci
-        .store
+        .reads
         .read(|c| woodlark::store::crons::due(c, i64::MAX, 100))
         .await
         .unwrap();
@@ -1348,7 +1348,7 @@ async fn crons_run_no_more_often_than_the_minimum() {
     let old = s
         .app_state
         .ci
-        .store
+        .store_for_tests()
         .write(move |c| {
             woodlark::store::crons::create(
                 c,
@@ -1445,7 +1445,7 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
     let left: i64 = s
         .app_state
         .ci
-        .store
+        .reads
         .read(move |c| {
             c.query_row_for_tests(
                 "SELECT (SELECT count(*) FROM secrets WHERE repo_id = ?1)
@@ -1497,7 +1497,7 @@ async fn deleting_a_repo_or_org_removes_its_resources_with_events() {
     let left: i64 = s
         .app_state
         .ci
-        .store
+        .reads
         .read(move |c| {
             c.query_row_for_tests(
                 "SELECT (SELECT count(*) FROM secrets WHERE org_id = ?1)

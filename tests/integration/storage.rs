@@ -481,7 +481,7 @@ async fn a_workflow_on_a_killed_replica_is_finished_by_another() {
     // rather than waited for).
     a.app_state
         .ci
-        .store
+        .store_for_tests()
         .write(move |c| {
             c.query_row_for_tests(
                 "UPDATE agents SET last_contact = last_contact - 300 WHERE id = ?1 RETURNING id",

@@ -6,7 +6,7 @@ async fn healthz_is_204_and_500_when_the_database_is_gone() {
     let r = s.http.get("/healthz", None).await.expect(204);
     assert!(r.body.is_empty());
     // Stop the storage writer: the server is up but cannot use its database.
-    s.app_state.ci.store.close();
+    s.app_state.ci.store_for_tests().close();
     s.http.get("/healthz", None).await.expect(500);
 }
 

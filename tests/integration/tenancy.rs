@@ -10,7 +10,7 @@ use woodlark::store::{integrity, logs, repos};
 
 /// No row of the main database names a record that is gone.
 async fn assert_no_orphans(s: &TestServer) {
-    let found = s.app_state.ci.store.read(integrity::orphans).await.unwrap();
+    let found = s.app_state.ci.reads.read(integrity::orphans).await.unwrap();
     assert!(found.is_empty(), "orphaned rows: {found:?}");
 }
 
@@ -118,7 +118,7 @@ async fn a_permission_on_one_repository_never_makes_an_org_admin() {
     // However Bob came by an admin row on one of Alice's repositories…
     s.app_state
         .ci
-        .store
+        .store_for_tests()
         .write(move |c| repos::set_perm(c, bob_id, repo_id, repos::Perm::all()))
         .await
         .unwrap();
@@ -196,7 +196,7 @@ async fn a_removed_repository_leaves_nothing_for_the_next_one() {
     let logged = s
         .app_state
         .ci
-        .logs
+        .log_reads
         .read(|c| logs::step_ids_after(c, 0, 100))
         .await
         .unwrap();
@@ -210,7 +210,7 @@ async fn a_removed_repository_leaves_nothing_for_the_next_one() {
     let left = s
         .app_state
         .ci
-        .logs
+        .log_reads
         .read(|c| logs::step_ids_after(c, 0, 100))
         .await
         .unwrap();

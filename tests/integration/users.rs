@@ -296,7 +296,7 @@ async fn user_changes_are_recorded_as_events_in_the_same_transaction() {
     let before = s
         .app_state
         .ci
-        .store
+        .reads
         .read(|c| woodlark::store::events::list_after(c, 0, 1000))
         .await
         .unwrap();
@@ -336,7 +336,7 @@ async fn user_changes_are_recorded_as_events_in_the_same_transaction() {
     let events = s
         .app_state
         .ci
-        .store
+        .reads
         .read(move |c| woodlark::store::events::list_after(c, start, 100))
         .await
         .unwrap();

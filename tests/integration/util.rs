@@ -440,7 +440,7 @@ impl TestServer {
         let account = self
             .app_state
             .ci
-            .store
+            .store_for_tests()
             .write(move |c| users::create(c, &env, &new))
             .await
             .expect("create user");

@@ -19,10 +19,10 @@ use crate::http::router::RouteError;
 use crate::http::server::{self, Dispatcher, ServerOptions};
 use crate::http::{ErrorStyle, Router};
 use crate::logging::LogControl;
-use crate::modules::participation::state::InitError;
 use crate::modules::{self, Module};
 use crate::participation::Keyring;
 use crate::state::Mount;
+use crate::state::participation::InitError;
 pub use crate::state::{AppState, Ctx};
 use crate::store::users::EnvAdmins;
 use crate::store::{Store, StoreError, StoreOptions};
@@ -66,6 +66,9 @@ impl From<InitError> for AppError {
 pub struct App {
     dispatcher: Arc<Dispatcher<Ctx>>,
     options: ServerOptions,
+    /// The store and the logs' store, for retention, the one writer besides the services
+    /// (handlers get only `ci.reads`).
+    retention: (Store, Store),
 }
 
 /// The database file inside the data dir.
@@ -179,28 +182,34 @@ impl App {
         // cache do not need it.
         crate::http::heap::release_free_heap();
         if config.ci.enabled && config.runner.enabled {
-            crate::ci::embedded::check_sandbox(&config).map_err(AppError::Runner)?;
+            crate::config::check_sandbox(&config).map_err(AppError::Runner)?;
         }
         let router = build_router(&config)?;
+        let retention = (store.clone(), logs.clone());
         let ci = crate::ci::Services::new(
             store.clone(),
             logs,
             seal.clone(),
             plugins,
             crate::ci::Settings {
-                pipeline: config.pipeline.clone(),
+                pipeline: config.pipeline.settings(),
                 mount: config.ci.mount.clone(),
                 public_url: crate::ci::PublicUrl::new(&config.server.listen),
                 env_admins: EnvAdmins(config.auth.admins.clone()),
                 open_registration: config.auth.open,
                 web_root: config.web.root_path().to_string(),
-                configured_forges: config.forges.iter().map(|f| (f.id, f.origin)).collect(),
+                configured_forges: config
+                    .forges
+                    .iter()
+                    .map(|f| (f.id, f.origin.describe()))
+                    .collect(),
             },
         );
         for note in &config.notes {
             tracing::info!("configuration: {note}");
         }
-        crate::ci::forges::configure_now(&ci, &config.forges).map_err(AppError::Forges)?;
+        let configured: Vec<_> = config.forges.iter().map(|f| f.configured()).collect();
+        crate::ci::forges::configure_now(&ci, &configured).map_err(AppError::Forges)?;
         let mounts = enabled(&config)
             .into_iter()
             .map(|(module, settings)| Mount {
@@ -230,6 +239,7 @@ impl App {
                 state,
             }),
             options,
+            retention,
         })
     }
 
@@ -259,14 +269,12 @@ impl App {
         };
         state.ci.settings.public_url.set(url);
         let ci = state.ci.clone();
-        let store = state.ci.store.clone();
-        let logs = state.ci.logs.clone();
         if state.config.plugins.watch
             && let Err(err) = state.ci.plugins.watch()
         {
             tracing::warn!(%err, "cannot watch the plugin directory; changes need a restart");
         }
-        let background = spawn_background(&state.config, &state.ci);
+        let background = spawn_background(&state.config, &state.ci, &self.retention);
         // On the signal the embedded runner stops taking work at once, while connections
         // drain: its running workflows have their own grace (`runner.shutdown_grace_secs`).
         let runner = ci.runner_shutdown.clone();
@@ -281,12 +289,9 @@ impl App {
         for task in background {
             task.abort();
         }
-        tokio::task::spawn_blocking(move || {
-            store.close();
-            logs.close();
-        })
-        .await
-        .ok();
+        tokio::task::spawn_blocking(move || ci.close_stores())
+            .await
+            .ok();
     }
 }
 
@@ -308,10 +313,10 @@ fn start_plugins(
         plugins.cache_dir = config.server.data_dir.join("plugin-cache");
     }
     let services = woodlark_plugin_host::HostServices {
-        kv: Arc::new(crate::plugin_services::StoreKv {
+        kv: Arc::new(crate::ci::plugin_services::StoreKv {
             store: store.clone(),
         }),
-        secrets: Arc::new(crate::plugin_services::StoreSecrets {
+        secrets: Arc::new(crate::ci::plugin_services::StoreSecrets {
             store: store.clone(),
             seal: seal.clone(),
         }),
@@ -356,7 +361,11 @@ fn enabled(config: &Config) -> Vec<(Box<dyn Module>, crate::config::ModuleConfig
 
 /// The work that runs beside the requests while the server serves: the pipeline feed, the
 /// CI jobs (leases, crons, the embedded runner) and retention. Aborted when serving stops.
-fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::task::JoinHandle<()>> {
+fn spawn_background(
+    config: &Config,
+    ci: &crate::ci::Services,
+    (store, logs): &(Store, Store),
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     if config.ci.enabled {
         tasks.push(tokio::spawn(ci.feed.clone().run()));
@@ -366,21 +375,25 @@ fn spawn_background(config: &Config, ci: &crate::ci::Services) -> Vec<tokio::tas
         if config.runner.enabled {
             // Subscribed now, so a stop that comes before the runner runs still waits for it.
             let shutdown = ci.runner_shutdown.subscribe();
-            let runner = crate::ci::embedded::run(ci.clone(), config.clone(), shutdown);
+            let runner = crate::ci::embedded::run(
+                ci.clone(),
+                crate::config::embedded_runner(config),
+                shutdown,
+            );
             tasks.push(tokio::spawn(runner));
         }
     }
     if config.ci.enabled && config.storage.log_retention_days > 0 {
         let days = config.storage.log_retention_days;
         tasks.push(tokio::spawn(crate::retention::step_logs(
-            ci.logs.clone(),
+            logs.clone(),
             days,
         )));
     }
     if config.events.module.enabled {
         let settings = config.events.clone();
         tasks.push(tokio::spawn(crate::retention::events(
-            ci.store.clone(),
+            store.clone(),
             settings,
         )));
     }

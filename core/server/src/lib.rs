@@ -8,14 +8,13 @@
 //! - [`state`]: `AppState`/`Ctx`, what every handler receives.
 //! - [`http`]: crate `woodlark-http`, the only one that knows hyper: server, router,
 //!   request/response, errors, outbound client.
-//! - [`ci`]: the CI service layer (every CI state change, the queue, the embedded agent), no
-//!   HTTP.
+//! - [`ci`]: crate `woodlark-ci`, the CI service layer (every CI state change, the queue,
+//!   the embedded agent), no HTTP.
 //! - [`participation`]: the participation service (installed keys, key material), no HTTP.
 //! - [`retention`]: the jobs that delete aged events and log lines.
 //! - [`modules`]: one folder per interface (`ci`, …): HTTP handlers only, registering routes
 //!   under its mount; they call the services for every change.
 //! - [`pipeline`]: crate `woodlark-pipeline`, configs → compiled workflows (no I/O).
-//! - [`plugin_services`]: storage and secrets the server lends the WebAssembly plugin host.
 //! - [`profiler`]: the process-wide CPU sampler behind `/debug/settings/pprof`.
 //! - [`runner`]: crate `woodlark-runner`, runs workflows (embedded agent and `woodlark agent`).
 //! - [`store`]: crate `woodlark-store`, SQLite (writer thread, reader pool, migrations,
@@ -26,7 +25,7 @@
 
 pub mod app;
 pub mod auth;
-pub mod ci;
+pub use woodlark_ci as ci;
 pub mod cli;
 pub mod config;
 pub use woodlark_http as http;
@@ -36,7 +35,6 @@ pub mod logging;
 pub mod modules;
 pub mod participation;
 pub use woodlark_pipeline as pipeline;
-pub mod plugin_services;
 pub mod profiler;
 pub mod retention;
 pub use woodlark_runner as runner;

@@ -27,7 +27,7 @@ async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
     let have: i64 = server
         .state
         .ci
-        .store
+        .reads
         .read(|c| {
             Ok(c.raw_for_tests()
                 .query_row("SELECT count(*) FROM events", [], |r| r.get(0))?)
@@ -42,7 +42,7 @@ async fn seed_events(server: &Server, target: i64) -> (i64, Duration) {
         server
             .state
             .ci
-            .store
+            .store_for_tests()
             .write(move |c| {
                 let now = woodlark::store::now_unix_ms();
                 let mut stmt = c.raw_for_tests().prepare_cached(
@@ -75,7 +75,7 @@ async fn max_seq(server: &Server) -> i64 {
     server
         .state
         .ci
-        .store
+        .reads
         .read(|c| {
             Ok(c.raw_for_tests().query_row(
                 "SELECT coalesce(max(seq), 0) FROM events",

@@ -276,10 +276,10 @@ pub async fn run() {
             match target {
                 HookTarget::Git => {
                     let before = (cpu_time(), children_cpu_time(), thread_cpu_times());
-                    let caught_up = server.state.ci.store.writer_catch_ups();
+                    let caught_up = server.state.ci.reads.writer_catch_ups();
                     let missed = server.state.ci.numbers.misses();
                     let (l, e) = open_loop(rate, slice, &woodlark_hook).await;
-                    catch_ups += server.state.ci.store.writer_catch_ups() - caught_up;
+                    catch_ups += server.state.ci.reads.writer_catch_ups() - caught_up;
                     recompiled += server.state.ci.numbers.misses() - missed;
                     server_cpu += cpu_time().saturating_sub(before.0);
                     git_cpu += children_cpu_time().saturating_sub(before.1);

@@ -47,7 +47,7 @@ pub async fn run() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let count = |server: &Server| {
-        let logs = server.state.ci.logs.clone();
+        let logs = server.state.ci.log_reads.clone();
         async move {
             logs.read(move |c| {
                 Ok(c.raw_for_tests().query_row(

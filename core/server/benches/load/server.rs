@@ -212,7 +212,7 @@ impl Server {
         let account = self
             .state
             .ci
-            .store
+            .store_for_tests()
             .write(move |c| users::create(c, &env, &new))
             .await
             .expect("create user");
@@ -359,7 +359,7 @@ pub async fn statuses(server: &Server, repo: i64) -> (i64, i64) {
     server
         .state
         .ci
-        .store
+        .reads
         .read(move |c| {
             Ok(c.raw_for_tests().query_row(
                 "SELECT count(*) FILTER (WHERE status = 'success'),

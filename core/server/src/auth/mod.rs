@@ -1,15 +1,14 @@
 //! Credentials: random secrets, signed tokens and the server's signing key.
 //!
-//! - [`token`]: HS256 tokens (personal access tokens, later sessions and hook tokens).
-//! - [`keys`]: the server's ed25519 key pair, created on first start in the data dir.
-//! - [`sealing`]: encryption at rest for secret values, with a key kept outside the database.
+//! - [`token`], [`sealing`], [`keys`]: HS256 tokens, encryption at rest and the server's
+//!   ed25519 key pair, kept in the services' crate (`woodlark_ci::auth`), which makes, opens
+//!   and stores them.
 //! - [`session`]: browser sessions (`sess`), their CSRF tokens and one-time login links.
 //! - [`bearer`]: where a request carries its token (header, query, cookie).
 
-pub mod keys;
-pub mod sealing;
 pub mod session;
-pub mod token;
+
+pub use woodlark_ci::auth::{keys, sealing, token};
 
 use crate::http::Request;
 

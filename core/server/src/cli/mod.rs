@@ -604,7 +604,7 @@ fn user_add(config_path: PathBuf, login: String, admin: bool, email: String) -> 
         token_seed: random_secret(),
         ..NewUser::default()
     };
-    let account = runtime()?.block_on(store.write(move |c| users::create(c, &env, &new)));
+    let account = runtime()?.block_on(crate::ci::users::create_in(&store, env, new));
     store.close();
     let account = account?;
     let key = user_token_key(&seal, &account);

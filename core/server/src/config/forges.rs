@@ -225,6 +225,17 @@ impl ForgeConfig {
         Ok(())
     }
 
+    /// What the CI services apply at start: the record, its secrets and where it was
+    /// configured.
+    pub fn configured(&self) -> crate::ci::forges::ConfiguredForge {
+        crate::ci::forges::ConfiguredForge {
+            forge: self.forge(),
+            client_secret: self.secrets.client_secret.clone(),
+            webhook_secret: self.secrets.webhook_secret.clone(),
+            origin: self.origin.describe(),
+        }
+    }
+
     /// The forge record this entry describes.
     pub fn forge(&self) -> Forge {
         let mut additional_options = self.additional_options.clone();

@@ -18,7 +18,7 @@ mod runner;
 mod woodpecker;
 
 pub use forges::{ForgeConfig, ForgeOrigin};
-pub use runner::RunnerConfig;
+pub use runner::{RunnerConfig, check_sandbox, embedded_runner};
 
 /// `[plugins]`: the plugin directory, the compiled-code cache, limits and per-plugin grants
 /// (defined by the plugin host, which owns their meaning).
@@ -207,9 +207,17 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
-    /// `cron_min_interval_secs` as the store's schedule arithmetic counts (unix seconds).
-    pub fn cron_min_interval(&self) -> i64 {
-        i64::try_from(self.cron_min_interval_secs).unwrap_or(i64::MAX)
+    /// What the CI services are given of `[pipeline]`.
+    pub fn settings(&self) -> crate::ci::PipelineSettings {
+        crate::ci::PipelineSettings {
+            secret_backends: self.secret_backends.clone(),
+            registry_auth: self.registry_auth.clone(),
+            privileged_plugins: self.privileged_plugins.clone(),
+            cron_min_interval_secs: self.cron_min_interval_secs,
+            max_crons_per_repo: self.max_crons_per_repo,
+            max_step_log_bytes: self.max_step_log_bytes,
+            status_context: self.status_context.clone(),
+        }
     }
 }
 

@@ -112,6 +112,65 @@ impl Default for RunnerConfig {
     }
 }
 
+/// The embedded runner's settings: `[runner]`, the data dir, and the sandbox that hides the
+/// server's files from its steps.
+pub fn embedded_runner(config: &super::Config) -> crate::ci::embedded::EmbeddedRunner {
+    let runner = &config.runner;
+    crate::ci::embedded::EmbeddedRunner {
+        data_dir: config.server.data_dir.clone(),
+        options: local_sandbox(config)
+            .map(|sandbox| runner.backend_options(String::new(), sandbox)),
+        capacity: runner.capacity,
+        shutdown_grace: std::time::Duration::from_secs(runner.shutdown_grace_secs),
+        sandbox: runner.sandbox.as_str(),
+    }
+}
+
+/// What steps of the embedded runner must not see: the data dir (databases, signing keys,
+/// `secrets.key`, `algod.admin.token`, the default plugin cache), and the files the
+/// configuration may place outside it: the secrets key, the plugin cache, the configuration
+/// file itself (tokens, plugin secrets) and the TLS key.
+fn sandbox_hidden(config: &super::Config) -> Vec<std::path::PathBuf> {
+    let mut hidden = vec![
+        config.server.data_dir.clone(),
+        config.secret_key_path(),
+        config.plugins.cache_dir.clone(),
+        config.server.tls_key.clone(),
+    ];
+    let file = std::path::Path::new(&config.source);
+    if file.is_file() {
+        hidden.push(file.to_path_buf());
+    }
+    hidden
+}
+
+/// The sandbox of the embedded runner's steps (`runner.sandbox`); `None` for `"none"`.
+pub fn local_sandbox(config: &super::Config) -> Result<Option<Sandbox>, String> {
+    if config.runner.sandbox == SandboxMode::None {
+        return Ok(None);
+    }
+    Sandbox::new(sandbox_hidden(config)).map(Some)
+}
+
+/// The start-up check of `runner.sandbox` (with the local runner on): `"bwrap"` must be
+/// installed and work here, else the server does not start; `"none"` is said loudly.
+pub fn check_sandbox(config: &super::Config) -> Result<(), String> {
+    if config.runner.sandbox == SandboxMode::None {
+        tracing::warn!(
+            "runner.sandbox = \"none\": {}",
+            crate::runner::sandbox::UNSANDBOXED_WARNING
+        );
+        return Ok(());
+    }
+    let opt_out = format!(
+        "set runner.sandbox = \"none\" in {} (trusted pipelines only)",
+        config.source
+    );
+    crate::runner::sandbox::checked(sandbox_hidden(config), &opt_out)
+        .map(drop)
+        .map_err(|err| format!("{}: runner.sandbox: {err}", config.source))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +280,46 @@ mod tests {
             err,
             "test.toml: WOODLARK_RUNNER_BACKEND: \"Docker\" is not \"auto\", \"docker\" or \"local\""
         );
+    }
+
+    #[test]
+    fn steps_do_not_see_the_servers_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let text = r#"
+[server]
+data_dir = "/srv/woodlark/data"
+tls_cert = "/etc/woodlark/cert.pem"
+tls_key = "/etc/woodlark/key.pem"
+[storage]
+secret_key_file = "/etc/woodlark/secrets.key"
+[plugins]
+cache_dir = "/var/cache/woodlark"
+"#;
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load(&path).unwrap();
+        let hidden = sandbox_hidden(&config);
+        for p in [
+            "/srv/woodlark/data",
+            "/etc/woodlark/secrets.key",
+            "/var/cache/woodlark",
+            "/etc/woodlark/key.pem",
+        ] {
+            assert!(hidden.contains(&p.into()), "{p} not in {hidden:?}");
+        }
+        assert!(hidden.contains(&path), "the configuration file itself");
+        // The defaults: the key and the plugin cache live in the data dir; no file, no TLS.
+        let hidden = sandbox_hidden(&Config::default());
+        assert_eq!(
+            hidden,
+            [
+                std::path::PathBuf::from("data"),
+                std::path::PathBuf::from("data/secrets.key"),
+                std::path::PathBuf::new(),
+                std::path::PathBuf::new(),
+            ]
+        );
+        let none = Config::from_toml("[runner]\nsandbox = \"none\"\n", "t", &[]).unwrap();
+        assert!(local_sandbox(&none).unwrap().is_none());
     }
 }

@@ -9,7 +9,6 @@
 pub mod ci;
 pub mod events;
 pub mod participation;
-pub mod rendered;
 pub mod web;
 
 use crate::http::{ErrorStyle, Scope};

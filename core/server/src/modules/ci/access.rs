@@ -31,9 +31,9 @@ use crate::store::Tx;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::access_cache::{Readable, Verified};
 use crate::auth::{self, session, token};
 use crate::ci;
+use crate::ci::access_cache::{Readable, Verified};
 use crate::http::{ApiError, Request, StatusCode};
 use crate::state::Ctx;
 use crate::store::orgs::{self, Org};
@@ -49,7 +49,7 @@ use crate::store::{StoreError, StoreResult, forge_tokens, now_unix};
 /// that session. Without it the request is refused with 401 (not downgraded to anonymous), as
 /// upstream does. Personal access tokens need no CSRF header, wherever they are carried.
 pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiError> {
-    current_at(ctx, req, ctx.ci.store.identity_generation()).await
+    current_at(ctx, req, ctx.ci.reads.identity_generation()).await
 }
 
 /// [`current`], with the token's verification cached under `generation` (read before any
@@ -94,7 +94,7 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
     let env = ctx.ci.settings.env_admins.clone();
     let (account, tokens_from) = match ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let account = users::by_id(c, &env, user_id)?;
             let tokens_from = if session {
@@ -134,7 +134,7 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
 /// organisations (`repos::readable_ids`), `None` for an instance admin, who may read
 /// everything. 401 for anonymous callers.
 pub async fn readable_by_caller(ctx: &Ctx, req: &Request) -> Result<CallerReads, ApiError> {
-    let generation = ctx.ci.store.identity_generation();
+    let generation = ctx.ci.reads.identity_generation();
     let account = current_at(ctx, req, generation)
         .await?
         .ok_or_else(ApiError::unauthorized)?;
@@ -154,7 +154,7 @@ pub async fn readable_by_caller(ctx: &Ctx, req: &Request) -> Result<CallerReads,
     let own_org = account.user.org_id;
     let ids = Arc::new(
         ctx.ci
-            .store
+            .reads
             .read(move |c| repos::readable_ids(c, user_id, own_org))
             .await?,
     );
@@ -302,7 +302,7 @@ pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
 /// [`repo`], with a permission from the forge read again when `max_age` seconds old.
 async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAccess, ApiError> {
     let id = req.param_i64("repo_id")?;
-    let generation = ctx.ci.store.identity_generation();
+    let generation = ctx.ci.reads.identity_generation();
     let user = current_at(ctx, req, generation).await?;
     let key = (user.as_ref().map_or(0, |a| a.user.id), id);
     let found = match ctx.access_cache.repos.get(&key, generation) {
@@ -311,7 +311,7 @@ async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAcces
             let u = user.as_ref().map(|a| a.user.clone());
             let found = ctx
                 .ci
-                .store
+                .reads
                 .read(move |c| {
                     let row = repos::by_id(c, id)?;
                     let perm = repo_perm(c, u.as_ref(), &row)?;
@@ -349,7 +349,7 @@ async fn with_synced_perm(
     }
     let (u, id) = (account.user.clone(), row.repo.id);
     ctx.ci
-        .store
+        .reads
         .read(move |c| {
             let row = repos::by_id(c, id)?;
             let perm = repo_perm(c, Some(&u), &row)?;
@@ -383,7 +383,7 @@ where
     let u = user.as_ref().map(|a| a.user.clone());
     let found = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let row = find(c)?;
             let perm = repo_perm(c, u.as_ref(), &row)?;
@@ -455,7 +455,7 @@ pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess
     let u = user.user.clone();
     let found = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let org = orgs::by_id(c, id)?;
             let perm = org_perm(c, Some(&u), &org)?;
@@ -512,7 +512,7 @@ mod tests {
         let account = app
             .state()
             .ci
-            .store
+            .store_for_tests()
             .write(move |c| users::create(c, &Default::default(), &new))
             .await
             .unwrap();
@@ -614,7 +614,7 @@ mod tests {
         // A change of the user shows at once.
         let env = ctx.ci.settings.env_admins.clone();
         ctx.ci
-            .store
+            .store_for_tests()
             .write(move |c| {
                 let patch = users::UserPatch {
                     admin: Some(true),
@@ -638,7 +638,7 @@ mod tests {
             }
         };
         ctx.ci
-            .store
+            .store_for_tests()
             .write(move |c| {
                 let patch = users::UserPatch {
                     admin: Some(false),
@@ -652,14 +652,14 @@ mod tests {
         assert_eq!(readable(ctx, pat.clone()).await, Some(0), "from the cache");
         let org_id = account.user.org_id;
         ctx.ci
-            .store
+            .store_for_tests()
             .write(move |c| repos::insert_bare(c, org_id, id, "alice/x"))
             .await
             .unwrap();
         assert_eq!(readable(ctx, pat.clone()).await, Some(1));
         let env = ctx.ci.settings.env_admins.clone();
         ctx.ci
-            .store
+            .store_for_tests()
             .write(move |c| {
                 let patch = users::UserPatch {
                     admin: Some(true),
@@ -674,7 +674,7 @@ mod tests {
         let env = ctx.ci.settings.env_admins.clone();
         let rotated = ctx
             .ci
-            .store
+            .store_for_tests()
             .write(move |c| users::set_token_seed(c, &env, id, "new-seed"))
             .await
             .unwrap();
@@ -685,7 +685,7 @@ mod tests {
         // Deleting the user ends it too.
         let env = ctx.ci.settings.env_admins.clone();
         ctx.ci
-            .store
+            .store_for_tests()
             .write(move |c| users::delete(c, &env, "alice"))
             .await
             .unwrap();

@@ -101,7 +101,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let rows = ctx
         .ci
-        .store
+        .reads
         .read(move |c| agents::list(c, page.page, page.per_page))
         .await?;
     Ok(Response::json(&render_all(&ctx, rows)))
@@ -120,7 +120,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("agent_id")?;
     let row = ctx
         .ci
-        .store
+        .reads
         .read(move |c| agents::by_id(c, id))
         .await
         .map_err(not_found)?;
@@ -153,7 +153,7 @@ async fn tasks(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("agent_id")?;
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             agents::by_id(c, id)?;
             crate::store::tasks::of_agent(c, id)?
@@ -173,7 +173,7 @@ async fn org_list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let rows = ctx
         .ci
-        .store
+        .reads
         .read(move |c| agents::list_for_org(c, org_id, page.page, page.per_page))
         .await?;
     Ok(Response::json(&render_all(&ctx, rows)))
@@ -192,7 +192,7 @@ async fn org_agent(ctx: &Ctx, req: &Request) -> Result<i64, ApiError> {
     let id = req.param_i64("agent_id")?;
     let row = ctx
         .ci
-        .store
+        .reads
         .read(move |c| agents::by_id(c, id))
         .await
         .map_err(not_found)?;

@@ -105,7 +105,7 @@ async fn status_svg(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo_id = access.row.repo.id;
     let newest = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let list = pipelines::list(
                 c,
@@ -168,7 +168,7 @@ async fn cc_xml(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo_id = access.row.repo.id;
     let newest = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             Ok(pipelines::list(c, repo_id, &ListFilter::default(), 1, 1)?
                 .into_iter()

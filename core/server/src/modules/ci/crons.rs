@@ -100,7 +100,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| crons::list(c, repo, page.page, page.per_page))
         .await?;
     Ok(Response::json(&list))
@@ -141,7 +141,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = cron_id(&req)?;
     let cron = ctx
         .ci
-        .store
+        .reads
         .read(move |c| crons::find(c, repo, id))
         .await
         .map_err(not_found)?;

@@ -31,7 +31,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| forges::list(c, page.page, page.per_page))
         .await?;
     if admin {
@@ -52,7 +52,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let admin = current(&ctx, &req).await?.is_some_and(|a| a.user.admin);
     let row = ctx
         .ci
-        .store
+        .reads
         .read(move |c| forges::by_id(c, id))
         .await
         .map_err(forge_not_found)?;
@@ -68,7 +68,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// configured the forge.
 fn with_origin(ctx: &Ctx, forge: &Forge, mut value: Value) -> Value {
     if let Some(origin) = ctx.ci.settings.configured_forges.get(&forge.id) {
-        value["woodlark_configured_in"] = Value::String(origin.describe().to_string());
+        value["woodlark_configured_in"] = Value::String(origin.to_string());
     }
     value
 }
@@ -77,8 +77,7 @@ fn with_origin(ctx: &Ctx, forge: &Forge, mut value: Value) -> Value {
 fn must_be_api_managed(ctx: &Ctx, id: i64) -> Result<(), ApiError> {
     match ctx.ci.settings.configured_forges.get(&id) {
         Some(origin) => Err(ApiError::conflict(format!(
-            "forge {id} is configured in {}: change it there and restart the server",
-            origin.describe()
+            "forge {id} is configured in {origin}: change it there and restart the server"
         ))),
         None => Ok(()),
     }
@@ -250,7 +249,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let body: ForgeIn = req.json()?;
     let mut forge = ctx
         .ci
-        .store
+        .reads
         .read(move |c| forges::by_id(c, id))
         .await
         .map_err(forge_not_found)?

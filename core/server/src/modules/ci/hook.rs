@@ -130,7 +130,7 @@ async fn repo_of(ctx: &Ctx, req: &Request) -> Result<RepoRow, ApiError> {
     let (forge_id, remote_id) = token::hook_token_subject(&raw).ok_or_else(bad_token)?;
     let row = ctx
         .ci
-        .store
+        .reads
         .read_one(move |c| repos::by_remote_id(c, forge_id, &remote_id))
         .await?
         .ok_or_else(bad_token)?;

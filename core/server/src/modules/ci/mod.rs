@@ -7,7 +7,6 @@
 //! [`forge`](crate::ci::forge) holds the forge drivers. Errors are plain text with Woodpecker's status codes.
 
 pub mod access;
-pub mod access_cache;
 pub mod agents;
 pub mod avatars;
 pub mod badges;

@@ -25,7 +25,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| orgs::list(c, page.page, page.per_page))
         .await?;
     Ok(Response::json(&list))
@@ -52,7 +52,7 @@ async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let u = user.clone();
     let (org, perm) = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let org = orgs::by_id(c, id)?;
             let perm = org_perm(c, u.as_ref(), &org)?;
@@ -73,7 +73,7 @@ async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let u = user.clone();
     let (org, perm) = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let org = orgs::by_any_name(c, &name)?;
             let perm = org_perm(c, Some(&u), &org)?;

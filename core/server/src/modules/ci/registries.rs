@@ -3,23 +3,19 @@
 //! admins) and `/repos/{repo_id}/registries` (repo admins), keyed by `address` (the
 //! `{registry}` path parameter, percent-decoded).
 //!
-//! Passwords are sealed before they reach the store and always render as `""`. Create needs
+//! Passwords are sealed by the service (`ci::scoped`) before they reach the store and
+//! always render as `""`. Create needs
 //! `address`, `username` and `password` (422 otherwise); duplicates are 409. PATCH changes
 //! the non-empty fields it is given (a new `address` renames the entry, as upstream);
 //! `readonly` is not writable (it marks registries from outside the database).
 
-use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
-use crate::ci::scoped::ScopedRecord;
+use crate::ci::scoped::Registries;
 use crate::http::{ApiError, Request, Scope};
 use crate::state::Ctx;
-use crate::store::StoreResult;
-use crate::store::registries::{
-    self, MAX_FIELD, NewRegistry, Registry, RegistryChange, SEAL_PURPOSE, validate_address,
-};
-use crate::store::secrets::ResourceScope;
+use crate::store::registries::{MAX_FIELD, NewRegistry, RegistryChange, validate_address};
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scoped::routes::<Registries>(scope);
@@ -50,16 +46,15 @@ fn check_username(username: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Registries as a [`ScopedResource`]: keyed by address, password sealed on the way in.
-struct Registries;
-
+/// Registries as a [`ScopedResource`]: keyed by address, the password in clear for the
+/// service to seal.
 impl ScopedResource for Registries {
     const COLLECTION: &'static str = "registries";
     const KEY_PARAM: &'static str = "registry";
     const NOT_FOUND: &'static str = "Registry not found";
 
     /// Create needs `address`, `username` and `password`.
-    fn new_from(ctx: &Ctx, req: &Request) -> Result<NewRegistry, ApiError> {
+    fn new_from(req: &Request) -> Result<(NewRegistry, String), ApiError> {
         let body: RegistryIn = req.json()?;
         let address = body.address.unwrap_or_default();
         validate_address(&address).map_err(ApiError::unprocessable)?;
@@ -71,15 +66,16 @@ impl ScopedResource for Registries {
                 "invalid registry password: empty password",
             ));
         }
-        Ok(NewRegistry {
+        let new = NewRegistry {
             address,
             username,
-            sealed_password: ctx.ci.seal.seal(SEAL_PURPOSE, password.as_bytes()),
-        })
+            sealed_password: String::new(),
+        };
+        Ok((new, password))
     }
 
     /// Changes the non-empty fields given; a new `address` renames the entry.
-    fn change_from(ctx: &Ctx, req: &Request) -> Result<RegistryChange, ApiError> {
+    fn change_from(req: &Request) -> Result<(RegistryChange, Option<String>), ApiError> {
         let body: RegistryIn = req.json()?;
         let address = body.address.filter(|a| !a.is_empty());
         if let Some(a) = &address {
@@ -89,50 +85,11 @@ impl ScopedResource for Registries {
         if let Some(u) = &username {
             check_username(u)?;
         }
-        Ok(RegistryChange {
+        let change = RegistryChange {
             address,
             username,
-            sealed_password: body
-                .password
-                .filter(|p| !p.is_empty())
-                .map(|p| ctx.ci.seal.seal(SEAL_PURPOSE, p.as_bytes())),
-        })
-    }
-}
-
-impl ScopedRecord for Registries {
-    const NOUN: &'static str = "registry";
-
-    type Item = Registry;
-    type New = NewRegistry;
-    type Change = RegistryChange;
-
-    fn key(item: &Registry) -> &str {
-        &item.address
-    }
-
-    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Registry>> {
-        registries::list(c, scope, page, per)
-    }
-
-    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
-        Ok(registries::find(c, scope, key)?.registry)
-    }
-
-    fn create(c: &Tx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
-        registries::create(c, scope, new)
-    }
-
-    fn update(
-        c: &Tx,
-        scope: ResourceScope,
-        key: &str,
-        change: &RegistryChange,
-    ) -> StoreResult<Registry> {
-        registries::update(c, scope, key, change)
-    }
-
-    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
-        registries::delete(c, scope, key)
+            sealed_password: None,
+        };
+        Ok((change, body.password))
     }
 }

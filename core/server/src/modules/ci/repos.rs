@@ -52,7 +52,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let page = Page::from_request(&req);
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| repos::list(c, active, page.page, page.per_page))
         .await?;
     Ok(Response::json(&list))
@@ -74,7 +74,7 @@ pub(super) async fn pick_forge(
     let own = user.user.forge_id;
     let picked = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             if let Some(id) = explicit {
                 return Ok(Some(id));
@@ -124,7 +124,7 @@ async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let rid = remote_id.clone();
     let (existing, allowed) = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let existing = repos::by_remote_id(c, forge_id, &rid)?;
             let allowed = may_activate_in(c, &user, forge_id, &owner)?;
@@ -388,7 +388,7 @@ async fn repair_all(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let rows: Vec<RepoRow> = ctx
         .ci
-        .store
+        .reads
         .read(|c| -> StoreResult<Vec<RepoRow>> {
             let mut out = Vec::new();
             let mut page = 1;
@@ -445,7 +445,7 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let remote_id = remote.forge_remote_id.clone();
     let (taken, allowed) = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let taken = repos::by_remote_id(c, forge_id, &remote_id)?;
             Ok((taken, may_activate_in(c, &user, forge_id, &owner)?))

@@ -13,9 +13,11 @@
 //! - `routes`: list (paged) / create / get / update / delete for every level;
 //! - the 404 for unknown keys (`ScopedResource::NOT_FOUND`) and the audit log lines.
 //!
-//! A resource says only what differs, by implementing `ScopedResource`: how a request body
-//! becomes a validated new item or change (its 422s, its sealing); its `ci::scoped::ScopedRecord`
-//! side names the store functions that read and write it, and writes go through `ci::scoped`.
+//! A resource says only what differs, by implementing `ScopedResource` for the service's
+//! record (`ci::scoped::Secrets`, `Registries`): how a request body becomes a validated new
+//! item or change (its 422s) and its value in clear; the `ci::scoped::ScopedRecord` side
+//! names the store functions that read and write it, and writes (and sealing) go through
+//! `ci::scoped`.
 
 use super::access::{must_admin, must_user, org, repo_admin};
 use super::pagination::Page;
@@ -99,7 +101,7 @@ pub(super) fn path_text(req: &Request, name: &str) -> Result<String, ApiError> {
 }
 
 /// One kind of scoped resource as the API serves it: where it is routed and how a request
-/// becomes a validated new item or change. What it is and where the store keeps it is its
+/// becomes a validated new item or change, with its value in clear. What it is and where the store keeps it is its
 /// [`ScopedRecord`] side. Implementors are unit structs; nothing is instantiated.
 pub(super) trait ScopedResource: ScopedRecord {
     /// The collection's path segment (`secrets`).
@@ -109,10 +111,10 @@ pub(super) trait ScopedResource: ScopedRecord {
     /// The 404 message for an unknown key (`Secret not found`).
     const NOT_FOUND: &'static str;
 
-    /// The create body, validated (422s) and sealed; 400 for an unparsable body.
-    fn new_from(ctx: &Ctx, req: &Request) -> Result<Self::New, ApiError>;
-    /// The update body, validated and sealed: only what it is given.
-    fn change_from(ctx: &Ctx, req: &Request) -> Result<Self::Change, ApiError>;
+    /// The create body, validated (422s), and its value; 400 for an unparsable body.
+    fn new_from(req: &Request) -> Result<(Self::New, String), ApiError>;
+    /// The update body, validated: only what it is given (an empty value keeps the old).
+    fn change_from(req: &Request) -> Result<(Self::Change, Option<String>), ApiError>;
 }
 
 /// Registers list / create / get / update / delete of `R` at every [`Level`].
@@ -146,7 +148,7 @@ async fn list<R: ScopedResource>(
     let page = Page::from_request(&req);
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| R::list(c, scope, page.page, page.per_page))
         .await?;
     Ok(Response::json(&list))
@@ -159,8 +161,8 @@ async fn create<R: ScopedResource>(
     level: Level,
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level, Use::Write).await?;
-    let new = R::new_from(&ctx, &req)?;
-    let item = ci::scoped::create::<R>(&ctx.ci, scope, new).await?;
+    let (new, value) = R::new_from(&req)?;
+    let item = ci::scoped::create::<R>(&ctx.ci, scope, new, &value).await?;
     Ok(Response::json(&item))
 }
 
@@ -174,7 +176,7 @@ async fn get<R: ScopedResource>(
     let key = path_text(&req, R::KEY_PARAM)?;
     let item = ctx
         .ci
-        .store
+        .reads
         .read(move |c| R::find(c, scope, &key))
         .await
         .map_err(not_found::<R>)?;
@@ -189,8 +191,8 @@ async fn update<R: ScopedResource>(
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level, Use::Write).await?;
     let key = path_text(&req, R::KEY_PARAM)?;
-    let change = R::change_from(&ctx, &req)?;
-    let item = ci::scoped::update::<R>(&ctx.ci, scope, key, change)
+    let (change, value) = R::change_from(&req)?;
+    let item = ci::scoped::update::<R>(&ctx.ci, scope, key, change, value.as_deref())
         .await
         .map_err(not_found::<R>)?;
     Ok(Response::json(&item))

@@ -3,23 +3,21 @@
 //! `/repos/{repo_id}/secrets` (repo admins), each with list / create / get / update / delete
 //! by name.
 //!
-//! Values are sealed before they reach the store and never come back: the API rendering has
+//! Values are sealed by the service (`ci::scoped`) before they reach the store and never
+//! come back: the API rendering has
 //! no `value` field (upstream omits it the same way), nothing here logs one. Validation
 //! failures are 422 (`invalid secret name|event|image|value: …`), duplicates 409, unknown
 //! names 404, unparsable bodies 400. PATCH changes only what it is given; an empty `value`
 //! keeps the stored one; `name` cannot be changed (as upstream).
 
-use crate::store::Tx;
 use serde::Deserialize;
 
 use super::scoped::{self, ScopedResource};
-use crate::ci::scoped::ScopedRecord;
+use crate::ci::scoped::Secrets;
 use crate::http::{ApiError, Request, Scope};
 use crate::state::Ctx;
-use crate::store::StoreResult;
 use crate::store::secrets::{
-    self, MAX_NOTE, NewSecret, ResourceScope, SEAL_PURPOSE, Secret, SecretChange, validate_events,
-    validate_images, validate_name,
+    MAX_NOTE, NewSecret, SecretChange, validate_events, validate_images, validate_name,
 };
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
@@ -55,16 +53,15 @@ fn check_note(note: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Secrets as a [`ScopedResource`]: keyed by name, value sealed on the way in.
-struct Secrets;
-
+/// Secrets as a [`ScopedResource`]: keyed by name, the value in clear for the service to
+/// seal.
 impl ScopedResource for Secrets {
     const COLLECTION: &'static str = "secrets";
     const KEY_PARAM: &'static str = "secret";
     const NOT_FOUND: &'static str = "Secret not found";
 
     /// Create needs a valid name and a non-empty value; events and images default to none.
-    fn new_from(ctx: &Ctx, req: &Request) -> Result<NewSecret, ApiError> {
+    fn new_from(req: &Request) -> Result<(NewSecret, String), ApiError> {
         let body: SecretIn = req.json()?;
         let events = validate_events(&body.events.unwrap_or_default()).map_err(unprocessable)?;
         let images = body.images.unwrap_or_default();
@@ -77,17 +74,18 @@ impl ScopedResource for Secrets {
         }
         let note = body.note.unwrap_or_default();
         check_note(&note)?;
-        Ok(NewSecret {
+        let new = NewSecret {
             name,
-            sealed_value: ctx.ci.seal.seal(SEAL_PURPOSE, value.as_bytes()),
+            sealed_value: String::new(),
             images,
             events,
             note,
-        })
+        };
+        Ok((new, value))
     }
 
     /// Changes `value` (when non-empty), `events`, `images`, `note`.
-    fn change_from(ctx: &Ctx, req: &Request) -> Result<SecretChange, ApiError> {
+    fn change_from(req: &Request) -> Result<(SecretChange, Option<String>), ApiError> {
         let body: SecretIn = req.json()?;
         let events = body
             .events
@@ -100,51 +98,12 @@ impl ScopedResource for Secrets {
         if let Some(note) = &body.note {
             check_note(note)?;
         }
-        Ok(SecretChange {
-            sealed_value: body
-                .value
-                .filter(|v| !v.is_empty())
-                .map(|v| ctx.ci.seal.seal(SEAL_PURPOSE, v.as_bytes())),
+        let change = SecretChange {
+            sealed_value: None,
             images: body.images,
             events,
             note: body.note,
-        })
-    }
-}
-
-impl ScopedRecord for Secrets {
-    const NOUN: &'static str = "secret";
-
-    type Item = Secret;
-    type New = NewSecret;
-    type Change = SecretChange;
-
-    fn key(item: &Secret) -> &str {
-        &item.name
-    }
-
-    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Secret>> {
-        secrets::list(c, scope, page, per)
-    }
-
-    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
-        Ok(secrets::find(c, scope, key)?.secret)
-    }
-
-    fn create(c: &Tx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
-        secrets::create(c, scope, new)
-    }
-
-    fn update(
-        c: &Tx,
-        scope: ResourceScope,
-        key: &str,
-        change: &SecretChange,
-    ) -> StoreResult<Secret> {
-        secrets::update(c, scope, key, change)
-    }
-
-    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
-        secrets::delete(c, scope, key)
+        };
+        Ok((change, body.value))
     }
 }

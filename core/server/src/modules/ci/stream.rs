@@ -59,7 +59,7 @@ async fn may_see(
     let (u, repo_id) = (user.clone(), msg.repo_id);
     let allowed = ctx
         .ci
-        .store
+        .reads
         .read(move |c| -> StoreResult<bool> {
             let row = repos::by_id(c, repo_id)?;
             Ok(repo_perm(c, Some(&u), &row)?.pull)
@@ -119,7 +119,7 @@ async fn catch_up(ctx: &Ctx, tx: &mpsc::Sender<Bytes>, step_id: i64, next: &mut 
         let from = *next;
         let Ok(batch) = ctx
             .ci
-            .logs
+            .log_reads
             .read(move |c| logs::list(c, step_id, from, 500))
             .await
         else {
@@ -152,7 +152,7 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo_id = access.row.repo.id;
     let step = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let row = pipelines::full(c, repo_id, number)?;
             Ok(row
@@ -254,13 +254,13 @@ async fn logs_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// commit watch (moved by its change listener) and the count of log commits it heard of.
 struct OtherReplicas {
     commits: Option<tokio::sync::watch::Receiver<u64>>,
-    logs: crate::store::Store,
+    logs: crate::ci::Reads,
     seen: u64,
 }
 
 impl OtherReplicas {
     fn watch(ctx: &Ctx) -> OtherReplicas {
-        let logs = ctx.ci.logs.clone();
+        let logs = ctx.ci.log_reads.clone();
         OtherReplicas {
             commits: logs.is_shared().then(|| logs.commits()),
             seen: logs.generation_elsewhere(crate::store::Domain::Logs),

@@ -10,7 +10,7 @@ use crate::state::Ctx;
 
 /// `GET /healthz`: 204 while the database answers reads and writes, else 500.
 pub async fn healthz(ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
-    match ctx.ci.store.ping().await {
+    match ctx.ci.reads.ping().await {
         Ok(()) => Ok(Response::empty(StatusCode::NO_CONTENT)),
         Err(err) => {
             tracing::error!(%err, "health check failed");

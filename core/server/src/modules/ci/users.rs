@@ -46,7 +46,7 @@ pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user = must_user(&ctx, &req).await?.user;
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let mut out = Vec::new();
             for row in repos::owned_by(c, user.id, user.org_id)? {
@@ -107,7 +107,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
         let user = account.user;
         let list = ctx
             .ci
-            .store
+            .reads
             .read(move |c| addable_repos(c, &user, listed, &name))
             .await?;
         return Ok(Response::json(&list));
@@ -115,7 +115,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
     let user = account.user;
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let mut out = Vec::new();
             for row in repos::owned_by(c, user.id, user.org_id)? {
@@ -250,7 +250,7 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let env = ctx.ci.settings.env_admins.clone();
     let list = ctx
         .ci
-        .store
+        .reads
         .read(move |c| users::list(c, &env, page.page, page.per_page))
         .await?;
     let list: Vec<_> = list.into_iter().map(|u| avatars::shown(&ctx, u)).collect();
@@ -301,7 +301,7 @@ pub async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let env = ctx.ci.settings.env_admins.clone();
     let account = ctx
         .ci
-        .store
+        .reads
         .read(move |c| users::by_login(c, &env, &login))
         .await
         .map_err(user_not_found)?;

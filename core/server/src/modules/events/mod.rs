@@ -21,8 +21,8 @@ mod render;
 
 use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::{CallerReads, readable_by_caller};
-use crate::modules::rendered;
 use crate::state::Ctx;
+use crate::state::rendered;
 use crate::store::events::{self, Cursor, Direction, Filter, Visible};
 use crate::store::{StoreResult, orgs};
 use render::{Link, TextEvent};
@@ -184,7 +184,7 @@ type Page = (Vec<TextEvent>, bool, bool);
 /// appended or removed and no permission changed, else freshly read.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     // Before any read, so a commit during this request leaves the body already stale.
-    let generation = rendered::events_generation(&ctx.ci.store);
+    let generation = rendered::events_generation(&ctx.ci.reads);
     let reads = readable_by_caller(&ctx, &req).await?;
     let query = Query::parse(&req)?;
     let viewer = reads.readable.is_some().then_some(reads.user_id);
@@ -222,7 +222,7 @@ async fn render_list(
     let limit = query.limit;
     let outcome = ctx
         .ci
-        .store
+        .reads
         .read(move |c| -> StoreResult<Result<Page, ApiError>> {
             let org_id = match &school {
                 None => None,
@@ -315,7 +315,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     };
     let found = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let event: Option<TextEvent> = events::get(c, seq, &filter)?;
             Ok((event, events::cursor(c, seq)?))

@@ -12,10 +12,10 @@
 use http::header::{CONTENT_DISPOSITION, HeaderValue};
 
 use super::handlers::json;
-use super::state::DebugSettingsProf;
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::profiler::{self, ProfileState};
 use crate::state::Ctx;
+use crate::state::participation::DebugSettingsProf;
 
 /// algod reads at most this many bytes of a `PUT /debug/settings/pprof` body.
 pub const MAX_PPROF_BODY: usize = 128;

@@ -39,7 +39,7 @@ pub async fn install(ctx: &Ctx, key: PartKey) -> Result<ParticipationKey, ApiErr
 /// `GET /v2/participation`: every installed key. Like algod, no keys is `null`.
 pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     ctx.participation.authorize(&req)?;
-    let keys = ctx.ci.store.read(partkeys::list).await?;
+    let keys = ctx.ci.reads.read(partkeys::list).await?;
     if keys.is_empty() {
         return json(&serde_json::Value::Null);
     }
@@ -153,7 +153,7 @@ fn id_param(req: &Request) -> Result<String, ApiError> {
 pub async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     ctx.participation.authorize(&req)?;
     let id = id_param(&req)?;
-    match ctx.ci.store.read(move |c| partkeys::get(c, &id)).await {
+    match ctx.ci.reads.read(move |c| partkeys::get(c, &id)).await {
         Ok(key) => json(&key),
         Err(StoreError::NotFound) => Err(ApiError::not_found(ID_NOT_FOUND)),
         Err(err) => Err(err.into()),

@@ -21,12 +21,11 @@
 
 pub mod debug;
 pub mod handlers;
-pub mod state;
 
 use crate::http::{ErrorStyle, Method, Scope};
 use crate::state::Ctx;
 
-pub use state::{ADMIN_TOKEN_FILE, State};
+pub use crate::state::participation::{ADMIN_TOKEN_FILE, State};
 
 /// Body limit of the two upload routes (partkey files, appended state-proof keys). algod sets
 /// none; a partkey file with state-proof keys for 3,000,000 rounds is about 50 MB.

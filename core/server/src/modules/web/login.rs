@@ -203,7 +203,7 @@ async fn sign_in_with_link(ctx: &Ctx, req: &Request, link: &str) -> Result<Respo
 
 async fn account_by_id(ctx: &Ctx, id: i64) -> Result<Option<Account>, ApiError> {
     let env = ctx.ci.settings.env_admins.clone();
-    match ctx.ci.store.read(move |c| users::by_id(c, &env, id)).await {
+    match ctx.ci.reads.read(move |c| users::by_id(c, &env, id)).await {
         Ok(account) => Ok(Some(account)),
         Err(StoreError::NotFound) => Ok(None),
         Err(err) => Err(err.into()),

@@ -58,7 +58,7 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let workers = ctx.ci.queue.free_workers();
     let (pending, running, waiting) = ctx
         .ci
-        .store
+        .reads
         .read(|c| {
             let mut groups: [Vec<Value>; 3] = Default::default();
             for t in tasks::list(c, None)? {
@@ -113,7 +113,7 @@ async fn active_pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
     must_admin(&ctx, &req).await?;
     let list = ctx
         .ci
-        .store
+        .reads
         .read(|c| {
             let mut out = Vec::new();
             for row in pipelines::with_status(c, &[Status::Pending, Status::Running])? {

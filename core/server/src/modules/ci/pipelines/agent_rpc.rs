@@ -50,7 +50,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 async fn agent(ctx: &Ctx, req: &Request) -> Result<AgentRow, ApiError> {
     let token = auth::bearer(req).ok_or_else(ApiError::unauthorized)?;
     ctx.ci
-        .store
+        .reads
         .read(move |c| agents::by_token(c, &token))
         .await?
         .ok_or_else(ApiError::unauthorized)

@@ -9,8 +9,8 @@
 
 use bytes::Bytes;
 
+use crate::ci::Reads;
 use crate::pipeline::types::LineKind;
-use crate::store::Store;
 use crate::store::logs::{self, LogEntry, StoredLine};
 
 /// Lines per page, and about how much text a page holds at most.
@@ -71,7 +71,7 @@ impl Format {
 
 /// The stored lines of `step_id` as a stream of chunks in `format`. A failure halfway
 /// (the database gone) ends the stream early and is logged: the status was already sent.
-pub fn stream(store: Store, step_id: i64, format: Format) -> tokio::sync::mpsc::Receiver<Bytes> {
+pub fn stream(store: Reads, step_id: i64, format: Format) -> tokio::sync::mpsc::Receiver<Bytes> {
     let (tx, rx) = tokio::sync::mpsc::channel(PAGES_AHEAD);
     tokio::spawn(async move {
         if tx.send(Bytes::from_static(format.start())).await.is_err() {

@@ -26,11 +26,11 @@ use woodlark_stdx::{Classify, Fault};
 use crate::ci;
 use crate::ci::create::{self, Created, Trigger};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
-use crate::modules::rendered::PipelinePage;
 use crate::pipeline::event::WebhookEvent;
 use crate::pipeline::status::{self, Status};
 use crate::pipeline::types::Commit;
 use crate::state::Ctx;
+use crate::state::rendered::PipelinePage;
 use crate::store::pipelines::{self, ListFilter, Pipeline, PipelineRow};
 use crate::store::{Domain, StoreError};
 
@@ -72,7 +72,7 @@ fn number_param(req: &Request) -> Result<i64, ApiError> {
 
 async fn load(ctx: &Ctx, repo_id: i64, number: i64) -> Result<PipelineRow, ApiError> {
     ctx.ci
-        .store
+        .reads
         .read(move |c| pipelines::full(c, repo_id, number))
         .await
         .map_err(pipeline_not_found)
@@ -127,13 +127,13 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         repo_id,
         query: req.query.clone(),
     };
-    let generation = ctx.ci.store.generation(Domain::Pipelines);
+    let generation = ctx.ci.reads.generation(Domain::Pipelines);
     let list = ctx
         .rendered
         .pipelines
         .get_or_render(key, generation, async {
             ctx.ci
-                .store
+                .reads
                 .read(move |c| pipelines::list_json(c, repo_id, &filter, page.page, page.per_page))
                 .await
         });
@@ -144,13 +144,13 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let (repo_id, number) = (access.row.repo.id, number_param(&req)?);
     let key = PipelinePage::One { repo_id, number };
-    let generation = ctx.ci.store.generation(Domain::Pipelines);
+    let generation = ctx.ci.reads.generation(Domain::Pipelines);
     let json = ctx
         .rendered
         .pipelines
         .get_or_render(key, generation, async {
             ctx.ci
-                .store
+                .reads
                 .read(move |c| pipelines::full_json(c, repo_id, number))
                 .await
         });
@@ -168,7 +168,7 @@ async fn latest(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo_id = access.row.repo.id;
     let row = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let row = pipelines::latest(c, repo_id, Some(&branch), Some("push"))?;
             pipelines::full(c, repo_id, row.pipeline.number)
@@ -315,7 +315,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let pipeline_id = old.id;
     let files: Vec<_> = ctx
         .ci
-        .store
+        .reads
         .read(move |c| pipelines::configs(c, pipeline_id))
         .await?
         .into_iter()
@@ -400,7 +400,7 @@ async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = row.pipeline.id;
     let files = ctx
         .ci
-        .store
+        .reads
         .read(move |c| pipelines::configs(c, id))
         .await?;
     let out: Vec<Value> = files
@@ -450,7 +450,7 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo_id = access.row.repo.id;
     let (row, prev) = ctx
         .ci
-        .store
+        .reads
         .read(move |c| {
             let row = pipelines::by_number(c, repo_id, number)?;
             let prev = pipelines::list(
@@ -473,7 +473,7 @@ async fn metadata(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let forge_id = r.forge_id;
     let forge_type = ctx
         .ci
-        .store
+        .reads
         .read(move |c| crate::store::forges::by_id(c, forge_id))
         .await
         .map(|f| f.forge.kind.as_str())
@@ -535,7 +535,7 @@ async fn step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (_, _, step) = find_step(&ctx, &req).await?;
     let mut response = Response::json_text(Bytes::new());
     response.stream = Some(log_reads::stream(
-        ctx.ci.logs.clone(),
+        ctx.ci.log_reads.clone(),
         step.id,
         log_reads::Format::Json,
     ));
@@ -559,7 +559,7 @@ async fn download_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let mut response = Response::new(StatusCode::OK, "text/plain; charset=utf-8", text)
         .with_header(header::CONTENT_DISPOSITION, disposition);
     response.stream = Some(log_reads::stream(
-        ctx.ci.logs.clone(),
+        ctx.ci.log_reads.clone(),
         step.id,
         log_reads::Format::Text,
     ));
@@ -581,7 +581,7 @@ async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo_id = access.row.repo.id;
     let cron = ctx
         .ci
-        .store
+        .reads
         .read(move |c| crate::store::crons::find(c, repo_id, id))
         .await
         .map_err(|e| match e {

@@ -16,8 +16,8 @@ use woodlark_plugin_host::{ForgeGrant, PluginHost};
 
 use super::plugin::{PluginForge, plugin_for};
 use super::{DriverError, ForgeDriver, ForgeError, git};
+use crate::Settings;
 use crate::auth::sealing::SealKey;
-use crate::ci::Settings;
 use crate::store::Store;
 use crate::store::forges::{self, ForgeKind, ForgeRow};
 

@@ -1,5 +1,6 @@
-//! The access cache: what the CI module's access checks learned, kept for one identity
-//! generation of the store (see `store::cache` and `modules::ci::access`).
+//! The access cache: what the CI API's access checks learned (tokens verified, permissions
+//! on repositories, what a user may read), kept for one identity generation of the store
+//! (see `store::cache`); the server's `modules::ci::access` fills and reads it.
 
 use std::sync::Arc;
 
@@ -28,13 +29,13 @@ pub struct Verified {
 /// identity generation.
 pub struct AccessCache {
     /// Raw token → what it proved. Only tokens that verified are kept.
-    pub(crate) tokens: GenerationCache<String, Verified>,
+    pub tokens: GenerationCache<String, Verified>,
     /// (caller's user id, 0 when anonymous; repository id) → the repository and the
     /// caller's permission on it.
-    pub(crate) repos: GenerationCache<(i64, i64), (RepoRow, Perm)>,
+    pub repos: GenerationCache<(i64, i64), (RepoRow, Perm)>,
     /// User id → the repositories and organisations that user may read (the events feed's
     /// visibility filter; computing it reads every repository).
-    pub(crate) readable: GenerationCache<i64, Arc<Readable>>,
+    pub readable: GenerationCache<i64, Arc<Readable>>,
 }
 
 /// Ids of the repositories and of the organisations a user may read.

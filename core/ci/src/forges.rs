@@ -5,7 +5,6 @@
 
 use super::forge_secrets::{self, SEAL_CLIENT_SECRET, SEAL_WEBHOOK_SECRET};
 use super::{Error, Services};
-use crate::config::ForgeConfig;
 use crate::store::StoreError;
 use crate::store::forges::{self, Forge};
 
@@ -65,21 +64,33 @@ pub async fn delete(ci: &Services, id: i64) -> Result<(), Error> {
     Ok(deleted?)
 }
 
+/// A forge the operator configured (`[[forges]]`, Woodpecker's variables), as the server's
+/// configuration describes it.
+pub struct ConfiguredForge {
+    pub forge: Forge,
+    /// The API token or OAuth client secret, in clear (may be empty).
+    pub client_secret: String,
+    /// `None`: keep the stored one (or generate one for a new forge).
+    pub webhook_secret: Option<String>,
+    /// Where it was configured, as messages name it.
+    pub origin: &'static str,
+}
+
 /// Makes the stored forges match the configured ones, each under its id: a missing one is
 /// created (with its webhook secret, or a generated one), a changed one updated, an
 /// unchanged one left alone (no event on every start). Forges the configuration does not
 /// name are not touched. Start-up code: blocks until each change has committed.
-pub fn configure_now(ci: &Services, configured: &[ForgeConfig]) -> Result<(), Error> {
+pub fn configure_now(ci: &Services, configured: &[ConfiguredForge]) -> Result<(), Error> {
     for entry in configured {
-        let wanted = entry.forge();
-        let id = wanted.id;
+        let wanted = entry.forge.clone();
+        let (id, kind) = (wanted.id, wanted.kind);
         let stored = match ci.store.write_now(move |c| forges::by_id(c, id)) {
             Ok(row) => Some(row),
             Err(StoreError::NotFound) => None,
             Err(e) => return Err(e.into()),
         };
-        let client_secret = &entry.secrets.client_secret;
-        let webhook_secret = entry.secrets.webhook_secret.clone();
+        let client_secret = &entry.client_secret;
+        let webhook_secret = entry.webhook_secret.clone();
         let Some(row) = stored else {
             let webhook = webhook_secret.unwrap_or_else(crate::auth::random_secret);
             let sealed_client = seal_client(ci, client_secret);
@@ -89,7 +100,7 @@ pub fn configure_now(ci: &Services, configured: &[ForgeConfig]) -> Result<(), Er
             })?;
             // `None`: a replica starting beside this one created it from the same entry.
             if created.is_some() {
-                tracing::info!(forge = id, kind = %entry.kind, from = entry.origin.describe(), "configured forge created");
+                tracing::info!(forge = id, %kind, from = entry.origin, "configured forge created");
             }
             continue;
         };
@@ -122,7 +133,7 @@ pub fn configure_now(ci: &Services, configured: &[ForgeConfig]) -> Result<(), Er
             )
         })?;
         ci.drivers.forget(id);
-        tracing::info!(forge = id, kind = %entry.kind, from = entry.origin.describe(), "configured forge updated");
+        tracing::info!(forge = id, %kind, from = entry.origin, "configured forge updated");
     }
     Ok(())
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use super::drivers::ForgeHandle;
 use super::{ForgeDriver, ForgeError, ForgeTokens};
+use crate::Error;
 use crate::auth::sealing::SealKey;
-use crate::ci::Error;
 use crate::store::Store;
 use crate::store::forge_tokens::{self, SealedTokens};
 use crate::store::now_unix;

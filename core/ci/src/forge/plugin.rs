@@ -31,11 +31,11 @@ use super::{
     ForgeTokens, Membership, OAuthRedirect, PullRequest, RemoteRepo, off_runtime,
 };
 use crate::auth::sealing::SealError;
-use crate::ci::{Settings, forge_secrets};
 use crate::pipeline::types::{Commit, ConfigFile};
 use crate::runner::protocol::Netrc;
 use crate::store::forges::{API_URL_OPTION, Forge, ForgeKind, ForgeRow, PLUGIN_OPTION};
 use crate::store::repos::Repo;
+use crate::{Settings, forge_secrets};
 
 /// The query parameter of a plugin forge's webhook URL that names the forge.
 pub const FORGE_PARAM: &str = "forge";

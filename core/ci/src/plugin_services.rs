@@ -14,7 +14,7 @@ use std::time::Duration;
 use woodlark_plugin_host::{KvError, KvStore, SecretSource, ServiceFuture};
 
 use crate::auth::sealing::SealKey;
-use crate::ci::forge_secrets::webhook_secret;
+use crate::forge_secrets::webhook_secret;
 use crate::store::{Store, forges, now_unix_ms, plugin_kv, secrets};
 
 pub struct StoreKv {

@@ -7,16 +7,19 @@ use std::sync::Arc;
 use super::forge::{ForgeAccount, ForgeDriver, ForgeError, ForgeTokens, acting};
 use super::{Error, Services};
 use crate::auth::random_secret;
-use crate::store::users::{self, Account, ForgeIdentity, ForgeSignIn, NewUser, User, UserPatch};
-use crate::store::{forge_tokens, used_tokens};
+use crate::store::users::{
+    self, Account, EnvAdmins, ForgeIdentity, ForgeSignIn, NewUser, User, UserPatch,
+};
+use crate::store::{Store, forge_tokens, used_tokens};
 
 /// Creates a user (and its personal organisation).
 pub async fn create(ci: &Services, new: NewUser) -> Result<Account, Error> {
-    let env = ci.settings.env_admins.clone();
-    let account = ci
-        .store
-        .write(move |c| users::create(c, &env, &new))
-        .await?;
+    create_in(&ci.store, ci.settings.env_admins.clone(), new).await
+}
+
+/// [`create`] for `woodlark user add`, which opens the store but builds no services.
+pub async fn create_in(store: &Store, env: EnvAdmins, new: NewUser) -> Result<Account, Error> {
+    let account = store.write(move |c| users::create(c, &env, &new)).await?;
     tracing::info!(
         user = account.user.login,
         admin = account.user.admin,

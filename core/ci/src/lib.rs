@@ -1,4 +1,5 @@
-//! The CI service layer: what happens to pipelines, with no HTTP in sight.
+//! The CI service layer (crate `woodlark-ci`): what happens to pipelines, with no HTTP in
+//! sight.
 //!
 //! The Woodpecker API's handlers (`modules::ci`) parse a request, authorize the caller, call
 //! into this layer and render the result; the agent protocol's handlers and the embedded
@@ -17,10 +18,16 @@
 //! - [`create`]: a trigger (push, manual run, cron, restart) becomes a pipeline.
 //! - [`numbers`]: the pipeline numbers creations compile with before their write.
 //! - [`hooks`]: a forge's webhook (a git push, a plugin-parsed delivery) becomes triggers.
+//! - [`plugin_services`]: storage and secrets lent to the WebAssembly plugin host.
+//!
+//! - [`access_cache`]: what access checks learned, kept for one identity generation.
+//! - [`reads`]: the read-only store view everyone above this layer gets ([`Reads`]).
 //!
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
+pub mod access_cache;
 pub mod agents;
+pub mod auth;
 pub mod bus;
 pub mod create;
 pub mod crons;
@@ -36,7 +43,9 @@ pub mod local;
 pub mod numbers;
 pub mod orgs;
 pub mod pipelines;
+pub mod plugin_services;
 pub mod queue;
+pub mod reads;
 pub mod repos;
 pub mod scoped;
 pub mod statuses;
@@ -44,21 +53,31 @@ pub mod users;
 
 use std::sync::{Arc, OnceLock};
 
+use woodlark_pipeline as pipeline;
+use woodlark_runner as runner;
+use woodlark_store as store;
+
 use woodlark_plugin_host::PluginHost;
 use woodlark_stdx::{Classify, Fault};
 
 use crate::auth::sealing::SealKey;
-use crate::config::PipelineConfig;
 use crate::store::users::EnvAdmins;
 use crate::store::{Store, StoreError};
+pub use reads::Reads;
 
 /// What the CI services are built from. One per server; cheap to clone (every part is a
 /// handle to shared state).
 #[derive(Clone)]
 pub struct Services {
-    pub store: Store,
-    /// Step logs, in their own database.
-    pub logs: Store,
+    /// The store the services write through: theirs alone (everyone else reads, through
+    /// [`Services::reads`]).
+    pub(crate) store: Store,
+    /// Step logs, in their own database; written by the queue and the jobs.
+    pub(crate) logs: Store,
+    /// The store, read-only: what handlers, the CLI and the web UI read through.
+    pub reads: Reads,
+    /// The step logs' store, read-only.
+    pub log_reads: Reads,
     /// Opens secrets and forge tokens, seals compiled workflows.
     pub seal: SealKey,
     pub plugins: PluginHost,
@@ -85,10 +104,11 @@ pub struct Services {
     pub perm_sync_pauses: Arc<repos::PermSyncPauses>,
 }
 
-/// The configuration the CI services read.
+/// The configuration the CI services read, built by the server from its own (this layer
+/// knows no configuration file).
 pub struct Settings {
     /// `[pipeline]`: secret backends, registry-auth plugins, privileged plugins.
-    pub pipeline: PipelineConfig,
+    pub pipeline: PipelineSettings,
     /// Where the CI API is mounted (`/api`): forges post hooks to `<public url><mount>/hook`.
     pub mount: String,
     pub public_url: PublicUrl,
@@ -98,9 +118,35 @@ pub struct Settings {
     pub open_registration: bool,
     /// `web.root_path`: where the web UI and `/authorize` are mounted.
     pub web_root: String,
-    /// Forges the operator configured (`[[forges]]`, Woodpecker's variables), by id: the
-    /// API shows them read-only.
-    pub configured_forges: std::collections::BTreeMap<i64, crate::config::ForgeOrigin>,
+    /// Forges the operator configured (`[[forges]]`, Woodpecker's variables), by id, with
+    /// where each was configured as messages name it: the API shows them read-only.
+    pub configured_forges: std::collections::BTreeMap<i64, &'static str>,
+}
+
+/// How pipelines are made and run: the `[pipeline]` values the services act on.
+#[derive(Debug, Clone)]
+pub struct PipelineSettings {
+    /// Secret-backend plugin instances asked, in order, after the built-in store.
+    pub secret_backends: Vec<String>,
+    /// Registry-auth plugin instances asked, in order, when no stored registry matches.
+    pub registry_auth: Vec<String>,
+    /// Plugin images that may run `privileged: true` in any repository.
+    pub privileged_plugins: Vec<String>,
+    /// The shortest time between two runs of one cron job, in seconds.
+    pub cron_min_interval_secs: u64,
+    /// Cron jobs one repository may have.
+    pub max_crons_per_repo: u64,
+    /// Bytes of output kept per step (0 = no limit).
+    pub max_step_log_bytes: u64,
+    /// The commit statuses' names begin with it: `<status_context>/<event>/<workflow>`.
+    pub status_context: String,
+}
+
+impl PipelineSettings {
+    /// `cron_min_interval_secs` as the store's schedule arithmetic counts (unix seconds).
+    pub fn cron_min_interval(&self) -> i64 {
+        i64::try_from(self.cron_min_interval_secs).unwrap_or(i64::MAX)
+    }
 }
 
 impl Services {
@@ -141,11 +187,28 @@ impl Services {
             memberships: Arc::default(),
             perm_sync_pauses: Arc::default(),
             settings,
+            reads: Reads::new(store.clone()),
+            log_reads: Reads::new(logs.clone()),
             store,
             logs,
             seal,
             plugins,
         }
+    }
+}
+
+impl Services {
+    /// Stops both stores' writers once everything queued has committed: the server's last
+    /// step, after the runner has stopped.
+    pub fn close_stores(&self) {
+        self.store.close();
+        self.logs.close();
+    }
+
+    /// The writable store, for tests that set up rows no service makes.
+    #[cfg(feature = "test-support")]
+    pub fn store_for_tests(&self) -> &Store {
+        &self.store
     }
 }
 

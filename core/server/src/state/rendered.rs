@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 
-use crate::store::Store;
+use crate::ci::Reads;
 use crate::store::cache::GenerationCache;
 
 /// Bodies kept per endpoint.
@@ -87,7 +87,7 @@ impl<K: Eq + std::hash::Hash> Rendered<K> {
 
 /// The tag of an events page: it depends on the outbox and on who may see what (identity).
 /// Both counters only grow, so their sum changes whenever either does.
-pub fn events_generation(store: &Store) -> u64 {
+pub fn events_generation(store: &Reads) -> u64 {
     use crate::store::Domain;
     store.generation(Domain::Events) + store.generation(Domain::Identity)
 }

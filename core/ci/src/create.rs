@@ -355,7 +355,7 @@ fn ci_env(
         ("CI_PIPELINE_CRON", t.cron.clone()),
         ("CI_SYSTEM_NAME", "woodlark".into()),
         ("CI_SYSTEM_URL", url.to_string()),
-        ("CI_SYSTEM_VERSION", crate::ci::version_string()),
+        ("CI_SYSTEM_VERSION", crate::version_string()),
         ("CI_SYSTEM_PLATFORM", platform()),
         ("CI_FORGE_TYPE", forge_kind.as_str().to_string()),
         ("CI_FORGE_URL", r.forge_url.clone()),
@@ -547,7 +547,7 @@ fn trust_of(repo: &RepoRow) -> crate::pipeline::types::Trust {
 
 /// What the compiler is told about a run of `repo`, on a server whose pages are at `url`
 /// (also what `woodlark exec` tells it about the local checkout).
-pub(crate) fn metadata(
+pub fn metadata(
     url: &str,
     repo: &RepoRow,
     t: &Trigger,
@@ -876,7 +876,7 @@ fn create_in(
         cron: t.cron.clone(),
         from_fork: t.from_fork,
         title: t.commit.message.lines().next().unwrap_or("").to_string(),
-        version: crate::ci::version_string(),
+        version: crate::version_string(),
         ..Pipeline::default()
     };
     let row = pipelines::create(c, repo.repo.id, number, &pipeline, &new_workflows, files)?;

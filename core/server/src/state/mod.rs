@@ -1,7 +1,10 @@
 //! What every handler receives: the configuration, the services and the modules' own state.
 //!
-//! This file sits below the HTTP modules and above the services: handlers import [`Ctx`]
-//! from here, and nothing here imports a handler. State changes are not made through
+//! This module sits below the HTTP modules and above the services: handlers import [`Ctx`]
+//! from here, and nothing here imports a handler (`layering::the_app_state_imports_no_handler`).
+//! The modules' own state lives here for that reason: [`participation`] (the admin token,
+//! key-generation slot and debug settings) and [`rendered`] (bodies of hot reads); the access
+//! cache is the services' (`ci::access_cache`). State changes are not made through
 //! `AppState` directly: it hands out the services ([`crate::ci::Services`], the participation
 //! [`Keyring`]) that make them.
 
@@ -10,15 +13,19 @@ use std::time::Instant;
 
 use crate::auth::keys::ServerKey;
 use crate::ci::Services;
+use crate::ci::access_cache::AccessCache;
 use crate::config::Config;
 use crate::http::ErrorStyle;
 use crate::http::metrics::Metrics;
 use crate::logging::LogControl;
-use crate::modules::ci::access_cache::AccessCache;
-use crate::modules::participation::state::State as ParticipationState;
-use crate::modules::rendered::RenderedPages;
 use crate::participation::Keyring;
 use crate::store::users::Account;
+
+pub mod participation;
+pub mod rendered;
+
+use participation::State as ParticipationState;
+use rendered::RenderedPages;
 
 /// Shared by every handler.
 pub struct AppState {
