@@ -24,6 +24,7 @@
 //!   `pg::schema`, under an advisory lock).
 
 pub mod agents;
+pub mod backup;
 pub mod cache;
 pub mod crons;
 pub mod deliveries;
