@@ -26,6 +26,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod backup;
 pub mod ci;
 pub mod cli;
 pub mod config;

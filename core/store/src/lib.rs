@@ -1568,6 +1568,9 @@ pub const PIPELINE_SCOPES: &str =
 
 pub use woodlark_stdx::{now_unix, now_unix_ms};
 
+/// The main database's file inside a data dir (SQLite); the logs' is [`logs::LOGS_FILE`].
+pub const DB_FILE: &str = "woodlark.db";
+
 /// A fresh store for a unit test, on the engine `WOODLARK_TEST_STORE` names (see
 /// `sql::fresh_tx`); the directory holds SQLite's files.
 #[cfg(test)]
