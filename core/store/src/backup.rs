@@ -101,10 +101,10 @@ pub struct Pace {
 }
 
 impl Default for Pace {
-    /// 256 pages (1 MiB of 4 KiB pages) per step, a millisecond apart.
+    /// 64 pages (256 KiB of 4 KiB pages) per step, a millisecond apart.
     fn default() -> Self {
         Pace {
-            pages_per_step: 256,
+            pages_per_step: 64,
             pause: Duration::from_millis(1),
         }
     }
