@@ -69,6 +69,15 @@ fn config_for(data_dir: &Path, tables: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// [`config_for`] with `storage.secret_key_file = key`.
+fn config_with_key(data_dir: &Path, key: &Path) -> (tempfile::TempDir, PathBuf) {
+    let table = format!(
+        "[storage]\nsecret_key_file = {:?}\n",
+        key.display().to_string()
+    );
+    config_for(data_dir, &table)
+}
+
 /// The logins of a database file's users.
 fn logins_in(db: &Path) -> Vec<String> {
     let conn = rusqlite::Connection::open(db).unwrap();
@@ -224,12 +233,7 @@ async fn event_ids(s: &TestServer, token: &str, query: &str) -> Vec<String> {
         .await
         .expect(200)
         .json();
-    page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["data"]["id"].as_str().unwrap().to_string())
-        .collect()
+    crate::events::ids(&page)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,13 +402,7 @@ async fn restores_into_a_used_data_dir_with_another_key_or_from_a_changed_backup
     assert!(!data.exists());
     let other_key = fresh.path().join("other.key");
     std::fs::write(&other_key, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n").unwrap();
-    let (_c2, with_other) = config_for(
-        &data,
-        &format!(
-            "[storage]\nsecret_key_file = {:?}\n",
-            other_key.display().to_string()
-        ),
-    );
+    let (_c2, with_other) = config_with_key(&data, &other_key);
     let (ok, _, err) = restore(&target, &with_other).await;
     assert!(!ok);
     assert!(
@@ -424,13 +422,7 @@ async fn restores_into_a_used_data_dir_with_another_key_or_from_a_changed_backup
     }
     std::fs::write(&manifest_path, manifest.to_string()).unwrap();
     let key = s.dir.path().join("secrets.key");
-    let (_c3, with_key) = config_for(
-        &data,
-        &format!(
-            "[storage]\nsecret_key_file = {:?}\n",
-            key.display().to_string()
-        ),
-    );
+    let (_c3, with_key) = config_with_key(&data, &key);
     let (ok, _, err) = restore(&target, &with_key).await;
     assert!(!ok);
     assert!(

@@ -54,7 +54,7 @@ pub enum BackupError {
     #[error("{path}: stayed busy for {secs} s while it was copied")]
     Busy { path: PathBuf, secs: u64 },
     /// A copy that does not match its manifest (or SQLite's own check).
-    #[error("{file}: {problem}")]
+    #[error("the backup is damaged: {file}: {problem}")]
     Damaged { file: String, problem: String },
 }
 
@@ -443,6 +443,13 @@ mod tests {
         (main, logs)
     }
 
+    /// The first column of every row `sql` returns.
+    fn column<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> Vec<T> {
+        let mut statement = conn.prepare(sql).unwrap();
+        let rows = statement.query_map([], |r| r.get(0)).unwrap();
+        rows.collect::<rusqlite::Result<_>>().unwrap()
+    }
+
     fn manifest_of(dir: &Path) -> Manifest {
         Manifest {
             format: FORMAT,
@@ -509,7 +516,7 @@ mod tests {
             .unwrap();
         let err = verify(backup.path(), &read).unwrap_err().to_string();
         assert!(
-            err.starts_with("main.db: table users has 5 rows with checksum"),
+            err.starts_with("the backup is damaged: main.db: table users has 5 rows with checksum"),
             "{err}"
         );
         // Another format.
@@ -524,7 +531,7 @@ mod tests {
         let mut only_logs = read.clone();
         only_logs.databases.remove(0);
         let err = verify(backup.path(), &only_logs).unwrap_err().to_string();
-        assert_eq!(err, "logs.db: missing");
+        assert_eq!(err, "the backup is damaged: logs.db: missing");
         // Not a manifest.
         std::fs::write(backup.path().join(MANIFEST_FILE), "{").unwrap();
         let err = Manifest::read(backup.path()).unwrap_err().to_string();
@@ -549,7 +556,11 @@ mod tests {
             tables,
         };
         assert!(compare(&want, &want.clone()).is_ok());
-        let err = |found| compare(&want, &found).unwrap_err().to_string();
+        let err = |found| {
+            let err = compare(&want, &found).unwrap_err().to_string();
+            err.trim_start_matches("the backup is damaged: ")
+                .to_string()
+        };
         assert_eq!(
             err(with(3, vec![table("a", 1)])),
             "f.db: table b is missing"
@@ -573,13 +584,11 @@ mod tests {
         let conn = Connection::open(&main).unwrap();
         // Steps 1 and 2 exist (foreign keys off: just the ids matter here).
         conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
-        let columns: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_table_info('steps') WHERE \"notnull\" = 1 AND dflt_value IS NULL")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let columns: Vec<String> = column(
+            &conn,
+            "SELECT name FROM pragma_table_info('steps') WHERE \"notnull\" = 1 \
+             AND dflt_value IS NULL",
+        );
         for id in [1, 2] {
             // Every required column gets the id (some are unique).
             let values = vec![id.to_string(); columns.len()];
@@ -598,14 +607,10 @@ mod tests {
         let logs_copy = dir.path().join("logs-copy.db");
         copy_online(&logs, &logs_copy, Pace::default()).unwrap();
         assert_eq!(trim_logs(&logs_copy, &main_copy).unwrap(), 10);
-        let left: Vec<i64> = Connection::open(&logs_copy)
-            .unwrap()
-            .prepare("SELECT DISTINCT step_id FROM log_entries ORDER BY step_id")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let left: Vec<i64> = column(
+            &Connection::open(&logs_copy).unwrap(),
+            "SELECT DISTINCT step_id FROM log_entries ORDER BY step_id",
+        );
         assert_eq!(left, [1, 2]);
         // The source is untouched.
         let all: i64 = Connection::open(&logs)

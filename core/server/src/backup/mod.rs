@@ -86,7 +86,7 @@ pub enum Error {
     TooNew { found: i64, known: i64 },
     #[error("the manifest names {0:?}, which is no file of a backup")]
     UnknownFile(String),
-    #[error("the backup is damaged or not a whole backup: {0}")]
+    #[error(transparent)]
     Copy(#[from] BackupError),
 }
 
