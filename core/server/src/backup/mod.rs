@@ -299,6 +299,12 @@ pub fn restore(config: &Config, from: &Path) -> Result<Restored> {
     copies::verify(from, &manifest)?;
 
     private_dir(data)?;
+    #[cfg(unix)]
+    {
+        // An empty data dir that was there keeps its mode otherwise (as the server does).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o700)).map_err(io(data))?;
+    }
     let placed = place(from, data, &manifest, backup_key.as_deref(), &key_path);
     if placed.is_err() {
         for db in &manifest.databases {
