@@ -17,6 +17,8 @@
 //!   version, and the sealing key's fingerprint — never the key. [`verify`] recomputes them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::backup::{Backup, StepResult};
@@ -53,6 +55,8 @@ pub enum BackupError {
     Format { found: u32 },
     #[error("{path}: stayed busy for {secs} s while it was copied")]
     Busy { path: PathBuf, secs: u64 },
+    #[error("{path}: the copy was stopped (the server is stopping)")]
+    Stopped { path: PathBuf },
     /// A copy that does not match its manifest (or SQLite's own check).
     #[error("the backup is damaged: {file}: {problem}")]
     Damaged { file: String, problem: String },
@@ -93,11 +97,13 @@ pub struct TableSum {
     pub checksum: String,
 }
 
-/// How the online copy steps: pages per step, and a pause between steps.
-#[derive(Debug, Clone, Copy)]
+/// How the online copy steps: pages per step, a pause between steps, and a flag that stops
+/// it between two steps (a server that stops while a scheduled backup runs).
+#[derive(Debug, Clone)]
 pub struct Pace {
     pub pages_per_step: i32,
     pub pause: Duration,
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for Pace {
@@ -106,6 +112,7 @@ impl Default for Pace {
         Pace {
             pages_per_step: 64,
             pause: Duration::from_millis(1),
+            stop: None,
         }
     }
 }
@@ -126,7 +133,7 @@ const BUSY_LIMIT: Duration = Duration::from_secs(30);
 /// Copies the live SQLite database at `source` into a new file `dest` with the online
 /// backup API, `pace.pages_per_step` pages at a time, all from one snapshot of the source.
 /// `dest` is left a self-contained file (rollback journal mode, no `-wal`), mode 0600.
-pub fn copy_online(source: &Path, dest: &Path, pace: Pace) -> Result<Copied> {
+pub fn copy_online(source: &Path, dest: &Path, pace: &Pace) -> Result<Copied> {
     let at = |path: &Path| {
         let path = path.to_path_buf();
         move |source| BackupError::Sqlite { path, source }
@@ -157,6 +164,15 @@ pub fn copy_online(source: &Path, dest: &Path, pace: Pace) -> Result<Copied> {
         let backup = Backup::new(&src, &mut dst).map_err(at(dest))?;
         let mut busy_since: Option<Instant> = None;
         loop {
+            if pace
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+            {
+                return Err(BackupError::Stopped {
+                    path: source.to_path_buf(),
+                });
+            }
             let step = Instant::now();
             let result = backup.step(pace.pages_per_step).map_err(at(source))?;
             longest = longest.max(step.elapsed());
@@ -473,10 +489,11 @@ mod tests {
         let pace = Pace {
             pages_per_step: 2,
             pause: Duration::ZERO,
+            stop: None,
         };
-        let copied = copy_online(&main, &backup.path().join("main.db"), pace).unwrap();
+        let copied = copy_online(&main, &backup.path().join("main.db"), &pace).unwrap();
         assert!(copied.steps > 1 && copied.pages > 2, "{copied:?}");
-        copy_online(&logs, &backup.path().join("logs.db"), pace).unwrap();
+        copy_online(&logs, &backup.path().join("logs.db"), &pace).unwrap();
         // The main copy has no steps: every line is of a step it does not know.
         let removed = trim_logs(
             &backup.path().join("logs.db"),
@@ -536,6 +553,18 @@ mod tests {
         std::fs::write(backup.path().join(MANIFEST_FILE), "{").unwrap();
         let err = Manifest::read(backup.path()).unwrap_err().to_string();
         assert!(err.contains("not a backup manifest"), "{err}");
+    }
+
+    #[test]
+    fn a_stopped_copy_ends_with_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (main, _) = data_dir(dir.path(), 1);
+        let pace = Pace {
+            stop: Some(Arc::new(AtomicBool::new(true))),
+            ..Pace::default()
+        };
+        let err = copy_online(&main, &dir.path().join("copy.db"), &pace).unwrap_err();
+        assert!(matches!(err, BackupError::Stopped { .. }), "{err}");
     }
 
     #[test]
@@ -603,9 +632,9 @@ mod tests {
             .unwrap();
         }
         drop(conn);
-        copy_online(&main, &main_copy, Pace::default()).unwrap();
+        copy_online(&main, &main_copy, &Pace::default()).unwrap();
         let logs_copy = dir.path().join("logs-copy.db");
-        copy_online(&logs, &logs_copy, Pace::default()).unwrap();
+        copy_online(&logs, &logs_copy, &Pace::default()).unwrap();
         assert_eq!(trim_logs(&logs_copy, &main_copy).unwrap(), 10);
         let left: Vec<i64> = column(
             &Connection::open(&logs_copy).unwrap(),
@@ -656,10 +685,11 @@ mod tests {
         let pace = Pace {
             pages_per_step: 16,
             pause: Duration::from_millis(1),
+            stop: None,
         };
         let copy = dir.path().join("copy.db");
         let began = Instant::now();
-        let copied = copy_online(&main, &copy, pace).unwrap();
+        let copied = copy_online(&main, &copy, &pace).unwrap();
         let ended = Instant::now();
         let latencies = writer.join().unwrap();
         let longest = |during: bool| {

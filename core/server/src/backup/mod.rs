@@ -20,8 +20,9 @@ use crate::auth::sealing::{KEY_FILE, SealError, SealKey};
 use crate::config::Config;
 use crate::config::backups::PG_DUMP;
 use crate::store::DB_FILE;
+pub use crate::store::backup::Pace;
 use crate::store::backup::{
-    self as copies, BackupError, Copied, Database, FORMAT, MANIFEST_FILE, Manifest, Pace,
+    self as copies, BackupError, Copied, Database, FORMAT, MANIFEST_FILE, Manifest,
 };
 use crate::store::logs::LOGS_FILE;
 use crate::store::migrations::CURRENT_VERSION;
@@ -123,7 +124,8 @@ impl Taken {
 
 /// Backs up the data dir of `config` into `target` (new, or an empty directory), with the
 /// key file when `with_key`. On any failure nothing is left under `target`'s name.
-pub fn take(config: &Config, target: &Path, with_key: bool) -> Result<Taken> {
+/// `pace` says how the databases are copied ([`Pace::default`] but for a stop flag).
+pub fn take(config: &Config, target: &Path, with_key: bool, pace: &Pace) -> Result<Taken> {
     if !config.storage.url.is_empty() {
         return Err(Error::Postgres);
     }
@@ -151,7 +153,7 @@ pub fn take(config: &Config, target: &Path, with_key: bool) -> Result<Taken> {
         woodlark_stdx::now_unix_ms()
     ));
     private_dir(&partial)?;
-    let filled = fill(config, &partial, &key, with_key.then_some(&key_path));
+    let filled = fill(config, &partial, &key, with_key.then_some(&key_path), pace);
     let done = filled.and_then(|mut taken| {
         // An empty target directory is replaced (rename onto it), a missing one made.
         std::fs::rename(&partial, target).map_err(io(target))?;
@@ -166,13 +168,19 @@ pub fn take(config: &Config, target: &Path, with_key: bool) -> Result<Taken> {
 }
 
 /// Writes the copies, the manifest and maybe the key into `dir`.
-fn fill(config: &Config, dir: &Path, key: &SealKey, key_file: Option<&PathBuf>) -> Result<Taken> {
+fn fill(
+    config: &Config,
+    dir: &Path,
+    key: &SealKey,
+    key_file: Option<&PathBuf>,
+    pace: &Pace,
+) -> Result<Taken> {
     let data = &config.server.data_dir;
     let mut copied = Vec::new();
     let main_copy = dir.join(DB_FILE);
     copied.push((
         DB_FILE.to_string(),
-        copies::copy_online(&data.join(DB_FILE), &main_copy, Pace::default())?,
+        copies::copy_online(&data.join(DB_FILE), &main_copy, pace)?,
     ));
     // Second, and trimmed to the main copy's steps (see `woodlark_store::backup`).
     let mut trimmed = 0;
@@ -180,7 +188,7 @@ fn fill(config: &Config, dir: &Path, key: &SealKey, key_file: Option<&PathBuf>) 
         let logs_copy = dir.join(LOGS_FILE);
         copied.push((
             LOGS_FILE.to_string(),
-            copies::copy_online(&data.join(LOGS_FILE), &logs_copy, Pace::default())?,
+            copies::copy_online(&data.join(LOGS_FILE), &logs_copy, pace)?,
         ));
         trimmed = copies::trim_logs(&logs_copy, &main_copy)?;
     }

@@ -10,10 +10,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{Error, Taken, take};
+use super::{Error, Pace, Taken, take};
 use crate::config::Config;
 use crate::config::backups::interval;
 use crate::store::backup::{MANIFEST_FILE, Manifest};
@@ -58,6 +58,13 @@ pub async fn run(config: Config, counts: Arc<BackupCounts>) {
     let storage = &config.storage;
     let every = interval(storage);
     let dir = storage.backup_dir.clone();
+    // The task is aborted when the server stops: a copy under way then ends at its next
+    // step (and is removed) instead of holding the process's exit.
+    let stopping = StopOnDrop(Arc::default());
+    let pace = Pace {
+        stop: Some(stopping.0.clone()),
+        ..Pace::default()
+    };
     let newest = tokio::task::spawn_blocking({
         let dir = dir.clone();
         move || newest_taken_ms(&dir)
@@ -74,8 +81,8 @@ pub async fn run(config: Config, counts: Arc<BackupCounts>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let settings = config.clone();
-        let outcome = tokio::task::spawn_blocking(move || once(&settings)).await;
+        let (settings, pace) = (config.clone(), pace.clone());
+        let outcome = tokio::task::spawn_blocking(move || once(&settings, &pace)).await;
         match outcome {
             Ok(Ok((taken, pruned))) => {
                 counts.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -97,6 +104,15 @@ pub async fn run(config: Config, counts: Arc<BackupCounts>) {
     }
 }
 
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn failed(counts: &BackupCounts, dir: &Path, err: &str, every: Duration) {
     counts.failed.fetch_add(1, Ordering::Relaxed);
     tracing::error!(
@@ -109,7 +125,7 @@ fn failed(counts: &BackupCounts, dir: &Path, err: &str, every: Duration) {
 
 /// One scheduled backup into `storage.backup_dir`, then the pruning; returns the backup and
 /// the directories removed.
-pub fn once(config: &Config) -> Result<(Taken, Vec<PathBuf>), Error> {
+pub fn once(config: &Config, pace: &Pace) -> Result<(Taken, Vec<PathBuf>), Error> {
     let storage = &config.storage;
     let dir = &storage.backup_dir;
     super::private_dir(dir)?;
@@ -120,7 +136,7 @@ pub fn once(config: &Config) -> Result<(Taken, Vec<PathBuf>), Error> {
         n += 1;
         target = dir.join(format!("{PREFIX}{stamp}-{n}"));
     }
-    let taken = take(config, &target, false)?;
+    let taken = take(config, &target, false, pace)?;
     let pruned = prune(dir, storage.backup_keep as usize)?;
     Ok((taken, pruned))
 }

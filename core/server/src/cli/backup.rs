@@ -35,7 +35,7 @@ pub struct RestoreArgs {
 pub fn run_backup(args: BackupArgs) -> anyhow::Result<()> {
     let config = super::load(&args.config)?;
     LogControl::install(LogLevel::Warn);
-    let taken = backup::take(&config, &args.to, args.with_key)?;
+    let taken = backup::take(&config, &args.to, args.with_key, &backup::Pace::default())?;
     let manifest = &taken.manifest;
     for (file, copied) in &taken.copies {
         println!(
