@@ -495,13 +495,18 @@ async fn scheduled_backups_run_keep_the_newest_and_a_failure_shows() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for name in listed() {
+    // Stopped first, so that no newer backup prunes one of these while they are read (one
+    // that was under way ends within its step, or is written and pruned to two).
+    s.stop().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let kept = listed();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    for name in kept {
         let dir = backups.path().join(name);
         let manifest = woodlark::store::backup::Manifest::read(&dir).unwrap();
         woodlark::store::backup::verify(&dir, &manifest).unwrap();
         assert!(manifest.key_file.is_none() && !dir.join("secrets.key").exists());
     }
-    s.stop().await;
 
     // A backup dir that cannot be made: each failure counted, requests served all along.
     let blocker = backups.path().join("a-file");
