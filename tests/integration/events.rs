@@ -12,7 +12,7 @@ async fn feed(s: &TestServer, token: &str, query: &str) -> Value {
         .json()
 }
 
-fn ids(page: &Value) -> Vec<String> {
+pub fn ids(page: &Value) -> Vec<String> {
     page["data"]
         .as_array()
         .unwrap()

@@ -13,6 +13,8 @@
 //! - `lifecycle`: starting before the database is up; SIGTERM with workflows running.
 //! - `forge_access`: access lost on a forge is lost here (removed collaborator, revoked
 //!   token, lost org membership, stale push).
+//! - `backups`: `woodlark backup` while clients write, `woodlark restore` and a server on
+//!   what it restored, refused restores, scheduled backups (SQLite).
 //! - `leadership`: two replicas through eight PostgreSQL restarts: one leader after each,
 //!   commit statuses posted after each (the PostgreSQL pass only).
 //!
@@ -23,6 +25,7 @@ mod util;
 
 mod approval;
 mod authz;
+mod backups;
 mod browser;
 mod clients;
 mod docker;

@@ -72,7 +72,7 @@ pub struct App {
 }
 
 /// The database file inside the data dir.
-pub const DB_FILE: &str = "woodlark.db";
+pub use crate::store::DB_FILE;
 
 /// Creates the data dir (and missing parents) and makes it accessible to its owner only
 /// (0700), also when it exists already: it holds the databases, the keys and the plugin cache.
@@ -230,6 +230,7 @@ impl App {
             participation,
             access_cache: Default::default(),
             rendered: Default::default(),
+            backups: Default::default(),
         });
         Ok(App {
             dispatcher: Arc::new(Dispatcher {
@@ -274,7 +275,12 @@ impl App {
         {
             tracing::warn!(%err, "cannot watch the plugin directory; changes need a restart");
         }
-        let background = spawn_background(&state.config, &state.ci, &self.retention);
+        let mut background = spawn_background(&state.config, &state.ci, &self.retention);
+        if !state.config.storage.backup_dir.as_os_str().is_empty() {
+            let scheduled =
+                crate::backup::schedule::run(state.config.clone(), state.backups.clone());
+            background.push(tokio::spawn(scheduled));
+        }
         // On the signal the embedded runner stops taking work at once, while connections
         // drain: its running workflows have their own grace (`runner.shutdown_grace_secs`).
         let runner = ci.runner_shutdown.clone();

@@ -25,6 +25,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod backup;
 pub use woodlark_ci as ci;
 pub mod cli;
 pub mod config;

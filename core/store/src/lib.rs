@@ -24,6 +24,7 @@
 //!   `pg::schema`, under an advisory lock).
 
 pub mod agents;
+pub mod backup;
 pub mod cache;
 pub mod crons;
 pub mod deliveries;
@@ -1566,6 +1567,9 @@ pub const PIPELINE_SCOPES: &str =
             OR (org_id = 0 AND repo_id = 0)";
 
 pub use woodlark_stdx::{now_unix, now_unix_ms};
+
+/// The main database's file inside a data dir (SQLite); the logs' is [`logs::LOGS_FILE`].
+pub const DB_FILE: &str = "woodlark.db";
 
 /// A fresh store for a unit test, on the engine `WOODLARK_TEST_STORE` names (see
 /// `sql::fresh_tx`); the directory holds SQLite's files.

@@ -47,22 +47,30 @@ impl SealKey {
             path: path.to_path_buf(),
             source,
         };
-        let bytes = match std::fs::read_to_string(path) {
-            Ok(text) => STANDARD
-                .decode(text.trim())
-                .ok()
-                .filter(|b| b.len() == 32)
-                .ok_or(SealError::BadKeyFile {
-                    path: path.to_path_buf(),
-                })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        match SealKey::load(path) {
+            Err(SealError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 let key = random_bytes(32);
                 write_private(path, &format!("{}\n", STANDARD.encode(&key))).map_err(io)?;
                 tracing::info!(path = %path.display(), "created the secrets encryption key");
-                key
+                Ok(SealKey::from_bytes(&key))
             }
-            Err(e) => return Err(io(e)),
-        };
+            other => other,
+        }
+    }
+
+    /// Loads the key from `path`, which must exist (backups and restores never make one).
+    pub fn load(path: &Path) -> Result<SealKey, SealError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SealError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let bytes = STANDARD
+            .decode(text.trim())
+            .ok()
+            .filter(|b| b.len() == 32)
+            .ok_or(SealError::BadKeyFile {
+                path: path.to_path_buf(),
+            })?;
         Ok(SealKey::from_bytes(&bytes))
     }
 

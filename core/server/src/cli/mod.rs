@@ -1,6 +1,7 @@
-//! The `woodlark` command line: `serve`, `agent`, `lint`, `exec`, `migrate`, `plugin
-//! run-hook` and the `user` tools.
+//! The `woodlark` command line: `serve`, `agent`, `lint`, `exec`, `migrate`, `backup`,
+//! `restore`, `plugin run-hook` and the `user` tools.
 
+mod backup;
 mod exec;
 mod lint;
 mod migrate;
@@ -109,6 +110,11 @@ enum Command {
     /// Copy a stopped server's SQLite data dir into an empty PostgreSQL database, checking
     /// every table's row count and checksum.
     Migrate(migrate::MigrateArgs),
+    /// Back up the SQLite data dir, running or stopped, into a new directory: an online copy
+    /// of each database and a manifest of every table's row count and checksum.
+    Backup(backup::BackupArgs),
+    /// Fill an empty data dir from a backup, after checking it against its manifest and key.
+    Restore(backup::RestoreArgs),
 }
 
 #[derive(Subcommand)]
@@ -232,6 +238,8 @@ pub fn main() -> ExitCode {
         Command::Lint { paths, format } => lint::run(&paths, format),
         Command::Exec(args) => exec::run(args),
         Command::Migrate(args) => migrate::run(args),
+        Command::Backup(args) => backup::run_backup(args),
+        Command::Restore(args) => backup::run_restore(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::logging::LogLevel;
 
+pub mod backups;
 pub mod forges;
 mod runner;
 mod woodpecker;
@@ -155,6 +156,13 @@ pub struct StorageConfig {
     /// How long `serve` waits for a PostgreSQL database that does not accept connections yet
     /// (started beside it, restarting), answering 503 meanwhile; 0 = fail at once.
     pub wait_for_database_secs: u64,
+    /// Where the server writes scheduled backups of its SQLite databases ("" = none), one
+    /// directory each, as `woodlark backup` writes them (without the key).
+    pub backup_dir: PathBuf,
+    /// Hours between scheduled backups; fractions allowed (0.5 = every half hour).
+    pub backup_every_hours: f64,
+    /// Scheduled backups kept: the newest ones; older ones are removed after each backup.
+    pub backup_keep: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -497,6 +505,9 @@ impl Default for StorageConfig {
             secret_key_file: PathBuf::new(),
             log_retention_days: 0,
             wait_for_database_secs: 60,
+            backup_dir: PathBuf::new(),
+            backup_every_hours: 24.0,
+            backup_keep: 7,
         }
     }
 }
@@ -714,6 +725,7 @@ impl Config {
                 ));
             }
         }
+        backups::validate(&self.storage).map_err(|(key, m)| invalid(key, m))?;
         if !matches!(self.storage.synchronous.as_str(), "full" | "normal") {
             return Err(invalid(
                 "storage.synchronous",

@@ -48,6 +48,8 @@ pub struct AppState {
     pub access_cache: AccessCache,
     /// Pipeline and event bodies, valid while the tables they came from are unchanged.
     pub rendered: RenderedPages,
+    /// Scheduled backups written and failed (`/metrics`).
+    pub backups: Arc<crate::backup::schedule::BackupCounts>,
 }
 
 /// Where one interface is mounted and how its errors look.

@@ -95,14 +95,15 @@ pub enum TransferError {
 type Result<T> = std::result::Result<T, TransferError>;
 
 /// Count and order-independent checksum of a table's rows.
+/// (`backup` checks its copies with the same tally.)
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
-struct Tally {
-    rows: u64,
+pub(crate) struct Tally {
+    pub(crate) rows: u64,
     sum: u128,
 }
 
 impl Tally {
-    fn add(&mut self, row: &[Value]) {
+    pub(crate) fn add(&mut self, row: &[Value]) {
         let mut hash = Sha256::new();
         for value in row {
             match value {
@@ -134,7 +135,7 @@ impl Tally {
         self.sum = self.sum.wrapping_add(u128::from_be_bytes(first));
     }
 
-    fn hex(self) -> String {
+    pub(crate) fn hex(self) -> String {
         format!("{:032x}", self.sum)
     }
 }
@@ -338,7 +339,7 @@ fn parents_first(tables: Vec<&Table>) -> Vec<String> {
     done
 }
 
-fn quoted(name: &str) -> String {
+pub(crate) fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

@@ -46,7 +46,11 @@ pub async fn metrics(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let statuses = &ctx.ci.status_counts;
     let count =
         |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    let backups = ctx.backups.metrics();
     let text = ctx.metrics.render(&[
+        backups[0],
+        backups[1],
+        backups[2],
         (
             "woodlark_uptime_seconds",
             "Seconds since the server started.",
