@@ -482,6 +482,7 @@ impl Store {
                 writer_pid: revive.writer_pid.clone(),
                 losses: revive.losses.clone(),
                 take_lead: std::cell::RefCell::default(),
+                lead_asked: std::cell::Cell::default(),
                 counters: generation.counters.clone(),
                 elsewhere: elsewhere.clone(),
                 commits: commit_tx.clone(),
@@ -575,10 +576,10 @@ impl Store {
     /// done once and in order for all of them (posting commit statuses). Always true on
     /// SQLite. On PostgreSQL it is the replica whose change listener holds the leader lock;
     /// when that session ends (the replica stopped or died, or lost its connection) another
-    /// replica's listener takes the lock at its next poll. The leader checks its session at
-    /// every poll and stops leading as soon as it finds it lost, so two replicas lead at
-    /// once for at most a poll and the check's timeout (`LEAD_CHECK`), and only when the
-    /// session was cut without a word.
+    /// replica's listener takes the lock at its next try (once a second, `LEAD_POLL`). The
+    /// leader checks its session as often and stops leading as soon as it finds it lost, so
+    /// two replicas lead at once for at most `LEAD_POLL` and the check's timeout
+    /// (`LEAD_CHECK`), and only when the session was cut without a word.
     pub fn leadership(&self) -> tokio::sync::watch::Receiver<bool> {
         self.inner.leader.subscribe()
     }
@@ -1089,8 +1090,14 @@ const LISTEN_RECONNECT_FIRST: Duration = Duration::from_millis(250);
 /// database is. A refused attempt costs the database nothing.
 const LISTEN_RECONNECT_MAX: Duration = Duration::from_secs(2);
 
-/// How long the leader's listener waits for the database to answer its check at each poll
-/// before it takes its session for lost and stops leading. With [`LISTEN_POLL`], the most a
+/// How often a follower's listener asks for the leader lock, and how often the leader's
+/// checks that its session still answers: once a second costs an idle database one round
+/// trip per replica per second (at every [`LISTEN_POLL`] it was five), and bounds how long
+/// a freed lock waits for its next holder.
+const LEAD_POLL: Duration = Duration::from_secs(1);
+
+/// How long the leader's listener waits for the database to answer its check at each
+/// [`LEAD_POLL`] before it takes its session for lost and stops leading. With it, the most a
 /// leader cut off without a word (no reset, no goodbye) goes on leading after the database
 /// freed its lock, so the most two replicas ever lead at once.
 const LEAD_CHECK: Duration = Duration::from_secs(1);
@@ -1106,6 +1113,9 @@ struct Listener {
     losses: Arc<AtomicU64>,
     /// The leader-lock query, prepared on the current session.
     take_lead: std::cell::RefCell<Option<postgres::Statement>>,
+    /// When the lock was last asked for (a follower) or the session last checked (the
+    /// leader); `None` on a new session, which asks at once.
+    lead_asked: std::cell::Cell<Option<std::time::Instant>>,
     counters: Arc<[AtomicU64; Domain::COUNT]>,
     /// Other replicas' commits only (`counters` also counts this replica's writer's).
     elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
@@ -1131,6 +1141,7 @@ impl Listener {
                         tracing::info!("the store's change listener reconnected");
                         // Prepared statements belong to the session they were prepared on.
                         self.take_lead.take();
+                        self.lead_asked.take();
                         session = Some(client);
                         backoff = LISTEN_RECONNECT_FIRST;
                         for counter in self.counters.iter().chain(self.elsewhere.iter()) {
@@ -1157,15 +1168,23 @@ impl Listener {
         }
     }
 
-    /// Takes the leader lock if it is free, then hears notifications for one poll.
+    /// Takes the leader lock if it is free (a follower) or checks the session (the leader),
+    /// once a [`LEAD_POLL`]; then hears notifications for one poll.
     fn listen_once(&self, client: &mut postgres::Client) -> Result<(), postgres::Error> {
-        if *self.leader.borrow() {
+        let due = self
+            .lead_asked
+            .get()
+            .is_none_or(|at| at.elapsed() >= LEAD_POLL);
+        if due {
+            self.lead_asked.set(Some(std::time::Instant::now()));
+        }
+        if due && *self.leader.borrow() {
             // A leader sends nothing otherwise, and a session cut without a word (its
             // packets dropped, the database's host gone) never errs: it would go on leading
             // beside the replica that took the freed lock.
             client.is_valid(LEAD_CHECK)?;
-        } else if self.competes {
-            // Prepared once per session: a follower asks at every poll.
+        } else if due && self.competes {
+            // Prepared once per session: a follower asks at every `LEAD_POLL`.
             let statement = match self.take_lead.borrow().clone() {
                 Some(statement) => statement,
                 None => client.prepare("SELECT pg_try_advisory_lock($1)")?,
