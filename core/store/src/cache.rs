@@ -16,17 +16,37 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Mutex;
 
-/// A bounded map whose entries are valid for one store generation.
+/// A bounded map whose entries are valid for one store generation: at most `capacity`
+/// entries and, for a weighed cache ([`GenerationCache::weighed`]), at most `budget` bytes.
 pub struct GenerationCache<K, V> {
-    entries: Mutex<HashMap<K, (u64, V)>>,
+    entries: Mutex<Entries<K, V>>,
     capacity: usize,
+    budget: usize,
+    weigh: fn(&V) -> usize,
+}
+
+struct Entries<K, V> {
+    map: HashMap<K, (u64, V)>,
+    /// The weights of what `map` holds.
+    used: usize,
 }
 
 impl<K: Eq + Hash, V: Clone> GenerationCache<K, V> {
     pub fn new(capacity: usize) -> Self {
+        GenerationCache::weighed(capacity, usize::MAX, |_| 0)
+    }
+
+    /// A cache bounded by entries and by the sum of its values' `weigh` (their bytes): a
+    /// value heavier than a quarter of `budget` is not kept, so no single one empties it.
+    pub fn weighed(capacity: usize, budget: usize, weigh: fn(&V) -> usize) -> Self {
         GenerationCache {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries {
+                map: HashMap::new(),
+                used: 0,
+            }),
             capacity: capacity.max(1),
+            budget,
+            weigh,
         }
     }
 
@@ -37,26 +57,50 @@ impl<K: Eq + Hash, V: Clone> GenerationCache<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(key) {
+        match entries.map.get(key) {
             Some((g, value)) if *g == generation => Some(value.clone()),
             _ => None,
         }
     }
 
-    /// Stores `value` for `key`, read under `generation`.
+    /// Stores `value` for `key`, read under `generation` (unless it alone outweighs a
+    /// quarter of the budget).
     pub fn insert(&self, key: K, generation: u64, value: V) {
+        let weight = (self.weigh)(&value);
+        if weight > self.budget / 4 {
+            return;
+        }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= self.capacity && !entries.contains_key(&key) {
-            entries.retain(|_, (g, _)| *g == generation);
-            if entries.len() >= self.capacity {
-                entries.clear();
+        let Entries { map, used } = &mut *entries;
+        if let Some((_, old)) = map.remove(&key) {
+            *used -= (self.weigh)(&old);
+        }
+        let fits = |map: &HashMap<K, (u64, V)>, used: usize| {
+            map.len() < self.capacity && used + weight <= self.budget
+        };
+        if !fits(map, *used) {
+            map.retain(|_, (g, _)| *g == generation);
+            *used = map.values().map(|(_, v)| (self.weigh)(v)).sum();
+            if !fits(map, *used) {
+                map.clear();
+                *used = 0;
             }
         }
-        entries.insert(key, (generation, value));
+        map.insert(key, (generation, value));
+        *used += weight;
     }
 
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map
+            .len()
+    }
+
+    /// The weight of what is kept (bytes, for a weighed cache).
+    pub fn weight(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).used
     }
 
     pub fn is_empty(&self) -> bool {
@@ -84,6 +128,30 @@ mod tests {
         // Full of current entries: emptied, then the new one stored.
         cache.insert("d".into(), 2, 40);
         assert_eq!((cache.len(), cache.get("d", 2)), (1, Some(40)));
+    }
+
+    #[test]
+    fn a_weighed_cache_keeps_its_values_within_the_budget() {
+        let cache: GenerationCache<u32, Vec<u8>> = GenerationCache::weighed(100, 100, Vec::len);
+        cache.insert(1, 1, vec![0; 26]);
+        assert_eq!(cache.len(), 0, "over a quarter of the budget: not kept");
+        for key in 0..4 {
+            cache.insert(key, 1, vec![0; 25]);
+        }
+        assert_eq!((cache.len(), cache.weight()), (4, 100));
+        cache.insert(2, 1, vec![0; 10]);
+        assert_eq!(cache.weight(), 85, "a replaced value's weight goes with it");
+        // Past the budget under a newer generation: the stale entries make room.
+        cache.insert(9, 2, vec![0; 20]);
+        assert_eq!((cache.len(), cache.weight()), (1, 20));
+        for key in 10..13 {
+            cache.insert(key, 2, vec![0; 25]);
+        }
+        assert_eq!(cache.weight(), 95);
+        // Full of current entries: emptied, then the new one kept.
+        cache.insert(20, 2, vec![0; 25]);
+        assert_eq!((cache.len(), cache.weight()), (1, 25));
+        assert_eq!(cache.get(&20, 2).map(|v| v.len()), Some(25));
     }
 
     #[tokio::test]
