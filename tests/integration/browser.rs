@@ -91,7 +91,7 @@ async fn dump_dom(chromium: &'static str, url: String) -> std::process::Output {
 }
 
 /// A one-time sign-in link for `login` (`woodlark user login-link`), as a full URL.
-fn login_link(s: &TestServer, login: &str) -> String {
+pub(crate) fn login_link(s: &TestServer, login: &str) -> String {
     let config = write_config(s.dir.path(), "");
     let out = Command::new(BIN)
         .args(["user", "login-link", login, "--config"])

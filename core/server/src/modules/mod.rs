@@ -10,6 +10,7 @@ pub mod ci;
 pub mod events;
 pub mod participation;
 pub mod rendered;
+pub mod ui;
 pub mod web;
 
 use crate::http::{ErrorStyle, Scope};
