@@ -67,7 +67,8 @@ struct PipelinePage {
     created_iso: String,
     duration: String,
     forge_url: String,
-    errors: Vec<String>,
+    /// The compiler's findings on the pipeline: message, and whether it is only a warning.
+    errors: Vec<(String, bool)>,
     workflows: Vec<WorkflowItem>,
     log: Option<LogView>,
 }
@@ -178,7 +179,11 @@ async fn render(
             created_iso: when::iso(p.created),
             duration: when::duration(now, p.started, p.finished),
             forge_url: p.commit.forge_url.clone(),
-            errors: p.errors.iter().map(|e| e.message.clone()).collect(),
+            errors: p
+                .errors
+                .iter()
+                .map(|e| (e.message.clone(), e.is_warning))
+                .collect(),
             workflows,
             log,
         },
