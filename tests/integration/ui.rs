@@ -311,6 +311,8 @@ async fn a_finished_steps_log_with_line_anchors_colours_and_escaping() {
         "{page}"
     );
     assert!(page.contains(&escaped(HOSTILE)), "{page}");
+    // The compiler's advice (no `when` filter) shows as a warning, not an error.
+    assert!(page.contains("notice warning\">Warning: "), "{page}");
 
     let r = s
         .http
