@@ -262,6 +262,24 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
         assert_page(&r);
         assert!(r.text().contains(&format!("Error {status}")), "{bad}");
     }
+    // A forge with an OAuth app gets a sign-in button; the built-in git forge none.
+    let body = serde_json::json!({"type": "gitea", "url": "https://gitea.example",
+        "client": "id", "oauth_client_secret": "secret"});
+    let forge = http
+        .post("/api/forges", Some(&p.admin), &body.to_string())
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    let page = http.get("/login", None).await.expect(200).text();
+    assert!(
+        page.contains(&format!(
+            "<a class=\"button\" href=\"/authorize?forge_id={forge}\">Sign in with Gitea (gitea.example)</a>"
+        )),
+        "{page}"
+    );
+    assert_eq!(page.matches("/authorize?forge_id=").count(), 1, "{page}");
     // A failed forge sign-in lands on the login page with its message only.
     let page = http
         .get(
