@@ -306,7 +306,7 @@ async fn a_finished_steps_log_with_line_anchors_colours_and_escaping() {
     let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
     let id = repo["id"].as_i64().unwrap();
     set_visibility(&s, &p.alice, id, "private").await;
-    let config = "steps:\n  - name: hello\n    image: sh\n    commands:\n      - echo '<img src=x onerror=alert(1)>'\n      - printf '\\033[31mred text\\033[0m plain\\n'\n";
+    let config = "steps:\n  - name: hello\n    image: sh\n    commands:\n      - echo '<img src=x onerror=alert(1)>'\n      - printf '\\033[31mred text\\033[0m plain\\n'\n  - name: long\n    image: sh\n    commands:\n      - seq 1 10005\n";
     push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], HOSTILE).await;
     let done = wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "success").await;
     let step = step_of(&done, "hello");
@@ -364,6 +364,32 @@ async fn a_finished_steps_log_with_line_anchors_colours_and_escaping() {
         .text();
     assert!(raw.contains("<img src=x onerror=alert(1)>"), "{raw}");
 
+    // A long log: the first 10 000 lines, a pointer to the whole download, rendered fast.
+    let long = step_of(&done, "long");
+    let long_page = format!("{pipeline}/{}", long["pid"]);
+    let mut best = u128::MAX;
+    let mut page = String::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        page = s
+            .http
+            .get(&long_page, Some(&p.alice))
+            .await
+            .expect(200)
+            .text();
+        best = best.min(start.elapsed().as_micros());
+    }
+    eprintln!(
+        "GET {long_page} (10 000 log lines, {} bytes): best of 3 {best} µs",
+        page.len()
+    );
+    assert!(best < 2_000_000, "{best} µs");
+    assert!(page.contains("id=\"L10000\"") && !page.contains("id=\"L10001\""));
+    assert!(
+        page.contains("download the whole log"),
+        "the truncation is said"
+    );
+
     // The log is the repository's: refused as the API refuses it.
     s.http
         .get(&format!("{pipeline}/{pid}"), None)
@@ -378,4 +404,38 @@ async fn a_finished_steps_log_with_line_anchors_colours_and_escaping() {
         .await
         .expect(200);
     s.stop().await;
+}
+
+/// Under a root path (`[web] root_path`), every link and redirect of the UI carries it.
+#[tokio::test]
+async fn pages_under_a_root_path_link_within_it() {
+    let s = TestServer::start_with_tables("[web]\nroot_path = \"/ci\"\n").await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    for home in ["/ci", "/ci/"] {
+        let r = s.http.get(home, None).await.expect(200);
+        assert_page(&r);
+        let page = r.text();
+        assert!(page.contains("href=\"/ci/login\""), "{page}");
+        assert!(page.contains("href=\"/ci/assets/woodlark.css\""), "{page}");
+    }
+    s.http
+        .get("/ci/assets/woodlark.css", None)
+        .await
+        .expect(200);
+    s.http.get("/repos", None).await.expect(404);
+    let r = s.http.get("/ci/repos", None).await.expect(303);
+    assert_eq!(r.header("location"), Some("/ci/login"));
+    let page = s.http.get("/ci/login", None).await.expect(200).text();
+    assert!(page.contains("action=\"/ci/authorize\""), "{page}");
+    let page = s
+        .http
+        .get("/ci/repos", Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains(&format!("href=\"/ci/repos/{id}\"")), "{page}");
+    let r = s.http.get("/ci/", Some(&p.alice)).await.expect(303);
+    assert_eq!(r.header("location"), Some("/ci/repos"));
 }
