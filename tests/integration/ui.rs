@@ -213,6 +213,16 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
     assert!(page.contains(&escaped(HOSTILE)) && !page.contains("<script>alert"));
     assert!(page.contains("second line"), "the whole message: {page}");
 
+    // The upstream pipeline page's tabs open the pipeline.
+    for tab in ["config", "changed-files", "errors", "debug"] {
+        let page = alice
+            .get(&format!("/repos/{id}/pipeline/2/{tab}"))
+            .await
+            .expect(200)
+            .text();
+        assert!(page.contains("Pipeline #2"), "{tab}: {page}");
+    }
+
     // Who sees the private repository's pages: as the API answers.
     let pages = [
         path.clone(),

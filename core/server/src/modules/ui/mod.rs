@@ -59,6 +59,14 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
         )
         .get("/assets/woodlark.css", stylesheet)
         .get("/assets/woodlark.js", script);
+    // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
+    // its errors and warnings) is the nearest page.
+    for tab in ["config", "changed-files", "errors", "debug"] {
+        scope.get(
+            &format!("/repos/{{repo_id}}/pipeline/{{number}}/{tab}"),
+            pipeline::show,
+        );
+    }
     if !root.is_empty() {
         scope.get("/", pages::home);
     }
