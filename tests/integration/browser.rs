@@ -7,6 +7,8 @@
 //! `views/RepoAdd.vue`, `components/layout/header/Navbar.vue`,
 //! `components/repo/pipeline/PipelineLog.vue`): same paths, methods, bodies, CSRF header,
 //! cookie session and `EventSource` log stream, one page (route) per flow.
+//!
+//! Without `[web] dir`, the browser reads Woodlark's own UI (`modules/ui`) the same way.
 
 use std::path::Path;
 use std::process::Command;
@@ -66,6 +68,16 @@ fn chromium() -> &'static str {
 /// stdout is the DOM once the page settled (virtual time pauses while requests are open).
 async fn dump_dom(chromium: &'static str, url: String) -> std::process::Output {
     let profile = tempfile::tempdir().unwrap();
+    dump_dom_in(chromium, profile.path().to_path_buf(), url).await
+}
+
+/// [`dump_dom`] in the browser profile `profile`: a later run in it has the cookies an
+/// earlier one was given.
+async fn dump_dom_in(
+    chromium: &'static str,
+    profile: std::path::PathBuf,
+    url: String,
+) -> std::process::Output {
     tokio::task::spawn_blocking(move || {
         Command::new(chromium)
             .args([
@@ -80,7 +92,7 @@ async fn dump_dom(chromium: &'static str, url: String) -> std::process::Output {
                 "--disable-quic",
                 "--virtual-time-budget=15000",
             ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("--user-data-dir={}", profile.display()))
             .arg("--dump-dom")
             .arg(&url)
             .output()
@@ -91,7 +103,7 @@ async fn dump_dom(chromium: &'static str, url: String) -> std::process::Output {
 }
 
 /// A one-time sign-in link for `login` (`woodlark user login-link`), as a full URL.
-fn login_link(s: &TestServer, login: &str) -> String {
+pub(crate) fn login_link(s: &TestServer, login: &str) -> String {
     let config = write_config(s.dir.path(), "");
     let out = Command::new(BIN)
         .args(["user", "login-link", login, "--config"])
@@ -138,6 +150,61 @@ async fn chromium_signs_in_and_renders_a_repository_and_its_log() {
     assert!(html.contains("rendered by a real browser"), "{html}");
     // The link was used up by the browser.
     s.http.get(&path, None).await.expect(401);
+}
+
+/// Woodlark's own UI (no `[web] dir`) in a real browser, its CSP enforced: a login link
+/// signs in and lands on the repository list; in the same browser, a finished pipeline's
+/// step page shows the log, and the pipeline list links to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_signs_in_to_the_built_in_ui_and_reads_a_step_log() {
+    let chromium = chromium();
+    let data = tempfile::tempdir().unwrap();
+    let tables = with_runner(data.path());
+    let s = TestServer::start_in_with_tables(data, "", &tables).await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"visibility":"private"}"#,
+        )
+        .await
+        .expect(200);
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", "steps:\n  - name: hello\n    image: sh\n    commands: [\"echo read in the built-in UI\"]\n")], "ci").await;
+    let done = wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "success").await;
+    let pid = step_of(&done, "hello")["pid"].as_i64().unwrap();
+
+    let profile = tempfile::tempdir().unwrap();
+    let dom = dump_dom_in(chromium, profile.path().into(), login_link(&s, "alice")).await;
+    let html = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        html.contains("Signed in as alice"),
+        "page: {html}\nstderr: {}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    assert!(html.contains("<h1>Repositories</h1>"), "{html}");
+    assert!(
+        html.contains("alice/app") && html.contains("s-success"),
+        "{html}"
+    );
+
+    let step = format!("http://{}/repos/{id}/pipeline/1/{pid}", s.http.addr);
+    let dom = dump_dom_in(chromium, profile.path().into(), step).await;
+    let html = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        html.contains("Signed in as alice"),
+        "page: {html}\nstderr: {}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    assert!(html.contains("read in the built-in UI"), "{html}");
+    assert!(html.contains("id=\"L1\""), "{html}");
+    // Signed out (a fresh browser), the private repository's page asks to sign in.
+    let dom = dump_dom(chromium, format!("http://{}/repos/{id}", s.http.addr)).await;
+    let html = String::from_utf8_lossy(&dom.stdout);
+    assert!(html.contains("Sign in to see this page"), "{html}");
+    assert!(!html.contains("read in the built-in UI"), "{html}");
 }
 
 /// The login app: as the upstream UI's login page (`views/Login.vue`), a button per forge from

@@ -7,6 +7,7 @@
 //! - `process`: the `woodlark` binary: bad configs, `user add`, SIGTERM, kill -9 durability.
 //! - `clients`: the requests of the upstream web UI and generated API clients.
 //! - `web`: UI files, `/web-config.js`, browser sign-in, sessions with CSRF, logout.
+//! - `ui`: Woodlark's own web UI (no `[web] dir`): its pages, who sees them, escaping.
 //! - `sandbox`: pipeline steps under bubblewrap cannot see the server's files; start-up
 //!   refuses a missing bwrap.
 //! - `storage`: what servers sharing a database must agree on (the sealing key).
@@ -50,5 +51,6 @@ mod storage;
 mod streams;
 mod system;
 mod tenancy;
+mod ui;
 mod users;
 mod web;

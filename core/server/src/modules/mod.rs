@@ -9,6 +9,7 @@
 pub mod ci;
 pub mod events;
 pub mod participation;
+pub mod ui;
 pub mod web;
 
 use crate::http::{ErrorStyle, Scope};

@@ -118,16 +118,8 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
         .reads
         .read(move |c| {
             let mut out = Vec::new();
-            for row in repos::owned_by(c, user.id, user.org_id)? {
-                if (!all && !row.repo.active)
-                    || (!name.is_empty() && !row.repo.full_name.to_lowercase().contains(&name))
-                {
-                    continue;
-                }
-                let last = pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 1)?
-                    .into_iter()
-                    .next();
-                let mut v = serde_json::to_value(&row.repo)?;
+            for (repo, last) in home_list(c, &user, all, &name)? {
+                let mut v = serde_json::to_value(&repo)?;
                 if let Some(p) = last {
                     v["last_pipeline"] = serde_json::to_value(p)?;
                 }
@@ -137,6 +129,31 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
         })
         .await?;
     Ok(Response::json(&list))
+}
+
+/// The home list (`GET /user/repos`, and the web UI's `/repos`): the repositories `user`
+/// owns (`repos::owned_by`), active ones unless `all`, those whose full name holds `name`
+/// (lower case) when it is not empty, each with its newest pipeline. One read: a cached
+/// statement per repository.
+pub fn home_list(
+    c: &crate::store::Tx,
+    user: &users::User,
+    all: bool,
+    name: &str,
+) -> StoreResult<Vec<(repos::Repo, Option<Pipeline>)>> {
+    let mut out = Vec::new();
+    for row in repos::owned_by(c, user.id, user.org_id)? {
+        if (!all && !row.repo.active)
+            || (!name.is_empty() && !row.repo.full_name.to_lowercase().contains(name))
+        {
+            continue;
+        }
+        let last = pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 1)?
+            .into_iter()
+            .next();
+        out.push((row.repo, last));
+    }
+    Ok(out)
 }
 
 /// The forge's id and the repositories of the caller's forge (with the caller's permission,

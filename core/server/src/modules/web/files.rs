@@ -1,4 +1,4 @@
-//! The web UI's files (`[web] dir`), or a built-in page when there is none.
+//! The web UI's files (`[web] dir`); without one, Woodlark's own UI (`modules/ui`) serves.
 //!
 //! - A request path below the root path names a file of the directory. The router has
 //!   percent-decoded it (a malformed escape is a 400); it is refused (404) if any segment is `.`, `..` or hidden (`.git`, `.env`), or contains `\`
@@ -12,7 +12,6 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::{escape_html, html_page, page_frame};
 use crate::http::{
     ApiError, ErrorStyle, HeaderValue, Method, Request, Response, StatusCode, header,
 };
@@ -24,11 +23,8 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// The placeholder a UI build puts before its own URLs.
 const BASE_PATH: &str = "/BASE_PATH";
 
-/// `GET <root>/`: the UI's `index.html`, or the built-in page.
+/// `GET <root>/` (only with `[web] dir`): the UI's `index.html`.
 pub async fn index(ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
-    if ctx.config.web.dir.as_os_str().is_empty() {
-        return Ok(builtin_page(&ctx));
-    }
     serve_index(&ctx).await
 }
 
@@ -217,23 +213,6 @@ pub fn content_type(ext: &str) -> &'static str {
         "wasm" => "application/wasm",
         _ => "application/octet-stream",
     }
-}
-
-/// What the root shows without a UI directory.
-fn builtin_page(ctx: &Ctx) -> Response {
-    let root = escape_html(ctx.config.web.root_path());
-    let api = escape_html(&ctx.config.ci.mount);
-    let content = format!(
-        "<h1>Woodlark</h1>\n\
-         <p>This is a Woodlark server: a self-hosted pipeline-automation (CI) server that speaks \
-         the <a href=\"https://woodpecker-ci.org/api\">Woodpecker CI REST API</a>, so \
-         Woodpecker's command-line client and web UI work with it. The API is served under \
-         <code>{api}</code>; <a href=\"/version\">/version</a> tells its level.</p>\n\
-         <p>No web UI is configured here. An operator can point <code>[web] dir</code> in \
-         <code>config.toml</code> at a built copy of the Woodpecker web UI.</p>\n\
-         <p><a href=\"{root}/authorize\">Sign in</a> with a personal access token.</p>"
-    );
-    html_page(StatusCode::OK, page_frame("Woodlark", &content))
 }
 
 #[cfg(test)]

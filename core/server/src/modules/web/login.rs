@@ -78,20 +78,8 @@ fn finish(ctx: &Ctx, req: &Request, outcome: oauth::Outcome) -> Response {
     }
 }
 
-/// `GET <root>/login[?error=…]` without a web UI: the sign-in form, saying why a sign-in
-/// through a forge failed (the codes of upstream's login page). Only the code's own message is
-/// shown: the link's other text (`error_description`, passed on from the forge's callback for
-/// upstream's UI) is anyone's to write, and a page of this server must not say what an
-/// attacker's link makes it say.
-pub async fn login_page(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let Some(code) = req.query("error").filter(|e| !e.is_empty()) else {
-        return Ok(form(&ctx, &req, StatusCode::OK, None));
-    };
-    Ok(form(&ctx, &req, StatusCode::OK, Some(sign_in_error(&code))))
-}
-
 /// What the login page says for an error code; unknown codes get a general message.
-fn sign_in_error(code: &str) -> &'static str {
+pub fn sign_in_error(code: &str) -> &'static str {
     match code {
         "invalid_state" => "The sign-in took too long or was started in another browser.",
         "oauth_error" => "The forge did not let us sign you in.",
@@ -249,7 +237,7 @@ fn signed_in(
     response
 }
 
-fn form_path(root: &str) -> String {
+pub fn form_path(root: &str) -> String {
     format!("{root}/authorize")
 }
 
@@ -266,14 +254,28 @@ fn form_token_ok(key: &[u8], req: &Request, form_token: &str, now: i64) -> bool 
         && auth::constant_time_eq(nonce.as_bytes(), cookie.as_bytes())
 }
 
-/// The sign-in page, with a fresh form token and its cookie, and `error` above the form.
-fn form(ctx: &Ctx, req: &Request, status: StatusCode, error: Option<&str>) -> Response {
-    let now = now_unix();
+/// A token form's fresh form token and the `Set-Cookie` value carrying its nonce (the
+/// login-CSRF check of `POST <root>/authorize`; the web UI's login page shows the form too).
+pub fn new_form(ctx: &Ctx, req: &Request) -> (String, String) {
     let nonce = auth::random_secret();
     let form_token = token::sign(
-        &json!({"type": FORM_TOKEN, "nonce": nonce, "exp": now + FORM_SECS}),
+        &json!({"type": FORM_TOKEN, "nonce": nonce, "exp": now_unix() + FORM_SECS}),
         &form_key(ctx),
     );
+    let set_cookie = cookie(
+        FORM_COOKIE,
+        &nonce,
+        &form_path(ctx.config.web.root_path()),
+        FORM_SECS,
+        "Strict",
+        over_tls(ctx, req),
+    );
+    (form_token, set_cookie)
+}
+
+/// The sign-in page, with a fresh form token and its cookie, and `error` above the form.
+fn form(ctx: &Ctx, req: &Request, status: StatusCode, error: Option<&str>) -> Response {
+    let (form_token, form_cookie) = new_form(ctx, req);
     let root = ctx.config.web.root_path();
     let error = error
         .map(|e| format!("<p class=\"error\">{}</p>\n", escape_html(e)))
@@ -291,17 +293,7 @@ fn form(ctx: &Ctx, req: &Request, status: StatusCode, error: Option<&str>) -> Re
         form_token = escape_html(&form_token),
     );
     let mut response = html_page(status, page_frame("Sign in · Woodlark", &content));
-    set_cookie(
-        &mut response,
-        &cookie(
-            FORM_COOKIE,
-            &nonce,
-            &form_path(root),
-            FORM_SECS,
-            "Strict",
-            over_tls(ctx, req),
-        ),
-    );
+    set_cookie(&mut response, &form_cookie);
     response
 }
 

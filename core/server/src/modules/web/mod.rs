@@ -53,21 +53,21 @@ impl super::Module for Web {
 
     fn routes(&self, scope: &mut Scope<'_, Ctx>) {
         scope
-            .get("", files::index)
             .get("/web-config.js", config_js::render)
             .get("/authorize", login::authorize)
             .post("/authorize", login::authorize_with_token)
             .get("/logout", login::logout)
             .get("/assets/custom.js", files::custom_js)
             .get("/assets/custom.css", files::custom_css);
-        if !self.root_path.is_empty() {
-            scope.get("/", files::index);
-        }
         if self.dir.is_none() {
-            // The web UI's login page, where a failed sign-in through a forge lands.
-            scope.get("/login", login::login_page);
-        }
-        if self.dir.is_some() {
+            // Woodlark's own web UI (`modules/ui`), at the upstream UI's paths; its login
+            // page is where a failed sign-in through a forge lands.
+            super::ui::routes(scope, &self.root_path);
+        } else {
+            scope.get("", files::index);
+            if !self.root_path.is_empty() {
+                scope.get("/", files::index);
+            }
             // Every other path below the root: a file of the UI, else the SPA's index.html
             // (GET/HEAD outside the API mounts), else 404. Registered for the other methods
             // too, so they get a 404 rather than a 405 from this catch-all.
@@ -155,6 +155,12 @@ pub fn set_cookie(response: &mut Response, value: &str) {
 /// Text made safe to place in HTML content or a quoted attribute.
 pub fn escape_html(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
+    push_escaped(&mut out, text);
+    out
+}
+
+/// [`escape_html`] appended to `out`; control characters but tabs are dropped.
+pub fn push_escaped(out: &mut String, text: &str) {
     for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),
@@ -162,10 +168,11 @@ pub fn escape_html(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            '\t' => out.push('\t'),
+            c if c.is_control() => {}
             c => out.push(c),
         }
     }
-    out
 }
 
 /// Our own HTML pages: self-contained, no scripts, forms only to ourselves.

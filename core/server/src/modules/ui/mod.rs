@@ -1,0 +1,185 @@
+//! Woodlark's own web UI, served when `[web] dir` is empty (issue 49).
+//!
+//! Server-rendered HTML from askama templates (`core/server/templates/`, checked when the
+//! server compiles), one stylesheet and one small script from the same folder, all in the
+//! binary. Pages read without scripts; every page carries a strict Content-Security-Policy
+//! (`default-src 'self'`: no inline script or style).
+//!
+//! The paths are the upstream UI's (`web/src/router.ts`), so commit-status links and
+//! bookmarks open the same page: `/repos`, `/repos/{id}`, `/repos/{id}/pipeline/{number}`,
+//! `/repos/{id}/pipeline/{number}/{step pid}`, `/login`, `/user`.
+//!
+//! Access is decided as the REST API decides it: the pages call `ci::access` (the same
+//! `access::repo`, so a caller the API answers 401 gets the sign-in page here, one it
+//! answers 404 gets the not-found page). The UI lives in the server crate because that code
+//! does (it needs the app state); its handlers only read (`Services::reads`).
+//!
+//! - [`pages`]: home, login and user pages; [`repos`]: the repository list and a repository's
+//!   pipelines; [`pipeline`]: a pipeline's workflows and steps, and a step's log;
+//! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
+//! - [`when`]: relative times and durations.
+//!
+//! Where to add a page: a template in `core/server/templates/` that extends `base.html`, a
+//! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
+//! [`routes`].
+
+pub mod ansi;
+mod pages;
+mod pipeline;
+mod repos;
+pub mod when;
+
+use askama::Template;
+
+use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
+use crate::modules::ci::access;
+use crate::state::Ctx;
+use crate::store::users::Account;
+
+/// The policy of every UI page: our own files only; no inline script or style, no frames,
+/// forms only to ourselves.
+pub const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \
+                       base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+const STYLESHEET: &str = include_str!("../../../templates/static/woodlark.css");
+const SCRIPT: &str = include_str!("../../../templates/static/woodlark.js");
+
+/// The UI's routes below the web root (`root`: `[web] root_path`).
+pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
+    scope
+        .get("", pages::home)
+        .get("/login", pages::login)
+        .get("/user", pages::user)
+        .get("/repos", repos::list)
+        .get("/repos/{repo_id}", repos::pipelines)
+        .get("/repos/{repo_id}/pipeline/{number}", pipeline::show)
+        .get(
+            "/repos/{repo_id}/pipeline/{number}/{step_pid}",
+            pipeline::step,
+        )
+        .get("/assets/woodlark.css", stylesheet)
+        .get("/assets/woodlark.js", script);
+    // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
+    // its errors and warnings) is the nearest page.
+    for tab in ["config", "changed-files", "errors", "debug"] {
+        scope.get(
+            &format!("/repos/{{repo_id}}/pipeline/{{number}}/{tab}"),
+            pipeline::show,
+        );
+    }
+    if !root.is_empty() {
+        scope.get("/", pages::home);
+    }
+}
+
+async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
+    Ok(Response::new(
+        StatusCode::OK,
+        "text/css; charset=utf-8",
+        STYLESHEET,
+    ))
+}
+
+async fn script(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
+    Ok(Response::new(
+        StatusCode::OK,
+        "application/javascript; charset=utf-8",
+        SCRIPT,
+    ))
+}
+
+/// What every page's frame (`base.html`) shows: where the UI is and who is signed in.
+#[derive(Clone)]
+pub struct Frame {
+    /// `[web] root_path` ("" at the server root).
+    pub root: String,
+    /// The CI API's mount, for links to raw files it serves.
+    pub api: String,
+    pub title: String,
+    /// The signed-in user's login.
+    pub user: Option<String>,
+}
+
+impl Frame {
+    /// The frame for `req`, and the signed-in caller (anonymous when the token is bad).
+    async fn of(ctx: &Ctx, req: &Request, title: impl Into<String>) -> (Frame, Option<Account>) {
+        let account = access::current(ctx, req).await.ok().flatten();
+        let frame = Frame {
+            root: ctx.config.web.root_path().to_string(),
+            api: ctx.config.ci.mount.clone(),
+            title: title.into(),
+            user: account.as_ref().map(|a| a.user.login.clone()),
+        };
+        (frame, account)
+    }
+
+    /// The same frame for a page titled `title`.
+    fn titled(self, title: &str) -> Frame {
+        Frame {
+            title: title.to_string(),
+            ..self
+        }
+    }
+}
+
+/// A rendered page with the UI's headers.
+fn html(status: StatusCode, body: String) -> Response {
+    Response::new(status, "text/html; charset=utf-8", body).with_header(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    )
+}
+
+/// `template` rendered as a page (a template that fails to render is a 500).
+fn page(status: StatusCode, template: &impl Template) -> Result<Response, ApiError> {
+    let body = template.render().map_err(ApiError::internal)?;
+    Ok(html(status, body))
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    frame: Frame,
+    status: u16,
+    heading: &'static str,
+    message: String,
+    sign_in: bool,
+}
+
+/// A page's outcome, its errors as pages: 401 offers the sign-in, 4xx says why, 5xx only
+/// that it failed (the cause is in the server's log).
+fn or_error_page(frame: Frame, outcome: Result<Response, ApiError>) -> Result<Response, ApiError> {
+    let err = match outcome {
+        Ok(response) => return Ok(response),
+        Err(err) => err,
+    };
+    let status = err.status;
+    let (heading, message) = match status {
+        StatusCode::UNAUTHORIZED => ("Sign in to see this page", String::new()),
+        StatusCode::NOT_FOUND => ("Not found", err.message),
+        s if s.is_client_error() => ("That did not work", err.message),
+        _ => (
+            "Something went wrong",
+            "The server could not show this page; its log says why.".to_string(),
+        ),
+    };
+    let sign_in = status == StatusCode::UNAUTHORIZED
+        || (status == StatusCode::NOT_FOUND && frame.user.is_none());
+    let frame = frame.titled(heading);
+    page(
+        status,
+        &ErrorPage {
+            frame,
+            status: status.as_u16(),
+            heading,
+            message,
+            sign_in,
+        },
+    )
+}
+
+/// A `303 See Other` to the login page (after signing in, the browser lands on the home
+/// page, which lists the user's repositories).
+fn to_login(frame: &Frame) -> Response {
+    crate::modules::web::redirect(&format!("{}/login", frame.root))
+}

@@ -1,0 +1,158 @@
+//! The home, login and user pages.
+
+use askama::Template;
+
+use super::{Frame, or_error_page, page, to_login};
+use crate::http::{ApiError, Request, Response, StatusCode};
+use crate::modules::web::{login, redirect, set_cookie};
+use crate::state::Ctx;
+use crate::store::forges::{self, ForgeKind};
+
+#[derive(Template)]
+#[template(path = "home.html")]
+struct Home {
+    frame: Frame,
+}
+
+/// `GET <root>/`: a signed-in user's repositories; for anyone else, what this server is.
+pub async fn home(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&ctx, &req, "Woodlark").await;
+    if account.is_some() {
+        return Ok(redirect(&format!("{}/repos", frame.root)));
+    }
+    page(StatusCode::OK, &Home { frame })
+}
+
+/// A forge's sign-in button.
+struct ForgeButton {
+    id: i64,
+    label: String,
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct Login {
+    frame: Frame,
+    error: Option<&'static str>,
+    forges: Vec<ForgeButton>,
+    action: String,
+    form_token: String,
+}
+
+/// `GET <root>/login[?error=code]`: every way in — a button per forge with OAuth sign-in
+/// (`/authorize?forge_id=N`), the personal-access-token form (`POST /authorize`), and how to
+/// get a one-time login link. An error code (where a failed sign-in lands) shows as its
+/// known message only (`login::sign_in_error`: a link's other text is not ours to show).
+pub async fn login(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&ctx, &req, "Sign in").await;
+    let forges = match sign_in_forges(&ctx).await {
+        Ok(forges) => forges,
+        Err(err) => return or_error_page(frame, Err(err)),
+    };
+    let error = req
+        .query("error")
+        .filter(|e| !e.is_empty())
+        .map(|code| login::sign_in_error(&code));
+    let (form_token, form_cookie) = login::new_form(&ctx, &req);
+    let action = login::form_path(&frame.root);
+    let mut response = page(
+        StatusCode::OK,
+        &Login {
+            frame,
+            error,
+            forges,
+            action,
+            form_token,
+        },
+    )?;
+    set_cookie(&mut response, &form_cookie);
+    Ok(response)
+}
+
+/// The forges one signs in through (the built-in git forge has no accounts: its users sign
+/// in with a token).
+async fn sign_in_forges(ctx: &Ctx) -> Result<Vec<ForgeButton>, ApiError> {
+    let listed = ctx
+        .ci
+        .reads
+        .read(|c| forges::list(c, 1, crate::modules::ci::pagination::MAX_PER_PAGE))
+        .await?;
+    Ok(listed
+        .into_iter()
+        .filter(|f| f.kind != ForgeKind::Git)
+        .map(|f| ForgeButton {
+            id: f.id,
+            label: forge_label(f.kind, &f.url),
+        })
+        .collect())
+}
+
+/// "GitHub (github.com)": the forge's kind and host.
+fn forge_label(kind: ForgeKind, url: &str) -> String {
+    let name = match kind {
+        ForgeKind::Git => "Git",
+        ForgeKind::Github => "GitHub",
+        ForgeKind::Gitlab => "GitLab",
+        ForgeKind::Gitea => "Gitea",
+        ForgeKind::Forgejo => "Forgejo",
+        ForgeKind::Bitbucket => "Bitbucket",
+        ForgeKind::BitbucketDc => "Bitbucket Data Center",
+        ForgeKind::Addon => "forge",
+    };
+    let host = url
+        .split("://")
+        .nth(1)
+        .unwrap_or(url)
+        .split('/')
+        .next()
+        .unwrap_or("");
+    if host.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name} ({host})")
+    }
+}
+
+#[derive(Template)]
+#[template(path = "user.html")]
+struct UserPage {
+    frame: Frame,
+    login: String,
+    email: String,
+    admin: bool,
+}
+
+/// `GET <root>/user`: who is signed in, and signing out. Anonymous callers go to the login.
+pub async fn user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&ctx, &req, "Your account").await;
+    let Some(account) = account else {
+        return Ok(to_login(&frame));
+    };
+    page(
+        StatusCode::OK,
+        &UserPage {
+            frame,
+            login: account.user.login,
+            email: account.user.email,
+            admin: account.user.admin,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forge_labels_name_kind_and_host() {
+        assert_eq!(
+            forge_label(ForgeKind::Github, "https://github.com"),
+            "GitHub (github.com)"
+        );
+        assert_eq!(
+            forge_label(ForgeKind::Gitea, "http://git.example:3000/x"),
+            "Gitea (git.example:3000)"
+        );
+        assert_eq!(forge_label(ForgeKind::Addon, ""), "forge");
+    }
+}

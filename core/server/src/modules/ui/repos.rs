@@ -1,0 +1,161 @@
+//! The repository list (`/repos`) and a repository's pipelines (`/repos/{id}`).
+
+use askama::Template;
+
+use super::{Frame, or_error_page, page, to_login, when};
+use crate::http::{ApiError, Request, Response, StatusCode};
+use crate::modules::ci::pagination::Page;
+use crate::modules::ci::{access, users};
+use crate::state::Ctx;
+use crate::store::now_unix;
+use crate::store::pipelines::{self, ListFilter, Pipeline};
+use crate::store::repos::Visibility;
+
+/// A pipeline as a row of a list.
+pub struct PipelineItem {
+    pub number: i64,
+    pub status: &'static str,
+    pub event: &'static str,
+    pub branch: String,
+    /// The message's first line.
+    pub title: String,
+    pub author: String,
+    pub created_ago: String,
+    pub created_iso: String,
+    pub duration: String,
+}
+
+impl PipelineItem {
+    pub fn of(p: &Pipeline, now: i64) -> PipelineItem {
+        PipelineItem {
+            number: p.number,
+            status: p.status.as_str(),
+            event: p.event.as_str(),
+            branch: p.commit.branch.clone(),
+            title: p.commit.message.lines().next().unwrap_or("").to_string(),
+            author: p.commit.author.clone(),
+            created_ago: when::ago(now, p.created),
+            created_iso: when::iso(p.created),
+            duration: when::duration(now, p.started, p.finished),
+        }
+    }
+}
+
+struct RepoItem {
+    id: i64,
+    full_name: String,
+    last: Option<PipelineItem>,
+}
+
+#[derive(Template)]
+#[template(path = "repos.html")]
+struct RepoList {
+    frame: Frame,
+    filter: String,
+    repos: Vec<RepoItem>,
+}
+
+/// `GET <root>/repos[?q=text]`: the signed-in user's repositories (the API's
+/// `GET /user/repos`: those they own or may push to, active ones) with each one's newest
+/// pipeline; `q` keeps those whose name holds it. Anonymous callers go to the login page
+/// (the API answers them 401).
+pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&ctx, &req, "Repositories").await;
+    let Some(account) = account else {
+        return Ok(to_login(&frame));
+    };
+    let filter = req.query("q").unwrap_or_default().trim().to_string();
+    let needle = filter.to_lowercase();
+    let user = account.user;
+    // The REST API's home list: the same repositories, one read.
+    let found = ctx
+        .ci
+        .reads
+        .read(move |c| users::home_list(c, &user, false, &needle))
+        .await;
+    let found = match found {
+        Ok(found) => found,
+        Err(err) => return or_error_page(frame, Err(err.into())),
+    };
+    let now = now_unix();
+    let repos = found
+        .into_iter()
+        .map(|(repo, last)| RepoItem {
+            id: repo.id,
+            full_name: repo.full_name,
+            last: last.as_ref().map(|p| PipelineItem::of(p, now)),
+        })
+        .collect();
+    page(
+        StatusCode::OK,
+        &RepoList {
+            frame,
+            filter,
+            repos,
+        },
+    )
+}
+
+#[derive(Template)]
+#[template(path = "repo.html")]
+struct RepoPage {
+    frame: Frame,
+    id: i64,
+    full_name: String,
+    visibility: &'static str,
+    forge_url: String,
+    pipelines: Vec<PipelineItem>,
+    page: u32,
+    /// A full page was shown: there may be more.
+    more: bool,
+}
+
+/// `GET <root>/repos/{id}[?page=N]`: the repository's pipelines, newest first, 50 a page.
+/// Who may see it is `access::repo`'s answer, as for `GET /api/repos/{id}/pipelines`.
+pub async fn pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&ctx, &req, "Repository").await;
+    let outcome = repo_page(&ctx, &req, frame.clone()).await;
+    or_error_page(frame, outcome)
+}
+
+async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, ApiError> {
+    let access = access::repo(ctx, req).await?;
+    let paging = Page::from_request(req);
+    let repo_id = access.row.repo.id;
+    let list = ctx
+        .ci
+        .reads
+        .read(move |c| {
+            pipelines::list(
+                c,
+                repo_id,
+                &ListFilter::default(),
+                paging.page,
+                paging.per_page,
+            )
+        })
+        .await?;
+    let now = now_unix();
+    let repo = access.row.repo;
+    page(
+        StatusCode::OK,
+        &RepoPage {
+            frame: frame.titled(&repo.full_name),
+            id: repo.id,
+            visibility: visibility_name(repo.visibility),
+            full_name: repo.full_name,
+            forge_url: repo.forge_url,
+            more: list.len() == paging.per_page as usize,
+            pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
+            page: paging.page,
+        },
+    )
+}
+
+pub fn visibility_name(v: Visibility) -> &'static str {
+    match v {
+        Visibility::Public => "public",
+        Visibility::Internal => "internal",
+        Visibility::Private => "private",
+    }
+}
