@@ -3,8 +3,9 @@
 //! A [`Module`] adds its routes under the mount prefix its config section names (`[ci] mount`,
 //! …) and decides how its errors look. Handlers are plain `async fn(Ctx, Request) ->
 //! Result<Response, ApiError>`: they parse the request, authorise the caller (see
-//! `ci::access`), call one service (`crate::ci`, `crate::participation`) for any change, and
-//! render the result. They read through `crate::store` but never write (`layering` checks).
+//! `ci::access`), call the services (`crate::ci`, `crate::participation`) for any change —
+//! usually one; the agent's `next` and the webhook intake call several — and render the
+//! result. They read through `ctx.ci.reads`, a view with no write method.
 
 pub mod ci;
 pub mod events;
