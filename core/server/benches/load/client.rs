@@ -23,6 +23,24 @@ pub struct LoadResult {
 }
 
 impl LoadResult {
+    /// Nothing yet: a total that turns are [`add`](Self::add)ed to.
+    pub fn empty() -> LoadResult {
+        LoadResult {
+            requests: 0,
+            errors: 0,
+            elapsed: Duration::ZERO,
+            lat: Vec::new(),
+        }
+    }
+
+    /// Adds a turn's result (rates over the summed time; latencies unsorted until read).
+    pub fn add(&mut self, turn: LoadResult) {
+        self.requests += turn.requests;
+        self.errors += turn.errors;
+        self.elapsed += turn.elapsed;
+        self.lat.extend(turn.lat);
+    }
+
     pub fn rps(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
     }

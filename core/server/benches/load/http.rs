@@ -42,18 +42,7 @@ pub async fn run() {
     let (repo, _) = server
         .pipeline_repo(&admin, &token, "bench/app", config)
         .await;
-    for _ in 0..5 {
-        server
-            .api
-            .expect(
-                "POST",
-                &format!("/api/repos/{repo}/pipelines"),
-                Some(&token),
-                Some("{}"),
-                200,
-            )
-            .await;
-    }
+    server.manual_runs(repo, &token, 5).await;
     let pipelines = format!("/api/repos/{repo}/pipelines");
     let pipeline = format!("/api/repos/{repo}/pipelines/5");
     let repo_path = format!("/api/repos/{repo}");

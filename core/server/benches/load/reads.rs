@@ -51,18 +51,7 @@ async fn server_with_pipelines(tables: &str) -> (Server, String, i64) {
     let (repo, _) = server
         .pipeline_repo(&admin, &token, "bench/app", config)
         .await;
-    for _ in 0..PIPELINES {
-        server
-            .api
-            .expect(
-                "POST",
-                &format!("/api/repos/{repo}/pipelines"),
-                Some(&token),
-                Some("{}"),
-                200,
-            )
-            .await;
-    }
+    server.manual_runs(repo, &token, PIPELINES).await;
     (server, token, repo)
 }
 
@@ -75,20 +64,22 @@ async fn turn(
     t: Duration,
 ) {
     load(addr, path, token, CONNS, Duration::from_millis(200), MAX).await;
-    let r = load(addr, path, token, CONNS, t, MAX).await;
-    total.requests += r.requests;
-    total.errors += r.errors;
-    total.elapsed += r.elapsed;
-    total.lat.extend(r.lat);
+    total.add(load(addr, path, token, CONNS, t, MAX).await);
 }
 
-fn empty() -> LoadResult {
-    LoadResult {
-        requests: 0,
-        errors: 0,
-        elapsed: Duration::ZERO,
-        lat: Vec::new(),
+/// Loads `a` and `b` in turns, `rounds` times: their totals.
+async fn in_turns(
+    rounds: u64,
+    t: Duration,
+    a: (SocketAddr, &str, &str),
+    b: (SocketAddr, &str, &str),
+) -> (LoadResult, LoadResult) {
+    let (mut ta, mut tb) = (LoadResult::empty(), LoadResult::empty());
+    for _ in 0..rounds {
+        turn(&mut ta, a.0, a.1, Some(a.2), t).await;
+        turn(&mut tb, b.0, b.1, Some(b.2), t).await;
     }
+    (ta, tb)
 }
 
 fn p99(r: &mut LoadResult) -> Duration {
@@ -138,11 +129,13 @@ pub async fn run() {
         let (status, headers, body) = lite.api.get_full(path, Some(&token)).await;
         assert!(status.is_success(), "{path}: {status}");
         let bare = same_bytes_server(headers, body.clone()).await;
-        let (mut b, mut w) = (empty(), empty());
-        for _ in 0..rounds {
-            turn(&mut b, bare, path, Some(&token), t).await;
-            turn(&mut w, lite.api.addr, path, Some(&token), t).await;
-        }
+        let (mut b, mut w) = in_turns(
+            rounds,
+            t,
+            (bare, path, &token),
+            (lite.api.addr, path, &token),
+        )
+        .await;
         rows.push(vec![
             name.clone(),
             body.len().to_string(),
@@ -185,11 +178,13 @@ pub async fn run() {
         }
         let lite_path = format!("/api/repos/{repo}/pipelines?{query}");
         let pg_path = format!("/api/repos/{pg_repo}/pipelines?{query}");
-        let (mut l, mut p) = (empty(), empty());
-        for _ in 0..rounds {
-            turn(&mut l, lite.api.addr, &lite_path, Some(&token), t).await;
-            turn(&mut p, pg.api.addr, &pg_path, Some(&pg_token), t).await;
-        }
+        let (mut l, mut p) = in_turns(
+            rounds,
+            t,
+            (lite.api.addr, &lite_path, &token),
+            (pg.api.addr, &pg_path, &pg_token),
+        )
+        .await;
         rows.push(vec![
             name.to_string(),
             format!("{:.0}", l.rps()),

@@ -292,6 +292,21 @@ impl Server {
         (repo["id"].as_i64().unwrap(), bare)
     }
 
+    /// `count` manual runs of `repo`'s `main` by the user behind `token`, one after another.
+    pub async fn manual_runs(&self, repo: i64, token: &str, count: usize) {
+        for _ in 0..count {
+            self.api
+                .expect(
+                    "POST",
+                    &format!("/api/repos/{repo}/pipelines"),
+                    Some(token),
+                    Some("{}"),
+                    200,
+                )
+                .await;
+        }
+    }
+
     /// A [`git_repo`](Self::git_repo) whose commit holds `config` as `.woodpecker.yaml`.
     pub async fn pipeline_repo(
         &self,

@@ -130,7 +130,7 @@ async fn closed_loop(senders: usize, duration: Duration, max: usize, make: &Send
             })
         })
         .collect();
-    let mut result = empty();
+    let mut result = LoadResult::empty();
     for t in tasks {
         let (lat, errors) = t.await.unwrap();
         result.requests += lat.len();
@@ -139,23 +139,6 @@ async fn closed_loop(senders: usize, duration: Duration, max: usize, make: &Send
     }
     result.elapsed = started.elapsed();
     result
-}
-
-fn empty() -> LoadResult {
-    LoadResult {
-        requests: 0,
-        errors: 0,
-        elapsed: Duration::ZERO,
-        lat: Vec::new(),
-    }
-}
-
-/// Adds a turn's result to a target's total (rates over the summed time).
-fn add(total: &mut LoadResult, turn: LoadResult) {
-    total.requests += turn.requests;
-    total.errors += turn.errors;
-    total.elapsed += turn.elapsed;
-    total.lat.extend(turn.lat);
 }
 
 /// Reads of `path` with `token` spread over `addrs` at once, [`READ_CONNS`] connections in
@@ -171,7 +154,7 @@ async fn reads(addrs: &[SocketAddr], path: &str, token: &str, duration: Duration
             )
         })
         .collect();
-    let mut total = empty();
+    let mut total = LoadResult::empty();
     for r in runs {
         let r = r.await.unwrap();
         total.requests += r.requests;
@@ -267,34 +250,25 @@ pub async fn run() {
         .collect();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
-    let (mut pg_commits, mut lite_commits) = (empty(), empty());
-    let mut hooks: Vec<LoadResult> = setups.iter().map(|_| empty()).collect();
+    let (mut pg_commits, mut lite_commits) = (LoadResult::empty(), LoadResult::empty());
+    let mut hooks: Vec<LoadResult> = setups.iter().map(|_| LoadResult::empty()).collect();
     // [setup][path]
-    let mut read_rows: Vec<[LoadResult; 2]> = setups.iter().map(|_| [empty(), empty()]).collect();
+    let mut read_rows: Vec<[LoadResult; 2]> = setups
+        .iter()
+        .map(|_| [LoadResult::empty(), LoadResult::empty()])
+        .collect();
     let hook_turn = Duration::from_secs(slice);
     let read_turn = Duration::from_secs(read_secs);
     for round in 0..rounds as usize {
-        add(
-            &mut pg_commits,
-            closed_loop(senders, hook_turn, 1_000_000, &bare_pg).await,
-        );
-        add(
-            &mut lite_commits,
-            closed_loop(senders, hook_turn, 1_000_000, &bare_lite).await,
-        );
+        pg_commits.add(closed_loop(senders, hook_turn, 1_000_000, &bare_pg).await);
+        lite_commits.add(closed_loop(senders, hook_turn, 1_000_000, &bare_lite).await);
         for k in 0..setups.len() {
             let i = (round + k) % setups.len();
             let s = &setups[i];
-            add(
-                &mut hooks[i],
-                closed_loop(senders, hook_turn, 1_000_000, &s.hook).await,
-            );
+            hooks[i].add(closed_loop(senders, hook_turn, 1_000_000, &s.hook).await);
             let addrs: Vec<SocketAddr> = s.servers.iter().map(|s| s.api.addr).collect();
             for (j, (_, path)) in read_paths(s).into_iter().enumerate() {
-                add(
-                    &mut read_rows[i][j],
-                    reads(&addrs, &path, &s.token, read_turn).await,
-                );
+                read_rows[i][j].add(reads(&addrs, &path, &s.token, read_turn).await);
             }
         }
     }
