@@ -181,5 +181,5 @@ fn or_error_page(frame: Frame, outcome: Result<Response, ApiError>) -> Result<Re
 /// A `303 See Other` to the login page (after signing in, the browser lands on the home
 /// page, which lists the user's repositories).
 fn to_login(frame: &Frame) -> Response {
-    crate::modules::web::redirect(&format!("{}/login", frame.root))
+    crate::modules::web::browser::redirect(&format!("{}/login", frame.root))
 }

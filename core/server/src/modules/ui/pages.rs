@@ -4,7 +4,8 @@ use askama::Template;
 
 use super::{Frame, or_error_page, page, to_login};
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::web::{login, redirect, set_cookie};
+use crate::modules::web::browser::{redirect, set_cookie};
+use crate::modules::web::login;
 use crate::state::Ctx;
 use crate::store::forges::{self, ForgeKind};
 

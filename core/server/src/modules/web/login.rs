@@ -15,11 +15,11 @@
 
 use serde_json::json;
 
-use super::oauth;
-use super::{
+use super::browser::{
     SESSION_COOKIE, cookie, cookie_value, escape_html, home, html_page, over_tls, page_frame,
     redirect, set_cookie,
 };
+use super::oauth;
 use crate::auth::{self, session, token};
 use crate::config::Config;
 use crate::http::{ApiError, Method, Request, Response, StatusCode};

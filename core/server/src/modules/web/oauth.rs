@@ -14,7 +14,7 @@
 
 use serde_json::json;
 
-use super::{cookie, cookie_value, over_tls, redirect, set_cookie};
+use super::browser::{cookie, cookie_value, over_tls, redirect, set_cookie};
 use crate::auth::{self, token};
 use crate::ci::Error as CiError;
 use crate::ci::forge::drivers::ForgeHandle;
