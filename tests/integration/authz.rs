@@ -104,6 +104,9 @@ enum Rule {
     HookToken,
     /// The algod-compatible interface: only its admin token (401 "Invalid API Token").
     Algod,
+    /// A page of the built-in web UI for signed-in users only: anyone else is sent to the
+    /// sign-in page (303), where the API would answer 401.
+    SignInPage,
 }
 
 /// What a principal must get.
@@ -126,6 +129,8 @@ impl Rule {
             Rule::HookToken => Status(400),
             Rule::Algod if who == Algod => Allowed,
             Rule::Algod => Status(401),
+            Rule::SignInPage if !user => Status(303),
+            Rule::SignInPage => Allowed,
             _ if !user => Status(401),
             Rule::User => Allowed,
             Rule::Admin if who == Admin => Allowed,
@@ -408,6 +413,33 @@ const RULES: &[(&str, Rule)] = &[
     ("GET /login", Rule::Public),
     ("GET /assets/custom.js", Rule::Public),
     ("GET /assets/custom.css", Rule::Public),
+    // The built-in web UI (`[web] dir` empty): its pages decide as the API does.
+    ("GET /assets/woodlark.css", Rule::Public),
+    ("GET /assets/woodlark.js", Rule::Public),
+    ("GET /user", Rule::SignInPage),
+    ("GET /repos", Rule::SignInPage),
+    ("GET /repos/{repo_id}", Rule::RepoRead),
+    ("GET /repos/{repo_id}/pipeline/{number}", Rule::RepoRead),
+    (
+        "GET /repos/{repo_id}/pipeline/{number}/{step_pid}",
+        Rule::RepoRead,
+    ),
+    (
+        "GET /repos/{repo_id}/pipeline/{number}/config",
+        Rule::RepoRead,
+    ),
+    (
+        "GET /repos/{repo_id}/pipeline/{number}/changed-files",
+        Rule::RepoRead,
+    ),
+    (
+        "GET /repos/{repo_id}/pipeline/{number}/errors",
+        Rule::RepoRead,
+    ),
+    (
+        "GET /repos/{repo_id}/pipeline/{number}/debug",
+        Rule::RepoRead,
+    ),
 ];
 
 /// Routes that may legitimately hold an allowed caller's request open (long polls): no answer
@@ -460,6 +492,8 @@ struct Fixture {
     /// Pipeline 1 (from a push): read, restarted, approved.
     pipeline: i64,
     step: i64,
+    /// The same step's number within its pipeline (the web UI's step pages).
+    step_pid: i64,
     workflow: i64,
     /// Pipeline 2 (manual): canceled, its logs deleted.
     scratch_pipeline: i64,
@@ -501,6 +535,7 @@ impl Fixture {
             "number" => self.pipeline.to_string(),
             "step_id" if scratch => self.scratch_step.to_string(),
             "step_id" => self.step.to_string(),
+            "step_pid" => self.step_pid.to_string(),
             "workflow_id" => self.workflow.to_string(),
             "org_id" if route == "DELETE /api/orgs/{org_id}" => self.junk_org.to_string(),
             "org_id" => self.org.to_string(),
@@ -840,6 +875,9 @@ async fn fixture(s: &TestServer) -> (Fixture, BTreeMap<Who, String>) {
         junk_org,
         pipeline: first["number"].as_i64().unwrap(),
         step: first_step(&first),
+        step_pid: first["workflows"][0]["children"][0]["pid"]
+            .as_i64()
+            .unwrap(),
         workflow,
         scratch_pipeline,
         scratch_step: first_step(&second),
