@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::pipelines::{finished, log_text, push_files, run_manually, step_of, wait_for};
+use crate::pipelines::{
+    finished, log_text, push_files, repo_with_secret, run_manually, step_of, wait_for,
+};
 use crate::util::{BIN, TestServer, config_text, on_postgres, with_runner, write_config};
 
 /// `woodlark ARGS…` to its end (off the runtime's threads): exit success, stdout, stderr.
@@ -243,16 +245,7 @@ async fn a_server_on_a_restored_data_dir_goes_on_where_the_backup_was_taken() {
     }
     let s = TestServer::start_with_runner().await;
     let p = s.principals().await;
-    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
-    let id = repo["id"].as_i64().unwrap();
-    s.http
-        .post(
-            &format!("/api/repos/{id}/secrets"),
-            Some(&p.alice),
-            r#"{"name":"my_secret","value":"hunter2","events":["push","manual"]}"#,
-        )
-        .await
-        .expect(200);
+    let id = repo_with_secret(&s, &p).await;
     push_files(
         &s,
         "alice/app",

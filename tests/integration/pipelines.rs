@@ -8,7 +8,8 @@ use base64::Engine;
 use serde_json::Value;
 
 use crate::util::{
-    Http, Process, TestServer, cli_user_add, git, spawn_agent, with_runner, write_config,
+    Http, Principals, Process, TestServer, cli_user_add, git, spawn_agent, with_runner,
+    write_config,
 };
 
 /// Commits `files` to the work tree of `remote_id` and pushes (the hook fires).
@@ -196,10 +197,9 @@ steps:
       - echo still running
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn push_runs_the_pipeline_with_statuses_exit_codes_and_masked_logs() {
-    let s = TestServer::start_with_runner().await;
-    let p = s.principals().await;
+/// Alice's repository `alice/app` with the secret `my_secret` = `hunter2` (push and manual
+/// events): its id.
+pub(crate) async fn repo_with_secret(s: &TestServer, p: &Principals) -> i64 {
     let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
     let id = repo["id"].as_i64().unwrap();
     s.http
@@ -210,6 +210,14 @@ async fn push_runs_the_pipeline_with_statuses_exit_codes_and_masked_logs() {
         )
         .await
         .expect(200);
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_runs_the_pipeline_with_statuses_exit_codes_and_masked_logs() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let id = repo_with_secret(&s, &p).await;
 
     let out = push(&s, "alice/app", &[(".woodpecker.yaml", GOOD)], "add ci").await;
     assert!(out.is_empty() || !out.contains("could not notify"), "{out}");

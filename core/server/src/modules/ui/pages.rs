@@ -17,7 +17,7 @@ struct Home {
 
 /// `GET <root>/`: a signed-in user's repositories; for anyone else, what this server is.
 pub async fn home(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, account) = Frame::of(&ctx, &req, "Woodlark").await;
+    let (frame, account) = Frame::of(&ctx, &req, "Welcome").await;
     if account.is_some() {
         return Ok(redirect(&format!("{}/repos", frame.root)));
     }
