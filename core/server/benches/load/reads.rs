@@ -18,7 +18,9 @@
 //!   16 KiB per-body limit), and `perPage=5` (a page every cache holds), in turns.
 //!
 //! `WOODLARK_READS_SECS` (seconds per turn, default 2) and `WOODLARK_READS_ROUNDS`
-//! (default 2) change the load; `WOODLARK_READS_ONLY=<text>` keeps the rows whose name
+//! (default 2) change the load; `WOODLARK_READS_PG_READERS=N` gives the PostgreSQL server
+//! `[storage] readers = N` (default: the config's default) and `WOODLARK_READS_PG_TLS=0`
+//! connects it without TLS (`sslmode=disable`; the test cluster's default is verify-full); `WOODLARK_READS_ONLY=<text>` keeps the rows whose name
 //! contains the text.
 
 use std::net::SocketAddr;
@@ -98,9 +100,18 @@ pub async fn run() {
          {rounds} turns of {secs} s per row"
     );
     let (lite, token, repo) = server_with_pipelines("").await;
-    let pg_url = crate::stores::fresh_database();
+    let mut pg_url = crate::stores::fresh_database();
+    if std::env::var("WOODLARK_READS_PG_TLS").is_ok_and(|v| v == "0") {
+        let (base, _) = pg_url
+            .split_once('?')
+            .expect("the test cluster's URL has options");
+        pg_url = format!("{base}?sslmode=disable");
+    }
+    let pg_readers = std::env::var("WOODLARK_READS_PG_READERS")
+        .map(|n| format!("readers = {n}\n"))
+        .unwrap_or_default();
     let (pg, pg_token, pg_repo) =
-        server_with_pipelines(&format!("[storage]\nurl = {pg_url:?}\n")).await;
+        server_with_pipelines(&format!("[storage]\nurl = {pg_url:?}\n{pg_readers}")).await;
 
     // Against the same bytes.
     let hot: Vec<(String, String)> = [
