@@ -221,6 +221,7 @@ pub fn may_activate_in(conn: &Tx, user: &User, forge_id: i64, owner: &str) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::WriteTx;
 
     /// A user of org `org_id` (their own namespace), an instance admin or not.
     fn user(id: i64, org_id: i64, admin: bool) -> User {
@@ -239,7 +240,7 @@ mod tests {
 
     /// A repository of org 100 with `visibility`, stored (for its id; the row read back would
     /// carry a bare test row's empty settings).
-    fn repo(db: &Tx, name: &str, visibility: Visibility) -> RepoRow {
+    fn repo(db: &WriteTx, name: &str, visibility: Visibility) -> RepoRow {
         let remote = crate::forge::RemoteRepo {
             forge_remote_id: name.into(),
             owner: "o".into(),
@@ -275,7 +276,7 @@ mod tests {
 
     #[test]
     fn repository_permission_follows_visibility_namespace_and_stored_rows() {
-        let db = Tx::in_memory_for_tests();
+        let db = WriteTx::in_memory_for_tests();
         let public = repo(&db, "o/public", Visibility::Public);
         let internal = repo(&db, "o/internal", Visibility::Internal);
         let private = repo(&db, "o/private", Visibility::Private);
@@ -300,7 +301,7 @@ mod tests {
 
     #[test]
     fn org_admin_comes_from_the_namespace_or_the_instance_never_from_one_repository() {
-        let db = Tx::in_memory_for_tests();
+        let db = WriteTx::in_memory_for_tests();
         let org = orgs::find_or_create(&db, 1, "team").unwrap();
         let id = repos::insert_bare(&db, org.id, 1, "team/app").unwrap();
         let (stranger, admin) = (user(2, 2, false), user(4, 4, true));
