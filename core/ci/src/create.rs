@@ -27,12 +27,12 @@ use crate::pipeline::types::{
     Commit, CompileInput, CompileResult, ConfigFile, Metadata, PipelineError, RegistryCredential,
     SecretValue,
 };
-use crate::store::Tx;
 use crate::store::forges::ForgeKind;
 use crate::store::pipelines::{self, NewWorkflow, Pipeline, PipelineRow};
 use crate::store::repos::RepoRow;
 use crate::store::tasks::{self, Task, TaskState};
 use crate::store::{StoreError, StoreResult, deliveries, forges, now_unix, registries, secrets};
+use crate::store::{Tx, WriteTx};
 
 /// What started a pipeline: an event about a commit, and what the run was asked for.
 #[derive(Debug, Clone, Default)]
@@ -817,7 +817,7 @@ const GIVE_BACKS: u32 = 3;
 /// nothing and answers `None` with that number. Returns what was created and the
 /// repository's next number after it.
 fn create_in(
-    c: &Tx,
+    c: &WriteTx,
     ci: &Services,
     inputs: &Inputs,
     prepared: Prepared,
@@ -937,7 +937,7 @@ pub async fn delivered(
 
 /// Puts a pipeline's workflows in the queue (all of them `pending` or `waiting`).
 pub fn enqueue(
-    c: &Tx,
+    c: &WriteTx,
     row: &PipelineRow,
     compiled: &[crate::pipeline::types::CompiledWorkflow],
     repo: &RepoRow,

@@ -20,11 +20,13 @@
 //! - [`hooks`]: a forge's webhook (a git push, a plugin-parsed delivery) becomes triggers.
 //! - [`plugin_services`]: storage and secrets lent to the WebAssembly plugin host.
 //!
+//! - [`access`]: what a caller may do on a repository or an organisation (the decisions).
 //! - [`access_cache`]: what access checks learned, kept for one identity generation.
 //! - [`reads`]: the read-only store view everyone above this layer gets ([`Reads`]).
 //!
 //! [`Services`] bundles the parts; the HTTP state holds one and hands it to this layer.
 
+pub mod access;
 pub mod access_cache;
 pub mod agents;
 pub mod auth;

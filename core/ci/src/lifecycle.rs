@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::pipeline::status::{self, Status};
 use crate::store::pipelines::{self, CancelInfo, PipelineRow};
 use crate::store::tasks::{self, Task, TaskState};
-use crate::store::{StoreError, StoreResult, Tx, now_unix};
+use crate::store::{StoreError, StoreResult, WriteTx, now_unix};
 
 /// What a step's record says when the workflow ended before the step's own end was
 /// reported: the report was lost, and the record says so rather than guess.
@@ -26,7 +26,7 @@ pub const REPORT_LOST: &str =
 /// workflow `success` or `failure` lost its report: it is stored as an `error` saying so,
 /// never as `skipped` with exit code 0. On an `error` end (the runner could not run the
 /// workflow) a step that never started is skipped, one that started lost its report.
-pub(crate) fn end_workflow(c: &Tx, id: i64, state: Status, error: &str) -> StoreResult<i64> {
+pub(crate) fn end_workflow(c: &WriteTx, id: i64, state: Status, error: &str) -> StoreResult<i64> {
     let now = now_unix();
     let wf = pipelines::workflow(c, id)?;
     for s in &wf.children {
@@ -64,7 +64,7 @@ pub(crate) fn end_workflow(c: &Tx, id: i64, state: Status, error: &str) -> Store
 
 /// Waiting tasks whose dependencies have all ended become pending, or are skipped when the
 /// dependencies did not end the way `runs_on` asks.
-pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
+pub(crate) fn release_dependents(c: &WriteTx, pipeline_id: i64) -> StoreResult<()> {
     loop {
         let mut changed = false;
         let wfs = pipelines::workflows(c, pipeline_id)?;
@@ -95,7 +95,7 @@ pub(crate) fn release_dependents(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
 }
 
 /// When no workflow of the pipeline is left to run, the pipeline takes the merged state.
-pub(crate) fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
+pub(crate) fn roll_up(c: &WriteTx, pipeline_id: i64) -> StoreResult<()> {
     let wfs = pipelines::workflows(c, pipeline_id)?;
     if wfs.iter().any(|w| !status::is_done(w.state)) {
         return Ok(());
@@ -117,7 +117,7 @@ pub(crate) fn roll_up(c: &Tx, pipeline_id: i64) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
+pub(crate) fn cancel_in(c: &WriteTx, pipeline_id: i64, user: &str) -> StoreResult<PipelineRow> {
     let row = pipelines::by_id(c, pipeline_id)?;
     if !matches!(
         row.pipeline.status,
@@ -165,7 +165,7 @@ pub(crate) fn cancel_in(c: &Tx, pipeline_id: i64, user: &str) -> StoreResult<Pip
 /// Puts the tasks of `only_agent` (or, without one, every task whose lease ran out) back in
 /// the queue: their unfinished steps start again, their logs continue where they were. A task
 /// whose pipeline was canceled meanwhile ends instead. Returns the tasks it handled.
-pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Task>> {
+pub(crate) fn requeue_in(c: &WriteTx, only_agent: Option<i64>) -> StoreResult<Vec<Task>> {
     let stale = match only_agent {
         Some(agent) => tasks::of_agent(c, agent)?,
         None => tasks::expired(c, now_unix())?,
@@ -184,7 +184,7 @@ pub(crate) fn requeue_in(c: &Tx, only_agent: Option<i64>) -> StoreResult<Vec<Tas
 
 /// Puts one task back in the queue, its unfinished steps pending again; a task whose
 /// pipeline was canceled meanwhile ends instead. Whether it was queued again.
-pub(crate) fn requeue_task(c: &Tx, task: &Task) -> StoreResult<bool> {
+pub(crate) fn requeue_task(c: &WriteTx, task: &Task) -> StoreResult<bool> {
     let pipeline = pipelines::by_id(c, task.pipeline_id)?;
     if matches!(
         pipeline.pipeline.status,
@@ -228,13 +228,13 @@ mod tests {
     /// A pipeline in `status` with one workflow per `(name, state, steps' states)`, and a
     /// task for each workflow that is still to run ([`WAITING`] ones wait for the first).
     struct Fixture {
-        db: Tx<'static>,
+        db: WriteTx<'static>,
         pipeline: i64,
         workflows: Vec<i64>,
     }
 
     fn fixture(status: Status, workflows: &[(&str, Status, &[Status])]) -> Fixture {
-        let db = Tx::in_memory_for_tests();
+        let db = WriteTx::in_memory_for_tests();
         let repo = repos::insert_bare(&db, 1, 1, "alice/app").unwrap();
         let new: Vec<NewWorkflow> = workflows
             .iter()

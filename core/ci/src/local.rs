@@ -14,7 +14,7 @@ use crate::auth::sealing::SealKey;
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, Work, WorkflowDone};
 use crate::runner::{AgentApi, RunnerError};
 use crate::store::agents::{self, AgentRow, NewAgent};
-use crate::store::{Store, StoreResult, Tx, now_unix};
+use crate::store::{Store, StoreResult, WriteTx, now_unix};
 
 pub const LOCAL_AGENT: &str = "local";
 
@@ -84,7 +84,12 @@ pub async fn ensure_agent(store: &Store, seal: &SealKey, name: String) -> StoreR
 }
 
 /// The system agent row `name`, created if missing (or taken over from `local`).
-fn find_or_create(c: &Tx, name: String, hash: String, sealed: String) -> StoreResult<AgentRow> {
+fn find_or_create(
+    c: &WriteTx,
+    name: String,
+    hash: String,
+    sealed: String,
+) -> StoreResult<AgentRow> {
     match agents::system_agent_id(c, &name)? {
         Some(id) => agents::by_id(c, id),
         // The database of a single server moved to a shared one (`woodlark migrate`):

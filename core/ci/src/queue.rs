@@ -33,7 +33,7 @@ use crate::store::agents::{self, AgentRow};
 use crate::store::logs;
 use crate::store::pipelines::{self, PipelineRow};
 use crate::store::tasks::{self, Task, TaskState};
-use crate::store::{Domain, Store, StoreError, StoreResult, Tx, meta, now_unix, repos};
+use crate::store::{Domain, Store, StoreError, StoreResult, Tx, WriteTx, meta, now_unix, repos};
 
 /// How long a lease lasts without `extend`.
 pub const LEASE_SECS: i64 = 60;
@@ -728,7 +728,7 @@ impl Queue {
     }
 
     /// [`Queue::finish_workflow`]'s write.
-    fn finish_in(c: &Tx, id: i64, state: Status, error: &str) -> StoreResult<()> {
+    fn finish_in(c: &WriteTx, id: i64, state: Status, error: &str) -> StoreResult<()> {
         let pipeline_id = end_workflow(c, id, state, error)?;
         release_dependents(c, pipeline_id)?;
         roll_up(c, pipeline_id)

@@ -25,8 +25,25 @@
 //! # }
 //! ```
 //!
-//! A read closure gets the store's `Tx`, the type its write functions take too: one passed to
-//! a write function compiles, but runs on a read-only connection and fails there.
+//! A read closure gets the store's read transaction, `Tx`; every store function that changes
+//! rows takes its write transaction, `WriteTx`, which only the services' writes are given. So
+//! a store write inside a read does not compile either:
+//!
+//! ```compile_fail,E0308
+//! # async fn handler(ci: &woodlark_ci::Services) {
+//! # use woodlark_store::users;
+//! let _ = ci.reads.read(|tx| users::delete(tx, &Default::default(), "alice")).await;
+//! # }
+//! ```
+//!
+//! while a store read in the same place does:
+//!
+//! ```
+//! # async fn handler(ci: &woodlark_ci::Services) {
+//! # use woodlark_store::users;
+//! let _ = ci.reads.read(|tx| users::by_login(tx, &Default::default(), "alice")).await;
+//! # }
+//! ```
 
 use crate::store::{Dialect, Domain, Store, StoreResult, Tx};
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{Error, Services};
 use crate::store::registries::{self, NewRegistry, Registry, RegistryChange};
 use crate::store::secrets::{self, NewSecret, ResourceScope, Secret, SecretChange};
-use crate::store::{StoreResult, Tx};
+use crate::store::{StoreResult, Tx, WriteTx};
 
 /// One kind of scoped record: what it is called and which store functions keep it.
 /// Implementors are unit structs; nothing is instantiated.
@@ -34,14 +34,14 @@ pub trait ScopedRecord: 'static {
 
     fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Self::Item>>;
     fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
-    fn create(c: &Tx, scope: ResourceScope, new: &Self::New) -> StoreResult<Self::Item>;
+    fn create(c: &WriteTx, scope: ResourceScope, new: &Self::New) -> StoreResult<Self::Item>;
     fn update(
-        c: &Tx,
+        c: &WriteTx,
         scope: ResourceScope,
         key: &str,
         change: &Self::Change,
     ) -> StoreResult<Self::Item>;
-    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
+    fn delete(c: &WriteTx, scope: ResourceScope, key: &str) -> StoreResult<Self::Item>;
 }
 
 /// Stores a new `R` in `scope` with `value` sealed; a duplicate key is a conflict.
@@ -127,12 +127,12 @@ impl ScopedRecord for Secrets {
         Ok(secrets::find(c, scope, key)?.secret)
     }
 
-    fn create(c: &Tx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
+    fn create(c: &WriteTx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
         secrets::create(c, scope, new)
     }
 
     fn update(
-        c: &Tx,
+        c: &WriteTx,
         scope: ResourceScope,
         key: &str,
         change: &SecretChange,
@@ -140,7 +140,7 @@ impl ScopedRecord for Secrets {
         secrets::update(c, scope, key, change)
     }
 
-    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
+    fn delete(c: &WriteTx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
         secrets::delete(c, scope, key)
     }
 }
@@ -176,12 +176,12 @@ impl ScopedRecord for Registries {
         Ok(registries::find(c, scope, key)?.registry)
     }
 
-    fn create(c: &Tx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
+    fn create(c: &WriteTx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
         registries::create(c, scope, new)
     }
 
     fn update(
-        c: &Tx,
+        c: &WriteTx,
         scope: ResourceScope,
         key: &str,
         change: &RegistryChange,
@@ -189,7 +189,7 @@ impl ScopedRecord for Registries {
         registries::update(c, scope, key, change)
     }
 
-    fn delete(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
+    fn delete(c: &WriteTx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
         registries::delete(c, scope, key)
     }
 }

@@ -8,7 +8,7 @@
 //! except in [`by_token`], and the rendering it returns (also what events record) has an empty
 //! `token`; handlers fill it in after opening the sealed value.
 
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use std::collections::BTreeMap;
 
 use crate::{OptionalExtension, Row};
@@ -108,7 +108,7 @@ pub fn schedulable(conn: &Tx, id: i64) -> StoreResult<Option<bool>> {
 }
 
 /// Moves the agent's last contact and last work times forward (never back).
-pub fn record_contact(conn: &Tx, id: i64, contact: i64, work: i64) -> StoreResult<()> {
+pub fn record_contact(conn: &WriteTx, id: i64, contact: i64, work: i64) -> StoreResult<()> {
     conn.cached_exec(
         "UPDATE agents
          SET last_contact = CASE WHEN last_contact > ?2 THEN last_contact ELSE ?2 END,
@@ -225,7 +225,7 @@ pub fn list_for_org(
 }
 
 /// Creates an agent. Records `agents.created` (without the token).
-pub fn create(conn: &Tx, new: &NewAgent) -> StoreResult<AgentRow> {
+pub fn create(conn: &WriteTx, new: &NewAgent) -> StoreResult<AgentRow> {
     let now = now_unix();
     conn.cached_exec(
         "INSERT INTO agents (created, updated, name, owner_id, org_id, token_hash, token, no_schedule)
@@ -253,7 +253,7 @@ pub fn create(conn: &Tx, new: &NewAgent) -> StoreResult<AgentRow> {
 }
 
 /// Applies `change`; bumps `updated` when something changed. Records `agents.updated`.
-pub fn update(conn: &Tx, id: i64, change: &AgentChange) -> StoreResult<AgentRow> {
+pub fn update(conn: &WriteTx, id: i64, change: &AgentChange) -> StoreResult<AgentRow> {
     let before = by_id(conn, id)?;
     let name = change.name.as_ref().unwrap_or(&before.agent.name);
     let no_schedule = change.no_schedule.unwrap_or(before.agent.no_schedule);
@@ -268,7 +268,7 @@ pub fn update(conn: &Tx, id: i64, change: &AgentChange) -> StoreResult<AgentRow>
 }
 
 /// Reads the agent back after an update and records `agents.updated` from `before` to it.
-fn recorded_update(conn: &Tx, before: &AgentRow) -> StoreResult<AgentRow> {
+fn recorded_update(conn: &WriteTx, before: &AgentRow) -> StoreResult<AgentRow> {
     let id = before.agent.id;
     let after = by_id(conn, id)?;
     events::append_update(
@@ -284,7 +284,7 @@ fn recorded_update(conn: &Tx, before: &AgentRow) -> StoreResult<AgentRow> {
 
 /// Stores what an agent reports about itself. Writes (and records `agents.updated`) only when
 /// something changed, so polling agents cost no writes.
-pub fn report(conn: &Tx, id: i64, reported: &Reported) -> StoreResult<()> {
+pub fn report(conn: &WriteTx, id: i64, reported: &Reported) -> StoreResult<()> {
     let before = by_id(conn, id)?;
     if reported.matches(&before.agent) {
         return Ok(());
@@ -327,7 +327,7 @@ impl Reported {
 }
 
 /// Deletes an agent. Records `agents.deleted`.
-pub fn delete(conn: &Tx, id: i64) -> StoreResult<Agent> {
+pub fn delete(conn: &WriteTx, id: i64) -> StoreResult<Agent> {
     let row = by_id(conn, id)?;
     conn.cached_exec("DELETE FROM agents WHERE id = ?1", [id])?;
     events::append(
@@ -342,7 +342,7 @@ pub fn delete(conn: &Tx, id: i64) -> StoreResult<Agent> {
 }
 
 /// Deletes every agent of an organisation being deleted, recording `agents.deleted` each.
-pub fn delete_scope(conn: &Tx, org_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &WriteTx, org_id: i64) -> StoreResult<usize> {
     if org_id == ID_NOT_SET {
         return Ok(0);
     }
@@ -361,7 +361,7 @@ pub fn delete_scope(conn: &Tx, org_id: i64) -> StoreResult<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    fn conn() -> Tx<'static> {
+    fn conn() -> WriteTx<'static> {
         crate::sql::fresh_tx()
     }
 

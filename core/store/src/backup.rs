@@ -419,7 +419,7 @@ impl Manifest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Tx;
+    use crate::WriteTx;
     use crate::users::{self, EnvAdmins, NewUser};
     use woodlark_pipeline::types::LogLine;
 
@@ -431,7 +431,7 @@ mod tests {
         conn.pragma_update(None, "journal_mode", "WAL").unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
         conn.execute_batch("BEGIN").unwrap();
-        let tx = Tx::new(&conn);
+        let tx = WriteTx::new(&conn);
         for n in 0..users {
             let new = NewUser {
                 login: format!("user{n}"),
@@ -455,7 +455,7 @@ mod tests {
                 kind: Default::default(),
             })
             .collect();
-        crate::logs::append(&Tx::new(&conn), &lines).unwrap();
+        crate::logs::append(&WriteTx::new(&conn), &lines).unwrap();
         (main, logs)
     }
 
@@ -678,7 +678,7 @@ mod tests {
                         token_seed: "s".into(),
                         ..NewUser::default()
                     };
-                    users::create(&Tx::new(&tx), &EnvAdmins::default(), &new).unwrap();
+                    users::create(&WriteTx::new(&tx), &EnvAdmins::default(), &new).unwrap();
                     tx.commit().unwrap();
                     latencies.push((at, at.elapsed()));
                     n += 1;

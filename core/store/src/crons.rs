@@ -21,7 +21,7 @@
 //! **Scheduler hooks**: [`due`] lists enabled crons whose `next_exec` has passed; [`claim`]
 //! moves a cron's `next_exec` forward only if nobody else did (upstream's `CronGetLock`).
 
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
@@ -468,7 +468,7 @@ fn owner(conn: &Tx, repo_id: i64) -> StoreResult<events::Owner> {
 
 /// Creates a cron (409 if the repository already has one of that name). Records
 /// `crons.created`.
-pub fn create(conn: &Tx, new: &NewCron, max_per_repo: u64) -> StoreResult<Cron> {
+pub fn create(conn: &WriteTx, new: &NewCron, max_per_repo: u64) -> StoreResult<Cron> {
     if name_taken(conn, new.repo_id, &new.name, 0)? {
         return Err(duplicate(&new.name));
     }
@@ -513,7 +513,7 @@ pub fn create(conn: &Tx, new: &NewCron, max_per_repo: u64) -> StoreResult<Cron> 
 }
 
 /// Applies `change` (409 if renamed onto another cron's name). Records `crons.updated`.
-pub fn update(conn: &Tx, repo_id: i64, id: i64, change: &CronChange) -> StoreResult<Cron> {
+pub fn update(conn: &WriteTx, repo_id: i64, id: i64, change: &CronChange) -> StoreResult<Cron> {
     let before = find(conn, repo_id, id)?;
     if let Some(name) = &change.name
         && name_taken(conn, repo_id, name, id)?
@@ -562,7 +562,7 @@ pub fn update(conn: &Tx, repo_id: i64, id: i64, change: &CronChange) -> StoreRes
 
 /// Moves `next_exec` from `expected` to `next` if no one else has (the scheduler's lock).
 /// Returns whether this caller won. Records `crons.updated` when it did.
-pub fn claim(conn: &Tx, id: i64, expected: i64, next: i64) -> StoreResult<bool> {
+pub fn claim(conn: &WriteTx, id: i64, expected: i64, next: i64) -> StoreResult<bool> {
     let Some(before) = conn
         .cached_row(
             &format!("SELECT {COLUMNS} FROM crons WHERE id = ?1"),
@@ -593,7 +593,7 @@ pub fn claim(conn: &Tx, id: i64, expected: i64, next: i64) -> StoreResult<bool> 
 }
 
 /// Deletes a cron. Records `crons.deleted`.
-pub fn delete(conn: &Tx, repo_id: i64, id: i64) -> StoreResult<Cron> {
+pub fn delete(conn: &WriteTx, repo_id: i64, id: i64) -> StoreResult<Cron> {
     let cron = find(conn, repo_id, id)?;
     let owner = owner(conn, repo_id)?;
     conn.cached_exec("DELETE FROM crons WHERE id = ?1", [id])?;
@@ -602,7 +602,7 @@ pub fn delete(conn: &Tx, repo_id: i64, id: i64) -> StoreResult<Cron> {
 }
 
 /// Deletes every cron of a repository being deleted, recording `crons.deleted` each.
-pub fn delete_scope(conn: &Tx, repo_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &WriteTx, repo_id: i64) -> StoreResult<usize> {
     let ids: Vec<i64> = {
         let mut stmt =
             conn.prepare_cached("SELECT id FROM crons WHERE repo_id = ?1 ORDER BY id")?;
@@ -619,7 +619,7 @@ pub fn delete_scope(conn: &Tx, repo_id: i64) -> StoreResult<usize> {
 mod tests {
     use super::*;
     /// A database with repositories 1 and 2 (crons reference them).
-    fn conn() -> Tx<'static> {
+    fn conn() -> WriteTx<'static> {
         let c = crate::sql::fresh_tx();
         c.execute_batch(
             "INSERT INTO forges (id, type, url, data, webhook_secret) VALUES (1, 'git', 'file:///f', '{}', 's');

@@ -12,7 +12,7 @@
 //! per repository (and so per forge), for [`BODY_WINDOW_SECS`].
 
 use crate::OptionalExtension;
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 
 use super::{StoreResult, now_unix};
@@ -60,7 +60,7 @@ pub fn pipeline_of(conn: &Tx, repo_id: i64, key: &str) -> StoreResult<Option<i64
 }
 
 /// Remembers that delivery `key` made `pipeline_id`, and forgets expired deliveries.
-pub fn record(conn: &Tx, repo_id: i64, key: &str, pipeline_id: i64) -> StoreResult<()> {
+pub fn record(conn: &WriteTx, repo_id: i64, key: &str, pipeline_id: i64) -> StoreResult<()> {
     let now = now_unix();
     conn.cached_exec(
         "DELETE FROM deliveries WHERE created < ?1",
@@ -89,7 +89,7 @@ pub fn pipeline_of_body(conn: &Tx, repo_id: i64, sha256: &[u8; 32]) -> StoreResu
 
 /// Remembers that a delivery with this body made `pipeline_id`, and forgets expired bodies.
 pub fn record_body(
-    conn: &Tx,
+    conn: &WriteTx,
     repo_id: i64,
     sha256: &[u8; 32],
     pipeline_id: i64,
@@ -109,7 +109,7 @@ pub fn record_body(
 }
 
 /// Forgets a repository's deliveries (the repository is being deleted).
-pub fn delete_repo(conn: &Tx, repo_id: i64) -> StoreResult<()> {
+pub fn delete_repo(conn: &WriteTx, repo_id: i64) -> StoreResult<()> {
     conn.cached_exec("DELETE FROM deliveries WHERE repo_id = ?1", [repo_id])?;
     conn.cached_exec("DELETE FROM delivery_bodies WHERE repo_id = ?1", [repo_id])?;
     Ok(())

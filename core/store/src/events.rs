@@ -7,7 +7,7 @@
 //! strings in the same order as numbers.
 
 use crate::OptionalExtension;
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -190,7 +190,7 @@ pub fn push_id(out: &mut String, seq: i64) {
 /// Records a created or deleted record. (No id comes back: on PostgreSQL the writer draws
 /// it when the job ends.)
 pub fn append<T: Serialize>(
-    conn: &Tx,
+    conn: &WriteTx,
     record_type: RecordType,
     action: Action,
     record_id: impl ToString,
@@ -212,7 +212,7 @@ pub fn append<T: Serialize>(
 /// Records an update from the record's old and new API renderings; writes nothing (and returns
 /// false) when no field changed.
 pub fn append_update<T: Serialize>(
-    conn: &Tx,
+    conn: &WriteTx,
     record_type: RecordType,
     record_id: impl ToString,
     before: &T,
@@ -237,7 +237,7 @@ pub fn append_update<T: Serialize>(
 }
 
 fn insert(
-    conn: &Tx,
+    conn: &WriteTx,
     record_type: RecordType,
     action: Action,
     record_id: &str,
@@ -279,7 +279,7 @@ const ROWS_PER_INSERT: usize = 32;
 
 /// Records the events this session held back (see [`Tx::defer_events`]), in the order they
 /// were recorded; nothing to do on a session that records at once.
-pub(crate) fn record_held(conn: &Tx) -> StoreResult<()> {
+pub(crate) fn record_held(conn: &WriteTx) -> StoreResult<()> {
     let held = conn.take_held_events();
     for chunk in held.chunks(ROWS_PER_INSERT) {
         insert_rows(conn, chunk)?;
@@ -288,7 +288,7 @@ pub(crate) fn record_held(conn: &Tx) -> StoreResult<()> {
 }
 
 /// One `INSERT` of `rows`; ids are drawn in row order.
-fn insert_rows(conn: &Tx, rows: &[HeldEvent]) -> StoreResult<()> {
+fn insert_rows(conn: &WriteTx, rows: &[HeldEvent]) -> StoreResult<()> {
     let mut sql = String::from(
         "INSERT INTO events (created_ms, record_type, action, record_id, object, previous, org_id, repo_id) VALUES ",
     );
@@ -605,7 +605,7 @@ pub fn cursor(conn: &Tx, seq: i64) -> StoreResult<Cursor> {
 /// Removes events older than `older_than_ms` (if set) and beyond the newest `keep` (if set),
 /// at most `batch` rows per call (so the writer is never held long). Returns rows removed.
 pub fn prune(
-    conn: &Tx,
+    conn: &WriteTx,
     older_than_ms: Option<i64>,
     keep: Option<u64>,
     batch: usize,
@@ -656,7 +656,7 @@ mod tests {
         }
     }
 
-    fn seeded(n: i64) -> Tx<'static> {
+    fn seeded(n: i64) -> WriteTx<'static> {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         for i in 1..=n {
@@ -670,7 +670,7 @@ mod tests {
                 repo_id: (kind == RecordType::Repos).then_some(i),
             };
             append(
-                &Tx::new(&conn),
+                &WriteTx::new(&conn),
                 kind,
                 Action::Created,
                 i,
@@ -679,7 +679,7 @@ mod tests {
             )
             .unwrap();
         }
-        Tx::owned(conn)
+        WriteTx::owned(conn)
     }
 
     #[test]
@@ -836,7 +836,7 @@ mod tests {
         let v = json!({"login": "a"});
         assert!(
             !append_update(
-                &Tx::new(&conn),
+                &WriteTx::new(&conn),
                 RecordType::Users,
                 1,
                 &v,
@@ -847,7 +847,7 @@ mod tests {
         );
         let changed = json!({"login": "b"});
         append_update(
-            &Tx::new(&conn),
+            &WriteTx::new(&conn),
             RecordType::Users,
             1,
             &v,
@@ -855,7 +855,7 @@ mod tests {
             Owner::default(),
         )
         .unwrap();
-        let events = list_after(&Tx::new(&conn), 0, 10).unwrap();
+        let events = list_after(&WriteTx::new(&conn), 0, 10).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].event_type(), "users.updated");
         assert_eq!(events[0].previous, Some(json!({"login": "a"})));

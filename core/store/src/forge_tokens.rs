@@ -6,7 +6,7 @@
 //! them writes no event: they are secrets, not records of the API.
 
 use crate::OptionalExtension;
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 
 use super::{StoreResult, now_unix};
@@ -56,7 +56,7 @@ pub fn get(conn: &Tx, user_id: i64) -> StoreResult<Option<SealedTokens>> {
 }
 
 /// Stores (or replaces) user `user_id`'s tokens.
-pub fn set(conn: &Tx, user_id: i64, tokens: &SealedTokens) -> StoreResult<()> {
+pub fn set(conn: &WriteTx, user_id: i64, tokens: &SealedTokens) -> StoreResult<()> {
     conn.cached_exec(
         "INSERT INTO forge_tokens (user_id, forge_id, access, refresh, expiry, updated)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -78,7 +78,7 @@ pub fn set(conn: &Tx, user_id: i64, tokens: &SealedTokens) -> StoreResult<()> {
 /// Removes user `user_id`'s tokens if forge `forge_id` issued them (the forge refused them:
 /// they are of no use, and a browser session made by signing in with them ends with them);
 /// `true` when there were some.
-pub fn delete(conn: &Tx, user_id: i64, forge_id: i64) -> StoreResult<bool> {
+pub fn delete(conn: &WriteTx, user_id: i64, forge_id: i64) -> StoreResult<bool> {
     let gone = conn.cached_exec(
         "DELETE FROM forge_tokens WHERE user_id = ?1 AND forge_id = ?2",
         params![user_id, forge_id],
@@ -97,7 +97,7 @@ mod tests {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "foreign_keys", true).unwrap();
         migrate(&mut conn).unwrap();
-        let c = &Tx::new(&conn);
+        let c = &WriteTx::new(&conn);
         let env = EnvAdmins::default();
         let new = NewUser {
             login: "alice".into(),

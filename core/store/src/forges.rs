@@ -1,8 +1,8 @@
 //! Forges: where repositories live (a local `git` directory, or GitHub, Gitea, … through
 //! forge-adapter plugins). Each has a random webhook secret, sealed at rest.
 
-use crate::Tx;
 use crate::{OptionalExtension, Row};
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -273,7 +273,7 @@ fn owner() -> Owner {
 
 /// Inserts a forge; `sealed_*` are already encrypted. Records `forges.created`.
 pub fn create(
-    conn: &Tx,
+    conn: &WriteTx,
     forge: &Forge,
     sealed_client_secret: &str,
     sealed_webhook_secret: &str,
@@ -292,7 +292,7 @@ pub fn create(
 }
 
 /// The forge just inserted as `id`, its `forges.created` recorded.
-fn created(conn: &Tx, id: i64) -> StoreResult<Forge> {
+fn created(conn: &WriteTx, id: i64) -> StoreResult<Forge> {
     let created = by_id(conn, id)?.forge;
     events::append(
         conn,
@@ -310,7 +310,7 @@ fn created(conn: &Tx, id: i64) -> StoreResult<Forge> {
 /// the id sequence is moved past it, so forges added later through the API never collide.
 /// Records `forges.created`.
 pub fn create_with_id(
-    conn: &Tx,
+    conn: &WriteTx,
     forge: &Forge,
     sealed_client_secret: &str,
     sealed_webhook_secret: &str,
@@ -345,7 +345,7 @@ pub fn create_with_id(
 /// The type of a forge that repositories use cannot change (409): their remote ids and hooks
 /// are the old type's.
 pub fn update(
-    conn: &Tx,
+    conn: &WriteTx,
     forge: &Forge,
     sealed_client_secret: Option<&str>,
     sealed_webhook_secret: Option<&str>,
@@ -388,7 +388,7 @@ fn repo_count(conn: &Tx, forge_id: i64) -> StoreResult<i64> {
 }
 
 /// Deletes a forge that no repository uses any more (409 otherwise).
-pub fn delete(conn: &Tx, id: i64) -> StoreResult<()> {
+pub fn delete(conn: &WriteTx, id: i64) -> StoreResult<()> {
     let forge = by_id(conn, id)?.forge;
     let repos = repo_count(conn, id)?;
     if repos > 0 {
@@ -410,7 +410,7 @@ mod tests {
     fn only_forges_other_than_git_are_served_by_adapters() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
-        let c = &Tx::new(&conn);
+        let c = &WriteTx::new(&conn);
         assert!(!any_served_by_adapters(c).unwrap(), "no forge");
         let git = Forge {
             kind: ForgeKind::Git,
@@ -437,7 +437,7 @@ mod tests {
     fn a_configured_forge_keeps_its_id_and_later_ones_follow_it() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
-        let c = &Tx::new(&conn);
+        let c = &WriteTx::new(&conn);
         let configured = Forge {
             id: 7,
             kind: ForgeKind::Gitea,

@@ -15,7 +15,7 @@
 //! the main one; logs of steps that no longer exist are swept by the server (its
 //! `sweep_orphan_logs`, over [`super::logs::step_ids_after`] and [`super::logs::delete_steps`]).
 
-use crate::Tx;
+use crate::{Tx, WriteTx};
 
 /// Tables whose `id` the API shows, with the event record type that names their ids.
 pub const ID_TABLES: &[(&str, &str)] = &[
@@ -96,7 +96,7 @@ pub fn orphans(conn: &Tx) -> crate::StoreResult<Vec<(&'static str, i64)>> {
 /// Deletes every orphaned row (migration 9; older versions left them behind). Repositories
 /// without an organisation are kept: they are reachable by their owner and admins, and
 /// activation gives them an organisation again.
-pub fn remove_orphans(conn: &Tx) -> crate::StoreResult<()> {
+pub fn remove_orphans(conn: &WriteTx) -> crate::StoreResult<()> {
     for (table, condition) in ORPHANS.iter().filter(|(t, _)| *t != "repos") {
         let removed = conn.execute(&format!("DELETE FROM {table} WHERE {condition}"), [])?;
         if removed > 0 {
@@ -110,7 +110,7 @@ pub fn remove_orphans(conn: &Tx) -> crate::StoreResult<()> {
 /// stored definition, keeping rows and indexes (migration 10). The sequence starts above the
 /// highest id ever recorded in the event outbox, so ids deleted before the upgrade are not
 /// handed out again either.
-pub fn ids_never_reused(conn: &Tx) -> crate::StoreResult<()> {
+pub fn ids_never_reused(conn: &WriteTx) -> crate::StoreResult<()> {
     for (table, record_type) in ID_TABLES {
         let sql: String = conn.query_row(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -247,7 +247,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(n, 1);
-        assert!(orphans(&Tx::new(&c)).unwrap().is_empty());
+        assert!(orphans(&WriteTx::new(&c)).unwrap().is_empty());
     }
 
     #[test]
@@ -290,9 +290,9 @@ mod tests {
                  VALUES (9, 1, 'success', 'push', 'main', 'refs/heads/main', 0, '{}');",
         )
         .unwrap();
-        let found = orphans(&Tx::new(&c)).unwrap();
+        let found = orphans(&WriteTx::new(&c)).unwrap();
         assert_eq!(found, vec![("perms", 1), ("pipelines", 1)]);
-        remove_orphans(&Tx::new(&c)).unwrap();
-        assert!(orphans(&Tx::new(&c)).unwrap().is_empty());
+        remove_orphans(&WriteTx::new(&c)).unwrap();
+        assert!(orphans(&WriteTx::new(&c)).unwrap().is_empty());
     }
 }

@@ -8,6 +8,9 @@
 //!   committed together in one transaction (group commit), each inside its own savepoint so a
 //!   failing job rolls back alone. A job's caller is answered only **after** the commit, so a
 //!   success reply is durable (`synchronous=FULL` by default).
+//! - **Reads and writes are different types.** A write job gets a [`WriteTx`], a read a
+//!   [`Tx`]; every function here that changes rows takes a `WriteTx` (which derefs to `Tx`, so
+//!   reads work inside a write), so a write inside a read does not compile.
 //! - **N readers.** Read-only connections in WAL mode see the last commit and never block the
 //!   writer. A short read runs on the calling worker when a connection is free (the hand-off
 //!   to the blocking pool costs more than an indexed lookup); long reads use the pool.
@@ -60,7 +63,7 @@ use rusqlite::{Connection, OpenFlags};
 use sql::Session;
 #[cfg(any(test, feature = "test-support"))]
 pub use sql::inspect_for_tests;
-pub use sql::{Dialect, Params, Row, Tx};
+pub use sql::{Dialect, Params, Row, Tx, WriteTx};
 pub(crate) use sql::{OptionalExtension, params_from_iter};
 use tokio::sync::{Semaphore, oneshot};
 
@@ -144,7 +147,7 @@ impl StoreError {
 /// Deletes row `id` of `table` and records `{record_type}.deleted` with the row's last API
 /// rendering, for `owner` (the delete of one scoped secret or registry, or of each in a scope).
 fn delete_recorded<T: serde::Serialize>(
-    conn: &Tx,
+    conn: &WriteTx,
     table: &str,
     record_type: events::RecordType,
     id: i64,
@@ -167,7 +170,7 @@ fn delete_recorded<T: serde::Serialize>(
 /// recording one `{record_type}.deleted` each with the rendering `record` picks out of the
 /// row. Returns how many were deleted. (`columns` and `from_row` read the table's rows.)
 fn delete_scope_recorded<R, T: serde::Serialize>(
-    conn: &Tx,
+    conn: &WriteTx,
     table: &str,
     record_type: events::RecordType,
     scope: secrets::ResourceScope,
@@ -204,7 +207,7 @@ pub(crate) fn json_column<T: serde::de::DeserializeOwned>(
 
 /// A write job: runs inside a savepoint; reports whether it succeeded and what to do once the
 /// enclosing transaction has committed (or failed to).
-type WriteJob = Box<dyn FnOnce(&Tx) -> (bool, Finish) + Send>;
+type WriteJob = Box<dyn FnOnce(&WriteTx) -> (bool, Finish) + Send>;
 type Finish = Box<dyn FnOnce(StoreResult<()>) + Send>;
 
 /// What the writer thread receives.
@@ -381,7 +384,7 @@ impl Store {
         let mut writer = Connection::open(path).map_err(open_err)?;
         configure(&writer, true, options.full_sync).map_err(open_err)?;
         migrate(&mut writer)?;
-        check_sealing_key(&Tx::new(&writer), options)?;
+        check_sealing_key(&WriteTx::new(&writer), options)?;
 
         let mut readers = Vec::with_capacity(options.readers);
         for _ in 0..options.readers {
@@ -625,7 +628,7 @@ impl Store {
     pub async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&WriteTx) -> StoreResult<T> + Send + 'static,
     {
         self.submit(f).await
     }
@@ -636,7 +639,7 @@ impl Store {
     pub fn submit<T, F>(&self, f: F) -> impl Future<Output = StoreResult<T>> + Send + 'static
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&WriteTx) -> StoreResult<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         let queued = self.send(Job::Write(write_job(f, move |outcome| {
@@ -654,7 +657,7 @@ impl Store {
     pub fn write_now<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&WriteTx) -> StoreResult<T> + Send + 'static,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.send(Job::Write(write_job(f, move |outcome| {
@@ -958,7 +961,7 @@ struct Generation {
 }
 
 /// Refuses a database whose secrets were sealed with another key than `options`'.
-fn check_sealing_key(conn: &Tx, options: &StoreOptions) -> StoreResult<()> {
+fn check_sealing_key(conn: &WriteTx, options: &StoreOptions) -> StoreResult<()> {
     let Some(found) = &options.sealing_key else {
         return Ok(());
     };
@@ -986,7 +989,7 @@ fn open_postgres_sessions(
     client.batch_execute(&listen)?;
     let writer_pid: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
     let writer = Session::postgres(client);
-    check_sealing_key(&writer.tx(), options)?;
+    check_sealing_key(&writer.write_tx(), options)?;
     let mut listener = pg::connect_named(url, pg::LISTENER_NAME)
         .map_err(|e| StoreError::Unavailable(e.to_string()))?;
     listener.batch_execute(&listen)?;
@@ -1277,7 +1280,7 @@ fn writer_loop(
             match &revive {
                 Some(revive) => run_batch_revived(&mut conn, jobs, &generation, revive),
                 // Jobs given back are dropped: their callers hear `Unavailable`.
-                None => drop(run_batch(&conn.tx(), jobs, &generation)),
+                None => drop(run_batch(&conn.write_tx(), jobs, &generation)),
             }
             commits.send_modify(|n| *n += 1);
             if let (Session::Sqlite(conn), Some(checkpoint)) = (&conn, checkpoint.as_mut()) {
@@ -1399,7 +1402,7 @@ fn checkpoint_loop(conn: Connection, wake: std_mpsc::Receiver<()>) {
 fn write_job<T, F>(f: F, deliver: impl FnOnce(StoreResult<T>) + Send + 'static) -> WriteJob
 where
     T: Send + 'static,
-    F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+    F: FnOnce(&WriteTx) -> StoreResult<T> + Send + 'static,
 {
     Box::new(move |conn| {
         let result = f(conn);
@@ -1423,13 +1426,13 @@ fn run_batch_revived(
         tracing::error!(%err, jobs = batch.len(), "the store's writer has no session");
         return;
     }
-    if let Some((batch, err)) = run_batch(&conn.tx(), batch, generation)
+    if let Some((batch, err)) = run_batch(&conn.write_tx(), batch, generation)
         && (conn.is_lost() || err.ends_session())
     {
         // (Counted as a loss first, so the session is checked before it is kept.)
         revive.lost();
         if revive.ensure_writer(conn).is_ok() {
-            drop(run_batch(&conn.tx(), batch, generation));
+            drop(run_batch(&conn.write_tx(), batch, generation));
         }
     }
     if conn.is_lost() {
@@ -1441,7 +1444,7 @@ fn run_batch_revived(
 /// Runs `batch` in one transaction; gives the jobs back, none of them run, if the
 /// transaction cannot begin.
 fn run_batch(
-    conn: &Tx,
+    conn: &WriteTx,
     batch: Vec<WriteJob>,
     generation: &Generation,
 ) -> Option<(Vec<WriteJob>, StoreError)> {

@@ -6,7 +6,7 @@
 //! complaint). Lines are keyed by `(step_id, line)`, so a batch an agent re-sends after a
 //! lost reply is stored once. Retention removes old lines by age.
 
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use rusqlite::{Connection, params};
@@ -124,7 +124,7 @@ impl LogEntry {
 /// Stores lines; lines already stored (same step and number) are skipped. Returns, for each
 /// line that was new, its index in `lines` and its row id (rendering them, `LogEntry::of`,
 /// is left to whoever needs it, off the writer thread).
-pub fn append(conn: &Tx, lines: &[LogLine]) -> StoreResult<Vec<(usize, i64)>> {
+pub fn append(conn: &WriteTx, lines: &[LogLine]) -> StoreResult<Vec<(usize, i64)>> {
     let now = now_unix_ms();
     let mut stmt = conn.prepare_cached(
         "INSERT INTO log_entries (step_id, line, time, type, data, created_ms)
@@ -238,7 +238,7 @@ pub fn step_ids_after(conn: &Tx, after: i64, limit: usize) -> StoreResult<Vec<i6
 }
 
 /// Removes every line of the given steps, and gives their space back.
-pub fn delete_steps(conn: &Tx, step_ids: &[i64]) -> StoreResult<usize> {
+pub fn delete_steps(conn: &WriteTx, step_ids: &[i64]) -> StoreResult<usize> {
     let mut stmt = conn.prepare_cached("DELETE FROM log_entries WHERE step_id = ?1")?;
     let mut removed = 0;
     for id in step_ids {
@@ -253,7 +253,7 @@ pub fn delete_steps(conn: &Tx, step_ids: &[i64]) -> StoreResult<usize> {
 
 /// Removes lines stored before `cutoff_ms`, at most `batch` per call, and gives their space
 /// back.
-pub fn prune(conn: &Tx, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
+pub fn prune(conn: &WriteTx, cutoff_ms: i64, batch: usize) -> StoreResult<usize> {
     let removed = conn.cached_exec(
         "DELETE FROM log_entries WHERE id IN
            (SELECT id FROM log_entries WHERE created_ms < ?1 ORDER BY id LIMIT ?2 + 0)",
@@ -283,12 +283,12 @@ mod tests {
     fn append_is_idempotent_and_ordered() {
         let mut c = Connection::open_in_memory().unwrap();
         migrate(&mut c).unwrap();
-        assert_eq!(next_line(&Tx::new(&c), 1).unwrap(), 0);
+        assert_eq!(next_line(&WriteTx::new(&c), 1).unwrap(), 0);
         let first_lines = [line(1, 1, "b"), line(1, 0, "a")];
-        let first = append(&Tx::new(&c), &first_lines).unwrap();
+        let first = append(&WriteTx::new(&c), &first_lines).unwrap();
         assert_eq!(first.len(), 2);
         let again_lines = [line(1, 1, "b"), line(1, 2, "c")];
-        let again = append(&Tx::new(&c), &again_lines).unwrap();
+        let again = append(&WriteTx::new(&c), &again_lines).unwrap();
         assert_eq!(
             again
                 .iter()
@@ -296,7 +296,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             [2]
         );
-        let all = list(&Tx::new(&c), 1, 0, 100).unwrap();
+        let all = list(&WriteTx::new(&c), 1, 0, 100).unwrap();
         // What `append` returns, rendered, is what a later read shows: same ids, same text.
         let (i, id) = first[0];
         assert_eq!(all[1], LogEntry::of(id, &first_lines[i]));
@@ -304,17 +304,17 @@ mod tests {
         assert_eq!(all[2], LogEntry::of(id, &again_lines[i]));
         assert_eq!(all.iter().map(|e| e.line).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(all[0].data, STANDARD.encode("a"));
-        assert_eq!(list(&Tx::new(&c), 1, 2, 100).unwrap().len(), 1);
+        assert_eq!(list(&WriteTx::new(&c), 1, 2, 100).unwrap().len(), 1);
         // Pages: by lines, by bytes (at least one line), from a line on.
         let data = |p: Vec<StoredLine>| p.into_iter().map(|l| l.data).collect::<Vec<_>>();
-        let tx = Tx::new(&c);
+        let tx = WriteTx::new(&c);
         assert_eq!(data(page(&tx, 1, 0, 2, 1 << 20).unwrap()), [b"a", b"b"]);
         assert_eq!(data(page(&tx, 1, 0, 10, 1).unwrap()), [b"a"]);
         assert_eq!(data(page(&tx, 1, 1, 10, 1 << 20).unwrap()), [b"b", b"c"]);
         assert!(page(&tx, 1, 3, 10, 1 << 20).unwrap().is_empty());
-        assert_eq!(next_line(&Tx::new(&c), 1).unwrap(), 3);
-        assert_eq!(delete_steps(&Tx::new(&c), &[1]).unwrap(), 3);
-        assert_eq!(prune(&Tx::new(&c), i64::MAX, 10).unwrap(), 0);
+        assert_eq!(next_line(&WriteTx::new(&c), 1).unwrap(), 3);
+        assert_eq!(delete_steps(&WriteTx::new(&c), &[1]).unwrap(), 3);
+        assert_eq!(prune(&WriteTx::new(&c), i64::MAX, 10).unwrap(), 0);
     }
 
     #[test]
@@ -327,9 +327,9 @@ mod tests {
         let empty = pages(&c);
         let big = "x".repeat(4000);
         let lines: Vec<LogLine> = (0..500).map(|n| line(1, n, &big)).collect();
-        append(&Tx::new(&c), &lines).unwrap();
+        append(&WriteTx::new(&c), &lines).unwrap();
         assert!(pages(&c) > empty + 400, "{}", pages(&c));
-        delete_steps(&Tx::new(&c), &[1]).unwrap();
+        delete_steps(&WriteTx::new(&c), &[1]).unwrap();
         assert!(
             pages(&c) < empty + 10,
             "{} pages after the delete",
@@ -346,10 +346,10 @@ mod tests {
             kind: LineKind::ExitCode,
             ..line(7, 3, "0")
         });
-        assert_eq!(append(&Tx::new(&c), &old).unwrap().len(), 4);
+        assert_eq!(append(&WriteTx::new(&c), &old).unwrap().len(), 4);
         migrate(&mut c).unwrap();
         let lines = |step| {
-            list(&Tx::new(&c), step, 0, 10)
+            list(&WriteTx::new(&c), step, 0, 10)
                 .unwrap()
                 .into_iter()
                 .map(|e| (e.line, e.data))

@@ -8,7 +8,7 @@
 //! The server's signing key is claimed the same way ([`SIGNATURE_KEY`], sealed), so every
 //! replica serves and signs with one key.
 
-use crate::{StoreResult, Tx};
+use crate::{StoreResult, Tx, WriteTx};
 
 /// Key of the sealing key's fingerprint.
 pub const SEALING_KEY: &str = "sealing_key_fingerprint";
@@ -26,7 +26,7 @@ pub(crate) const SCHEMA: &str = "
     );";
 
 /// Stores `value` under `key` unless a value is there already; returns the stored one.
-pub fn claim(conn: &Tx, key: &str, value: &str) -> StoreResult<String> {
+pub fn claim(conn: &WriteTx, key: &str, value: &str) -> StoreResult<String> {
     conn.cached_exec(
         "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
         [key, value],
@@ -42,7 +42,7 @@ pub fn get(conn: &Tx, key: &str) -> StoreResult<Option<String>> {
 }
 
 /// Stores `value` under `key`, replacing what was there.
-pub fn set(conn: &Tx, key: &str, value: &str) -> StoreResult<()> {
+pub fn set(conn: &WriteTx, key: &str, value: &str) -> StoreResult<()> {
     conn.cached_exec(
         "INSERT INTO meta (key, value) VALUES (?1, ?2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",

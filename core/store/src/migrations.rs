@@ -5,7 +5,7 @@
 
 use rusqlite::Connection;
 
-use crate::Tx;
+use crate::WriteTx;
 
 use super::{StoreError, StoreResult};
 
@@ -14,7 +14,7 @@ pub enum Step {
     Sql(&'static str),
     /// A change SQL alone cannot express (rebuilding tables from their stored definitions).
     /// It runs inside the migration's transaction, with foreign-key enforcement off.
-    Code(fn(&Tx) -> StoreResult<()>),
+    Code(fn(&WriteTx) -> StoreResult<()>),
 }
 
 use Step::{Code, Sql};
@@ -246,7 +246,7 @@ fn apply(conn: &mut Connection, list: &[Step], from: i64) -> StoreResult<()> {
         let tx = conn.transaction()?;
         match step {
             Sql(sql) => tx.execute_batch(sql).map_err(failed)?,
-            Code(run) => run(&Tx::new(&tx))
+            Code(run) => run(&WriteTx::new(&tx))
                 .map_err(|e| StoreError::Migration(format!("step {next}: {e}")))?,
         }
         let violations: i64 = tx

@@ -1,7 +1,7 @@
 //! Organisations: namespaces that own repositories. Every user has one of its own (`is_user`).
 
-use crate::Tx;
 use crate::{OptionalExtension, Row};
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 use serde::Serialize;
 
@@ -57,7 +57,7 @@ pub fn by_name(conn: &Tx, forge_id: i64, name: &str) -> StoreResult<Option<Org>>
 }
 
 /// Creates the personal organisation of a new user, recording `orgs.created`.
-pub fn create_for_user(conn: &Tx, forge_id: i64, login: &str) -> StoreResult<Org> {
+pub fn create_for_user(conn: &WriteTx, forge_id: i64, login: &str) -> StoreResult<Org> {
     if let Some(existing) = by_name(conn, forge_id, login)? {
         return Err(StoreError::Conflict(format!(
             "an organization named {:?} already exists (id {})",
@@ -69,7 +69,7 @@ pub fn create_for_user(conn: &Tx, forge_id: i64, login: &str) -> StoreResult<Org
 
 /// The organisation `name` of a forge, created (recording `orgs.created`) if it is new.
 /// A user's personal organisation is found by the user's login.
-pub fn find_or_create(conn: &Tx, forge_id: i64, name: &str) -> StoreResult<Org> {
+pub fn find_or_create(conn: &WriteTx, forge_id: i64, name: &str) -> StoreResult<Org> {
     if let Some(org) = by_name(conn, forge_id, name)? {
         return Ok(org);
     }
@@ -83,7 +83,7 @@ pub fn find_or_create(conn: &Tx, forge_id: i64, name: &str) -> StoreResult<Org> 
 }
 
 /// Inserts an organisation (a user's personal one when `is_user`) and records `orgs.created`.
-fn insert(conn: &Tx, forge_id: i64, name: &str, is_user: bool) -> StoreResult<Org> {
+fn insert(conn: &WriteTx, forge_id: i64, name: &str, is_user: bool) -> StoreResult<Org> {
     conn.cached_exec(
         "INSERT INTO orgs (forge_id, name, is_user) VALUES (?1, ?2, ?3)",
         params![forge_id, name, is_user],
@@ -122,7 +122,7 @@ pub fn list(conn: &Tx, page: u32, per_page: u32) -> StoreResult<Vec<Org>> {
 
 /// Deletes an organisation that owns no repositories (409 otherwise), together with what
 /// belongs only to it. Records `orgs.deleted`.
-pub fn delete_with_contents(conn: &Tx, id: i64) -> StoreResult<()> {
+pub fn delete_with_contents(conn: &WriteTx, id: i64) -> StoreResult<()> {
     let repos: i64 =
         conn.cached_row("SELECT count(*) FROM repos WHERE org_id = ?1", [id], |r| {
             r.get(0)
@@ -139,7 +139,7 @@ pub fn delete_with_contents(conn: &Tx, id: i64) -> StoreResult<()> {
 }
 
 /// Deletes an organisation, recording `orgs.deleted`.
-pub fn delete(conn: &Tx, id: i64) -> StoreResult<()> {
+pub fn delete(conn: &WriteTx, id: i64) -> StoreResult<()> {
     let org = by_id(conn, id)?;
     conn.cached_exec("DELETE FROM orgs WHERE id = ?1", [id])?;
     events::append(

@@ -8,8 +8,8 @@
 //! Every change appends its `participation_keys.*` event in the same transaction; the event
 //! object is the key as `GET /v2/participation/{id}` renders it.
 
-use crate::Tx;
 use crate::{OptionalExtension, Row};
+use crate::{Tx, WriteTx};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use rusqlite::params;
@@ -181,7 +181,7 @@ fn seq_of(conn: &Tx, id: &str) -> StoreResult<i64> {
 }
 
 /// Installs a key; `Conflict(DUPLICATE)` if a key with the same id is installed.
-pub fn insert(conn: &Tx, new: &NewPartKey) -> StoreResult<ParticipationKey> {
+pub fn insert(conn: &WriteTx, new: &NewPartKey) -> StoreResult<ParticipationKey> {
     let exists: Option<i64> = conn
         .cached_row(
             "SELECT seq FROM participation_keys WHERE id = ?1",
@@ -226,7 +226,7 @@ pub fn insert(conn: &Tx, new: &NewPartKey) -> StoreResult<ParticipationKey> {
     Ok(key)
 }
 
-fn insert_signers(conn: &Tx, seq: i64, keys: &[(u64, String)]) -> StoreResult<()> {
+fn insert_signers(conn: &WriteTx, seq: i64, keys: &[(u64, String)]) -> StoreResult<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO participation_state_proof_keys (key_seq, round, signer) VALUES (?1, ?2, ?3)",
     )?;
@@ -264,7 +264,7 @@ pub fn get(conn: &Tx, id: &str) -> StoreResult<ParticipationKey> {
 }
 
 /// Deletes a key and its state-proof keys.
-pub fn delete(conn: &Tx, id: &str) -> StoreResult<ParticipationKey> {
+pub fn delete(conn: &WriteTx, id: &str) -> StoreResult<ParticipationKey> {
     let key = get(conn, id)?;
     let seq = seq_of(conn, id)?;
     conn.cached_exec(
@@ -288,7 +288,7 @@ pub fn delete(conn: &Tx, id: &str) -> StoreResult<ParticipationKey> {
 /// The rendered key does not change (the API shows no state-proof key count), so the event
 /// is an `updated` event carrying the key without `previous_attributes`.
 pub fn append_state_proof_keys(
-    conn: &Tx,
+    conn: &WriteTx,
     id: &str,
     keys: &[(u64, String)],
 ) -> StoreResult<ParticipationKey> {
@@ -354,7 +354,7 @@ mod tests {
     use super::*;
     use rusqlite::Connection;
 
-    fn conn() -> Tx<'static> {
+    fn conn() -> WriteTx<'static> {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         // Until the lead adds SCHEMA as a migration, apply it here when it is missing.
@@ -369,7 +369,7 @@ mod tests {
             conn.execute_batch(SCHEMA).unwrap();
         }
         conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-        Tx::owned(conn)
+        WriteTx::owned(conn)
     }
 
     fn new_key(id: &str) -> NewPartKey {

@@ -7,7 +7,7 @@
 //! so the database never contains a secret in clear. Every create, update and delete records
 //! an event (`pipelines.*`, `workflows.*`, `steps.*`) in the same transaction.
 
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use std::collections::BTreeMap;
 
 use crate::{OptionalExtension, Row, json_array_items};
@@ -530,7 +530,7 @@ fn list_query(
 /// Rewrites every stored pipeline record in `record_of`'s form (migration 11): records of
 /// earlier versions held the columns too and may lack fields added since, which decoding
 /// filled with defaults but [`list_json`] serves as stored.
-pub fn normalise_records(conn: &Tx) -> StoreResult<()> {
+pub fn normalise_records(conn: &WriteTx) -> StoreResult<()> {
     let rows: Vec<(i64, String)> = {
         let mut stmt = conn.prepare("SELECT id, data FROM pipelines")?;
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -727,7 +727,7 @@ fn record_of(p: &Pipeline) -> StoreResult<String> {
 
 /// Stores config files (content-addressed per repository) and links them to a pipeline.
 fn link_configs(
-    conn: &Tx,
+    conn: &WriteTx,
     repo_id: i64,
     pipeline_id: i64,
     files: &[ConfigFile],
@@ -772,7 +772,7 @@ pub fn configs(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<(String, ConfigFi
 /// Creates pipeline `number` (what [`take_next_number`] gave in this transaction) with its
 /// workflows and steps, records the events, and returns the full rendering.
 pub fn create(
-    conn: &Tx,
+    conn: &WriteTx,
     repo_id: i64,
     number: i64,
     pipeline: &Pipeline,
@@ -900,7 +900,11 @@ pub fn create(
 
 /// Loads a pipeline, applies `change`, stores it and records `pipelines.updated` (if the
 /// rendering changed). `updated` is set to now.
-pub fn update<F: FnOnce(&mut Pipeline)>(conn: &Tx, id: i64, change: F) -> StoreResult<PipelineRow> {
+pub fn update<F: FnOnce(&mut Pipeline)>(
+    conn: &WriteTx,
+    id: i64,
+    change: F,
+) -> StoreResult<PipelineRow> {
     let before = by_id(conn, id)?;
     let mut p = before.pipeline.clone();
     change(&mut p);
@@ -930,7 +934,7 @@ pub fn update<F: FnOnce(&mut Pipeline)>(conn: &Tx, id: i64, change: F) -> StoreR
 /// Loads a workflow, applies `change` to its own fields (not its steps), stores it and
 /// records `workflows.updated`.
 pub fn update_workflow<F: FnOnce(&mut Workflow)>(
-    conn: &Tx,
+    conn: &WriteTx,
     id: i64,
     change: F,
 ) -> StoreResult<Workflow> {
@@ -953,7 +957,7 @@ pub fn update_workflow<F: FnOnce(&mut Workflow)>(
 }
 
 /// Loads a step, applies `change`, stores it and records `steps.updated`.
-pub fn update_step<F: FnOnce(&mut Step)>(conn: &Tx, id: i64, change: F) -> StoreResult<Step> {
+pub fn update_step<F: FnOnce(&mut Step)>(conn: &WriteTx, id: i64, change: F) -> StoreResult<Step> {
     let before = step(conn, id)?;
     let mut s = before.clone();
     change(&mut s);
@@ -971,7 +975,7 @@ pub fn update_step<F: FnOnce(&mut Step)>(conn: &Tx, id: i64, change: F) -> Store
 
 /// Deletes a pipeline with its workflows, steps and queue entries; returns the step ids
 /// (whose logs live in the logs database).
-pub fn delete(conn: &Tx, id: i64) -> StoreResult<Vec<i64>> {
+pub fn delete(conn: &WriteTx, id: i64) -> StoreResult<Vec<i64>> {
     let row = by_id(conn, id)?;
     let org_id = org_of(conn, row.repo_id)?;
     let wfs = workflows(conn, id)?;
@@ -1048,7 +1052,7 @@ pub fn ids_of_repo(conn: &Tx, repo_id: i64) -> StoreResult<Vec<i64>> {
 mod tests {
     use super::*;
 
-    fn db() -> Tx<'static> {
+    fn db() -> WriteTx<'static> {
         crate::sql::fresh_tx()
     }
 

@@ -2,7 +2,7 @@
 //! plugin instance. Entries may expire; an expired entry reads as absent.
 
 use crate::OptionalExtension;
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 
 use super::StoreResult;
@@ -31,7 +31,7 @@ pub fn get(conn: &Tx, namespace: &str, key: &str, now_ms: i64) -> StoreResult<Op
 
 /// Sets `key`, replacing any value; `expires_ms` none = kept until deleted.
 pub fn set(
-    conn: &Tx,
+    conn: &WriteTx,
     namespace: &str,
     key: &str,
     value: &[u8],
@@ -46,7 +46,7 @@ pub fn set(
 }
 
 /// Removes `key`; a missing key is not an error.
-pub fn delete(conn: &Tx, namespace: &str, key: &str) -> StoreResult<()> {
+pub fn delete(conn: &WriteTx, namespace: &str, key: &str) -> StoreResult<()> {
     conn.cached_exec(
         "DELETE FROM plugin_kv WHERE namespace = ?1 AND key = ?2",
         params![namespace, key],
@@ -62,24 +62,24 @@ mod tests {
     fn values_expire_and_namespaces_are_apart() {
         let c = rusqlite::Connection::open_in_memory().unwrap();
         c.execute_batch(SCHEMA).unwrap();
-        set(&Tx::new(&c), "a", "k", b"1", None).unwrap();
-        set(&Tx::new(&c), "b", "k", b"2", Some(100)).unwrap();
+        set(&WriteTx::new(&c), "a", "k", b"1", None).unwrap();
+        set(&WriteTx::new(&c), "b", "k", b"2", Some(100)).unwrap();
         assert_eq!(
-            get(&Tx::new(&c), "a", "k", 500).unwrap().as_deref(),
+            get(&WriteTx::new(&c), "a", "k", 500).unwrap().as_deref(),
             Some(&b"1"[..])
         );
         assert_eq!(
-            get(&Tx::new(&c), "b", "k", 50).unwrap().as_deref(),
+            get(&WriteTx::new(&c), "b", "k", 50).unwrap().as_deref(),
             Some(&b"2"[..])
         );
-        assert_eq!(get(&Tx::new(&c), "b", "k", 100).unwrap(), None);
-        set(&Tx::new(&c), "a", "k", b"3", None).unwrap();
+        assert_eq!(get(&WriteTx::new(&c), "b", "k", 100).unwrap(), None);
+        set(&WriteTx::new(&c), "a", "k", b"3", None).unwrap();
         assert_eq!(
-            get(&Tx::new(&c), "a", "k", 0).unwrap().as_deref(),
+            get(&WriteTx::new(&c), "a", "k", 0).unwrap().as_deref(),
             Some(&b"3"[..])
         );
-        delete(&Tx::new(&c), "a", "k").unwrap();
-        delete(&Tx::new(&c), "a", "missing").unwrap();
-        assert_eq!(get(&Tx::new(&c), "a", "k", 0).unwrap(), None);
+        delete(&WriteTx::new(&c), "a", "k").unwrap();
+        delete(&WriteTx::new(&c), "a", "missing").unwrap();
+        assert_eq!(get(&WriteTx::new(&c), "a", "k", 0).unwrap(), None);
     }
 }

@@ -8,8 +8,8 @@
 //! (upstream: extensions and docker config files); registries made through the API are never
 //! read-only.
 
-use crate::Tx;
 use crate::{OptionalExtension, Row};
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 use serde::Serialize;
 
@@ -162,7 +162,7 @@ fn duplicate(address: &str) -> StoreError {
 
 /// Creates a registry (409 if the address is taken in the scope). Records
 /// `registries.created`.
-pub fn create(conn: &Tx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
+pub fn create(conn: &WriteTx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
     if find(conn, scope, &new.address).is_ok() {
         return Err(duplicate(&new.address));
     }
@@ -192,7 +192,7 @@ pub fn create(conn: &Tx, scope: ResourceScope, new: &NewRegistry) -> StoreResult
 /// Applies `change` to the registry at `address` (409 if renamed onto another one). Records
 /// `registries.updated`.
 pub fn update(
-    conn: &Tx,
+    conn: &WriteTx,
     scope: ResourceScope,
     address: &str,
     change: &RegistryChange,
@@ -227,7 +227,7 @@ pub fn update(
 }
 
 /// Deletes the registry at `address`. Records `registries.deleted`.
-pub fn delete(conn: &Tx, scope: ResourceScope, address: &str) -> StoreResult<Registry> {
+pub fn delete(conn: &WriteTx, scope: ResourceScope, address: &str) -> StoreResult<Registry> {
     let registry = find(conn, scope, address)?.registry;
     let owner = scope.owner(conn)?;
     super::delete_recorded(
@@ -243,7 +243,7 @@ pub fn delete(conn: &Tx, scope: ResourceScope, address: &str) -> StoreResult<Reg
 
 /// Deletes every registry of a scope (an organisation or repository being deleted),
 /// recording one `registries.deleted` each. Returns how many were deleted.
-pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &WriteTx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
     super::delete_scope_recorded(
         conn,
         "registries",
@@ -258,7 +258,7 @@ pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    fn conn() -> Tx<'static> {
+    fn conn() -> WriteTx<'static> {
         crate::sql::fresh_tx()
     }
 

@@ -5,8 +5,8 @@
 //! over the document when a row is read. `user_id` (whose forge credentials are used) and
 //! `hash` (the key of hook tokens) are never rendered.
 
-use crate::Tx;
 use crate::{OptionalExtension, Row};
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
@@ -186,7 +186,7 @@ fn data_of(repo: &Repo) -> StoreResult<String> {
 }
 
 /// Inserts a newly activated repository owned by `user_id`. Records `repos.created`.
-pub fn create(conn: &Tx, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<RepoRow> {
+pub fn create(conn: &WriteTx, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<RepoRow> {
     conn.cached_exec(
         "INSERT INTO repos (forge_id, forge_remote_id, org_id, user_id, full_name, active, hash, data, created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -216,7 +216,7 @@ pub fn create(conn: &Tx, repo: &Repo, user_id: i64, hash: &str) -> StoreResult<R
 
 /// Writes `repo` (and optionally a new owner user) over the stored row. Records
 /// `repos.updated` with the previous values when the rendering changed.
-pub fn update(conn: &Tx, repo: &Repo, user_id: Option<i64>) -> StoreResult<RepoRow> {
+pub fn update(conn: &WriteTx, repo: &Repo, user_id: Option<i64>) -> StoreResult<RepoRow> {
     let before = by_id(conn, repo.id)?;
     conn.cached_exec(
         "UPDATE repos SET forge_id = ?2, forge_remote_id = ?3, org_id = ?4, full_name = ?5,
@@ -249,7 +249,7 @@ pub fn update(conn: &Tx, repo: &Repo, user_id: Option<i64>) -> StoreResult<RepoR
 /// workflows, steps, queue entries and configs; permissions, secrets, registries, cron jobs),
 /// recording the events of each in this same transaction. Step logs live in the logs database:
 /// the caller deletes [`Removed::step_ids`] there (the sweep catches them after a crash).
-pub fn delete(conn: &Tx, id: i64) -> StoreResult<Removed> {
+pub fn delete(conn: &WriteTx, id: i64) -> StoreResult<Removed> {
     let row = by_id(conn, id)?;
     let mut step_ids = Vec::new();
     for pipeline in super::pipelines::ids_of_repo(conn, id)? {
@@ -333,7 +333,7 @@ pub fn perm(conn: &Tx, user_id: i64, repo_id: i64) -> StoreResult<Option<Perm>> 
 }
 
 /// Stores a user's permission on a repository (as synced from the forge now).
-pub fn set_perm(conn: &Tx, user_id: i64, repo_id: i64, perm: Perm) -> StoreResult<()> {
+pub fn set_perm(conn: &WriteTx, user_id: i64, repo_id: i64, perm: Perm) -> StoreResult<()> {
     let now = now_unix();
     conn.cached_exec(
         "INSERT INTO perms (user_id, repo_id, pull, push, admin, synced, created, updated)
@@ -348,7 +348,7 @@ pub fn set_perm(conn: &Tx, user_id: i64, repo_id: i64, perm: Perm) -> StoreResul
 
 /// Removes every permission user `user_id` holds on a repository of forge `forge_id` (that
 /// forge refused them: what it granted goes); how many there were.
-pub fn drop_forge_perms(conn: &Tx, user_id: i64, forge_id: i64) -> StoreResult<usize> {
+pub fn drop_forge_perms(conn: &WriteTx, user_id: i64, forge_id: i64) -> StoreResult<usize> {
     conn.cached_exec(
         "DELETE FROM perms WHERE user_id = ?1
             AND repo_id IN (SELECT id FROM repos WHERE forge_id = ?2)",
@@ -361,7 +361,7 @@ pub fn drop_forge_perms(conn: &Tx, user_id: i64, forge_id: i64) -> StoreResult<u
 /// here gets its permission, and a stored one the forge no longer lists for the user loses
 /// theirs (they were removed from it).
 pub fn replace_forge_perms(
-    conn: &Tx,
+    conn: &WriteTx,
     user_id: i64,
     forge_id: i64,
     listed: &[(String, Perm)],
@@ -399,7 +399,7 @@ pub fn replace_forge_perms(
 /// Makes every permission of `user_id` look synced `secs` earlier (tests of the re-check
 /// outside the store, which hold no SQL; feature `test-support`).
 #[cfg(any(test, feature = "test-support"))]
-pub fn backdate_perms(conn: &Tx, user_id: i64, secs: i64) -> StoreResult<()> {
+pub fn backdate_perms(conn: &WriteTx, user_id: i64, secs: i64) -> StoreResult<()> {
     conn.execute(
         "UPDATE perms SET synced = synced - ?2 WHERE user_id = ?1",
         params![user_id, secs],
@@ -456,7 +456,7 @@ pub fn readable_ids(conn: &Tx, user_id: i64, own_org_id: i64) -> StoreResult<(Ve
 /// A bare repository row (with a `git` forge row of its own) for unit tests outside the
 /// store, which hold no SQL (feature `test-support`, a dev-dependency of the server).
 #[cfg(any(test, feature = "test-support"))]
-pub fn insert_bare(conn: &Tx, org_id: i64, user_id: i64, full_name: &str) -> StoreResult<i64> {
+pub fn insert_bare(conn: &WriteTx, org_id: i64, user_id: i64, full_name: &str) -> StoreResult<i64> {
     conn.execute(
         "INSERT INTO forges (type, url, data, webhook_secret) VALUES ('git', 'file:///x', '{}', 's')",
         [],
@@ -496,7 +496,7 @@ mod tests {
     fn a_forge_s_listing_and_refusal_replace_only_its_own_permissions() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
-        let c = &Tx::new(&conn);
+        let c = &WriteTx::new(&conn);
         let new = NewUser {
             login: "alice".into(),
             token_seed: "seed".into(),

@@ -7,8 +7,8 @@
 //! can carry it. A change of the value alone does not change the rendering; it is still
 //! recorded as `secrets.updated` (without `previous_attributes`), so the feed sees every write.
 
-use crate::Tx;
 use crate::{OptionalExtension, Row};
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 use serde::Serialize;
 
@@ -286,7 +286,7 @@ fn duplicate(name: &str) -> StoreError {
 }
 
 /// Creates a secret (409 if the name is taken in the scope). Records `secrets.created`.
-pub fn create(conn: &Tx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
+pub fn create(conn: &WriteTx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
     if find(conn, scope, &new.name).is_ok() {
         return Err(duplicate(&new.name));
     }
@@ -318,7 +318,7 @@ pub fn create(conn: &Tx, scope: ResourceScope, new: &NewSecret) -> StoreResult<S
 /// Applies `change` to the named secret. Records `secrets.updated` (with the previous values
 /// of the visible fields; a value-only change is recorded without them).
 pub fn update(
-    conn: &Tx,
+    conn: &WriteTx,
     scope: ResourceScope,
     name: &str,
     change: &SecretChange,
@@ -351,7 +351,7 @@ pub fn update(
 }
 
 /// Deletes the named secret. Records `secrets.deleted`.
-pub fn delete(conn: &Tx, scope: ResourceScope, name: &str) -> StoreResult<Secret> {
+pub fn delete(conn: &WriteTx, scope: ResourceScope, name: &str) -> StoreResult<Secret> {
     let secret = find(conn, scope, name)?.secret;
     let owner = scope.owner(conn)?;
     super::delete_recorded(conn, "secrets", RECORD_TYPE, secret.id, &secret, owner)?;
@@ -360,7 +360,7 @@ pub fn delete(conn: &Tx, scope: ResourceScope, name: &str) -> StoreResult<Secret
 
 /// Deletes every secret of a scope (an organisation or repository being deleted), recording
 /// one `secrets.deleted` per secret. Returns how many were deleted.
-pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
+pub fn delete_scope(conn: &WriteTx, org_id: i64, repo_id: i64) -> StoreResult<usize> {
     super::delete_scope_recorded(
         conn,
         "secrets",
@@ -375,7 +375,7 @@ pub fn delete_scope(conn: &Tx, org_id: i64, repo_id: i64) -> StoreResult<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    fn conn() -> Tx<'static> {
+    fn conn() -> WriteTx<'static> {
         crate::sql::fresh_tx()
     }
 

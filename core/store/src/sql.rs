@@ -39,6 +39,23 @@ pub struct Tx<'c> {
     statements_left: std::cell::Cell<Option<u8>>,
 }
 
+/// The database as one [`crate::Store::write`] closure sees it: the writer's transaction.
+///
+/// Every store function that changes rows takes a `&WriteTx`, and only the writer (and a
+/// test's own database) makes one, so a write inside a read closure, which gets a plain
+/// [`Tx`], does not compile. It dereferences to [`Tx`], so every read function works inside a
+/// write too. The statements that change rows (`execute`, `cached_exec`) are methods of this
+/// type only, so a store function that writes must say so in its signature.
+pub struct WriteTx<'c>(Tx<'c>);
+
+impl<'c> std::ops::Deref for WriteTx<'c> {
+    type Target = Tx<'c>;
+
+    fn deref(&self) -> &Tx<'c> {
+        &self.0
+    }
+}
+
 enum Engine<'c> {
     Sqlite(&'c rusqlite::Connection),
     /// A connection a test opened and handed over.
@@ -100,6 +117,12 @@ impl Session {
         self
     }
 
+    /// The session as the writer's [`WriteTx`] (or a start-up check's, before the writer
+    /// runs).
+    pub(crate) fn write_tx(&self) -> WriteTx<'_> {
+        WriteTx(self.tx())
+    }
+
     /// The session as a [`Tx`] for one closure or store call.
     pub(crate) fn tx(&self) -> Tx<'_> {
         Tx {
@@ -151,16 +174,77 @@ impl<'c> Tx<'c> {
     }
 }
 
-impl Tx<'_> {
-    /// Owns a connection a unit test opened (`&tx` is then what store functions take).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn owned(conn: rusqlite::Connection) -> Tx<'static> {
-        Tx {
-            engine: Engine::SqliteOwned(conn),
-            statements_left: std::cell::Cell::new(None),
+impl<'c> WriteTx<'c> {
+    /// Lends a SQLite connection, in a write transaction or opened for one, as a `WriteTx`.
+    pub(crate) fn new(conn: &'c rusqlite::Connection) -> WriteTx<'c> {
+        WriteTx(Tx::new(conn))
+    }
+}
+
+impl WriteTx<'_> {
+    pub(crate) fn execute<P: Params>(&self, sql: &str, params: P) -> StoreResult<usize> {
+        self.prepare(sql)?.execute(params)
+    }
+
+    /// `execute` through the statement cache.
+    pub(crate) fn cached_exec<P: Params>(&self, sql: &str, params: P) -> StoreResult<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    /// The id the last `INSERT` on this connection gave its row.
+    pub(crate) fn last_insert_rowid(&self) -> StoreResult<i64> {
+        match self.sqlite_conn() {
+            Some(conn) => Ok(conn.last_insert_rowid()),
+            // The identity column's sequence, as drawn by this session.
+            None => self.cached_row("SELECT lastval()", [], |r| r.get(0)),
         }
     }
 
+    /// A `Tx` over a SQLite connection a test opened itself (a copy of a data dir's database).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn for_tests(conn: &rusqlite::Connection) -> WriteTx<'_> {
+        WriteTx::new(conn)
+    }
+
+    /// PostgreSQL: takes the outbox lock for the rest of the open transaction (see
+    /// `pg::outbox`), once per transaction: the lock stacks, so asking again would only
+    /// cost a round trip. The writer takes it as it begins each transaction; an event
+    /// recorded on any other session (tests) takes it here. The writer says when the
+    /// transaction ends ([`Tx::set_outbox_lock_held`]).
+    pub(crate) fn lock_outbox(&self) -> StoreResult<()> {
+        let Some(pg) = self.pg() else {
+            return Ok(());
+        };
+        if !pg.outbox_locked.get() {
+            self.cached_exec(
+                "SELECT pg_advisory_xact_lock(?1)",
+                [crate::pg::outbox::OUTBOX_LOCK],
+            )?;
+            pg.outbox_locked.set(true);
+        }
+        Ok(())
+    }
+
+    /// Owns a connection a unit test opened (`&tx` is then what store functions take).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn owned(conn: rusqlite::Connection) -> WriteTx<'static> {
+        WriteTx(Tx {
+            engine: Engine::SqliteOwned(conn),
+            statements_left: std::cell::Cell::new(None),
+        })
+    }
+
+    /// A fresh in-memory SQLite database at the current schema, for other crates' unit tests
+    /// of logic that runs inside a transaction (the CI lifecycle).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn in_memory_for_tests() -> WriteTx<'static> {
+        let mut conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
+        crate::migrations::migrate(&mut conn).expect("migrations");
+        WriteTx::owned(conn)
+    }
+}
+
+impl Tx<'_> {
     pub fn dialect(&self) -> Dialect {
         match self.engine {
             _ if self.pg().is_some() => Dialect::Postgres,
@@ -195,25 +279,6 @@ impl Tx<'_> {
             }
             None => Vec::new(),
         }
-    }
-
-    /// PostgreSQL: takes the outbox lock for the rest of the open transaction (see
-    /// `pg::outbox`), once per transaction: the lock stacks, so asking again would only
-    /// cost a round trip. The writer takes it as it begins each transaction; an event
-    /// recorded on any other session (tests) takes it here. The writer says when the
-    /// transaction ends ([`Tx::set_outbox_lock_held`]).
-    pub(crate) fn lock_outbox(&self) -> StoreResult<()> {
-        let Some(pg) = self.pg() else {
-            return Ok(());
-        };
-        if !pg.outbox_locked.get() {
-            self.cached_exec(
-                "SELECT pg_advisory_xact_lock(?1)",
-                [crate::pg::outbox::OUTBOX_LOCK],
-            )?;
-            pg.outbox_locked.set(true);
-        }
-        Ok(())
     }
 
     /// PostgreSQL: from now on the events this session records wait in memory until
@@ -310,10 +375,6 @@ impl Tx<'_> {
         })
     }
 
-    pub(crate) fn execute<P: Params>(&self, sql: &str, params: P) -> StoreResult<usize> {
-        self.prepare(sql)?.execute(params)
-    }
-
     /// Runs statements without parameters, separated by `;`.
     pub(crate) fn execute_batch(&self, sql: &str) -> StoreResult<()> {
         self.spend_statement()?;
@@ -341,40 +402,11 @@ impl Tx<'_> {
         self.prepare_cached(sql)?.query_row(params, f)
     }
 
-    /// `execute` through the statement cache.
-    pub(crate) fn cached_exec<P: Params>(&self, sql: &str, params: P) -> StoreResult<usize> {
-        self.prepare_cached(sql)?.execute(params)
-    }
-
-    /// The id the last `INSERT` on this connection gave its row.
-    pub(crate) fn last_insert_rowid(&self) -> StoreResult<i64> {
-        match self.sqlite_conn() {
-            Some(conn) => Ok(conn.last_insert_rowid()),
-            // The identity column's sequence, as drawn by this session.
-            None => self.cached_row("SELECT lastval()", [], |r| r.get(0)),
-        }
-    }
-
-    /// A `Tx` over a SQLite connection a test opened itself (a copy of a data dir's database).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn for_tests(conn: &rusqlite::Connection) -> Tx<'_> {
-        Tx::new(conn)
-    }
-
     /// The SQLite connection, for tests and benches that seed or inspect rows the API cannot.
     #[cfg(any(test, feature = "test-support"))]
     pub fn raw_for_tests(&self) -> &rusqlite::Connection {
         self.sqlite_conn()
             .expect("raw_for_tests is for SQLite stores")
-    }
-
-    /// A fresh in-memory SQLite database at the current schema, for other crates' unit tests
-    /// of logic that runs inside a transaction (the CI lifecycle).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn in_memory_for_tests() -> Tx<'static> {
-        let mut conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
-        crate::migrations::migrate(&mut conn).expect("migrations");
-        Tx::owned(conn)
     }
 }
 
@@ -904,7 +936,7 @@ pub fn inspect_for_tests<T: Send>(target: &str, f: impl FnOnce(&Tx) -> T + Send)
 /// on the process's throwaway PostgreSQL cluster (`postgres`). `.ci/test` runs the store's
 /// tests both ways.
 #[cfg(test)]
-pub(crate) fn fresh_tx() -> Tx<'static> {
+pub(crate) fn fresh_tx() -> WriteTx<'static> {
     if std::env::var("WOODLARK_TEST_STORE").as_deref() == Ok("postgres") {
         let url = crate::pg::testing::Cluster::shared().fresh_database();
         let mut client = crate::pg::connect(&url).expect("connect");
@@ -912,16 +944,16 @@ pub(crate) fn fresh_tx() -> Tx<'static> {
         let Session::Postgres(pg) = Session::postgres(client) else {
             unreachable!("made as PostgreSQL")
         };
-        return Tx {
+        return WriteTx(Tx {
             engine: Engine::PostgresOwned(pg),
             statements_left: std::cell::Cell::new(None),
-        };
+        });
     }
     let mut conn = rusqlite::Connection::open_in_memory().expect("in-memory database");
     crate::migrations::migrate(&mut conn).expect("migrations");
     conn.pragma_update(None, "foreign_keys", "ON")
         .expect("foreign keys");
-    Tx::owned(conn)
+    WriteTx::owned(conn)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! `lease_until`). A finished task is deleted. Because the queue is a table, it survives restarts; leases that run out put
 //! tasks back to `pending`.
 
-use crate::Tx;
+use crate::{Tx, WriteTx};
 use std::collections::BTreeMap;
 
 use crate::{OptionalExtension, Row};
@@ -103,7 +103,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
     })
 }
 
-pub fn insert(conn: &Tx, task: &Task) -> StoreResult<()> {
+pub fn insert(conn: &WriteTx, task: &Task) -> StoreResult<()> {
     conn.cached_exec(
         "INSERT INTO tasks (id, pipeline_id, repo_id, state, labels, dependencies, run_on, created,
                             concurrency_limit, concurrency_group)
@@ -167,7 +167,7 @@ pub fn of_agent(conn: &Tx, agent_id: i64) -> StoreResult<Vec<Task>> {
 }
 
 /// Leases a pending task to an agent; false if someone else took it first.
-pub fn lease(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
+pub fn lease(conn: &WriteTx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
     Ok(conn.cached_exec(
         "UPDATE tasks SET state = 'running', agent_id = ?2, lease_until = ?3, report_seq = 0
          WHERE id = ?1 AND state = 'pending'",
@@ -176,7 +176,7 @@ pub fn lease(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool>
 }
 
 /// Extends a lease the agent holds; false if it does not hold it (any more).
-pub fn extend(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
+pub fn extend(conn: &WriteTx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool> {
     Ok(conn.cached_exec(
         "UPDATE tasks SET lease_until = ?3 WHERE id = ?1 AND agent_id = ?2 AND state = 'running'",
         params![id, agent_id, until],
@@ -188,7 +188,7 @@ pub fn extend(conn: &Tx, id: i64, agent_id: i64, until: i64) -> StoreResult<bool
 /// task. An agent numbers its reports of one lease 1, 2, 3, … and re-sends one until it is
 /// acknowledged, so a repeat (its first delivery was applied, the answer lost) or a stale
 /// copy overtaken by a later report must not be applied again.
-pub fn accept_report(conn: &Tx, id: i64, agent_id: i64, seq: i64) -> StoreResult<bool> {
+pub fn accept_report(conn: &WriteTx, id: i64, agent_id: i64, seq: i64) -> StoreResult<bool> {
     Ok(conn.cached_exec(
         "UPDATE tasks SET report_seq = ?3
          WHERE id = ?1 AND agent_id = ?2 AND state = 'running' AND report_seq < ?3",
@@ -196,7 +196,7 @@ pub fn accept_report(conn: &Tx, id: i64, agent_id: i64, seq: i64) -> StoreResult
     )? == 1)
 }
 
-pub fn set_state(conn: &Tx, id: i64, state: TaskState) -> StoreResult<()> {
+pub fn set_state(conn: &WriteTx, id: i64, state: TaskState) -> StoreResult<()> {
     conn.cached_exec(
         "UPDATE tasks SET state = ?2, agent_id = 0, lease_until = 0 WHERE id = ?1",
         params![id, state],
@@ -204,7 +204,7 @@ pub fn set_state(conn: &Tx, id: i64, state: TaskState) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn remove(conn: &Tx, id: i64) -> StoreResult<()> {
+pub fn remove(conn: &WriteTx, id: i64) -> StoreResult<()> {
     conn.cached_exec("DELETE FROM tasks WHERE id = ?1", [id])?;
     Ok(())
 }

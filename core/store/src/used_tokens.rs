@@ -4,7 +4,7 @@
 //! on the next insert. These rows are bookkeeping, not records of the API, so they write no
 //! events.
 
-use crate::Tx;
+use crate::WriteTx;
 use rusqlite::params;
 
 use super::StoreResult;
@@ -21,7 +21,7 @@ pub const SCHEMA: &str = r#"
 "#;
 
 /// Records token `id` (valid until `expires`) as used. `false` when it already was.
-pub fn spend(conn: &Tx, id: &str, expires: i64, now: i64) -> StoreResult<bool> {
+pub fn spend(conn: &WriteTx, id: &str, expires: i64, now: i64) -> StoreResult<bool> {
     conn.cached_exec("DELETE FROM used_tokens WHERE expires < ?1", [now])?;
     let inserted = conn.cached_exec(
         "INSERT INTO used_tokens (id, expires) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
@@ -38,10 +38,10 @@ mod tests {
     fn a_token_is_spent_once_and_expired_rows_go() {
         let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
-        assert!(spend(&Tx::new(&conn), "a", 100, 50).unwrap());
-        assert!(!spend(&Tx::new(&conn), "a", 100, 60).unwrap());
+        assert!(spend(&WriteTx::new(&conn), "a", 100, 50).unwrap());
+        assert!(!spend(&WriteTx::new(&conn), "a", 100, 60).unwrap());
         assert!(
-            spend(&Tx::new(&conn), "b", 300, 200).unwrap(),
+            spend(&WriteTx::new(&conn), "b", 300, 200).unwrap(),
             "a expired and was removed"
         );
         let left: i64 = conn

@@ -4,8 +4,8 @@
 //! `admin_env` is true too); callers pass that list as [`EnvAdmins`] so the API rendering, and so
 //! the events, are the same wherever a user is read.
 
-use crate::Tx;
 use crate::{OptionalExtension, Row};
+use crate::{Tx, WriteTx};
 use rusqlite::params;
 use serde::Serialize;
 
@@ -172,7 +172,7 @@ pub fn list(conn: &Tx, env: &EnvAdmins, page: u32, per_page: u32) -> StoreResult
 }
 
 /// Creates a user and its personal organisation, recording `orgs.created` and `users.created`.
-pub fn create(conn: &Tx, env: &EnvAdmins, new: &NewUser) -> StoreResult<Account> {
+pub fn create(conn: &WriteTx, env: &EnvAdmins, new: &NewUser) -> StoreResult<Account> {
     let taken: bool = conn.cached_row(
         "SELECT EXISTS (SELECT 1 FROM users WHERE login = ?1)",
         [&new.login],
@@ -213,7 +213,12 @@ pub fn create(conn: &Tx, env: &EnvAdmins, new: &NewUser) -> StoreResult<Account>
 }
 
 /// Applies `patch`, recording `users.updated` with the previous values if anything changed.
-pub fn update(conn: &Tx, env: &EnvAdmins, login: &str, patch: &UserPatch) -> StoreResult<User> {
+pub fn update(
+    conn: &WriteTx,
+    env: &EnvAdmins,
+    login: &str,
+    patch: &UserPatch,
+) -> StoreResult<User> {
     let before = by_login(conn, env, login)?.user;
     conn.cached_exec(
         "UPDATE users SET
@@ -259,7 +264,7 @@ pub enum ForgeSignIn {
 /// linked, else a new user (`token_seed` its key's seed) if `open` or `login` is an admin of
 /// config.toml. The found user's e-mail and avatar follow the forge's.
 pub fn sign_in_from_forge(
-    conn: &Tx,
+    conn: &WriteTx,
     env: &EnvAdmins,
     who: &ForgeIdentity,
     open: bool,
@@ -315,7 +320,12 @@ pub fn sign_in_from_forge(
 
 /// Replaces the seed of the token-signing key, which revokes every token issued so far. The
 /// API rendering does not change, so no event is written.
-pub fn set_token_seed(conn: &Tx, env: &EnvAdmins, id: i64, seed: &str) -> StoreResult<Account> {
+pub fn set_token_seed(
+    conn: &WriteTx,
+    env: &EnvAdmins,
+    id: i64,
+    seed: &str,
+) -> StoreResult<Account> {
     let n = conn.cached_exec(
         "UPDATE users SET hash = ?2 WHERE id = ?1",
         params![id, seed],
@@ -329,7 +339,7 @@ pub fn set_token_seed(conn: &Tx, env: &EnvAdmins, id: i64, seed: &str) -> StoreR
 /// Deletes a user with its repository permissions, and its personal organisation (recording
 /// both deletions). Permissions go in the same transaction: ids are never reused, but a
 /// permission row must not outlive the account it was granted to.
-pub fn delete(conn: &Tx, env: &EnvAdmins, login: &str) -> StoreResult<User> {
+pub fn delete(conn: &WriteTx, env: &EnvAdmins, login: &str) -> StoreResult<User> {
     let user = by_login(conn, env, login)?.user;
     conn.cached_exec("DELETE FROM perms WHERE user_id = ?1", [user.id])?;
     conn.cached_exec("DELETE FROM forge_tokens WHERE user_id = ?1", [user.id])?;
@@ -359,7 +369,7 @@ pub fn delete(conn: &Tx, env: &EnvAdmins, login: &str) -> StoreResult<User> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    fn conn() -> Tx<'static> {
+    fn conn() -> WriteTx<'static> {
         crate::sql::fresh_tx()
     }
 

@@ -364,7 +364,7 @@ mod tests {
                 |r| r.get(0),
             )
         };
-        let event = |c: &crate::Tx, id: &str| {
+        let event = |c: &crate::WriteTx, id: &str| {
             events::append(
                 c,
                 events::RecordType::Users,
@@ -419,7 +419,7 @@ mod tests {
         use crate::events::{self, Action, Owner};
         let url = testing::Cluster::shared().fresh_database();
         let store = crate::Store::open_postgres(&url, &crate::StoreOptions::default()).unwrap();
-        fn event(c: &crate::Tx, id: String) -> crate::StoreResult<()> {
+        fn event(c: &crate::WriteTx, id: String) -> crate::StoreResult<()> {
             events::append(
                 c,
                 events::RecordType::Users,

@@ -505,7 +505,7 @@ fn advance_identity(tx: &mut postgres::Transaction<'_>, table: &Table) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Tx;
+    use crate::WriteTx;
     use crate::pg::testing::Cluster;
     use crate::users::{self, EnvAdmins, NewUser};
     use std::path::Path;
@@ -517,7 +517,7 @@ mod tests {
         let main = dir.join("main.db");
         let mut conn = rusqlite::Connection::open(&main).unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
-        let tx = Tx::new(&conn);
+        let tx = WriteTx::new(&conn);
         for login in ["ann", "bo", "cy"] {
             let new = NewUser {
                 login: login.into(),
@@ -544,7 +544,7 @@ mod tests {
                 kind: Default::default(),
             })
             .collect();
-        crate::logs::append(&Tx::new(&conn), &lines).unwrap();
+        crate::logs::append(&WriteTx::new(&conn), &lines).unwrap();
         vec![
             Source {
                 path: main,

@@ -1,4 +1,7 @@
-//! Who is calling and what they may do: token → user, and Woodpecker's refusal rules.
+//! Who is calling, and the HTTP side of what they may do: token → user, and Woodpecker's
+//! refusal statuses. The rules themselves (permissions, visibility, organisation standing,
+//! who may activate where) are `woodlark_ci::access`'s; this module finds the caller, keeps
+//! answers in the access cache and turns a decision into a status.
 //!
 //! - An absent, malformed or revoked token makes the caller anonymous.
 //! - Routes that need a user answer 401 to anonymous callers; admin routes 403 to non-admins.
@@ -6,17 +9,6 @@
 //!   signed in (not 403, so private repositories do not leak); a repo-admin route answers 403
 //!   to a caller who may pull but is not a repo admin.
 //! - Organisations: members and admins as computed by [`org_perm`]; instance admins are both.
-//!
-//! Permission rules (the `git` forge has no accounts of its own, so they are local):
-//! instance admins may do everything; a user is admin of every repository in their own
-//! namespace (their personal org); the user who activated a repository is its admin (a
-//! `perms` row); public repositories can be pulled by anyone, internal ones by any signed-in
-//! user. Org membership: own namespace → admin; push or admin on any repository of the org →
-//! member. **Org admin is never derived from a permission on one repository**: such a row can
-//! come from activating or moving a single repository, and org admins read and overwrite the
-//! org's secrets and register agents that receive every workflow of the org. Only instance
-//! admins and the namespace's own user administer an organisation; the same right is needed
-//! to activate a repository in it or move one into it ([`may_activate_in`]).
 //!
 //! Every authenticated request asks "whose token is this?" and most then ask "what may they
 //! do on this repository?" (the events feed: "which repositories may they read?"). These
@@ -28,16 +20,19 @@
 use std::sync::Arc;
 
 use crate::store::Tx;
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::auth::{self, session, token};
 use crate::ci;
+use crate::ci::access::{
+    OrgDecision, OrgNeed, RepoDecision, RepoNeed, decide_org, decide_repo, repo_with_perm,
+};
+pub use crate::ci::access::{OrgPerm, may_activate_in, org_perm, repo_perm};
 use crate::ci::access_cache::{Readable, Verified};
 use crate::http::{ApiError, Request, StatusCode};
 use crate::state::Ctx;
 use crate::store::orgs::{self, Org};
-use crate::store::repos::{self, Perm, RepoRow, Visibility};
+use crate::store::repos::{self, Perm, RepoRow};
 use crate::store::users::{self, Account, User};
 use crate::store::{StoreError, StoreResult, forge_tokens, now_unix};
 
@@ -139,7 +134,7 @@ pub async fn readable_by_caller(ctx: &Ctx, req: &Request) -> Result<CallerReads,
         .await?
         .ok_or_else(ApiError::unauthorized)?;
     let user_id = account.user.id;
-    if account.user.admin {
+    if !ci::access::reads_only_what_is_shared(&account.user) {
         return Ok(CallerReads {
             user_id,
             readable: None,
@@ -195,65 +190,6 @@ fn admin_required() -> ApiError {
     )
 }
 
-/// A user's permission on a repository, by the rules in the module docs.
-pub fn repo_perm(conn: &Tx, user: Option<&User>, row: &RepoRow) -> StoreResult<Perm> {
-    let repo = &row.repo;
-    let public = match repo.visibility {
-        Visibility::Public => Perm::pull_only(),
-        Visibility::Internal if user.is_some() => Perm::pull_only(),
-        _ => Perm::default(),
-    };
-    let Some(user) = user else {
-        return Ok(public);
-    };
-    if user.admin || user.org_id == repo.org_id {
-        return Ok(Perm::all());
-    }
-    let stored = repos::perm(conn, user.id, repo.id)?.unwrap_or_default();
-    Ok(Perm {
-        pull: stored.pull || stored.push || stored.admin || public.pull,
-        ..stored
-    })
-}
-
-/// Woodpecker's `OrgPerm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct OrgPerm {
-    pub member: bool,
-    pub admin: bool,
-}
-
-/// A user's standing in an organisation.
-pub fn org_perm(conn: &Tx, user: Option<&User>, org: &Org) -> StoreResult<OrgPerm> {
-    let Some(user) = user else {
-        return Ok(OrgPerm::default());
-    };
-    if user.admin || user.org_id == org.id {
-        return Ok(OrgPerm {
-            member: true,
-            admin: true,
-        });
-    }
-    let best = repos::best_perm_in_org(conn, user.id, org.id)?;
-    Ok(OrgPerm {
-        member: best.push || best.admin,
-        admin: false,
-    })
-}
-
-/// Whether `user` may put repositories into namespace `owner` of forge `forge_id` (activate
-/// one there, or move one there): instance admins, the user the namespace is named after, and
-/// admins of its organisation.
-pub fn may_activate_in(conn: &Tx, user: &User, forge_id: i64, owner: &str) -> StoreResult<bool> {
-    if user.admin || owner == user.login {
-        return Ok(true);
-    }
-    Ok(match orgs::by_name(conn, forge_id, owner)? {
-        Some(org) => org_perm(conn, Some(user), &org)?.admin,
-        None => false,
-    })
-}
-
 /// A repository the caller may at least pull, with the caller and their permission.
 pub struct RepoAccess {
     pub user: Option<Account>,
@@ -262,29 +198,20 @@ pub struct RepoAccess {
 }
 
 impl RepoAccess {
-    /// The caller must be a repo admin: 403 otherwise (they can already see the repo).
+    /// The caller must be a repo admin: 401 anonymous, 403 otherwise (they can already see
+    /// the repo).
     pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.perm.admin {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "Access denied: repository admin permission required",
-            ))
-        }
+        self.require(RepoNeed::Admin)
     }
 
     /// The caller must be signed in and allowed to push: 401 anonymous, 403 otherwise.
     pub fn require_push(&self) -> Result<(), ApiError> {
-        self.user()?;
-        if self.perm.push || self.perm.admin {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "Access denied: push permission required",
-            ))
-        }
+        self.require(RepoNeed::Push)
+    }
+
+    /// The caller's permission must meet `need` (`ci::access::decide_repo`).
+    fn require(&self, need: RepoNeed) -> Result<(), ApiError> {
+        refused(decide_repo(self.user.is_some(), &self.perm, need))
     }
 
     /// The caller must be signed in (some repo reads of public repos need no user).
@@ -312,11 +239,7 @@ async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAcces
             let found = ctx
                 .ci
                 .reads
-                .read(move |c| {
-                    let row = repos::by_id(c, id)?;
-                    let perm = repo_perm(c, u.as_ref(), &row)?;
-                    Ok((row, perm))
-                })
+                .read(move |c| repo_with_perm(c, u.as_ref(), |c| repos::by_id(c, id)))
                 .await;
             if let Ok(found) = &found {
                 ctx.access_cache
@@ -326,43 +249,15 @@ async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAcces
             found
         }
     };
-    let found = with_synced_perm(ctx, user.as_ref(), found, max_age).await;
+    let u = user.as_ref().map(|a| &a.user);
+    let found = ci::access::with_synced_perm(&ctx.ci, u, found, max_age).await;
     checked(user, found)
-}
-
-/// `found`, its permission read from the forge first when the stored one is `max_age`
-/// seconds old (`ci::repos::perm_is_stale`): a user who lost access on the forge loses it
-/// here.
-async fn with_synced_perm(
-    ctx: &Ctx,
-    user: Option<&Account>,
-    found: StoreResult<(RepoRow, Perm)>,
-    max_age: i64,
-) -> StoreResult<(RepoRow, Perm)> {
-    let (Some(account), Ok((row, perm))) = (user, &found) else {
-        return found;
-    };
-    if !ci::repos::perm_is_stale(&account.user, row, perm, now_unix(), max_age)
-        || !ci::repos::sync_perm(&ctx.ci, account.user.id, row).await
-    {
-        return found;
-    }
-    let (u, id) = (account.user.clone(), row.repo.id);
-    ctx.ci
-        .reads
-        .read(move |c| {
-            let row = repos::by_id(c, id)?;
-            let perm = repo_perm(c, Some(&u), &row)?;
-            Ok((row, perm))
-        })
-        .await
 }
 
 /// Like [`repo`] but also requires repo admin (secrets, registries, cron, settings), with a
 /// permission from the forge no older than `ci::repos::RECHECK_SECS`.
 pub async fn repo_admin(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
     let access = repo_within(ctx, req, ci::repos::RECHECK_SECS).await?;
-    access.user()?;
     access.require_admin()?;
     Ok(access)
 }
@@ -384,13 +279,10 @@ where
     let found = ctx
         .ci
         .reads
-        .read(move |c| {
-            let row = find(c)?;
-            let perm = repo_perm(c, u.as_ref(), &row)?;
-            Ok((row, perm))
-        })
+        .read(move |c| repo_with_perm(c, u.as_ref(), find))
         .await;
-    let found = with_synced_perm(ctx, user.as_ref(), found, ci::repos::PERM_TTL_SECS).await;
+    let u = user.as_ref().map(|a| &a.user);
+    let found = ci::access::with_synced_perm(&ctx.ci, u, found, ci::repos::PERM_TTL_SECS).await;
     checked(user, found)
 }
 
@@ -404,38 +296,41 @@ fn checked(
         Err(StoreError::NotFound) => return Err(repo_not_found()),
         Err(err) => return Err(err.into()),
     };
-    if !perm.pull {
-        return Err(if user.is_some() {
-            repo_not_found()
-        } else {
-            ApiError::unauthorized()
-        });
-    }
+    refused(decide_repo(user.is_some(), &perm, RepoNeed::Pull))?;
     Ok(RepoAccess { user, row, perm })
+}
+
+/// A repository decision as the API answers it: 401 sign in, 404 hidden, 403 denied.
+fn refused(decision: RepoDecision) -> Result<(), ApiError> {
+    match decision {
+        RepoDecision::Allowed => Ok(()),
+        RepoDecision::SignIn => Err(ApiError::unauthorized()),
+        // Pull is never denied but hidden; the arm keeps the match whole.
+        RepoDecision::Hidden | RepoDecision::Denied(RepoNeed::Pull) => Err(repo_not_found()),
+        RepoDecision::Denied(RepoNeed::Push) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Access denied: push permission required",
+        )),
+        RepoDecision::Denied(RepoNeed::Admin) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Access denied: repository admin permission required",
+        )),
+    }
 }
 
 pub fn repo_not_found() -> ApiError {
     ApiError::not_found("Repository not found")
 }
 
-/// `perm`, with what the user's forge says of their membership of `org` added (never taken
-/// away: an instance admin stays one; see `ci::orgs::forge_membership`), read from the forge
-/// again when `max_age` old.
+/// `ci::access::with_forge_membership` for a handler.
 pub async fn with_forge_membership(
     ctx: &Ctx,
     user: Option<&User>,
     org: &Org,
-    mut perm: OrgPerm,
+    perm: OrgPerm,
     max_age: std::time::Duration,
 ) -> OrgPerm {
-    if let Some(user) = user
-        && !perm.admin
-        && let Some(on_forge) = ci::orgs::forge_membership(&ctx.ci, user, org, max_age).await
-    {
-        perm.member |= on_forge.member;
-        perm.admin |= on_forge.admin;
-    }
-    perm
+    ci::access::with_forge_membership(&ctx.ci, user, org, perm, max_age).await
 }
 
 /// An organisation and the caller's standing in it.
@@ -467,23 +362,23 @@ pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess
         Err(StoreError::NotFound) => return Err(ApiError::not_found("Organization not found")),
         Err(err) => return Err(err.into()),
     };
-    let max_age = if need_admin {
-        ci::orgs::MEMBERSHIP_RECHECK
+    let (need, max_age) = if need_admin {
+        (OrgNeed::Admin, ci::orgs::MEMBERSHIP_RECHECK)
     } else {
-        ci::orgs::MEMBERSHIP_TTL
+        (OrgNeed::Member, ci::orgs::MEMBERSHIP_TTL)
     };
     let perm = with_forge_membership(ctx, Some(&user.user), &org, perm, max_age).await;
-    if (need_admin && !perm.admin) || !perm.member {
-        return Err(ApiError::new(
+    match decide_org(perm, need) {
+        OrgDecision::Allowed => Ok(OrgAccess { user, org, perm }),
+        OrgDecision::Denied(OrgNeed::Admin) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            if need_admin {
-                "Access denied: organization admin permission required"
-            } else {
-                "Access denied: organization membership required"
-            },
-        ));
+            "Access denied: organization admin permission required",
+        )),
+        OrgDecision::Denied(OrgNeed::Member) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Access denied: organization membership required",
+        )),
     }
-    Ok(OrgAccess { user, org, perm })
 }
 
 #[cfg(test)]
