@@ -19,6 +19,8 @@
 //! ([`RepoDecision::Hidden`]), so private repositories do not leak, and asked to sign in when
 //! anonymous ([`RepoDecision::SignIn`]).
 
+use std::sync::Arc;
+
 use std::time::Duration;
 
 use serde::Serialize;
@@ -66,9 +68,9 @@ pub fn repo_with_perm(
 pub async fn with_synced_perm(
     ci: &Services,
     user: Option<&User>,
-    found: StoreResult<(RepoRow, Perm)>,
+    found: StoreResult<(Arc<RepoRow>, Perm)>,
     max_age: i64,
-) -> StoreResult<(RepoRow, Perm)> {
+) -> StoreResult<(Arc<RepoRow>, Perm)> {
     let (Some(user), Ok((row, perm))) = (user, &found) else {
         return found;
     };
@@ -78,9 +80,11 @@ pub async fn with_synced_perm(
         return found;
     }
     let (u, id) = (user.clone(), row.repo.id);
-    ci.reads
+    let (row, perm) = ci
+        .reads
         .read(move |c| repo_with_perm(c, Some(&u), |c| repos::by_id(c, id)))
-        .await
+        .await?;
+    Ok((Arc::new(row), perm))
 }
 
 /// What a route needs of its caller on a repository.

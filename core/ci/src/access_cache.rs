@@ -16,7 +16,7 @@ const CACHE_ENTRIES: usize = 4096;
 /// What verifying a token established, for the token's next requests.
 #[derive(Clone)]
 pub struct Verified {
-    pub account: Account,
+    pub account: Arc<Account>,
     /// The token's claims and the key that signed it (a session's CSRF check needs both).
     pub claims: Arc<Value>,
     pub key: Arc<str>,
@@ -31,8 +31,8 @@ pub struct AccessCache {
     /// Raw token → what it proved. Only tokens that verified are kept.
     pub tokens: GenerationCache<String, Verified>,
     /// (caller's user id, 0 when anonymous; repository id) → the repository and the
-    /// caller's permission on it.
-    pub repos: GenerationCache<(i64, i64), (RepoRow, Perm)>,
+    /// caller's permission on it (shared: a hit copies no field of the repository).
+    pub repos: GenerationCache<(i64, i64), (Arc<RepoRow>, Perm)>,
     /// User id → the repositories and organisations that user may read (the events feed's
     /// visibility filter; computing it reads every repository).
     pub readable: GenerationCache<i64, Arc<Readable>>,

@@ -43,7 +43,7 @@ use crate::store::{StoreError, StoreResult, forge_tokens, now_unix};
 /// from our own page: `X-CSRF-TOKEN` must hold the CSRF token `/web-config.js` handed out for
 /// that session. Without it the request is refused with 401 (not downgraded to anonymous), as
 /// upstream does. Personal access tokens need no CSRF header, wherever they are carried.
-pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Account>, ApiError> {
+pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Arc<Account>>, ApiError> {
     current_at(ctx, req, ctx.ci.reads.identity_generation()).await
 }
 
@@ -53,7 +53,7 @@ async fn current_at(
     ctx: &Ctx,
     req: &Request,
     generation: u64,
-) -> Result<Option<Account>, ApiError> {
+) -> Result<Option<Arc<Account>>, ApiError> {
     let Some(raw) = auth::bearer(req) else {
         return Ok(None);
     };
@@ -117,7 +117,7 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
         return Ok(None);
     }
     Ok(Some(Verified {
-        account,
+        account: Arc::new(account),
         expires: claims.get("exp").and_then(Value::as_i64),
         claims: Arc::new(claims),
         key: key.into(),
@@ -170,12 +170,12 @@ pub struct CallerReads {
 }
 
 /// The signed-in user, or 401.
-pub async fn must_user(ctx: &Ctx, req: &Request) -> Result<Account, ApiError> {
+pub async fn must_user(ctx: &Ctx, req: &Request) -> Result<Arc<Account>, ApiError> {
     current(ctx, req).await?.ok_or_else(ApiError::unauthorized)
 }
 
 /// A signed-in instance admin: 401 without a user, 403 for a non-admin.
-pub async fn must_admin(ctx: &Ctx, req: &Request) -> Result<Account, ApiError> {
+pub async fn must_admin(ctx: &Ctx, req: &Request) -> Result<Arc<Account>, ApiError> {
     let account = must_user(ctx, req).await?;
     if !account.user.admin {
         return Err(admin_required());
@@ -191,9 +191,12 @@ fn admin_required() -> ApiError {
 }
 
 /// A repository the caller may at least pull, with the caller and their permission.
+///
+/// The caller and the repository are shared with the access cache: a request that hits it
+/// copies neither (issue 50's profile found those copies on every repository read).
 pub struct RepoAccess {
-    pub user: Option<Account>,
-    pub row: RepoRow,
+    pub user: Option<Arc<Account>>,
+    pub row: Arc<RepoRow>,
     pub perm: Perm,
 }
 
@@ -215,7 +218,7 @@ impl RepoAccess {
     }
 
     /// The caller must be signed in (some repo reads of public repos need no user).
-    pub fn user(&self) -> Result<&Account, ApiError> {
+    pub fn user(&self) -> Result<&Arc<Account>, ApiError> {
         self.user.as_ref().ok_or_else(ApiError::unauthorized)
     }
 }
@@ -240,7 +243,8 @@ async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAcces
                 .ci
                 .reads
                 .read(move |c| repo_with_perm(c, u.as_ref(), |c| repos::by_id(c, id)))
-                .await;
+                .await
+                .map(|(row, perm)| (Arc::new(row), perm));
             if let Ok(found) = &found {
                 ctx.access_cache
                     .repos
@@ -271,7 +275,11 @@ pub async fn repo_push(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError>
 }
 
 /// Loads a repository with `find` and checks the caller may pull it.
-pub async fn repo_by<F>(ctx: &Ctx, user: Option<Account>, find: F) -> Result<RepoAccess, ApiError>
+pub async fn repo_by<F>(
+    ctx: &Ctx,
+    user: Option<Arc<Account>>,
+    find: F,
+) -> Result<RepoAccess, ApiError>
 where
     F: FnOnce(&Tx) -> StoreResult<RepoRow> + Send + 'static,
 {
@@ -280,7 +288,8 @@ where
         .ci
         .reads
         .read(move |c| repo_with_perm(c, u.as_ref(), find))
-        .await;
+        .await
+        .map(|(row, perm)| (Arc::new(row), perm));
     let u = user.as_ref().map(|a| &a.user);
     let found = ci::access::with_synced_perm(&ctx.ci, u, found, ci::repos::PERM_TTL_SECS).await;
     checked(user, found)
@@ -288,8 +297,8 @@ where
 
 /// The caller's access to a repository they looked up, or 404/401 when they may not pull it.
 fn checked(
-    user: Option<Account>,
-    found: StoreResult<(RepoRow, Perm)>,
+    user: Option<Arc<Account>>,
+    found: StoreResult<(Arc<RepoRow>, Perm)>,
 ) -> Result<RepoAccess, ApiError> {
     let (row, perm) = match found {
         Ok(found) => found,
@@ -335,7 +344,7 @@ pub async fn with_forge_membership(
 
 /// An organisation and the caller's standing in it.
 pub struct OrgAccess {
-    pub user: Account,
+    pub user: Arc<Account>,
     pub org: Org,
     pub perm: OrgPerm,
 }
@@ -430,7 +439,7 @@ mod tests {
     async fn who(ctx: &Ctx, req: Request) -> Result<Option<String>, StatusCode> {
         current(ctx, &req)
             .await
-            .map(|a| a.map(|a| a.user.login))
+            .map(|a| a.map(|a| a.user.login.clone()))
             .map_err(|e| e.status)
     }
 
@@ -497,7 +506,7 @@ mod tests {
             req
         };
         let admin_flag =
-            |r: Result<Option<Account>, ApiError>| r.ok().flatten().map(|a| a.user.admin);
+            |r: Result<Option<Arc<Account>>, ApiError>| r.ok().flatten().map(|a| a.user.admin);
         assert_eq!(admin_flag(current(ctx, &get(&pat)).await), Some(false));
         assert_eq!(
             admin_flag(current(ctx, &get(&pat)).await),

@@ -48,7 +48,7 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// `GET /orgs/{id}/permissions`: `{member, admin}` of the caller (both false if anonymous).
 async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let id = req.param_i64("org_id")?;
-    let user = current(&ctx, &req).await?.map(|a| a.user);
+    let user = current(&ctx, &req).await?.map(|a| a.user.clone());
     let u = user.clone();
     let (org, perm) = ctx
         .ci
@@ -68,7 +68,7 @@ async fn permissions(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `GET /orgs/lookup/{name}`: the organisation of that name, for its members (404 otherwise).
 async fn lookup(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let user = must_user(&ctx, &req).await?.user;
+    let user = must_user(&ctx, &req).await?.user.clone();
     let name = req.param("org_full_name").trim_matches('/').to_string();
     let u = user.clone();
     let (org, perm) = ctx

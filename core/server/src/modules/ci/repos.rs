@@ -379,7 +379,7 @@ async fn repair(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     if !access.row.repo.active {
         return Err(ApiError::unprocessable("Repository is not active"));
     }
-    ci::repos::repair(&ctx.ci, access.row).await?;
+    ci::repos::repair(&ctx.ci, std::sync::Arc::unwrap_or_clone(access.row)).await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
@@ -437,7 +437,7 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .filter(|v| !v.is_empty())
         .ok_or_else(|| ApiError::bad_request("to is required (the new owner/name)"))?;
     let RepoAccess { row, user, .. } = access;
-    let user = user.ok_or_else(ApiError::unauthorized)?.user;
+    let user = user.ok_or_else(ApiError::unauthorized)?.user.clone();
     let driver = forge::driver(&ctx.ci, row.repo.forge_id).await?;
     let remote = driver.repo(&to).await?;
     let forge_id = row.repo.forge_id;
@@ -459,6 +459,12 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             "another repository is already registered there",
         ));
     }
-    ci::repos::move_to(&ctx.ci, &driver, row, remote).await?;
+    ci::repos::move_to(
+        &ctx.ci,
+        &driver,
+        std::sync::Arc::unwrap_or_clone(row),
+        remote,
+    )
+    .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }

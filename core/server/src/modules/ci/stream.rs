@@ -72,7 +72,7 @@ async fn may_see(
 
 /// `GET /stream/events`: pipeline changes of the repositories the caller may see.
 async fn events_stream(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let user = current(&ctx, &req).await?.map(|a| a.user);
+    let user = current(&ctx, &req).await?.map(|a| a.user.clone());
     let mut feed = ctx.ci.feed.subscribe();
     let (tx, rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER);
     let _ = tx.try_send(Bytes::from_static(b": ping\n\n"));

@@ -21,7 +21,7 @@ const MAX_FIELD: usize = 1024;
 /// `GET /user`: the signed-in user.
 pub async fn current(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
-    Ok(Response::json(&avatars::shown(&ctx, account.user)))
+    Ok(Response::json(&avatars::shown(&ctx, account.user.clone())))
 }
 
 /// `POST /user/token`: the caller's current personal access token, as plain text.
@@ -43,7 +43,7 @@ pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
 /// `GET /user/feed`: the newest 50 pipelines of the repositories the caller may push to or
 /// administer (upstream's Feed, `userPushOrAdminCondition`).
 pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let user = must_user(&ctx, &req).await?.user;
+    let user = must_user(&ctx, &req).await?.user.clone();
     let list = ctx
         .ci
         .reads
@@ -104,7 +104,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
     let all = matches!(req.query("all").as_deref(), Some("true") | Some("1"));
     let name = req.query("name").unwrap_or_default().to_lowercase();
     if all && let Some(listed) = forge_listing(&ctx, &req, &account).await? {
-        let user = account.user;
+        let user = account.user.clone();
         let list = ctx
             .ci
             .reads
@@ -112,7 +112,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
             .await?;
         return Ok(Response::json(&list));
     }
-    let user = account.user;
+    let user = account.user.clone();
     let list = ctx
         .ci
         .reads

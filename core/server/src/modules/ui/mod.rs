@@ -102,7 +102,11 @@ pub struct Frame {
 
 impl Frame {
     /// The frame for `req`, and the signed-in caller (anonymous when the token is bad).
-    async fn of(ctx: &Ctx, req: &Request, title: impl Into<String>) -> (Frame, Option<Account>) {
+    async fn of(
+        ctx: &Ctx,
+        req: &Request,
+        title: impl Into<String>,
+    ) -> (Frame, Option<std::sync::Arc<Account>>) {
         let account = access::current(ctx, req).await.ok().flatten();
         let frame = Frame {
             root: ctx.config.web.root_path().to_string(),

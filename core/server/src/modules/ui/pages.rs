@@ -133,8 +133,8 @@ pub async fn user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         StatusCode::OK,
         &UserPage {
             frame,
-            login: account.user.login,
-            email: account.user.email,
+            login: account.user.login.clone(),
+            email: account.user.email.clone(),
             admin: account.user.admin,
         },
     )

@@ -157,7 +157,7 @@ async fn render(
                 .collect(),
         })
         .collect();
-    let full_name = access.row.repo.full_name;
+    let full_name = access.row.repo.full_name.clone();
     let title = match &selected {
         Some(s) => format!("{} · #{} · {full_name}", s.name, p.number),
         None => format!("#{} · {full_name}", p.number),

@@ -66,7 +66,7 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     };
     let filter = req.query("q").unwrap_or_default().trim().to_string();
     let needle = filter.to_lowercase();
-    let user = account.user;
+    let user = account.user.clone();
     // The REST API's home list: the same repositories, one read.
     let found = ctx
         .ci
@@ -136,7 +136,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
         })
         .await?;
     let now = now_unix();
-    let repo = access.row.repo;
+    let repo = access.row.repo.clone();
     page(
         StatusCode::OK,
         &RepoPage {
