@@ -217,7 +217,7 @@ impl App {
             seal.clone(),
             plugins,
             crate::ci::Settings {
-                pipeline: config.pipeline.settings(),
+                pipeline: config.pipeline.clone(),
                 mount: config.ci.mount.clone(),
                 public_url: crate::ci::PublicUrl::new(&config.server.listen),
                 env_admins: EnvAdmins(config.auth.admins.clone()),
