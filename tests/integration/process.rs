@@ -121,6 +121,29 @@ fn user_tools_refuse_another_sealing_key_and_print_nothing() {
     }
 }
 
+/// The commands that only read open the store read-only: on a data dir with no database (and
+/// no key) `user token` fails and leaves nothing behind, where opening the store as `user
+/// add` does would make both.
+#[test]
+fn user_token_reads_only_and_makes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, crate::util::config_text(&data, "")).unwrap();
+    let out = Command::new(BIN)
+        .args(["user", "token", "first", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "printed a token");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("storage.secret_key_file"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&data).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[tokio::test]
 async fn user_add_prints_only_a_working_token() {
     let dir = tempfile::tempdir().unwrap();

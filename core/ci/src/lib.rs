@@ -125,23 +125,49 @@ pub struct Settings {
     pub configured_forges: std::collections::BTreeMap<i64, &'static str>,
 }
 
-/// How pipelines are made and run: the `[pipeline]` values the services act on.
-#[derive(Debug, Clone)]
+/// How pipelines are made and run: `[pipeline]` in config.toml, which the server reads into
+/// this type directly (its `config::PipelineConfig`), so the fields are listed once.
+/// Where pipelines get secrets and registry logins besides the API-managed ones, and how
+/// often cron jobs may start them.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct PipelineSettings {
-    /// Secret-backend plugin instances asked, in order, after the built-in store.
+    /// Secret-backend plugin instances asked after the built-in store, in order; a name one
+    /// of them already gave is not asked again (the built-in store always comes first).
     pub secret_backends: Vec<String>,
-    /// Registry-auth plugin instances asked, in order, when no stored registry matches.
+    /// Registry-auth plugin instances asked, in order, for a step image's registry when no
+    /// registry configured through the API matches.
     pub registry_auth: Vec<String>,
-    /// Plugin images that may run `privileged: true` in any repository.
+    /// Plugin images that may run `privileged: true` in any repository (docker backend);
+    /// everything else needs a repository trusted for security.
     pub privileged_plugins: Vec<String>,
-    /// The shortest time between two runs of one cron job, in seconds.
+    /// The shortest time between two runs of a cron job, in seconds: every cron job starts a
+    /// pipeline, so a schedule firing every second would be a denial of service.
     pub cron_min_interval_secs: u64,
-    /// Cron jobs one repository may have.
+    /// Cron jobs one repository may have: each one starts pipelines on its own, so without a
+    /// bound a repository admin could schedule hundreds of runs a minute.
     pub max_crons_per_repo: u64,
-    /// Bytes of output kept per step (0 = no limit).
+    /// Bytes of output kept per step (0 = no limit): past it the step's log ends with a line
+    /// saying so and the step goes on. Logs are kept in the database and read whole by the
+    /// UI, so one step printing without end would fill the disk.
     pub max_step_log_bytes: u64,
-    /// The commit statuses' names begin with it: `<status_context>/<event>/<workflow>`.
+    /// The first part of the commit statuses' names on forges:
+    /// `<status_context>/<event>/<workflow>` (upstream's `WOODPECKER_STATUS_CONTEXT`).
     pub status_context: String,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        PipelineSettings {
+            secret_backends: Vec::new(),
+            registry_auth: Vec::new(),
+            privileged_plugins: Vec::new(),
+            cron_min_interval_secs: 60,
+            max_crons_per_repo: 50,
+            max_step_log_bytes: 5 * 1024 * 1024,
+            status_context: "ci/woodpecker".into(),
+        }
+    }
 }
 
 impl PipelineSettings {

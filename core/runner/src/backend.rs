@@ -181,8 +181,19 @@ impl std::fmt::Display for Swept {
 }
 
 /// The backend setting (`runner.backend`, `woodlark agent --backend`, `woodlark exec
-/// --backend`), parsed by [`crate::setting::Named`]. A new backend is one more value here
-/// and one more arm in [`crate::choose_backend`].
+/// --backend`), parsed by [`crate::setting::Named`] from the names in [`BackendKind::ALL`].
+///
+/// A new backend takes exactly:
+/// - a file in this crate implementing [`Backend`], [`Workflow`] and [`StepHandle`] (its
+///   `sweep` removes what its owner key marks);
+/// - a variant here, listed in [`BackendKind::ALL`] (else no setting can name it) and named
+///   in [`BackendKind::as_str`];
+/// - an arm in [`crate::choose_backend`], the one place a kind becomes an implementation;
+/// - only if it has settings of its own: a field of [`crate::BackendOptions`], filled by the
+///   server's `RunnerConfig::backend_options` (`[runner]`) and the agent's flags.
+///
+/// The test `every_variant_is_in_all` does not compile until a new variant has a place in
+/// its cycle, and then fails until the variant is in `ALL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BackendKind {
     /// Docker when an engine answers, else local (with a warning).
@@ -300,6 +311,40 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::setting::Named;
+
+    /// The variant after `kind` in a cycle through every variant. No wildcard arm: a new
+    /// variant does not compile until it is put in the cycle.
+    fn next(kind: BackendKind) -> BackendKind {
+        match kind {
+            BackendKind::Auto => BackendKind::Docker,
+            BackendKind::Docker => BackendKind::Local,
+            BackendKind::Local => BackendKind::Auto,
+        }
+    }
+
+    #[test]
+    fn every_variant_is_in_all() {
+        let mut every = vec![BackendKind::Auto];
+        let mut kind = next(BackendKind::Auto);
+        while kind != BackendKind::Auto {
+            assert!(
+                !every.contains(&kind),
+                "{kind:?} twice: the cycle skips a variant"
+            );
+            every.push(kind);
+            kind = next(kind);
+        }
+        for kind in &every {
+            assert!(BackendKind::ALL.contains(kind), "{kind:?} is not in ALL");
+            assert_eq!(BackendKind::from_name(kind.as_str()), Ok(*kind));
+        }
+        assert_eq!(
+            every.len(),
+            BackendKind::ALL.len(),
+            "ALL lists a variant twice"
+        );
+    }
 
     #[test]
     fn swept_counts_what_the_backend_names() {

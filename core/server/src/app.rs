@@ -40,6 +40,10 @@ pub enum AppError {
     Key(#[from] KeyError),
     #[error("secrets key: {0}")]
     Seal(#[from] SealError),
+    /// A command that only reads found no usable key where `storage.secret_key_file` says
+    /// (it makes none: a new key could open nothing sealed in the database).
+    #[error("storage.secret_key_file: {0}; the key that sealed this data dir's secrets is needed")]
+    SealKeyMissing(SealError),
     #[error(transparent)]
     Tls(#[from] server::TlsError),
     #[error("plugins: {0}")]
@@ -87,12 +91,38 @@ fn make_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// Opens the store of `config`'s data dir (creating the dir) with its sealing key, as the
-/// CLI does: the key is checked against the database's, so a token printed with the wrong
-/// key file (or a new one made because the file was missing) is refused, never handed out.
+/// CLI's `user add` does: the key is checked against the database's, so a token printed with
+/// the wrong key file (or a new one made because the file was missing) is refused, never
+/// handed out.
 pub fn open_store(config: &Config) -> Result<(Store, SealKey), AppError> {
     let seal = load_seal(config)?;
     let store = open_sealed_store(config, Some(&seal))?;
     Ok((store, seal))
+}
+
+/// Opens the store of `config`'s data dir for reading only (`Store::open_read_only`), with
+/// its sealing key, which must exist and be the database's: for the CLI's commands that only
+/// read (`user token`, `user login-link`), which so change nothing in a data dir a server may
+/// be using, and never compete for its replicas' lead.
+pub fn open_store_read_only(config: &Config) -> Result<(Store, SealKey), AppError> {
+    let seal = SealKey::load(&config.secret_key_path()).map_err(AppError::SealKeyMissing)?;
+    let options = store_options(config, Some(&seal));
+    let store = if config.storage.url.is_empty() {
+        Store::open_read_only(&config.server.data_dir.join(DB_FILE), &options)?
+    } else {
+        Store::open_postgres_read_only(&config.storage.url, &options)?
+    };
+    Ok((store, seal))
+}
+
+/// How `config` asks for its main store to be opened, checked against `seal`.
+fn store_options(config: &Config, seal: Option<&SealKey>) -> StoreOptions {
+    StoreOptions {
+        readers: config.storage.readers,
+        full_sync: config.storage.synchronous == "full",
+        sealing_key: seal.map(SealKey::fingerprint),
+        competes_for_lead: true,
+    }
 }
 
 /// The sealing key of `config`, created (in a data dir created first, 0700) on a fresh
@@ -114,12 +144,7 @@ fn open_sealed_store(config: &Config, seal: Option<&SealKey>) -> Result<Store, A
         path: dir.clone(),
         source,
     })?;
-    let options = StoreOptions {
-        readers: config.storage.readers,
-        full_sync: config.storage.synchronous == "full",
-        sealing_key: seal.map(SealKey::fingerprint),
-        competes_for_lead: true,
-    };
+    let options = store_options(config, seal);
     if !config.storage.url.is_empty() {
         return Ok(Store::open_postgres(&config.storage.url, &options)?);
     }
@@ -192,7 +217,7 @@ impl App {
             seal.clone(),
             plugins,
             crate::ci::Settings {
-                pipeline: config.pipeline.settings(),
+                pipeline: config.pipeline.clone(),
                 mount: config.ci.mount.clone(),
                 public_url: crate::ci::PublicUrl::new(&config.server.listen),
                 env_admins: EnvAdmins(config.auth.admins.clone()),

@@ -11,6 +11,7 @@
 //! - **Reads and writes are different types.** A write job gets a [`WriteTx`], a read a
 //!   [`Tx`]; every function here that changes rows takes a `WriteTx` (which derefs to `Tx`, so
 //!   reads work inside a write), so a write inside a read does not compile.
+//!   [`Store::open_read_only`] opens readers alone, for commands that only read.
 //! - **N readers.** Read-only connections in WAL mode see the last commit and never block the
 //!   writer. A short read runs on the calling worker when a connection is free (the hand-off
 //!   to the blocking pool costs more than an indexed lookup); long reads use the pool.
@@ -44,6 +45,7 @@ pub mod partkeys;
 pub mod pg;
 pub mod pipelines;
 pub mod plugin_kv;
+mod read_only;
 pub mod registries;
 pub mod repos;
 pub mod secrets;
@@ -966,10 +968,15 @@ fn check_sealing_key(conn: &WriteTx, options: &StoreOptions) -> StoreResult<()> 
         return Ok(());
     };
     let expected = meta::claim(conn, meta::SEALING_KEY, found)?;
-    if &expected != found {
+    same_sealing_key(expected, found)
+}
+
+/// The key fingerprint claimed in the database (`expected`) against the one given (`found`).
+fn same_sealing_key(expected: String, found: &str) -> StoreResult<()> {
+    if expected != found {
         return Err(StoreError::SealingKeyMismatch {
             expected,
-            found: found.clone(),
+            found: found.to_owned(),
         });
     }
     Ok(())

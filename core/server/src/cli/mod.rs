@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
-use crate::app::{App, open_store};
+use crate::app::{App, open_store, open_store_read_only};
 use crate::auth::sealing::SealKey;
 use crate::auth::{random_secret, token, user_token_key};
 use crate::config::Config;
@@ -629,9 +629,10 @@ fn user_token(config_path: PathBuf, login: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The account `login` of the config's data dir (and the sealing key), or a clear error.
+/// The account `login` of the config's data dir (and the sealing key), or a clear error; the
+/// store is opened read-only.
 fn existing_account(config: &Config, login: String) -> anyhow::Result<(users::Account, SealKey)> {
-    let (store, seal) = open_store(config)?;
+    let (store, seal) = open_store_read_only(config)?;
     let env = EnvAdmins(config.auth.admins.clone());
     let name = login.clone();
     let found = runtime()?.block_on(store.read(move |c| users::by_login(c, &env, &name)));

@@ -185,63 +185,9 @@ pub struct ModuleConfig {
     pub mount: String,
 }
 
-/// `[pipeline]`: where pipelines get secrets and registry logins besides the API-managed ones,
-/// and how often cron jobs may start them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PipelineConfig {
-    /// Secret-backend plugin instances asked after the built-in store, in order; a name one
-    /// of them already gave is not asked again (the built-in store always comes first).
-    pub secret_backends: Vec<String>,
-    /// Registry-auth plugin instances asked, in order, for a step image's registry when no
-    /// registry configured through the API matches.
-    pub registry_auth: Vec<String>,
-    /// Plugin images that may run `privileged: true` in any repository (docker backend);
-    /// everything else needs a repository trusted for security.
-    pub privileged_plugins: Vec<String>,
-    /// The shortest time between two runs of a cron job, in seconds: every cron job starts a
-    /// pipeline, so a schedule firing every second would be a denial of service.
-    pub cron_min_interval_secs: u64,
-    /// Cron jobs one repository may have: each one starts pipelines on its own, so without a
-    /// bound a repository admin could schedule hundreds of runs a minute.
-    pub max_crons_per_repo: u64,
-    /// Bytes of output kept per step (0 = no limit): past it the step's log ends with a line
-    /// saying so and the step goes on. Logs are kept in the database and read whole by the
-    /// UI, so one step printing without end would fill the disk.
-    pub max_step_log_bytes: u64,
-    /// The first part of the commit statuses' names on forges:
-    /// `<status_context>/<event>/<workflow>` (upstream's `WOODPECKER_STATUS_CONTEXT`).
-    pub status_context: String,
-}
-
-impl PipelineConfig {
-    /// What the CI services are given of `[pipeline]`.
-    pub fn settings(&self) -> crate::ci::PipelineSettings {
-        crate::ci::PipelineSettings {
-            secret_backends: self.secret_backends.clone(),
-            registry_auth: self.registry_auth.clone(),
-            privileged_plugins: self.privileged_plugins.clone(),
-            cron_min_interval_secs: self.cron_min_interval_secs,
-            max_crons_per_repo: self.max_crons_per_repo,
-            max_step_log_bytes: self.max_step_log_bytes,
-            status_context: self.status_context.clone(),
-        }
-    }
-}
-
-impl Default for PipelineConfig {
-    fn default() -> Self {
-        PipelineConfig {
-            secret_backends: Vec::new(),
-            registry_auth: Vec::new(),
-            privileged_plugins: Vec::new(),
-            cron_min_interval_secs: 60,
-            max_crons_per_repo: 50,
-            max_step_log_bytes: 5 * 1024 * 1024,
-            status_context: "ci/woodpecker".into(),
-        }
-    }
-}
+/// `[pipeline]`: the CI services' own settings type, read from the config as it is (one list
+/// of fields, documented where the services use them).
+pub type PipelineConfig = crate::ci::PipelineSettings;
 
 /// `[events]`: the events feed and the retention of the outbox behind it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
