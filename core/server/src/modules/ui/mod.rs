@@ -24,6 +24,7 @@
 //! [`routes`].
 
 pub mod ansi;
+pub mod forms;
 mod pages;
 mod pipeline;
 mod repos;
@@ -98,6 +99,10 @@ pub struct Frame {
     pub title: String,
     /// The signed-in user's login.
     pub user: Option<String>,
+    /// The session's CSRF token, for the page's forms (`forms::csrf_field`); "" anonymous.
+    pub csrf: String,
+    /// A message a form post left for this page (`forms::see_other`), shown once.
+    pub flash: Option<forms::Flash>,
 }
 
 impl Frame {
@@ -109,6 +114,8 @@ impl Frame {
             api: ctx.config.ci.mount.clone(),
             title: title.into(),
             user: account.as_ref().map(|a| a.user.login.clone()),
+            csrf: forms::csrf_for(ctx, req, account.as_ref()),
+            flash: forms::flash_of(ctx, req),
         };
         (frame, account)
     }
@@ -147,12 +154,20 @@ struct ErrorPage {
 }
 
 /// A page's outcome, its errors as pages: 401 offers the sign-in, 4xx says why, 5xx only
-/// that it failed (the cause is in the server's log).
+/// that it failed (the cause is in the server's log). A message the frame showed is cleared.
 fn or_error_page(frame: Frame, outcome: Result<Response, ApiError>) -> Result<Response, ApiError> {
-    let err = match outcome {
-        Ok(response) => return Ok(response),
-        Err(err) => err,
+    let flash = frame.flash.clone();
+    let mut response = match outcome {
+        Ok(response) => response,
+        Err(err) => error_page(frame, err)?,
     };
+    if let Some(flash) = &flash {
+        forms::clear_flash(flash, &mut response);
+    }
+    Ok(response)
+}
+
+fn error_page(frame: Frame, err: ApiError) -> Result<Response, ApiError> {
     let status = err.status;
     let (heading, message) = match status {
         StatusCode::UNAUTHORIZED => ("Sign in to see this page", String::new()),
