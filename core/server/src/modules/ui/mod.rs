@@ -23,6 +23,7 @@
 //! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
 //! [`routes`].
 
+mod actions;
 pub mod ansi;
 pub mod forms;
 mod pages;
@@ -71,6 +72,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     if !root.is_empty() {
         scope.get("/", pages::home);
     }
+    actions::routes(scope);
 }
 
 async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {

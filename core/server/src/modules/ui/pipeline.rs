@@ -3,6 +3,7 @@
 
 use askama::Template;
 
+use super::actions::Offered;
 use super::{Frame, ansi, or_error_page, page, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::access;
@@ -71,6 +72,8 @@ struct PipelinePage {
     errors: Vec<(String, bool)>,
     workflows: Vec<WorkflowItem>,
     log: Option<LogView>,
+    /// The action buttons this viewer gets.
+    offered: Offered,
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}`.
@@ -134,6 +137,7 @@ async fn render(
         None => None,
     };
     let now = now_unix();
+    let offered = Offered::of(&access, &row.pipeline);
     let p = row.pipeline;
     let workflows = p
         .workflows
@@ -186,6 +190,7 @@ async fn render(
                 .collect(),
             workflows,
             log,
+            offered,
         },
     )
 }

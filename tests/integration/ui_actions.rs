@@ -1,0 +1,261 @@
+//! The built-in UI's forms (`modules/ui/forms.rs`, `actions.rs`): cancel, restart, approve
+//! and decline from a pipeline's page, over real HTTP with a runner: the buttons each viewer
+//! gets, who may post (the REST API's answers), the CSRF field a browser session must carry,
+//! bad bodies, and the one-shot message after the redirect.
+
+use crate::browser::login_link;
+use crate::pipelines::{push_files, wait_for};
+use crate::util::{TestServer, with_runner};
+use crate::web::Browser;
+
+/// A browser signed in as `login` through a one-time link.
+pub(crate) async fn signed_in(s: &TestServer, login: &str) -> Browser {
+    let mut b = Browser::new(&s.http);
+    let link = login_link(s, login);
+    let r = b.get(&link[link.find("/authorize").unwrap()..]).await;
+    assert_eq!(r.status.as_u16(), 303);
+    b
+}
+
+/// The value of the page's first hidden `csrf` field.
+pub(crate) fn csrf_of(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no csrf field: {page}"));
+    let rest = &page[at + "name=\"csrf\" value=\"".len()..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_actions_from_the_page_as_the_api_allows() {
+    let data = tempfile::tempdir().unwrap();
+    let tables = with_runner(data.path());
+    let s = TestServer::start_in_with_tables(data, "", &tables).await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"visibility":"private"}"#,
+        )
+        .await
+        .expect(200);
+    let slow = "steps:\n  - name: wait\n    image: sh\n    commands:\n      - sleep 120\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", slow)], "slow").await;
+    wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "running").await;
+
+    let page_path = format!("/repos/{id}/pipeline/1");
+    let cancel = format!("{page_path}/cancel");
+    let mut alice = signed_in(&s, "alice").await;
+    let page = alice.get(&page_path).await.expect(200).text();
+    assert!(page.contains(&format!("action=\"{cancel}\"")), "{page}");
+    assert!(!page.contains("/restart\""), "not while running: {page}");
+    let csrf = csrf_of(&page);
+
+    // Who may post: anonymous 401 (the sign-in), a stranger 404, as the API; nothing changed.
+    let r = s
+        .http
+        .send("POST", &cancel, None, Some(b"csrf=x"), &[FORM])
+        .await
+        .expect(401);
+    assert!(r.text().contains("/login"), "{}", r.text());
+    s.http
+        .send("POST", &cancel, Some(&p.bob), Some(b""), &[FORM])
+        .await
+        .expect(404);
+    // A browser session without the form's token, or another session's, is refused: 403.
+    let r = alice.send("POST", &cancel, Some(""), &[FORM]).await;
+    assert_eq!(r.status.as_u16(), 403, "{}", r.text());
+    assert!(r.text().contains("reload the page"), "{}", r.text());
+    let other = signed_in(&s, "alice").await;
+    let mut other = other;
+    let other_csrf = csrf_of(&other.get(&page_path).await.expect(200).text());
+    assert_ne!(other_csrf, csrf);
+    let body = format!("csrf={other_csrf}");
+    let r = alice.send("POST", &cancel, Some(&body), &[FORM]).await;
+    assert_eq!(r.status.as_u16(), 403);
+    // A body that is no form: 400 saying what is expected (to a caller who may act: a
+    // refusal comes first, and a session's token cannot be read from it); too large: 413.
+    let r = s
+        .http
+        .send(
+            "POST",
+            &cancel,
+            Some(&p.alice),
+            Some(format!("{{\"csrf\":\"{csrf}\"}}").as_bytes()),
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 400);
+    assert!(r.text().contains("x-www-form-urlencoded"), "{}", r.text());
+    let big = format!("csrf={csrf}&pad={}", "x".repeat(70_000));
+    let r = alice.send("POST", &cancel, Some(&big), &[FORM]).await;
+    assert_eq!(r.status.as_u16(), 413);
+    // A bad pipeline number.
+    let r = alice
+        .post_form(
+            &format!("/repos/{id}/pipeline/x/cancel"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 400);
+    let r = alice
+        .post_form(
+            &format!("/repos/{id}/pipeline/99/cancel"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 404);
+    let still = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/1"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        still["status"], "running",
+        "nothing refused changed anything"
+    );
+
+    // Alice cancels with the form: back to the page, which says so once.
+    let r = alice.post_form(&cancel, &[("csrf", &csrf)]).await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    assert_eq!(r.header("location"), Some(page_path.as_str()));
+    let page = alice.get(&page_path).await.expect(200).text();
+    assert!(page.contains("Pipeline #1 was canceled."), "{page}");
+    let page = alice.get(&page_path).await.expect(200).text();
+    assert!(!page.contains("was canceled."), "shown once: {page}");
+    wait_for(&s.http, &p.alice, id, 1, 30, |p| {
+        p["status"] == "killed" || p["status"] == "canceled"
+    })
+    .await;
+    // Canceling a finished pipeline: the API's 400, as a page.
+    let r = alice.post_form(&cancel, &[("csrf", &csrf)]).await;
+    assert_eq!(r.status.as_u16(), 400, "{}", r.text());
+
+    // A finished pipeline offers a restart, which leads to the new pipeline.
+    let page = alice.get(&page_path).await.expect(200).text();
+    assert!(
+        page.contains(&format!("action=\"{page_path}/restart\"")),
+        "{page}"
+    );
+    assert!(!page.contains(&format!("action=\"{cancel}\"")), "{page}");
+    let r = alice
+        .post_form(&format!("{page_path}/restart"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/repos/{id}/pipeline/2").as_str())
+    );
+    let restarted = wait_for(&s.http, &p.alice, id, 2, 60, |p| p["status"] == "running").await;
+    assert_eq!(restarted["parent"], 1);
+    // An instance admin (a personal access token: no CSRF field needed) may cancel it.
+    let r = s
+        .http
+        .send(
+            "POST",
+            &format!("/repos/{id}/pipeline/2/cancel"),
+            Some(&p.admin),
+            Some(b""),
+            &[FORM],
+        )
+        .await
+        .expect(303);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/repos/{id}/pipeline/2").as_str())
+    );
+
+    // Public now: bob may read the page but gets no buttons, and his post is the API's 403.
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"visibility":"public"}"#,
+        )
+        .await
+        .expect(200);
+    let page = s
+        .http
+        .get(&page_path, Some(&p.bob))
+        .await
+        .expect(200)
+        .text();
+    assert!(!page.contains("class=\"actions\""), "{page}");
+    s.http
+        .send(
+            "POST",
+            &format!("{page_path}/restart"),
+            Some(&p.bob),
+            Some(b""),
+            &[FORM],
+        )
+        .await
+        .expect(403);
+    let page = s.http.get(&page_path, None).await.expect(200).text();
+    assert!(!page.contains("class=\"actions\""), "anonymous: {page}");
+
+    // Approval: a held pipeline offers approve and decline, and each does what the API does.
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"require_approval":"all_events"}"#,
+        )
+        .await
+        .expect(200);
+    let quick = "steps:\n  - name: hi\n    image: sh\n    commands:\n      - echo hi\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", quick)], "held").await;
+    wait_for(&s.http, &p.alice, id, 3, 30, |p| p["status"] == "blocked").await;
+    let held = format!("/repos/{id}/pipeline/3");
+    let page = alice.get(&held).await.expect(200).text();
+    assert!(
+        page.contains(&format!("action=\"{held}/approve\"")),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("action=\"{held}/decline\"")),
+        "{page}"
+    );
+    assert!(
+        !page.contains(&format!("action=\"{held}/restart\"")),
+        "{page}"
+    );
+    s.http
+        .send(
+            "POST",
+            &format!("{held}/approve"),
+            Some(&p.bob),
+            Some(b""),
+            &[FORM],
+        )
+        .await
+        .expect(403);
+    let r = alice
+        .post_form(&format!("{held}/approve"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    wait_for(&s.http, &p.alice, id, 3, 60, |p| p["status"] == "success").await;
+    push_files(&s, "alice/app", &[("README", "again")], "held again").await;
+    wait_for(&s.http, &p.alice, id, 4, 30, |p| p["status"] == "blocked").await;
+    let r = alice
+        .post_form(
+            &format!("/repos/{id}/pipeline/4/decline"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    let page = alice
+        .get(&format!("/repos/{id}/pipeline/4"))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains("Pipeline #4 was declined."), "{page}");
+    assert!(page.contains("s-declined"), "{page}");
+    s.stop().await;
+}
