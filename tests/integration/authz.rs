@@ -457,6 +457,9 @@ const RULES: &[(&str, Rule)] = &[
         "POST /repos/{repo_id}/pipeline/{number}/decline",
         Rule::RepoPush,
     ),
+    // The manual-run form: the API's manual run's rule.
+    ("GET /repos/{repo_id}/manual", Rule::RepoPush),
+    ("POST /repos/{repo_id}/manual", Rule::RepoPush),
 ];
 
 /// Routes that may legitimately hold an allowed caller's request open (long polls): no answer

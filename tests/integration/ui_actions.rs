@@ -259,3 +259,150 @@ async fn pipeline_actions_from_the_page_as_the_api_allows() {
     assert!(page.contains("s-declined"), "{page}");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_manual_run_form_runs_as_the_api_and_keeps_what_was_entered() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"visibility":"private"}"#,
+        )
+        .await
+        .expect(200);
+    let config = "steps:\n  - name: hi\n    image: sh\n    commands:\n      - echo $GREETING\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "first").await;
+    let form_path = format!("/repos/{id}/manual");
+
+    // The repository page links to the form for those who may run; the form lists the
+    // branches the API's /branches gives.
+    let mut alice = signed_in(&s, "alice").await;
+    let page = alice.get(&format!("/repos/{id}")).await.expect(200).text();
+    assert!(page.contains(&format!("href=\"{form_path}\"")), "{page}");
+    let page = alice.get(&form_path).await.expect(200).text();
+    let branches = s
+        .http
+        .get(&format!("/api/repos/{id}/branches"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    for b in branches.as_array().unwrap() {
+        let b = b.as_str().unwrap();
+        assert!(
+            page.contains(&format!("<option value=\"{b}\"")),
+            "{b}: {page}"
+        );
+    }
+    assert!(
+        page.contains("selected>main<"),
+        "the default branch: {page}"
+    );
+    let csrf = csrf_of(&page);
+
+    // Who may open and post it: as the API's manual run (anonymous 401, stranger 404).
+    s.http.get(&form_path, None).await.expect(401);
+    s.http.get(&form_path, Some(&p.bob)).await.expect(404);
+    s.http.get(&form_path, Some(&p.admin)).await.expect(200);
+    s.http
+        .send("POST", &form_path, None, Some(b"branch=main"), &[FORM])
+        .await
+        .expect(401);
+    s.http
+        .send(
+            "POST",
+            &form_path,
+            Some(&p.bob),
+            Some(b"branch=main"),
+            &[FORM],
+        )
+        .await
+        .expect(404);
+    let r = alice.post_form(&form_path, &[("branch", "main")]).await;
+    assert_eq!(r.status.as_u16(), 403, "no csrf field: {}", r.text());
+
+    // Bad input: the form again, with the reason and everything entered.
+    for (rows, reason) in [
+        (vec![("", "orphan value")], "no variable name"),
+        (vec![("A", "1"), ("A", "2")], "given twice"),
+        (vec![("CI_COMMIT_SHA", "forged")], "CI_"),
+    ] {
+        let mut fields = vec![
+            ("csrf", csrf.as_str()),
+            ("branch", "main"),
+            ("message", "<kept message>"),
+        ];
+        for (k, v) in &rows {
+            fields.push(("key", k));
+            fields.push(("value", v));
+        }
+        let r = alice.post_form(&form_path, &fields).await;
+        assert_eq!(r.status.as_u16(), 400, "{rows:?}: {}", r.text());
+        let page = r.text();
+        assert!(page.contains(reason), "{reason}: {page}");
+        assert!(page.contains("value=\"&#60;kept message&#62;\""), "{page}");
+        for (k, v) in &rows {
+            assert!(page.contains(&format!("value=\"{v}\"")), "{v}: {page}");
+            if !k.is_empty() {
+                assert!(page.contains(&format!("value=\"{k}\"")), "{k}: {page}");
+            }
+        }
+    }
+    let r = alice
+        .post_form(&form_path, &[("csrf", &csrf), ("branch", "no-such-branch")])
+        .await;
+    assert!(
+        r.status.is_client_error() || r.status.is_server_error(),
+        "{}",
+        r.status
+    );
+    assert!(r.text().contains("no-such-branch"), "{}", r.text());
+    let none = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(none.as_array().unwrap().len(), 1, "only the push's: {none}");
+
+    // A run: on to the new pipeline, made as the API makes it.
+    let r = alice
+        .post_form(
+            &form_path,
+            &[
+                ("csrf", &csrf),
+                ("branch", "main"),
+                ("message", "by hand"),
+                ("key", "GREETING"),
+                ("value", "hello there"),
+                ("key", ""),
+                ("value", ""),
+            ],
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 303, "{}", r.text());
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/repos/{id}/pipeline/2").as_str())
+    );
+    let made = s
+        .http
+        .get(&format!("/api/repos/{id}/pipelines/2"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(made["event"], "manual");
+    assert_eq!(made["message"], "MANUAL: by hand @ main");
+    assert_eq!(made["variables"]["GREETING"], "hello there");
+    assert_eq!(made["author"], "alice");
+    let page = alice
+        .get(&format!("/repos/{id}/pipeline/2"))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains("Pipeline #2 started."), "{page}");
+    s.stop().await;
+}

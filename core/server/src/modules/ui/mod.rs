@@ -26,6 +26,7 @@
 mod actions;
 pub mod ansi;
 pub mod forms;
+mod manual;
 mod pages;
 mod pipeline;
 mod repos;
@@ -73,6 +74,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
         scope.get("/", pages::home);
     }
     actions::routes(scope);
+    manual::routes(scope);
 }
 
 async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
