@@ -406,3 +406,83 @@ async fn the_manual_run_form_runs_as_the_api_and_keeps_what_was_entered() {
     assert!(page.contains("Pipeline #2 started."), "{page}");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_pipelines_config_and_changed_files_are_pages_of_their_own() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"visibility":"private"}"#,
+        )
+        .await
+        .expect(200);
+    let config = "# <script>alert('x')</script> & more\nsteps:\n  - name: hi\n    image: sh\n    commands:\n      - echo hi\n";
+    push_files(
+        &s,
+        "alice/app",
+        &[(".woodpecker.yaml", config), ("src/<b>odd</b>.txt", "x")],
+        "files",
+    )
+    .await;
+    let base = format!("/repos/{id}/pipeline/1");
+    wait_for(&s.http, &p.alice, id, 1, 30, |p| p["number"] == 1).await;
+
+    let r = s
+        .http
+        .get(&format!("{base}/config"), Some(&p.alice))
+        .await
+        .expect(200);
+    let page = r.text();
+    assert!(page.contains("<code>.woodpecker.yaml</code>"), "{page}");
+    assert!(
+        page.contains("# &#60;script&#62;alert(&#39;x&#39;)&#60;/script&#62; &#38; more"),
+        "escaped, in full: {page}"
+    );
+    assert!(!page.contains("<script>"), "{page}");
+    // The same files the API's /config gives (its hash shown).
+    let api = s
+        .http
+        .get(
+            &format!("/api/repos/{id}/pipelines/1/config"),
+            Some(&p.alice),
+        )
+        .await
+        .expect(200)
+        .json();
+    let hash = api[0]["hash"].as_str().unwrap();
+    assert!(page.contains(hash), "{page}");
+
+    let page = s
+        .http
+        .get(&format!("{base}/changed-files"), Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains("<code>.woodpecker.yaml</code>"), "{page}");
+    assert!(
+        page.contains("<code>src/&#60;b&#62;odd&#60;/b&#62;.txt</code>"),
+        "{page}"
+    );
+
+    // Who sees them: as the API (anonymous 401, stranger 404, admin 200); bad ids.
+    for tab in ["config", "changed-files"] {
+        let path = format!("{base}/{tab}");
+        s.http.get(&path, None).await.expect(401);
+        s.http.get(&path, Some(&p.bob)).await.expect(404);
+        s.http.get(&path, Some(&p.admin)).await.expect(200);
+        s.http
+            .get(&format!("/repos/{id}/pipeline/9/{tab}"), Some(&p.alice))
+            .await
+            .expect(404);
+        s.http
+            .get(&format!("/repos/{id}/pipeline/x/{tab}"), Some(&p.alice))
+            .await
+            .expect(400);
+    }
+    s.stop().await;
+}

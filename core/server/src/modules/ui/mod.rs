@@ -30,6 +30,7 @@ mod manual;
 mod pages;
 mod pipeline;
 mod repos;
+mod tabs;
 pub mod when;
 
 use askama::Template;
@@ -64,7 +65,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
         .get("/assets/woodlark.js", script);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
-    for tab in ["config", "changed-files", "errors", "debug"] {
+    for tab in ["errors", "debug"] {
         scope.get(
             &format!("/repos/{{repo_id}}/pipeline/{{number}}/{tab}"),
             pipeline::show,
@@ -75,6 +76,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     }
     actions::routes(scope);
     manual::routes(scope);
+    tabs::routes(scope);
 }
 
 async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {

@@ -106,15 +106,7 @@ async fn render(
         None
     };
     let repo_id = access.row.repo.id;
-    let row = ctx
-        .ci
-        .reads
-        .read(move |c| pipelines::full(c, repo_id, number))
-        .await
-        .map_err(|err| match err {
-            StoreError::NotFound => ApiError::not_found("Pipeline not found"),
-            other => other.into(),
-        })?;
+    let row = load(ctx, repo_id, number).await?;
     let selected = match pid {
         Some(pid) => Some(
             steps(&row)
@@ -193,6 +185,18 @@ async fn render(
             offered,
         },
     )
+}
+
+/// Pipeline `number` of repository `repo_id`, or the API's 404.
+pub(super) async fn load(ctx: &Ctx, repo_id: i64, number: i64) -> Result<PipelineRow, ApiError> {
+    ctx.ci
+        .reads
+        .read(move |c| pipelines::full(c, repo_id, number))
+        .await
+        .map_err(|err| match err {
+            StoreError::NotFound => ApiError::not_found("Pipeline not found"),
+            other => other.into(),
+        })
 }
 
 fn steps(row: &PipelineRow) -> impl Iterator<Item = &Step> {

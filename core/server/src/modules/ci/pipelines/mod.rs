@@ -452,17 +452,25 @@ pub async fn decide_as(
 async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    let id = row.pipeline.id;
-    let files = ctx
-        .ci
-        .reads
-        .read(move |c| pipelines::configs(c, id))
-        .await?;
+    let files = configs_of(&ctx, row.pipeline.id).await?;
     let out: Vec<Value> = files
         .into_iter()
         .map(|(hash, f)| json!({"hash": hash, "name": f.name, "data": STANDARD.encode(f.data)}))
         .collect();
     Ok(Response::json(&out))
+}
+
+/// The config files pipeline `pipeline_id` was compiled from, with their hashes (the API's
+/// `…/config` and the UI's config page).
+pub async fn configs_of(
+    ctx: &Ctx,
+    pipeline_id: i64,
+) -> Result<Vec<(String, crate::pipeline::types::ConfigFile)>, ApiError> {
+    Ok(ctx
+        .ci
+        .reads
+        .read(move |c| pipelines::configs(c, pipeline_id))
+        .await?)
 }
 
 fn meta_pipeline(p: &Pipeline) -> Value {
