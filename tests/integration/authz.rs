@@ -457,6 +457,11 @@ const RULES: &[(&str, Rule)] = &[
         "POST /repos/{repo_id}/pipeline/{number}/decline",
         Rule::RepoPush,
     ),
+    // A step's log lines by range (the live view and long logs): the log's own rule.
+    (
+        "GET /repos/{repo_id}/pipeline/{number}/{step_pid}/lines",
+        Rule::RepoRead,
+    ),
     // The manual-run form: the API's manual run's rule.
     ("GET /repos/{repo_id}/manual", Rule::RepoPush),
     ("POST /repos/{repo_id}/manual", Rule::RepoPush),

@@ -26,6 +26,7 @@
 mod actions;
 pub mod ansi;
 pub mod forms;
+mod logview;
 mod manual;
 mod pages;
 mod pipeline;
@@ -77,6 +78,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     actions::routes(scope);
     manual::routes(scope);
     tabs::routes(scope);
+    logview::routes(scope);
 }
 
 async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
