@@ -118,7 +118,7 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
     );
     // The repository list needs a user: the login page.
     let r = http.get("/repos", None).await.expect(303);
-    assert_eq!(r.header("location"), Some("/login"));
+    assert_eq!(r.header("location"), Some("/login?next=%2Frepos"));
     http.get("/user", None).await.expect(303);
 
     // Alice's private repository with 51 pipelines, messages hostile.
@@ -251,7 +251,8 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
     set_visibility(&s, &p.alice, id, "public").await;
     let page = http.get(&path, None).await.expect(200).text();
     assert!(
-        page.contains("alice/app") && page.contains("href=\"/login\""),
+        page.contains("alice/app")
+            && page.contains(&format!("href=\"/login?next=%2Frepos%2F{id}\"")),
         "{page}"
     );
     http.get(&path, Some(&p.bob)).await.expect(200);
@@ -502,7 +503,7 @@ async fn pages_under_a_root_path_link_within_it() {
         .expect(200);
     s.http.get("/repos", None).await.expect(404);
     let r = s.http.get("/ci/repos", None).await.expect(303);
-    assert_eq!(r.header("location"), Some("/ci/login"));
+    assert_eq!(r.header("location"), Some("/ci/login?next=%2Fci%2Frepos"));
     let page = s.http.get("/ci/login", None).await.expect(200).text();
     assert!(page.contains("action=\"/ci/authorize\""), "{page}");
     let page = s

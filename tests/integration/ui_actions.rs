@@ -486,3 +486,139 @@ async fn a_pipelines_config_and_changed_files_are_pages_of_their_own() {
     }
     s.stop().await;
 }
+
+/// Signing in returns to the page that asked for it, and only to a page of this site.
+#[tokio::test]
+async fn signing_in_returns_to_the_page_and_never_off_site() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"visibility":"private"}"#,
+        )
+        .await
+        .expect(200);
+    // A private page offers the sign-in with itself as `next`; the login page carries it.
+    let wanted = format!("/repos/{id}?page=1");
+    let page = s.http.get(&wanted, None).await.expect(401).text();
+    let next = format!("%2Frepos%2F{id}%3Fpage%3D1");
+    assert!(
+        page.contains(&format!("href=\"/login?next={next}\"")),
+        "{page}"
+    );
+    let mut b = Browser::new(&s.http);
+    let login = b
+        .get(&format!("/login?next={next}"))
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        login.contains(&format!("name=\"next\" value=\"/repos/{id}?page=1\"")),
+        "{login}"
+    );
+    let form_token = {
+        let at = login.find("name=\"form_token\" value=\"").unwrap() + 25;
+        login[at..at + login[at..].find('"').unwrap()].to_string()
+    };
+    let r = b
+        .post_form(
+            "/authorize",
+            &[
+                ("form_token", &form_token),
+                ("token", &p.alice),
+                ("next", &wanted),
+            ],
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 303);
+    assert_eq!(r.header("location"), Some(wanted.as_str()));
+    b.get(&wanted).await.expect(200);
+
+    // Elsewhere is refused: the login page drops it, a sign-in goes home instead.
+    for bad in [
+        "https://evil.example/",
+        "//evil.example/x",
+        "/\\evil.example",
+        "javascript:alert(1)",
+    ] {
+        let encoded: String = form_urlencoded::byte_serialize(bad.as_bytes()).collect();
+        let login = b
+            .get(&format!("/login?next={encoded}"))
+            .await
+            .expect(200)
+            .text();
+        assert!(!login.contains("name=\"next\""), "{bad}: {login}");
+        let link = login_link(&s, "alice");
+        let r = b
+            .get(&format!(
+                "{}&next={encoded}",
+                &link[link.find("/authorize").unwrap()..]
+            ))
+            .await;
+        assert_eq!(r.status.as_u16(), 303, "{bad}");
+        assert_eq!(r.header("location"), Some("/"), "{bad}");
+    }
+    // A login link with a good `next` goes there.
+    let link = login_link(&s, "alice");
+    let r = b
+        .get(&format!(
+            "{}&next=%2Frepos%2F{id}",
+            &link[link.find("/authorize").unwrap()..]
+        ))
+        .await;
+    assert_eq!(r.header("location"), Some(format!("/repos/{id}").as_str()));
+    s.stop().await;
+}
+
+/// A forge-supplied link is a link only when it is http(s).
+#[tokio::test]
+async fn only_http_forge_urls_become_links() {
+    use woodlark::pipeline::types::Commit;
+    use woodlark::store::pipelines::{self, Pipeline};
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    s.app_state
+        .ci
+        .store_for_tests()
+        .write(move |c| {
+            for (number, url) in [(1, "javascript:alert(1)"), (2, "https://forge.example/c/1")] {
+                let p = Pipeline {
+                    commit: Commit {
+                        sha: format!("{number:040}"),
+                        forge_url: url.into(),
+                        ..Commit::default()
+                    },
+                    ..Pipeline::default()
+                };
+                pipelines::create(c, id, number, &p, &[], &[])?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let page = s
+        .http
+        .get(&format!("/repos/{id}/pipeline/1"), Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    assert!(!page.contains("javascript:"), "{page}");
+    assert!(!page.contains("on the forge"), "{page}");
+    let page = s
+        .http
+        .get(&format!("/repos/{id}/pipeline/2"), Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        page.contains("<a href=\"https://forge.example/c/1\" rel=\"noreferrer\">on the forge</a>"),
+        "{page}"
+    );
+    s.stop().await;
+}

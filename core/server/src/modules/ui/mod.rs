@@ -111,6 +111,8 @@ pub struct Frame {
     pub csrf: String,
     /// A message a form post left for this page (`forms::see_other`), shown once.
     pub flash: Option<forms::Flash>,
+    /// This page's path and query, where signing in returns to (`?next=`, URL-encoded).
+    pub next: String,
 }
 
 impl Frame {
@@ -124,6 +126,7 @@ impl Frame {
             user: account.as_ref().map(|a| a.user.login.clone()),
             csrf: forms::csrf_for(ctx, req, account.as_ref()),
             flash: forms::flash_of(ctx, req),
+            next: next_param(ctx.config.web.root_path(), req),
         };
         (frame, account)
     }
@@ -201,8 +204,23 @@ fn error_page(frame: Frame, err: ApiError) -> Result<Response, ApiError> {
     )
 }
 
-/// A `303 See Other` to the login page (after signing in, the browser lands on the home
-/// page, which lists the user's repositories).
+/// A `303 See Other` to the login page, which returns here after signing in.
 fn to_login(frame: &Frame) -> Response {
-    crate::modules::web::browser::redirect(&format!("{}/login", frame.root))
+    crate::modules::web::browser::redirect(&format!("{}/login{}", frame.root, frame.next))
+}
+
+/// `?next=<this page>` for a link to the login page ("" on the login and home pages, where
+/// signing in goes anyway, and for posts).
+fn next_param(root: &str, req: &Request) -> String {
+    let home = req.path == root || req.path == format!("{root}/");
+    if home || req.path == format!("{root}/login") || req.method != crate::http::Method::GET {
+        return String::new();
+    }
+    let here = if req.query.is_empty() {
+        req.path.clone()
+    } else {
+        format!("{}?{}", req.path, req.query)
+    };
+    let encoded: String = form_urlencoded::byte_serialize(here.as_bytes()).collect();
+    format!("?next={encoded}")
 }

@@ -8,6 +8,7 @@ use super::logview::{Chunk, Gap};
 use super::{Frame, or_error_page, page, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::access;
+use crate::modules::web::browser::web_link;
 use crate::pipeline::status;
 use crate::state::Ctx;
 use crate::store::StoreError;
@@ -175,7 +176,9 @@ async fn render(
             created_ago: when::ago(now, p.created),
             created_iso: when::iso(p.created),
             duration: when::duration(now, p.started, p.finished),
-            forge_url: p.commit.forge_url.clone(),
+            forge_url: web_link(&p.commit.forge_url)
+                .unwrap_or_default()
+                .to_string(),
             errors: p
                 .errors
                 .iter()

@@ -6,6 +6,7 @@ use super::{Frame, or_error_page, page, to_login, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::pagination::Page;
 use crate::modules::ci::{access, users};
+use crate::modules::web::browser::web_link;
 use crate::state::Ctx;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
@@ -147,7 +148,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
             id: repo.id,
             visibility: visibility_name(repo.visibility),
             full_name: repo.full_name,
-            forge_url: repo.forge_url,
+            forge_url: web_link(&repo.forge_url).unwrap_or_default().to_string(),
             more: list.len() == paging.per_page as usize,
             pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
             page: paging.page,
