@@ -16,6 +16,10 @@
 //!
 //! - [`pages`]: home, login and user pages; [`repos`]: the repository list and a repository's
 //!   pipelines; [`pipeline`]: a pipeline's workflows and steps, and a step's log;
+//! - [`forms`]: what every form shares (body, CSRF field, post/redirect/get);
+//!   [`actions`]: cancel, restart, approve, decline; [`manual`]: the manual-run form;
+//!   [`tabs`]: a pipeline's config and changed files; [`logview`]: a log in chunks and the
+//!   rendered lines the live view fetches;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!

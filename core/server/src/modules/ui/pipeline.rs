@@ -70,6 +70,8 @@ struct PipelinePage {
     log: Option<LogView>,
     /// The action buttons this viewer gets.
     offered: Offered,
+    /// The pipeline may still change: the page follows the events stream.
+    follow: bool,
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}`.
@@ -187,6 +189,7 @@ async fn render(
             workflows,
             log,
             offered,
+            follow: !status::is_done(p.status),
         },
     )
 }
