@@ -440,6 +440,31 @@ const RULES: &[(&str, Rule)] = &[
         "GET /repos/{repo_id}/pipeline/{number}/debug",
         Rule::RepoRead,
     ),
+    // The pipeline page's action forms: the API's own rule for each action.
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/cancel",
+        Rule::RepoPush,
+    ),
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/restart",
+        Rule::RepoPush,
+    ),
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/approve",
+        Rule::RepoPush,
+    ),
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/decline",
+        Rule::RepoPush,
+    ),
+    // A step's log lines by range (the live view and long logs): the log's own rule.
+    (
+        "GET /repos/{repo_id}/pipeline/{number}/{step_pid}/lines",
+        Rule::RepoRead,
+    ),
+    // The manual-run form: the API's manual run's rule.
+    ("GET /repos/{repo_id}/manual", Rule::RepoPush),
+    ("POST /repos/{repo_id}/manual", Rule::RepoPush),
 ];
 
 /// Routes that may legitimately hold an allowed caller's request open (long polls): no answer
@@ -519,6 +544,7 @@ impl Fixture {
         let delete = route.starts_with("DELETE ");
         let scratch = [
             "POST /api/repos/{repo_id}/pipelines/{number}/cancel",
+            "POST /repos/{repo_id}/pipeline/{number}/cancel",
             "DELETE /api/repos/{repo_id}/logs/{number}/{step_id}",
             "DELETE /api/repos/{repo_id}/logs/{number}",
         ]

@@ -118,7 +118,7 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
     );
     // The repository list needs a user: the login page.
     let r = http.get("/repos", None).await.expect(303);
-    assert_eq!(r.header("location"), Some("/login"));
+    assert_eq!(r.header("location"), Some("/login?next=%2Frepos"));
     http.get("/user", None).await.expect(303);
 
     // Alice's private repository with 51 pipelines, messages hostile.
@@ -251,7 +251,8 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
     set_visibility(&s, &p.alice, id, "public").await;
     let page = http.get(&path, None).await.expect(200).text();
     assert!(
-        page.contains("alice/app") && page.contains("href=\"/login\""),
+        page.contains("alice/app")
+            && page.contains(&format!("href=\"/login?next=%2Frepos%2F{id}\"")),
         "{page}"
     );
     http.get(&path, Some(&p.bob)).await.expect(200);
@@ -316,7 +317,7 @@ async fn a_finished_steps_log_with_line_anchors_colours_and_escaping() {
     let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
     let id = repo["id"].as_i64().unwrap();
     set_visibility(&s, &p.alice, id, "private").await;
-    let config = "steps:\n  - name: hello\n    image: sh\n    commands:\n      - echo '<img src=x onerror=alert(1)>'\n      - printf '\\033[31mred text\\033[0m plain\\n'\n  - name: long\n    image: sh\n    commands:\n      - seq 1 10005\n";
+    let config = "steps:\n  - name: hello\n    image: sh\n    commands:\n      - echo '<img src=x onerror=alert(1)>'\n      - printf '\\033[31mred text\\033[0m plain\\n'\n  - name: long\n    image: sh\n    commands:\n      - seq 1 50000\n";
     push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], HOSTILE).await;
     let done = wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "success").await;
     let step = step_of(&done, "hello");
@@ -374,7 +375,8 @@ async fn a_finished_steps_log_with_line_anchors_colours_and_escaping() {
         .text();
     assert!(raw.contains("<img src=x onerror=alert(1)>"), "{raw}");
 
-    // A long log: the first 10 000 lines, a pointer to the whole download, rendered fast.
+    // A long log (50 000 lines): the page holds its first chunk of 1 000 lines and a link
+    // for each other chunk, never the whole log; rendered fast, small.
     let long = step_of(&done, "long");
     let long_page = format!("{pipeline}/{}", long["pid"]);
     let mut best = u128::MAX;
@@ -390,15 +392,80 @@ async fn a_finished_steps_log_with_line_anchors_colours_and_escaping() {
         best = best.min(start.elapsed().as_micros());
     }
     eprintln!(
-        "GET {long_page} (10 000 log lines, {} bytes): best of 3 {best} µs",
+        "GET {long_page} (50 000 log lines, first chunk, {} bytes): best of 3 {best} µs",
         page.len()
     );
     assert!(best < 2_000_000, "{best} µs");
-    assert!(page.contains("id=\"L10000\"") && !page.contains("id=\"L10001\""));
+    assert!(page.contains("id=\"L1000\"") && !page.contains("id=\"L1001\""));
     assert!(
-        page.contains("download the whole log"),
-        "the truncation is said"
+        page.contains("href=\"?from=1000#L1001\">Lines 1001–2000</a>"),
+        "a link for the next chunk"
     );
+    assert!(page.contains("href=\"?from=49000#L49001\">Lines 49001–50000</a>"));
+    // The command's echo (`+ seq …`) is line 1: 50 001 lines, the last one alone in its chunk.
+    assert!(page.contains("href=\"?from=50000#L50001\">Lines 50001–50001</a>"));
+    assert_eq!(
+        page.matches("class=\"chunk\"").count(),
+        50,
+        "one link a chunk"
+    );
+    let before_log = &page[..page.find("id=\"log\"").unwrap()];
+    assert!(
+        before_log.len() < 100_000,
+        "{} bytes before the log",
+        before_log.len()
+    );
+    assert!(page.len() < 200_000, "{} bytes in all", page.len());
+    // Without a script, a chunk's link opens the page at that chunk.
+    let at = s
+        .http
+        .get(&format!("{long_page}?from=12000"), Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    assert!(at.contains("id=\"L12001\"") && at.contains("id=\"L13000\""));
+    assert!(!at.contains("id=\"L1\"") && !at.contains("id=\"L13001\""));
+    assert!(
+        at.contains("href=\"?from=0#L1\">Lines 1–1000</a>"),
+        "the earlier chunks"
+    );
+    // The script's fetch: rendered lines from any line, and where the next ones start.
+    let r = s
+        .http
+        .get(&format!("{long_page}/lines?from=49500"), Some(&p.alice))
+        .await
+        .expect(200);
+    assert_eq!(r.header("x-next-line"), Some("50001"));
+    let lines = r.text();
+    assert!(
+        lines.starts_with("<div class=\"line\" id=\"L49501\">"),
+        "{lines}"
+    );
+    assert_eq!(lines.matches("class=\"line\"").count(), 501);
+    assert!(lines.contains("id=\"L50001\"") && !lines.contains("id=\"L50002\""));
+    for bad in ["?from=-1", "?from=x"] {
+        s.http
+            .get(&format!("{long_page}/lines{bad}"), Some(&p.alice))
+            .await
+            .expect(400);
+        s.http
+            .get(&format!("{long_page}{bad}"), Some(&p.alice))
+            .await
+            .expect(400);
+    }
+    for who in [None, Some(p.bob.as_str())] {
+        let r = s.http.get(&format!("{long_page}/lines"), who).await;
+        assert!(matches!(r.status.as_u16(), 401 | 404), "{}", r.status);
+        assert!(!r.text().contains("class=\"line\""));
+    }
+    s.http
+        .get(&format!("{long_page}/lines"), Some(&p.admin))
+        .await
+        .expect(200);
+    s.http
+        .get(&format!("{pipeline}/99/lines"), Some(&p.alice))
+        .await
+        .expect(404);
 
     // The log is the repository's: refused as the API refuses it.
     s.http
@@ -436,7 +503,7 @@ async fn pages_under_a_root_path_link_within_it() {
         .expect(200);
     s.http.get("/repos", None).await.expect(404);
     let r = s.http.get("/ci/repos", None).await.expect(303);
-    assert_eq!(r.header("location"), Some("/ci/login"));
+    assert_eq!(r.header("location"), Some("/ci/login?next=%2Fci%2Frepos"));
     let page = s.http.get("/ci/login", None).await.expect(200).text();
     assert!(page.contains("action=\"/ci/authorize\""), "{page}");
     let page = s

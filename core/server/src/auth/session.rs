@@ -25,6 +25,13 @@ pub const LOGIN_LINK: &str = "login-link";
 /// Request header that carries the CSRF token (Woodpecker's name).
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
+/// The CSRF token a built-in UI form carried in its hidden field, attached to the request by
+/// the form's handler (`modules::ui::forms`) before any access check. [`csrf_ok`] takes it
+/// where the header is absent: a plain HTML form cannot set headers. Only UI form routes
+/// attach it, so every other route still wants the header.
+#[derive(Debug, Clone)]
+pub struct FormCsrf(pub String);
+
 /// How long a login link stays valid.
 pub const LOGIN_LINK_SECS: i64 = 10 * 60;
 
@@ -108,12 +115,16 @@ pub fn is_safe_method(method: &Method) -> bool {
 }
 
 /// Whether `req`, authenticated by the verified session `claims` of user `id`, may proceed:
-/// a safe method, or an `X-CSRF-TOKEN` signed for the same user and session.
+/// a safe method, or a CSRF token signed for the same user and session, in `X-CSRF-TOKEN` or
+/// (a UI form post) in the [`FormCsrf`] its handler attached.
 pub fn csrf_ok(req: &Request, session: &Value, id: i64, hash: &str, now: i64) -> bool {
     if is_safe_method(&req.method) {
         return true;
     }
-    let Some(given) = req.header(CSRF_HEADER) else {
+    let given = req
+        .header(CSRF_HEADER)
+        .or_else(|| req.extensions.get::<FormCsrf>().map(|f| f.0.as_str()));
+    let Some(given) = given else {
         return false;
     };
     let Some(csrf) = token::verify(given.trim(), hash.as_bytes(), now) else {
@@ -230,6 +241,13 @@ mod tests {
         assert!(!csrf_ok(&post_with(Some(&old)), &claims, 7, "h", 1000));
         // A session token is no CSRF token.
         assert!(!csrf_ok(&post_with(Some(&sess)), &claims, 7, "h", 1000));
+        // A form's field, attached by a UI form handler, counts as the header does.
+        let mut form = post_with(None);
+        form.extensions.insert(FormCsrf(good.clone()));
+        assert!(csrf_ok(&form, &claims, 7, "h", 1000));
+        let mut form = post_with(None);
+        form.extensions.insert(FormCsrf(other.clone()));
+        assert!(!csrf_ok(&form, &claims, 7, "h", 1000));
         // Safe methods need none.
         for m in [Method::GET, Method::HEAD, Method::OPTIONS] {
             assert!(csrf_ok(

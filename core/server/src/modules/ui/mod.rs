@@ -16,6 +16,10 @@
 //!
 //! - [`pages`]: home, login and user pages; [`repos`]: the repository list and a repository's
 //!   pipelines; [`pipeline`]: a pipeline's workflows and steps, and a step's log;
+//! - [`forms`]: what every form shares (body, CSRF field, post/redirect/get);
+//!   [`actions`]: cancel, restart, approve, decline; [`manual`]: the manual-run form;
+//!   [`tabs`]: a pipeline's config and changed files; [`logview`]: a log in chunks and the
+//!   rendered lines the live view fetches;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!
@@ -23,10 +27,15 @@
 //! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
 //! [`routes`].
 
+mod actions;
 pub mod ansi;
+pub mod forms;
+mod logview;
+mod manual;
 mod pages;
 mod pipeline;
 mod repos;
+mod tabs;
 pub mod when;
 
 use askama::Template;
@@ -61,7 +70,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
         .get("/assets/woodlark.js", script);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
-    for tab in ["config", "changed-files", "errors", "debug"] {
+    for tab in ["errors", "debug"] {
         scope.get(
             &format!("/repos/{{repo_id}}/pipeline/{{number}}/{tab}"),
             pipeline::show,
@@ -70,6 +79,10 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     if !root.is_empty() {
         scope.get("/", pages::home);
     }
+    actions::routes(scope);
+    manual::routes(scope);
+    tabs::routes(scope);
+    logview::routes(scope);
 }
 
 async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
@@ -98,6 +111,12 @@ pub struct Frame {
     pub title: String,
     /// The signed-in user's login.
     pub user: Option<String>,
+    /// The session's CSRF token, for the page's forms (`forms::csrf_field`); "" anonymous.
+    pub csrf: String,
+    /// A message a form post left for this page (`forms::see_other`), shown once.
+    pub flash: Option<forms::Flash>,
+    /// This page's path and query, where signing in returns to (`?next=`, URL-encoded).
+    pub next: String,
 }
 
 impl Frame {
@@ -113,6 +132,9 @@ impl Frame {
             api: ctx.config.ci.mount.clone(),
             title: title.into(),
             user: account.as_ref().map(|a| a.user.login.clone()),
+            csrf: forms::csrf_for(ctx, req, account.as_deref()),
+            flash: forms::flash_of(ctx, req),
+            next: next_param(ctx.config.web.root_path(), req),
         };
         (frame, account)
     }
@@ -151,12 +173,20 @@ struct ErrorPage {
 }
 
 /// A page's outcome, its errors as pages: 401 offers the sign-in, 4xx says why, 5xx only
-/// that it failed (the cause is in the server's log).
+/// that it failed (the cause is in the server's log). A message the frame showed is cleared.
 fn or_error_page(frame: Frame, outcome: Result<Response, ApiError>) -> Result<Response, ApiError> {
-    let err = match outcome {
-        Ok(response) => return Ok(response),
-        Err(err) => err,
+    let flash = frame.flash.clone();
+    let mut response = match outcome {
+        Ok(response) => response,
+        Err(err) => error_page(frame, err)?,
     };
+    if let Some(flash) = &flash {
+        forms::clear_flash(flash, &mut response);
+    }
+    Ok(response)
+}
+
+fn error_page(frame: Frame, err: ApiError) -> Result<Response, ApiError> {
     let status = err.status;
     let (heading, message) = match status {
         StatusCode::UNAUTHORIZED => ("Sign in to see this page", String::new()),
@@ -182,8 +212,23 @@ fn or_error_page(frame: Frame, outcome: Result<Response, ApiError>) -> Result<Re
     )
 }
 
-/// A `303 See Other` to the login page (after signing in, the browser lands on the home
-/// page, which lists the user's repositories).
+/// A `303 See Other` to the login page, which returns here after signing in.
 fn to_login(frame: &Frame) -> Response {
-    crate::modules::web::browser::redirect(&format!("{}/login", frame.root))
+    crate::modules::web::browser::redirect(&format!("{}/login{}", frame.root, frame.next))
+}
+
+/// `?next=<this page>` for a link to the login page ("" on the login and home pages, where
+/// signing in goes anyway, and for posts).
+fn next_param(root: &str, req: &Request) -> String {
+    let home = req.path == root || req.path == format!("{root}/");
+    if home || req.path == format!("{root}/login") || req.method != crate::http::Method::GET {
+        return String::new();
+    }
+    let here = if req.query.is_empty() {
+        req.path.clone()
+    } else {
+        format!("{}?{}", req.path, req.query)
+    };
+    let encoded: String = form_urlencoded::byte_serialize(here.as_bytes()).collect();
+    format!("?next={encoded}")
 }

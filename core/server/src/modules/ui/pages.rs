@@ -4,7 +4,7 @@ use askama::Template;
 
 use super::{Frame, or_error_page, page, to_login};
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::web::browser::{redirect, set_cookie};
+use crate::modules::web::browser::{redirect, safe_next, set_cookie};
 use crate::modules::web::login;
 use crate::state::Ctx;
 use crate::store::forges::{self, ForgeKind};
@@ -38,6 +38,8 @@ struct Login {
     forges: Vec<ForgeButton>,
     action: String,
     form_token: String,
+    /// Where to go once signed in (a checked same-site path), or "".
+    next: String,
 }
 
 /// `GET <root>/login[?error=code]`: every way in — a button per forge with OAuth sign-in
@@ -56,6 +58,10 @@ pub async fn login(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .map(|code| login::sign_in_error(&code));
     let (form_token, form_cookie) = login::new_form(&ctx, &req);
     let action = login::form_path(&frame.root);
+    let next = req
+        .query("next")
+        .and_then(|n| safe_next(&frame.root, &n))
+        .unwrap_or_default();
     let mut response = page(
         StatusCode::OK,
         &Login {
@@ -64,6 +70,7 @@ pub async fn login(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             forges,
             action,
             form_token,
+            next,
         },
     )?;
     set_cookie(&mut response, &form_cookie);

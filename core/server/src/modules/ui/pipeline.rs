@@ -3,18 +3,17 @@
 
 use askama::Template;
 
-use super::{Frame, ansi, or_error_page, page, when};
+use super::actions::Offered;
+use super::logview::{Chunk, Gap};
+use super::{Frame, or_error_page, page, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::access;
+use crate::modules::web::browser::web_link;
+use crate::pipeline::status;
 use crate::state::Ctx;
-use crate::store::logs;
+use crate::store::StoreError;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, PipelineRow, Step};
-use crate::store::{StoreError, StoreResult};
-
-/// At most this much of a log is shown on its page; the whole of it is the raw download.
-const LOG_LINES: usize = 10_000;
-const LOG_BYTES: usize = 2 * 1024 * 1024;
 
 struct StepItem {
     pid: i64,
@@ -32,20 +31,18 @@ struct WorkflowItem {
     steps: Vec<StepItem>,
 }
 
-/// A log line: its number (from 1, as the anchors `#L1`… count) and its text as HTML
-/// (escaped, colours as classes: [`ansi::line_to_html`]).
-struct LogLine {
-    number: i64,
-    html: String,
-}
-
 struct LogView {
     step_name: String,
     step_state: &'static str,
     exit_code: i64,
-    lines: Vec<LogLine>,
-    /// The page shows the first lines only.
-    truncated: bool,
+    /// The chunk of lines shown, and links for the others ([`logview`]).
+    chunk: Chunk,
+    before: Vec<Gap>,
+    after: Vec<Gap>,
+    /// Where the script fetches lines (`…/{pid}/lines`).
+    lines_url: String,
+    /// The API's log stream, while the step may still write lines (the live view).
+    live: Option<String>,
     /// The API's raw download of the whole log.
     download: String,
 }
@@ -71,6 +68,10 @@ struct PipelinePage {
     errors: Vec<(String, bool)>,
     workflows: Vec<WorkflowItem>,
     log: Option<LogView>,
+    /// The action buttons this viewer gets.
+    offered: Offered,
+    /// The pipeline may still change: the page follows the events stream.
+    follow: bool,
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}`.
@@ -103,15 +104,7 @@ async fn render(
         None
     };
     let repo_id = access.row.repo.id;
-    let row = ctx
-        .ci
-        .reads
-        .read(move |c| pipelines::full(c, repo_id, number))
-        .await
-        .map_err(|err| match err {
-            StoreError::NotFound => ApiError::not_found("Pipeline not found"),
-            other => other.into(),
-        })?;
+    let row = load(ctx, repo_id, number).await?;
     let selected = match pid {
         Some(pid) => Some(
             steps(&row)
@@ -124,16 +117,23 @@ async fn render(
     let log = match &selected {
         Some(step) => {
             let step_id = step.id;
-            let lines = ctx
+            let from = match req.query("from") {
+                None => 0,
+                Some(raw) => raw.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                    ApiError::bad_request(format!("invalid from {raw:?}: expected a line number"))
+                })?,
+            };
+            let chunk = ctx
                 .ci
                 .log_reads
-                .read_blocking(move |c| first_lines(c, step_id))
+                .read_blocking(move |c| Chunk::read(c, step_id, from))
                 .await?;
-            Some(log_view(ctx, repo_id, number, step, lines))
+            Some(log_view(ctx, &frame, repo_id, number, step, chunk))
         }
         None => None,
     };
     let now = now_unix();
+    let offered = Offered::of(&access, &row.pipeline);
     let p = row.pipeline;
     let workflows = p
         .workflows
@@ -178,7 +178,9 @@ async fn render(
             created_ago: when::ago(now, p.created),
             created_iso: when::iso(p.created),
             duration: when::duration(now, p.started, p.finished),
-            forge_url: p.commit.forge_url.clone(),
+            forge_url: web_link(&p.commit.forge_url)
+                .unwrap_or_default()
+                .to_string(),
             errors: p
                 .errors
                 .iter()
@@ -186,11 +188,25 @@ async fn render(
                 .collect(),
             workflows,
             log,
+            offered,
+            follow: !status::is_done(p.status),
         },
     )
 }
 
-fn steps(row: &PipelineRow) -> impl Iterator<Item = &Step> {
+/// Pipeline `number` of repository `repo_id`, or the API's 404.
+pub(super) async fn load(ctx: &Ctx, repo_id: i64, number: i64) -> Result<PipelineRow, ApiError> {
+    ctx.ci
+        .reads
+        .read(move |c| pipelines::full(c, repo_id, number))
+        .await
+        .map_err(|err| match err {
+            StoreError::NotFound => ApiError::not_found("Pipeline not found"),
+            other => other.into(),
+        })
+}
+
+pub(super) fn steps(row: &PipelineRow) -> impl Iterator<Item = &Step> {
     row.pipeline
         .workflows
         .iter()
@@ -198,38 +214,29 @@ fn steps(row: &PipelineRow) -> impl Iterator<Item = &Step> {
         .flat_map(|w| w.children.iter())
 }
 
-/// The first lines of a step's log, one more than shown when there are more.
-fn first_lines(c: &crate::store::Tx, step_id: i64) -> StoreResult<Vec<logs::StoredLine>> {
-    logs::page(c, step_id, 0, LOG_LINES + 1, LOG_BYTES)
-}
-
 fn log_view(
     ctx: &Ctx,
+    frame: &Frame,
     repo_id: i64,
     number: i64,
     step: &Step,
-    mut stored: Vec<logs::StoredLine>,
+    chunk: Chunk,
 ) -> LogView {
-    let bytes: usize = stored.iter().map(|l| l.data.len()).sum();
-    let truncated = stored.len() > LOG_LINES || bytes >= LOG_BYTES;
-    stored.truncate(LOG_LINES);
-    let lines = stored
-        .iter()
-        .filter(|l| l.kind != crate::pipeline::types::LineKind::ExitCode)
-        .map(|l| LogLine {
-            number: l.line + 1,
-            html: ansi::line_to_html(&l.data),
-        })
-        .collect();
+    let api = &ctx.config.ci.mount;
+    let live = (!status::is_done(step.state))
+        .then(|| format!("{api}/stream/logs/{repo_id}/{number}/{}", step.id));
     LogView {
         step_name: step.name.clone(),
         step_state: step.state.as_str(),
         exit_code: step.exit_code,
-        lines,
-        truncated,
-        download: format!(
-            "{}/repos/{repo_id}/logs/{number}/{}/download",
-            ctx.config.ci.mount, step.id
+        before: chunk.gaps_before(),
+        after: chunk.gaps_after(),
+        chunk,
+        lines_url: format!(
+            "{}/repos/{repo_id}/pipeline/{number}/{}/lines",
+            frame.root, step.pid
         ),
+        live,
+        download: format!("{api}/repos/{repo_id}/logs/{number}/{}/download", step.id),
     }
 }

@@ -6,6 +6,7 @@ use super::{Frame, or_error_page, page, to_login, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::pagination::Page;
 use crate::modules::ci::{access, users};
+use crate::modules::web::browser::web_link;
 use crate::state::Ctx;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
@@ -108,6 +109,8 @@ struct RepoPage {
     page: u32,
     /// A full page was shown: there may be more.
     more: bool,
+    /// The viewer may start a run (the API's `require_push`): the manual-run link.
+    may_run: bool,
 }
 
 /// `GET <root>/repos/{id}[?page=N]`: the repository's pipelines, newest first, 50 a page.
@@ -136,6 +139,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
         })
         .await?;
     let now = now_unix();
+    let may_run = access.require_push().is_ok();
     let repo = access.row.repo.clone();
     page(
         StatusCode::OK,
@@ -144,10 +148,11 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
             id: repo.id,
             visibility: visibility_name(repo.visibility),
             full_name: repo.full_name,
-            forge_url: repo.forge_url,
+            forge_url: web_link(&repo.forge_url).unwrap_or_default().to_string(),
             more: list.len() == paging.per_page as usize,
             pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
             page: paging.page,
+            may_run,
         },
     )
 }

@@ -71,6 +71,28 @@ pub fn redirect(location: &str) -> Response {
     r
 }
 
+/// `next` as a place of this site under `root` to return to after signing in: a path that
+/// starts with one `/` (not `//` or `/\\`, which browsers read as another host), without a
+/// scheme, backslash or control character; `None` for anything else (an absolute URL, say),
+/// so a sign-in link can never send the browser off-site.
+pub fn safe_next(root: &str, next: &str) -> Option<String> {
+    let ok = next.starts_with('/')
+        && !next.starts_with("//")
+        && next.len() <= 2000
+        && !next
+            .chars()
+            .any(|c| c == '\\' || c.is_control() || c.is_whitespace())
+        && (root.is_empty() || next == root || next.starts_with(&format!("{root}/")));
+    ok.then(|| next.to_string())
+}
+
+/// `url` when it is an `http:` or `https:` URL, for links a forge supplied (a `javascript:`
+/// or `data:` URL is never made a link).
+pub fn web_link(url: &str) -> Option<&str> {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    (lower.starts_with("http://") || lower.starts_with("https://")).then_some(url)
+}
+
 /// Adds a `Set-Cookie` header (several may be set on one response).
 pub fn set_cookie(response: &mut Response, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
@@ -145,6 +167,41 @@ mod tests {
         );
         assert_eq!(cookie_value(&req, "user_sess").as_deref(), Some("abc.def"));
         assert_eq!(cookie_value(&req, "z"), None);
+        assert_eq!(
+            safe_next("", "/repos/1?page=2#L3").as_deref(),
+            Some("/repos/1?page=2#L3")
+        );
+        for bad in [
+            "//evil.example/x",
+            "/\\evil.example",
+            "https://evil.example/",
+            "repos",
+            "",
+            "/a b",
+            "/x\n",
+        ] {
+            assert_eq!(safe_next("", bad), None, "{bad:?}");
+        }
+        assert_eq!(safe_next("/ci", "/ci/repos").as_deref(), Some("/ci/repos"));
+        assert_eq!(safe_next("/ci", "/cix/repos"), None);
+        assert_eq!(safe_next("/ci", "/repos"), None);
+        assert_eq!(
+            web_link("https://forge.example/a"),
+            Some("https://forge.example/a")
+        );
+        assert_eq!(
+            web_link("HTTP://forge.example"),
+            Some("HTTP://forge.example")
+        );
+        for bad in [
+            "javascript:alert(1)",
+            "data:text/html,x",
+            "//x",
+            "ftp://x",
+            "",
+        ] {
+            assert_eq!(web_link(bad), None, "{bad}");
+        }
         assert_eq!(
             escape_html("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"

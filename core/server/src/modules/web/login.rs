@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::browser::{
     SESSION_COOKIE, cookie, cookie_value, escape_html, home, html_page, over_tls, page_frame,
-    redirect, set_cookie,
+    redirect, safe_next, set_cookie,
 };
 use super::oauth;
 use crate::auth::{self, session, token};
@@ -96,10 +96,12 @@ pub fn sign_in_error(code: &str) -> &'static str {
 pub async fn authorize_with_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let mut form_token = String::new();
     let mut pat = String::new();
+    let mut next = String::new();
     for (name, value) in form_urlencoded::parse(&req.body) {
         match name.as_ref() {
             "form_token" => form_token = value.into_owned(),
             "token" => pat = value.trim().to_string(),
+            "next" => next = value.into_owned(),
             _ => {}
         }
     }
@@ -109,7 +111,7 @@ pub async fn authorize_with_token(ctx: Ctx, req: Request) -> Result<Response, Ap
         return Ok(form(&ctx, &req, StatusCode::BAD_REQUEST, Some(message)));
     }
     match account_for_pat(&ctx, &pat, now).await? {
-        Some(account) => Ok(signed_in(&ctx, &req, &account, now, "token", None)),
+        Some(account) => Ok(signed_in(&ctx, &req, &account, now, "token", None).to(&ctx, &next)),
         None => {
             let message = "That is not a valid personal access token.";
             Ok(form(&ctx, &req, StatusCode::UNAUTHORIZED, Some(message)))
@@ -186,7 +188,8 @@ async fn sign_in_with_link(ctx: &Ctx, req: &Request, link: &str) -> Result<Respo
     if !fresh {
         return Ok(invalid(ctx));
     }
-    Ok(signed_in(ctx, req, &account, now, "login link", None))
+    let next = req.query("next").unwrap_or_default();
+    Ok(signed_in(ctx, req, &account, now, "login link", None).to(ctx, &next))
 }
 
 async fn account_by_id(ctx: &Ctx, id: i64) -> Result<Option<Account>, ApiError> {
@@ -235,6 +238,23 @@ fn signed_in(
     );
     tracing::info!(user = account.user.login, how, "browser signed in");
     response
+}
+
+/// A sign-in's answer, sent on to a page of this site other than the home page.
+trait SentOn {
+    /// `self` redirected to `next` instead, when it is a safe place (`browser::safe_next`).
+    fn to(self, ctx: &Ctx, next: &str) -> Response;
+}
+
+impl SentOn for Response {
+    fn to(mut self, ctx: &Ctx, next: &str) -> Response {
+        if let Some(next) = safe_next(ctx.config.web.root_path(), next)
+            && let Ok(v) = crate::http::HeaderValue::from_str(&next)
+        {
+            self.headers.insert(crate::http::header::LOCATION, v);
+        }
+        self
+    }
 }
 
 pub fn form_path(root: &str) -> String {
