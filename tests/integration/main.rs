@@ -52,5 +52,6 @@ mod streams;
 mod system;
 mod tenancy;
 mod ui;
+mod ui_settings;
 mod users;
 mod web;

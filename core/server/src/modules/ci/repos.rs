@@ -104,7 +104,7 @@ pub(super) async fn pick_forge(
 
 /// `POST /repos?forge_remote_id=&forge_id=`: activates a repository; the caller becomes its
 /// owner. 409 if it is active already.
-async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
     let remote_id = req
         .query("forge_remote_id")
@@ -194,7 +194,7 @@ struct TrustedPatch {
 }
 
 /// `PATCH /repos/{id}` (repo admin; `trusted` and long timeouts need an instance admin).
-async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let instance_admin = access.user()?.user.admin;
     let patch: RepoPatch = req.json()?;
@@ -348,7 +348,7 @@ async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// The repository's forge driver, acting as the caller (see `Tokens::for_caller`).
-async fn caller_driver(
+pub(crate) async fn caller_driver(
     ctx: &Ctx,
     access: &RepoAccess,
 ) -> Result<std::sync::Arc<dyn forge::ForgeDriver>, ApiError> {

@@ -28,6 +28,11 @@ pub mod forms;
 mod pages;
 mod pipeline;
 mod repos;
+mod scoped;
+mod scoped_actions;
+mod settings;
+mod settings_actions;
+mod through_api;
 pub mod when;
 
 use askama::Template;
@@ -58,8 +63,10 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
             "/repos/{repo_id}/pipeline/{number}/{step_pid}",
             pipeline::step,
         )
+        .get("/repos/{repo_id}/settings", settings::show)
         .get("/assets/woodlark.css", stylesheet)
         .get("/assets/woodlark.js", script);
+    settings_actions::routes(scope);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
     for tab in ["config", "changed-files", "errors", "debug"] {

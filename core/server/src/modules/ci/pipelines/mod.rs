@@ -578,7 +578,7 @@ async fn delete_step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
 }
 
 /// `POST /repos/{id}/cron/{cron}`: runs a cron job now (repo admin).
-async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let id = req.param_i64("cron")?;
     let repo_id = access.row.repo.id;

@@ -1,0 +1,492 @@
+//! The built-in UI's settings pages (`modules/ui/settings.rs`, `settings_actions.rs`,
+//! `scoped_actions.rs`, `admin.rs`, the user page's token and sign-out): each page and form
+//! with who may use it (the REST API's answers), the CSRF field refused when wrong, bad
+//! input answered with a readable 4xx page that changes nothing, and secret values and
+//! registry passwords on no page.
+
+use crate::browser::login_link;
+use crate::util::{Resp, TestServer};
+use crate::web::Browser;
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// A UI page: HTML under the strict policy.
+pub(crate) fn assert_page(r: &Resp) {
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let csp = r.header("content-security-policy").unwrap_or_default();
+    assert!(csp.contains("default-src 'self'") && !csp.contains("unsafe-inline"));
+}
+
+/// The CSRF field's value on a page.
+pub(crate) fn csrf_of(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no csrf field: {page}"));
+    let rest = &page[at + "name=\"csrf\" value=\"".len()..];
+    rest[..rest.find('"').unwrap()].to_string()
+}
+
+/// A form body from pairs.
+pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        out.append_pair(k, v);
+    }
+    out.finish()
+}
+
+/// A browser signed in as `login` through a login link.
+pub(crate) async fn signed_in(s: &TestServer, login: &str) -> Browser {
+    let mut b = Browser::new(&s.http);
+    let link = login_link(s, login);
+    let r = b.get(&link[link.find("/authorize").unwrap()..]).await;
+    assert_eq!(r.status.as_u16(), 303);
+    b
+}
+
+/// Posts a form as a signed-in browser, with the CSRF field of the page at `page`.
+pub(crate) async fn post_form(
+    b: &mut Browser,
+    page: &str,
+    action: &str,
+    pairs: &[(&str, &str)],
+) -> Resp {
+    let csrf = csrf_of(&b.get(page).await.expect(200).text());
+    let mut all = vec![("csrf", csrf.as_str())];
+    all.extend_from_slice(pairs);
+    b.send("POST", action, Some(&form(&all)), &[("content-type", FORM)])
+        .await
+}
+
+/// Posts a form with a bearer token (no session: no CSRF field needed, as for the API).
+async fn post_token(
+    s: &TestServer,
+    token: Option<&str>,
+    action: &str,
+    pairs: &[(&str, &str)],
+) -> Resp {
+    s.http
+        .send(
+            "POST",
+            action,
+            token,
+            Some(form(pairs).as_bytes()),
+            &[("content-type", FORM)],
+        )
+        .await
+}
+
+#[tokio::test]
+async fn repo_settings_page_and_forms_as_the_api_decides() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    http.patch(
+        &format!("/api/repos/{id}"),
+        Some(&p.alice),
+        r#"{"visibility":"private"}"#,
+    )
+    .await
+    .expect(200);
+    let page_path = format!("/repos/{id}/settings");
+    let secrets_api = format!("/api/repos/{id}/secrets");
+
+    // Who sees the page: anonymous the sign-in offer, bob (no pull) not found, alice (the
+    // repository's admin) and the instance admin the page.
+    let r = http.get(&page_path, None).await.expect(401);
+    assert_page(&r);
+    assert!(r.text().contains("/login"), "{}", r.text());
+    http.get(&page_path, Some(&p.bob)).await.expect(404);
+    http.get(&secrets_api, Some(&p.bob)).await.expect(404);
+    let r = http.get(&page_path, Some(&p.admin)).await.expect(200);
+    assert!(r.text().contains("Settings of alice/app"), "{}", r.text());
+    // A reader who is no admin: 403, as the API's settings routes.
+    http.patch(
+        &format!("/api/repos/{id}"),
+        Some(&p.alice),
+        r#"{"visibility":"public"}"#,
+    )
+    .await
+    .expect(200);
+    http.get(&secrets_api, Some(&p.bob)).await.expect(403);
+    let r = http.get(&page_path, Some(&p.bob)).await.expect(403);
+    assert!(
+        r.text().contains("admin permission required"),
+        "{}",
+        r.text()
+    );
+    http.get(&page_path, None).await.expect(401);
+
+    let mut alice = signed_in(&s, "alice").await;
+    let r = alice.get(&page_path).await.expect(200);
+    assert_page(&r);
+    let page = r.text();
+    for section in [
+        "id=\"general\"",
+        "id=\"secrets\"",
+        "id=\"registries\"",
+        "id=\"crons\"",
+        "id=\"badge\"",
+    ] {
+        assert!(page.contains(section), "{section}: {page}");
+    }
+    // Alice is no instance admin: the trusted flags are shown, not editable.
+    assert!(
+        page.contains("name=\"trusted_network\" value=\"true\" disabled"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("/api/badges/{id}/status.svg?branch=")),
+        "{page}"
+    );
+    assert!(page.contains("[![status-badge]("), "{page}");
+
+    // A secret added through the form: listed by name, its value on no page.
+    const VALUE: &str = "s3cr3t-value-never-shown";
+    let add = format!("{page_path}/secrets");
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &add,
+        &[
+            ("name", "deploy_key"),
+            ("value", VALUE),
+            ("events", "push"),
+            ("events", "tag"),
+            ("images", "alpine, debian"),
+        ],
+    )
+    .await
+    .expect(303);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("{page_path}#secrets").as_str())
+    );
+    let page = alice.get(&page_path).await.expect(200).text();
+    assert!(
+        page.contains("deploy_key") && page.contains("push, tag"),
+        "{page}"
+    );
+    assert!(page.contains("Secret added."), "the message: {page}");
+    assert!(!page.contains(VALUE), "the value shown: {page}");
+    let listed = http
+        .get(&secrets_api, Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(listed[0]["name"], "deploy_key");
+    assert_eq!(listed[0]["images"], serde_json::json!(["alpine", "debian"]));
+    for other in ["/repos".to_string(), format!("/repos/{id}"), "/user".into()] {
+        assert!(!alice.get(&other).await.text().contains(VALUE), "{other}");
+    }
+
+    // A wrong or missing CSRF field: 403, nothing stored.
+    for csrf in ["", "not-a-token"] {
+        let body = form(&[
+            ("csrf", csrf),
+            ("name", "sneaky"),
+            ("value", "x"),
+            ("events", "push"),
+        ]);
+        let r = alice
+            .send("POST", &add, Some(&body), &[("content-type", FORM)])
+            .await
+            .expect(403);
+        assert_page(&r);
+        assert!(r.text().contains("reload the page"), "{}", r.text());
+    }
+    // Bad input: the API's 422 as a page, nothing stored; a duplicate 409.
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &add,
+        &[("name", "no_events"), ("value", "x")],
+    )
+    .await
+    .expect(422);
+    assert_page(&r);
+    assert!(r.text().contains("invalid secret event"), "{}", r.text());
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &add,
+        &[("name", "deploy_key"), ("value", "y"), ("events", "push")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 409, "{}", r.text());
+    let r = post_form(&mut alice, &page_path, &add, &[("name", "x")]).await;
+    assert_eq!(r.status.as_u16(), 422, "{}", r.text());
+    let r = alice
+        .send(
+            "POST",
+            &add,
+            Some("{\"name\":\"j\"}"),
+            &[("content-type", "application/json")],
+        )
+        .await
+        .expect(400);
+    assert!(r.text().contains("x-www-form-urlencoded"), "{}", r.text());
+    let names: Vec<_> = http
+        .get(&secrets_api, Some(&p.alice))
+        .await
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["deploy_key"]);
+
+    // Edited without its value (the value kept), then deleted.
+    post_form(
+        &mut alice,
+        &page_path,
+        &format!("{page_path}/secrets/edit"),
+        &[
+            ("name", "deploy_key"),
+            ("value", ""),
+            ("events", "deployment"),
+        ],
+    )
+    .await
+    .expect(303);
+    let one = http
+        .get(&format!("{secrets_api}/deploy_key"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(one["events"], serde_json::json!(["deployment"]));
+    assert!(one.get("value").is_none_or(|v| v == ""), "{one}");
+
+    // Others cannot post the forms: anonymous the sign-in page, bob 403 (he reads the
+    // public repository) with the API's message; nothing changes.
+    let del = format!("{page_path}/secrets/delete");
+    post_token(&s, None, &del, &[("name", "deploy_key")])
+        .await
+        .expect(401);
+    let r = post_token(&s, Some(&p.bob), &del, &[("name", "deploy_key")])
+        .await
+        .expect(403);
+    assert_page(&r);
+    http.get(&format!("{secrets_api}/deploy_key"), Some(&p.alice))
+        .await
+        .expect(200);
+    // The instance admin may.
+    post_token(&s, Some(&p.admin), &del, &[("name", "deploy_key")])
+        .await
+        .expect(303);
+    http.get(&format!("{secrets_api}/deploy_key"), Some(&p.alice))
+        .await
+        .expect(404);
+    let r = post_form(&mut alice, &page_path, &del, &[("name", "gone")])
+        .await
+        .expect(404);
+    assert!(r.text().contains("Secret not found"), "{}", r.text());
+
+    // General settings, as PATCH /api/repos/{id} takes them.
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &page_path,
+        &[("timeout", "soon"), ("visibility", "private")],
+    )
+    .await
+    .expect(400);
+    assert!(
+        r.text().contains("timeout must be a whole number"),
+        "{}",
+        r.text()
+    );
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &page_path,
+        &[("timeout", "30"), ("visibility", "secret")],
+    )
+    .await
+    .expect(400);
+    assert!(r.text().contains("invalid visibility"), "{}", r.text());
+    let got = http
+        .get(&format!("/api/repos/{id}"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(got["visibility"], "public", "nothing changed: {got}");
+    post_form(
+        &mut alice,
+        &page_path,
+        &page_path,
+        &[
+            ("config_file", ".ci.yaml"),
+            ("timeout", "30"),
+            ("visibility", "internal"),
+            ("require_approval", "all_events"),
+            ("allow_pr", "true"),
+            ("cancel_previous_pipeline_events", "push"),
+        ],
+    )
+    .await
+    .expect(303);
+    let got = http
+        .get(&format!("/api/repos/{id}"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(got["config_file"], ".ci.yaml");
+    assert_eq!(got["timeout"], 30);
+    assert_eq!(got["visibility"], "internal");
+    assert_eq!(got["require_approval"], "all_events");
+    assert_eq!(got["allow_pr"], true);
+    assert_eq!(got["allow_deploy"], false);
+    assert_eq!(
+        got["cancel_previous_pipeline_events"],
+        serde_json::json!(["push"])
+    );
+    // Trusted flags: refused for a repository admin (403, as the API), set by an admin.
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &page_path,
+        &[("timeout", "30"), ("trusted_network", "true")],
+    )
+    .await
+    .expect(403);
+    assert!(
+        r.text()
+            .contains("trusted settings needs an instance admin"),
+        "{}",
+        r.text()
+    );
+    let page = http.get(&page_path, Some(&p.admin)).await.text();
+    assert!(
+        page.contains("name=\"trusted_network\" value=\"true\">"),
+        "editable: {page}"
+    );
+    post_token(
+        &s,
+        Some(&p.admin),
+        &page_path,
+        &[
+            ("timeout", "30"),
+            ("visibility", "internal"),
+            ("trusted_volumes", "true"),
+        ],
+    )
+    .await
+    .expect(303);
+    let got = http
+        .get(&format!("/api/repos/{id}"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(got["trusted"]["volumes"], true, "{got}");
+    assert_eq!(got["trusted"]["network"], false, "{got}");
+
+    // Registries: added, listed without the password, deleted.
+    const PASSWORD: &str = "registry-password-never-shown";
+    post_form(
+        &mut alice,
+        &page_path,
+        &format!("{page_path}/registries"),
+        &[
+            ("address", "registry.example.com"),
+            ("username", "robot"),
+            ("password", PASSWORD),
+        ],
+    )
+    .await
+    .expect(303);
+    let page = alice.get(&page_path).await.expect(200).text();
+    assert!(
+        page.contains("registry.example.com") && page.contains("robot"),
+        "{page}"
+    );
+    assert!(!page.contains(PASSWORD), "{page}");
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &format!("{page_path}/registries"),
+        &[("address", "r.example"), ("username", "u")],
+    )
+    .await
+    .expect(422);
+    assert!(r.text().contains("empty password"), "{}", r.text());
+    post_form(
+        &mut alice,
+        &page_path,
+        &format!("{page_path}/registries/delete"),
+        &[("address", "registry.example.com")],
+    )
+    .await
+    .expect(303);
+    let regs = http
+        .get(&format!("/api/repos/{id}/registries"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(regs, serde_json::json!([]));
+
+    // Crons: added, listed, a bad schedule refused, deleted; running one on a branch without
+    // a configuration is the API's 404 as a page.
+    let crons = format!("{page_path}/crons");
+    post_form(
+        &mut alice,
+        &page_path,
+        &crons,
+        &[
+            ("name", "nightly"),
+            ("schedule", "@daily"),
+            ("branch", "main"),
+        ],
+    )
+    .await
+    .expect(303);
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &crons,
+        &[("name", "bad"), ("schedule", "every now and then")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 422, "{}", r.text());
+    let listed = http
+        .get(&format!("/api/repos/{id}/cron"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let cron_id = listed[0]["id"].as_i64().unwrap().to_string();
+    let page = alice.get(&page_path).await.text();
+    assert!(
+        page.contains("nightly") && page.contains("@daily"),
+        "{page}"
+    );
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &format!("{crons}/run"),
+        &[("id", &cron_id)],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 404, "{}", r.text());
+    assert_page(&r);
+    let r = post_form(
+        &mut alice,
+        &page_path,
+        &format!("{crons}/delete"),
+        &[("id", "x")],
+    )
+    .await
+    .expect(400);
+    assert_page(&r);
+    post_form(
+        &mut alice,
+        &page_path,
+        &format!("{crons}/delete"),
+        &[("id", &cron_id)],
+    )
+    .await
+    .expect(303);
+    let listed = http
+        .get(&format!("/api/repos/{id}/cron"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(listed, serde_json::json!([]));
+}
