@@ -490,3 +490,317 @@ async fn repo_settings_page_and_forms_as_the_api_decides() {
         .json();
     assert_eq!(listed, serde_json::json!([]));
 }
+
+#[tokio::test]
+async fn admin_page_and_forms_for_instance_admins_only() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let http = &s.http;
+
+    // Anonymous: the sign-in page; a user: the API's 403 as a page; an admin: the page.
+    let r = http.get("/admin", None).await.expect(303);
+    assert_eq!(r.header("location"), Some("/login"));
+    let r = http.get("/admin", Some(&p.bob)).await.expect(403);
+    assert_page(&r);
+    assert!(
+        r.text().contains("admin permission required"),
+        "{}",
+        r.text()
+    );
+    let r = http.get("/admin", Some(&p.admin)).await.expect(200);
+    assert_page(&r);
+    let page = r.text();
+    for section in [
+        "id=\"users\"",
+        "id=\"agents\"",
+        "id=\"queue\"",
+        "id=\"forges\"",
+        "id=\"secrets\"",
+        "id=\"registries\"",
+    ] {
+        assert!(page.contains(section), "{section}: {page}");
+    }
+    assert!(page.contains("alice") && page.contains("bob"), "{page}");
+    let version = http.get("/version", None).await.json()["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(page.contains(&version), "{page}");
+
+    let mut root = signed_in(&s, "root").await;
+    // Users: added (a bad login refused, nothing made), made admin, revoked, deleted.
+    let r = post_form(
+        &mut root,
+        "/admin",
+        "/admin/users",
+        &[("login", "carol"), ("email", "carol@example.com")],
+    )
+    .await
+    .expect(303);
+    assert_eq!(r.header("location"), Some("/admin#users"));
+    http.get("/api/users/carol", Some(&p.admin))
+        .await
+        .expect(200);
+    let r = post_form(
+        &mut root,
+        "/admin",
+        "/admin/users",
+        &[("login", "no spaces allowed")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 400, "{}", r.text());
+    assert_page(&r);
+    http.get("/api/users/no%20spaces%20allowed", Some(&p.admin))
+        .await
+        .expect(404);
+    post_form(
+        &mut root,
+        "/admin",
+        "/admin/users/admin",
+        &[("login", "carol"), ("admin", "true")],
+    )
+    .await
+    .expect(303);
+    assert_eq!(
+        http.get("/api/users/carol", Some(&p.admin)).await.json()["admin"],
+        true
+    );
+    post_form(
+        &mut root,
+        "/admin",
+        "/admin/users/admin",
+        &[("login", "carol"), ("admin", "maybe")],
+    )
+    .await
+    .expect(400);
+    post_form(
+        &mut root,
+        "/admin",
+        "/admin/users/admin",
+        &[("login", "carol"), ("admin", "false")],
+    )
+    .await
+    .expect(303);
+    assert_eq!(
+        http.get("/api/users/carol", Some(&p.admin)).await.json()["admin"],
+        false
+    );
+    // Bob may not; a wrong CSRF field is refused.
+    post_token(
+        &s,
+        Some(&p.bob),
+        "/admin/users/delete",
+        &[("login", "carol")],
+    )
+    .await
+    .expect(403);
+    post_token(&s, None, "/admin/users/delete", &[("login", "carol")])
+        .await
+        .expect(401);
+    let body = form(&[("csrf", "forged"), ("login", "carol")]);
+    root.send(
+        "POST",
+        "/admin/users/delete",
+        Some(&body),
+        &[("content-type", FORM)],
+    )
+    .await
+    .expect(403);
+    http.get("/api/users/carol", Some(&p.admin))
+        .await
+        .expect(200);
+    post_form(
+        &mut root,
+        "/admin",
+        "/admin/users/delete",
+        &[("login", "carol")],
+    )
+    .await
+    .expect(303);
+    http.get("/api/users/carol", Some(&p.admin))
+        .await
+        .expect(404);
+
+    // Agents: the new agent's token shown on the answer, once; then deleted.
+    let r = post_form(
+        &mut root,
+        "/admin",
+        "/admin/agents",
+        &[("name", "runner-one")],
+    )
+    .await
+    .expect(200);
+    assert_page(&r);
+    let agents = http.get("/api/agents", Some(&p.admin)).await.json();
+    let agent = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "runner-one")
+        .unwrap()
+        .clone();
+    let token = agent["token"].as_str().unwrap();
+    assert!(!token.is_empty());
+    assert!(r.text().contains(token), "{}", r.text());
+    let page = root.get("/admin").await.expect(200).text();
+    assert!(
+        page.contains("runner-one") && !page.contains(token),
+        "{page}"
+    );
+    post_form(&mut root, "/admin", "/admin/agents", &[("name", "")])
+        .await
+        .expect(422);
+    post_token(&s, Some(&p.bob), "/admin/agents", &[("name", "bobs")])
+        .await
+        .expect(403);
+    let agent_id = agent["id"].as_i64().unwrap().to_string();
+    post_form(
+        &mut root,
+        "/admin",
+        "/admin/agents/delete",
+        &[("id", &agent_id)],
+    )
+    .await
+    .expect(303);
+    http.get(&format!("/api/agents/{agent_id}"), Some(&p.admin))
+        .await
+        .expect(404);
+
+    // The queue: paused and resumed as the API's info says.
+    post_form(&mut root, "/admin", "/admin/queue/pause", &[])
+        .await
+        .expect(303);
+    assert_eq!(
+        http.get("/api/queue/info", Some(&p.admin)).await.json()["paused"],
+        true
+    );
+    assert!(
+        root.get("/admin")
+            .await
+            .text()
+            .contains("<dd id=\"queue-state\">paused</dd>")
+    );
+    post_token(&s, Some(&p.bob), "/admin/queue/resume", &[])
+        .await
+        .expect(403);
+    post_form(&mut root, "/admin", "/admin/queue/resume", &[])
+        .await
+        .expect(303);
+    assert_eq!(
+        http.get("/api/queue/info", Some(&p.admin)).await.json()["paused"],
+        false
+    );
+
+    // An instance secret: added here, listed read-only on a repository's settings, its
+    // value on no page; users may not add one.
+    const VALUE: &str = "instance-wide-value-never-shown";
+    post_form(
+        &mut root,
+        "/admin",
+        "/admin/secrets",
+        &[
+            ("name", "shared_token"),
+            ("value", VALUE),
+            ("events", "push"),
+        ],
+    )
+    .await
+    .expect(303);
+    post_token(
+        &s,
+        Some(&p.bob),
+        "/admin/secrets",
+        &[("name", "bobs"), ("value", "v"), ("events", "push")],
+    )
+    .await
+    .expect(403);
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let settings = format!("/repos/{}/settings", repo["id"]);
+    let mut alice = signed_in(&s, "alice").await;
+    let page = alice.get(&settings).await.expect(200).text();
+    assert!(page.contains("shared_token"), "{page}");
+    for path in ["/admin", settings.as_str()] {
+        assert!(!root.get(path).await.text().contains(VALUE), "{path}");
+    }
+    post_form(
+        &mut root,
+        "/admin",
+        "/admin/secrets/delete",
+        &[("name", "shared_token")],
+    )
+    .await
+    .expect(303);
+    http.get("/api/secrets/shared_token", Some(&p.admin))
+        .await
+        .expect(404);
+}
+
+#[tokio::test]
+async fn user_page_shows_and_resets_the_token_and_signs_out() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let mut alice = signed_in(&s, "alice").await;
+    let page = alice.get("/user").await.expect(200).text();
+    assert!(
+        page.contains("action=\"/user/token\"") && page.contains("action=\"/logout\""),
+        "{page}"
+    );
+    assert!(!page.contains(&p.alice), "no token before it is asked for");
+
+    // Shown: the API's token, working.
+    let r = post_form(&mut alice, "/user", "/user/token", &[])
+        .await
+        .expect(200);
+    assert_page(&r);
+    let api_token = http
+        .send("POST", "/api/user/token", Some(&p.alice), None, &[])
+        .await
+        .expect(200)
+        .text();
+    assert!(r.text().contains(api_token.trim()), "{}", r.text());
+    post_token(&s, None, "/user/token", &[]).await.expect(401);
+    let body = form(&[("csrf", "forged")]);
+    alice
+        .send(
+            "POST",
+            "/user/token",
+            Some(&body),
+            &[("content-type", FORM)],
+        )
+        .await
+        .expect(403);
+
+    // Reset: a new token that works; the old one and the session no longer do.
+    let r = post_form(&mut alice, "/user", "/user/token/reset", &[])
+        .await
+        .expect(200);
+    let page = r.text();
+    assert!(page.contains("older tokens"), "{page}");
+    let start = page.find("<p class=\"token\">").unwrap() + "<p class=\"token\">".len();
+    let new_token = &page[start..start + page[start..].find('<').unwrap()];
+    assert_ne!(new_token, p.alice);
+    http.get("/api/user", Some(&p.alice)).await.expect(401);
+    assert_eq!(
+        http.get("/api/user", Some(new_token))
+            .await
+            .expect(200)
+            .json()["login"],
+        "alice"
+    );
+    alice.get("/user").await.expect(303);
+
+    // Sign out: a forged post changes nothing, the page's form signs out.
+    let mut bob = signed_in(&s, "bob").await;
+    let body = form(&[("csrf", "forged")]);
+    bob.send("POST", "/logout", Some(&body), &[("content-type", FORM)])
+        .await
+        .expect(403);
+    assert!(bob.cookie("user_sess").is_some());
+    bob.get("/user").await.expect(200);
+    post_form(&mut bob, "/user", "/logout", &[])
+        .await
+        .expect(303);
+    assert!(bob.cookie("user_sess").is_none());
+    bob.get("/user").await.expect(303);
+}

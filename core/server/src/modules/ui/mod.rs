@@ -23,6 +23,9 @@
 //! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
 //! [`routes`].
 
+mod account;
+mod admin;
+mod admin_actions;
 pub mod ansi;
 pub mod forms;
 mod pages;
@@ -64,9 +67,12 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
             pipeline::step,
         )
         .get("/repos/{repo_id}/settings", settings::show)
+        .get("/admin", admin::show)
         .get("/assets/woodlark.css", stylesheet)
         .get("/assets/woodlark.js", script);
     settings_actions::routes(scope);
+    admin_actions::routes(scope);
+    account::routes(scope);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
     for tab in ["config", "changed-files", "errors", "debug"] {
