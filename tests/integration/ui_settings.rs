@@ -218,12 +218,20 @@ async fn repo_settings_page_and_forms_as_the_api_decides() {
     assert_eq!(r.status.as_u16(), 409, "{}", r.text());
     let r = post_form(&mut alice, &page_path, &add, &[("name", "x")]).await;
     assert_eq!(r.status.as_u16(), 422, "{}", r.text());
-    let r = alice
+    // Not a form: from a session without its CSRF field 403, with a token the reason.
+    let json_body = "{\"name\":\"j\"}";
+    let json = [("content-type", "application/json")];
+    alice
+        .send("POST", &add, Some(json_body), &json)
+        .await
+        .expect(403);
+    let r = http
         .send(
             "POST",
             &add,
-            Some("{\"name\":\"j\"}"),
-            &[("content-type", "application/json")],
+            Some(&p.alice),
+            Some(json_body.as_bytes()),
+            &json,
         )
         .await
         .expect(400);

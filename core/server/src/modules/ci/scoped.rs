@@ -49,7 +49,7 @@ impl Level {
 
 /// What a call does with a scope's items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Use {
+pub(crate) enum Use {
     /// List or get one: never a value or password (the renderings have none).
     Read,
     /// Create, update or delete.
@@ -59,7 +59,7 @@ pub(super) enum Use {
 /// Authorises the caller for `level` and names the scope: 401 anonymous; global: any user
 /// may read, 403 for non-admins' writes; org: 404 unknown org, 403 non-org-admins; repo: 404
 /// unknown or invisible repo, 403 for readers who are not repo admins.
-pub(super) async fn resolve(
+pub(crate) async fn resolve(
     ctx: &Ctx,
     req: &Request,
     level: Level,

@@ -5,7 +5,7 @@
 
 use super::forms::{self, Form};
 use super::pages::user_page;
-use super::through_api::{self, Call};
+use super::through_api::{self, Call, Gate};
 use crate::http::{ApiError, Request, Response, Scope};
 use crate::modules::ci::users;
 use crate::modules::web::login;
@@ -28,7 +28,7 @@ async fn reset_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// The user page with the token the API's handler answers (plain text), on this answer
 /// only: no redirect, nothing kept for a later page.
 async fn token_page(ctx: Ctx, mut req: Request, reset: bool) -> Result<Response, ApiError> {
-    let posted = match through_api::read(&ctx, &mut req, "Your account").await {
+    let posted = match through_api::read(&ctx, &mut req, "Your account", Gate::User).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::admin::{NewAgent, admin_page};
 use super::forms;
 use super::scoped_actions;
-use super::through_api::{self, Call, act, checked};
+use super::through_api::{self, Call, Gate, act, checked};
 use crate::http::{ApiError, Request, Response, Scope};
 use crate::modules::ci::pipelines::admin as queue;
 use crate::modules::ci::scoped::Level;
@@ -42,6 +42,7 @@ async fn add_user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::Admin,
         back,
         "User added.",
         |form, _| {
@@ -61,6 +62,7 @@ async fn delete_user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::Admin,
         back,
         "User deleted.",
         |form, _| Ok(Call::body(json!({})).param("login", form.required("login")?)),
@@ -75,6 +77,7 @@ async fn set_admin(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::Admin,
         back,
         "Role changed.",
         |form, _| {
@@ -98,7 +101,7 @@ async fn set_admin(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// token (not a redirect: the token is shown on this answer only, never kept for a later
 /// page).
 async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
-    let posted = match through_api::read(&ctx, &mut req, "Administration").await {
+    let posted = match through_api::read(&ctx, &mut req, "Administration", Gate::Admin).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
@@ -125,6 +128,7 @@ async fn delete_agent(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::Admin,
         back,
         "Agent deleted.",
         |form, _| Ok(Call::body(json!({})).param("agent_id", form.required("id")?)),
@@ -138,6 +142,7 @@ async fn pause(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::Admin,
         back,
         "Queue paused.",
         |_, _| Ok(Call::body(json!({}))),
@@ -151,6 +156,7 @@ async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::Admin,
         back,
         "Queue resumed.",
         |_, _| Ok(Call::body(json!({}))),

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::forms::{self, Form};
-use super::through_api::{Call, act, all_of, list_field};
+use super::through_api::{Call, Gate, act, all_of, list_field};
 use crate::ci::scoped::{Registries, Secrets};
 use crate::http::{ApiError, Request, Response, Scope};
 use crate::modules::ci::scoped::{self, Level};
@@ -63,6 +63,7 @@ async fn add_secret(ctx: Ctx, req: Request, level: Level) -> Result<Response, Ap
     act(
         ctx,
         req,
+        Gate::Scoped(level),
         back,
         "Secret added.",
         |form, _| Ok(Call::body(secret_body(form))),
@@ -76,6 +77,7 @@ async fn edit_secret(ctx: Ctx, req: Request, level: Level) -> Result<Response, A
     act(
         ctx,
         req,
+        Gate::Scoped(level),
         back,
         "Secret saved.",
         |form, _| {
@@ -92,6 +94,7 @@ async fn delete_secret(ctx: Ctx, req: Request, level: Level) -> Result<Response,
     act(
         ctx,
         req,
+        Gate::Scoped(level),
         back,
         "Secret deleted.",
         |form, _| Ok(Call::body(json!({})).param("secret", form.required("name")?)),
@@ -105,6 +108,7 @@ async fn add_registry(ctx: Ctx, req: Request, level: Level) -> Result<Response, 
     act(
         ctx,
         req,
+        Gate::Scoped(level),
         back,
         "Registry added.",
         |form, _| {
@@ -124,6 +128,7 @@ async fn delete_registry(ctx: Ctx, req: Request, level: Level) -> Result<Respons
     act(
         ctx,
         req,
+        Gate::Scoped(level),
         back,
         "Registry deleted.",
         |form, _| Ok(Call::body(json!({})).param("registry", form.required("address")?)),

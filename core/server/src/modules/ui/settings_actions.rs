@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::forms::{self, Form};
 use super::scoped_actions;
-use super::through_api::{Call, act, all_of, checked, number};
+use super::through_api::{Call, Gate, act, all_of, checked, number};
 use crate::http::{ApiError, Request, Response, Scope};
 use crate::modules::ci::scoped::Level;
 use crate::modules::ci::{crons, pipelines, repos};
@@ -43,6 +43,7 @@ async fn general(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::RepoAdmin,
         back,
         "Settings saved.",
         |form, instance_admin| Ok(Call::body(general_body(form, instance_admin)?)),
@@ -86,6 +87,7 @@ async fn add_cron(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::RepoAdmin,
         back,
         "Cron added.",
         |form, _| {
@@ -111,6 +113,7 @@ async fn delete_cron(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::RepoAdmin,
         back,
         "Cron deleted.",
         |form, _| cron_call(form),
@@ -125,6 +128,7 @@ async fn run_cron(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     act(
         ctx,
         req,
+        Gate::RepoAdmin,
         back,
         "The cron's pipeline was started.",
         |form, _| cron_call(form),

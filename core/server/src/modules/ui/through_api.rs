@@ -15,6 +15,8 @@ use serde_json::Value;
 use super::forms::{self, Form};
 use super::{Frame, or_error_page};
 use crate::http::{ApiError, HeaderValue, Method, Request, Response, StatusCode, header};
+use crate::modules::ci::access;
+use crate::modules::ci::scoped::{self, Level, Use};
 use crate::state::Ctx;
 use crate::store::users::Account;
 
@@ -40,27 +42,60 @@ impl Call {
     }
 }
 
-/// A posted form read and checked, and the page frame to answer with: the caller must be
-/// signed in (anonymous: the sign-in page, 401) and the session's CSRF field right (a
-/// stale or foreign form: 403, `forms::caller`).
+/// A posted form read and checked, and the page frame to answer with.
 pub struct Posted {
     pub form: Form,
     pub frame: Frame,
     pub account: Account,
 }
 
-/// Reads the form of `req`; `Err` is the page to answer with.
-pub async fn read(ctx: &Ctx, req: &mut Request, title: &str) -> Result<Posted, Response> {
+/// The API's access decision a form needs before its fields are read, the same function
+/// the API's handler runs first (which runs it again, from its cache): so a caller the API
+/// refuses is refused whatever the form holds, and a bad form is told so only to those
+/// allowed to send it.
+#[derive(Debug, Clone, Copy)]
+pub enum Gate {
+    /// Any signed-in user (`access::must_user`).
+    User,
+    /// Instance admins (`access::must_admin`).
+    Admin,
+    /// The repository's admins (`access::repo_admin`, `{repo_id}`).
+    RepoAdmin,
+    /// Writers of a scope's secrets and registries (`scoped::resolve`).
+    Scoped(Level),
+}
+
+impl Gate {
+    async fn check(self, ctx: &Ctx, req: &Request) -> Result<(), ApiError> {
+        match self {
+            Gate::User => access::must_user(ctx, req).await.map(drop),
+            Gate::Admin => access::must_admin(ctx, req).await.map(drop),
+            Gate::RepoAdmin => access::repo_admin(ctx, req).await.map(drop),
+            Gate::Scoped(level) => scoped::resolve(ctx, req, level, Use::Write).await.map(drop),
+        }
+    }
+}
+
+/// Reads the form of `req` and checks, in this order: the caller is signed in (anonymous:
+/// the sign-in page, 401), the session's CSRF field is right (a stale or foreign form: 403,
+/// `forms::caller`), `gate` lets them, and the body is a form (400). `Err` is the page to
+/// answer with.
+pub async fn read(
+    ctx: &Ctx,
+    req: &mut Request,
+    title: &str,
+    gate: Gate,
+) -> Result<Posted, Response> {
     let form = Form::read(req);
     let (frame, _) = Frame::of(ctx, req, title).await;
-    let checked = match form {
-        Ok(form) => match forms::caller(ctx, req).await {
-            Ok(Some(account)) => Ok((form, account)),
-            Ok(None) => Err(ApiError::unauthorized()),
-            Err(err) => Err(err),
-        },
-        Err(err) => Err(err.into()),
-    };
+    let checked = async {
+        let account = forms::caller(ctx, req)
+            .await?
+            .ok_or_else(ApiError::unauthorized)?;
+        gate.check(ctx, req).await?;
+        Ok::<_, ApiError>((form?, account))
+    }
+    .await;
     match checked {
         Ok((form, account)) => Ok(Posted {
             form,
@@ -109,12 +144,13 @@ where
     })
 }
 
-/// A whole form post: read and checked ([`read`]), `build` makes the API call from the
+/// A whole form post: read and checked ([`read`], `gate`), `build` makes the API call from the
 /// form (given whether the caller is an instance admin), `handler` carries it out, and the
 /// browser goes to `back` (a path with the root) with `message` shown once there.
 pub async fn act<H, Fut>(
     ctx: Ctx,
     mut req: Request,
+    gate: Gate,
     back: String,
     message: &str,
     build: impl FnOnce(&Form, bool) -> Result<Call, ApiError>,
@@ -124,7 +160,7 @@ where
     H: FnOnce(Ctx, Request) -> Fut,
     Fut: Future<Output = Result<Response, ApiError>>,
 {
-    let posted = match read(&ctx, &mut req, "Settings").await {
+    let posted = match read(&ctx, &mut req, "Settings", gate).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
