@@ -485,6 +485,26 @@ const RULES: &[(&str, Rule)] = &[
     ("POST /user/token", Rule::User),
     ("POST /user/token/reset", Rule::User),
     ("POST /logout", Rule::Public),
+    // The pipeline page's action forms: the API's own rule for each action.
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/cancel",
+        Rule::RepoPush,
+    ),
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/restart",
+        Rule::RepoPush,
+    ),
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/approve",
+        Rule::RepoPush,
+    ),
+    (
+        "POST /repos/{repo_id}/pipeline/{number}/decline",
+        Rule::RepoPush,
+    ),
+    // The manual-run form: the API's manual run's rule.
+    ("GET /repos/{repo_id}/manual", Rule::RepoPush),
+    ("POST /repos/{repo_id}/manual", Rule::RepoPush),
 ];
 
 /// Routes that may legitimately hold an allowed caller's request open (long polls): no answer
@@ -564,6 +584,7 @@ impl Fixture {
         let delete = route.starts_with("DELETE ");
         let scratch = [
             "POST /api/repos/{repo_id}/pipelines/{number}/cancel",
+            "POST /repos/{repo_id}/pipeline/{number}/cancel",
             "DELETE /api/repos/{repo_id}/logs/{number}/{step_id}",
             "DELETE /api/repos/{repo_id}/logs/{number}",
         ]

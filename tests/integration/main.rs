@@ -52,6 +52,7 @@ mod streams;
 mod system;
 mod tenancy;
 mod ui;
+mod ui_actions;
 mod ui_settings;
 mod users;
 mod web;

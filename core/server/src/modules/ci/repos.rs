@@ -333,9 +333,15 @@ fn namespace_denied(owner: &str) -> ApiError {
 async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = caller_driver(&ctx, &access).await?;
-    let all = driver.branches(&access.row.repo).await?;
+    let all = branches_of(&ctx, &access).await?;
     Ok(Response::json(&paginate(all, page)))
+}
+
+/// The repository's branch names as the forge gives them to the caller (the API's
+/// `/branches` and the UI's manual-run form).
+pub async fn branches_of(ctx: &Ctx, access: &RepoAccess) -> Result<Vec<String>, ApiError> {
+    let driver = caller_driver(ctx, access).await?;
+    Ok(driver.branches(&access.row.repo).await?)
 }
 
 /// `GET /repos/{id}/pull_requests`: open pull requests from the forge, paginated.

@@ -24,10 +24,12 @@
 //! [`routes`].
 
 mod account;
+mod actions;
 mod admin;
 mod admin_actions;
 pub mod ansi;
 pub mod forms;
+mod manual;
 mod pages;
 mod pipeline;
 mod repos;
@@ -35,6 +37,7 @@ mod scoped;
 mod scoped_actions;
 mod settings;
 mod settings_actions;
+mod tabs;
 mod through_api;
 pub mod when;
 
@@ -75,7 +78,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     account::routes(scope);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
-    for tab in ["config", "changed-files", "errors", "debug"] {
+    for tab in ["errors", "debug"] {
         scope.get(
             &format!("/repos/{{repo_id}}/pipeline/{{number}}/{tab}"),
             pipeline::show,
@@ -84,6 +87,9 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     if !root.is_empty() {
         scope.get("/", pages::home);
     }
+    actions::routes(scope);
+    manual::routes(scope);
+    tabs::routes(scope);
 }
 
 async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {

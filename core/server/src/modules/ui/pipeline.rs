@@ -3,6 +3,7 @@
 
 use askama::Template;
 
+use super::actions::Offered;
 use super::{Frame, ansi, or_error_page, page, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::access;
@@ -71,6 +72,8 @@ struct PipelinePage {
     errors: Vec<(String, bool)>,
     workflows: Vec<WorkflowItem>,
     log: Option<LogView>,
+    /// The action buttons this viewer gets.
+    offered: Offered,
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}`.
@@ -103,15 +106,7 @@ async fn render(
         None
     };
     let repo_id = access.row.repo.id;
-    let row = ctx
-        .ci
-        .reads
-        .read(move |c| pipelines::full(c, repo_id, number))
-        .await
-        .map_err(|err| match err {
-            StoreError::NotFound => ApiError::not_found("Pipeline not found"),
-            other => other.into(),
-        })?;
+    let row = load(ctx, repo_id, number).await?;
     let selected = match pid {
         Some(pid) => Some(
             steps(&row)
@@ -134,6 +129,7 @@ async fn render(
         None => None,
     };
     let now = now_unix();
+    let offered = Offered::of(&access, &row.pipeline);
     let p = row.pipeline;
     let workflows = p
         .workflows
@@ -186,8 +182,21 @@ async fn render(
                 .collect(),
             workflows,
             log,
+            offered,
         },
     )
+}
+
+/// Pipeline `number` of repository `repo_id`, or the API's 404.
+pub(super) async fn load(ctx: &Ctx, repo_id: i64, number: i64) -> Result<PipelineRow, ApiError> {
+    ctx.ci
+        .reads
+        .read(move |c| pipelines::full(c, repo_id, number))
+        .await
+        .map_err(|err| match err {
+            StoreError::NotFound => ApiError::not_found("Pipeline not found"),
+            other => other.into(),
+        })
 }
 
 fn steps(row: &PipelineRow) -> impl Iterator<Item = &Step> {

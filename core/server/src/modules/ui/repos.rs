@@ -108,6 +108,8 @@ struct RepoPage {
     page: u32,
     /// A full page was shown: there may be more.
     more: bool,
+    /// The viewer may start a run (the API's `require_push`): the manual-run link.
+    may_run: bool,
 }
 
 /// `GET <root>/repos/{id}[?page=N]`: the repository's pipelines, newest first, 50 a page.
@@ -136,6 +138,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
         })
         .await?;
     let now = now_unix();
+    let may_run = access.require_push().is_ok();
     let repo = access.row.repo;
     page(
         StatusCode::OK,
@@ -148,6 +151,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
             more: list.len() == paging.per_page as usize,
             pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
             page: paging.page,
+            may_run,
         },
     )
 }

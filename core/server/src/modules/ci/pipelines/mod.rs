@@ -198,13 +198,14 @@ pub fn created_response(created: Created) -> Response {
     }
 }
 
-/// `PipelineOptions`.
+/// `PipelineOptions`: what a manual run asks for (the API's JSON body, the UI's form).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct PipelineOptions {
-    branch: String,
-    message: String,
-    variables: BTreeMap<String, String>,
+pub struct PipelineOptions {
+    /// Empty: the repository's default branch.
+    pub branch: String,
+    pub message: String,
+    pub variables: BTreeMap<String, String>,
 }
 
 /// Pipeline variables a request gives (a manual run's body, a restart's query): 400 with
@@ -229,6 +230,16 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         req.json()?
     };
+    Ok(created_response(run_manual_as(&ctx, &access, opts).await?))
+}
+
+/// A manual run as `POST /repos/{id}/pipelines` makes it, for a caller `access::repo_push`
+/// let through (the API's handler and the UI's form both call it).
+pub async fn run_manual_as(
+    ctx: &Ctx,
+    access: &RepoAccess,
+    opts: PipelineOptions,
+) -> Result<Created, ApiError> {
     check_variables(&opts.variables)?;
     let repo = access.row.clone();
     let branch = if opts.branch.is_empty() {
@@ -246,7 +257,7 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     } else {
         format!("MANUAL: {} @ {branch}", opts.message)
     };
-    let avatar = crate::modules::ci::avatars::shown(&ctx, user.clone()).avatar_url;
+    let avatar = crate::modules::ci::avatars::shown(ctx, user.clone()).avatar_url;
     let trigger = Trigger {
         event: WebhookEvent::Manual,
         commit: Commit {
@@ -277,16 +288,30 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 format!(" and {}", repo.repo.config_file)
             }
         ))),
-        other => Ok(created_response(other)),
+        other => Ok(other),
     }
 }
 
 /// `POST /repos/{id}/pipelines/{n}`: a new pipeline from the stored configs of pipeline `n`.
 async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_push(&ctx, &req).await?;
-    let old = load(&ctx, access.row.repo.id, number_param(&req)?)
-        .await?
-        .pipeline;
+    let params = form_urlencoded::parse(req.query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let created = restart_as(&ctx, &access, number_param(&req)?, params).await?;
+    Ok(created_response(created))
+}
+
+/// A restart of pipeline `number` as `POST /repos/{id}/pipelines/{n}` makes it, for a caller
+/// `access::repo_push` let through; `params`: the API's query (`event`, `deploy_to`, and
+/// variables by name).
+pub async fn restart_as(
+    ctx: &Ctx,
+    access: &RepoAccess,
+    number: i64,
+    params: Vec<(String, String)>,
+) -> Result<Created, ApiError> {
+    let old = load(ctx, access.row.repo.id, number).await?.pipeline;
     if old.status == Status::Blocked {
         return Err(ApiError::bad_request(
             "cannot restart a pipeline that waits for approval",
@@ -295,16 +320,16 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let mut event = old.event;
     let mut deploy_to = old.deploy_to.clone();
     let mut variables = old.variables.clone();
-    for (k, v) in form_urlencoded::parse(req.query.as_bytes()) {
-        match k.as_ref() {
+    for (k, v) in params {
+        match k.as_str() {
             "event" => {
                 event = WebhookEvent::parse(&v)
                     .ok_or_else(|| ApiError::bad_request(format!("invalid event {v:?}")))?
             }
-            "deploy_to" => deploy_to = v.into_owned(),
+            "deploy_to" => deploy_to = v,
             "access_token" => {}
-            other => {
-                variables.insert(other.to_string(), v.into_owned());
+            _ => {
+                variables.insert(k, v);
             }
         }
     }
@@ -349,8 +374,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         // A restart is a new run, not the delivery again.
         delivery: Default::default(),
     };
-    let created = create::create(&ctx.ci, &access.row, trigger, files).await?;
-    Ok(created_response(created))
+    Ok(create::create(&ctx.ci, &access.row, trigger, files).await?)
 }
 
 /// `DELETE /repos/{id}/pipelines/{n}`: refused (422) while the pipeline is active.
@@ -364,7 +388,14 @@ async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// `POST …/cancel`: 204.
 async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_push(&ctx, &req).await?;
-    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
+    cancel_as(&ctx, &access, number_param(&req)?).await?;
+    Ok(Response::empty(StatusCode::NO_CONTENT))
+}
+
+/// Cancels pipeline `number` as `POST …/cancel` does, for a caller `access::repo_push` let
+/// through.
+pub async fn cancel_as(ctx: &Ctx, access: &RepoAccess, number: i64) -> Result<(), ApiError> {
+    let row = load(ctx, access.row.repo.id, number).await?;
     let login = access.user()?.user.login.clone();
     // Upstream answers 400 for a pipeline that can no longer be canceled.
     ctx.ci
@@ -375,42 +406,71 @@ async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             Fault::Conflict(message) => ApiError::bad_request(message),
             _ => ApiError::from(e),
         })?;
-    Ok(Response::empty(StatusCode::NO_CONTENT))
+    Ok(())
 }
 
 /// `POST …/approve`: a blocked pipeline goes to the queue.
 async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_push(&ctx, &req).await?;
-    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    let login = access.user()?.user.login.clone();
-    let updated = ci::pipelines::approve(&ctx.ci, &access.row, &row, login).await?;
+    let updated = decide_as(&ctx, &access, number_param(&req)?, Decision::Approve).await?;
     Ok(Response::json(&updated.pipeline))
 }
 
 /// `POST …/decline`: a blocked pipeline, its workflows and steps become `declined`.
 async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_push(&ctx, &req).await?;
-    let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    let login = access.user()?.user.login.clone();
-    let updated = ci::pipelines::decline(&ctx.ci, access.row.repo.id, &row, login).await?;
+    let updated = decide_as(&ctx, &access, number_param(&req)?, Decision::Decline).await?;
     Ok(Response::json(&updated.pipeline))
+}
+
+/// What is decided about a pipeline held for approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Decline,
+}
+
+/// Approves or declines pipeline `number` as `POST …/approve` and `…/decline` do, for a
+/// caller `access::repo_push` let through.
+pub async fn decide_as(
+    ctx: &Ctx,
+    access: &RepoAccess,
+    number: i64,
+    decision: Decision,
+) -> Result<PipelineRow, ApiError> {
+    let row = load(ctx, access.row.repo.id, number).await?;
+    let login = access.user()?.user.login.clone();
+    Ok(match decision {
+        Decision::Approve => ci::pipelines::approve(&ctx.ci, &access.row, &row, login).await?,
+        Decision::Decline => {
+            ci::pipelines::decline(&ctx.ci, access.row.repo.id, &row, login).await?
+        }
+    })
 }
 
 /// `GET …/config`: `[{hash, name, data}]` with `data` base64, as upstream.
 async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let row = load(&ctx, access.row.repo.id, number_param(&req)?).await?;
-    let id = row.pipeline.id;
-    let files = ctx
-        .ci
-        .reads
-        .read(move |c| pipelines::configs(c, id))
-        .await?;
+    let files = configs_of(&ctx, row.pipeline.id).await?;
     let out: Vec<Value> = files
         .into_iter()
         .map(|(hash, f)| json!({"hash": hash, "name": f.name, "data": STANDARD.encode(f.data)}))
         .collect();
     Ok(Response::json(&out))
+}
+
+/// The config files pipeline `pipeline_id` was compiled from, with their hashes (the API's
+/// `…/config` and the UI's config page).
+pub async fn configs_of(
+    ctx: &Ctx,
+    pipeline_id: i64,
+) -> Result<Vec<(String, crate::pipeline::types::ConfigFile)>, ApiError> {
+    Ok(ctx
+        .ci
+        .reads
+        .read(move |c| pipelines::configs(c, pipeline_id))
+        .await?)
 }
 
 fn meta_pipeline(p: &Pipeline) -> Value {
