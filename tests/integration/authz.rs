@@ -470,6 +470,8 @@ const RULES: &[(&str, Rule)] = &[
     ),
     ("POST /repos/{repo_id}/settings/crons/run", Rule::RepoAdmin),
     ("GET /admin", Rule::AdminPage),
+    ("GET /repos/{repo_id}/branches", Rule::RepoRead),
+    ("GET /repos/{repo_id}/pull-requests", Rule::RepoRead),
     ("POST /admin/users", Rule::Admin),
     ("POST /admin/users/delete", Rule::Admin),
     ("POST /admin/users/admin", Rule::Admin),

@@ -812,3 +812,68 @@ async fn user_page_shows_and_resets_the_token_and_signs_out() {
     assert!(bob.cookie("user_sess").is_none());
     bob.get("/user").await.expect(303);
 }
+
+#[tokio::test]
+async fn branches_and_pull_requests_link_to_the_filtered_pipelines() {
+    use crate::pipelines::push_files;
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    http.patch(
+        &format!("/api/repos/{id}"),
+        Some(&p.alice),
+        r#"{"visibility":"private"}"#,
+    )
+    .await
+    .expect(200);
+    let config = "steps:\n  - name: hello\n    image: sh\n    commands: [\"true\"]\n";
+    push_files(&s, "alice/app", &[(".woodpecker.yaml", config)], "first").await;
+
+    let branches = format!("/repos/{id}/branches");
+    let r = http.get(&branches, Some(&p.alice)).await.expect(200);
+    assert_page(&r);
+    let page = r.text();
+    assert!(page.contains("Branches of alice/app"), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/repos/{id}?branch=main\"")),
+        "{page}"
+    );
+    // The list it links to, filtered by the API's own filter; the pager keeps the filter.
+    let page = http
+        .get(&format!("/repos/{id}?branch=main"), Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        page.contains("#1") && page.contains("Show all pipelines"),
+        "{page}"
+    );
+    let page = http
+        .get(&format!("/repos/{id}?branch=elsewhere"), Some(&p.alice))
+        .await
+        .expect(200)
+        .text();
+    assert!(!page.contains("#1<"), "{page}");
+    let r = http
+        .get(&format!("/repos/{id}?status=sleepy"), Some(&p.alice))
+        .await
+        .expect(400);
+    assert!(r.text().contains("invalid status"), "{}", r.text());
+
+    let prs = format!("/repos/{id}/pull-requests");
+    let page = http.get(&prs, Some(&p.alice)).await.expect(200).text();
+    assert!(page.contains("No open pull requests."), "{page}");
+
+    // As the API's /branches and /pull_requests: anonymous sign in, strangers not found.
+    for path in [&branches, &prs] {
+        let r = http.get(path, None).await.expect(401);
+        assert!(r.text().contains("/login"), "{path}");
+        http.get(path, Some(&p.bob)).await.expect(404);
+        http.get(path, Some(&p.admin)).await.expect(200);
+    }
+    http.get("/repos/999/branches", Some(&p.alice))
+        .await
+        .expect(404);
+}

@@ -348,9 +348,18 @@ pub async fn branches_of(ctx: &Ctx, access: &RepoAccess) -> Result<Vec<String>, 
 async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = caller_driver(&ctx, &access).await?;
-    let all = driver.pull_requests(&access.row.repo).await?;
+    let all = pull_requests_of(&ctx, &access).await?;
     Ok(Response::json(&paginate(all, page)))
+}
+
+/// The repository's open pull requests as its forge lists them to the caller (the API's
+/// `/pull_requests` and the built-in UI's pull-requests page).
+pub async fn pull_requests_of(
+    ctx: &Ctx,
+    access: &RepoAccess,
+) -> Result<Vec<forge::PullRequest>, ApiError> {
+    let driver = caller_driver(ctx, access).await?;
+    Ok(driver.pull_requests(&access.row.repo).await?)
 }
 
 /// The repository's forge driver, acting as the caller (see `Tokens::for_caller`).

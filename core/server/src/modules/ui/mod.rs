@@ -28,6 +28,7 @@ mod actions;
 mod admin;
 mod admin_actions;
 pub mod ansi;
+mod branches;
 pub mod forms;
 mod manual;
 mod pages;
@@ -71,6 +72,8 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
         )
         .get("/repos/{repo_id}/settings", settings::show)
         .get("/admin", admin::show)
+        .get("/repos/{repo_id}/branches", branches::branches)
+        .get("/repos/{repo_id}/pull-requests", branches::pull_requests)
         .get("/assets/woodlark.css", stylesheet)
         .get("/assets/woodlark.js", script);
     settings_actions::routes(scope);
