@@ -877,3 +877,83 @@ async fn branches_and_pull_requests_link_to_the_filtered_pipelines() {
         .await
         .expect(404);
 }
+
+#[tokio::test]
+async fn an_organisations_page_and_settings_as_the_api_decides() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let (id, org) = (
+        repo["id"].as_i64().unwrap(),
+        repo["org_id"].as_i64().unwrap(),
+    );
+    let org_page = format!("/orgs/{org}");
+    let settings = format!("/org/{org}/settings");
+
+    // Alice's own namespace: she is its admin.
+    let page = http.get(&org_page, Some(&p.alice)).await.expect(200).text();
+    assert!(
+        page.contains("alice/app") && page.contains(&settings),
+        "{page}"
+    );
+    for path in [&org_page, &settings] {
+        let r = http.get(path, None).await.expect(401);
+        assert!(r.text().contains("/login"), "{path}");
+        let r = http.get(path, Some(&p.bob)).await.expect(403);
+        assert_page(&r);
+        http.get(path, Some(&p.admin)).await.expect(200);
+    }
+    http.get("/orgs/9999", Some(&p.alice)).await.expect(404);
+    http.get("/org/x/settings", Some(&p.alice))
+        .await
+        .expect(400);
+
+    // An organisation secret through the form: listed there and, read-only, on the
+    // repository's settings; its value on no page. Bob may not add one.
+    const VALUE: &str = "org-secret-value-never-shown";
+    let mut alice = signed_in(&s, "alice").await;
+    let r = post_form(
+        &mut alice,
+        &settings,
+        &format!("{settings}/secrets"),
+        &[("name", "org_token"), ("value", VALUE), ("events", "push")],
+    )
+    .await
+    .expect(303);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("{settings}#secrets").as_str())
+    );
+    post_token(
+        &s,
+        Some(&p.bob),
+        &format!("{settings}/secrets"),
+        &[("name", "bobs"), ("value", "v"), ("events", "push")],
+    )
+    .await
+    .expect(403);
+    let listed = http
+        .get(&format!("/api/orgs/{org}/secrets"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    for path in [settings.clone(), format!("/repos/{id}/settings")] {
+        let page = alice.get(&path).await.expect(200).text();
+        assert!(page.contains("org_token"), "{path}: {page}");
+        assert!(!page.contains(VALUE), "{path}: {page}");
+    }
+    post_form(
+        &mut alice,
+        &settings,
+        &format!("{settings}/secrets/delete"),
+        &[("name", "org_token")],
+    )
+    .await
+    .expect(303);
+    let listed = http
+        .get(&format!("/api/orgs/{org}/secrets"), Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(listed, serde_json::json!([]));
+}

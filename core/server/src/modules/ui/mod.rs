@@ -31,6 +31,7 @@ pub mod ansi;
 mod branches;
 pub mod forms;
 mod manual;
+mod orgs;
 mod pages;
 mod pipeline;
 mod repos;
@@ -79,6 +80,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     settings_actions::routes(scope);
     admin_actions::routes(scope);
     account::routes(scope);
+    orgs::routes(scope);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
     for tab in ["errors", "debug"] {
