@@ -470,6 +470,8 @@ const RULES: &[(&str, Rule)] = &[
     ),
     ("POST /repos/{repo_id}/settings/crons/run", Rule::RepoAdmin),
     ("GET /admin", Rule::AdminPage),
+    ("GET /repos/add", Rule::SignInPage),
+    ("POST /repos/add", Rule::User),
     ("GET /orgs/{org_id}", Rule::OrgMember),
     ("GET /org/{org_id}/settings", Rule::OrgAdmin),
     ("POST /org/{org_id}/settings/secrets", Rule::OrgAdmin),

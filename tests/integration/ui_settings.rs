@@ -957,3 +957,73 @@ async fn an_organisations_page_and_settings_as_the_api_decides() {
         .json();
     assert_eq!(listed, serde_json::json!([]));
 }
+
+#[tokio::test]
+async fn adding_a_repository_from_the_forges_list() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    let http = &s.http;
+    let first = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    s.init_git_repo("alice/new");
+    s.init_git_repo("bob/theirs");
+
+    let r = http.get("/repos/add", None).await.expect(303);
+    assert_eq!(r.header("location"), Some("/login"));
+    let mut alice = signed_in(&s, "alice").await;
+    let r = alice.get("/repos/add").await.expect(200);
+    assert_page(&r);
+    let page = r.text();
+    // As the API's list: alice/new to activate, alice/app active, nothing of bob's.
+    let api = http
+        .get("/api/user/repos?all=true", Some(&p.alice))
+        .await
+        .json();
+    assert_eq!(api.as_array().unwrap().len(), 2, "{api}");
+    assert!(page.contains("Activate alice/new"), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/repos/{}\"", first["id"])),
+        "{page}"
+    );
+    assert!(!page.contains("bob/theirs"), "{page}");
+
+    // Bob may not activate in alice's namespace: the API's 403 as a page, nothing made.
+    let r = post_token(
+        &s,
+        Some(&p.bob),
+        "/repos/add",
+        &[("forge_remote_id", "alice/new")],
+    )
+    .await
+    .expect(403);
+    assert_page(&r);
+    let r = post_form(
+        &mut alice,
+        "/repos/add",
+        "/repos/add",
+        &[("forge_remote_id", "")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 400, "{}", r.text());
+    let r = post_form(
+        &mut alice,
+        "/repos/add",
+        "/repos/add",
+        &[("forge_remote_id", "alice/new")],
+    )
+    .await
+    .expect(303);
+    let location = r.header("location").unwrap().to_string();
+    let page = alice.get(&location).await.expect(200).text();
+    assert!(
+        page.contains("alice/new") && page.contains("Repository activated."),
+        "{page}"
+    );
+    let again = post_form(
+        &mut alice,
+        "/user",
+        "/repos/add",
+        &[("forge_remote_id", "alice/new")],
+    )
+    .await;
+    assert_eq!(again.status.as_u16(), 409, "{}", again.text());
+}

@@ -34,6 +34,7 @@ mod manual;
 mod orgs;
 mod pages;
 mod pipeline;
+mod repo_add;
 mod repos;
 mod scoped;
 mod scoped_actions;
@@ -81,6 +82,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     admin_actions::routes(scope);
     account::routes(scope);
     orgs::routes(scope);
+    repo_add::routes(scope);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
     for tab in ["errors", "debug"] {

@@ -24,6 +24,8 @@ use crate::store::users::Account;
 pub struct Call {
     pub body: Value,
     pub params: Vec<(&'static str, String)>,
+    /// The query string, for handlers that read one (`POST /repos?forge_remote_id=`).
+    pub query: Option<String>,
 }
 
 impl Call {
@@ -31,7 +33,18 @@ impl Call {
         Call {
             body,
             params: Vec::new(),
+            query: None,
         }
+    }
+
+    /// The query `pairs`, encoded.
+    pub fn query(mut self, pairs: &[(&str, &str)]) -> Call {
+        let mut out = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in pairs {
+            out.append_pair(k, v);
+        }
+        self.query = Some(out.finish());
+        self
     }
 
     /// A path parameter the handler reads. `%` is escaped, so a handler that percent-decodes
@@ -133,6 +146,9 @@ where
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if let Some(query) = call.query {
+        req.query = query;
+    }
     for (name, value) in call.params {
         req.params.retain(|(k, _)| k != name);
         req.params.push((name.to_string(), value));
