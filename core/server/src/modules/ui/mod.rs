@@ -16,6 +16,12 @@
 //!
 //! - [`pages`]: home, login and user pages; [`repos`]: the repository list and a repository's
 //!   pipelines; [`pipeline`]: a pipeline's workflows and steps, and a step's log;
+//! - [`settings`] (`/repos/{id}/settings`), [`orgs`] (`/orgs/{id}`, `/org/{id}/settings`),
+//!   [`admin`] (`/admin`), [`branches`] (branches, pull requests), [`repo_add`]
+//!   (`/repos/add`); their forms in [`settings_actions`], [`scoped_actions`] (secrets and
+//!   registries at every scope), [`admin_actions`], [`account`] (token, sign-out), each
+//!   carried out by the REST API's own handler through [`through_api`]; [`scoped`]: secret
+//!   and registry rows without values;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!
