@@ -107,6 +107,9 @@ enum Rule {
     /// A page of the built-in web UI for signed-in users only: anyone else is sent to the
     /// sign-in page (303), where the API would answer 401.
     SignInPage,
+    /// The built-in UI's admin page: anyone not signed in is sent to the sign-in page (303),
+    /// other users get the API's 403.
+    AdminPage,
 }
 
 /// What a principal must get.
@@ -131,6 +134,9 @@ impl Rule {
             Rule::Algod => Status(401),
             Rule::SignInPage if !user => Status(303),
             Rule::SignInPage => Allowed,
+            Rule::AdminPage if !user => Status(303),
+            Rule::AdminPage if who == Admin => Allowed,
+            Rule::AdminPage => Status(403),
             _ if !user => Status(401),
             Rule::User => Allowed,
             Rule::Admin if who == Admin => Allowed,
@@ -440,6 +446,59 @@ const RULES: &[(&str, Rule)] = &[
         "GET /repos/{repo_id}/pipeline/{number}/debug",
         Rule::RepoRead,
     ),
+    // The built-in UI's settings, admin and user forms: as the API routes they post through.
+    ("GET /repos/{repo_id}/settings", Rule::RepoAdmin),
+    ("POST /repos/{repo_id}/settings", Rule::RepoAdmin),
+    ("POST /repos/{repo_id}/settings/secrets", Rule::RepoAdmin),
+    (
+        "POST /repos/{repo_id}/settings/secrets/edit",
+        Rule::RepoAdmin,
+    ),
+    (
+        "POST /repos/{repo_id}/settings/secrets/delete",
+        Rule::RepoAdmin,
+    ),
+    ("POST /repos/{repo_id}/settings/registries", Rule::RepoAdmin),
+    (
+        "POST /repos/{repo_id}/settings/registries/delete",
+        Rule::RepoAdmin,
+    ),
+    ("POST /repos/{repo_id}/settings/crons", Rule::RepoAdmin),
+    (
+        "POST /repos/{repo_id}/settings/crons/delete",
+        Rule::RepoAdmin,
+    ),
+    ("POST /repos/{repo_id}/settings/crons/run", Rule::RepoAdmin),
+    ("GET /admin", Rule::AdminPage),
+    ("GET /repos/add", Rule::SignInPage),
+    ("POST /repos/add", Rule::User),
+    ("GET /orgs/{org_id}", Rule::OrgMember),
+    ("GET /org/{org_id}/settings", Rule::OrgAdmin),
+    ("POST /org/{org_id}/settings/secrets", Rule::OrgAdmin),
+    ("POST /org/{org_id}/settings/secrets/edit", Rule::OrgAdmin),
+    ("POST /org/{org_id}/settings/secrets/delete", Rule::OrgAdmin),
+    ("POST /org/{org_id}/settings/registries", Rule::OrgAdmin),
+    (
+        "POST /org/{org_id}/settings/registries/delete",
+        Rule::OrgAdmin,
+    ),
+    ("GET /repos/{repo_id}/branches", Rule::RepoRead),
+    ("GET /repos/{repo_id}/pull-requests", Rule::RepoRead),
+    ("POST /admin/users", Rule::Admin),
+    ("POST /admin/users/delete", Rule::Admin),
+    ("POST /admin/users/admin", Rule::Admin),
+    ("POST /admin/agents", Rule::Admin),
+    ("POST /admin/agents/delete", Rule::Admin),
+    ("POST /admin/queue/pause", Rule::Admin),
+    ("POST /admin/queue/resume", Rule::Admin),
+    ("POST /admin/secrets", Rule::Admin),
+    ("POST /admin/secrets/edit", Rule::Admin),
+    ("POST /admin/secrets/delete", Rule::Admin),
+    ("POST /admin/registries", Rule::Admin),
+    ("POST /admin/registries/delete", Rule::Admin),
+    ("POST /user/token", Rule::User),
+    ("POST /user/token/reset", Rule::User),
+    ("POST /logout", Rule::Public),
     // The pipeline page's action forms: the API's own rule for each action.
     (
         "POST /repos/{repo_id}/pipeline/{number}/cancel",

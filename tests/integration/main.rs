@@ -53,5 +53,6 @@ mod system;
 mod tenancy;
 mod ui;
 mod ui_actions;
+mod ui_settings;
 mod users;
 mod web;

@@ -356,6 +356,17 @@ pub struct OrgAccess {
 pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess, ApiError> {
     let id = req.param_i64("org_id")?;
     let user = must_user(ctx, req).await?;
+    org_of(ctx, user, id, need_admin).await
+}
+
+/// [`org`] for organisation `id` and a signed-in `user` (a page that names the organisation
+/// through a repository asks the same question): 404 unknown, 403 not allowed.
+pub async fn org_of(
+    ctx: &Ctx,
+    user: Arc<Account>,
+    id: i64,
+    need_admin: bool,
+) -> Result<OrgAccess, ApiError> {
     let u = user.user.clone();
     let found = ctx
         .ci

@@ -108,7 +108,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// `POST /agents` (admin): a global agent owned by the caller.
-async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let admin = must_admin(&ctx, &req).await?;
     let agent = create_in(&ctx, &req, admin.user.id, ID_NOT_SET).await?;
     Ok(Response::json(&agent))
@@ -139,7 +139,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// `DELETE /agents/{agent_id}` (admin): 204.
-async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     let id = req.param_i64("agent_id")?;
     ci::agents::remove(&ctx.ci, id).await.map_err(not_found)?;

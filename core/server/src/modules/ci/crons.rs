@@ -107,7 +107,7 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// `POST /repos/{repo_id}/cron`: 200 with the new cron.
-async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = repo_admin(&ctx, &req).await?;
     let creator_id = access.user()?.user.id;
     let body: CronIn = req.json()?;
@@ -200,7 +200,7 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// `DELETE /repos/{repo_id}/cron/{cron}`: 204.
-async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = repo_admin(&ctx, &req).await?.row.repo.id;
     let id = cron_id(&req)?;
     ci::crons::delete(&ctx.ci, repo, id)

@@ -104,7 +104,7 @@ pub(super) async fn pick_forge(
 
 /// `POST /repos?forge_remote_id=&forge_id=`: activates a repository; the caller becomes its
 /// owner. 409 if it is active already.
-async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let account = must_user(&ctx, &req).await?;
     let remote_id = req
         .query("forge_remote_id")
@@ -194,7 +194,7 @@ struct TrustedPatch {
 }
 
 /// `PATCH /repos/{id}` (repo admin; `trusted` and long timeouts need an instance admin).
-async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let instance_admin = access.user()?.user.admin;
     let patch: RepoPatch = req.json()?;
@@ -348,13 +348,22 @@ pub async fn branches_of(ctx: &Ctx, access: &RepoAccess) -> Result<Vec<String>, 
 async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let driver = caller_driver(&ctx, &access).await?;
-    let all = driver.pull_requests(&access.row.repo).await?;
+    let all = pull_requests_of(&ctx, &access).await?;
     Ok(Response::json(&paginate(all, page)))
 }
 
+/// The repository's open pull requests as its forge lists them to the caller (the API's
+/// `/pull_requests` and the built-in UI's pull-requests page).
+pub async fn pull_requests_of(
+    ctx: &Ctx,
+    access: &RepoAccess,
+) -> Result<Vec<forge::PullRequest>, ApiError> {
+    let driver = caller_driver(ctx, access).await?;
+    Ok(driver.pull_requests(&access.row.repo).await?)
+}
+
 /// The repository's forge driver, acting as the caller (see `Tokens::for_caller`).
-async fn caller_driver(
+pub(crate) async fn caller_driver(
     ctx: &Ctx,
     access: &RepoAccess,
 ) -> Result<std::sync::Arc<dyn forge::ForgeDriver>, ApiError> {

@@ -29,7 +29,7 @@ use crate::store::secrets::ResourceScope;
 
 /// Which of the three scopes a route serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Level {
+pub(crate) enum Level {
     /// Instance admins; every signed-in user reads.
     Global,
     /// Org admins of `{org_id}`.
@@ -49,7 +49,7 @@ impl Level {
 
 /// What a call does with a scope's items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Use {
+pub(crate) enum Use {
     /// List or get one: never a value or password (the renderings have none).
     Read,
     /// Create, update or delete.
@@ -59,7 +59,7 @@ pub(super) enum Use {
 /// Authorises the caller for `level` and names the scope: 401 anonymous; global: any user
 /// may read, 403 for non-admins' writes; org: 404 unknown org, 403 non-org-admins; repo: 404
 /// unknown or invisible repo, 403 for readers who are not repo admins.
-pub(super) async fn resolve(
+pub(crate) async fn resolve(
     ctx: &Ctx,
     req: &Request,
     level: Level,
@@ -103,7 +103,7 @@ pub(super) fn path_text(req: &Request, name: &str) -> Result<String, ApiError> {
 /// One kind of scoped resource as the API serves it: where it is routed and how a request
 /// becomes a validated new item or change, with its value in clear. What it is and where the store keeps it is its
 /// [`ScopedRecord`] side. Implementors are unit structs; nothing is instantiated.
-pub(super) trait ScopedResource: ScopedRecord {
+pub(crate) trait ScopedResource: ScopedRecord {
     /// The collection's path segment (`secrets`).
     const COLLECTION: &'static str;
     /// The key's path parameter (`secret`), percent-decoded by [`path_text`].
@@ -155,7 +155,7 @@ async fn list<R: ScopedResource>(
 }
 
 /// `POST …/{collection}`: 200 with the new item; 409 for a duplicate key.
-async fn create<R: ScopedResource>(
+pub(crate) async fn create<R: ScopedResource>(
     ctx: Ctx,
     req: Request,
     level: Level,
@@ -184,7 +184,7 @@ async fn get<R: ScopedResource>(
 }
 
 /// `PATCH …/{collection}/{key}`.
-async fn update<R: ScopedResource>(
+pub(crate) async fn update<R: ScopedResource>(
     ctx: Ctx,
     req: Request,
     level: Level,
@@ -199,7 +199,7 @@ async fn update<R: ScopedResource>(
 }
 
 /// `DELETE …/{collection}/{key}`: 204.
-async fn delete<R: ScopedResource>(
+pub(crate) async fn delete<R: ScopedResource>(
     ctx: Ctx,
     req: Request,
     level: Level,

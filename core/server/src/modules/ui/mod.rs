@@ -20,6 +20,12 @@
 //!   [`actions`]: cancel, restart, approve, decline; [`manual`]: the manual-run form;
 //!   [`tabs`]: a pipeline's config and changed files; [`logview`]: a log in chunks and the
 //!   rendered lines the live view fetches;
+//! - [`settings`] (`/repos/{id}/settings`), [`orgs`] (`/orgs/{id}`, `/org/{id}/settings`),
+//!   [`admin`] (`/admin`), [`branches`] (branches, pull requests), [`repo_add`]
+//!   (`/repos/add`); their forms in [`settings_actions`], [`scoped_actions`] (secrets and
+//!   registries at every scope), [`admin_actions`], [`account`] (token, sign-out), each
+//!   carried out by the REST API's own handler through [`through_api`]; [`scoped`]: secret
+//!   and registry rows without values;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!
@@ -27,15 +33,26 @@
 //! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
 //! [`routes`].
 
+mod account;
 mod actions;
+mod admin;
+mod admin_actions;
 pub mod ansi;
+mod branches;
 pub mod forms;
 mod logview;
 mod manual;
+mod orgs;
 mod pages;
 mod pipeline;
+mod repo_add;
 mod repos;
+mod scoped;
+mod scoped_actions;
+mod settings;
+mod settings_actions;
 mod tabs;
+mod through_api;
 pub mod when;
 
 use askama::Template;
@@ -66,8 +83,17 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
             "/repos/{repo_id}/pipeline/{number}/{step_pid}",
             pipeline::step,
         )
+        .get("/repos/{repo_id}/settings", settings::show)
+        .get("/admin", admin::show)
+        .get("/repos/{repo_id}/branches", branches::branches)
+        .get("/repos/{repo_id}/pull-requests", branches::pull_requests)
         .get("/assets/woodlark.css", stylesheet)
         .get("/assets/woodlark.js", script);
+    settings_actions::routes(scope);
+    admin_actions::routes(scope);
+    account::routes(scope);
+    orgs::routes(scope);
+    repo_add::routes(scope);
     // The upstream pipeline page's tabs: until they are pages here, the pipeline (which shows
     // its errors and warnings) is the nearest page.
     for tab in ["errors", "debug"] {

@@ -8,6 +8,7 @@ use crate::modules::web::browser::{redirect, safe_next, set_cookie};
 use crate::modules::web::login;
 use crate::state::Ctx;
 use crate::store::forges::{self, ForgeKind};
+use crate::store::users::Account;
 
 #[derive(Template)]
 #[template(path = "home.html")]
@@ -96,7 +97,7 @@ async fn sign_in_forges(ctx: &Ctx) -> Result<Vec<ForgeButton>, ApiError> {
 }
 
 /// "GitHub (github.com)": the forge's kind and host.
-fn forge_label(kind: ForgeKind, url: &str) -> String {
+pub(super) fn forge_label(kind: ForgeKind, url: &str) -> String {
     let name = match kind {
         ForgeKind::Git => "Git",
         ForgeKind::Github => "GitHub",
@@ -128,14 +129,30 @@ struct UserPage {
     login: String,
     email: String,
     admin: bool,
+    /// The personal access token, on the answer to the form that asked for it only.
+    token: Option<String>,
+    /// The token was just reset: every older token and session stopped working.
+    reset: bool,
 }
 
-/// `GET <root>/user`: who is signed in, and signing out. Anonymous callers go to the login.
+/// `GET <root>/user`: who is signed in, their token (behind a form) and signing out.
+/// Anonymous callers go to the login.
 pub async fn user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let (frame, account) = Frame::of(&ctx, &req, "Your account").await;
     let Some(account) = account else {
         return Ok(to_login(&frame));
     };
+    let outcome = user_page(frame.clone(), &account, None, false);
+    or_error_page(frame, outcome)
+}
+
+/// The user page of `account`, with `token` shown when the caller just asked for it.
+pub(super) fn user_page(
+    frame: Frame,
+    account: &Account,
+    token: Option<String>,
+    reset: bool,
+) -> Result<Response, ApiError> {
     page(
         StatusCode::OK,
         &UserPage {
@@ -143,6 +160,8 @@ pub async fn user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             login: account.user.login.clone(),
             email: account.user.email.clone(),
             admin: account.user.admin,
+            token,
+            reset,
         },
     )
 }

@@ -9,7 +9,7 @@ use crate::modules::ci::{access, users};
 use crate::modules::web::browser::web_link;
 use crate::state::Ctx;
 use crate::store::now_unix;
-use crate::store::pipelines::{self, ListFilter, Pipeline};
+use crate::store::pipelines::{self, Pipeline};
 use crate::store::repos::Visibility;
 
 /// A pipeline as a row of a list.
@@ -111,6 +111,8 @@ struct RepoPage {
     more: bool,
     /// The viewer may start a run (the API's `require_push`): the manual-run link.
     may_run: bool,
+    /// The list's filters as a query (`&branch=main`, for the pager), "" unfiltered.
+    filter_query: String,
 }
 
 /// `GET <root>/repos/{id}[?page=N]`: the repository's pipelines, newest first, 50 a page.
@@ -124,19 +126,13 @@ pub async fn pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, ApiError> {
     let access = access::repo(ctx, req).await?;
     let paging = Page::from_request(req);
+    let filter = crate::modules::ci::pipelines::list_filter(req)?;
+    let filter_query = filter_query(req);
     let repo_id = access.row.repo.id;
     let list = ctx
         .ci
         .reads
-        .read(move |c| {
-            pipelines::list(
-                c,
-                repo_id,
-                &ListFilter::default(),
-                paging.page,
-                paging.per_page,
-            )
-        })
+        .read(move |c| pipelines::list(c, repo_id, &filter, paging.page, paging.per_page))
         .await?;
     let now = now_unix();
     let may_run = access.require_push().is_ok();
@@ -153,8 +149,26 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
             pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
             page: paging.page,
             may_run,
+            filter_query,
         },
     )
+}
+
+/// The filters of `req` the pipeline list takes, as `&name=value` pairs for the pager's
+/// links (the branch and pull-request pages link to the list filtered so).
+fn filter_query(req: &Request) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for name in ["branch", "event", "status", "ref", "before", "after"] {
+        if let Some(v) = req.query(name).filter(|v| !v.is_empty()) {
+            out.append_pair(name, &v);
+        }
+    }
+    let pairs = out.finish();
+    if pairs.is_empty() {
+        pairs
+    } else {
+        format!("&{pairs}")
+    }
 }
 
 pub fn visibility_name(v: Visibility) -> &'static str {

@@ -87,14 +87,14 @@ async fn info(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     })))
 }
 
-async fn pause(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn pause(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     ctx.ci.queue.pause().await?;
     tracing::info!("queue paused");
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
-async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
     ctx.ci.queue.resume().await?;
     tracing::info!("queue resumed");

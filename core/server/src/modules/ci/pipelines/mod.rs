@@ -114,10 +114,10 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::json_text(list.await?))
 }
 
-/// The pipeline list's filter from the query: `branch`, `event` (comma-separated),
-/// `status`, `ref` (a substring), `before` and `after` (times); an unknown status or a
-/// time that does not parse is 400.
-fn list_filter(req: &Request) -> Result<ListFilter, ApiError> {
+/// The list filters of `GET /repos/{id}/pipelines` (`branch`, `event` comma-separated,
+/// `status`, `ref` as a substring, `before`/`after` RFC 3339); the built-in UI's pipeline
+/// list reads the same. 400 for a status or time it does not know.
+pub(crate) fn list_filter(req: &Request) -> Result<ListFilter, ApiError> {
     let status = req.query("status").filter(|s| !s.is_empty());
     if let Some(s) = &status
         && status::Status::parse(s).is_none()
@@ -648,7 +648,7 @@ async fn delete_step_logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
 }
 
 /// `POST /repos/{id}/cron/{cron}`: runs a cron job now (repo admin).
-async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+pub(crate) async fn run_cron_now(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let id = req.param_i64("cron")?;
     let repo_id = access.row.repo.id;

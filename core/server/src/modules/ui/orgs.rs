@@ -1,0 +1,119 @@
+//! An organisation's page (`/orgs/{id}`: its repositories) and settings (`/org/{id}/settings`:
+//! its secrets and registries, never a value or password), upstream's paths. Who may see
+//! them is the API's `access::org`: members the page (as `GET /api/orgs/{id}`), org admins
+//! the settings (as `/api/orgs/{id}/secrets`); anonymous callers are offered the sign-in.
+//! The settings' forms are `scoped_actions` at the organisation's level.
+
+use askama::Template;
+
+use super::repos::PipelineItem;
+use super::scoped::{self, RegistryItem, SecretItem, event_choices};
+use super::{Frame, or_error_page, page};
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::modules::ci::scoped::Level;
+use crate::modules::ci::{access, users};
+use crate::pipeline::event::WebhookEvent;
+use crate::state::Ctx;
+use crate::store::now_unix;
+use crate::store::secrets::ResourceScope;
+
+pub fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/orgs/{org_id}", show)
+        .get("/org/{org_id}/settings", settings);
+    super::scoped_actions::routes(scope, "/org/{org_id}/settings", Level::Org);
+}
+
+struct RepoItem {
+    id: i64,
+    full_name: String,
+    last: Option<PipelineItem>,
+}
+
+#[derive(Template)]
+#[template(path = "org.html")]
+struct OrgPage {
+    frame: Frame,
+    id: i64,
+    name: String,
+    repos: Vec<RepoItem>,
+    admin: bool,
+}
+
+/// `GET <root>/orgs/{id}`: the caller's repositories in the organisation (the home list's,
+/// `users::home_list`, kept to this organisation), each with its newest pipeline.
+pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&ctx, &req, "Organisation").await;
+    let outcome = async {
+        let org = access::org(&ctx, &req, false).await?;
+        let (user, org_id) = (org.user.user.clone(), org.org.id);
+        let found = ctx
+            .ci
+            .reads
+            .read(move |c| users::home_list(c, &user, false, ""))
+            .await?;
+        let now = now_unix();
+        let repos = found
+            .into_iter()
+            .filter(|(repo, _)| repo.org_id == org_id)
+            .map(|(repo, last)| RepoItem {
+                id: repo.id,
+                full_name: repo.full_name,
+                last: last.as_ref().map(|p| PipelineItem::of(p, now)),
+            })
+            .collect();
+        page(
+            StatusCode::OK,
+            &OrgPage {
+                frame: frame.clone().titled(&org.org.name),
+                id: org.org.id,
+                name: org.org.name,
+                repos,
+                admin: org.perm.admin,
+            },
+        )
+    }
+    .await;
+    or_error_page(frame, outcome)
+}
+
+#[derive(Template)]
+#[template(path = "org_settings.html")]
+struct OrgSettings {
+    frame: Frame,
+    id: i64,
+    name: String,
+    base: String,
+    secrets: Vec<SecretItem>,
+    registries: Vec<RegistryItem>,
+    global_secrets: Vec<SecretItem>,
+    global_registries: Vec<RegistryItem>,
+    new_secret_events: Vec<(&'static str, bool)>,
+}
+
+/// `GET <root>/org/{id}/settings`.
+pub async fn settings(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&ctx, &req, "Organisation settings").await;
+    let outcome = async {
+        let org = access::org(&ctx, &req, true).await?;
+        let here = ResourceScope::org(org.org.id);
+        page(
+            StatusCode::OK,
+            &OrgSettings {
+                frame: frame
+                    .clone()
+                    .titled(&format!("Settings · {}", org.org.name)),
+                base: format!("{}/org/{}/settings", frame.root, org.org.id),
+                id: org.org.id,
+                name: org.org.name,
+                secrets: scoped::secrets(&ctx, here).await?,
+                registries: scoped::registries(&ctx, here).await?,
+                global_secrets: scoped::secrets(&ctx, ResourceScope::GLOBAL).await?,
+                global_registries: scoped::registries(&ctx, ResourceScope::GLOBAL).await?,
+                new_secret_events: event_choices(&[WebhookEvent::Push.as_str().to_string()]),
+            },
+        )
+    }
+    .await;
+    or_error_page(frame, outcome)
+}

@@ -1,0 +1,226 @@
+//! A repository's settings page (`/repos/{id}/settings`, upstream's path), for its admins as
+//! the API's settings routes decide (`access::repo_admin`: anonymous → sign in, no pull → 404,
+//! pull without admin → 403). It shows what `PATCH /api/repos/{id}` takes, the repository's
+//! secrets and registries (never a value or password), the organisation's where the caller is
+//! its admin and the instance's (any signed-in user reads those, as the API lets them), the
+//! crons and the badge. The forms on it post to [`super::settings_actions`].
+
+use askama::Template;
+
+use super::scoped::{self, RegistryItem, SecretItem, event_choices};
+use super::{Frame, or_error_page, page, repos::visibility_name, when};
+use crate::http::{ApiError, Request, Response, StatusCode};
+use crate::modules::ci::access::{self, RepoAccess};
+use crate::modules::ci::pagination::MAX_PER_PAGE;
+use crate::pipeline::event::WebhookEvent;
+use crate::state::Ctx;
+use crate::store::crons;
+use crate::store::repos::{APPROVAL_MODES, Repo, Visibility};
+use crate::store::secrets::ResourceScope;
+
+/// `PATCH /api/repos/{id}`'s fields as the general form shows them.
+pub struct General {
+    pub config_file: String,
+    pub timeout: i64,
+    pub visibilities: Vec<(&'static str, bool)>,
+    pub approval_modes: Vec<(&'static str, bool)>,
+    pub allow_pr: bool,
+    pub allow_deploy: bool,
+    pub cancel_events: Vec<(&'static str, bool)>,
+    pub trusted_network: bool,
+    pub trusted_volumes: bool,
+    pub trusted_security: bool,
+    /// Only instance admins may change the trusted flags (the API answers others 403).
+    pub trusted_editable: bool,
+}
+
+impl General {
+    fn of(repo: &Repo, instance_admin: bool) -> General {
+        General {
+            config_file: repo.config_file.clone(),
+            timeout: repo.timeout,
+            visibilities: Visibility::ALL
+                .iter()
+                .map(|v| (visibility_name(*v), *v == repo.visibility))
+                .collect(),
+            approval_modes: APPROVAL_MODES
+                .iter()
+                .map(|m| (*m, *m == repo.require_approval))
+                .collect(),
+            allow_pr: repo.allow_pr,
+            allow_deploy: repo.allow_deploy,
+            cancel_events: event_choices(&repo.cancel_previous_pipeline_events),
+            trusted_network: repo.trusted.network,
+            trusted_volumes: repo.trusted.volumes,
+            trusted_security: repo.trusted.security,
+            trusted_editable: instance_admin,
+        }
+    }
+}
+
+pub struct CronItem {
+    pub id: i64,
+    pub name: String,
+    pub schedule: String,
+    pub timezone: String,
+    pub branch: String,
+    pub enabled: bool,
+    /// The next run, RFC 3339 in UTC.
+    pub next_iso: String,
+}
+
+#[derive(Template)]
+#[template(path = "repo_settings.html")]
+struct SettingsPage {
+    frame: Frame,
+    id: i64,
+    full_name: String,
+    /// Where the page's forms post: `<root>/repos/{id}/settings`.
+    base: String,
+    general: General,
+    secrets: Vec<SecretItem>,
+    /// `None`: the caller is not an admin of the repository's organisation.
+    org_secrets: Option<Vec<SecretItem>>,
+    global_secrets: Vec<SecretItem>,
+    registries: Vec<RegistryItem>,
+    org_registries: Option<Vec<RegistryItem>>,
+    global_registries: Vec<RegistryItem>,
+    crons: Vec<CronItem>,
+    /// Every event, none checked: the new secret form's boxes.
+    new_secret_events: Vec<(&'static str, bool)>,
+    badge: Badge,
+    limit: u32,
+}
+
+/// The badge snippet for one branch.
+pub struct Badge {
+    pub image: String,
+    /// Where the badge links: the repository's page here.
+    pub link: String,
+    pub branch: String,
+    /// The branches to choose from (the forge's list, or just the default branch).
+    pub branches: Vec<(String, bool)>,
+}
+
+impl Badge {
+    pub fn markdown(&self) -> String {
+        format!("[![status-badge]({})]({})", self.image, self.link)
+    }
+
+    pub fn html(&self) -> String {
+        format!(
+            "<a href=\"{}\"><img src=\"{}\" alt=\"status-badge\" /></a>",
+            self.link, self.image
+        )
+    }
+}
+
+/// `GET <root>/repos/{id}/settings[?branch=name]`.
+pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&ctx, &req, "Settings").await;
+    let outcome = settings_page(&ctx, &req, frame.clone()).await;
+    or_error_page(frame, outcome)
+}
+
+async fn settings_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, ApiError> {
+    let access = access::repo_admin(ctx, req).await?;
+    let account = access.user()?.clone();
+    let repo = access.row.repo.clone();
+    let here = ResourceScope::repo(repo.id);
+    // The organisation's lists only for its admins, as `GET /api/orgs/{id}/secrets` decides.
+    let org_admin = access::org_of(ctx, account.clone(), repo.org_id, true)
+        .await
+        .is_ok();
+    let org = ResourceScope::org(repo.org_id);
+    let (org_secrets, org_registries) = if org_admin {
+        (
+            Some(scoped::secrets(ctx, org).await?),
+            Some(scoped::registries(ctx, org).await?),
+        )
+    } else {
+        (None, None)
+    };
+    let repo_id = repo.id;
+    let crons = ctx
+        .ci
+        .reads
+        .read(move |c| crons::list(c, repo_id, 1, MAX_PER_PAGE))
+        .await?
+        .into_iter()
+        .map(|c| CronItem {
+            id: c.id,
+            next_iso: when::iso(c.next_exec),
+            name: c.name,
+            schedule: c.schedule,
+            timezone: c.timezone,
+            branch: c.branch,
+            enabled: c.enabled,
+        })
+        .collect();
+    let badge = badge(ctx, req, &access, &frame).await;
+    let base = format!("{}/repos/{}/settings", frame.root, repo.id);
+    page(
+        StatusCode::OK,
+        &SettingsPage {
+            frame: frame.titled(&format!("Settings · {}", repo.full_name)),
+            id: repo.id,
+            base,
+            general: General::of(&repo, account.user.admin),
+            full_name: repo.full_name,
+            secrets: scoped::secrets(ctx, here).await?,
+            org_secrets,
+            global_secrets: scoped::secrets(ctx, ResourceScope::GLOBAL).await?,
+            registries: scoped::registries(ctx, here).await?,
+            org_registries,
+            global_registries: scoped::registries(ctx, ResourceScope::GLOBAL).await?,
+            crons,
+            new_secret_events: event_choices(&[WebhookEvent::Push.as_str().to_string()]),
+            badge,
+            limit: MAX_PER_PAGE,
+        },
+    )
+}
+
+/// The badge of `?branch=` (default: the repository's default branch), with the forge's
+/// branches to pick from. A forge that cannot list them leaves the default branch alone
+/// in the list (logged: the rest of the page does not need the forge).
+async fn badge(ctx: &Ctx, req: &Request, access: &RepoAccess, frame: &Frame) -> Badge {
+    let repo = &access.row.repo;
+    let mut names = match crate::modules::ci::repos::caller_driver(ctx, access).await {
+        Ok(driver) => match driver.branches(repo).await {
+            Ok(names) => names,
+            Err(err) => {
+                tracing::warn!(repo = repo.id, %err, "settings page: the forge listed no branches");
+                Vec::new()
+            }
+        },
+        Err(err) => {
+            tracing::warn!(repo = repo.id, err = %err.message, "settings page: no forge driver");
+            Vec::new()
+        }
+    };
+    if !repo.default_branch.is_empty() && !names.contains(&repo.default_branch) {
+        names.insert(0, repo.default_branch.clone());
+    }
+    let wanted = req.query("branch").filter(|b| names.contains(b));
+    let branch = wanted.unwrap_or_else(|| repo.default_branch.clone());
+    let public = ctx.public_url();
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("branch", &branch)
+        .finish();
+    Badge {
+        image: format!(
+            "{public}{}/badges/{}/status.svg?{query}",
+            ctx.config.ci.mount, repo.id
+        ),
+        link: format!("{public}{}/repos/{}", frame.root, repo.id),
+        branches: names
+            .into_iter()
+            .map(|n| {
+                let chosen = n == branch;
+                (n, chosen)
+            })
+            .collect(),
+        branch,
+    }
+}

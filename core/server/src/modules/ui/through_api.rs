@@ -1,0 +1,219 @@
+//! A form post carried out by the REST API's own handler.
+//!
+//! The settings and admin forms do what an API call does, so they make that call: the form's
+//! fields become the JSON body (and path parameters) the handler reads, and the handler makes
+//! the access decision (`modules::ci::access`), validates and calls the service exactly as
+//! for a client of the API. Nothing here decides who may do what or what is valid, so the UI
+//! cannot drift from the API. The answers become pages: success a `303` back to the page
+//! (post/redirect/get, with a one-shot message), an error the API's status and message as a
+//! readable page (nothing was changed: the handler refused before its service call).
+
+use std::future::Future;
+
+use serde_json::Value;
+
+use super::forms::{self, Form};
+use super::{Frame, or_error_page};
+use crate::http::{ApiError, HeaderValue, Method, Request, Response, StatusCode, header};
+use crate::modules::ci::access;
+use crate::modules::ci::scoped::{self, Level, Use};
+use crate::state::Ctx;
+use crate::store::users::Account;
+
+/// What a form asks of the API: the JSON body and the path parameters of the call.
+pub struct Call {
+    pub body: Value,
+    pub params: Vec<(&'static str, String)>,
+    /// The query string, for handlers that read one (`POST /repos?forge_remote_id=`).
+    pub query: Option<String>,
+}
+
+impl Call {
+    pub fn body(body: Value) -> Call {
+        Call {
+            body,
+            params: Vec::new(),
+            query: None,
+        }
+    }
+
+    /// The query `pairs`, encoded.
+    pub fn query(mut self, pairs: &[(&str, &str)]) -> Call {
+        let mut out = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in pairs {
+            out.append_pair(k, v);
+        }
+        self.query = Some(out.finish());
+        self
+    }
+
+    /// A path parameter the handler reads. `%` is escaped, so a handler that percent-decodes
+    /// its key (`scoped::path_text`) reads back exactly `value`.
+    pub fn param(mut self, name: &'static str, value: &str) -> Call {
+        self.params.push((name, value.replace('%', "%25")));
+        self
+    }
+}
+
+/// A posted form read and checked, and the page frame to answer with.
+pub struct Posted {
+    pub form: Form,
+    pub frame: Frame,
+    pub account: std::sync::Arc<Account>,
+}
+
+/// The API's access decision a form needs before its fields are read, the same function
+/// the API's handler runs first (which runs it again, from its cache): so a caller the API
+/// refuses is refused whatever the form holds, and a bad form is told so only to those
+/// allowed to send it.
+#[derive(Debug, Clone, Copy)]
+pub enum Gate {
+    /// Any signed-in user (`access::must_user`).
+    User,
+    /// Instance admins (`access::must_admin`).
+    Admin,
+    /// The repository's admins (`access::repo_admin`, `{repo_id}`).
+    RepoAdmin,
+    /// Writers of a scope's secrets and registries (`scoped::resolve`).
+    Scoped(Level),
+}
+
+impl Gate {
+    async fn check(self, ctx: &Ctx, req: &Request) -> Result<(), ApiError> {
+        match self {
+            Gate::User => access::must_user(ctx, req).await.map(drop),
+            Gate::Admin => access::must_admin(ctx, req).await.map(drop),
+            Gate::RepoAdmin => access::repo_admin(ctx, req).await.map(drop),
+            Gate::Scoped(level) => scoped::resolve(ctx, req, level, Use::Write).await.map(drop),
+        }
+    }
+}
+
+/// Reads the form of `req` and checks, in this order: the caller is signed in (anonymous:
+/// the sign-in page, 401), the session's CSRF field is right (a stale or foreign form: 403,
+/// `forms::caller`), `gate` lets them, and the body is a form (400). `Err` is the page to
+/// answer with.
+pub async fn read(
+    ctx: &Ctx,
+    req: &mut Request,
+    title: &str,
+    gate: Gate,
+) -> Result<Posted, Response> {
+    let form = Form::read(req);
+    let (frame, _) = Frame::of(ctx, req, title).await;
+    let checked = async {
+        let account = forms::caller(ctx, req)
+            .await?
+            .ok_or_else(ApiError::unauthorized)?;
+        gate.check(ctx, req).await?;
+        Ok::<_, ApiError>((form?, account))
+    }
+    .await;
+    match checked {
+        Ok((form, account)) => Ok(Posted {
+            form,
+            frame,
+            account,
+        }),
+        Err(err) => Err(error_page(frame, err)),
+    }
+}
+
+/// `err` as the UI's page (a page that cannot render is a bare 500).
+pub fn error_page(frame: Frame, err: ApiError) -> Response {
+    or_error_page(frame, Err(err))
+        .unwrap_or_else(|_| Response::empty(StatusCode::INTERNAL_SERVER_ERROR))
+}
+
+/// Calls `handler` with `req` turned into the API request `call` describes: the API's
+/// response, or its refusal as a page (`Err`).
+pub async fn call<H, Fut>(
+    ctx: &Ctx,
+    mut req: Request,
+    frame: Frame,
+    call: Result<Call, ApiError>,
+    handler: H,
+) -> Result<Response, Response>
+where
+    H: FnOnce(Ctx, Request) -> Fut,
+    Fut: Future<Output = Result<Response, ApiError>>,
+{
+    let call = call.map_err(|err| error_page(frame.clone(), err))?;
+    let body = serde_json::to_vec(&call.body)
+        .map_err(|err| error_page(frame.clone(), ApiError::internal(err)))?;
+    req.body = body.into();
+    req.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(query) = call.query {
+        req.query = query;
+    }
+    for (name, value) in call.params {
+        req.params.retain(|(k, _)| k != name);
+        req.params.push((name.to_string(), value));
+    }
+    let path = req.path.clone();
+    handler(ctx.clone(), req).await.map_err(|err| {
+        tracing::info!(%path, status = err.status.as_u16(), "ui form refused by the api");
+        error_page(frame, err)
+    })
+}
+
+/// A whole form post: read and checked ([`read`], `gate`), `build` makes the API call from the
+/// form (given whether the caller is an instance admin), `handler` carries it out, and the
+/// browser goes to `back` (a path with the root) with `message` shown once there.
+pub async fn act<H, Fut>(
+    ctx: Ctx,
+    mut req: Request,
+    gate: Gate,
+    back: String,
+    message: &str,
+    build: impl FnOnce(&Form, bool) -> Result<Call, ApiError>,
+    handler: H,
+) -> Result<Response, ApiError>
+where
+    H: FnOnce(Ctx, Request) -> Fut,
+    Fut: Future<Output = Result<Response, ApiError>>,
+{
+    let posted = match read(&ctx, &mut req, "Settings", gate).await {
+        Ok(posted) => posted,
+        Err(page) => return Ok(page),
+    };
+    let mut head = Request::new(Method::GET, &req.path);
+    head.headers = req.headers.clone();
+    head.tls = req.tls;
+    let built = build(&posted.form, posted.account.user.admin);
+    Ok(match call(&ctx, req, posted.frame, built, handler).await {
+        Ok(_) => forms::see_other(&ctx, &head, &back, Some(message)),
+        Err(page) => page,
+    })
+}
+
+/// A comma- or newline-separated list field as a list, blanks left out.
+pub fn list_field(form: &Form, name: &str) -> Vec<String> {
+    form.get(name)
+        .unwrap_or("")
+        .split([',', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every value of a repeated field (checkboxes), in order.
+pub fn all_of(form: &Form, name: &str) -> Vec<String> {
+    form.all(name).map(str::to_string).collect()
+}
+
+/// Whether a checkbox was ticked.
+pub fn checked(form: &Form, name: &str) -> bool {
+    form.get(name).is_some()
+}
+
+/// A whole-number field: 400 naming the field otherwise.
+pub fn number(form: &Form, name: &'static str) -> Result<i64, ApiError> {
+    let raw = form.get(name).unwrap_or("").trim();
+    raw.parse::<i64>()
+        .map_err(|_| ApiError::bad_request(format!("{name} must be a whole number, not {raw:?}")))
+}
