@@ -28,6 +28,7 @@
 //! | [`rss`] | the real binary's memory and idle wake-ups | bare hyper process, idle |
 //! | [`hooks`] | push hooks at a fixed rate: latency | bare hyper; bare SQLite commits |
 //! | [`flood`] | 20,000 connections at once, RSS after; 300 unauthenticated 25 MB webhook bodies, RSS peak | none (absolute goal) |
+//! | [`ui`] | the built-in UI's pages: one connection (a page's cost), then 16 | bare hyper sending the same bytes |
 //! | [`reads`] | hot reads; a page past every cache on PostgreSQL | bare hyper sending the same bytes; the same page on SQLite (not in `all`) |
 //! | [`stores`] | hooks/s and reads/s: SQLite, PostgreSQL, 2 replicas | bare PostgreSQL and SQLite commits (not in `all`) |
 //!
@@ -57,6 +58,7 @@ mod rss;
 mod server;
 mod sse;
 mod stores;
+mod ui;
 
 use std::time::Instant;
 
@@ -110,6 +112,11 @@ const SCENARIOS: &[Scenario] = &[
         name: "hooks",
         in_all: true,
         run: || runtime().block_on(hooks::run()),
+    },
+    Scenario {
+        name: "ui",
+        in_all: true,
+        run: || runtime().block_on(ui::run()),
     },
     Scenario {
         name: "flood",
