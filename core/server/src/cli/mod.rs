@@ -670,15 +670,17 @@ mod tests {
     }
 
     /// `woodlark agent` and `woodlark exec` parse `--backend`/`--sandbox` into the config's
-    /// enums, and list the accepted words for any other.
+    /// enums (the agent's through `RunnerFlags::into_config`), and list the accepted words
+    /// for any other.
     #[test]
     fn backend_and_sandbox_flags_parse_into_the_settings() {
         let agent = |extra: &[&str]| {
             let args = ["woodlark", "agent", "--server", "http://x", "--token", "t"];
             Cli::try_parse_from(args.iter().chain(extra)).map(|cli| match cli.command {
-                Command::Agent {
-                    backend, sandbox, ..
-                } => (backend, sandbox),
+                Command::Agent(args) => {
+                    let settings = args.runner.into_config();
+                    (settings.backend, settings.sandbox)
+                }
                 _ => unreachable!(),
             })
         };
