@@ -320,8 +320,7 @@ impl<T: ForgeAdapter> wit::Guest for Bridge<T> {
 #[macro_export]
 macro_rules! forge_adapter {
     ($ty:ty) => {
-        type __WoodlarkForgeExport = $crate::forge::Bridge<$ty>;
-        $crate::forge_bindings::__export_forge_adapter!(__WoodlarkForgeExport with_types_in $crate::forge_bindings);
+        $crate::__export_world!(forge, forge_bindings::__export_forge_adapter, $ty);
     };
 }
 

@@ -126,6 +126,18 @@ pub mod secrets;
 
 pub use headers::header;
 
+/// The one body of [`forge_adapter!`], [`secret_backend!`] and [`registry_auth!`]: names the
+/// world's `Bridge<T>` and hands it to that world's wit-bindgen export macro. A build serves
+/// exactly one world (the features above), so one alias name serves all three.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_world {
+    ($world:ident, $bindings:ident :: $export:ident, $ty:ty) => {
+        type __WoodlarkExport = $crate::$world::Bridge<$ty>;
+        $crate::$bindings::$export!(__WoodlarkExport with_types_in $crate::$bindings);
+    };
+}
+
 /// `PluginError::InvalidInput` with a message.
 pub fn invalid(msg: impl Into<String>) -> PluginError {
     PluginError::InvalidInput(msg.into())

@@ -23,7 +23,6 @@ impl<T: RegistryAuth> wit::Guest for Bridge<T> {
 #[macro_export]
 macro_rules! registry_auth {
     ($ty:ty) => {
-        type __WoodlarkRegistryExport = $crate::registry::Bridge<$ty>;
-        $crate::registry_bindings::__export_registry_auth!(__WoodlarkRegistryExport with_types_in $crate::registry_bindings);
+        $crate::__export_world!(registry, registry_bindings::__export_registry_auth, $ty);
     };
 }

@@ -33,7 +33,6 @@ impl<T: SecretBackend> wit::Guest for Bridge<T> {
 #[macro_export]
 macro_rules! secret_backend {
     ($ty:ty) => {
-        type __WoodlarkSecretsExport = $crate::secrets::Bridge<$ty>;
-        $crate::secrets_bindings::__export_secret_backend!(__WoodlarkSecretsExport with_types_in $crate::secrets_bindings);
+        $crate::__export_world!(secrets, secrets_bindings::__export_secret_backend, $ty);
     };
 }

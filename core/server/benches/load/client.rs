@@ -112,12 +112,17 @@ pub async fn load(
             (lat, errors)
         }));
     }
-    let mut result = LoadResult {
-        requests: 0,
-        errors: 0,
-        elapsed: Duration::ZERO,
-        lat: Vec::new(),
-    };
+    gather(tasks, started).await
+}
+
+/// Waits for a closed loop's senders, each ending with its latencies and error count, and sums
+/// them into one result timed from `started`, latencies sorted (as [`pct`](crate::report::pct)
+/// reads them).
+pub async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<(Vec<Duration>, usize)>>,
+    started: Instant,
+) -> LoadResult {
+    let mut result = LoadResult::empty();
     for t in tasks {
         let (lat, errors) = t.await.unwrap();
         result.requests += lat.len();

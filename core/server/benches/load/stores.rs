@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 
 use crate::baseline::{bare_postgres, bare_sqlite};
-use crate::client::{BoxedCheck, LoadResult, load};
+use crate::client::{BoxedCheck, LoadResult, gather, load};
 use crate::report::{ms, pct, ratio, table};
 use crate::server::{Api, ECHO, Server, post_receive_hook};
 
@@ -130,15 +130,7 @@ async fn closed_loop(senders: usize, duration: Duration, max: usize, make: &Send
             })
         })
         .collect();
-    let mut result = LoadResult::empty();
-    for t in tasks {
-        let (lat, errors) = t.await.unwrap();
-        result.requests += lat.len();
-        result.errors += errors;
-        result.lat.extend(lat);
-    }
-    result.elapsed = started.elapsed();
-    result
+    gather(tasks, started).await
 }
 
 /// Reads of `path` with `token` spread over `addrs` at once, [`READ_CONNS`] connections in

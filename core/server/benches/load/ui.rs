@@ -40,7 +40,10 @@ pub async fn run() {
     server.manual_runs(repo, &token, PIPELINES).await;
     let (_, _, body) = server
         .api
-        .get_full(&format!("/api/repos/{repo}/pipelines/{PIPELINES}"), Some(&token))
+        .get_full(
+            &format!("/api/repos/{repo}/pipelines/{PIPELINES}"),
+            Some(&token),
+        )
         .await;
     let pipeline: serde_json::Value = serde_json::from_slice(&body).expect("a pipeline");
     let step = pipeline["workflows"][0]["children"][0]["pid"]
@@ -49,10 +52,7 @@ pub async fn run() {
 
     let pages = [
         ("/repos (the list)", "/repos".to_string()),
-        (
-            "/repos/{id} (50 pipelines)",
-            format!("/repos/{repo}"),
-        ),
+        ("/repos/{id} (50 pipelines)", format!("/repos/{repo}")),
         (
             "/repos/{id}/pipeline/{n}",
             format!("/repos/{repo}/pipeline/{PIPELINES}"),

@@ -48,50 +48,7 @@ enum Command {
         command: PluginCommand,
     },
     /// Run workflows for a server (a remote agent).
-    Agent {
-        /// The server's root URL, e.g. http://ci.example.com:8000.
-        #[arg(long, env = "WOODLARK_SERVER")]
-        server: String,
-        /// An agent token (from POST /api/agents).
-        #[arg(long, env = "WOODLARK_AGENT_TOKEN", hide_env_values = true)]
-        token: String,
-        /// Path of the server's CI API (its `[ci] mount`).
-        #[arg(long, default_value = "/api")]
-        api_prefix: String,
-        /// Workflows to run at once.
-        #[arg(long, default_value_t = 1)]
-        capacity: usize,
-        /// Parent directory of workspaces (default: the system temp dir).
-        #[arg(long)]
-        workdir: Option<PathBuf>,
-        /// Extra labels, `key=value`, repeatable.
-        #[arg(long = "label")]
-        labels: Vec<String>,
-        /// Run each step in a bubblewrap sandbox (`bwrap`), or directly on the host (`none`:
-        /// trusted code only).
-        #[arg(long, default_value = "bwrap", value_parser = named::<SandboxMode>())]
-        sandbox: SandboxMode,
-        /// Where steps run: `docker` (containers on the engine at DOCKER_HOST or the local
-        /// socket), `local` (host processes) or `auto` (docker when an engine answers).
-        #[arg(long, default_value = "auto", value_parser = named::<BackendKind>())]
-        backend: BackendKind,
-        /// The clone step's image (docker backend).
-        #[arg(long, default_value = crate::runner::docker::DEFAULT_CLONE_IMAGE)]
-        clone_image: String,
-        /// Memory limit of each container in MiB (docker backend; 0 = none).
-        #[arg(long, default_value_t = 4096)]
-        memory_mb: u64,
-        /// Most processes and threads in each container (0 = none).
-        #[arg(long, default_value_t = 4096)]
-        pids: u64,
-        /// CPUs each container may use (0 = the engine's CPUs but one).
-        #[arg(long, default_value_t = 0.0)]
-        cpus: f64,
-        /// On SIGTERM or ctrl-c, seconds running workflows may go on to their end; those
-        /// still running then are stopped and handed back to the server to run again.
-        #[arg(long, default_value_t = 30)]
-        shutdown_grace_secs: u64,
-    },
+    Agent(AgentArgs),
     /// Manage users.
     User {
         #[command(subcommand)]
@@ -188,38 +145,7 @@ pub fn main() -> ExitCode {
                     path,
                 },
         } => run_hook(&plugin, &headers, &body, &secrets, &config, &path),
-        Command::Agent {
-            server,
-            token,
-            api_prefix,
-            capacity,
-            workdir,
-            labels,
-            sandbox,
-            backend,
-            clone_image,
-            memory_mb,
-            pids,
-            cpus,
-            shutdown_grace_secs,
-        } => agent(AgentOptions {
-            server: &server,
-            token: &token,
-            api_prefix: &api_prefix,
-            labels: &labels,
-            runner: crate::config::RunnerConfig {
-                capacity,
-                workdir: workdir.unwrap_or_default(),
-                sandbox,
-                backend,
-                clone_image,
-                memory_mb,
-                pids,
-                cpus,
-                shutdown_grace_secs,
-                ..Default::default()
-            },
-        }),
+        Command::Agent(args) => agent(args),
         Command::User {
             command:
                 UserCommand::Add {
@@ -516,25 +442,89 @@ fn print_out(text: &str) -> anyhow::Result<()> {
 }
 
 /// What `woodlark agent` was asked to do.
-struct AgentOptions<'a> {
-    server: &'a str,
-    token: &'a str,
-    api_prefix: &'a str,
-    labels: &'a [String],
-    /// The flags that repeat `[runner]`'s keys (`--capacity`, `--backend`, `--sandbox`, the
-    /// clone image and limits, the grace), as `[runner]` has them.
-    runner: crate::config::RunnerConfig,
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// The server's root URL, e.g. http://ci.example.com:8000.
+    #[arg(long, env = "WOODLARK_SERVER")]
+    server: String,
+    /// An agent token (from POST /api/agents).
+    #[arg(long, env = "WOODLARK_AGENT_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Path of the server's CI API (its `[ci] mount`).
+    #[arg(long, default_value = "/api")]
+    api_prefix: String,
+    /// Extra labels, `key=value`, repeatable.
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    #[command(flatten)]
+    runner: RunnerFlags,
 }
 
-fn agent(options: AgentOptions<'_>) -> anyhow::Result<()> {
+/// The agent's flags that repeat `[runner]`'s keys, read into a `config::RunnerConfig` by
+/// [`RunnerFlags::into_config`] so that the agent builds its backend the way `serve` does.
+#[derive(clap::Args)]
+struct RunnerFlags {
+    /// Workflows to run at once.
+    #[arg(long, default_value_t = 1)]
+    capacity: usize,
+    /// Parent directory of workspaces (default: the system temp dir).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Run each step in a bubblewrap sandbox (`bwrap`), or directly on the host (`none`:
+    /// trusted code only).
+    #[arg(long, default_value = "bwrap", value_parser = named::<SandboxMode>())]
+    sandbox: SandboxMode,
+    /// Where steps run: `docker` (containers on the engine at DOCKER_HOST or the local
+    /// socket), `local` (host processes) or `auto` (docker when an engine answers).
+    #[arg(long, default_value = "auto", value_parser = named::<BackendKind>())]
+    backend: BackendKind,
+    /// The clone step's image (docker backend).
+    #[arg(long, default_value = crate::runner::docker::DEFAULT_CLONE_IMAGE)]
+    clone_image: String,
+    /// Memory limit of each container in MiB (docker backend; 0 = none).
+    #[arg(long, default_value_t = 4096)]
+    memory_mb: u64,
+    /// Most processes and threads in each container (0 = none).
+    #[arg(long, default_value_t = 4096)]
+    pids: u64,
+    /// CPUs each container may use (0 = the engine's CPUs but one).
+    #[arg(long, default_value_t = 0.0)]
+    cpus: f64,
+    /// On SIGTERM or ctrl-c, seconds running workflows may go on to their end; those
+    /// still running then are stopped and handed back to the server to run again.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_secs: u64,
+}
+
+impl RunnerFlags {
+    /// The flags as `[runner]` has them; the keys with no flag keep their defaults.
+    fn into_config(self) -> crate::config::RunnerConfig {
+        crate::config::RunnerConfig {
+            capacity: self.capacity,
+            workdir: self.workdir.unwrap_or_default(),
+            sandbox: self.sandbox,
+            backend: self.backend,
+            clone_image: self.clone_image,
+            memory_mb: self.memory_mb,
+            pids: self.pids,
+            cpus: self.cpus,
+            shutdown_grace_secs: self.shutdown_grace_secs,
+            ..Default::default()
+        }
+    }
+}
+
+fn agent(args: AgentArgs) -> anyhow::Result<()> {
     use crate::runner::{self, RunnerConfig, http::HttpAgent};
-    let AgentOptions {
+    let AgentArgs {
         server,
         token,
         api_prefix,
         labels,
-        runner: settings,
-    } = options;
+        runner,
+    } = args;
+    let (server, token, api_prefix) = (server.as_str(), token.as_str(), api_prefix.as_str());
+    let settings = runner.into_config();
     if !(settings.cpus.is_finite() && settings.cpus >= 0.0) {
         anyhow::bail!("--cpus must be 0 or more");
     }
@@ -680,15 +670,17 @@ mod tests {
     }
 
     /// `woodlark agent` and `woodlark exec` parse `--backend`/`--sandbox` into the config's
-    /// enums, and list the accepted words for any other.
+    /// enums (the agent's through `RunnerFlags::into_config`), and list the accepted words
+    /// for any other.
     #[test]
     fn backend_and_sandbox_flags_parse_into_the_settings() {
         let agent = |extra: &[&str]| {
             let args = ["woodlark", "agent", "--server", "http://x", "--token", "t"];
             Cli::try_parse_from(args.iter().chain(extra)).map(|cli| match cli.command {
-                Command::Agent {
-                    backend, sandbox, ..
-                } => (backend, sandbox),
+                Command::Agent(args) => {
+                    let settings = args.runner.into_config();
+                    (settings.backend, settings.sandbox)
+                }
                 _ => unreachable!(),
             })
         };

@@ -10,7 +10,7 @@
 use serde::Deserialize;
 
 use super::access::{must_admin, org};
-use super::pagination::Page;
+use super::pagination::read_page;
 use crate::ci;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
@@ -21,16 +21,69 @@ use crate::store::agents::{
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
-        .get("/agents", list)
-        .post("/agents", create)
+        .get("/agents", |ctx, req| list(ctx, req, Manager::Admin))
+        .post("/agents", |ctx, req| create(ctx, req, Manager::Admin))
         .get("/agents/{agent_id}", get)
-        .patch("/agents/{agent_id}", update)
-        .delete("/agents/{agent_id}", delete)
+        .patch("/agents/{agent_id}", |ctx, req| {
+            update(ctx, req, Manager::Admin)
+        })
+        .delete("/agents/{agent_id}", |ctx, req| {
+            delete(ctx, req, Manager::Admin)
+        })
         .get("/agents/{agent_id}/tasks", tasks)
-        .get("/orgs/{org_id}/agents", org_list)
-        .post("/orgs/{org_id}/agents", org_create)
-        .patch("/orgs/{org_id}/agents/{agent_id}", org_update)
-        .delete("/orgs/{org_id}/agents/{agent_id}", org_delete);
+        .get("/orgs/{org_id}/agents", |ctx, req| {
+            list(ctx, req, Manager::Org)
+        })
+        .post("/orgs/{org_id}/agents", |ctx, req| {
+            create(ctx, req, Manager::Org)
+        })
+        .patch("/orgs/{org_id}/agents/{agent_id}", |ctx, req| {
+            update(ctx, req, Manager::Org)
+        })
+        .delete("/orgs/{org_id}/agents/{agent_id}", |ctx, req| {
+            delete(ctx, req, Manager::Org)
+        });
+}
+
+/// Who manages the agent a route names: an instance admin (`/agents/{agent_id}`: any agent)
+/// or an org admin (`/orgs/{org_id}/agents/{agent_id}`: that organisation's agents only).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Manager {
+    Admin,
+    Org,
+}
+
+/// The caller authorised as `by`, and the organisation it manages agents of: its id for an
+/// org admin, [`ID_NOT_SET`] for an instance admin (whose agents are global).
+async fn manager(ctx: &Ctx, req: &Request, by: Manager) -> Result<(i64, i64), ApiError> {
+    Ok(match by {
+        Manager::Admin => (must_admin(ctx, req).await?.user.id, ID_NOT_SET),
+        Manager::Org => {
+            let access = org(ctx, req, true).await?;
+            (access.user.user.id, access.org.id)
+        }
+    })
+}
+
+/// The route's `{agent_id}` once the caller is authorised as `by`. An admin route passes any
+/// id on (an unknown one is the call's own 404); an org route must name an agent of that
+/// organisation (404 otherwise, as for an unknown one).
+async fn managed_agent(ctx: &Ctx, req: &Request, by: Manager) -> Result<i64, ApiError> {
+    let (_, org_id) = manager(ctx, req, by).await?;
+    let id = req.param_i64("agent_id")?;
+    if matches!(by, Manager::Org) && agent_row(ctx, id).await?.agent.org_id != org_id {
+        return Err(agent_not_found());
+    }
+    Ok(id)
+}
+
+/// Agent `id` with its sealed token; 404 when there is none.
+async fn agent_row(ctx: &Ctx, id: i64) -> Result<AgentRow, ApiError> {
+    ctx.ci
+        .reads
+        .read(move |c| agents::by_id(c, id))
+        .await
+        .map_err(not_found)
 }
 
 fn agent_not_found() -> ApiError {
@@ -95,42 +148,37 @@ fn change_from(req: &Request) -> Result<AgentChange, ApiError> {
     })
 }
 
-/// `GET /agents` (admin): one page of every agent, by id.
-async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    must_admin(&ctx, &req).await?;
-    let page = Page::from_request(&req);
-    let rows = ctx
-        .ci
-        .reads
-        .read(move |c| agents::list(c, page.page, page.per_page))
-        .await?;
+/// `GET /agents` (admin): one page of every agent, by id; `GET /orgs/{org_id}/agents` (org
+/// admin): of that organisation's.
+async fn list(ctx: Ctx, req: Request, by: Manager) -> Result<Response, ApiError> {
+    let (_, org_id) = manager(&ctx, &req, by).await?;
+    let rows = read_page(&ctx, &req, move |c, page, per_page| match by {
+        Manager::Admin => agents::list(c, page, per_page),
+        Manager::Org => agents::list_for_org(c, org_id, page, per_page),
+    })
+    .await?;
     Ok(Response::json(&render_all(&ctx, rows)))
 }
 
-/// `POST /agents` (admin): a global agent owned by the caller.
-pub(crate) async fn create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let admin = must_admin(&ctx, &req).await?;
-    let agent = create_in(&ctx, &req, admin.user.id, ID_NOT_SET).await?;
+/// `POST /agents` (admin): a global agent owned by the caller; `POST /orgs/{org_id}/agents`
+/// (org admin): an agent for that organisation's work only.
+pub(crate) async fn create(ctx: Ctx, req: Request, by: Manager) -> Result<Response, ApiError> {
+    let (owner_id, org_id) = manager(&ctx, &req, by).await?;
+    let agent = create_in(&ctx, &req, owner_id, org_id).await?;
     Ok(Response::json(&agent))
 }
 
 /// `GET /agents/{agent_id}` (admin).
 async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    let id = req.param_i64("agent_id")?;
-    let row = ctx
-        .ci
-        .reads
-        .read(move |c| agents::by_id(c, id))
-        .await
-        .map_err(not_found)?;
+    let row = agent_row(&ctx, req.param_i64("agent_id")?).await?;
     Ok(Response::json(&render(&ctx, row)))
 }
 
-/// `PATCH /agents/{agent_id}` (admin): `name`, `no_schedule`.
-async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    must_admin(&ctx, &req).await?;
-    let id = req.param_i64("agent_id")?;
+/// `PATCH /agents/{agent_id}` (admin) and `/orgs/{org_id}/agents/{agent_id}` (org admin):
+/// `name`, `no_schedule`.
+async fn update(ctx: Ctx, req: Request, by: Manager) -> Result<Response, ApiError> {
+    let id = managed_agent(&ctx, &req, by).await?;
     let change = change_from(&req)?;
     let row = ci::agents::update(&ctx.ci, id, change)
         .await
@@ -138,10 +186,10 @@ async fn update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::json(&render(&ctx, row)))
 }
 
-/// `DELETE /agents/{agent_id}` (admin): 204.
-pub(crate) async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    must_admin(&ctx, &req).await?;
-    let id = req.param_i64("agent_id")?;
+/// `DELETE /agents/{agent_id}` (admin) and `/orgs/{org_id}/agents/{agent_id}` (org admin):
+/// 204.
+pub(crate) async fn delete(ctx: Ctx, req: Request, by: Manager) -> Result<Response, ApiError> {
+    let id = managed_agent(&ctx, &req, by).await?;
     ci::agents::remove(&ctx.ci, id).await.map_err(not_found)?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
@@ -164,57 +212,4 @@ async fn tasks(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .await
         .map_err(not_found)?;
     Ok(Response::json(&list))
-}
-
-/// `GET /orgs/{org_id}/agents` (org admin).
-async fn org_list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = org(&ctx, &req, true).await?;
-    let org_id = access.org.id;
-    let page = Page::from_request(&req);
-    let rows = ctx
-        .ci
-        .reads
-        .read(move |c| agents::list_for_org(c, org_id, page.page, page.per_page))
-        .await?;
-    Ok(Response::json(&render_all(&ctx, rows)))
-}
-
-/// `POST /orgs/{org_id}/agents` (org admin): an agent for that organisation's work only.
-async fn org_create(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = org(&ctx, &req, true).await?;
-    let agent = create_in(&ctx, &req, access.user.user.id, access.org.id).await?;
-    Ok(Response::json(&agent))
-}
-
-/// The `{agent_id}` of an org route, which must belong to that organisation (404 otherwise).
-async fn org_agent(ctx: &Ctx, req: &Request) -> Result<i64, ApiError> {
-    let access = org(ctx, req, true).await?;
-    let id = req.param_i64("agent_id")?;
-    let row = ctx
-        .ci
-        .reads
-        .read(move |c| agents::by_id(c, id))
-        .await
-        .map_err(not_found)?;
-    if row.agent.org_id != access.org.id {
-        return Err(agent_not_found());
-    }
-    Ok(id)
-}
-
-/// `PATCH /orgs/{org_id}/agents/{agent_id}` (org admin).
-async fn org_update(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let id = org_agent(&ctx, &req).await?;
-    let change = change_from(&req)?;
-    let row = ci::agents::update(&ctx.ci, id, change)
-        .await
-        .map_err(not_found)?;
-    Ok(Response::json(&render(&ctx, row)))
-}
-
-/// `DELETE /orgs/{org_id}/agents/{agent_id}` (org admin): 204.
-async fn org_delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let id = org_agent(&ctx, &req).await?;
-    ci::agents::remove(&ctx.ci, id).await.map_err(not_found)?;
-    Ok(Response::empty(StatusCode::NO_CONTENT))
 }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::access::repo_admin;
-use super::pagination::Page;
+use super::pagination::read_page;
 use crate::ci;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
@@ -97,12 +97,10 @@ fn timezone_or_default(timezone: Option<String>) -> Result<String, ApiError> {
 /// `GET /repos/{repo_id}/cron`: one page, by name.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let repo = repo_admin(&ctx, &req).await?.row.repo.id;
-    let page = Page::from_request(&req);
-    let list = ctx
-        .ci
-        .reads
-        .read(move |c| crons::list(c, repo, page.page, page.per_page))
-        .await?;
+    let list = read_page(&ctx, &req, move |c, page, per_page| {
+        crons::list(c, repo, page, per_page)
+    })
+    .await?;
     Ok(Response::json(&list))
 }
 

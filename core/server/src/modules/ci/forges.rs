@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::access::{current, must_admin};
-use super::pagination::Page;
+use super::pagination::read_page;
 use crate::auth::random_secret;
 use crate::ci;
 use crate::ci::forge::git;
@@ -28,12 +28,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let admin = current(&ctx, &req).await?.is_some_and(|a| a.user.admin);
-    let page = Page::from_request(&req);
-    let list = ctx
-        .ci
-        .reads
-        .read(move |c| forges::list(c, page.page, page.per_page))
-        .await?;
+    let list = read_page(&ctx, &req, forges::list).await?;
     if admin {
         let shown: Vec<Value> = list
             .iter()

@@ -1,7 +1,7 @@
 //! `/orgs`: organisations (namespaces that own repositories) and the caller's standing in them.
 
 use super::access::{self, current, must_admin, must_user, org_perm};
-use super::pagination::Page;
+use super::pagination::read_page;
 use crate::ci;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
@@ -22,12 +22,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 /// `GET /orgs` (admin).
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    let page = Page::from_request(&req);
-    let list = ctx
-        .ci
-        .reads
-        .read(move |c| orgs::list(c, page.page, page.per_page))
-        .await?;
+    let list = read_page(&ctx, &req, orgs::list).await?;
     Ok(Response::json(&list))
 }
 

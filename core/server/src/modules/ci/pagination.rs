@@ -3,7 +3,9 @@
 //! Lenient like upstream: a missing or unusable `page` is 1, a missing or out-of-range
 //! `perPage` is the maximum (50). No totals, no headers: clients read until a short page.
 
-use crate::http::Request;
+use crate::http::{ApiError, Request};
+use crate::state::Ctx;
+use crate::store::{StoreResult, Tx};
 
 pub const MAX_PER_PAGE: u32 = 50;
 
@@ -27,6 +29,21 @@ impl Page {
             .unwrap_or(MAX_PER_PAGE);
         Page { page, per_page }
     }
+}
+
+/// One page of a list, read through `ctx.ci.reads`: `list` gets the request's page number and
+/// size (see [`Page::from_request`]). The list endpoints' one way to page a store read.
+pub async fn read_page<T, F>(ctx: &Ctx, req: &Request, list: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Tx, u32, u32) -> StoreResult<T> + Send + 'static,
+{
+    let page = Page::from_request(req);
+    Ok(ctx
+        .ci
+        .reads
+        .read(move |c| list(c, page.page, page.per_page))
+        .await?)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
-use super::pagination::Page;
+use super::pagination::{Page, read_page};
 use crate::ci;
 use crate::ci::forge::DriverError;
 use crate::ci::forge::drivers::ForgeHandle;
@@ -29,8 +29,12 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         .patch("/repos/{repo_id}", update)
         .delete("/repos/{repo_id}", delete)
         .get("/repos/{repo_id}/permissions", permissions)
-        .get("/repos/{repo_id}/branches", branches)
-        .get("/repos/{repo_id}/pull_requests", pull_requests)
+        .get("/repos/{repo_id}/branches", |ctx, req| {
+            from_forge(ctx, req, ForgeList::Branches)
+        })
+        .get("/repos/{repo_id}/pull_requests", |ctx, req| {
+            from_forge(ctx, req, ForgeList::PullRequests)
+        })
         .post("/repos/{repo_id}/chown", chown)
         .post("/repos/{repo_id}/repair", repair)
         .post("/repos/{repo_id}/move", move_repo);
@@ -49,12 +53,10 @@ async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             )));
         }
     };
-    let page = Page::from_request(&req);
-    let list = ctx
-        .ci
-        .reads
-        .read(move |c| repos::list(c, active, page.page, page.per_page))
-        .await?;
+    let list = read_page(&ctx, &req, move |c, page, per_page| {
+        repos::list(c, active, page, per_page)
+    })
+    .await?;
     Ok(Response::json(&list))
 }
 
@@ -329,12 +331,26 @@ fn namespace_denied(owner: &str) -> ApiError {
     )
 }
 
-/// `GET /repos/{id}/branches`: branch names from the forge, paginated.
-async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+/// A list a repository's forge keeps, which the API pages itself.
+#[derive(Debug, Clone, Copy)]
+enum ForgeList {
+    /// `GET /repos/{id}/branches`: branch names.
+    Branches,
+    /// `GET /repos/{id}/pull_requests`: open pull requests.
+    PullRequests,
+}
+
+/// `GET /repos/{id}/branches` and `/pull_requests`: asked of the forge as the caller, then
+/// paginated here.
+async fn from_forge(ctx: Ctx, req: Request, list: ForgeList) -> Result<Response, ApiError> {
     let access = access::repo(&ctx, &req).await?;
     let page = Page::from_request(&req);
-    let all = branches_of(&ctx, &access).await?;
-    Ok(Response::json(&paginate(all, page)))
+    Ok(match list {
+        ForgeList::Branches => Response::json(&paginate(branches_of(&ctx, &access).await?, page)),
+        ForgeList::PullRequests => {
+            Response::json(&paginate(pull_requests_of(&ctx, &access).await?, page))
+        }
+    })
 }
 
 /// The repository's branch names as the forge gives them to the caller (the API's
@@ -342,14 +358,6 @@ async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 pub async fn branches_of(ctx: &Ctx, access: &RepoAccess) -> Result<Vec<String>, ApiError> {
     let driver = caller_driver(ctx, access).await?;
     Ok(driver.branches(&access.row.repo).await?)
-}
-
-/// `GET /repos/{id}/pull_requests`: open pull requests from the forge, paginated.
-async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
-    let page = Page::from_request(&req);
-    let all = pull_requests_of(&ctx, &access).await?;
-    Ok(Response::json(&paginate(all, page)))
 }
 
 /// The repository's open pull requests as its forge lists them to the caller (the API's

@@ -20,7 +20,7 @@
 //! `ci::scoped`.
 
 use super::access::{must_admin, must_user, org, repo_admin};
-use super::pagination::Page;
+use super::pagination::read_page;
 use crate::ci::{self, scoped::ScopedRecord};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::state::Ctx;
@@ -145,12 +145,10 @@ async fn list<R: ScopedResource>(
     level: Level,
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level, Use::Read).await?;
-    let page = Page::from_request(&req);
-    let list = ctx
-        .ci
-        .reads
-        .read(move |c| R::list(c, scope, page.page, page.per_page))
-        .await?;
+    let list = read_page(&ctx, &req, move |c, page, per_page| {
+        R::list(c, scope, page, per_page)
+    })
+    .await?;
     Ok(Response::json(&list))
 }
 

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::access::{may_activate_in, must_admin, must_user};
 use super::avatars;
-use super::pagination::Page;
+use super::pagination::read_page;
 use crate::auth::{random_secret, token};
 use crate::ci;
 use crate::ci::forge::{ForgePerm, RemoteRepo};
@@ -263,13 +263,11 @@ pub async fn refresh_repos(ctx: Ctx, req: Request) -> Result<Response, ApiError>
 /// `GET /users`: one page of users, by login.
 pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    let page = Page::from_request(&req);
     let env = ctx.ci.settings.env_admins.clone();
-    let list = ctx
-        .ci
-        .reads
-        .read(move |c| users::list(c, &env, page.page, page.per_page))
-        .await?;
+    let list = read_page(&ctx, &req, move |c, page, per_page| {
+        users::list(c, &env, page, per_page)
+    })
+    .await?;
     let list: Vec<_> = list.into_iter().map(|u| avatars::shown(&ctx, u)).collect();
     Ok(Response::json(&list))
 }

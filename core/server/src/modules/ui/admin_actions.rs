@@ -110,7 +110,11 @@ async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
         "no_schedule": checked(&posted.form, "no_schedule"),
     })));
     let frame = posted.frame;
-    let created = match through_api::call(&ctx, req, frame.clone(), call, agents::create).await {
+    let created = match through_api::call(&ctx, req, frame.clone(), call, |ctx, req| {
+        agents::create(ctx, req, agents::Manager::Admin)
+    })
+    .await
+    {
         Ok(created) => created,
         Err(page) => return Ok(page),
     };
@@ -132,7 +136,7 @@ async fn delete_agent(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         back,
         "Agent deleted.",
         |form, _| Ok(Call::body(json!({})).param("agent_id", form.required("id")?)),
-        agents::delete,
+        |ctx, req| agents::delete(ctx, req, agents::Manager::Admin),
     )
     .await
 }
