@@ -81,6 +81,8 @@ async fn oversized_body_is_413_and_changes_nothing() {
         .await
         .expect(413);
     assert!(r.text().contains("4096"));
+    // The body was left unread: the client is told not to reuse the connection.
+    assert_eq!(r.header("connection"), Some("close"));
     s.http
         .get("/api/users/huge", Some(&p.admin))
         .await

@@ -442,7 +442,7 @@ where
                         )
                         .await
                     }
-                    Err(err) => err.render(route.style),
+                    Err(err) => unread_body_closes(err.render(route.style)),
                 };
                 tracing::Span::current().record("status", response.status.as_u16());
                 tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "handled");
@@ -500,6 +500,16 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic".into())
+}
+
+/// `response`, refusing a request whose body was not read to its end, told to close the
+/// connection. The rest of that body is still on the wire; a client that kept the connection
+/// for its next request would lose that request when the server closes it.
+fn unread_body_closes(mut response: Response) -> Response {
+    response
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// The request with its body, read within the route's limit (and, on a guarded route, after
