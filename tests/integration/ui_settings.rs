@@ -142,6 +142,12 @@ async fn repo_settings_page_and_forms_as_the_api_decides() {
         "{page}"
     );
     assert!(page.contains("[![status-badge]("), "{page}");
+    // The preview is the page's own origin, whatever `public_url` names (the policy allows
+    // no other); the snippet to copy keeps the public address.
+    assert!(
+        page.contains(&format!("<img src=\"/api/badges/{id}/status.svg?branch=")),
+        "{page}"
+    );
 
     // A secret added through the form: listed by name, its value on no page.
     const VALUE: &str = "s3cr3t-value-never-shown";

@@ -95,6 +95,10 @@ struct SettingsPage {
 /// The badge snippet for one branch.
 pub struct Badge {
     pub image: String,
+    /// The same image by path alone, for the page's own preview: the page's policy allows
+    /// images of its own origin, and `public_url` may name another one (a proxy's name the
+    /// browser does not use, or `localhost` seen from elsewhere).
+    pub preview: String,
     /// Where the badge links: the repository's page here.
     pub link: String,
     pub branch: String,
@@ -208,11 +212,14 @@ async fn badge(ctx: &Ctx, req: &Request, access: &RepoAccess, frame: &Frame) -> 
     let query: String = form_urlencoded::Serializer::new(String::new())
         .append_pair("branch", &branch)
         .finish();
+    let (origin, base) = split_origin(&public);
+    let path = format!(
+        "{base}{}/badges/{}/status.svg?{query}",
+        ctx.config.ci.mount, repo.id
+    );
     Badge {
-        image: format!(
-            "{public}{}/badges/{}/status.svg?{query}",
-            ctx.config.ci.mount, repo.id
-        ),
+        image: format!("{origin}{path}"),
+        preview: path,
         link: format!("{public}{}/repos/{}", frame.root, repo.id),
         branches: names
             .into_iter()
@@ -222,5 +229,35 @@ async fn badge(ctx: &Ctx, req: &Request, access: &RepoAccess, frame: &Frame) -> 
             })
             .collect(),
         branch,
+    }
+}
+
+/// `url` as its origin (`https://ci.example.com`) and the path after it (`/ci`, or empty).
+fn split_origin(url: &str) -> (&str, &str) {
+    let host = url.find("://").map_or(0, |i| i + 3);
+    match url[host..].find('/') {
+        Some(i) => url.split_at(host + i),
+        None => (url, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_origin;
+
+    #[test]
+    fn a_public_url_splits_into_origin_and_path() {
+        assert_eq!(
+            split_origin("https://ci.example.com"),
+            ("https://ci.example.com", "")
+        );
+        assert_eq!(
+            split_origin("https://ci.example.com:8443/woodlark"),
+            ("https://ci.example.com:8443", "/woodlark")
+        );
+        assert_eq!(
+            split_origin("http://127.0.0.1:8000/"),
+            ("http://127.0.0.1:8000", "/")
+        );
     }
 }
