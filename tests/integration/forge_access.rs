@@ -8,7 +8,9 @@
 //! - a revoked forge token (401 from the forge) ends the browser session signed in with it,
 //!   the stored tokens, and every permission that forge granted;
 //! - a user who left the organisation can neither read its secrets nor mint its agents;
-//! - a user whose push was taken away cannot approve a held pipeline.
+//! - a user whose push was taken away cannot approve a held pipeline;
+//! - an organisation's admin cannot move a repository onto one of its repositories they do
+//!   not administer on the forge.
 
 use serde_json::{Value, json};
 
@@ -255,4 +257,43 @@ async fn github_stale_push_cannot_approve_a_held_pipeline() {
         .expect(200)
         .json();
     assert_eq!(p["status"], "blocked");
+}
+
+#[tokio::test]
+async fn github_move_needs_admin_on_the_target_repository() {
+    let rt = round_trip(Kind::GitHub).await;
+    let (s, pat, id) = (&rt.s, rt.pat.as_str(), rt.id);
+    // octocat administers the `octo` organisation (so the namespace allows it) and may push
+    // to `octo/locked`, but the forge says they do not administer it.
+    let r = s
+        .http
+        .post(
+            &format!("/api/repos/{id}/move?to=octo/locked"),
+            Some(pat),
+            "",
+        )
+        .await
+        .expect(403);
+    assert!(r.text().contains("admin permission"), "{}", r.text());
+    let repo = s
+        .http
+        .get(&format!("/api/repos/{id}"), Some(pat))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(repo["full_name"], "octo/app");
+    // The look-up went out as octocat (their token), not with the forge's own credentials.
+    let fake = rt.fake.lock().unwrap();
+    let asked = fake
+        .seen
+        .iter()
+        .filter(|seen| seen.path == "/repos/octo/locked")
+        .collect::<Vec<_>>();
+    assert!(!asked.is_empty(), "the forge was not asked for octo/locked");
+    assert!(
+        asked
+            .iter()
+            .all(|seen| seen.auth.contains(crate::forge_fakes::ACCESS_PREFIX)),
+        "asked without octocat's token"
+    );
 }

@@ -680,6 +680,13 @@ fn github(f: &mut Fake, r: &FakeRequest) -> Option<(u16, String)> {
         ("GET", "/user/repos") => json!([]),
         // By name, or by GitHub's id for it (the `forge_remote_id` stored and activated by).
         ("GET", "/repos/octo/app" | "/repositories/42") if !f.removed => f.github_repo(),
+        // A repository of the same organisation that octocat may push to, not administer.
+        ("GET", "/repos/octo/locked") => json!({
+            "id": 43, "name": "locked", "full_name": "octo/locked", "private": true,
+            "owner": {"login": "octo", "avatar_url": ""},
+            "html_url": "https://github.com/octo/locked", "clone_url": f.clone_url,
+            "default_branch": BRANCH, "permissions": {"admin": false, "push": true, "pull": true},
+        }),
         ("GET", "/repos/octo/app/contents/.woodpecker.yaml") => {
             return Some((200, f.config.clone()));
         }

@@ -61,16 +61,7 @@ pub async fn activate(
     let mut repo = remote.new_repo(forge_id, 0);
     let cleanup = repo.clone();
     if let Some(as_user) = &as_user {
-        match as_user.repo_perm(&repo).await {
-            Ok(perm) if !perm.admin => {
-                return Err(Error::Forbidden(format!(
-                    "activating {} needs admin permission on the forge's repository",
-                    repo.full_name
-                )));
-            }
-            Ok(_) | Err(forge::ForgeError::Unsupported(_)) => {}
-            Err(err) => return Err(err.into()),
-        }
+        must_administer(as_user.as_ref(), &repo, "activating").await?;
     }
     driver.activate(&repo, &url).await?;
     let written = ci
@@ -155,6 +146,23 @@ async fn remove_hook(ci: &Services, repo: &Repo) -> Result<(), Error> {
 /// repositories up by full name, while clients pass the forge's own id (the web UI's "add
 /// repository" list sends `forge_remote_id` as the forge listed it): an id without a `/` is
 /// first looked for in the acting user's repository list.
+/// Refuses `doing` `repo` unless the forge, asked as the user (`as_user`), says they
+/// administer it there; a forge that cannot say lets it through (its namespace rules hold).
+pub async fn must_administer(
+    as_user: &dyn ForgeDriver,
+    repo: &Repo,
+    doing: &str,
+) -> Result<(), Error> {
+    match as_user.repo_perm(repo).await {
+        Ok(perm) if !perm.admin => Err(Error::Forbidden(format!(
+            "{doing} {} needs admin permission on the forge's repository",
+            repo.full_name
+        ))),
+        Ok(_) | Err(forge::ForgeError::Unsupported(_)) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
 pub async fn find_remote(
     driver: &dyn ForgeDriver,
     remote_id: &str,

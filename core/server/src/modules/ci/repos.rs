@@ -450,9 +450,10 @@ async fn repair_all(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     }
 }
 
-/// `POST /repos/{id}/move?to=owner/name` (repo admin, and allowed to activate repositories in
-/// the target namespace: 403 otherwise): the repository now lives at `to` on its forge; names,
-/// URLs and the hook follow. 204.
+/// `POST /repos/{id}/move?to=owner/name` (repo admin, allowed to activate repositories in
+/// the target namespace, and — asked as the caller — an admin of `to` on the forge: 403
+/// otherwise): the repository now lives at `to` on its forge; names, URLs and the hook
+/// follow. 204.
 async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
     let to = req
@@ -461,9 +462,21 @@ async fn move_repo(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::bad_request("to is required (the new owner/name)"))?;
     let RepoAccess { row, user, .. } = access;
     let user = user.ok_or_else(ApiError::unauthorized)?.user.clone();
-    let driver = forge::driver(&ctx.ci, row.repo.forge_id).await?;
-    let remote = driver.repo(&to).await?;
+    let forge = ctx.ci.drivers.get(row.repo.forge_id).await?;
+    // Looked up as the caller, as activation does: the forge's own credentials may see
+    // repositories the caller cannot.
+    let as_user = ctx.ci.tokens.as_user(&forge, user.id).await?;
+    let driver = forge.driver.clone();
+    let remote = as_user.as_ref().unwrap_or(&driver).repo(&to).await?;
     let forge_id = row.repo.forge_id;
+    if let Some(as_user) = &as_user {
+        ci::repos::must_administer(
+            as_user.as_ref(),
+            &remote.new_repo(forge_id, 0),
+            "moving a repository to",
+        )
+        .await?;
+    }
     let owner = remote.owner.clone();
     let remote_id = remote.forge_remote_id.clone();
     let (taken, allowed) = ctx
