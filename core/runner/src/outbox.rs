@@ -22,6 +22,12 @@
 //! before the server answered) is written to that file too, and [`deliver_leftovers`]
 //! delivers it when the runner starts again, before it takes any work.
 //!
+//! **Bounded disk.** A workflow spools at most [`SPOOL_LIMIT`] bytes of log lines. Past it, a
+//! step's next line is replaced by one saying that its output is not kept, and its later
+//! lines are dropped until the spool has been delivered; step states and the workflow's end
+//! are always kept. Without this bound a chatty step with `pipeline.max_step_log_bytes = 0`
+//! would fill the agent's disk during a long outage.
+//!
 //! A report the server refuses (`RunnerError::Refused`: a bad report) is logged and dropped;
 //! when the server says the workflow is no longer this agent's (`RunnerError::NotHeld`: the
 //! lease ran out and the workflow went back to the queue) nothing more of it is sent and
@@ -41,6 +47,8 @@ use crate::{AgentApi, MAX_BATCH_BYTES, MAX_BATCH_LINES, RunnerError};
 
 /// Bytes of reports one workflow keeps in memory before it spools to disk.
 pub const MEMORY_LIMIT: usize = 4 << 20;
+/// Bytes of log lines one workflow spools to disk before it drops a step's later lines.
+pub const SPOOL_LIMIT: u64 = 1 << 30;
 /// The first wait after a failed delivery; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between deliveries while the server is away: once it answers again,
@@ -82,6 +90,8 @@ struct Spool {
     read_at: u64,
     /// Reports written and not read back yet.
     unread: usize,
+    /// Bytes written to the file.
+    written: u64,
 }
 
 /// What an outbox holds, in order: `memory`, then `spool`.
@@ -94,6 +104,8 @@ struct Held {
     seq: i64,
     /// The server gave the workflow to another agent: nothing more is sent.
     given_away: bool,
+    /// Steps whose lines are dropped because the spool is full (each was told in a line).
+    cut_steps: Vec<i64>,
 }
 
 impl Held {
@@ -109,6 +121,8 @@ impl Held {
 struct Shared {
     workflow_id: i64,
     spool_path: PathBuf,
+    /// [`SPOOL_LIMIT`], smaller in tests.
+    spool_limit: u64,
     held: Mutex<Held>,
     /// Signalled when a report is added.
     added: Notify,
@@ -129,6 +143,13 @@ impl Shared {
                 return;
             }
             let spooling = held.spool.is_some() || held.memory_bytes >= MEMORY_LIMIT;
+            let report = match report {
+                Report::Logs(lines) if spooling => match self.cut_when_full(&mut held, lines) {
+                    Some(lines) => Report::Logs(lines),
+                    None => return,
+                },
+                other => other,
+            };
             if !(spooling && self.spool_one(&mut held, &report)) {
                 held.memory_bytes += report.size();
                 held.memory.push_back(report);
@@ -138,18 +159,49 @@ impl Shared {
         self.added.notify_one();
     }
 
+    /// `lines` as they may still be spooled: all of them below the limit; past it, none,
+    /// except that each step's first dropped line becomes a note saying so (it keeps the
+    /// line's number, so a reader sees where the gap starts). `None` when nothing is left.
+    fn cut_when_full(&self, held: &mut Held, lines: Vec<LogLine>) -> Option<Vec<LogLine>> {
+        let written = held.spool.as_ref().map_or(0, |s| s.written);
+        if written < self.spool_limit {
+            return Some(lines);
+        }
+        let mut kept = Vec::new();
+        for mut line in lines {
+            if held.cut_steps.contains(&line.step_id) {
+                continue;
+            }
+            held.cut_steps.push(line.step_id);
+            tracing::warn!(
+                workflow = self.workflow_id,
+                step = line.step_id,
+                limit = self.spool_limit,
+                "the server is away and this workflow's spool is full: the step's later log lines are dropped"
+            );
+            line.data = format!(
+                "[woodlark] the server was away and this agent's spool for the workflow reached {} bytes: output from here until the server answered again is not kept",
+                self.spool_limit
+            );
+            kept.push(line);
+        }
+        (!kept.is_empty()).then_some(kept)
+    }
+
     /// Appends `report` to the spool file; false (it stays in memory, nothing is lost) when
     /// the file cannot be written.
     fn spool_one(&self, held: &mut Held, report: &Report) -> bool {
         let written = append_reports(&self.spool_path, std::slice::from_ref(report));
         match written {
-            Ok(()) => {
+            Ok(bytes) => {
                 let spool = held.spool.get_or_insert_with(|| Spool {
                     path: self.spool_path.clone(),
                     read_at: 0,
                     unread: 0,
+                    written: 0,
                 });
                 spool.unread += 1;
+                spool.written += bytes;
                 true
             }
             Err(err) => {
@@ -208,6 +260,8 @@ impl Shared {
                 if done {
                     let _ = std::fs::remove_file(&spool.path);
                     held.spool = None;
+                    // Delivered: a step cut short may be heard again.
+                    held.cut_steps.clear();
                 }
             }
             Err(err) => {
@@ -271,7 +325,7 @@ impl Shared {
         let tmp = self.spool_path.with_extension("tmp");
         let _ = std::fs::remove_file(&tmp);
         let written =
-            append_reports(&tmp, &all).and_then(|()| std::fs::rename(&tmp, &self.spool_path));
+            append_reports(&tmp, &all).and_then(|_| std::fs::rename(&tmp, &self.spool_path));
         match written {
             Ok(()) => tracing::warn!(
                 workflow = self.workflow_id,
@@ -289,8 +343,9 @@ impl Shared {
     }
 }
 
-/// Appends reports to a spool file (created private) as JSON lines.
-fn append_reports(path: &Path, reports: &[Report]) -> std::io::Result<()> {
+/// Appends reports to a spool file (created private) as JSON lines; returns the bytes
+/// written.
+fn append_reports(path: &Path, reports: &[Report]) -> std::io::Result<u64> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut text = Vec::new();
     for report in reports {
@@ -302,7 +357,8 @@ fn append_reports(path: &Path, reports: &[Report]) -> std::io::Result<()> {
         .append(true)
         .mode(0o600)
         .open(path)?;
-    file.write_all(&text)
+    file.write_all(&text)?;
+    Ok(text.len() as u64)
 }
 
 /// Reads reports of a spool file from byte `from`, stopping after about `budget` bytes;
@@ -367,10 +423,16 @@ impl Outbox {
     /// An outbox for workflow `workflow_id`, spooling to `spool_dir` (created when first
     /// needed).
     pub fn open<A: AgentApi>(api: A, workflow_id: i64, spool_dir: &Path) -> Outbox {
-        Outbox::with_held(api, workflow_id, spool_dir, Held::default())
+        Outbox::with_held(api, workflow_id, spool_dir, Held::default(), SPOOL_LIMIT)
     }
 
-    fn with_held<A: AgentApi>(api: A, workflow_id: i64, spool_dir: &Path, held: Held) -> Outbox {
+    fn with_held<A: AgentApi>(
+        api: A,
+        workflow_id: i64,
+        spool_dir: &Path,
+        held: Held,
+        spool_limit: u64,
+    ) -> Outbox {
         if let Err(err) = std::fs::create_dir_all(spool_dir) {
             tracing::warn!(path = %spool_dir.display(), %err, "cannot create the runner's spool directory");
         }
@@ -378,6 +440,7 @@ impl Outbox {
         let shared = Arc::new(Shared {
             workflow_id,
             spool_path: spool_dir.join(format!("{workflow_id}.jsonl")),
+            spool_limit,
             held: Mutex::new(held),
             added: Notify::new(),
             pending: watch::channel(count).0,
@@ -540,11 +603,12 @@ pub async fn deliver_leftovers<A: AgentApi>(api: &A, spool_dir: &Path) -> usize 
                 path: path.clone(),
                 read_at: 0,
                 unread,
+                written: std::fs::metadata(path).map_or(0, |m| m.len()),
             }),
             // Later numbers than any the file holds are never needed: nothing is added.
             ..Held::default()
         };
-        let outbox = Outbox::with_held(api.clone(), *id, spool_dir, held);
+        let outbox = Outbox::with_held(api.clone(), *id, spool_dir, held, SPOOL_LIMIT);
         outbox.delivered().await;
     }
     left.len()

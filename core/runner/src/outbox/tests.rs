@@ -16,6 +16,8 @@ struct Server {
     /// Calls it answered (applied or not).
     calls: Arc<Mutex<usize>>,
     last_seq: Arc<Mutex<i64>>,
+    /// The text of the last line it took.
+    last_text: Arc<Mutex<String>>,
 }
 
 impl Server {
@@ -70,6 +72,7 @@ impl AgentApi for Server {
             let seen = format!("line {}", line.line);
             if !took.contains(&seen) {
                 took.push(seen);
+                *self.last_text.lock().unwrap() = line.data;
             }
         }
         Ok(())
@@ -211,6 +214,52 @@ async fn a_long_outage_spools_past_the_memory_bound_and_reads_it_back_in_order()
     outbox.finish(done(Status::Success)).await;
     assert_eq!(server.lines(), (0..n).collect::<Vec<_>>());
     assert!(!spool.path().join("2.jsonl").exists(), "the spool is gone");
+}
+
+#[tokio::test]
+async fn past_the_spool_limit_a_step_says_its_output_is_cut_and_keeps_its_states() {
+    let spool = tempfile::tempdir().unwrap();
+    let server = Server::default();
+    server.down.store(true, Ordering::SeqCst);
+    // Memory takes 4 MiB first; the spool then takes 1 MiB of lines.
+    let outbox = Outbox::with_held(server.clone(), 4, spool.path(), Held::default(), 1 << 20);
+    let reports = outbox.reporter();
+    reports.step(update(Status::Running, 0));
+    let text = "x".repeat(1024);
+    let mut n = 0;
+    // 8 MiB of output: past memory, the spool's limit, and more.
+    for _ in 0..128 {
+        let batch: Vec<LogLine> = (0..64)
+            .map(|_| {
+                n += 1;
+                line(n - 1, &text)
+            })
+            .collect();
+        reports.logs(batch);
+    }
+    reports.step(update(Status::Success, 0));
+    let written = std::fs::metadata(spool.path().join("4.jsonl"))
+        .unwrap()
+        .len();
+    assert!(
+        written < (1 << 20) + 80 * 1024,
+        "the spool stops near its limit: {written} bytes"
+    );
+
+    server.down.store(false, Ordering::SeqCst);
+    outbox.finish(done(Status::Success)).await;
+    let took = server.took();
+    let lines = server.lines();
+    // Every line up to where the spool filled, then the note in the next line's place,
+    // then nothing more of the step; both states and the end arrive.
+    let last = *lines.last().unwrap();
+    assert_eq!(lines, (0..=last).collect::<Vec<_>>());
+    assert!(last < n - 1000, "lines were dropped ({last} of {n})");
+    let note = server.last_text.lock().unwrap().clone();
+    assert!(note.contains("is not kept"), "{note}");
+    assert_eq!(took.first().unwrap(), "step 7 running 1");
+    assert!(took.contains(&"step 7 success 2".to_string()), "{took:?}");
+    assert_eq!(took.last().unwrap(), "done success");
 }
 
 #[tokio::test]
