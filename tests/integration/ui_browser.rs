@@ -164,6 +164,26 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
         &format!("{HEAD_STATUS} === 'success'"),
     )
     .await;
+    // The step's heading and the pipeline's facts follow too: done, its exit code, how long
+    // it took (about 8 s, not the second it had run when the page loaded).
+    step.wait_until(
+        "the step's heading to say it finished",
+        "window.__mark === 1 && document.querySelector('#log-title').textContent.includes('exit code 0')",
+    )
+    .await;
+    assert_eq!(step.text("#log-title .status").await, "success");
+    let facts = step.text("#pipeline-facts").await;
+    let took = facts
+        .split("Duration")
+        .nth(1)
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let secs: u64 = took
+        .trim_end_matches('s')
+        .parse()
+        .unwrap_or_else(|_| panic!("{facts}"));
+    assert!(secs >= 7, "the pipeline's duration as it finished: {facts}");
     list.wait_until(
         "the new pipeline in the list",
         &format!("{} !== ''", list_status(2)),
