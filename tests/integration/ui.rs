@@ -256,6 +256,24 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
         "{page}"
     );
     http.get(&path, Some(&p.bob)).await.expect(200);
+    // The settings link only for those the API lets change them (repository admins, the
+    // instance admin); the layout's admin link only for instance admins.
+    let settings_link = format!("href=\"/repos/{id}/settings\"");
+    for (who, token, shown) in [
+        ("anonymous", None, false),
+        ("bob", Some(&p.bob), false),
+        ("alice", Some(&p.alice), true),
+        ("root", Some(&p.admin), true),
+    ] {
+        let page = http
+            .get(&path, token.map(String::as_str))
+            .await
+            .expect(200)
+            .text();
+        assert_eq!(page.contains(&settings_link), shown, "{who}: {page}");
+        let admin_link = page.contains("href=\"/admin\"");
+        assert_eq!(admin_link, who == "root", "{who}: {page}");
+    }
 
     // Bad input: unknown repository, pipeline or step is the not-found page; ids that are
     // no numbers are refused.

@@ -94,6 +94,8 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
     page.goto(&login_link(&s, "alice")).await;
     assert_eq!(page.path().await, "/repos");
     assert_eq!(page.text("#signed-in").await, "Signed in as alice");
+    let admin_link = "!!document.querySelector('#admin-link')";
+    assert_eq!(page.eval(admin_link).await, false, "not an instance admin");
     assert_eq!(page.text("#repo-list .repo-name").await, "alice/app");
     assert_eq!(page.text("#repo-list .status").await, "success");
     shoot(&page, "repos").await;
@@ -252,7 +254,7 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
     let root = browser.new_context().await;
     let admin = browser.new_page(Some(&root)).await;
     admin.goto(&login_link(&s, "root")).await;
-    admin.goto(&format!("{base}/admin")).await;
+    admin.click_to_navigate("#admin-link").await;
     assert_eq!(admin.text("h1").await, "Administration");
     shoot(&admin, "admin").await;
 

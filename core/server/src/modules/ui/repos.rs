@@ -111,6 +111,8 @@ struct RepoPage {
     more: bool,
     /// The viewer may start a run (the API's `require_push`): the manual-run link.
     may_run: bool,
+    /// The viewer may change the settings (the API's `require_admin`): the settings link.
+    may_admin: bool,
     /// The list's filters as a query (`&branch=main`, for the pager), "" unfiltered.
     filter_query: String,
 }
@@ -136,6 +138,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
         .await?;
     let now = now_unix();
     let may_run = access.require_push().is_ok();
+    let may_admin = access.require_admin().is_ok();
     let repo = access.row.repo.clone();
     page(
         StatusCode::OK,
@@ -149,6 +152,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
             pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
             page: paging.page,
             may_run,
+            may_admin,
             filter_query,
         },
     )
