@@ -258,6 +258,14 @@ fn next_param(root: &str, req: &Request) -> String {
     } else {
         format!("{}?{}", req.path, req.query)
     };
-    let encoded: String = form_urlencoded::byte_serialize(here.as_bytes()).collect();
-    format!("?next={encoded}")
+    next_query('?', &here)
+}
+
+/// `next` as a query parameter after `sep` (`?` or `&`), URL-encoded; "" for no `next`.
+fn next_query(sep: char, next: &str) -> String {
+    if next.is_empty() {
+        return String::new();
+    }
+    let encoded: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
+    format!("{sep}next={encoded}")
 }
