@@ -534,3 +534,67 @@ async fn pages_under_a_root_path_link_within_it() {
     let r = s.http.get("/ci/", Some(&p.alice)).await.expect(303);
     assert_eq!(r.header("location"), Some("/ci/repos"));
 }
+
+/// The repository list comes in pages of 50, as the API's lists do (`page`): a Next link
+/// while there are more, a Previous link after the first, the filter kept across pages; a
+/// page past the end says so. Every repository is on exactly one page.
+#[tokio::test]
+async fn the_repository_list_pages_past_fifty() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    for n in 0..52 {
+        s.git_repo(&p.admin, &p.alice, &format!("alice/r{n:02}"))
+            .await;
+    }
+    let names = |page: &str| -> Vec<String> {
+        page.split("data-name=\"")
+            .skip(1)
+            .map(|rest| rest[..rest.find('"').unwrap()].to_string())
+            .collect()
+    };
+    let get = |path: String| {
+        let (http, token) = (s.http.clone(), p.alice.clone());
+        async move {
+            let r = http.get(&path, Some(&token)).await.expect(200);
+            assert_page(&r);
+            r.text()
+        }
+    };
+    let first = get("/repos".into()).await;
+    assert_eq!(names(&first).len(), 50, "{first}");
+    assert!(
+        first.contains("rel=\"next\" href=\"/repos?page=2\""),
+        "{first}"
+    );
+    assert!(!first.contains("rel=\"prev\""), "{first}");
+    let second = get("/repos?page=2".into()).await;
+    assert_eq!(names(&second).len(), 2, "{second}");
+    assert!(
+        second.contains("rel=\"prev\" href=\"/repos?page=1\""),
+        "{second}"
+    );
+    assert!(!second.contains("rel=\"next\""), "{second}");
+    let mut all: Vec<String> = names(&first).into_iter().chain(names(&second)).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 52, "each repository once: {all:?}");
+    let past = get("/repos?page=3".into()).await;
+    assert!(
+        names(&past).is_empty() && past.contains("No more repositories."),
+        "{past}"
+    );
+    // Exactly a page: no Next link to an empty page.
+    let page = get("/repos?perPage=26&page=2".into()).await;
+    assert_eq!(names(&page).len(), 26, "{page}");
+    assert!(!page.contains("rel=\"next\""), "{page}");
+    // Filtered: the filter rides along the pager's links; a bad page number is the first.
+    let filtered = get("/repos?q=r&perPage=30&page=2".into()).await;
+    assert_eq!(names(&filtered).len(), 22, "{filtered}");
+    assert!(
+        filtered.contains("href=\"/repos?page=1&#38;q=r\""),
+        "{filtered}"
+    );
+    let bad = get("/repos?page=x".into()).await;
+    assert_eq!(names(&bad), names(&first));
+    s.stop().await;
+}

@@ -54,6 +54,11 @@ struct RepoList {
     frame: Frame,
     filter: String,
     repos: Vec<RepoItem>,
+    page: u32,
+    /// There are more after this page.
+    more: bool,
+    /// The filter as a query for the pager's links (`&q=…`), "" unfiltered.
+    filter_query: String,
 }
 
 /// `GET <root>/repos[?q=text]`: the signed-in user's repositories (the API's
@@ -68,15 +73,29 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let filter = req.query("q").unwrap_or_default().trim().to_string();
     let needle = filter.to_lowercase();
     let user = account.user.clone();
-    // The REST API's home list: the same repositories, one read.
+    // The REST API's home list: the same repositories, one read, a page of them (`page`, as
+    // the API's lists; one more than a page read to know whether there is a next one).
+    let paging = Page::from_request(&req);
+    let per_page = paging.per_page as usize;
+    let skip = (paging.page as usize - 1).saturating_mul(per_page);
     let found = ctx
         .ci
         .reads
-        .read(move |c| users::home_list(c, &user, false, &needle))
+        .read(move |c| users::home_list(c, &user, false, &needle, skip, per_page + 1))
         .await;
-    let found = match found {
+    let mut found = match found {
         Ok(found) => found,
         Err(err) => return or_error_page(frame, Err(err.into())),
+    };
+    let more = found.len() > per_page;
+    found.truncate(per_page);
+    let filter_query = if filter.is_empty() {
+        String::new()
+    } else {
+        let pairs = form_urlencoded::Serializer::new(String::new())
+            .append_pair("q", &filter)
+            .finish();
+        format!("&{pairs}")
     };
     let now = now_unix();
     let repos = found
@@ -93,6 +112,9 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             frame,
             filter,
             repos,
+            page: paging.page,
+            more,
+            filter_query,
         },
     )
 }
