@@ -28,7 +28,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,8 +44,8 @@ pub const WAIT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(75);
 /// Console lines kept for failure messages.
 const CONSOLE_KEPT: usize = 50;
-/// The window every page gets: a laptop's width.
-const WIDTH: u32 = 1024;
+/// The window every page gets at first: a laptop's ([`Page::width`] changes it).
+pub const WIDTH: u32 = 1024;
 const HEIGHT: u32 = 800;
 /// Screenshots stop at this height (a long log page would otherwise be huge).
 const MAX_SHOT_HEIGHT: u32 = 3000;
@@ -345,18 +345,12 @@ impl Browser {
         let page = Page {
             conn: self.conn.clone(),
             session: attached["sessionId"].as_str().unwrap().to_string(),
+            width: AtomicU32::new(WIDTH),
         };
-        for (method, params) in [
-            ("Page.enable", json!({})),
-            ("Runtime.enable", json!({})),
-            ("Log.enable", json!({})),
-            (
-                "Emulation.setDeviceMetricsOverride",
-                json!({"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": false}),
-            ),
-        ] {
-            page.call(method, params).await;
+        for method in ["Page.enable", "Runtime.enable", "Log.enable"] {
+            page.call(method, json!({})).await;
         }
+        page.width(WIDTH).await;
         page
     }
 
@@ -388,6 +382,8 @@ impl Drop for Browser {
 pub struct Page {
     conn: Arc<Conn>,
     session: String,
+    /// The window's width in CSS pixels.
+    width: AtomicU32,
 }
 
 impl Page {
@@ -554,6 +550,17 @@ impl Page {
             .to_string()
     }
 
+    /// Makes the window `width` CSS pixels wide (a phone's is about 400), as a device of
+    /// that width would be: the page lays itself out again.
+    pub async fn width(&self, width: u32) {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": width < 600}),
+        )
+        .await;
+        self.width.store(width, Ordering::Relaxed);
+    }
+
     /// What `prefers-color-scheme` answers from now on: `"light"` or `"dark"`.
     pub async fn color_scheme(&self, scheme: &str) {
         self.call(
@@ -578,7 +585,8 @@ impl Page {
             .call(
                 "Page.captureScreenshot",
                 json!({"format": "png", "captureBeyondViewport": true,
-                       "clip": {"x": 0, "y": 0, "width": WIDTH, "height": height, "scale": 1}}),
+                       "clip": {"x": 0, "y": 0, "width": self.width.load(Ordering::Relaxed),
+                                "height": height, "scale": 1}}),
             )
             .await;
         let png = base64::engine::general_purpose::STANDARD

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::browser::login_link;
-use crate::cdp::{Browser, Page};
+use crate::cdp::{self, Browser, Page};
 use crate::pipelines::{push_files, step_of, wait_for};
 use crate::util::{TestServer, with_runner};
 
@@ -24,24 +24,45 @@ fn screenshot_dir() -> PathBuf {
     dir
 }
 
-/// Saves the page as `name-light.png` and `name-dark.png`, and checks that the dark scheme
-/// really is another look.
+/// A phone's width in CSS pixels.
+const PHONE: u32 = 400;
+
+/// Saves the page as `name-light.png` and `name-dark.png`, and at a phone's width as
+/// `name-phone-light.png` and `-dark.png`; checks that the dark scheme really is another
+/// look, and that at a phone's width nothing makes the page scroll sideways.
 async fn shoot(page: &Page, name: &str) {
     let dir = screenshot_dir();
-    let mut shots = Vec::new();
-    for scheme in ["light", "dark"] {
-        page.color_scheme(scheme).await;
-        let path = dir.join(format!("{name}-{scheme}.png"));
-        let png = page.screenshot(&path).await;
-        assert!(png.starts_with(b"\x89PNG"), "{}", path.display());
-        eprintln!("screenshot: {}", path.display());
-        shots.push(png);
+    for (width, suffix) in [(cdp::WIDTH, ""), (PHONE, "-phone")] {
+        page.width(width).await;
+        let mut shots = Vec::new();
+        for scheme in ["light", "dark"] {
+            page.color_scheme(scheme).await;
+            let path = dir.join(format!("{name}{suffix}-{scheme}.png"));
+            let png = page.screenshot(&path).await;
+            assert!(png.starts_with(b"\x89PNG"), "{}", path.display());
+            eprintln!("screenshot: {}", path.display());
+            shots.push(png);
+        }
+        assert_ne!(
+            shots[0], shots[1],
+            "{name}{suffix}: the dark scheme looks like the light one"
+        );
     }
-    page.color_scheme("light").await;
-    assert_ne!(
-        shots[0], shots[1],
-        "{name}: the dark scheme looks like the light one"
+    // Still at a phone's width: what sticks out, if anything, for the failure message.
+    let overflow = page
+        .eval(
+            "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > \
+             document.documentElement.clientWidth + 1).map(e => e.tagName + '.' + e.className + ' ' + \
+             (e.id || '') + ' ' + Math.round(e.getBoundingClientRect().right)).slice(0, 10)",
+        )
+        .await;
+    let wide = page.eval("document.documentElement.scrollWidth").await;
+    assert_eq!(
+        wide, PHONE,
+        "{name}: wider than a phone ({wide} px): {overflow}"
     );
+    page.width(cdp::WIDTH).await;
+    page.color_scheme("light").await;
 }
 
 /// The status badge of pipeline `n`'s row in a repository's list, with the page's mark: ""
