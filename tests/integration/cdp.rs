@@ -78,6 +78,8 @@ struct Conn {
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>,
     /// The newest console messages, exceptions and log entries, for failure messages.
     console: Mutex<VecDeque<String>>,
+    /// Every problem any page had ([`Browser::problems`]).
+    problems: Mutex<Vec<String>>,
 }
 
 impl Conn {
@@ -150,6 +152,9 @@ impl Conn {
             return;
         }
         let p = &msg["params"];
+        // A problem is what a page should never do: throw, log an error, break a rule of its
+        // CSP, crash. A failed request (a 404 favicon, a 401 page) is not one.
+        let mut problem = true;
         let line = match msg["method"].as_str() {
             Some("Runtime.consoleAPICalled") => {
                 let args: Vec<String> = p["args"]
@@ -162,11 +167,9 @@ impl Conn {
                             .map_or_else(|| a["description"].to_string(), String::from)
                     })
                     .collect();
-                format!(
-                    "console.{}: {}",
-                    p["type"].as_str().unwrap_or("?"),
-                    args.join(" ")
-                )
+                let kind = p["type"].as_str().unwrap_or("?");
+                problem = kind == "error" || kind == "assert";
+                format!("console.{kind}: {}", args.join(" "))
             }
             Some("Runtime.exceptionThrown") => {
                 let d = &p["exceptionDetails"];
@@ -174,11 +177,15 @@ impl Conn {
             }
             Some("Log.entryAdded") => {
                 let e = &p["entry"];
+                problem = e["level"] == "error" && e["source"] != "network";
                 format!("{} {}: {} {}", e["source"], e["level"], e["text"], e["url"])
             }
             Some("Inspector.targetCrashed") => "the page crashed".to_string(),
             _ => return,
         };
+        if problem {
+            self.problems.lock().unwrap().push(line.clone());
+        }
         let mut console = self.console.lock().unwrap();
         if console.len() == CONSOLE_KEPT {
             console.pop_front();
@@ -284,6 +291,7 @@ impl Browser {
             next_id: AtomicU64::new(1),
             pending: Mutex::new(Some(HashMap::new())),
             console: Mutex::new(VecDeque::new()),
+            problems: Mutex::new(Vec::new()),
         });
         let reader = conn.clone();
         std::thread::spawn(move || {
@@ -352,6 +360,12 @@ impl Browser {
         }
         page.width(WIDTH).await;
         page
+    }
+
+    /// What went wrong in any page so far: uncaught exceptions, `console.error`, errors the
+    /// browser logged other than failed requests (a CSP violation among them), crashes.
+    pub fn problems(&self) -> Vec<String> {
+        self.conn.problems.lock().unwrap().clone()
     }
 
     /// The end of the browser's stderr, for a failure message.

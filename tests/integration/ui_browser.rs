@@ -309,4 +309,7 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
             assert!(!html.contains(private), "{path} shows {private}: {html}");
         }
     }
+    // No page threw, logged an error or broke its CSP along the way.
+    let problems = browser.problems();
+    assert!(problems.is_empty(), "{problems:#?}");
 }
