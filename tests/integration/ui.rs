@@ -189,6 +189,20 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
         page.contains(&format!("href=\"/repos/{id}?page=1\"")),
         "{page}"
     );
+    // A last page that is full links no older page (51 = 3 × 17).
+    let page = alice
+        .get(&format!("{path}?perPage=17&page=3"))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains("#1<") && page.contains("#17<"), "{page}");
+    assert!(!page.contains("rel=\"next\""), "{page}");
+    let page = alice
+        .get(&format!("{path}?perPage=17&page=2"))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains("rel=\"next\""), "{page}");
     let mut best = u128::MAX;
     for _ in 0..5 {
         let start = Instant::now();

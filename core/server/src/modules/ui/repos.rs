@@ -129,7 +129,7 @@ struct RepoPage {
     forge_url: String,
     pipelines: Vec<PipelineItem>,
     page: u32,
-    /// A full page was shown: there may be more.
+    /// There are older pipelines than this page's.
     more: bool,
     /// The viewer may start a run (the API's `require_push`): the manual-run link.
     may_run: bool,
@@ -153,10 +153,21 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
     let filter = crate::modules::ci::pipelines::list_filter(req)?;
     let filter_query = filter_query(req);
     let repo_id = access.row.repo.id;
-    let list = ctx
+    // The page, and whether one pipeline follows it (the pipeline at the next page's start,
+    // read as a page of one), so the "Older" link never leads to an empty page.
+    let (list, more) = ctx
         .ci
         .reads
-        .read(move |c| pipelines::list(c, repo_id, &filter, paging.page, paging.per_page))
+        .read(move |c| {
+            let list = pipelines::list(c, repo_id, &filter, paging.page, paging.per_page)?;
+            let full = list.len() == paging.per_page as usize;
+            let after = u32::try_from(u64::from(paging.page) * u64::from(paging.per_page) + 1);
+            let more = match after {
+                Ok(after) if full => !pipelines::list(c, repo_id, &filter, after, 1)?.is_empty(),
+                _ => false,
+            };
+            Ok((list, more))
+        })
         .await?;
     let now = now_unix();
     let may_run = access.require_push().is_ok();
@@ -170,7 +181,7 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
             visibility: visibility_name(repo.visibility),
             full_name: repo.full_name,
             forge_url: web_link(&repo.forge_url).unwrap_or_default().to_string(),
-            more: list.len() == paging.per_page as usize,
+            more,
             pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
             page: paging.page,
             may_run,
