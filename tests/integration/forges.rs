@@ -1446,6 +1446,79 @@ async fn sign_in_needs_an_open_server_or_an_admin_login() {
     );
 }
 
+/// Signing in through the forge returns to the page that sent the browser to the login page:
+/// the login page's forge button carries `next`, the signed OAuth state carries it through
+/// the forge and back, and only a path of this site is followed (an absolute URL is
+/// dropped: the browser lands on the home page).
+#[tokio::test]
+async fn sign_in_through_the_forge_returns_to_the_page_that_asked_for_it() {
+    let dist = first_party_plugins();
+    let data = tempfile::tempdir().unwrap();
+    let state = fake(Kind::GitHub, "");
+    let fake = state.clone();
+    let api = fake_service(move |r| Some(answer(&fake, r))).await;
+    let instance = format!(
+        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nconfig = {{ api-url = \"http://{api}\" }}\n"
+    );
+    let tables = plugins_table(&dist, false, &instance);
+    let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
+    let p = s.principals().await;
+    let body = json!({"type": "github", "url": format!("http://{api}"), "client": CLIENT_ID,
+                      "oauth_client_secret": CLIENT_SECRET,
+                      "additional_options": {"plugin": "github"}});
+    let forge = s
+        .http
+        .post("/api/forges", Some(&p.admin), &body.to_string())
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+
+    // The login page a private page sent the browser to: its forge button keeps `next`.
+    let next = "%2Frepos%2F7%3Fpage%3D2";
+    let login = s
+        .http
+        .get(&format!("/login?next={next}"), None)
+        .await
+        .expect(200)
+        .text();
+    let button = format!("href=\"/authorize?forge_id={forge}&#38;next={next}\"");
+    assert!(login.contains(&button), "{button} in {login}");
+    // Through the forge and back: signed in, and on that page.
+    let mut browser = Browser::new(&s.http);
+    let start = browser
+        .get(&format!("/authorize?forge_id={forge}&next={next}"))
+        .await
+        .expect(303);
+    let to = start.header("location").unwrap().to_string();
+    assert!(
+        !to.contains("repos"),
+        "the page is in the signed state only: {to}"
+    );
+    let landed = finish_sign_in(&mut browser, &query_of(&to)["state"]).await;
+    assert_eq!(landed.as_deref(), Some("/repos/7?page=2"));
+    assert!(browser.cookie("user_sess").is_some());
+
+    // Another site, or a protocol-relative URL, is not followed: the home page instead.
+    for bad in ["https%3A%2F%2Fevil.example%2F", "%2F%2Fevil.example"] {
+        let mut browser = Browser::new(&s.http);
+        let start = browser
+            .get(&format!("/authorize?forge_id={forge}&next={bad}"))
+            .await
+            .expect(303);
+        let state = query_of(start.header("location").unwrap())["state"].clone();
+        let landed = finish_sign_in(&mut browser, &state).await;
+        assert_eq!(landed.as_deref(), Some("/"), "{bad}");
+        let login = s
+            .http
+            .get(&format!("/login?next={bad}"), None)
+            .await
+            .expect(200);
+        assert!(!login.text().contains("evil"), "{bad}: {}", login.text());
+    }
+}
+
 /// A forge with a self-signed certificate: refused while its certificate is checked (the
 /// code exchange fails, as an OAuth error), reached once the operator marks it
 /// `skip_verify` — sign-in and the API both.

@@ -8,6 +8,8 @@
 //! - `clients`: the requests of the upstream web UI and generated API clients.
 //! - `web`: UI files, `/web-config.js`, browser sign-in, sessions with CSRF, logout.
 //! - `ui`: Woodlark's own web UI (no `[web] dir`): its pages, who sees them, escaping.
+//! - `ui_browser`: that UI in a real headless Chromium, driven over the DevTools protocol
+//!   (`cdp`): clicks, forms, live parts, screenshots light and dark.
 //! - `sandbox`: pipeline steps under bubblewrap cannot see the server's files; start-up
 //!   refuses a missing bwrap.
 //! - `storage`: what servers sharing a database must agree on (the sealing key).
@@ -28,6 +30,7 @@ mod approval;
 mod authz;
 mod backups;
 mod browser;
+mod cdp;
 mod clients;
 mod docker;
 mod events;
@@ -53,6 +56,7 @@ mod system;
 mod tenancy;
 mod ui;
 mod ui_actions;
+mod ui_browser;
 mod ui_settings;
 mod users;
 mod web;

@@ -189,6 +189,20 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
         page.contains(&format!("href=\"/repos/{id}?page=1\"")),
         "{page}"
     );
+    // A last page that is full links no older page (51 = 3 × 17).
+    let page = alice
+        .get(&format!("{path}?perPage=17&page=3"))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains("#1<") && page.contains("#17<"), "{page}");
+    assert!(!page.contains("rel=\"next\""), "{page}");
+    let page = alice
+        .get(&format!("{path}?perPage=17&page=2"))
+        .await
+        .expect(200)
+        .text();
+    assert!(page.contains("rel=\"next\""), "{page}");
     let mut best = u128::MAX;
     for _ in 0..5 {
         let start = Instant::now();
@@ -256,6 +270,24 @@ async fn pages_without_a_runner_sign_in_list_and_page_with_access_as_the_api() {
         "{page}"
     );
     http.get(&path, Some(&p.bob)).await.expect(200);
+    // The settings link only for those the API lets change them (repository admins, the
+    // instance admin); the layout's admin link only for instance admins.
+    let settings_link = format!("href=\"/repos/{id}/settings\"");
+    for (who, token, shown) in [
+        ("anonymous", None, false),
+        ("bob", Some(&p.bob), false),
+        ("alice", Some(&p.alice), true),
+        ("root", Some(&p.admin), true),
+    ] {
+        let page = http
+            .get(&path, token.map(String::as_str))
+            .await
+            .expect(200)
+            .text();
+        assert_eq!(page.contains(&settings_link), shown, "{who}: {page}");
+        let admin_link = page.contains("href=\"/admin\"");
+        assert_eq!(admin_link, who == "root", "{who}: {page}");
+    }
 
     // Bad input: unknown repository, pipeline or step is the not-found page; ids that are
     // no numbers are refused.
@@ -515,4 +547,68 @@ async fn pages_under_a_root_path_link_within_it() {
     assert!(page.contains(&format!("href=\"/ci/repos/{id}\"")), "{page}");
     let r = s.http.get("/ci/", Some(&p.alice)).await.expect(303);
     assert_eq!(r.header("location"), Some("/ci/repos"));
+}
+
+/// The repository list comes in pages of 50, as the API's lists do (`page`): a Next link
+/// while there are more, a Previous link after the first, the filter kept across pages; a
+/// page past the end says so. Every repository is on exactly one page.
+#[tokio::test]
+async fn the_repository_list_pages_past_fifty() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    for n in 0..52 {
+        s.git_repo(&p.admin, &p.alice, &format!("alice/r{n:02}"))
+            .await;
+    }
+    let names = |page: &str| -> Vec<String> {
+        page.split("data-name=\"")
+            .skip(1)
+            .map(|rest| rest[..rest.find('"').unwrap()].to_string())
+            .collect()
+    };
+    let get = |path: String| {
+        let (http, token) = (s.http.clone(), p.alice.clone());
+        async move {
+            let r = http.get(&path, Some(&token)).await.expect(200);
+            assert_page(&r);
+            r.text()
+        }
+    };
+    let first = get("/repos".into()).await;
+    assert_eq!(names(&first).len(), 50, "{first}");
+    assert!(
+        first.contains("rel=\"next\" href=\"/repos?page=2\""),
+        "{first}"
+    );
+    assert!(!first.contains("rel=\"prev\""), "{first}");
+    let second = get("/repos?page=2".into()).await;
+    assert_eq!(names(&second).len(), 2, "{second}");
+    assert!(
+        second.contains("rel=\"prev\" href=\"/repos?page=1\""),
+        "{second}"
+    );
+    assert!(!second.contains("rel=\"next\""), "{second}");
+    let mut all: Vec<String> = names(&first).into_iter().chain(names(&second)).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 52, "each repository once: {all:?}");
+    let past = get("/repos?page=3".into()).await;
+    assert!(
+        names(&past).is_empty() && past.contains("No more repositories."),
+        "{past}"
+    );
+    // Exactly a page: no Next link to an empty page.
+    let page = get("/repos?perPage=26&page=2".into()).await;
+    assert_eq!(names(&page).len(), 26, "{page}");
+    assert!(!page.contains("rel=\"next\""), "{page}");
+    // Filtered: the filter rides along the pager's links; a bad page number is the first.
+    let filtered = get("/repos?q=r&perPage=30&page=2".into()).await;
+    assert_eq!(names(&filtered).len(), 22, "{filtered}");
+    assert!(
+        filtered.contains("href=\"/repos?page=1&#38;q=r\""),
+        "{filtered}"
+    );
+    let bad = get("/repos?page=x".into()).await;
+    assert_eq!(names(&bad), names(&first));
+    s.stop().await;
 }

@@ -118,7 +118,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
         .reads
         .read(move |c| {
             let mut out = Vec::new();
-            for (repo, last) in home_list(c, &user, all, &name)? {
+            for (repo, last) in home_list(c, &user, all, &name, 0, usize::MAX)? {
                 let mut v = serde_json::to_value(&repo)?;
                 if let Some(p) = last {
                     v["last_pipeline"] = serde_json::to_value(p)?;
@@ -133,21 +133,27 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
 
 /// The home list (`GET /user/repos`, and the web UI's `/repos`): the repositories `user`
 /// owns (`repos::owned_by`), active ones unless `all`, those whose full name holds `name`
-/// (lower case) when it is not empty, each with its newest pipeline. One read: a cached
-/// statement per repository.
+/// (lower case) when it is not empty, each with its newest pipeline; of those, `take` after
+/// the first `skip` (the UI's pages; the API, like upstream's, lists them all). One read: a
+/// cached statement per repository listed, so a page costs the same however many there are.
 pub fn home_list(
     c: &crate::store::Tx,
     user: &users::User,
     all: bool,
     name: &str,
+    skip: usize,
+    take: usize,
 ) -> StoreResult<Vec<(repos::Repo, Option<Pipeline>)>> {
     let mut out = Vec::new();
-    for row in repos::owned_by(c, user.id, user.org_id)? {
-        if (!all && !row.repo.active)
-            || (!name.is_empty() && !row.repo.full_name.to_lowercase().contains(name))
-        {
-            continue;
-        }
+    let wanted = repos::owned_by(c, user.id, user.org_id)?
+        .into_iter()
+        .filter(|row| {
+            (all || row.repo.active)
+                && (name.is_empty() || row.repo.full_name.to_lowercase().contains(name))
+        })
+        .skip(skip)
+        .take(take);
+    for row in wanted {
         let last = pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 1)?
             .into_iter()
             .next();

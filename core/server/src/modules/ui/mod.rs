@@ -137,6 +137,8 @@ pub struct Frame {
     pub title: String,
     /// The signed-in user's login.
     pub user: Option<String>,
+    /// The signed-in user is an instance admin: the layout links the admin page.
+    pub admin: bool,
     /// The session's CSRF token, for the page's forms (`forms::csrf_field`); "" anonymous.
     pub csrf: String,
     /// A message a form post left for this page (`forms::see_other`), shown once.
@@ -158,6 +160,7 @@ impl Frame {
             api: ctx.config.ci.mount.clone(),
             title: title.into(),
             user: account.as_ref().map(|a| a.user.login.clone()),
+            admin: account.as_ref().is_some_and(|a| a.user.admin),
             csrf: forms::csrf_for(ctx, req, account.as_deref()),
             flash: forms::flash_of(ctx, req),
             next: next_param(ctx.config.web.root_path(), req),
@@ -255,6 +258,14 @@ fn next_param(root: &str, req: &Request) -> String {
     } else {
         format!("{}?{}", req.path, req.query)
     };
-    let encoded: String = form_urlencoded::byte_serialize(here.as_bytes()).collect();
-    format!("?next={encoded}")
+    next_query('?', &here)
+}
+
+/// `next` as a query parameter after `sep` (`?` or `&`), URL-encoded; "" for no `next`.
+fn next_query(sep: char, next: &str) -> String {
+    if next.is_empty() {
+        return String::new();
+    }
+    let encoded: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
+    format!("{sep}next={encoded}")
 }

@@ -50,7 +50,7 @@ pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         let found = ctx
             .ci
             .reads
-            .read(move |c| users::home_list(c, &user, false, ""))
+            .read(move |c| users::home_list(c, &user, false, "", 0, usize::MAX))
             .await?;
         let now = now_unix();
         let repos = found

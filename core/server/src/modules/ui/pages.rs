@@ -41,6 +41,8 @@ struct Login {
     form_token: String,
     /// Where to go once signed in (a checked same-site path), or "".
     next: String,
+    /// The same as a query to add to a forge button's link (`&next=…`, encoded), or "".
+    next_query: String,
 }
 
 /// `GET <root>/login[?error=code]`: every way in — a button per forge with OAuth sign-in
@@ -63,6 +65,7 @@ pub async fn login(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .query("next")
         .and_then(|n| safe_next(&frame.root, &n))
         .unwrap_or_default();
+    let next_query = super::next_query('&', &next);
     let mut response = page(
         StatusCode::OK,
         &Login {
@@ -72,6 +75,7 @@ pub async fn login(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             action,
             form_token,
             next,
+            next_query,
         },
     )?;
     set_cookie(&mut response, &form_cookie);

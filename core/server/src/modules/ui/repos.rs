@@ -54,6 +54,11 @@ struct RepoList {
     frame: Frame,
     filter: String,
     repos: Vec<RepoItem>,
+    page: u32,
+    /// There are more after this page.
+    more: bool,
+    /// The filter as a query for the pager's links (`&q=…`), "" unfiltered.
+    filter_query: String,
 }
 
 /// `GET <root>/repos[?q=text]`: the signed-in user's repositories (the API's
@@ -68,15 +73,29 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let filter = req.query("q").unwrap_or_default().trim().to_string();
     let needle = filter.to_lowercase();
     let user = account.user.clone();
-    // The REST API's home list: the same repositories, one read.
+    // The REST API's home list: the same repositories, one read, a page of them (`page`, as
+    // the API's lists; one more than a page read to know whether there is a next one).
+    let paging = Page::from_request(&req);
+    let per_page = paging.per_page as usize;
+    let skip = (paging.page as usize - 1).saturating_mul(per_page);
     let found = ctx
         .ci
         .reads
-        .read(move |c| users::home_list(c, &user, false, &needle))
+        .read(move |c| users::home_list(c, &user, false, &needle, skip, per_page + 1))
         .await;
-    let found = match found {
+    let mut found = match found {
         Ok(found) => found,
         Err(err) => return or_error_page(frame, Err(err.into())),
+    };
+    let more = found.len() > per_page;
+    found.truncate(per_page);
+    let filter_query = if filter.is_empty() {
+        String::new()
+    } else {
+        let pairs = form_urlencoded::Serializer::new(String::new())
+            .append_pair("q", &filter)
+            .finish();
+        format!("&{pairs}")
     };
     let now = now_unix();
     let repos = found
@@ -93,6 +112,9 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             frame,
             filter,
             repos,
+            page: paging.page,
+            more,
+            filter_query,
         },
     )
 }
@@ -107,10 +129,12 @@ struct RepoPage {
     forge_url: String,
     pipelines: Vec<PipelineItem>,
     page: u32,
-    /// A full page was shown: there may be more.
+    /// There are older pipelines than this page's.
     more: bool,
     /// The viewer may start a run (the API's `require_push`): the manual-run link.
     may_run: bool,
+    /// The viewer may change the settings (the API's `require_admin`): the settings link.
+    may_admin: bool,
     /// The list's filters as a query (`&branch=main`, for the pager), "" unfiltered.
     filter_query: String,
 }
@@ -129,13 +153,25 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
     let filter = crate::modules::ci::pipelines::list_filter(req)?;
     let filter_query = filter_query(req);
     let repo_id = access.row.repo.id;
-    let list = ctx
+    // The page, and whether one pipeline follows it (the pipeline at the next page's start,
+    // read as a page of one), so the "Older" link never leads to an empty page.
+    let (list, more) = ctx
         .ci
         .reads
-        .read(move |c| pipelines::list(c, repo_id, &filter, paging.page, paging.per_page))
+        .read(move |c| {
+            let list = pipelines::list(c, repo_id, &filter, paging.page, paging.per_page)?;
+            let full = list.len() == paging.per_page as usize;
+            let after = u32::try_from(u64::from(paging.page) * u64::from(paging.per_page) + 1);
+            let more = match after {
+                Ok(after) if full => !pipelines::list(c, repo_id, &filter, after, 1)?.is_empty(),
+                _ => false,
+            };
+            Ok((list, more))
+        })
         .await?;
     let now = now_unix();
     let may_run = access.require_push().is_ok();
+    let may_admin = access.require_admin().is_ok();
     let repo = access.row.repo.clone();
     page(
         StatusCode::OK,
@@ -145,10 +181,11 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
             visibility: visibility_name(repo.visibility),
             full_name: repo.full_name,
             forge_url: web_link(&repo.forge_url).unwrap_or_default().to_string(),
-            more: list.len() == paging.per_page as usize,
+            more,
             pipelines: list.iter().map(|p| PipelineItem::of(p, now)).collect(),
             page: paging.page,
             may_run,
+            may_admin,
             filter_query,
         },
     )

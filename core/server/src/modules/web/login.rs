@@ -1,7 +1,8 @@
 //! Signing browsers in and out.
 //!
-//! - `GET <root>/authorize?forge_id=N` (the web UI's login button) signs in through the forge
-//!   when it has OAuth sign-in ([`super::oauth`], which also takes the forge's callback).
+//! - `GET <root>/authorize?forge_id=N[&next=<path>]` (the web UI's login button) signs in
+//!   through the forge when it has OAuth sign-in ([`super::oauth`], which also takes the
+//!   forge's callback), and returns to `next` afterwards.
 //! - `GET <root>/authorize` (and a forge without OAuth) shows a form that takes a personal
 //!   access token. `POST <root>/authorize` checks it and signs the browser
 //!   in. The form carries a signed, expiring form token whose nonce must match a `SameSite=Strict`
@@ -59,7 +60,10 @@ pub async fn authorize(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         let id: i64 = raw.parse().map_err(|_| {
             ApiError::bad_request(format!("invalid forge_id {raw:?}: expected an integer"))
         })?;
-        let outcome = oauth::start(&ctx, &req, id).await?;
+        let next = req
+            .query("next")
+            .and_then(|n| safe_next(ctx.config.web.root_path(), &n));
+        let outcome = oauth::start(&ctx, &req, id, next).await?;
         return Ok(finish(&ctx, &req, outcome));
     }
     Ok(form(&ctx, &req, StatusCode::OK, None))
@@ -70,8 +74,9 @@ fn finish(ctx: &Ctx, req: &Request, outcome: oauth::Outcome) -> Response {
     match outcome {
         oauth::Outcome::Redirect(response) => response,
         oauth::Outcome::NoOAuth => form(ctx, req, StatusCode::OK, None),
-        oauth::Outcome::SignedIn(account, forge) => {
-            let mut response = signed_in(ctx, req, &account, now_unix(), "forge", Some(forge));
+        oauth::Outcome::SignedIn(account, forge, next) => {
+            let mut response = signed_in(ctx, req, &account, now_unix(), "forge", Some(forge))
+                .to(ctx, next.as_deref().unwrap_or_default());
             oauth::clear_state_cookie(ctx, req, &mut response);
             response
         }

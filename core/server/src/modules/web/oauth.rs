@@ -1,9 +1,11 @@
 //! Signing in through a forge (OAuth), as upstream's `/authorize` does.
 //!
-//! 1. `GET <root>/authorize?forge_id=N` (the web UI's login button) sends the browser to the
-//!    forge's authorize page with a signed, expiring state that names the forge. The state
-//!    also carries a nonce that must match a cookie set on this redirect, so a callback cannot
-//!    be replayed into another browser (login CSRF).
+//! 1. `GET <root>/authorize?forge_id=N[&next=<path>]` (the web UI's login button) sends the
+//!    browser to the forge's authorize page with a signed, expiring state that names the forge
+//!    and the page to return to (a `next` that `browser::safe_next` accepts; the forge sends
+//!    the state back untouched, and its signature keeps anyone from changing it on the way).
+//!    The state also carries a nonce that must match a cookie set on this redirect, so a
+//!    callback cannot be replayed into another browser (login CSRF).
 //! 2. The forge sends the browser back to `GET <root>/authorize?code=…&state=…`: the state is
 //!    checked, the code exchanged for the user's tokens, the forge account read, the allowed
 //!    organisations checked, and the user found or made (`ci::users::sign_in_from_forge`,
@@ -36,8 +38,8 @@ pub enum Outcome {
     Redirect(Response),
     /// The forge has no OAuth sign-in: show the token form.
     NoOAuth,
-    /// Signed in through the forge (its id).
-    SignedIn(crate::store::users::Account, i64),
+    /// Signed in through the forge (its id); the page to return to, if the sign-in named one.
+    SignedIn(crate::store::users::Account, i64, Option<String>),
 }
 
 /// The key that signs states: derived from the sealing key, so a callback may reach any
@@ -81,8 +83,14 @@ fn to_login_page(ctx: &Ctx, pairs: &[(&str, &str)]) -> Response {
     ))
 }
 
-/// Step 1: the forge's authorize page, or [`Outcome::NoOAuth`].
-pub async fn start(ctx: &Ctx, req: &Request, forge_id: i64) -> Result<Outcome, ApiError> {
+/// Step 1: the forge's authorize page, or [`Outcome::NoOAuth`]; `next` (already checked by
+/// `browser::safe_next`) rides in the state to the callback.
+pub async fn start(
+    ctx: &Ctx,
+    req: &Request,
+    forge_id: i64,
+    next: Option<String>,
+) -> Result<Outcome, ApiError> {
     let forge = match ctx.ci.drivers.get(forge_id).await {
         Ok(forge) => forge,
         Err(DriverError::Store(StoreError::NotFound)) => {
@@ -94,10 +102,11 @@ pub async fn start(ctx: &Ctx, req: &Request, forge_id: i64) -> Result<Outcome, A
         }
     };
     let nonce = auth::random_secret();
-    let state = token::sign(
-        &json!({"type": STATE_TOKEN, "forge": forge_id, "nonce": nonce, "exp": now_unix() + STATE_SECS}),
-        &state_key(ctx),
-    );
+    let mut claims = json!({"type": STATE_TOKEN, "forge": forge_id, "nonce": nonce, "exp": now_unix() + STATE_SECS});
+    if let Some(next) = next {
+        claims["next"] = json!(next);
+    }
+    let state = token::sign(&claims, &state_key(ctx));
     let target = OAuthRedirect {
         redirect_uri: ctx.ci.settings.oauth_callback(),
         state,
@@ -128,7 +137,7 @@ pub async fn start(ctx: &Ctx, req: &Request, forge_id: i64) -> Result<Outcome, A
 
 /// Step 2: the forge's callback with `code` and `state`.
 pub async fn callback(ctx: &Ctx, req: &Request, code: &str, state: &str) -> Outcome {
-    let Some(forge_id) = verified_state(ctx, req, state) else {
+    let Some((forge_id, next)) = verified_state(ctx, req, state) else {
         return Outcome::Redirect(login_error(ctx, "invalid_state", None));
     };
     let forge = match ctx.ci.drivers.get(forge_id).await {
@@ -139,7 +148,7 @@ pub async fn callback(ctx: &Ctx, req: &Request, code: &str, state: &str) -> Outc
         }
     };
     match sign_in(ctx, &forge, code).await {
-        Ok(SignIn::Account(account)) => Outcome::SignedIn(account, forge_id),
+        Ok(SignIn::Account(account)) => Outcome::SignedIn(account, forge_id, next),
         Ok(SignIn::Refused(code, description)) => {
             Outcome::Redirect(login_error(ctx, code, description.as_deref()))
         }
@@ -167,8 +176,9 @@ fn callback_path(ctx: &Ctx) -> String {
     format!("{}/authorize", ctx.config.web.root_path())
 }
 
-/// The forge a state names, if the state is ours, unexpired, and this browser's.
-fn verified_state(ctx: &Ctx, req: &Request, state: &str) -> Option<i64> {
+/// The forge a state names and the page it returns to, if the state is ours, unexpired, and
+/// this browser's.
+fn verified_state(ctx: &Ctx, req: &Request, state: &str) -> Option<(i64, Option<String>)> {
     let claims = token::verify(state, &state_key(ctx), now_unix())?;
     let nonce = claims.get("nonce")?.as_str()?;
     let cookie = cookie_value(req, STATE_COOKIE).unwrap_or_default();
@@ -176,7 +186,11 @@ fn verified_state(ctx: &Ctx, req: &Request, state: &str) -> Option<i64> {
         && claims.get("exp").is_some()
         && !nonce.is_empty()
         && auth::constant_time_eq(nonce.as_bytes(), cookie.as_bytes());
-    ours.then(|| claims.get("forge")?.as_i64())?
+    let next = claims
+        .get("next")
+        .and_then(|n| n.as_str())
+        .map(String::from);
+    ours.then(|| Some((claims.get("forge")?.as_i64()?, next)))?
 }
 
 enum SignIn {
