@@ -188,6 +188,9 @@ where
     }
 }
 
+/// Makes a form's API call from its fields and whether the caller is an instance admin.
+type Build = Box<dyn Fn(&Form, bool) -> Result<Call, ApiError> + Send + Sync>;
+
 /// One form of a page that is one API call, a row of the page's table ([`register`]): what
 /// differs between forms is here, what they share is [`act`], so a new form is a new row.
 pub struct Action<P> {
@@ -196,8 +199,7 @@ pub struct Action<P> {
     path: &'static str,
     /// Shown once on the page after a success.
     message: &'static str,
-    /// The API call from the form and whether the caller is an instance admin.
-    build: Box<dyn Fn(&Form, bool) -> Result<Call, ApiError> + Send + Sync>,
+    build: Build,
     handler: Box<dyn ApiHandler<P>>,
 }
 
