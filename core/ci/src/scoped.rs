@@ -96,100 +96,69 @@ fn audit<R: ScopedRecord>(item: &R::Item, scope: ResourceScope, what: &str) {
     );
 }
 
+/// The [`ScopedRecord`] of a store module (`$store`) of the secrets' shape: the same functions
+/// under the same names, its rows keyed by `$key`, the clear value sealed into `$sealed`, and
+/// `find` returning a row whose rendering is its `$found` field. One definition, so the
+/// resources cannot drift apart.
+macro_rules! scoped_record {
+    ($record:ident, $noun:literal, $store:ident, $item:ty, $new:ty, $change:ty,
+     key: $key:ident, sealed: $sealed:ident, found: $found:ident) => {
+        impl ScopedRecord for $record {
+            const NOUN: &'static str = $noun;
+            const SEAL_PURPOSE: &'static str = $store::SEAL_PURPOSE;
+
+            type Item = $item;
+            type New = $new;
+            type Change = $change;
+
+            fn key(item: &$item) -> &str {
+                &item.$key
+            }
+
+            fn seal_new(new: &mut $new, sealed: String) {
+                new.$sealed = sealed;
+            }
+
+            fn seal_change(change: &mut $change, sealed: String) {
+                change.$sealed = Some(sealed);
+            }
+
+            fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<$item>> {
+                $store::list(c, scope, page, per)
+            }
+
+            fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<$item> {
+                Ok($store::find(c, scope, key)?.$found)
+            }
+
+            fn create(c: &WriteTx, scope: ResourceScope, new: &$new) -> StoreResult<$item> {
+                $store::create(c, scope, new)
+            }
+
+            fn update(
+                c: &WriteTx,
+                scope: ResourceScope,
+                key: &str,
+                change: &$change,
+            ) -> StoreResult<$item> {
+                $store::update(c, scope, key, change)
+            }
+
+            fn delete(c: &WriteTx, scope: ResourceScope, key: &str) -> StoreResult<$item> {
+                $store::delete(c, scope, key)
+            }
+        }
+    };
+}
+
 /// CI secrets: keyed by name, the value sealed.
 pub struct Secrets;
 
-impl ScopedRecord for Secrets {
-    const NOUN: &'static str = "secret";
-    const SEAL_PURPOSE: &'static str = secrets::SEAL_PURPOSE;
-
-    type Item = Secret;
-    type New = NewSecret;
-    type Change = SecretChange;
-
-    fn key(item: &Secret) -> &str {
-        &item.name
-    }
-
-    fn seal_new(new: &mut NewSecret, sealed: String) {
-        new.sealed_value = sealed;
-    }
-
-    fn seal_change(change: &mut SecretChange, sealed: String) {
-        change.sealed_value = Some(sealed);
-    }
-
-    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Secret>> {
-        secrets::list(c, scope, page, per)
-    }
-
-    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
-        Ok(secrets::find(c, scope, key)?.secret)
-    }
-
-    fn create(c: &WriteTx, scope: ResourceScope, new: &NewSecret) -> StoreResult<Secret> {
-        secrets::create(c, scope, new)
-    }
-
-    fn update(
-        c: &WriteTx,
-        scope: ResourceScope,
-        key: &str,
-        change: &SecretChange,
-    ) -> StoreResult<Secret> {
-        secrets::update(c, scope, key, change)
-    }
-
-    fn delete(c: &WriteTx, scope: ResourceScope, key: &str) -> StoreResult<Secret> {
-        secrets::delete(c, scope, key)
-    }
-}
+scoped_record!(Secrets, "secret", secrets, Secret, NewSecret, SecretChange,
+    key: name, sealed: sealed_value, found: secret);
 
 /// Registry credentials: keyed by address, the password sealed.
 pub struct Registries;
 
-impl ScopedRecord for Registries {
-    const NOUN: &'static str = "registry";
-    const SEAL_PURPOSE: &'static str = registries::SEAL_PURPOSE;
-
-    type Item = Registry;
-    type New = NewRegistry;
-    type Change = RegistryChange;
-
-    fn key(item: &Registry) -> &str {
-        &item.address
-    }
-
-    fn seal_new(new: &mut NewRegistry, sealed: String) {
-        new.sealed_password = sealed;
-    }
-
-    fn seal_change(change: &mut RegistryChange, sealed: String) {
-        change.sealed_password = Some(sealed);
-    }
-
-    fn list(c: &Tx, scope: ResourceScope, page: u32, per: u32) -> StoreResult<Vec<Registry>> {
-        registries::list(c, scope, page, per)
-    }
-
-    fn find(c: &Tx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
-        Ok(registries::find(c, scope, key)?.registry)
-    }
-
-    fn create(c: &WriteTx, scope: ResourceScope, new: &NewRegistry) -> StoreResult<Registry> {
-        registries::create(c, scope, new)
-    }
-
-    fn update(
-        c: &WriteTx,
-        scope: ResourceScope,
-        key: &str,
-        change: &RegistryChange,
-    ) -> StoreResult<Registry> {
-        registries::update(c, scope, key, change)
-    }
-
-    fn delete(c: &WriteTx, scope: ResourceScope, key: &str) -> StoreResult<Registry> {
-        registries::delete(c, scope, key)
-    }
-}
+scoped_record!(Registries, "registry", registries, Registry, NewRegistry, RegistryChange,
+    key: address, sealed: sealed_password, found: registry);

@@ -238,9 +238,9 @@ impl App {
         let mounts = enabled(&config)
             .into_iter()
             .map(|(module, settings)| Mount {
-                name: module.name(),
+                name: module.name,
                 prefix: settings.mount,
-                style: module.error_style(),
+                style: module.error_style,
             })
             .collect();
         let state = Arc::new(AppState {
@@ -366,25 +366,15 @@ fn start_plugins(
     Ok(host)
 }
 
-/// Every interface this build has, in mount order.
-fn all(config: &Config) -> Vec<Box<dyn Module>> {
-    vec![
-        Box::new(modules::ci::Ci),
-        Box::new(modules::events::Events),
-        Box::new(modules::participation::Participation),
-        Box::new(modules::web::Web::new(&config.web)),
-    ]
-}
-
 /// The interfaces `config` enables, with their config sections.
-fn enabled(config: &Config) -> Vec<(Box<dyn Module>, crate::config::ModuleConfig)> {
-    all(config)
+fn enabled(config: &Config) -> Vec<(Module, crate::config::ModuleConfig)> {
+    modules::all(&config.web)
         .into_iter()
         .filter_map(|module| {
             let (_, settings) = config
                 .modules()
                 .into_iter()
-                .find(|(name, _)| *name == module.name())?;
+                .find(|(name, _)| *name == module.name)?;
             settings.enabled.then(|| (module, settings.clone()))
         })
         .collect()
@@ -435,7 +425,7 @@ fn build_router(config: &Config) -> Result<Router<Ctx>, RouteError> {
     let mut router = Router::new(config.server.max_body_bytes)
         .with_body_budget(config.server.unauthenticated_body_budget_bytes);
     for (module, settings) in enabled(config) {
-        module.routes(&mut router.scope(&settings.mount, module.error_style()));
+        module.routes(&mut router.scope(&settings.mount, module.error_style));
         module.root_routes(&mut router.scope("", ErrorStyle::PlainText));
     }
     router.finish()

@@ -178,15 +178,16 @@ pub async fn must_user(ctx: &Ctx, req: &Request) -> Result<Arc<Account>, ApiErro
 pub async fn must_admin(ctx: &Ctx, req: &Request) -> Result<Arc<Account>, ApiError> {
     let account = must_user(ctx, req).await?;
     if !account.user.admin {
-        return Err(admin_required());
+        return Err(denied("admin permission"));
     }
     Ok(account)
 }
 
-fn admin_required() -> ApiError {
+/// The 403 for a caller who lacks `what` (a permission or membership), naming it.
+fn denied(what: &str) -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
-        "Access denied: admin permission required",
+        format!("Access denied: {what} required"),
     )
 }
 
@@ -316,14 +317,8 @@ fn refused(decision: RepoDecision) -> Result<(), ApiError> {
         RepoDecision::SignIn => Err(ApiError::unauthorized()),
         // Pull is never denied but hidden; the arm keeps the match whole.
         RepoDecision::Hidden | RepoDecision::Denied(RepoNeed::Pull) => Err(repo_not_found()),
-        RepoDecision::Denied(RepoNeed::Push) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Access denied: push permission required",
-        )),
-        RepoDecision::Denied(RepoNeed::Admin) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Access denied: repository admin permission required",
-        )),
+        RepoDecision::Denied(RepoNeed::Push) => Err(denied("push permission")),
+        RepoDecision::Denied(RepoNeed::Admin) => Err(denied("repository admin permission")),
     }
 }
 
@@ -390,14 +385,8 @@ pub async fn org_of(
     let perm = with_forge_membership(ctx, Some(&user.user), &org, perm, max_age).await;
     match decide_org(perm, need) {
         OrgDecision::Allowed => Ok(OrgAccess { user, org, perm }),
-        OrgDecision::Denied(OrgNeed::Admin) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Access denied: organization admin permission required",
-        )),
-        OrgDecision::Denied(OrgNeed::Member) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Access denied: organization membership required",
-        )),
+        OrgDecision::Denied(OrgNeed::Admin) => Err(denied("organization admin permission")),
+        OrgDecision::Denied(OrgNeed::Member) => Err(denied("organization membership")),
     }
 }
 

@@ -25,55 +25,45 @@ pub mod stream;
 pub mod system;
 pub mod users;
 
-use crate::http::{ErrorStyle, Scope};
+use crate::http::Scope;
 use crate::state::Ctx;
 
-pub struct Ci;
+/// The CI API's routes below its mount.
+pub(super) fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/user", users::current)
+        .post("/user/token", users::token)
+        .get("/user/feed", users::feed)
+        .get("/user/repos", users::repos_with_last_pipeline)
+        .post("/user/repos/refresh", users::refresh_repos)
+        .delete("/user/token", users::rotate_token)
+        .get("/users", users::list)
+        .post("/users", users::create)
+        .get("/users/{login}", users::get)
+        .get("/users/{login}/avatar.svg", avatars::avatar)
+        .patch("/users/{login}", users::update)
+        .delete("/users/{login}", users::delete)
+        .get("/log-level", system::get_log_level)
+        .post("/log-level", system::set_log_level)
+        .get("/signature/public-key", system::public_key);
+    forges::routes(scope);
+    repos::routes(scope);
+    orgs::routes(scope);
+    hook::routes(scope);
+    pipelines::routes(scope);
+    stream::routes(scope);
+    badges::routes(scope);
+    plugins::routes(scope);
+    secrets::routes(scope);
+    registries::routes(scope);
+    agents::routes(scope);
+    crons::routes(scope);
+}
 
-impl super::Module for Ci {
-    fn name(&self) -> &'static str {
-        "ci"
-    }
-
-    fn error_style(&self) -> ErrorStyle {
-        ErrorStyle::PlainText
-    }
-
-    fn routes(&self, scope: &mut Scope<'_, Ctx>) {
-        scope
-            .get("/user", users::current)
-            .post("/user/token", users::token)
-            .get("/user/feed", users::feed)
-            .get("/user/repos", users::repos_with_last_pipeline)
-            .post("/user/repos/refresh", users::refresh_repos)
-            .delete("/user/token", users::rotate_token)
-            .get("/users", users::list)
-            .post("/users", users::create)
-            .get("/users/{login}", users::get)
-            .get("/users/{login}/avatar.svg", avatars::avatar)
-            .patch("/users/{login}", users::update)
-            .delete("/users/{login}", users::delete)
-            .get("/log-level", system::get_log_level)
-            .post("/log-level", system::set_log_level)
-            .get("/signature/public-key", system::public_key);
-        forges::routes(scope);
-        repos::routes(scope);
-        orgs::routes(scope);
-        hook::routes(scope);
-        pipelines::routes(scope);
-        stream::routes(scope);
-        badges::routes(scope);
-        plugins::routes(scope);
-        secrets::routes(scope);
-        registries::routes(scope);
-        agents::routes(scope);
-        crons::routes(scope);
-    }
-
-    fn root_routes(&self, scope: &mut Scope<'_, Ctx>) {
-        scope
-            .get("/healthz", system::healthz)
-            .get("/version", system::version)
-            .get("/metrics", system::metrics);
-    }
+/// The routes at the server root: health, version and metrics.
+pub(super) fn root_routes(scope: &mut Scope<'_, Ctx>) {
+    scope
+        .get("/healthz", system::healthz)
+        .get("/version", system::version)
+        .get("/metrics", system::metrics);
 }

@@ -19,7 +19,7 @@
 
 mod render;
 
-use crate::http::{ApiError, ErrorStyle, Request, Response, Scope, StatusCode};
+use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::{CallerReads, readable_by_caller};
 use crate::state::Ctx;
 use crate::state::rendered;
@@ -30,20 +30,9 @@ use render::{Link, TextEvent};
 pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 10_000;
 
-pub struct Events;
-
-impl super::Module for Events {
-    fn name(&self) -> &'static str {
-        "events"
-    }
-
-    fn error_style(&self) -> ErrorStyle {
-        ErrorStyle::JsonMessage
-    }
-
-    fn routes(&self, scope: &mut Scope<'_, Ctx>) {
-        scope.get("", list).get("/{id}", get);
-    }
+/// The feed's routes below its mount.
+pub(super) fn routes(scope: &mut Scope<'_, Ctx>) {
+    scope.get("", list).get("/{id}", get);
 }
 
 /// A query parameter under its Clever name or its CamelCase alias.

@@ -22,7 +22,7 @@
 pub mod debug;
 pub mod handlers;
 
-use crate::http::{ErrorStyle, Method, Scope};
+use crate::http::{Method, Scope};
 use crate::state::Ctx;
 
 pub use crate::state::participation::{ADMIN_TOKEN_FILE, State};
@@ -31,35 +31,24 @@ pub use crate::state::participation::{ADMIN_TOKEN_FILE, State};
 /// none; a partkey file with state-proof keys for 3,000,000 rounds is about 50 MB.
 pub const MAX_UPLOAD_BYTES: usize = 128 * 1024 * 1024;
 
-pub struct Participation;
-
-impl super::Module for Participation {
-    fn name(&self) -> &'static str {
-        "participation"
-    }
-
-    fn error_style(&self) -> ErrorStyle {
-        ErrorStyle::JsonMessage
-    }
-
-    fn routes(&self, scope: &mut Scope<'_, Ctx>) {
-        // Uploads (partkey files, state-proof keys) may be far larger than the default limit.
-        let upload = MAX_UPLOAD_BYTES;
-        scope
-            .get("/debug/settings/pprof", debug::get_pprof)
-            .put("/debug/settings/pprof", debug::put_pprof)
-            .get("/debug/settings/config", debug::get_config)
-            .get("/debug/pprof/profile", debug::get_profile)
-            .get("/v2/participation", handlers::list)
-            .route_with_limit(Method::POST, "/v2/participation", upload, handlers::add)
-            .post("/v2/participation/generate/{address}", handlers::generate)
-            .get("/v2/participation/{participation_id}", handlers::get)
-            .delete("/v2/participation/{participation_id}", handlers::delete)
-            .route_with_limit(
-                Method::POST,
-                "/v2/participation/{participation_id}",
-                upload,
-                handlers::append_keys,
-            );
-    }
+/// algod's participation routes below the module's mount.
+pub(super) fn routes(scope: &mut Scope<'_, Ctx>) {
+    // Uploads (partkey files, state-proof keys) may be far larger than the default limit.
+    let upload = MAX_UPLOAD_BYTES;
+    scope
+        .get("/debug/settings/pprof", debug::get_pprof)
+        .put("/debug/settings/pprof", debug::put_pprof)
+        .get("/debug/settings/config", debug::get_config)
+        .get("/debug/pprof/profile", debug::get_profile)
+        .get("/v2/participation", handlers::list)
+        .route_with_limit(Method::POST, "/v2/participation", upload, handlers::add)
+        .post("/v2/participation/generate/{address}", handlers::generate)
+        .get("/v2/participation/{participation_id}", handlers::get)
+        .delete("/v2/participation/{participation_id}", handlers::delete)
+        .route_with_limit(
+            Method::POST,
+            "/v2/participation/{participation_id}",
+            upload,
+            handlers::append_keys,
+        );
 }

@@ -5,12 +5,11 @@
 
 use askama::Template;
 
-use super::scoped::{self, RegistryItem, SecretItem, event_choices};
+use super::scoped::ScopedLists;
 use super::{Frame, or_error_page, page, pages::forge_label, to_login, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::access;
 use crate::modules::ci::pagination::MAX_PER_PAGE;
-use crate::pipeline::event::WebhookEvent;
 use crate::state::Ctx;
 use crate::store::secrets::ResourceScope;
 use crate::store::tasks::{self, TaskState};
@@ -65,9 +64,8 @@ struct AdminPage {
     new_agent: Option<NewAgent>,
     queue: QueueInfo,
     forges: Vec<ForgeItem>,
-    secrets: Vec<SecretItem>,
-    registries: Vec<RegistryItem>,
-    new_secret_events: Vec<(&'static str, bool)>,
+    /// The instance's (no wider scope).
+    lists: ScopedLists,
     base: String,
     version: String,
     limit: u32,
@@ -161,9 +159,7 @@ pub async fn admin_page(
                     url: f.url,
                 })
                 .collect(),
-            secrets: scoped::secrets(ctx, ResourceScope::GLOBAL).await?,
-            registries: scoped::registries(ctx, ResourceScope::GLOBAL).await?,
-            new_secret_events: event_choices(&[WebhookEvent::Push.as_str().to_string()]),
+            lists: ScopedLists::of(ctx, ResourceScope::GLOBAL, &[]).await?,
             version: crate::ci::version_string(),
             limit: MAX_PER_PAGE,
         },

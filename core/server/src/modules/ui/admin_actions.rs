@@ -6,9 +6,9 @@
 use serde_json::{Value, json};
 
 use super::admin::{NewAgent, admin_page};
-use super::forms;
+use super::forms::{self, Form};
 use super::scoped_actions;
-use super::through_api::{self, Call, Gate, act, checked};
+use super::through_api::{self, Action, Call, Gate, checked, item, nothing};
 use crate::http::{ApiError, Request, Response, Scope};
 use crate::modules::ci::pipelines::admin as queue;
 use crate::modules::ci::scoped::Level;
@@ -17,84 +17,50 @@ use crate::state::Ctx;
 
 /// The form routes below `<root>/admin`.
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
-    forms::post(scope, "/admin/users", add_user);
-    forms::post(scope, "/admin/users/delete", delete_user);
-    forms::post(scope, "/admin/users/admin", set_admin);
+    let delete_agent = |ctx: Ctx, req: Request| agents::delete(ctx, req, agents::Manager::Admin);
+    let rows = [
+        Action::new("/users", "User added.", new_user, users::create),
+        Action::new(
+            "/users/delete",
+            "User deleted.",
+            item("login", "login"),
+            users::delete,
+        ),
+        Action::new("/users/admin", "Role changed.", role, users::update),
+        Action::new(
+            "/agents/delete",
+            "Agent deleted.",
+            item("agent_id", "id"),
+            delete_agent,
+        ),
+        Action::new("/queue/pause", "Queue paused.", nothing, queue::pause),
+        Action::new("/queue/resume", "Queue resumed.", nothing, queue::resume),
+    ];
+    through_api::register(scope, "/admin", Gate::Admin, (), rows);
     forms::post(scope, "/admin/agents", add_agent);
-    forms::post(scope, "/admin/agents/delete", delete_agent);
-    forms::post(scope, "/admin/queue/pause", pause);
-    forms::post(scope, "/admin/queue/resume", resume);
     scoped_actions::routes(scope, "/admin", Level::Global);
 }
 
-/// The admin page (from the post's path, so a root path is kept) at section `anchor`.
-fn section(req: &Request, anchor: &str) -> String {
-    const PAGE: &str = "/admin";
-    let end = req
-        .path
-        .rfind(PAGE)
-        .map_or(req.path.len(), |at| at + PAGE.len());
-    format!("{}#{anchor}", &req.path[..end])
+fn new_user(form: &Form, _: bool) -> Result<Call, ApiError> {
+    Ok(Call::body(json!({
+        "login": form.get("login").unwrap_or("").trim(),
+        "email": form.get("email").unwrap_or("").trim(),
+        "admin": checked(form, "admin"),
+    })))
 }
 
-async fn add_user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "users");
-    act(
-        ctx,
-        req,
-        Gate::Admin,
-        back,
-        "User added.",
-        |form, _| {
-            Ok(Call::body(json!({
-                "login": form.get("login").unwrap_or("").trim(),
-                "email": form.get("email").unwrap_or("").trim(),
-                "admin": checked(form, "admin"),
-            })))
-        },
-        users::create,
-    )
-    .await
-}
-
-async fn delete_user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "users");
-    act(
-        ctx,
-        req,
-        Gate::Admin,
-        back,
-        "User deleted.",
-        |form, _| Ok(Call::body(json!({})).param("login", form.required("login")?)),
-        users::delete,
-    )
-    .await
-}
-
-/// `POST /admin/users/admin`: `admin=true|false` for `login` (`PATCH /api/users/{login}`).
-async fn set_admin(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "users");
-    act(
-        ctx,
-        req,
-        Gate::Admin,
-        back,
-        "Role changed.",
-        |form, _| {
-            let admin = match form.required("admin")? {
-                "true" => true,
-                "false" => false,
-                other => {
-                    return Err(ApiError::bad_request(format!(
-                        "admin must be true or false, not {other:?}"
-                    )));
-                }
-            };
-            Ok(Call::body(json!({ "admin": admin })).param("login", form.required("login")?))
-        },
-        users::update,
-    )
-    .await
+/// `admin=true|false` for `login` (`PATCH /api/users/{login}`).
+fn role(form: &Form, _: bool) -> Result<Call, ApiError> {
+    let admin = match form.required("admin")? {
+        "true" => true,
+        "false" => false,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "admin must be true or false, not {other:?}"
+            )));
+        }
+    };
+    Ok(Call::body(json!({ "admin": admin })).param("login", form.required("login")?))
 }
 
 /// `POST /admin/agents`: registers an agent and answers with the admin page showing its
@@ -125,46 +91,4 @@ async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
     };
     tracing::info!(agent = %new.name, "ui: agent registered, its token shown once");
     admin_page(&ctx, frame, Some(new)).await
-}
-
-async fn delete_agent(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "agents");
-    act(
-        ctx,
-        req,
-        Gate::Admin,
-        back,
-        "Agent deleted.",
-        |form, _| Ok(Call::body(json!({})).param("agent_id", form.required("id")?)),
-        |ctx, req| agents::delete(ctx, req, agents::Manager::Admin),
-    )
-    .await
-}
-
-async fn pause(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "queue");
-    act(
-        ctx,
-        req,
-        Gate::Admin,
-        back,
-        "Queue paused.",
-        |_, _| Ok(Call::body(json!({}))),
-        queue::pause,
-    )
-    .await
-}
-
-async fn resume(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "queue");
-    act(
-        ctx,
-        req,
-        Gate::Admin,
-        back,
-        "Queue resumed.",
-        |_, _| Ok(Call::body(json!({}))),
-        queue::resume,
-    )
-    .await
 }

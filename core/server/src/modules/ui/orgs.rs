@@ -7,12 +7,11 @@
 use askama::Template;
 
 use super::repos::PipelineItem;
-use super::scoped::{self, RegistryItem, SecretItem, event_choices};
+use super::scoped::ScopedLists;
 use super::{Frame, or_error_page, page};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::modules::ci::scoped::Level;
 use crate::modules::ci::{access, users};
-use crate::pipeline::event::WebhookEvent;
 use crate::state::Ctx;
 use crate::store::now_unix;
 use crate::store::secrets::ResourceScope;
@@ -84,11 +83,8 @@ struct OrgSettings {
     id: i64,
     name: String,
     base: String,
-    secrets: Vec<SecretItem>,
-    registries: Vec<RegistryItem>,
-    global_secrets: Vec<SecretItem>,
-    global_registries: Vec<RegistryItem>,
-    new_secret_events: Vec<(&'static str, bool)>,
+    /// The organisation's, then the instance's.
+    lists: ScopedLists,
 }
 
 /// `GET <root>/org/{id}/settings`.
@@ -106,11 +102,7 @@ pub async fn settings(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 base: format!("{}/org/{}/settings", frame.root, org.org.id),
                 id: org.org.id,
                 name: org.org.name,
-                secrets: scoped::secrets(&ctx, here).await?,
-                registries: scoped::registries(&ctx, here).await?,
-                global_secrets: scoped::secrets(&ctx, ResourceScope::GLOBAL).await?,
-                global_registries: scoped::registries(&ctx, ResourceScope::GLOBAL).await?,
-                new_secret_events: event_choices(&[WebhookEvent::Push.as_str().to_string()]),
+                lists: ScopedLists::of(&ctx, here, &[("instance", ResourceScope::GLOBAL)]).await?,
             },
         )
     }

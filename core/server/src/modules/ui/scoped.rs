@@ -6,6 +6,7 @@
 use crate::ci::scoped::{Registries, ScopedRecord, Secrets};
 use crate::http::ApiError;
 use crate::modules::ci::pagination::MAX_PER_PAGE;
+use crate::pipeline::event::WebhookEvent;
 use crate::state::Ctx;
 use crate::store::registries::Registry;
 use crate::store::secrets::{ResourceScope, Secret};
@@ -60,23 +61,62 @@ impl RegistryItem {
     }
 }
 
-/// The first page (the API's largest, [`MAX_PER_PAGE`]) of `scope`'s secrets, by name.
-/// The caller has already been authorised for the scope as the API's list route is.
-pub async fn secrets(ctx: &Ctx, scope: ResourceScope) -> Result<Vec<SecretItem>, ApiError> {
+/// The first page (the API's largest, [`MAX_PER_PAGE`]) of `scope`'s `R`s in key order, as
+/// rows. The caller has already been authorised for the scope as the API's list route is.
+async fn first_page<R: ScopedRecord, Row>(
+    ctx: &Ctx,
+    scope: ResourceScope,
+    row: fn(R::Item) -> Row,
+) -> Result<Vec<Row>, ApiError> {
     let list = ctx
         .ci
         .reads
-        .read(move |c| Secrets::list(c, scope, 1, MAX_PER_PAGE))
+        .read(move |c| R::list(c, scope, 1, MAX_PER_PAGE))
         .await?;
-    Ok(list.into_iter().map(SecretItem::of).collect())
+    Ok(list.into_iter().map(row).collect())
 }
 
-/// The first page of `scope`'s registries, by address (authorised as for [`secrets`]).
-pub async fn registries(ctx: &Ctx, scope: ResourceScope) -> Result<Vec<RegistryItem>, ApiError> {
-    let list = ctx
-        .ci
-        .reads
-        .read(move |c| Registries::list(c, scope, 1, MAX_PER_PAGE))
-        .await?;
-    Ok(list.into_iter().map(RegistryItem::of).collect())
+/// A wider scope whose secrets and registries a settings page lists, read-only, beside its
+/// own: the page's pipelines get them too.
+pub struct Wider {
+    /// How the page names the scope's owner ("organisation", "instance").
+    pub owner: &'static str,
+    pub secrets: Vec<SecretItem>,
+    pub registries: Vec<RegistryItem>,
+}
+
+/// What a settings page shows of secrets and registries (`scoped.html`'s `secrets_section`
+/// and `registries_section`): its scope's own, with their forms, and each wider scope's.
+pub struct ScopedLists {
+    pub secrets: Vec<SecretItem>,
+    pub registries: Vec<RegistryItem>,
+    /// Every event, `push` checked: the new secret form's boxes.
+    pub new_secret_events: Vec<(&'static str, bool)>,
+    /// Narrowest first.
+    pub wider: Vec<Wider>,
+}
+
+impl ScopedLists {
+    /// The lists of `here` and of each `(owner, scope)` of `wider`; the caller has been
+    /// authorised for each as the API's list routes are.
+    pub async fn of(
+        ctx: &Ctx,
+        here: ResourceScope,
+        wider: &[(&'static str, ResourceScope)],
+    ) -> Result<ScopedLists, ApiError> {
+        let mut lists = Vec::with_capacity(wider.len());
+        for &(owner, scope) in wider {
+            lists.push(Wider {
+                owner,
+                secrets: first_page::<Secrets, _>(ctx, scope, SecretItem::of).await?,
+                registries: first_page::<Registries, _>(ctx, scope, RegistryItem::of).await?,
+            });
+        }
+        Ok(ScopedLists {
+            secrets: first_page::<Secrets, _>(ctx, here, SecretItem::of).await?,
+            registries: first_page::<Registries, _>(ctx, here, RegistryItem::of).await?,
+            new_secret_events: event_choices(&[WebhookEvent::Push.as_str().to_string()]),
+            wider: lists,
+        })
+    }
 }

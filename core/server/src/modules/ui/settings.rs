@@ -7,12 +7,11 @@
 
 use askama::Template;
 
-use super::scoped::{self, RegistryItem, SecretItem, event_choices};
+use super::scoped::{ScopedLists, event_choices};
 use super::{Frame, or_error_page, page, repos::visibility_name, when};
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::modules::ci::access::{self, RepoAccess};
 use crate::modules::ci::pagination::MAX_PER_PAGE;
-use crate::pipeline::event::WebhookEvent;
 use crate::state::Ctx;
 use crate::store::crons;
 use crate::store::repos::{APPROVAL_MODES, Repo, Visibility};
@@ -78,16 +77,9 @@ struct SettingsPage {
     /// Where the page's forms post: `<root>/repos/{id}/settings`.
     base: String,
     general: General,
-    secrets: Vec<SecretItem>,
-    /// `None`: the caller is not an admin of the repository's organisation.
-    org_secrets: Option<Vec<SecretItem>>,
-    global_secrets: Vec<SecretItem>,
-    registries: Vec<RegistryItem>,
-    org_registries: Option<Vec<RegistryItem>>,
-    global_registries: Vec<RegistryItem>,
+    /// The organisation's lists only when the caller is its admin, then the instance's.
+    lists: ScopedLists,
     crons: Vec<CronItem>,
-    /// Every event, none checked: the new secret form's boxes.
-    new_secret_events: Vec<(&'static str, bool)>,
     badge: Badge,
     limit: u32,
 }
@@ -135,15 +127,14 @@ async fn settings_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Respons
     let org_admin = access::org_of(ctx, account.clone(), repo.org_id, true)
         .await
         .is_ok();
-    let org = ResourceScope::org(repo.org_id);
-    let (org_secrets, org_registries) = if org_admin {
-        (
-            Some(scoped::secrets(ctx, org).await?),
-            Some(scoped::registries(ctx, org).await?),
-        )
+    let org = ("organisation", ResourceScope::org(repo.org_id));
+    let instance = ("instance", ResourceScope::GLOBAL);
+    let wider: &[_] = if org_admin {
+        &[org, instance]
     } else {
-        (None, None)
+        &[instance]
     };
+    let lists = ScopedLists::of(ctx, here, wider).await?;
     let repo_id = repo.id;
     let crons = ctx
         .ci
@@ -171,14 +162,8 @@ async fn settings_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Respons
             base,
             general: General::of(&repo, account.user.admin),
             full_name: repo.full_name,
-            secrets: scoped::secrets(ctx, here).await?,
-            org_secrets,
-            global_secrets: scoped::secrets(ctx, ResourceScope::GLOBAL).await?,
-            registries: scoped::registries(ctx, here).await?,
-            org_registries,
-            global_registries: scoped::registries(ctx, ResourceScope::GLOBAL).await?,
+            lists,
             crons,
-            new_secret_events: event_choices(&[WebhookEvent::Push.as_str().to_string()]),
             badge,
             limit: MAX_PER_PAGE,
         },

@@ -6,10 +6,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::forms::{self, Form};
+use super::forms::Form;
 use super::scoped_actions;
-use super::through_api::{Call, Gate, act, all_of, checked, number};
-use crate::http::{ApiError, Request, Response, Scope};
+use super::through_api::{self, Action, Call, Gate, all_of, checked, item, number};
+use crate::http::{ApiError, Scope};
 use crate::modules::ci::scoped::Level;
 use crate::modules::ci::{crons, pipelines, repos};
 use crate::state::Ctx;
@@ -17,42 +17,32 @@ use crate::state::Ctx;
 /// The form routes below `<root>/repos/{repo_id}/settings`.
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     let base = "/repos/{repo_id}/settings";
-    forms::post(scope, base, general);
+    let rows = [
+        Action::new("", "Settings saved.", general, repos::update),
+        Action::new("/crons", "Cron added.", new_cron, crons::create),
+        Action::new(
+            "/crons/delete",
+            "Cron deleted.",
+            item("cron", "id"),
+            crons::delete,
+        ),
+        // `POST /api/repos/{id}/cron/{cron}`: a pipeline from the cron now.
+        Action::new(
+            "/crons/run",
+            "The cron's pipeline was started.",
+            item("cron", "id"),
+            pipelines::run_cron_now,
+        ),
+    ];
+    through_api::register(scope, base, Gate::RepoAdmin, (), rows);
     scoped_actions::routes(scope, base, Level::Repo);
-    forms::post(scope, &format!("{base}/crons"), add_cron);
-    forms::post(scope, &format!("{base}/crons/delete"), delete_cron);
-    forms::post(scope, &format!("{base}/crons/run"), run_cron);
 }
 
-/// The settings page a form under it posted from, at section `anchor`.
-fn section(req: &Request, anchor: &str) -> String {
-    const PAGE: &str = "/settings";
-    let end = req
-        .path
-        .rfind(PAGE)
-        .map_or(req.path.len(), |at| at + PAGE.len());
-    format!("{}#{anchor}", &req.path[..end])
-}
-
-/// `POST …/settings`: the general form as `PATCH /api/repos/{id}` takes it. Unticked boxes
-/// are `false` (a form leaves them out); the trusted flags are sent when the caller is an
-/// instance admin (the only ones the form lets change them) or when the post names one, so
-/// the API refuses anyone else who tries.
-async fn general(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "general");
-    act(
-        ctx,
-        req,
-        Gate::RepoAdmin,
-        back,
-        "Settings saved.",
-        |form, instance_admin| Ok(Call::body(general_body(form, instance_admin)?)),
-        repos::update,
-    )
-    .await
-}
-
-fn general_body(form: &Form, instance_admin: bool) -> Result<Value, ApiError> {
+/// The general form as `PATCH /api/repos/{id}` takes it. Unticked boxes are `false` (a form
+/// leaves them out); the trusted flags are sent when the caller is an instance admin (the
+/// only ones the form lets change them) or when the post names one, so the API refuses
+/// anyone else who tries.
+fn general(form: &Form, instance_admin: bool) -> Result<Call, ApiError> {
     let mut body = Map::new();
     let config_file = form.get("config_file").unwrap_or("").trim();
     body.insert("config_file".into(), json!(config_file));
@@ -79,60 +69,14 @@ fn general_body(form: &Form, instance_admin: bool) -> Result<Value, ApiError> {
             }),
         );
     }
-    Ok(Value::Object(body))
+    Ok(Call::body(Value::Object(body)))
 }
 
-async fn add_cron(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "crons");
-    act(
-        ctx,
-        req,
-        Gate::RepoAdmin,
-        back,
-        "Cron added.",
-        |form, _| {
-            Ok(Call::body(json!({
-                "name": form.get("name").unwrap_or("").trim(),
-                "schedule": form.get("schedule").unwrap_or(""),
-                "timezone": form.get("timezone").unwrap_or(""),
-                "branch": form.get("branch").unwrap_or("").trim(),
-            })))
-        },
-        crons::create,
-    )
-    .await
-}
-
-/// The cron a delete or run form names, as the `{cron}` path parameter.
-fn cron_call(form: &Form) -> Result<Call, ApiError> {
-    Ok(Call::body(json!({})).param("cron", form.required("id")?))
-}
-
-async fn delete_cron(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "crons");
-    act(
-        ctx,
-        req,
-        Gate::RepoAdmin,
-        back,
-        "Cron deleted.",
-        |form, _| cron_call(form),
-        crons::delete,
-    )
-    .await
-}
-
-/// `POST …/crons/run`: a pipeline from the cron now (`POST /api/repos/{id}/cron/{cron}`).
-async fn run_cron(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let back = section(&req, "crons");
-    act(
-        ctx,
-        req,
-        Gate::RepoAdmin,
-        back,
-        "The cron's pipeline was started.",
-        |form, _| cron_call(form),
-        pipelines::run_cron_now,
-    )
-    .await
+fn new_cron(form: &Form, _: bool) -> Result<Call, ApiError> {
+    Ok(Call::body(json!({
+        "name": form.get("name").unwrap_or("").trim(),
+        "schedule": form.get("schedule").unwrap_or(""),
+        "timezone": form.get("timezone").unwrap_or(""),
+        "branch": form.get("branch").unwrap_or("").trim(),
+    })))
 }

@@ -9,12 +9,14 @@
 //! readable page (nothing was changed: the handler refused before its service call).
 
 use std::future::Future;
+use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::forms::{self, Form};
 use super::{Frame, or_error_page};
-use crate::http::{ApiError, HeaderValue, Method, Request, Response, StatusCode, header};
+use crate::http::router::HandlerFuture;
+use crate::http::{ApiError, HeaderValue, Method, Request, Response, Scope, StatusCode, header};
 use crate::modules::ci::access;
 use crate::modules::ci::scoped::{self, Level, Use};
 use crate::state::Ctx;
@@ -160,34 +162,132 @@ where
     })
 }
 
-/// A whole form post: read and checked ([`read`], `gate`), `build` makes the API call from the
-/// form (given whether the caller is an instance admin), `handler` carries it out, and the
-/// browser goes to `back` (a path with the root) with `message` shown once there.
-pub async fn act<H, Fut>(
+/// A REST handler as a form's row names it: `(ctx, req)`, or `(ctx, req, level)` for the
+/// handlers of secrets and registries, which serve every scope and are told the page's.
+pub trait ApiHandler<P>: Send + Sync + 'static {
+    fn call(&self, ctx: Ctx, req: Request, page: P) -> HandlerFuture;
+}
+
+impl<F, Fut> ApiHandler<()> for F
+where
+    F: Fn(Ctx, Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response, ApiError>> + Send + 'static,
+{
+    fn call(&self, ctx: Ctx, req: Request, (): ()) -> HandlerFuture {
+        Box::pin(self(ctx, req))
+    }
+}
+
+impl<F, Fut> ApiHandler<Level> for F
+where
+    F: Fn(Ctx, Request, Level) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response, ApiError>> + Send + 'static,
+{
+    fn call(&self, ctx: Ctx, req: Request, level: Level) -> HandlerFuture {
+        Box::pin(self(ctx, req, level))
+    }
+}
+
+/// Makes a form's API call from its fields and whether the caller is an instance admin.
+type Build = Box<dyn Fn(&Form, bool) -> Result<Call, ApiError> + Send + Sync>;
+
+/// One form of a page that is one API call, a row of the page's table ([`register`]): what
+/// differs between forms is here, what they share is [`act`], so a new form is a new row.
+pub struct Action<P> {
+    /// Below the page's path (`""`: the page's own form). Its first segment names the
+    /// page's section the form sits in, where the browser goes back to.
+    path: &'static str,
+    /// Shown once on the page after a success.
+    message: &'static str,
+    build: Build,
+    handler: Box<dyn ApiHandler<P>>,
+}
+
+impl<P> Action<P> {
+    pub fn new(
+        path: &'static str,
+        message: &'static str,
+        build: impl Fn(&Form, bool) -> Result<Call, ApiError> + Send + Sync + 'static,
+        handler: impl ApiHandler<P>,
+    ) -> Action<P> {
+        Action {
+            path,
+            message,
+            build: Box::new(build),
+            handler: Box::new(handler),
+        }
+    }
+
+    /// Where the browser goes after a success at `posted` (the post's path, with the root):
+    /// the page (`posted` less the form's own path) at the form's section, the first segment
+    /// of that path (`general` for the page's own form).
+    fn back(&self, posted: &str) -> String {
+        let page = posted.strip_suffix(self.path).unwrap_or(posted);
+        let section = self
+            .path
+            .split('/')
+            .find(|segment| !segment.is_empty())
+            .unwrap_or("general");
+        format!("{page}#{section}")
+    }
+}
+
+/// Registers each of `actions` as a form route below `page` (a path pattern naming the
+/// parameters the handlers read), checked by `gate`; `param` is handed to the handlers.
+pub fn register<P: Copy + Send + Sync + 'static>(
+    scope: &mut Scope<'_, Ctx>,
+    page: &str,
+    gate: Gate,
+    param: P,
+    actions: impl IntoIterator<Item = Action<P>>,
+) {
+    for action in actions {
+        let path = format!("{page}{}", action.path);
+        let action = Arc::new(action);
+        forms::post(scope, &path, move |ctx, req| {
+            act(ctx, req, gate, param, action.clone())
+        });
+    }
+}
+
+/// A whole form post: read and checked ([`read`], `gate`), the API call built from the form,
+/// the REST handler carries it out, and the browser goes back to the form's section with
+/// the action's message shown once there.
+async fn act<P: 'static>(
     ctx: Ctx,
     mut req: Request,
     gate: Gate,
-    back: String,
-    message: &str,
-    build: impl FnOnce(&Form, bool) -> Result<Call, ApiError>,
-    handler: H,
-) -> Result<Response, ApiError>
-where
-    H: FnOnce(Ctx, Request) -> Fut,
-    Fut: Future<Output = Result<Response, ApiError>>,
-{
+    param: P,
+    action: Arc<Action<P>>,
+) -> Result<Response, ApiError> {
     let posted = match read(&ctx, &mut req, "Settings", gate).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
+    let back = action.back(&req.path);
     let mut head = Request::new(Method::GET, &req.path);
     head.headers = req.headers.clone();
     head.tls = req.tls;
-    let built = build(&posted.form, posted.account.user.admin);
+    let built = (action.build)(&posted.form, posted.account.user.admin);
+    let handler = |ctx, req| action.handler.call(ctx, req, param);
     Ok(match call(&ctx, req, posted.frame, built, handler).await {
-        Ok(_) => forms::see_other(&ctx, &head, &back, Some(message)),
+        Ok(_) => forms::see_other(&ctx, &head, &back, Some(action.message)),
         Err(page) => page,
     })
+}
+
+/// The call of a form that only names an item (delete it, run it): no body, the form's
+/// `field` as the path parameter `param`.
+pub fn item(
+    param: &'static str,
+    field: &'static str,
+) -> impl Fn(&Form, bool) -> Result<Call, ApiError> + Send + Sync + 'static {
+    move |form, _| Ok(Call::body(json!({})).param(param, form.required(field)?))
+}
+
+/// The call of a form with nothing to send (pause, resume): an empty body.
+pub fn nothing(_: &Form, _: bool) -> Result<Call, ApiError> {
+    Ok(Call::body(json!({})))
 }
 
 /// A comma- or newline-separated list field as a list, blanks left out.
@@ -216,4 +316,57 @@ pub fn number(form: &Form, name: &'static str) -> Result<i64, ApiError> {
     let raw = form.get(name).unwrap_or("").trim();
     raw.parse::<i64>()
         .map_err(|_| ApiError::bad_request(format!("{name} must be a whole number, not {raw:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modules::ci::users;
+
+    fn row(path: &'static str) -> Action<()> {
+        Action::new(path, "", nothing, users::create)
+    }
+
+    #[test]
+    fn a_form_goes_back_to_its_section_of_the_page_it_posted_from() {
+        let cases = [
+            (
+                "/secrets/edit",
+                "/ci/repos/7/settings/secrets/edit",
+                "/ci/repos/7/settings#secrets",
+            ),
+            (
+                "/registries/delete",
+                "/admin/registries/delete",
+                "/admin#registries",
+            ),
+            ("/users", "/admin/users", "/admin#users"),
+            ("", "/repos/7/settings", "/repos/7/settings#general"),
+            (
+                "/crons/run",
+                "/org/3/settings/crons/run",
+                "/org/3/settings#crons",
+            ),
+        ];
+        for (path, posted, back) in cases {
+            assert_eq!(row(path).back(posted), back, "{path} at {posted}");
+        }
+    }
+
+    #[test]
+    fn an_item_form_names_its_item_and_refuses_without_it() {
+        let mut req = Request::new(Method::POST, "/admin/users/delete");
+        req.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-www-form-urlencoded"),
+        );
+        req.body = "login=al%25ice".to_string().into();
+        let form = Form::read(&mut req).unwrap();
+        let call = item("login", "login")(&form, false).unwrap();
+        assert_eq!(call.params, [("login", "al%25ice".to_string())]);
+        assert_eq!(call.body, json!({}));
+        let err = item("agent_id", "id")(&form, false).err().unwrap();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(err.message.contains("\"id\""), "{}", err.message);
+    }
 }

@@ -19,10 +19,8 @@ pub mod files;
 pub mod login;
 mod oauth;
 
-use std::path::PathBuf;
-
 use crate::config::WebConfig;
-use crate::http::{ErrorStyle, Method, Scope};
+use crate::http::{Method, Scope};
 use crate::state::Ctx;
 
 pub use browser::{
@@ -30,59 +28,44 @@ pub use browser::{
     push_escaped, redirect, set_cookie,
 };
 
-/// The web module; it needs its settings to know which routes to add.
-pub struct Web {
-    root_path: String,
-    dir: Option<PathBuf>,
+/// The web module's routes, which depend on its settings: the UI directory's files when
+/// `[web] dir` names one, else the built-in UI.
+pub(super) fn routes_for(
+    config: &WebConfig,
+) -> impl Fn(&mut Scope<'_, Ctx>) + Send + Sync + 'static {
+    let root_path = config.root_path().to_string();
+    let has_dir = !config.dir.as_os_str().is_empty();
+    move |scope| routes(scope, &root_path, has_dir)
 }
 
-impl Web {
-    pub fn new(config: &WebConfig) -> Web {
-        Web {
-            root_path: config.root_path().to_string(),
-            dir: (!config.dir.as_os_str().is_empty()).then(|| config.dir.clone()),
+fn routes(scope: &mut Scope<'_, Ctx>, root_path: &str, has_dir: bool) {
+    scope
+        .get("/web-config.js", config_js::render)
+        .get("/authorize", login::authorize)
+        .post("/authorize", login::authorize_with_token)
+        .get("/logout", login::logout)
+        .get("/assets/custom.js", files::custom_js)
+        .get("/assets/custom.css", files::custom_css);
+    if !has_dir {
+        // Woodlark's own web UI (`modules/ui`), at the upstream UI's paths; its login
+        // page is where a failed sign-in through a forge lands.
+        super::ui::routes(scope, root_path);
+    } else {
+        scope.get("", files::index);
+        if !root_path.is_empty() {
+            scope.get("/", files::index);
         }
-    }
-}
-
-impl super::Module for Web {
-    fn name(&self) -> &'static str {
-        "web"
-    }
-
-    fn error_style(&self) -> ErrorStyle {
-        ErrorStyle::PlainText
-    }
-
-    fn routes(&self, scope: &mut Scope<'_, Ctx>) {
-        scope
-            .get("/web-config.js", config_js::render)
-            .get("/authorize", login::authorize)
-            .post("/authorize", login::authorize_with_token)
-            .get("/logout", login::logout)
-            .get("/assets/custom.js", files::custom_js)
-            .get("/assets/custom.css", files::custom_css);
-        if self.dir.is_none() {
-            // Woodlark's own web UI (`modules/ui`), at the upstream UI's paths; its login
-            // page is where a failed sign-in through a forge lands.
-            super::ui::routes(scope, &self.root_path);
-        } else {
-            scope.get("", files::index);
-            if !self.root_path.is_empty() {
-                scope.get("/", files::index);
-            }
-            // Every other path below the root: a file of the UI, else the SPA's index.html
-            // (GET/HEAD outside the API mounts), else 404. Registered for the other methods
-            // too, so they get a 404 rather than a 405 from this catch-all.
-            for method in [
-                Method::GET,
-                Method::POST,
-                Method::PUT,
-                Method::PATCH,
-                Method::DELETE,
-            ] {
-                scope.route(method, "/{*path}", files::file_or_fallback);
-            }
+        // Every other path below the root: a file of the UI, else the SPA's index.html
+        // (GET/HEAD outside the API mounts), else 404. Registered for the other methods
+        // too, so they get a 404 rather than a 405 from this catch-all.
+        for method in [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ] {
+            scope.route(method, "/{*path}", files::file_or_fallback);
         }
     }
 }
