@@ -118,6 +118,22 @@ fn line(n: i64, data: &str) -> LogLine {
     }
 }
 
+/// Reports `batches` batches of 64 lines of 1 KiB, numbered from 0; returns how many lines.
+fn write_kib_lines(reports: &Reporter, batches: usize) -> i64 {
+    let text = "x".repeat(1024);
+    let mut n = 0;
+    for _ in 0..batches {
+        let batch: Vec<LogLine> = (0..64)
+            .map(|_| {
+                n += 1;
+                line(n - 1, &text)
+            })
+            .collect();
+        reports.logs(batch);
+    }
+    n
+}
+
 fn done(state: Status) -> WorkflowDone {
     WorkflowDone {
         state,
@@ -187,18 +203,8 @@ async fn a_long_outage_spools_past_the_memory_bound_and_reads_it_back_in_order()
     server.down.store(true, Ordering::SeqCst);
     let outbox = Outbox::open(server.clone(), 2, spool.path());
     let reports = outbox.reporter();
-    // 12 MiB of output in batches of 64 lines of 1 KiB: three times the memory bound.
-    let text = "x".repeat(1024);
-    let mut n = 0;
-    for _ in 0..192 {
-        let batch: Vec<LogLine> = (0..64)
-            .map(|_| {
-                n += 1;
-                line(n - 1, &text)
-            })
-            .collect();
-        reports.logs(batch);
-    }
+    // 12 MiB of output: three times the memory bound.
+    let n = write_kib_lines(&reports, 192);
     {
         let held = outbox.shared.held();
         assert!(
@@ -225,18 +231,8 @@ async fn past_the_spool_limit_a_step_says_its_output_is_cut_and_keeps_its_states
     let outbox = Outbox::with_held(server.clone(), 4, spool.path(), Held::default(), 1 << 20);
     let reports = outbox.reporter();
     reports.step(update(Status::Running, 0));
-    let text = "x".repeat(1024);
-    let mut n = 0;
     // 8 MiB of output: past memory, the spool's limit, and more.
-    for _ in 0..128 {
-        let batch: Vec<LogLine> = (0..64)
-            .map(|_| {
-                n += 1;
-                line(n - 1, &text)
-            })
-            .collect();
-        reports.logs(batch);
-    }
+    let n = write_kib_lines(&reports, 128);
     reports.step(update(Status::Success, 0));
     let written = std::fs::metadata(spool.path().join("4.jsonl"))
         .unwrap()
