@@ -6,7 +6,7 @@
 
 use askama::Template;
 
-use super::repos::PipelineItem;
+use super::repos::RepoItem;
 use super::scoped::ScopedLists;
 use super::{Frame, or_error_page, page};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
@@ -21,12 +21,6 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         .get("/orgs/{org_id}", show)
         .get("/org/{org_id}/settings", settings);
     super::scoped_actions::routes(scope, "/org/{org_id}/settings", Level::Org);
-}
-
-struct RepoItem {
-    id: i64,
-    full_name: String,
-    last: Option<PipelineItem>,
 }
 
 #[derive(Template)]
@@ -55,11 +49,7 @@ pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         let repos = found
             .into_iter()
             .filter(|(repo, _)| repo.org_id == org_id)
-            .map(|(repo, last)| RepoItem {
-                id: repo.id,
-                full_name: repo.full_name,
-                last: last.as_ref().map(|p| PipelineItem::of(p, now)),
-            })
+            .map(|(repo, last)| RepoItem::of(repo, last.as_ref(), now))
             .collect();
         page(
             StatusCode::OK,

@@ -10,7 +10,7 @@ use crate::modules::web::browser::web_link;
 use crate::state::Ctx;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, Pipeline};
-use crate::store::repos::Visibility;
+use crate::store::repos::{Repo, Visibility};
 
 /// A pipeline as a row of a list.
 pub struct PipelineItem {
@@ -42,10 +42,21 @@ impl PipelineItem {
     }
 }
 
-struct RepoItem {
-    id: i64,
-    full_name: String,
-    last: Option<PipelineItem>,
+/// A repository as one row of a list: its name and newest pipeline.
+pub(super) struct RepoItem {
+    pub(super) id: i64,
+    pub(super) full_name: String,
+    pub(super) last: Option<PipelineItem>,
+}
+
+impl RepoItem {
+    pub(super) fn of(repo: Repo, last: Option<&Pipeline>, now: i64) -> RepoItem {
+        RepoItem {
+            id: repo.id,
+            full_name: repo.full_name,
+            last: last.map(|p| PipelineItem::of(p, now)),
+        }
+    }
 }
 
 #[derive(Template)]
@@ -100,11 +111,7 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let now = now_unix();
     let repos = found
         .into_iter()
-        .map(|(repo, last)| RepoItem {
-            id: repo.id,
-            full_name: repo.full_name,
-            last: last.as_ref().map(|p| PipelineItem::of(p, now)),
-        })
+        .map(|(repo, last)| RepoItem::of(repo, last.as_ref(), now))
         .collect();
     page(
         StatusCode::OK,
