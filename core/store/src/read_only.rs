@@ -45,7 +45,7 @@ impl Store {
             .unwrap_or_default();
         at_current_schema(version, migrations::CURRENT_VERSION)?;
         sealed_with(&readers[0].tx(), options)?;
-        Ok(readers_only(path, Dialect::Sqlite, readers))
+        Ok(readers_only(path, Dialect::Sqlite, readers, None))
     }
 
     /// Opens the PostgreSQL database at `url` for reading only (see the module docs).
@@ -74,7 +74,13 @@ impl Store {
                 ))
             })
         })?;
-        Ok(readers_only(Path::new(url), Dialect::Postgres, readers))
+        let async_reads = pg::reads::AsyncReaders::new(url, readers.len(), None);
+        Ok(readers_only(
+            Path::new(url),
+            Dialect::Postgres,
+            readers,
+            Some(Arc::new(async_reads)),
+        ))
     }
 }
 
@@ -101,7 +107,12 @@ fn sealed_with(conn: &Tx, options: &StoreOptions) -> StoreResult<()> {
 
 /// A store of `readers` only: no writer thread (writes answer `Closed`), generations that
 /// never move, never the leader.
-fn readers_only(path: &Path, dialect: Dialect, readers: Vec<Session>) -> Store {
+fn readers_only(
+    path: &Path,
+    dialect: Dialect,
+    readers: Vec<Session>,
+    async_reads: Option<Arc<pg::reads::AsyncReaders>>,
+) -> Store {
     let (_, commits) = tokio::sync::watch::channel(0u64);
     Store {
         inner: Arc::new(Inner {
@@ -119,6 +130,7 @@ fn readers_only(path: &Path, dialect: Dialect, readers: Vec<Session>) -> Store {
             leader: Arc::new(tokio::sync::watch::Sender::new(false)),
             elsewhere: Arc::default(),
             revive: None,
+            async_reads,
         }),
     }
 }
