@@ -192,6 +192,15 @@ mod tests {
         assert!(!*reader.leadership().borrow(), "a reader never leads");
         let probe = reader.read(|c| meta::get(c, "probe")).await.unwrap();
         assert_eq!(probe.as_deref(), Some("1"));
+        // A one-statement read, on the asynchronous sessions this runtime allows.
+        let probe = reader.read_one(|c| meta::get(c, "probe")).await.unwrap();
+        assert_eq!(probe.as_deref(), Some("1"));
+        let opened = reader
+            .inner
+            .async_reads
+            .as_ref()
+            .map(|r| r.sessions_opened());
+        assert_eq!(opened, Some(1), "the read ran on the asynchronous client");
         let refused = reader.write(|c| meta::set(c, "probe", "2")).await;
         assert!(matches!(refused, Err(StoreError::Closed)), "{refused:?}");
         reader.close();
