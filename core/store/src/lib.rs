@@ -257,6 +257,8 @@ struct Inner {
     elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
     /// PostgreSQL: how lost sessions are replaced.
     revive: Option<Arc<Revive>>,
+    /// PostgreSQL: the asynchronous sessions one-statement reads run on ([`Store::read_one`]).
+    async_reads: Option<Arc<pg::reads::AsyncReaders>>,
 }
 
 /// A group of tables whose changes are counted together, for caches of what is read from
@@ -448,6 +450,7 @@ impl Store {
             leader: Arc::new(tokio::sync::watch::Sender::new(true)),
             elsewhere: Arc::default(),
             revive: None,
+            async_reads: None,
         })
     }
 
@@ -481,6 +484,11 @@ impl Store {
             losses: Arc::default(),
             writer_pid: Arc::new(std::sync::atomic::AtomicI32::new(writer_pid)),
         });
+        let async_reads = Arc::new(pg::reads::AsyncReaders::new(
+            url,
+            options.readers,
+            Some(revive.losses.clone()),
+        ));
         let listening = {
             let listener = Listener {
                 url: url.to_string(),
@@ -513,6 +521,7 @@ impl Store {
             leader,
             elsewhere,
             revive: Some(revive),
+            async_reads: Some(async_reads),
         })
     }
 
@@ -531,6 +540,7 @@ impl Store {
             leader,
             elsewhere,
             revive,
+            async_reads,
         } = started;
         let generations = generation.counters.clone();
         let reader_count = readers.len();
@@ -562,6 +572,7 @@ impl Store {
                 leader,
                 elsewhere,
                 revive,
+                async_reads,
             }),
         })
     }
@@ -707,8 +718,14 @@ impl Store {
     /// engine, so a test finds a closure that outgrew it.
     ///
     /// Its statement is the first thing the session hears, so it is the one that finds a
-    /// session the database cut (a restart): then it runs once more on a new session, which
-    /// is why `f` may be called twice.
+    /// session the database cut (a restart): then it runs once more on a new session.
+    ///
+    /// On PostgreSQL, called on a multi-threaded runtime (the server's), the statement runs
+    /// on the asynchronous client without leaving the runtime (`pg::reads`): `f` runs once
+    /// to name its statement, which fails there, and once more to read the rows it got
+    /// (see `sql::Deferred`). So `f` may be called twice, and must run the same statement
+    /// each time. Elsewhere (a single-threaded runtime, which would have to be driven for
+    /// the client's I/O to move) it runs as [`Store::read`] does.
     pub async fn read_one<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -723,7 +740,14 @@ impl Store {
         F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
         if self.dialect() == Dialect::Postgres {
-            // Its client blocks on a runtime of its own: never on a runtime worker.
+            if kind == ReadKind::OneStatement
+                && let Some(reads) = &self.inner.async_reads
+                && tokio::runtime::Handle::try_current()
+                    .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+            {
+                return read_one_async(reads, f).await;
+            }
+            // The blocking client blocks on a runtime of its own: never on a runtime worker.
             return self.read_blocking_as(kind, f).await;
         }
         let permit = match self.inner.reader_slots.clone().try_acquire_owned() {
@@ -915,6 +939,35 @@ where
     result?
 }
 
+/// [`Store::read_one`] on PostgreSQL's asynchronous client: `f`'s statement is taken from a
+/// first pass, run by `reads`, and its rows are read by a second pass ([`sql::Deferred`]),
+/// so the rows are mapped by the same code as on every other path. A panic in `f` is an
+/// error, as in [`run_read`].
+async fn read_one_async<T, F>(reads: &pg::reads::AsyncReaders, mut f: F) -> StoreResult<T>
+where
+    F: FnMut(&Tx) -> StoreResult<T>,
+{
+    fn pass<T>(
+        deferred: &sql::Deferred,
+        f: &mut impl FnMut(&Tx) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let tx = deferred.tx();
+        tx.limit_statements(1);
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tx)))
+            .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
+    }
+    let deferred = sql::Deferred::default();
+    let first = pass(&deferred, &mut f);
+    let Some((statement, binds)) = deferred.take_statement() else {
+        // No statement: the closure's answer is its own.
+        return first;
+    };
+    drop(first);
+    let rows = reads.query(&statement, &binds).await?;
+    deferred.answer(statement, rows);
+    pass(&deferred, &mut f)
+}
+
 /// Returns a reader connection to the pool when the read ends, even by panic.
 struct ReaderGuard<'a> {
     inner: &'a Inner,
@@ -1033,6 +1086,7 @@ struct Started {
     leader: Arc<tokio::sync::watch::Sender<bool>>,
     elsewhere: Arc<[AtomicU64; Domain::COUNT]>,
     revive: Option<Arc<Revive>>,
+    async_reads: Option<Arc<pg::reads::AsyncReaders>>,
 }
 
 /// How a PostgreSQL store replaces the sessions the database closed (a restart, a failover,

@@ -45,7 +45,7 @@ impl Store {
             .unwrap_or_default();
         at_current_schema(version, migrations::CURRENT_VERSION)?;
         sealed_with(&readers[0].tx(), options)?;
-        Ok(readers_only(path, Dialect::Sqlite, readers))
+        Ok(readers_only(path, Dialect::Sqlite, readers, None))
     }
 
     /// Opens the PostgreSQL database at `url` for reading only (see the module docs).
@@ -74,7 +74,13 @@ impl Store {
                 ))
             })
         })?;
-        Ok(readers_only(Path::new(url), Dialect::Postgres, readers))
+        let async_reads = pg::reads::AsyncReaders::new(url, readers.len(), None);
+        Ok(readers_only(
+            Path::new(url),
+            Dialect::Postgres,
+            readers,
+            Some(Arc::new(async_reads)),
+        ))
     }
 }
 
@@ -101,7 +107,12 @@ fn sealed_with(conn: &Tx, options: &StoreOptions) -> StoreResult<()> {
 
 /// A store of `readers` only: no writer thread (writes answer `Closed`), generations that
 /// never move, never the leader.
-fn readers_only(path: &Path, dialect: Dialect, readers: Vec<Session>) -> Store {
+fn readers_only(
+    path: &Path,
+    dialect: Dialect,
+    readers: Vec<Session>,
+    async_reads: Option<Arc<pg::reads::AsyncReaders>>,
+) -> Store {
     let (_, commits) = tokio::sync::watch::channel(0u64);
     Store {
         inner: Arc::new(Inner {
@@ -119,6 +130,7 @@ fn readers_only(path: &Path, dialect: Dialect, readers: Vec<Session>) -> Store {
             leader: Arc::new(tokio::sync::watch::Sender::new(false)),
             elsewhere: Arc::default(),
             revive: None,
+            async_reads,
         }),
     }
 }
@@ -180,6 +192,15 @@ mod tests {
         assert!(!*reader.leadership().borrow(), "a reader never leads");
         let probe = reader.read(|c| meta::get(c, "probe")).await.unwrap();
         assert_eq!(probe.as_deref(), Some("1"));
+        // A one-statement read, on the asynchronous sessions this runtime allows.
+        let probe = reader.read_one(|c| meta::get(c, "probe")).await.unwrap();
+        assert_eq!(probe.as_deref(), Some("1"));
+        let opened = reader
+            .inner
+            .async_reads
+            .as_ref()
+            .map(|r| r.sessions_opened());
+        assert_eq!(opened, Some(1), "the read ran on the asynchronous client");
         let refused = reader.write(|c| meta::set(c, "probe", "2")).await;
         assert!(matches!(refused, Err(StoreError::Closed)), "{refused:?}");
         reader.close();

@@ -62,6 +62,9 @@ enum Engine<'c> {
     #[cfg(any(test, feature = "test-support"))]
     SqliteOwned(rusqlite::Connection),
     Postgres(&'c PgConn),
+    /// PostgreSQL through the asynchronous client: a one-statement read's statement, kept
+    /// to be run there, then its rows ([`Deferred`]).
+    Deferred(&'c Deferred),
     /// A session a test opened and handed over.
     #[cfg(test)]
     PostgresOwned(Box<PgConn>),
@@ -164,6 +167,58 @@ impl Drop for PgConn {
     }
 }
 
+/// A one-statement read ([`crate::Store::read_one`]) in two passes over its closure, so the
+/// statement runs on the asynchronous client (`pg::reads`) while its rows are still read by
+/// the closure's own code, through [`Row`] as on every other path.
+///
+/// The first pass keeps the closure's statement and its parameters and fails it there (the
+/// closure's result is then thrown away, whatever it made of that); the caller runs the
+/// statement and hands its rows over; the second pass gets them from the same statement
+/// and maps them. A closure that runs no statement is done after the first pass.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    statement: RefCell<Option<(String, Vec<PgBind>)>>,
+    rows: RefCell<Option<(String, Vec<Vec<Value>>)>>,
+}
+
+/// The first pass's error: never seen outside the store (the second pass replaces it).
+const DEFERRED: &str = "the statement runs on the asynchronous client (a first pass)";
+
+impl Deferred {
+    /// The pass as a [`Tx`] for the read's closure.
+    pub(crate) fn tx(&self) -> Tx<'_> {
+        Tx {
+            engine: Engine::Deferred(self),
+            statements_left: std::cell::Cell::new(None),
+        }
+    }
+
+    /// The statement the first pass ran, with its parameters, taken.
+    pub(crate) fn take_statement(&self) -> Option<(String, Vec<PgBind>)> {
+        self.statement.borrow_mut().take()
+    }
+
+    /// The rows of `sql`, for the second pass.
+    pub(crate) fn answer(&self, sql: String, rows: Vec<Vec<Value>>) {
+        *self.rows.borrow_mut() = Some((sql, rows));
+    }
+
+    /// The rows of `sql` on the second pass; on the first, keeps `sql` and `values` and
+    /// fails the statement.
+    fn fetch(&self, sql: &str, values: &[&dyn ToSql]) -> StoreResult<Vec<Vec<Value>>> {
+        if let Some((answered, rows)) = self.rows.borrow_mut().take() {
+            if answered != sql {
+                return Err(StoreError::Unavailable(
+                    "a one-statement read ran another statement the second time".into(),
+                ));
+            }
+            return Ok(rows);
+        }
+        *self.statement.borrow_mut() = Some((sql.to_owned(), pg_binds(values)?));
+        Err(StoreError::Unavailable(DEFERRED.into()))
+    }
+}
+
 impl<'c> Tx<'c> {
     /// Lends a SQLite connection as a `Tx`.
     pub(crate) fn new(conn: &'c rusqlite::Connection) -> Tx<'c> {
@@ -247,6 +302,7 @@ impl WriteTx<'_> {
 impl Tx<'_> {
     pub fn dialect(&self) -> Dialect {
         match self.engine {
+            Engine::Deferred(_) => Dialect::Postgres,
             _ if self.pg().is_some() => Dialect::Postgres,
             _ => Dialect::Sqlite,
         }
@@ -357,6 +413,9 @@ impl Tx<'_> {
     /// A statement from the connection's cache (prepared on first use).
     pub(crate) fn prepare_cached(&self, sql: &str) -> StoreResult<Stmt<'_>> {
         self.spend_statement()?;
+        if let Engine::Deferred(deferred) = self.engine {
+            return Ok(Stmt::Deferred(deferred, sql.to_owned()));
+        }
         Ok(match (self.pg(), self.sqlite_conn()) {
             (Some(pg), _) => Stmt::Postgres(pg, pg.statement(sql)?),
             (_, Some(conn)) => Stmt::SqliteCached(conn.prepare_cached(sql)?),
@@ -368,6 +427,9 @@ impl Tx<'_> {
     /// cache). PostgreSQL keeps it anyway: preparing costs a round trip there.
     pub(crate) fn prepare(&self, sql: &str) -> StoreResult<Stmt<'_>> {
         self.spend_statement()?;
+        if let Engine::Deferred(deferred) = self.engine {
+            return Ok(Stmt::Deferred(deferred, sql.to_owned()));
+        }
         Ok(match (self.pg(), self.sqlite_conn()) {
             (Some(pg), _) => Stmt::Postgres(pg, pg.statement(sql)?),
             (_, Some(conn)) => Stmt::Sqlite(conn.prepare(sql)?),
@@ -378,6 +440,11 @@ impl Tx<'_> {
     /// Runs statements without parameters, separated by `;`.
     pub(crate) fn execute_batch(&self, sql: &str) -> StoreResult<()> {
         self.spend_statement()?;
+        if let Engine::Deferred(_) = self.engine {
+            return Err(StoreError::Unavailable(
+                "a one-statement read runs a query, not a batch".into(),
+            ));
+        }
         match (self.pg(), self.sqlite_conn()) {
             (Some(pg), _) => Ok(pg.client.borrow_mut().batch_execute(sql)?),
             (_, Some(conn)) => Ok(conn.execute_batch(sql)?),
@@ -448,6 +515,8 @@ pub(crate) enum Stmt<'c> {
     SqliteCached(rusqlite::CachedStatement<'c>),
     Sqlite(rusqlite::Statement<'c>),
     Postgres(&'c PgConn, postgres::Statement),
+    /// A one-statement read's statement ([`Deferred`]): its SQL as the store wrote it.
+    Deferred(&'c Deferred, String),
 }
 
 impl<'c> Stmt<'c> {
@@ -455,7 +524,17 @@ impl<'c> Stmt<'c> {
         match self {
             Stmt::SqliteCached(stmt) => Some(stmt),
             Stmt::Sqlite(stmt) => Some(stmt),
-            Stmt::Postgres(..) => None,
+            Stmt::Postgres(..) | Stmt::Deferred(..) => None,
+        }
+    }
+
+    /// PostgreSQL: every row of the statement, from one round trip (or, deferred, from the
+    /// asynchronous client's); `None` on SQLite, which steps through them.
+    fn pg_rows(&mut self, values: &[&dyn ToSql]) -> Option<StoreResult<Vec<Vec<Value>>>> {
+        match self {
+            Stmt::Postgres(pg, statement) => Some(pg.rows(statement, values)),
+            Stmt::Deferred(deferred, sql) => Some(deferred.fetch(sql, values)),
+            _ => None,
         }
     }
 
@@ -464,10 +543,12 @@ impl<'c> Stmt<'c> {
         if let Some(stmt) = self.sqlite() {
             return Ok(stmt.execute(&values[..])?);
         }
-        let Stmt::Postgres(pg, statement) = self else {
-            unreachable!("SQLite returned above")
-        };
-        Ok(pg.run(statement, &values)? as usize)
+        match self {
+            Stmt::Postgres(pg, statement) => Ok(pg.run(statement, &values)? as usize),
+            _ => Err(StoreError::Unavailable(
+                "a one-statement read cannot change rows".into(),
+            )),
+        }
     }
 
     /// Every row, each read by `f` (SQLite steps through them as `f` reads them; PostgreSQL
@@ -482,13 +563,9 @@ impl<'c> Stmt<'c> {
         F: FnMut(&Row<'_>) -> rusqlite::Result<T>,
     {
         let values = params.values();
-        let all: Vec<rusqlite::Result<T>> = match self {
-            Stmt::Postgres(pg, statement) => pg
-                .rows(statement, &values)?
-                .iter()
-                .map(|row| f(&Row::Postgres(row)))
-                .collect(),
-            _ => {
+        let all: Vec<rusqlite::Result<T>> = match self.pg_rows(&values) {
+            Some(rows) => rows?.iter().map(|row| f(&Row::Postgres(row))).collect(),
+            None => {
                 let stmt = self
                     .sqlite()
                     .unwrap_or_else(|| unreachable!("matched above"));
@@ -507,13 +584,13 @@ impl<'c> Stmt<'c> {
         F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
     {
         let values = params.values();
-        match self {
-            Stmt::Postgres(pg, statement) => {
-                let rows = pg.rows(statement, &values)?;
+        match self.pg_rows(&values) {
+            Some(rows) => {
+                let rows = rows?;
                 let row = rows.first().ok_or(rusqlite::Error::QueryReturnedNoRows)?;
                 Ok(f(&Row::Postgres(row))?)
             }
-            _ => {
+            None => {
                 let stmt = self
                     .sqlite()
                     .unwrap_or_else(|| unreachable!("matched above"));
@@ -525,12 +602,12 @@ impl<'c> Stmt<'c> {
     /// The rows, one at a time.
     pub(crate) fn query<P: Params>(&mut self, params: P) -> StoreResult<Rows<'_>> {
         let values = params.values();
-        match self {
-            Stmt::Postgres(pg, statement) => Ok(Rows::Postgres {
-                rows: pg.rows(statement, &values)?,
+        match self.pg_rows(&values) {
+            Some(rows) => Ok(Rows::Postgres {
+                rows: rows?,
                 next: 0,
             }),
-            _ => {
+            None => {
                 let stmt = self
                     .sqlite()
                     .unwrap_or_else(|| unreachable!("matched above"));
@@ -683,7 +760,7 @@ impl<T> OptionalExtension<T> for rusqlite::Result<T> {
 }
 
 /// SQLite's `?N` (and bare `?`) placeholders as PostgreSQL's `$N`, outside quoted text.
-fn dollar_placeholders(sql: &str) -> String {
+pub(crate) fn dollar_placeholders(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 8);
     let mut chars = sql.chars().peekable();
     let mut quote: Option<char> = None;

@@ -12,10 +12,13 @@
 //!
 //! The blocking client runs a small runtime of its own for each connection, so it is used
 //! from the store's own threads (its writer, `spawn_blocking`), never on a runtime worker.
+//! One-statement reads (`Store::read_one`) use the asynchronous client instead, on the
+//! caller's runtime ([`reads`]).
 
 #[cfg(test)]
 mod outages;
 pub mod outbox;
+pub(crate) mod reads;
 pub mod schema;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
@@ -76,24 +79,59 @@ pub fn connect_named(url: &str, application_name: &str) -> Result<postgres::Clie
 }
 
 fn connect_with(url: &str, name: Option<&str>) -> Result<postgres::Client, PgError> {
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(PgError::Url(
-            "expected postgres://user:password@host:port/database".into(),
-        ));
-    }
-    let (rest, tls) = tls::TlsOptions::split(url)?;
-    let mut config = postgres::Config::from_str(&rest).map_err(|e| PgError::Url(e.to_string()))?;
-    if let Some(name) = name
-        && config.get_application_name().is_none()
-    {
-        config.application_name(name);
-    }
+    let (config, tls) = config_of(url, name)?;
+    let config = postgres::Config::from(config);
     config
         .connect(tls.connector()?)
         .map_err(|cause| PgError::Connect {
             target: target_of(&config),
             cause,
         })
+}
+
+/// [`connect`] for the asynchronous client, on the calling runtime: the session's I/O runs
+/// as a task spawned there, which ends when the returned client is dropped (or the server
+/// closes the session, which the client then reports as closed).
+pub async fn connect_async(url: &str) -> Result<tokio_postgres::Client, PgError> {
+    let (config, tls) = config_of(url, None)?;
+    let (client, connection) =
+        config
+            .connect(tls.connector()?)
+            .await
+            .map_err(|cause| PgError::Connect {
+                target: target_of(&postgres::Config::from(config.clone())),
+                cause,
+            })?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            // The client sees the session closed and says so to its next caller.
+            tracing::debug!(error = %describe(&e), "an asynchronous PostgreSQL session ended");
+        }
+    });
+    Ok(client)
+}
+
+/// The client settings and the TLS options of `url` (the part of the URL the client reads,
+/// and the `sslmode` and certificate parameters [`tls`] reads), with `application_name`
+/// set to `name` unless the URL names one: one reading of a URL for both clients.
+fn config_of(
+    url: &str,
+    name: Option<&str>,
+) -> Result<(tokio_postgres::Config, tls::TlsOptions), PgError> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(PgError::Url(
+            "expected postgres://user:password@host:port/database".into(),
+        ));
+    }
+    let (rest, tls) = tls::TlsOptions::split(url)?;
+    let mut config =
+        tokio_postgres::Config::from_str(&rest).map_err(|e| PgError::Url(e.to_string()))?;
+    if let Some(name) = name
+        && config.get_application_name().is_none()
+    {
+        config.application_name(name);
+    }
+    Ok((config, tls))
 }
 
 /// Opens one session to `url`, asks `SELECT 1` and closes it: whether the database accepts
@@ -766,6 +804,98 @@ mod tests {
                 .await
                 .unwrap_or_else(|e| panic!("round {round}, snapshot: {e}"));
             assert_eq!(snapshot, 7);
+        }
+        store.close();
+    }
+
+    /// On the server's runtime (multi-threaded) a one-statement read runs on the
+    /// asynchronous client: its rows read exactly as the blocking client's do (the same
+    /// mapping code), a read of no row or of no statement answers as before, a second
+    /// statement is still refused, and a session the server says goodbye to is replaced,
+    /// the read running once more there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_statement_reads_run_on_the_asynchronous_client_and_survive_a_goodbye() {
+        use crate::OptionalExtension;
+        type Line = (i64, Option<String>, bool, Option<f64>, Option<Vec<u8>>);
+        fn lines(c: &crate::Tx) -> crate::StoreResult<Vec<Line>> {
+            Ok(c.prepare_cached(
+                "SELECT id, name, flag, score, data FROM t WHERE id >= ?1 ORDER BY id",
+            )?
+            .query_map([1], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<Result<_, _>>()?)
+        }
+        let url = testing::Cluster::shared().fresh_database();
+        let options = crate::StoreOptions {
+            readers: 1,
+            ..crate::StoreOptions::default()
+        };
+        let store = crate::Store::open_postgres(&url, &options).unwrap();
+        store
+            .write(|c| {
+                c.execute_batch(
+                    "CREATE TABLE t (id BIGINT PRIMARY KEY, name TEXT, flag BOOLEAN, \
+                     score DOUBLE PRECISION, data BYTEA); \
+                     INSERT INTO t VALUES (1, 'one', true, 1.5, '\\x0102'), \
+                     (2, NULL, false, NULL, NULL)",
+                )
+            })
+            .await
+            .unwrap();
+        let pool = store.inner.async_reads.clone().unwrap();
+        let expected: Vec<Line> = vec![
+            (1, Some("one".into()), true, Some(1.5), Some(vec![1, 2])),
+            (2, None, false, None, None),
+        ];
+        assert_eq!(store.read(lines).await.unwrap(), expected);
+        assert_eq!(
+            pool.sessions_opened(),
+            0,
+            "a snapshot read is the blocking client's"
+        );
+        assert_eq!(store.read_one(lines).await.unwrap(), expected);
+        assert_eq!(pool.sessions_opened(), 1);
+        let none = store
+            .read_one(|c| {
+                c.cached_row("SELECT name FROM t WHERE id = ?1", [99], |r| {
+                    r.get::<_, String>(0)
+                })
+                .optional()
+            })
+            .await
+            .unwrap();
+        assert_eq!(none, None);
+        assert_eq!(store.read_one(|_| Ok(5)).await.unwrap(), 5);
+        let second = store
+            .read_one(|c| {
+                lines(c)?;
+                lines(c)
+            })
+            .await
+            .unwrap_err();
+        assert!(second.to_string().contains("second statement"), "{second}");
+
+        for round in 0..6 {
+            let pid: i32 = store
+                .read_one(|c| c.query_row("SELECT pg_backend_pid()", [], |r| r.get(0)))
+                .await
+                .unwrap();
+            let url = url.clone();
+            std::thread::spawn(move || {
+                connect(&url)
+                    .unwrap()
+                    .execute("SELECT pg_terminate_backend($1, 10000)", &[&pid])
+                    .unwrap()
+            })
+            .join()
+            .unwrap();
+            let read = store
+                .read_one(lines)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert_eq!(read, expected, "round {round}");
+            assert_eq!(pool.sessions_opened(), round + 2, "round {round}");
         }
         store.close();
     }

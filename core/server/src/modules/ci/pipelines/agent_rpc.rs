@@ -46,12 +46,13 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         .post("/agent/workflows/{workflow_id}/hand-over", hand_over);
 }
 
-/// The agent a request's token belongs to.
+/// The agent a request's token belongs to: one statement, on every call an agent makes,
+/// so `read_one` (on PostgreSQL, no transaction and no hop off the runtime).
 async fn agent(ctx: &Ctx, req: &Request) -> Result<AgentRow, ApiError> {
     let token = auth::bearer(req).ok_or_else(ApiError::unauthorized)?;
     ctx.ci
         .reads
-        .read(move |c| agents::by_token(c, &token))
+        .read_one(move |c| agents::by_token(c, &token))
         .await?
         .ok_or_else(ApiError::unauthorized)
 }
