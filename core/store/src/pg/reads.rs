@@ -14,17 +14,28 @@
 //! ended and took its I/O task along) is found closed or fails its statement: the read then
 //! runs once more on a new session, as the synchronous readers do, and the loss is counted
 //! so the store's other sessions check theirs before their next use.
+//!
+//! A session cut without a word (a peer gone from the network, no reset) would leave its read
+//! waiting for ever, holding one of the pool's sessions. So a read waits at most
+//! [`READ_TIMEOUT`] for its answer; past it, the read fails with the store's `Unavailable`,
+//! the session is dropped (and counted lost), and the next read opens a new one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use rusqlite::types::Value;
 use tokio::sync::Semaphore;
 
 use crate::sql::{PgBind, dollar_placeholders, pg_row_values};
 use crate::{StoreError, StoreResult};
+
+/// How long a one-statement read waits for the database's answer: far past any such read
+/// (indexed look-ups and bounded pages, answered in milliseconds), short enough that a dead
+/// session does not hold a request for minutes.
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A small pool of asynchronous sessions for one-statement reads.
 pub(crate) struct AsyncReaders {
@@ -38,6 +49,8 @@ pub(crate) struct AsyncReaders {
     losses: Option<Arc<AtomicU64>>,
     /// Sessions opened so far (for tests and logs: a reconnect opens one more).
     opened: AtomicU64,
+    /// [`READ_TIMEOUT`], shorter in tests.
+    answer_within: Duration,
 }
 
 /// One asynchronous session and the statements prepared on it. The statements belong to
@@ -56,6 +69,7 @@ impl AsyncReaders {
             idle: Mutex::default(),
             losses,
             opened: AtomicU64::new(0),
+            answer_within: READ_TIMEOUT,
         }
     }
 
@@ -78,14 +92,14 @@ impl AsyncReaders {
             .iter()
             .map(|b| b as &(dyn tokio_postgres::types::ToSql + Sync))
             .collect();
-        let mut result = session.query(sql, &refs).await;
+        let mut result = self.answered(&mut session, sql, &refs).await?;
         if let Err(e) = &result
             && (session.client.is_closed() || e.ends_session())
         {
             self.lost();
             tracing::info!(error = %e, "a lost asynchronous PostgreSQL reader session is replaced");
             session = self.open().await?;
-            result = session.query(sql, &refs).await;
+            result = self.answered(&mut session, sql, &refs).await?;
         }
         if !session.client.is_closed() {
             self.idle
@@ -94,6 +108,30 @@ impl AsyncReaders {
                 .push(session);
         }
         result
+    }
+
+    /// `session`'s answer to `sql`; `Err` (the session then dropped and counted lost) when
+    /// none came within [`READ_TIMEOUT`].
+    async fn answered(
+        &self,
+        session: &mut AsyncSession,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> StoreResult<StoreResult<Vec<Vec<Value>>>> {
+        match tokio::time::timeout(self.answer_within, session.query(sql, params)).await {
+            Ok(result) => Ok(result),
+            Err(_) => {
+                self.lost();
+                tracing::warn!(
+                    timeout_ms = self.answer_within.as_millis() as u64,
+                    "a PostgreSQL read got no answer in time; its session is dropped"
+                );
+                Err(StoreError::Unavailable(format!(
+                    "the database did not answer a read within {} ms",
+                    self.answer_within.as_millis()
+                )))
+            }
+        }
     }
 
     /// An idle session that is still open (closed ones are dropped on the way).
@@ -243,6 +281,29 @@ mod tests {
         assert!(pool.query("SELECT 1", &[]).await.is_err());
         assert_eq!(pool.sessions_opened(), 0);
         assert_eq!(pool.slots.available_permits(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_read_without_an_answer_in_time_fails_and_frees_its_session() {
+        let url = Cluster::shared().fresh_database();
+        let losses = Arc::new(AtomicU64::new(0));
+        let mut pool = AsyncReaders::new(&url, 1, Some(losses.clone()));
+        pool.answer_within = Duration::from_millis(200);
+        let started = std::time::Instant::now();
+        let err = pool
+            .query("SELECT CAST(1 AS BIGINT) FROM pg_sleep(2)", &[])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Unavailable(ref m) if m.contains("did not answer")),
+            "{err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1), "it waited");
+        assert!(losses.load(Ordering::Acquire) >= 1, "the loss is counted");
+        // The one session's slot is free again, and the next read gets a new session.
+        let rows = pool.query("SELECT CAST(2 AS BIGINT)", &[]).await.unwrap();
+        assert_eq!(rows, vec![vec![Value::Integer(2)]]);
+        assert_eq!(pool.sessions_opened(), 2);
     }
 
     #[tokio::test]
