@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::forge_fakes::{
     ACCESS_PREFIX, CLIENT_ID, CLIENT_SECRET, GOOD_CODE, Kind, REFRESH_PREFIX, Shared, answer, fake,
 };
 use crate::pipelines::wait_for;
 use crate::plugins::{fake_service, plugins_table};
-use crate::util::{TestServer, first_party_plugins, git};
+use crate::util::{Principals, TestServer, first_party_plugins, git};
 use crate::web::{Browser, globals};
 
 /// Where the round trip's pipelines run.
@@ -1374,28 +1374,7 @@ async fn github_activation_by_id_looks_the_repository_up_by_id() {
 
 #[tokio::test]
 async fn sign_in_needs_an_open_server_or_an_admin_login() {
-    let dist = first_party_plugins();
-    let data = tempfile::tempdir().unwrap();
-    let state = fake(Kind::GitHub, "");
-    let fake = state.clone();
-    let api = fake_service(move |r| Some(answer(&fake, r))).await;
-    let instance = format!(
-        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nconfig = {{ api-url = \"http://{api}\" }}\n"
-    );
-    let tables = plugins_table(&dist, false, &instance);
-    let s = TestServer::start_in_with_tables(data, "", &tables).await;
-    let p = s.principals().await;
-    let body = json!({"type": "github", "url": format!("http://{api}"), "client": CLIENT_ID,
-                      "oauth_client_secret": CLIENT_SECRET, "orgs": ["octo"],
-                      "additional_options": {"plugin": "github"}});
-    let forge = s
-        .http
-        .post("/api/forges", Some(&p.admin), &body.to_string())
-        .await
-        .expect(200)
-        .json()["id"]
-        .as_i64()
-        .unwrap();
+    let (s, p, forge) = github_sign_in_server("", json!(["octo"])).await;
     let mut browser = Browser::new(&s.http);
     let state = start_sign_in(&mut browser, forge).await;
     assert_eq!(
@@ -1452,28 +1431,7 @@ async fn sign_in_needs_an_open_server_or_an_admin_login() {
 /// dropped: the browser lands on the home page).
 #[tokio::test]
 async fn sign_in_through_the_forge_returns_to_the_page_that_asked_for_it() {
-    let dist = first_party_plugins();
-    let data = tempfile::tempdir().unwrap();
-    let state = fake(Kind::GitHub, "");
-    let fake = state.clone();
-    let api = fake_service(move |r| Some(answer(&fake, r))).await;
-    let instance = format!(
-        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nconfig = {{ api-url = \"http://{api}\" }}\n"
-    );
-    let tables = plugins_table(&dist, false, &instance);
-    let s = TestServer::start_in_with_tables(data, "#open", &tables).await;
-    let p = s.principals().await;
-    let body = json!({"type": "github", "url": format!("http://{api}"), "client": CLIENT_ID,
-                      "oauth_client_secret": CLIENT_SECRET,
-                      "additional_options": {"plugin": "github"}});
-    let forge = s
-        .http
-        .post("/api/forges", Some(&p.admin), &body.to_string())
-        .await
-        .expect(200)
-        .json()["id"]
-        .as_i64()
-        .unwrap();
+    let (s, _, forge) = github_sign_in_server("#open", json!([])).await;
 
     // The login page a private page sent the browser to: its forge button keeps `next`.
     let next = "%2Frepos%2F7%3Fpage%3D2";
@@ -1601,4 +1559,35 @@ async fn a_forge_marked_skip_verify_is_reached_over_self_signed_tls() {
             .any(|r| r["full_name"] == "octo/app"),
         "{listed}"
     );
+}
+
+/// A server (`extra` added to its `[server]` table) with a GitHub forge served by the
+/// first-party plugin against a fake GitHub, that forge's sign-in limited to `orgs` (none:
+/// anyone): the server, its principals and the forge's id.
+async fn github_sign_in_server(extra: &str, orgs: Value) -> (TestServer, Principals, i64) {
+    let dist = first_party_plugins();
+    let data = tempfile::tempdir().unwrap();
+    let fake = fake(Kind::GitHub, "");
+    let api = fake_service(move |r| Some(answer(&fake, r))).await;
+    let instance = format!(
+        "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nallowed_hosts = [\"http://{api}\"]\nconfig = {{ api-url = \"http://{api}\" }}\n"
+    );
+    let tables = plugins_table(&dist, false, &instance);
+    let s = TestServer::start_in_with_tables(data, extra, &tables).await;
+    let p = s.principals().await;
+    let mut body = json!({"type": "github", "url": format!("http://{api}"), "client": CLIENT_ID,
+                          "oauth_client_secret": CLIENT_SECRET,
+                          "additional_options": {"plugin": "github"}});
+    if orgs.as_array().is_some_and(|o| !o.is_empty()) {
+        body["orgs"] = orgs;
+    }
+    let forge = s
+        .http
+        .post("/api/forges", Some(&p.admin), &body.to_string())
+        .await
+        .expect(200)
+        .json()["id"]
+        .as_i64()
+        .unwrap();
+    (s, p, forge)
 }

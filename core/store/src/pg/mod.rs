@@ -763,6 +763,27 @@ mod tests {
         store.close();
     }
 
+    /// Tells PostgreSQL to end the backend of the session `store`'s next one-statement read
+    /// runs on, from a session of its own; waits up to `wait_ms` for it to end (0: not at all).
+    async fn end_the_reader(store: &crate::Store, url: &str, wait_ms: i64) {
+        let pid: i32 = store
+            .read_one(|c| c.query_row("SELECT pg_backend_pid()", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        let url = url.to_string();
+        std::thread::spawn(move || {
+            let mut client = connect(&url).unwrap();
+            if wait_ms > 0 {
+                client.execute("SELECT pg_terminate_backend($1, $2)", &[&pid, &wait_ms])
+            } else {
+                client.execute("SELECT pg_terminate_backend($1)", &[&pid])
+            }
+            .unwrap()
+        })
+        .join()
+        .unwrap();
+    }
+
     /// A session PostgreSQL says goodbye to (`pg_terminate_backend`, or a fast stop: each
     /// session gets `FATAL 57P01` before its socket closes) is lost at once: a read sent
     /// right after the goodbye, which may get the FATAL error before the client sees the
@@ -776,21 +797,7 @@ mod tests {
         };
         let store = crate::Store::open_postgres(&url, &options).unwrap();
         // The one reader's backend is told to end, not waited for.
-        let say_goodbye = || async {
-            let pid: i32 = store
-                .read_one(|c| c.query_row("SELECT pg_backend_pid()", [], |r| r.get(0)))
-                .await
-                .unwrap();
-            let url = url.clone();
-            std::thread::spawn(move || {
-                connect(&url)
-                    .unwrap()
-                    .execute("SELECT pg_terminate_backend($1)", &[&pid])
-                    .unwrap()
-            })
-            .join()
-            .unwrap();
-        };
+        let say_goodbye = || end_the_reader(&store, &url, 0);
         for round in 0..12 {
             say_goodbye().await;
             let one = store
@@ -877,19 +884,7 @@ mod tests {
         assert!(second.to_string().contains("second statement"), "{second}");
 
         for round in 0..6 {
-            let pid: i32 = store
-                .read_one(|c| c.query_row("SELECT pg_backend_pid()", [], |r| r.get(0)))
-                .await
-                .unwrap();
-            let url = url.clone();
-            std::thread::spawn(move || {
-                connect(&url)
-                    .unwrap()
-                    .execute("SELECT pg_terminate_backend($1, 10000)", &[&pid])
-                    .unwrap()
-            })
-            .join()
-            .unwrap();
+            end_the_reader(&store, &url, 10_000).await;
             let read = store
                 .read_one(lines)
                 .await
