@@ -76,6 +76,14 @@ struct BitbucketDc;
 woodlark_plugin_sdk::forge_adapter!(BitbucketDc);
 
 impl ForgeAdapter for BitbucketDc {
+    const OAUTH: Option<oauth::Endpoints> = Some(oauth::Endpoints {
+        authorize: "/rest/oauth2/latest/authorize",
+        token: "/rest/oauth2/latest/token",
+        scope: SCOPES,
+        basic_auth: false,
+        default_root: "",
+    });
+
     fn recognize(headers: &[Header]) -> bool {
         header(headers, "x-event-key").is_some() && header(headers, "x-request-id").is_some()
     }
@@ -244,23 +252,10 @@ impl ForgeAdapter for BitbucketDc {
             |v, _| more_pages(v),
         )
     }
+    /// The scopes are the configuration's ([`scopes`]), the endpoints the trait's.
     fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
-        let endpoint = format!(
-            "{}/rest/oauth2/latest/authorize",
-            oauth::browser_root(&client)
-        );
-        Ok(oauth::authorize_url(&endpoint, &client, &scopes(), &state))
-    }
-
-    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
-        oauth::exchange(&token_url(&client), &client, &code)
-    }
-
-    fn refresh_token(
-        client: OauthClient,
-        refresh_token: String,
-    ) -> Result<OauthToken, PluginError> {
-        oauth::refresh(&token_url(&client), &client, &refresh_token)
+        let oauth = Self::OAUTH.ok_or_else(|| unsupported("authorize-url"))?;
+        Ok(oauth.authorize_url(&client, &scopes(), &state))
     }
 
     /// As upstream: the slug from `whoami` (plain text; `@` read as `_`), then the user.
@@ -440,14 +435,6 @@ fn scopes() -> String {
         Some("true") => format!("{SCOPES} PROJECT_ADMIN"),
         _ => SCOPES.to_string(),
     }
-}
-
-/// The token endpoint, on the server (not the browser's `oauth_host`).
-fn token_url(client: &OauthClient) -> String {
-    format!(
-        "{}/rest/oauth2/latest/token",
-        client.forge_url.trim_end_matches('/')
-    )
 }
 
 /// `start=…&limit=…` for a page (from 1) of `per_page` (0: 100, at most 100).

@@ -55,6 +55,14 @@ struct Bitbucket;
 woodlark_plugin_sdk::forge_adapter!(Bitbucket);
 
 impl ForgeAdapter for Bitbucket {
+    const OAUTH: Option<oauth::Endpoints> = Some(oauth::Endpoints {
+        authorize: "/site/oauth2/authorize",
+        token: "/site/oauth2/access_token",
+        scope: "",
+        basic_auth: true,
+        default_root: WEB,
+    });
+
     fn recognize(headers: &[Header]) -> bool {
         // Bitbucket Data Center sends `X-Event-Key` too, with `X-Request-Id`.
         if header(headers, "x-request-id").is_some() {
@@ -223,26 +231,6 @@ impl ForgeAdapter for Bitbucket {
             |v, _| !str_at(v, "/next").is_empty(),
         )
     }
-    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
-        let root = match oauth::browser_root(&client) {
-            "" => WEB.to_string(),
-            root => root.to_string(),
-        };
-        let endpoint = format!("{root}/site/oauth2/authorize");
-        Ok(oauth::authorize_url(&endpoint, &client, "", &state))
-    }
-
-    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
-        oauth::exchange_basic(&token_url(&client), &client, &code)
-    }
-
-    fn refresh_token(
-        client: OauthClient,
-        refresh_token: String,
-    ) -> Result<OauthToken, PluginError> {
-        oauth::refresh_basic(&token_url(&client), &client, &refresh_token)
-    }
-
     fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
         let client = ApiClient::bearer(&ctx);
         let user = client.get_found(&format!("{}/user", api()), || {
@@ -400,13 +388,6 @@ const MAX_KEY_LEN: usize = 40;
 /// `pagelen` as the endpoint takes it: 1 to `max` (0: `max`).
 fn page_len(n: u32, max: u32) -> u32 {
     if n == 0 { max } else { n.min(max) }
-}
-
-/// The token endpoint on the forge's web root (not the browser's `oauth_host`).
-fn token_url(client: &OauthClient) -> String {
-    let root = client.forge_url.trim_end_matches('/');
-    let root = if root.is_empty() { WEB } else { root };
-    format!("{root}/site/oauth2/access_token")
 }
 
 /// Upstream's permissions for Bitbucket's `admin`, `write` and `read` (anything listed can

@@ -52,6 +52,14 @@ struct GitHub;
 woodlark_plugin_sdk::forge_adapter!(GitHub);
 
 impl ForgeAdapter for GitHub {
+    const OAUTH: Option<oauth::Endpoints> = Some(oauth::Endpoints {
+        authorize: "/login/oauth/authorize",
+        token: "/login/oauth/access_token",
+        scope: SCOPES,
+        basic_auth: false,
+        default_root: "",
+    });
+
     fn recognize(headers: &[Header]) -> bool {
         header(headers, "x-github-event").is_some()
             && ["x-gitea-event", "x-forgejo-event", "x-gogs-event"]
@@ -187,24 +195,6 @@ impl ForgeAdapter for GitHub {
             |_, items| items == 100,
         )
     }
-    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
-        let endpoint = format!("{}/login/oauth/authorize", oauth::browser_root(&client));
-        Ok(oauth::authorize_url(&endpoint, &client, SCOPES, &state))
-    }
-
-    /// OAuth apps' tokens do not expire (no `expires_in`, no refresh token); GitHub Apps'
-    /// user tokens do, and come with a refresh token.
-    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
-        oauth::exchange(&token_url(&client), &client, &code)
-    }
-
-    fn refresh_token(
-        client: OauthClient,
-        refresh_token: String,
-    ) -> Result<OauthToken, PluginError> {
-        oauth::refresh(&token_url(&client), &client, &refresh_token)
-    }
-
     fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
         let api = api_url(&ctx);
         let client = ApiClient::bearer(&ctx);
@@ -346,14 +336,6 @@ fn per_page(n: u32) -> u32 {
     } else {
         n.min(MAX_PER_PAGE)
     }
-}
-
-/// GitHub's token endpoint, on the forge's web root (not the browser's `oauth_host`).
-fn token_url(client: &OauthClient) -> String {
-    format!(
-        "{}/login/oauth/access_token",
-        client.forge_url.trim_end_matches('/')
-    )
 }
 
 /// `permissions` of a GitHub repository object (absent: no access).

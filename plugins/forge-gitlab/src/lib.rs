@@ -67,6 +67,14 @@ struct GitLab;
 woodlark_plugin_sdk::forge_adapter!(GitLab);
 
 impl ForgeAdapter for GitLab {
+    const OAUTH: Option<oauth::Endpoints> = Some(oauth::Endpoints {
+        authorize: "/oauth/authorize",
+        token: "/oauth/token",
+        scope: SCOPE,
+        basic_auth: false,
+        default_root: "",
+    });
+
     fn recognize(headers: &[Header]) -> bool {
         header(headers, "x-gitlab-event").is_some()
     }
@@ -221,22 +229,6 @@ impl ForgeAdapter for GitLab {
             |_, items| items == 100,
         )
     }
-    fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
-        let endpoint = format!("{}/oauth/authorize", oauth::browser_root(&client));
-        Ok(oauth::authorize_url(&endpoint, &client, SCOPE, &state))
-    }
-
-    fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
-        oauth::exchange(&token_url(&client), &client, &code)
-    }
-
-    fn refresh_token(
-        client: OauthClient,
-        refresh_token: String,
-    ) -> Result<OauthToken, PluginError> {
-        oauth::refresh(&token_url(&client), &client, &refresh_token)
-    }
-
     fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
         let user = ApiClient::bearer(&ctx).get_found(&format!("{}/user", api(&ctx)), || {
             denied("GitLab: no user for this token")
@@ -401,11 +393,6 @@ fn per_page(n: u32) -> u32 {
     } else {
         n.min(MAX_PER_PAGE)
     }
-}
-
-/// The token endpoint, on the forge's own URL (not the browser's `oauth_host`).
-fn token_url(client: &OauthClient) -> String {
-    format!("{}/oauth/token", client.forge_url.trim_end_matches('/'))
 }
 
 /// A URL GitLab gave relative to the instance (avatars), made absolute as upstream does.

@@ -372,33 +372,6 @@ fn limit(n: u32) -> u32 {
     }
 }
 
-/// `<oauth host or forge>/login/oauth/authorize`; Gitea grants API access by the app's
-/// own settings, so no scope is asked for (as upstream).
-pub fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
-    let endpoint = format!("{}/login/oauth/authorize", oauth::browser_root(&client));
-    Ok(oauth::authorize_url(&endpoint, &client, "", &state))
-}
-
-/// The token endpoint, on the forge's own URL (not the browser's `oauth_host`).
-fn token_url(client: &OauthClient) -> String {
-    format!(
-        "{}/login/oauth/access_token",
-        client.forge_url.trim_end_matches('/')
-    )
-}
-
-/// Gitea's access tokens expire (one hour by default) and come with a refresh token.
-pub fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
-    oauth::exchange(&token_url(&client), &client, &code)
-}
-
-pub fn refresh_token(
-    client: OauthClient,
-    refresh_token: String,
-) -> Result<OauthToken, PluginError> {
-    oauth::refresh(&token_url(&client), &client, &refresh_token)
-}
-
 /// A URL Gitea gave relative to the instance (avatars), made absolute on `forge_url`.
 fn absolute(forge_url: &str, url: String) -> String {
     if url.starts_with('/') {
@@ -553,6 +526,15 @@ pub fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginErro
     oauth::netrc_for(&clone_url, login, password)
 }
 
+/// The Gitea family's OAuth 2 endpoints (no scopes: Gitea grants what the app was given).
+pub const OAUTH: oauth::Endpoints = oauth::Endpoints {
+    authorize: "/login/oauth/authorize",
+    token: "/login/oauth/access_token",
+    scope: "",
+    basic_auth: false,
+    default_root: "",
+};
+
 /// The API half of a Gitea-family [`ForgeAdapter`] impl: every method but `recognize` and
 /// `parse_hook` (which differ by event and signature headers), forwarding to this crate.
 /// `$hook_type` is the webhook `type` the forge's API expects (`"gitea"`, `"forgejo"`).
@@ -567,6 +549,8 @@ pub fn netrc(ctx: ApiContext, clone_url: String) -> Result<NetrcInfo, PluginErro
 #[macro_export]
 macro_rules! gitea_api_methods {
     ($hook_type:literal) => {
+        const OAUTH: Option<oauth::Endpoints> = Some($crate::OAUTH);
+
         fn repo_info(ctx: ApiContext, full_name: String) -> Result<Repo, PluginError> {
             $crate::repo_info(ctx, full_name)
         }
@@ -630,21 +614,6 @@ macro_rules! gitea_api_methods {
         ) -> Result<Vec<String>, PluginError> {
             $crate::pr_changed_files(ctx, full_name, pr_number)
         }
-        fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
-            $crate::authorize_url(client, state)
-        }
-
-        fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
-            $crate::exchange_code(client, code)
-        }
-
-        fn refresh_token(
-            client: OauthClient,
-            refresh_token: String,
-        ) -> Result<OauthToken, PluginError> {
-            $crate::refresh_token(client, refresh_token)
-        }
-
         fn current_user(ctx: ApiContext) -> Result<ForgeUser, PluginError> {
             $crate::current_user(ctx)
         }

@@ -36,6 +36,10 @@ pub fn unsupported(function: &str) -> PluginError {
 
 /// A forge adapter. Only `recognize` and `parse_hook` are required.
 pub trait ForgeAdapter {
+    /// The forge's OAuth 2 endpoints: with them the sign-in functions (`authorize_url`,
+    /// `exchange_code`, `refresh_token`) need no code of the adapter's own.
+    const OAUTH: Option<oauth::Endpoints> = None;
+
     /// True when the headers say the request comes from this adapter's forge.
     fn recognize(headers: &[Header]) -> bool;
 
@@ -135,14 +139,14 @@ pub trait ForgeAdapter {
     /// The URL that starts the forge's OAuth sign-in (no I/O): the forge sends the browser
     /// back to `client.redirect_uri` with a `code` and this `state`.
     fn authorize_url(client: OauthClient, state: String) -> Result<String, PluginError> {
-        let _ = (client, state);
-        Err(unsupported("authorize-url"))
+        let oauth = Self::OAUTH.ok_or_else(|| unsupported("authorize-url"))?;
+        Ok(oauth.authorize_url(&client, oauth.scope, &state))
     }
 
     /// Trades the callback's `code` for tokens ([`oauth::exchange`] does the usual POST).
     fn exchange_code(client: OauthClient, code: String) -> Result<OauthToken, PluginError> {
-        let _ = (client, code);
-        Err(unsupported("exchange-code"))
+        let oauth = Self::OAUTH.ok_or_else(|| unsupported("exchange-code"))?;
+        oauth.exchange(&client, &code)
     }
 
     /// A fresh access token from a refresh token.
@@ -150,8 +154,8 @@ pub trait ForgeAdapter {
         client: OauthClient,
         refresh_token: String,
     ) -> Result<OauthToken, PluginError> {
-        let _ = (client, refresh_token);
-        Err(unsupported("refresh-token"))
+        let oauth = Self::OAUTH.ok_or_else(|| unsupported("refresh-token"))?;
+        oauth.refresh(&client, &refresh_token)
     }
 
     /// The account `ctx.token` belongs to.

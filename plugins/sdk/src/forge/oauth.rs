@@ -9,6 +9,72 @@ use super::{NetrcInfo, OauthClient, OauthToken, PluginError, denied, unavailable
 use crate::http;
 use crate::json::{str_at, u64_at};
 
+/// A forge's OAuth 2 endpoints, the one thing that differs between forges' sign-ins: an
+/// adapter that names them in [`super::ForgeAdapter::OAUTH`] gets `authorize-url`,
+/// `exchange-code` and `refresh-token` from the trait's defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoints {
+    /// The authorize path, below the browser's root ([`browser_root`]).
+    pub authorize: &'static str,
+    /// The token path, below the forge's URL (the server calls it, never the browser).
+    pub token: &'static str,
+    /// The scopes asked for ("" asks for none).
+    pub scope: &'static str,
+    /// The client's id and secret go in an HTTP Basic header (Bitbucket's token endpoints),
+    /// not in the form body.
+    pub basic_auth: bool,
+    /// The root when the client names none (a cloud forge's own host), else "".
+    pub default_root: &'static str,
+}
+
+impl Endpoints {
+    /// `root`, or [`Endpoints::default_root`] when it is empty.
+    fn or_default<'a>(&self, root: &'a str) -> &'a str {
+        if root.is_empty() {
+            self.default_root
+        } else {
+            root
+        }
+    }
+
+    /// The URL that starts the sign-in, with `scope` ([`Endpoints::scope`] unless an adapter
+    /// decides it at run time).
+    pub fn authorize_url(&self, client: &OauthClient, scope: &str, state: &str) -> String {
+        let root = self.or_default(browser_root(client));
+        authorize_url(&format!("{root}{}", self.authorize), client, scope, state)
+    }
+
+    /// The token endpoint's URL.
+    pub fn token_url(&self, client: &OauthClient) -> String {
+        let root = self.or_default(client.forge_url.trim_end_matches('/'));
+        format!("{root}{}", self.token)
+    }
+
+    /// Trades `code` for tokens ([`exchange`] or [`exchange_basic`]).
+    pub fn exchange(&self, client: &OauthClient, code: &str) -> Result<OauthToken, PluginError> {
+        let url = self.token_url(client);
+        if self.basic_auth {
+            exchange_basic(&url, client, code)
+        } else {
+            exchange(&url, client, code)
+        }
+    }
+
+    /// A fresh access token ([`refresh`] or [`refresh_basic`]).
+    pub fn refresh(
+        &self,
+        client: &OauthClient,
+        refresh_token: &str,
+    ) -> Result<OauthToken, PluginError> {
+        let url = self.token_url(client);
+        if self.basic_auth {
+            refresh_basic(&url, client, refresh_token)
+        } else {
+            refresh(&url, client, refresh_token)
+        }
+    }
+}
+
 /// Where browsers sign in: the client's `oauth_host`, else its `forge_url`, without a
 /// trailing slash.
 pub fn browser_root(client: &OauthClient) -> &str {
@@ -265,6 +331,42 @@ mod tests {
             redirect_uri: "https://ci.example/authorize".into(),
             skip_verify: false,
         }
+    }
+
+    #[test]
+    fn endpoints_put_the_authorize_path_below_the_browser_and_the_token_below_the_forge() {
+        const CLOUD: Endpoints = Endpoints {
+            authorize: "/site/oauth2/authorize",
+            token: "/site/oauth2/access_token",
+            scope: "",
+            basic_auth: true,
+            default_root: "https://cloud.example",
+        };
+        let mut c = client();
+        c.oauth_host = "https://sso.example/".into();
+        assert_eq!(
+            CLOUD.token_url(&c),
+            "https://git.example.com/site/oauth2/access_token"
+        );
+        assert!(
+            CLOUD
+                .authorize_url(&c, "", "s")
+                .starts_with("https://sso.example/site/oauth2/authorize?client_id=id%201&"),
+            "{}",
+            CLOUD.authorize_url(&c, "", "s")
+        );
+        // No URL configured: the cloud forge's own host.
+        c.forge_url = String::new();
+        c.oauth_host = String::new();
+        assert_eq!(
+            CLOUD.token_url(&c),
+            "https://cloud.example/site/oauth2/access_token"
+        );
+        assert!(
+            CLOUD
+                .authorize_url(&c, "", "s")
+                .starts_with("https://cloud.example/site/oauth2/authorize?")
+        );
     }
 
     #[test]
