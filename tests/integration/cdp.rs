@@ -575,6 +575,17 @@ impl Page {
         self.width.store(width, Ordering::Relaxed);
     }
 
+    /// Presses Tab, as a keyboard user moves to the next control.
+    pub async fn press_tab(&self) {
+        for kind in ["keyDown", "keyUp"] {
+            self.call(
+                "Input.dispatchKeyEvent",
+                json!({"type": kind, "key": "Tab", "code": "Tab", "windowsVirtualKeyCode": 9}),
+            )
+            .await;
+        }
+    }
+
     /// What `prefers-color-scheme` answers from now on: `"light"` or `"dark"`.
     pub async fn color_scheme(&self, scheme: &str) {
         self.call(

@@ -26,6 +26,7 @@
 
 mod util;
 
+mod a11y;
 mod approval;
 mod authz;
 mod backups;

@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::a11y;
 use crate::browser::login_link;
 use crate::cdp::{self, Browser, Page};
 use crate::pipelines::{push_files, step_of, wait_for};
@@ -37,6 +38,9 @@ async fn shoot(page: &Page, name: &str) {
         let mut shots = Vec::new();
         for scheme in ["light", "dark"] {
             page.color_scheme(scheme).await;
+            if width == cdp::WIDTH {
+                a11y::audit(page, name, scheme).await;
+            }
             let path = dir.join(format!("{name}{suffix}-{scheme}.png"));
             let png = page.screenshot(&path).await;
             assert!(png.starts_with(b"\x89PNG"), "{}", path.display());
@@ -103,7 +107,17 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
         )
         .await
         .expect(200);
-    let hello = "steps:\n  - name: hello\n    image: sh\n    commands: [\"echo read in the built-in UI\"]\n";
+    // The second command prints the sixteen ANSI colours, which the audit reads against the
+    // log's background in both schemes.
+    let hello = r#"steps:
+  - name: hello
+    image: sh
+    commands:
+      - echo read in the built-in UI
+      - printf "$COLOURS"
+    environment:
+      COLOURS: '\033[30mc0 \033[31mc1 \033[32mc2 \033[33mc3 \033[34mc4 \033[35mc5 \033[36mc6 \033[37mc7 \033[90mc8 \033[91mc9 \033[92mc10 \033[93mc11 \033[94mc12 \033[95mc13 \033[96mc14 \033[97mc15\033[0m\n'
+"#;
     push_files(&s, "alice/app", &[(".woodpecker.yaml", hello)], "first").await;
     let done = wait_for(&s.http, &p.alice, id, 1, 60, |p| p["status"] == "success").await;
     let hello_pid = step_of(&done, "hello")["pid"].as_i64().unwrap();
@@ -119,6 +133,7 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
     assert_eq!(page.eval(admin_link).await, false, "not an instance admin");
     assert_eq!(page.text("#repo-list .repo-name").await, "alice/app");
     assert_eq!(page.text("#repo-list .status").await, "success");
+    a11y::check_the_audit(&page).await;
     shoot(&page, "repos").await;
 
     // The repository's pipelines, and the finished one's steps.
@@ -142,7 +157,13 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
     assert_eq!(
         page.eval("document.querySelectorAll('#log .line').length")
             .await,
-        2
+        4
+    );
+    assert_eq!(
+        page.eval("document.querySelectorAll('#log .line [class^=f]').length")
+            .await,
+        16,
+        "the colours: {log}"
     );
     shoot(&page, "log").await;
 
