@@ -981,11 +981,11 @@ where
     }
     let deferred = sql::Deferred::default();
     let mut result = pass(&deferred, kind, f);
-    let mut read = None;
+    let mut read: Option<pg::reads::Lease<'_>> = None;
     loop {
         let Some((statement, binds)) = deferred.take_statement() else {
             if let Some(read) = read {
-                pg::reads::Lease::end(read).await;
+                read.end();
             }
             return (!deferred.needs_session()).then_some(result);
         };
@@ -995,7 +995,7 @@ where
                 "a long read moves to a synchronous PostgreSQL session"
             );
             if let Some(read) = read {
-                pg::reads::Lease::end(read).await;
+                read.end();
             }
             return None;
         }
@@ -1011,7 +1011,7 @@ where
             Ok(rows) => rows,
             Err(e) => {
                 if let Some(read) = read {
-                    pg::reads::Lease::end(read).await;
+                    read.end();
                 }
                 return Some(Err(e));
             }
