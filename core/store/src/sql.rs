@@ -185,12 +185,15 @@ pub(crate) struct Deferred {
     statement: RefCell<Option<(String, Vec<PgBind>)>>,
     /// The statements answered so far, in the order the closure runs them, with their rows
     /// (shared: every later pass reads them again).
-    answers: RefCell<Vec<(String, std::sync::Arc<Vec<Vec<Value>>>)>>,
+    answers: RefCell<Vec<(String, Answer)>>,
     /// How many of `answers` this pass has used.
     used: std::cell::Cell<usize>,
     /// The closure asked for what only a synchronous session does (a batch of statements).
     needs_session: std::cell::Cell<bool>,
 }
+
+/// A statement's rows as PostgreSQL sent them, shared by the passes that read them.
+type Answer = std::sync::Arc<Vec<Vec<Value>>>;
 
 /// A pass's error for a statement it has no answer for: never seen outside the store (a later
 /// pass replaces it).
@@ -231,11 +234,7 @@ impl Deferred {
 
     /// The rows of `sql` when a pass before ran it in this place; else keeps `sql` and
     /// `values` (unless a statement is kept already) and fails the statement.
-    fn fetch(
-        &self,
-        sql: &str,
-        values: &[&dyn ToSql],
-    ) -> StoreResult<std::sync::Arc<Vec<Vec<Value>>>> {
+    fn fetch(&self, sql: &str, values: &[&dyn ToSql]) -> StoreResult<Answer> {
         let used = self.used.get();
         if let Some((answered, rows)) = self.answers.borrow().get(used) {
             if answered != sql {
@@ -568,10 +567,7 @@ impl<'c> Stmt<'c> {
 
     /// PostgreSQL: every row of the statement, from one round trip (or, deferred, from the
     /// asynchronous client's); `None` on SQLite, which steps through them.
-    fn pg_rows(
-        &mut self,
-        values: &[&dyn ToSql],
-    ) -> Option<StoreResult<std::sync::Arc<Vec<Vec<Value>>>>> {
+    fn pg_rows(&mut self, values: &[&dyn ToSql]) -> Option<StoreResult<Answer>> {
         match self {
             Stmt::Postgres(pg, statement) => {
                 Some(pg.rows(statement, values).map(std::sync::Arc::new))
@@ -667,10 +663,7 @@ impl<'c> Stmt<'c> {
 /// Rows being read ([`Stmt::query`]).
 pub(crate) enum Rows<'s> {
     Sqlite(rusqlite::Rows<'s>),
-    Postgres {
-        rows: std::sync::Arc<Vec<Vec<Value>>>,
-        next: usize,
-    },
+    Postgres { rows: Answer, next: usize },
 }
 
 impl Rows<'_> {
