@@ -423,7 +423,7 @@ impl Queue {
             .logs
             .read(move |c| {
                 let mut out = BTreeMap::new();
-                for id in ids {
+                for &id in &ids {
                     let next = logs::next_line(c, id)?;
                     if next > 0 {
                         out.insert(id, next);

@@ -56,11 +56,12 @@ impl Reads {
         Reads(store)
     }
 
-    /// [`Store::read`]: a short read on a read-only connection.
+    /// [`Store::read`]: a short read on a read-only connection (on PostgreSQL `f` may run
+    /// more than once: see there).
     pub async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
         self.0.read(f).await
     }

@@ -704,12 +704,19 @@ impl Store {
     /// the blocking pool costs more than the query itself. Reads that may take milliseconds
     /// (a whole log, sweeps over a table) go through [`Store::read_blocking`] instead. A
     /// panicking `f` becomes an error and its connection goes back to the pool.
+    ///
+    /// On PostgreSQL the statements see one snapshot (a `REPEATABLE READ, READ ONLY`
+    /// transaction). Called on a multi-threaded runtime (the server's), they run on the
+    /// asynchronous client without leaving the runtime (`pg::reads`): `f` runs once per
+    /// statement and once more, each time over the rows its earlier statements got (see
+    /// `sql::Deferred`), so it must run the same statements given the same rows, and should
+    /// not run many (past a few it moves to the blocking client, as it does for a batch).
     pub async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Tx) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
-        self.read_as(ReadKind::Snapshot, once(f)).await
+        self.read_as(ReadKind::Snapshot, f).await
     }
 
     /// [`Store::read`] for a closure that runs exactly one statement. On PostgreSQL it runs
@@ -740,12 +747,13 @@ impl Store {
         F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
         if self.dialect() == Dialect::Postgres {
-            if kind == ReadKind::OneStatement
-                && let Some(reads) = &self.inner.async_reads
+            let mut f = f;
+            if let Some(reads) = &self.inner.async_reads
                 && tokio::runtime::Handle::try_current()
                     .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+                && let Some(result) = read_async(reads, kind, &mut f).await
             {
-                return read_one_async(reads, f).await;
+                return result;
             }
             // The blocking client blocks on a runtime of its own: never on a runtime worker.
             return self.read_blocking_as(kind, f).await;
@@ -939,33 +947,78 @@ where
     result?
 }
 
-/// [`Store::read_one`] on PostgreSQL's asynchronous client: `f`'s statement is taken from a
-/// first pass, run by `reads`, and its rows are read by a second pass ([`sql::Deferred`]),
-/// so the rows are mapped by the same code as on every other path. A panic in `f` is an
-/// error, as in [`run_read`].
-async fn read_one_async<T, F>(reads: &pg::reads::AsyncReaders, mut f: F) -> StoreResult<T>
+/// Statements a read runs on the asynchronous client before it moves to a synchronous session:
+/// each statement there runs the closure once more over the rows read so far
+/// ([`sql::Deferred`]), which for a read of many statements (a loop of look-ups) would cost
+/// more than the thread hop it saves. Every read a request makes runs far fewer.
+const ASYNC_STATEMENTS: usize = 16;
+
+/// A read on PostgreSQL's asynchronous client (`pg::reads`): `f` runs in passes
+/// ([`sql::Deferred`]), each statement it names is run on one session of `reads` (all in one
+/// snapshot for a [`ReadKind::Snapshot`]), and the pass that names no new statement is the
+/// answer, so the rows are mapped by the same code as on every other path. `None` when the
+/// read must run on a synchronous session instead (a batch, or over [`ASYNC_STATEMENTS`]
+/// statements), its snapshot let go. A panic in `f` is an error, as in [`run_read`].
+async fn read_async<T, F>(
+    reads: &pg::reads::AsyncReaders,
+    kind: ReadKind,
+    f: &mut F,
+) -> Option<StoreResult<T>>
 where
     F: FnMut(&Tx) -> StoreResult<T>,
 {
     fn pass<T>(
         deferred: &sql::Deferred,
+        kind: ReadKind,
         f: &mut impl FnMut(&Tx) -> StoreResult<T>,
     ) -> StoreResult<T> {
         let tx = deferred.tx();
-        tx.limit_statements(1);
+        if kind == ReadKind::OneStatement {
+            tx.limit_statements(1);
+        }
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tx)))
             .map_err(|_| StoreError::Unavailable("a read panicked".into()))?
     }
     let deferred = sql::Deferred::default();
-    let first = pass(&deferred, &mut f);
-    let Some((statement, binds)) = deferred.take_statement() else {
-        // No statement: the closure's answer is its own.
-        return first;
-    };
-    drop(first);
-    let rows = reads.query(&statement, &binds).await?;
-    deferred.answer(statement, rows);
-    pass(&deferred, &mut f)
+    let mut result = pass(&deferred, kind, f);
+    let mut read: Option<pg::reads::Lease<'_>> = None;
+    loop {
+        let Some((statement, binds)) = deferred.take_statement() else {
+            if let Some(read) = read {
+                read.end();
+            }
+            return (!deferred.needs_session()).then_some(result);
+        };
+        if deferred.answered() >= ASYNC_STATEMENTS {
+            tracing::debug!(
+                statements = deferred.answered(),
+                "a long read moves to a synchronous PostgreSQL session"
+            );
+            if let Some(read) = read {
+                read.end();
+            }
+            return None;
+        }
+        drop(result);
+        let lease = match &mut read {
+            Some(lease) => lease,
+            None => match reads.begin(kind == ReadKind::Snapshot).await {
+                Ok(lease) => read.insert(lease),
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        let rows = match lease.query(&statement, &binds).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                if let Some(read) = read {
+                    read.end();
+                }
+                return Some(Err(e));
+            }
+        };
+        deferred.answer(statement, rows);
+        result = pass(&deferred, kind, f);
+    }
 }
 
 /// Returns a reader connection to the pool when the read ends, even by panic.

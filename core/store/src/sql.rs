@@ -62,8 +62,8 @@ enum Engine<'c> {
     #[cfg(any(test, feature = "test-support"))]
     SqliteOwned(rusqlite::Connection),
     Postgres(&'c PgConn),
-    /// PostgreSQL through the asynchronous client: a one-statement read's statement, kept
-    /// to be run there, then its rows ([`Deferred`]).
+    /// PostgreSQL through the asynchronous client: a read's statements, kept to be run
+    /// there, then their rows ([`Deferred`]).
     Deferred(&'c Deferred),
     /// A session a test opened and handed over.
     #[cfg(test)]
@@ -167,54 +167,88 @@ impl Drop for PgConn {
     }
 }
 
-/// A one-statement read ([`crate::Store::read_one`]) in two passes over its closure, so the
-/// statement runs on the asynchronous client (`pg::reads`) while its rows are still read by
-/// the closure's own code, through [`Row`] as on every other path.
+/// A read on the asynchronous client (`pg::reads`), its closure run in passes so that the
+/// statements go over the wire there while their rows are still read by the closure's own
+/// code, through [`Row`] as on every other path.
 ///
-/// The first pass keeps the closure's statement and its parameters and fails it there (the
-/// closure's result is then thrown away, whatever it made of that); the caller runs the
-/// statement and hands its rows over; the second pass gets them from the same statement
-/// and maps them. A closure that runs no statement is done after the first pass.
+/// A pass runs the closure against the answers kept so far: each statement it runs gets the
+/// rows of the statement run in that place before (the same SQL, or the pass fails), and
+/// the first statement without an answer is kept with its parameters and fails (the pass's
+/// result is then thrown away, whatever the closure made of that failure). The caller runs
+/// that statement, adds its rows, and runs the next pass. A pass that runs no unanswered
+/// statement is the read's result. So a closure of `n` statements runs `n + 1` times, each
+/// statement is sent once, and a statement that depends on an earlier one's rows (the
+/// workflows of the pipeline just read) gets its parameters from those rows.
 #[derive(Default)]
 pub(crate) struct Deferred {
+    /// This pass's first statement without an answer, with its parameters.
     statement: RefCell<Option<(String, Vec<PgBind>)>>,
-    rows: RefCell<Option<(String, Vec<Vec<Value>>)>>,
+    /// The statements answered so far, in the order the closure runs them, with their rows
+    /// (shared: every later pass reads them again).
+    answers: RefCell<Vec<(String, Answer)>>,
+    /// How many of `answers` this pass has used.
+    used: std::cell::Cell<usize>,
+    /// The closure asked for what only a synchronous session does (a batch of statements).
+    needs_session: std::cell::Cell<bool>,
 }
 
-/// The first pass's error: never seen outside the store (the second pass replaces it).
+/// A statement's rows as PostgreSQL sent them, shared by the passes that read them.
+type Answer = std::sync::Arc<Vec<Vec<Value>>>;
+
+/// A pass's error for a statement it has no answer for: never seen outside the store (a later
+/// pass replaces it).
 const DEFERRED: &str = "the statement runs on the asynchronous client (a first pass)";
 
 impl Deferred {
-    /// The pass as a [`Tx`] for the read's closure.
+    /// A new pass as a [`Tx`] for the read's closure.
     pub(crate) fn tx(&self) -> Tx<'_> {
+        self.used.set(0);
+        self.statement.borrow_mut().take();
         Tx {
             engine: Engine::Deferred(self),
             statements_left: std::cell::Cell::new(None),
         }
     }
 
-    /// The statement the first pass ran, with its parameters, taken.
+    /// The pass's first statement without an answer, with its parameters, taken.
     pub(crate) fn take_statement(&self) -> Option<(String, Vec<PgBind>)> {
         self.statement.borrow_mut().take()
     }
 
-    /// The rows of `sql`, for the second pass.
+    /// The rows of `sql`, the statement taken last, for the passes after this.
     pub(crate) fn answer(&self, sql: String, rows: Vec<Vec<Value>>) {
-        *self.rows.borrow_mut() = Some((sql, rows));
+        self.answers
+            .borrow_mut()
+            .push((sql, std::sync::Arc::new(rows)));
     }
 
-    /// The rows of `sql` on the second pass; on the first, keeps `sql` and `values` and
-    /// fails the statement.
-    fn fetch(&self, sql: &str, values: &[&dyn ToSql]) -> StoreResult<Vec<Vec<Value>>> {
-        if let Some((answered, rows)) = self.rows.borrow_mut().take() {
+    /// How many statements have been answered.
+    pub(crate) fn answered(&self) -> usize {
+        self.answers.borrow().len()
+    }
+
+    /// Whether the closure asked for what only a synchronous session does.
+    pub(crate) fn needs_session(&self) -> bool {
+        self.needs_session.get()
+    }
+
+    /// The rows of `sql` when a pass before ran it in this place; else keeps `sql` and
+    /// `values` (unless a statement is kept already) and fails the statement.
+    fn fetch(&self, sql: &str, values: &[&dyn ToSql]) -> StoreResult<Answer> {
+        let used = self.used.get();
+        if let Some((answered, rows)) = self.answers.borrow().get(used) {
             if answered != sql {
                 return Err(StoreError::Unavailable(
-                    "a one-statement read ran another statement the second time".into(),
+                    "a read ran other statements when it ran again".into(),
                 ));
             }
-            return Ok(rows);
+            self.used.set(used + 1);
+            return Ok(rows.clone());
         }
-        *self.statement.borrow_mut() = Some((sql.to_owned(), pg_binds(values)?));
+        let mut statement = self.statement.borrow_mut();
+        if statement.is_none() {
+            *statement = Some((sql.to_owned(), pg_binds(values)?));
+        }
         Err(StoreError::Unavailable(DEFERRED.into()))
     }
 }
@@ -440,9 +474,11 @@ impl Tx<'_> {
     /// Runs statements without parameters, separated by `;`.
     pub(crate) fn execute_batch(&self, sql: &str) -> StoreResult<()> {
         self.spend_statement()?;
-        if let Engine::Deferred(_) = self.engine {
+        if let Engine::Deferred(deferred) = self.engine {
+            // Run on a synchronous session instead (`Store::read`).
+            deferred.needs_session.set(true);
             return Err(StoreError::Unavailable(
-                "a one-statement read runs a query, not a batch".into(),
+                "a batch runs on a synchronous session".into(),
             ));
         }
         match (self.pg(), self.sqlite_conn()) {
@@ -515,7 +551,8 @@ pub(crate) enum Stmt<'c> {
     SqliteCached(rusqlite::CachedStatement<'c>),
     Sqlite(rusqlite::Statement<'c>),
     Postgres(&'c PgConn, postgres::Statement),
-    /// A one-statement read's statement ([`Deferred`]): its SQL as the store wrote it.
+    /// A statement of a read on the asynchronous client ([`Deferred`]): its SQL as the
+    /// store wrote it.
     Deferred(&'c Deferred, String),
 }
 
@@ -530,9 +567,11 @@ impl<'c> Stmt<'c> {
 
     /// PostgreSQL: every row of the statement, from one round trip (or, deferred, from the
     /// asynchronous client's); `None` on SQLite, which steps through them.
-    fn pg_rows(&mut self, values: &[&dyn ToSql]) -> Option<StoreResult<Vec<Vec<Value>>>> {
+    fn pg_rows(&mut self, values: &[&dyn ToSql]) -> Option<StoreResult<Answer>> {
         match self {
-            Stmt::Postgres(pg, statement) => Some(pg.rows(statement, values)),
+            Stmt::Postgres(pg, statement) => {
+                Some(pg.rows(statement, values).map(std::sync::Arc::new))
+            }
             Stmt::Deferred(deferred, sql) => Some(deferred.fetch(sql, values)),
             _ => None,
         }
@@ -624,7 +663,7 @@ impl<'c> Stmt<'c> {
 /// Rows being read ([`Stmt::query`]).
 pub(crate) enum Rows<'s> {
     Sqlite(rusqlite::Rows<'s>),
-    Postgres { rows: Vec<Vec<Value>>, next: usize },
+    Postgres { rows: Answer, next: usize },
 }
 
 impl Rows<'_> {

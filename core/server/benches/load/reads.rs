@@ -16,6 +16,11 @@
 //!   the API ignores: no cache can hold the answer, so every request reads the store and
 //!   renders), the same page asked again and again (past the rendered-body cache's old
 //!   16 KiB per-body limit), and `perPage=5` (a page every cache holds), in turns.
+//! - **A snapshot read, PostgreSQL against SQLite.** The read behind `GET …/pipelines/5` (a
+//!   pipeline with its workflows and steps: three statements in one snapshot,
+//!   `Store::read`) called through the servers' own read handle, 16 tasks in a closed loop,
+//!   with no cache in front (over HTTP the rendered page would answer): what a snapshot
+//!   read costs on each store, without the HTTP around it.
 //!
 //! `WOODLARK_READS_SECS` (seconds per turn, default 2) and `WOODLARK_READS_ROUNDS`
 //! (default 2) change the load; `WOODLARK_READS_PG_READERS=N` gives the PostgreSQL server
@@ -24,7 +29,7 @@
 //! contains the text.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::baseline::same_bytes_server;
 use crate::client::{LoadResult, load};
@@ -82,6 +87,41 @@ async fn in_turns(
         turn(&mut tb, b.0, b.1, Some(b.2), t).await;
     }
     (ta, tb)
+}
+
+/// `CONNS` tasks reading pipeline 5 of `repo` with its workflows and steps through `reads`
+/// (one snapshot read each, no cache) in a closed loop for `t`.
+async fn snapshot_reads(reads: &woodlark::ci::Reads, repo: i64, t: Duration) -> LoadResult {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..CONNS)
+        .map(|_| {
+            let reads = reads.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut errors = 0;
+                while start.elapsed() < t {
+                    let sent = Instant::now();
+                    let read = reads
+                        .read(move |c| woodlark::store::pipelines::full_json(c, repo, 5))
+                        .await;
+                    match read {
+                        Ok(json) if !json.is_empty() => lat.push(sent.elapsed()),
+                        _ => errors += 1,
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let mut total = LoadResult::empty();
+    for task in tasks {
+        let (lat, errors) = task.await.expect("a read task");
+        total.requests += lat.len();
+        total.errors += errors;
+        total.lat.extend(lat);
+    }
+    total.elapsed = start.elapsed();
+    total
 }
 
 fn p99(r: &mut LoadResult) -> Duration {
@@ -219,6 +259,39 @@ pub async fn run() {
         ],
         &rows,
     );
+
+    // A snapshot read, no cache in front.
+    let name = "a pipeline with its workflows and steps (Store::read, no cache)";
+    if name.contains(only.as_str()) {
+        let (mut l, mut p) = (LoadResult::empty(), LoadResult::empty());
+        for _ in 0..rounds {
+            snapshot_reads(&lite.state.ci.reads, repo, Duration::from_millis(200)).await;
+            l.add(snapshot_reads(&lite.state.ci.reads, repo, t).await);
+            snapshot_reads(&pg.state.ci.reads, pg_repo, Duration::from_millis(200)).await;
+            p.add(snapshot_reads(&pg.state.ci.reads, pg_repo, t).await);
+        }
+        table(
+            "reads: a snapshot read, PostgreSQL against SQLite",
+            &[
+                "read",
+                "SQLite reads/s",
+                "PostgreSQL reads/s",
+                "÷ SQLite",
+                "SQLite p99 ms",
+                "PostgreSQL p99 ms",
+                "errors",
+            ],
+            &[vec![
+                name.to_string(),
+                format!("{:.0}", l.rps()),
+                format!("{:.0}", p.rps()),
+                ratio(p.rps(), l.rps()),
+                ms(p99(&mut l)),
+                ms(p99(&mut p)),
+                (l.errors + p.errors).to_string(),
+            ]],
+        );
+    }
     lite.stop().await;
     pg.stop().await;
 }

@@ -1,24 +1,29 @@
-//! One-statement reads on the asynchronous PostgreSQL client, on the caller's runtime.
+//! Reads on the asynchronous PostgreSQL client, on the caller's runtime.
 //!
 //! The synchronous client runs each call on a runtime of its own, so a read through it is a
 //! hop to the blocking pool, a `block_on` there, the socket, and the way back: measured, that
 //! was about a third of the CPU a PostgreSQL cache miss costs (`docs/benchmarks.md`, issue 50's
 //! second round). [`AsyncReaders`] keeps a few `tokio-postgres` sessions instead, their I/O a
-//! task on the runtime that opened them, each with its prepared statements, and runs one
-//! statement on a free one. `Store::read_one` sends its closure's statement here and maps the
-//! rows it gets back with the closure itself ([`crate::sql::Deferred`]), so each read's row
-//! mapping stays the one the synchronous path uses.
+//! task on the runtime that opened them, each with its prepared statements. A read takes one
+//! ([`AsyncReaders::begin`]) and runs its statements on it in turn ([`Lease::query`]):
+//! `Store::read_one`'s single statement by itself, `Store::read`'s several inside one
+//! `BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY` … `COMMIT` (the `BEGIN` sent with the
+//! first statement, in one round trip), so they see one snapshot as on the synchronous path.
+//! The store hands each statement here and maps its rows with the read's own closure
+//! ([`crate::sql::Deferred`]), so each read's row mapping stays the one every path uses.
 //!
 //! Sessions are opened on first use, not with the store (which may be opened off any
 //! runtime). A session the server closed (a restart, a proxy's idle timeout, a runtime that
-//! ended and took its I/O task along) is found closed or fails its statement: the read then
-//! runs once more on a new session, as the synchronous readers do, and the loss is counted
-//! so the store's other sessions check theirs before their next use.
+//! ended and took its I/O task along) is found closed or fails the read's first statement:
+//! the statement then runs once more on a new session, as the synchronous readers do, and the
+//! loss is counted so the store's other sessions check theirs before their next use. A
+//! session lost after the read's first statement fails the read with the store's error (its
+//! snapshot is gone with it); the next read opens a new one.
 //!
 //! A session cut without a word (a peer gone from the network, no reset) would leave its read
-//! waiting for ever, holding one of the pool's sessions. So a read waits at most
-//! [`READ_TIMEOUT`] for its answer; past it, the read fails with the store's `Unavailable`,
-//! the session is dropped (and counted lost), and the next read opens a new one.
+//! waiting for ever, holding one of the pool's sessions. So a read, all its statements
+//! together, waits at most [`READ_TIMEOUT`]; past it, the read fails with the store's
+//! `Unavailable`, the session is dropped (and counted lost), and the next read opens a new one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,17 +32,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rusqlite::types::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
 
 use crate::sql::{PgBind, dollar_placeholders, pg_row_values};
 use crate::{StoreError, StoreResult};
 
-/// How long a one-statement read waits for the database's answer: far past any such read
-/// (indexed look-ups and bounded pages, answered in milliseconds), short enough that a dead
-/// session does not hold a request for minutes.
+/// How long a read waits for the database's answers, all its statements together: far past
+/// any read a request makes (indexed look-ups and bounded pages, answered in milliseconds),
+/// short enough that a dead session does not hold a request for minutes.
 pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A small pool of asynchronous sessions for one-statement reads.
+/// How a snapshot read begins: the same as the synchronous readers'.
+const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
+/// A small pool of asynchronous sessions for reads.
 pub(crate) struct AsyncReaders {
     url: String,
     /// One permit per session the pool may hold open.
@@ -60,6 +69,24 @@ struct AsyncSession {
     statements: HashMap<String, tokio_postgres::Statement>,
 }
 
+/// One read's hold on a session of the pool, from [`AsyncReaders::begin`] to
+/// [`Lease::end`]. Dropped without `end` (the read's future was dropped), its session is
+/// closed rather than kept: a statement or the snapshot may still be open on it.
+pub(crate) struct Lease<'p> {
+    pool: &'p AsyncReaders,
+    _permit: SemaphorePermit<'p>,
+    /// `None` once the session is known lost or was given up on.
+    session: Option<AsyncSession>,
+    /// When the read's time is up ([`READ_TIMEOUT`] from its start).
+    deadline: Instant,
+    /// Whether the statements run in one snapshot.
+    snapshot: bool,
+    /// Whether the snapshot's transaction is open on the session.
+    in_transaction: bool,
+    /// Statements answered so far.
+    answered: usize,
+}
+
 impl AsyncReaders {
     /// A pool of at most `size` sessions to `url` (opened when first needed).
     pub(crate) fn new(url: &str, size: usize, losses: Option<Arc<AtomicU64>>) -> AsyncReaders {
@@ -79,59 +106,40 @@ impl AsyncReaders {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// Runs `sql` (SQLite's `?N` placeholders, as the store writes it) with `binds` and
-    /// returns its rows as values. A statement that finds its session lost runs once more on
-    /// a new one; any other error is the read's.
+    /// Runs `sql` (SQLite's `?N` placeholders, as the store writes it) with `binds` by
+    /// itself, as `Store::read_one` does, and returns its rows as values.
+    #[cfg(test)]
     pub(crate) async fn query(&self, sql: &str, binds: &[PgBind]) -> StoreResult<Vec<Vec<Value>>> {
-        let _permit = self.slots.acquire().await.map_err(|_| StoreError::Closed)?;
-        let mut session = match self.take_idle() {
-            Some(session) => session,
-            None => self.open().await?,
-        };
-        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = binds
-            .iter()
-            .map(|b| b as &(dyn tokio_postgres::types::ToSql + Sync))
-            .collect();
-        let mut result = self.answered(&mut session, sql, &refs).await?;
-        if let Err(e) = &result
-            && (session.client.is_closed() || e.ends_session())
-        {
-            self.lost();
-            tracing::info!(error = %e, "a lost asynchronous PostgreSQL reader session is replaced");
-            session = self.open().await?;
-            result = self.answered(&mut session, sql, &refs).await?;
-        }
-        if !session.client.is_closed() {
-            self.idle
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(session);
-        }
-        result
+        let mut read = self.begin(false).await?;
+        let rows = read.query(sql, binds).await;
+        read.end();
+        rows
     }
 
-    /// `session`'s answer to `sql`; `Err` (the session then dropped and counted lost) when
-    /// none came within [`READ_TIMEOUT`].
-    async fn answered(
-        &self,
-        session: &mut AsyncSession,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> StoreResult<StoreResult<Vec<Vec<Value>>>> {
-        match tokio::time::timeout(self.answer_within, session.query(sql, params)).await {
-            Ok(result) => Ok(result),
-            Err(_) => {
-                self.lost();
-                tracing::warn!(
-                    timeout_ms = self.answer_within.as_millis() as u64,
-                    "a PostgreSQL read got no answer in time; its session is dropped"
-                );
-                Err(StoreError::Unavailable(format!(
-                    "the database did not answer a read within {} ms",
-                    self.answer_within.as_millis()
-                )))
-            }
-        }
+    /// A session for one read: its statements in one snapshot when `snapshot`, else each by
+    /// itself (a read of one statement). Waits for a free session within the read's time.
+    pub(crate) async fn begin(&self, snapshot: bool) -> StoreResult<Lease<'_>> {
+        let deadline = Instant::now() + self.answer_within;
+        let permit = match tokio::time::timeout_at(deadline, self.slots.acquire()).await {
+            Ok(permit) => permit.map_err(|_| StoreError::Closed)?,
+            Err(_) => return Err(self.late()),
+        };
+        let session = match self.take_idle() {
+            Some(session) => session,
+            None => match tokio::time::timeout_at(deadline, self.open()).await {
+                Ok(session) => session?,
+                Err(_) => return Err(self.late()),
+            },
+        };
+        Ok(Lease {
+            pool: self,
+            _permit: permit,
+            session: Some(session),
+            deadline,
+            snapshot,
+            in_transaction: false,
+            answered: 0,
+        })
     }
 
     /// An idle session that is still open (closed ones are dropped on the way).
@@ -163,25 +171,150 @@ impl AsyncReaders {
             losses.fetch_add(1, Ordering::AcqRel);
         }
     }
+
+    /// The error of a read out of time (its session, if it had one, dropped by the caller).
+    fn late(&self) -> StoreError {
+        tracing::warn!(
+            timeout_ms = self.answer_within.as_millis() as u64,
+            "a PostgreSQL read got no answer in time"
+        );
+        StoreError::Unavailable(format!(
+            "the database did not answer a read within {} ms",
+            self.answer_within.as_millis()
+        ))
+    }
 }
 
-impl AsyncSession {
-    /// `sql`'s rows, the statement prepared once per session.
-    async fn query(
+impl Lease<'_> {
+    /// Runs `sql` with `binds` on the read's session (the snapshot's first statement begins
+    /// it) and returns its rows as values. The read's first statement, finding its session
+    /// lost, runs once more on a new one; any other error is the read's.
+    pub(crate) async fn query(
+        &mut self,
+        sql: &str,
+        binds: &[PgBind],
+    ) -> StoreResult<Vec<Vec<Value>>> {
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = binds
+            .iter()
+            .map(|b| b as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
+        let result = self.run(sql, &params).await;
+        let Err(e) = &result else {
+            return result;
+        };
+        let lost = self.session.as_ref().is_none_or(|s| s.client.is_closed()) || e.ends_session();
+        if self.answered > 0 || !lost || self.session.is_none() {
+            // (No session: it timed out, and the time is the read's whole bound.)
+            return result;
+        }
+        self.pool.lost();
+        tracing::info!(error = %e, "a lost asynchronous PostgreSQL reader session is replaced");
+        self.in_transaction = false;
+        self.session = None;
+        let session = match tokio::time::timeout_at(self.deadline, self.pool.open()).await {
+            Ok(session) => session?,
+            Err(_) => return Err(self.pool.late()),
+        };
+        self.session = Some(session);
+        self.run(sql, &params).await
+    }
+
+    /// One statement on the session, within the read's time; out of time, the session is
+    /// dropped and counted lost.
+    async fn run(
         &mut self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> StoreResult<Vec<Vec<Value>>> {
+        let session = self
+            .session
+            .as_mut()
+            .ok_or_else(|| StoreError::Unavailable("the read's session was lost".into()))?;
+        let begin = self.snapshot && !self.in_transaction;
+        match tokio::time::timeout_at(self.deadline, session.query(sql, params, begin)).await {
+            Ok((began, rows)) => {
+                self.in_transaction |= began;
+                let rows = rows?;
+                self.answered += 1;
+                rows.iter().map(pg_row_values).collect()
+            }
+            Err(_) => {
+                self.session = None;
+                self.pool.lost();
+                Err(self.pool.late())
+            }
+        }
+    }
+
+    /// Ends the read: the snapshot's transaction ended, the session back in the pool if it
+    /// is still open.
+    ///
+    /// The `COMMIT` is sent, not waited for: the session's next request goes out after it
+    /// (the client keeps their order), and a read-only transaction has nothing a `COMMIT`
+    /// could refuse. A session that dies with it fails the next read's first statement,
+    /// which then runs once more on a new session. (Waiting was one round trip in four of
+    /// a three-statement read.)
+    pub(crate) fn end(mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        if self.in_transaction {
+            let commit = std::pin::pin!(session.client.batch_execute("COMMIT"));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            // Its first poll sends it; the answer is read and dropped by the session's task.
+            if let std::task::Poll::Ready(Err(e)) = commit.poll(&mut cx) {
+                tracing::debug!(error = %e, "a PostgreSQL reader session could not end its snapshot");
+            }
+        }
+        if session.client.is_closed() {
+            self.pool.lost();
+            return;
+        }
+        self.pool
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(session);
+    }
+}
+
+impl AsyncSession {
+    /// `sql`'s rows, the statement prepared once per session; with `begin`, the snapshot's
+    /// `BEGIN` is sent ahead of it in the same round trip. Returns whether the snapshot began.
+    async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        begin: bool,
+    ) -> (bool, StoreResult<Vec<tokio_postgres::Row>>) {
         let statement = match self.statements.get(sql) {
             Some(statement) => statement.clone(),
-            None => {
-                let statement = self.client.prepare(&dollar_placeholders(sql)).await?;
-                self.statements.insert(sql.to_owned(), statement.clone());
-                statement
-            }
+            None => match self.client.prepare(&dollar_placeholders(sql)).await {
+                Ok(statement) => {
+                    self.statements.insert(sql.to_owned(), statement.clone());
+                    statement
+                }
+                Err(e) => return (false, Err(e.into())),
+            },
         };
-        let rows = self.client.query(&statement, params).await?;
-        rows.iter().map(pg_row_values).collect()
+        if !begin {
+            return (
+                false,
+                self.client
+                    .query(&statement, params)
+                    .await
+                    .map_err(Into::into),
+            );
+        }
+        // Both requests go out before either answer is awaited (the client pipelines them).
+        let (began, rows) = tokio::join!(
+            self.client.batch_execute(BEGIN),
+            self.client.query(&statement, params)
+        );
+        match began {
+            Ok(()) => (true, rows.map_err(Into::into)),
+            Err(e) => (false, Err(e.into())),
+        }
     }
 }
 
@@ -318,5 +451,158 @@ mod tests {
         let rows = pool.query("SELECT CAST(2 AS BIGINT)", &[]).await.unwrap();
         assert_eq!(rows, vec![vec![Value::Integer(2)]]);
         assert_eq!(pool.sessions_opened(), 1);
+    }
+
+    /// A PostgreSQL store of one reader session, with a table `t` of one row.
+    async fn store_with_one_row() -> (String, crate::Store) {
+        let url = Cluster::shared().fresh_database();
+        let options = crate::StoreOptions {
+            readers: 1,
+            ..crate::StoreOptions::default()
+        };
+        let store = crate::Store::open_postgres(&url, &options).unwrap();
+        store
+            .write(|c| {
+                c.execute_batch("CREATE TABLE t (id BIGINT PRIMARY KEY); INSERT INTO t VALUES (1)")
+            })
+            .await
+            .unwrap();
+        (url, store)
+    }
+
+    /// Runs `sql` on a session of its own, from a plain thread (the blocking client cannot
+    /// run on a runtime's), as another replica or an administrator would.
+    fn elsewhere(url: &str, sql: String) {
+        let url = url.to_string();
+        std::thread::spawn(move || {
+            crate::pg::connect(&url)
+                .unwrap()
+                .batch_execute(&sql)
+                .unwrap()
+        })
+        .join()
+        .unwrap();
+    }
+
+    fn count(c: &crate::Tx) -> StoreResult<i64> {
+        c.cached_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+    }
+
+    /// The statements of one `Store::read` see one state: a row committed elsewhere after
+    /// the read's first statement and before its second is not seen by the second (each in
+    /// a snapshot of its own would see it), and the next read sees it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_does_not_see_a_commit_made_between_its_statements() {
+        let (url, store) = store_with_one_row().await;
+        let pool = store.inner.async_reads.clone().unwrap();
+        let writer_url = url.clone();
+        let mut committed = false;
+        let (before, after) = store
+            .read(move |c| {
+                let before = count(c)?;
+                if !committed {
+                    committed = true;
+                    elsewhere(&writer_url, "INSERT INTO t VALUES (2)".into());
+                }
+                let after: i64 =
+                    c.cached_row("SELECT COUNT(*) FROM t WHERE id > 0", [], |r| r.get(0))?;
+                Ok((before, after))
+            })
+            .await
+            .unwrap();
+        assert_eq!((before, after), (1, 1), "one snapshot for both statements");
+        assert_eq!(store.read(count).await.unwrap(), 2, "the next read sees it");
+        assert_eq!(
+            pool.sessions_opened(),
+            1,
+            "both on the asynchronous session"
+        );
+        store.close();
+    }
+
+    /// A snapshot whose session is ended between two of its statements fails with the
+    /// store's error (running the rest on a new session would mix two snapshots), the loss
+    /// is counted, and the next read opens a new session and answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_whose_session_ends_mid_read_fails_and_the_next_read_reconnects() {
+        let (url, store) = store_with_one_row().await;
+        let pool = store.inner.async_reads.clone().unwrap();
+        let losses = store.inner.revive.as_ref().unwrap().losses.clone();
+        let admin_url = url.clone();
+        let mut ended = false;
+        let err = store
+            .read(move |c| {
+                let pid: i32 = c.cached_row("SELECT pg_backend_pid()", [], |r| r.get(0))?;
+                if !ended {
+                    ended = true;
+                    elsewhere(
+                        &admin_url,
+                        format!("SELECT pg_terminate_backend({pid}, 10000)"),
+                    );
+                }
+                count(c)
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Postgres(_) | StoreError::Unavailable(_)),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("first pass"), "{err}");
+        assert!(losses.load(Ordering::Acquire) >= 1, "the loss is counted");
+        assert_eq!(pool.sessions_opened(), 1);
+        assert_eq!(store.read(count).await.unwrap(), 1);
+        assert_eq!(pool.sessions_opened(), 2, "a new session");
+        assert_eq!(pool.slots.available_permits(), 1, "no session held");
+        store.close();
+    }
+
+    /// A read of many statements, or one that runs a batch, moves to the blocking client
+    /// and answers as it would have.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_read_or_a_batch_moves_to_a_synchronous_session() {
+        let (_url, store) = store_with_one_row().await;
+        let sum = store
+            .read(|c| {
+                let mut sum = 0;
+                for i in 0..40i64 {
+                    sum +=
+                        c.cached_row("SELECT CAST(?1 AS BIGINT)", [i], |r| r.get::<_, i64>(0))?;
+                }
+                Ok(sum)
+            })
+            .await
+            .unwrap();
+        assert_eq!(sum, (0..40).sum::<i64>());
+        let batch = store
+            .read(|c| {
+                let before = count(c)?;
+                c.execute_batch("SELECT 1")?;
+                Ok(before + count(c)?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(batch, 2);
+        store.close();
+    }
+
+    /// A closure that runs other statements given the same rows is refused, not answered
+    /// with another statement's rows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_that_changes_its_statements_when_run_again_is_an_error() {
+        let (_url, store) = store_with_one_row().await;
+        let mut runs = 0;
+        let err = store
+            .read(move |c| {
+                runs += 1;
+                let sql = if runs == 1 { "SELECT 1" } else { "SELECT 2" };
+                c.cached_row(sql, [], |r| r.get::<_, i32>(0))
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("other statements"), "{err}");
+        // The session went back to the pool, usable.
+        assert_eq!(store.read(count).await.unwrap(), 1);
+        store.close();
     }
 }

@@ -282,13 +282,14 @@ pub async fn repo_by<F>(
     find: F,
 ) -> Result<RepoAccess, ApiError>
 where
-    F: FnOnce(&Tx) -> StoreResult<RepoRow> + Send + 'static,
+    F: FnMut(&Tx) -> StoreResult<RepoRow> + Send + 'static,
 {
+    let mut find = find;
     let u = user.as_ref().map(|a| a.user.clone());
     let found = ctx
         .ci
         .reads
-        .read(move |c| repo_with_perm(c, u.as_ref(), find))
+        .read(move |c| repo_with_perm(c, u.as_ref(), &mut find))
         .await
         .map(|(row, perm)| (Arc::new(row), perm));
     let u = user.as_ref().map(|a| &a.user);

@@ -103,21 +103,16 @@ async fn status_svg(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .map(|e| e.split(',').map(|s| s.trim().to_string()).collect())
         .unwrap_or_else(|| vec!["push".to_string()]);
     let repo_id = access.row.repo.id;
+    let filter = ListFilter {
+        branch: Some(branch),
+        events,
+        ..ListFilter::default()
+    };
     let newest = ctx
         .ci
         .reads
         .read(move |c| {
-            let list = pipelines::list(
-                c,
-                repo_id,
-                &ListFilter {
-                    branch: Some(branch),
-                    events,
-                    ..ListFilter::default()
-                },
-                1,
-                50,
-            )?;
+            let list = pipelines::list(c, repo_id, &filter, 1, 50)?;
             Ok(list.into_iter().find(|p| p.status != Status::Blocked))
         })
         .await?;

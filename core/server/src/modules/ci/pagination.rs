@@ -36,8 +36,9 @@ impl Page {
 pub async fn read_page<T, F>(ctx: &Ctx, req: &Request, list: F) -> Result<T, ApiError>
 where
     T: Send + 'static,
-    F: FnOnce(&Tx, u32, u32) -> StoreResult<T> + Send + 'static,
+    F: FnMut(&Tx, u32, u32) -> StoreResult<T> + Send + 'static,
 {
+    let mut list = list;
     let page = Page::from_request(req);
     Ok(ctx
         .ci

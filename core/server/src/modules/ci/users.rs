@@ -108,7 +108,7 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
         let list = ctx
             .ci
             .reads
-            .read(move |c| addable_repos(c, &user, listed, &name))
+            .read(move |c| addable_repos(c, &user, &listed, &name))
             .await?;
         return Ok(Response::json(&list));
     }
@@ -202,9 +202,10 @@ async fn forge_listing(
 fn addable_repos(
     c: &crate::store::Tx,
     user: &users::User,
-    (forge_id, listed): (i64, Vec<(RemoteRepo, Option<ForgePerm>)>),
+    (forge_id, listed): &(i64, Vec<(RemoteRepo, Option<ForgePerm>)>),
     name: &str,
 ) -> StoreResult<Vec<repos::Repo>> {
+    let forge_id = *forge_id;
     let wanted = |full_name: &str| name.is_empty() || full_name.to_lowercase().contains(name);
     let owned = repos::owned_by(c, user.id, user.org_id)?;
     let is_owned = |id: i64| owned.iter().any(|m| m.repo.id == id);

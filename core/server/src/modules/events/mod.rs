@@ -207,24 +207,24 @@ async fn render_list(
     let school = query.school.clone();
     let after_id = query.starting_after.clone();
     let before_id = query.ending_before.clone();
-    let record_types = query.record_types.clone();
+    // Built once: the read's closure may run more than once (`Store::read`).
+    let mut filter = Filter {
+        record_types: query.record_types.clone(),
+        org_id: None,
+        visible,
+    };
     let limit = query.limit;
     let outcome = ctx
         .ci
         .reads
         .read(move |c| -> StoreResult<Result<Page, ApiError>> {
-            let org_id = match &school {
+            filter.org_id = match &school {
                 None => None,
                 Some(s) => match s.parse::<i64>() {
                     Ok(id) => Some(id),
                     // By name; an unknown organisation matches nothing.
                     Err(_) => Some(orgs::by_any_name(c, s).map(|o| o.id).unwrap_or(-1)),
                 },
-            };
-            let filter = Filter {
-                record_types,
-                org_id,
-                visible,
             };
             let after = match &after_id {
                 None => 0,
