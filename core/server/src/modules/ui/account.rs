@@ -1,13 +1,12 @@
-//! The user page's forms: show the personal access token (`POST /api/user/token`'s
-//! handler), reset it (`DELETE /api/user/token`'s: a new signing secret, so every older
+//! The user page's forms: show the personal access token (`POST /api/user/token`), reset
+//! it (`DELETE /api/user/token`: a new signing secret, so every older
 //! token and session stops working) and sign out (the `/logout` the upstream UI uses, as a
 //! post that must carry the session's CSRF field, so another site cannot sign one out).
 
 use super::forms::{self, Form};
 use super::pages::user_page;
 use super::through_api::{self, Call, Gate};
-use crate::http::{ApiError, Request, Response, Scope};
-use crate::modules::ci::users;
+use crate::http::{ApiError, Method, Request, Response, Scope};
 use crate::modules::web::login;
 use crate::state::Ctx;
 
@@ -34,11 +33,9 @@ async fn token_page(ctx: Ctx, mut req: Request, reset: bool) -> Result<Response,
     };
     let call = Ok(Call::body(serde_json::json!({})));
     let frame = posted.frame;
-    let answered = if reset {
-        through_api::call(&ctx, req, frame.clone(), call, users::rotate_token).await
-    } else {
-        through_api::call(&ctx, req, frame.clone(), call, users::token).await
-    };
+    // `DELETE /user/token` resets, `POST /user/token` shows.
+    let method = if reset { Method::DELETE } else { Method::POST };
+    let answered = through_api::call(&ctx, req, frame.clone(), method, "/user/token", call).await;
     let token = match answered {
         Ok(response) => String::from_utf8_lossy(&response.body).trim().to_string(),
         Err(page) => return Ok(page),

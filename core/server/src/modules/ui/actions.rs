@@ -2,18 +2,18 @@
 //! at `…/pipeline/{number}/{action}` that answers `303` back to a page (a restart: to the
 //! new pipeline).
 //!
-//! Who may do what is the REST API's decision, not a copy of it: each action takes
-//! `access::repo_push` and calls the function the API's handler calls
-//! (`ci::pipelines::{cancel_as, restart_as, decide_as}`), so a refusal here is the refusal
-//! there (401 anonymous, 404 a repository the caller may not see, 403 no push, 400 a
-//! pipeline in the wrong state). [`Offered`] decides which buttons the page shows with the
+//! Who may do what is the REST API's decision, not a copy of it: each action is the API's
+//! own `POST /repos/{id}/pipelines/{number}[/cancel|/approve|/decline]` (`through_api`), so
+//! a refusal here is the refusal there (401 anonymous, 404 a repository the caller may not
+//! see, 403 no push, 400 a pipeline in the wrong state). [`Offered`] decides which buttons the page shows with the
 //! same `RepoAccess::require_push`.
 
-use super::forms::{self, Form};
-use super::{Frame, or_error_page};
-use crate::http::{ApiError, Request, Response, Scope};
-use crate::modules::ci::access::{self, RepoAccess};
-use crate::modules::ci::pipelines::{Decision, cancel_as, decide_as, restart_as};
+use serde_json::{Value, json};
+
+use super::forms;
+use super::through_api::{self, Call, Gate};
+use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
+use crate::modules::ci::access::RepoAccess;
 use crate::pipeline::status::{self, Status};
 use crate::state::Ctx;
 use crate::store::pipelines::Pipeline;
@@ -62,7 +62,20 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 enum Action {
     Cancel,
     Restart,
-    Decide(Decision),
+    Approve,
+    Decline,
+}
+
+impl Action {
+    /// The API route below `…/pipelines/{number}` that does it, and what it did (past tense).
+    fn api(self) -> (&'static str, &'static str) {
+        match self {
+            Action::Cancel => ("/cancel", "canceled"),
+            Action::Restart => ("", "restarted"),
+            Action::Approve => ("/approve", "approved"),
+            Action::Decline => ("/decline", "declined"),
+        }
+    }
 }
 
 /// `POST <root>/repos/{id}/pipeline/{number}/cancel`.
@@ -77,61 +90,52 @@ pub async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `POST <root>/repos/{id}/pipeline/{number}/approve`.
 pub async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    act(ctx, req, Action::Decide(Decision::Approve)).await
+    act(ctx, req, Action::Approve).await
 }
 
 /// `POST <root>/repos/{id}/pipeline/{number}/decline`.
 pub async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    act(ctx, req, Action::Decide(Decision::Decline)).await
+    act(ctx, req, Action::Decline).await
 }
 
+/// The form read and checked (the caller's session and CSRF field, then `repo_push`, the
+/// API's own rule, before a bad body is reported), then the API's
+/// `POST /repos/{id}/pipelines/{number}[/action]`, then back to the pipeline (a restart: to
+/// the new one) with what happened.
 async fn act(ctx: Ctx, mut req: Request, action: Action) -> Result<Response, ApiError> {
-    // The form first: its CSRF field decides whether the frame's caller is signed in.
-    let form = Form::read(&mut req);
-    let (frame, _) = Frame::of(&ctx, &req, "Pipeline").await;
-    let outcome = perform(&ctx, &req, &frame, form, action).await;
-    or_error_page(frame, outcome)
-}
-
-async fn perform(
-    ctx: &Ctx,
-    req: &Request,
-    frame: &Frame,
-    form: Result<Form, forms::FormError>,
-    action: Action,
-) -> Result<Response, ApiError> {
-    // Who may act is decided before a bad body is reported: a refusal never depends on it.
-    forms::caller(ctx, req).await?;
-    let access = access::repo_push(ctx, req).await?;
-    form?;
-    let number = req.param_i64("number")?;
-    let repo_id = access.row.repo.id;
-    let page = |n: i64| format!("{}/repos/{repo_id}/pipeline/{n}", frame.root);
-    let (to, message) = match action {
-        Action::Cancel => {
-            cancel_as(ctx, &access, number).await?;
-            (page(number), format!("Pipeline #{number} was canceled."))
-        }
-        Action::Decide(decision) => {
-            decide_as(ctx, &access, number, decision).await?;
-            let done = match decision {
-                Decision::Approve => "approved",
-                Decision::Decline => "declined",
-            };
-            (page(number), format!("Pipeline #{number} was {done}."))
-        }
-        Action::Restart => match restart_as(ctx, &access, number, Vec::new()).await? {
-            crate::ci::create::Created::Pipeline(p) => (
-                page(p.number),
-                format!("Pipeline #{} restarts #{number}.", p.number),
-            ),
-            _ => (
-                page(number),
-                "The restart made no new pipeline: its workflows were filtered out or skipped."
-                    .to_string(),
-            ),
-        },
+    let posted = match through_api::read(&ctx, &mut req, "Pipeline", Gate::RepoPush).await {
+        Ok(posted) => posted,
+        Err(page) => return Ok(page),
     };
-    tracing::info!(repo_id, number, ?action, "ui pipeline action");
-    Ok(forms::see_other(ctx, req, &to, Some(&message)))
+    let number = match req.param_i64("number") {
+        Ok(number) => number,
+        Err(err) => return Ok(through_api::error_page(posted.frame, err)),
+    };
+    let repo_id = req.param("repo_id").to_string();
+    let page = |n: i64| format!("{}/repos/{repo_id}/pipeline/{n}", posted.frame.root);
+    let head = through_api::head_of(&req);
+    let (below, done) = action.api();
+    let api = format!("/repos/{{repo_id}}/pipelines/{{number}}{below}");
+    let call = Ok(Call::body(json!({})));
+    let answer =
+        match through_api::call(&ctx, req, posted.frame.clone(), Method::POST, &api, call).await {
+            Ok(answer) => answer,
+            Err(page) => return Ok(page),
+        };
+    let (to, message) = match action {
+        // A restart answers the new pipeline, or 204 when it made none.
+        Action::Restart if answer.status == StatusCode::OK => {
+            let new: Value = serde_json::from_slice(&answer.body).map_err(ApiError::internal)?;
+            let n = new["number"].as_i64().unwrap_or(number);
+            (page(n), format!("Pipeline #{n} restarts #{number}."))
+        }
+        Action::Restart => (
+            page(number),
+            "The restart made no new pipeline: its workflows were filtered out or skipped."
+                .to_string(),
+        ),
+        _ => (page(number), format!("Pipeline #{number} was {done}.")),
+    };
+    tracing::info!(repo_id = %repo_id, number, ?action, "ui pipeline action");
+    Ok(forms::see_other(&ctx, &head, &to, Some(&message)))
 }

@@ -9,36 +9,47 @@ use super::admin::{NewAgent, admin_page};
 use super::forms::{self, Form};
 use super::scoped_actions;
 use super::through_api::{self, Action, Call, Gate, checked, item, nothing};
-use crate::http::{ApiError, Request, Response, Scope};
-use crate::modules::ci::pipelines::admin as queue;
-use crate::modules::ci::scoped::Level;
-use crate::modules::ci::{agents, users};
+use crate::http::{ApiError, Method, Request, Response, Scope};
 use crate::state::Ctx;
 
 /// The form routes below `<root>/admin`.
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
-    let delete_agent = |ctx: Ctx, req: Request| agents::delete(ctx, req, agents::Manager::Admin);
+    let user = "/users/{login}";
     let rows = [
-        Action::new("/users", "User added.", new_user, users::create),
+        Action::new("/users", "User added.", new_user, Method::POST, "/users"),
         Action::new(
             "/users/delete",
             "User deleted.",
             item("login", "login"),
-            users::delete,
+            Method::DELETE,
+            user,
         ),
-        Action::new("/users/admin", "Role changed.", role, users::update),
+        Action::new("/users/admin", "Role changed.", role, Method::PATCH, user),
         Action::new(
             "/agents/delete",
             "Agent deleted.",
             item("agent_id", "id"),
-            delete_agent,
+            Method::DELETE,
+            "/agents/{agent_id}",
         ),
-        Action::new("/queue/pause", "Queue paused.", nothing, queue::pause),
-        Action::new("/queue/resume", "Queue resumed.", nothing, queue::resume),
+        Action::new(
+            "/queue/pause",
+            "Queue paused.",
+            nothing,
+            Method::POST,
+            "/queue/pause",
+        ),
+        Action::new(
+            "/queue/resume",
+            "Queue resumed.",
+            nothing,
+            Method::POST,
+            "/queue/resume",
+        ),
     ];
-    through_api::register(scope, "/admin", Gate::Admin, (), rows);
+    through_api::register(scope, "/admin", Gate::Admin, rows);
     forms::post(scope, "/admin/agents", add_agent);
-    scoped_actions::routes(scope, "/admin", Level::Global);
+    scoped_actions::routes(scope, "/admin", Gate::Admin, "");
 }
 
 fn new_user(form: &Form, _: bool) -> Result<Call, ApiError> {
@@ -76,14 +87,11 @@ async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
         "no_schedule": checked(&posted.form, "no_schedule"),
     })));
     let frame = posted.frame;
-    let created = match through_api::call(&ctx, req, frame.clone(), call, |ctx, req| {
-        agents::create(ctx, req, agents::Manager::Admin)
-    })
-    .await
-    {
-        Ok(created) => created,
-        Err(page) => return Ok(page),
-    };
+    let created =
+        match through_api::call(&ctx, req, frame.clone(), Method::POST, "/agents", call).await {
+            Ok(created) => created,
+            Err(page) => return Ok(page),
+        };
     let agent: Value = serde_json::from_slice(&created.body).map_err(ApiError::internal)?;
     let new = NewAgent {
         name: agent["name"].as_str().unwrap_or_default().to_string(),

@@ -1,19 +1,20 @@
 //! The manual-run form (`/repos/{id}/manual`): a branch from the forge's list and pipeline
-//! variables as key/value rows, posted to the same path; it runs as
-//! `POST /api/repos/{id}/pipelines` runs (`pipelines::run_manual_as`, behind
-//! `access::repo_push`) and lands on the new pipeline. A refused run shows the form again
+//! variables as key/value rows, posted to the same path; the API's own
+//! `POST /api/repos/{id}/pipelines` runs it (`through_api`, after `access::repo_push` let the
+//! form be read) and the browser lands on the new pipeline. A refused run shows the form again
 //! with what was entered and why.
 
 use std::collections::BTreeMap;
 
 use askama::Template;
 
+use serde_json::{Value, json};
+
 use super::forms::{self, Form, FormError};
+use super::through_api::{self, Call};
 use super::{Frame, or_error_page, page};
-use crate::ci::create::Created;
-use crate::http::{ApiError, Request, Response, Scope, StatusCode};
+use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::{self, RepoAccess};
-use crate::modules::ci::pipelines::{PipelineOptions, run_manual_as};
 use crate::modules::ci::repos::branches_of;
 use crate::state::Ctx;
 
@@ -68,18 +69,18 @@ pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 pub async fn run(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
     let form = Form::read(&mut req);
     let (frame, _) = Frame::of(&ctx, &req, "Run a pipeline").await;
-    let outcome = start(&ctx, &req, &frame, form).await;
+    let outcome = start(&ctx, req, &frame, form).await;
     or_error_page(frame, outcome)
 }
 
 async fn start(
     ctx: &Ctx,
-    req: &Request,
+    req: Request,
     frame: &Frame,
     form: Result<Form, FormError>,
 ) -> Result<Response, ApiError> {
-    forms::caller(ctx, req).await?;
-    let access = access::repo_push(ctx, req).await?;
+    forms::caller(ctx, &req).await?;
+    let access = access::repo_push(ctx, &req).await?;
     let form = form?;
     let entered = Entered {
         branch: form.get("branch").unwrap_or("").trim().to_string(),
@@ -98,23 +99,29 @@ async fn start(
             return form_page(ctx, frame, &access, entered, Some(message)).await;
         }
     };
-    let opts = PipelineOptions {
-        branch: entered.branch.clone(),
-        message: entered.message.clone(),
-        variables,
-    };
     let repo_id = access.row.repo.id;
-    match run_manual_as(ctx, &access, opts).await {
-        Ok(Created::Pipeline(p)) => {
-            tracing::info!(repo_id, number = p.number, "ui manual run");
-            let to = format!("{}/repos/{repo_id}/pipeline/{}", frame.root, p.number);
-            let note = format!("Pipeline #{} started.", p.number);
-            Ok(forms::see_other(ctx, req, &to, Some(&note)))
+    let call = Call::body(json!({
+        "branch": entered.branch,
+        "message": entered.message,
+        "variables": variables,
+    }));
+    let api = "/repos/{repo_id}/pipelines";
+    let head = through_api::head_of(&req);
+    match through_api::send(ctx, req, Method::POST, api, call).await {
+        Ok(created) if created.status == StatusCode::OK => {
+            let number = serde_json::from_slice::<Value>(&created.body)
+                .map_err(ApiError::internal)?["number"]
+                .as_i64()
+                .unwrap_or(0);
+            tracing::info!(repo_id, number, "ui manual run");
+            let to = format!("{}/repos/{repo_id}/pipeline/{number}", frame.root);
+            let note = format!("Pipeline #{number} started.");
+            Ok(forms::see_other(ctx, &head, &to, Some(&note)))
         }
         Ok(_) => {
             let to = format!("{}/repos/{repo_id}", frame.root);
             let note = "No pipeline ran: every workflow was filtered out or skipped.";
-            Ok(forms::see_other(ctx, req, &to, Some(note)))
+            Ok(forms::see_other(ctx, &head, &to, Some(note)))
         }
         // The run was refused for what was entered: the form again, nothing lost.
         Err(err) if err.status.is_client_error() => {
@@ -128,7 +135,7 @@ async fn start(
 }
 
 /// The rows as pipeline variables: a value without a name, or a name given twice, is
-/// refused (the API's checks of names and values follow in `run_manual_as`).
+/// refused (the API's checks of names and values follow).
 fn variables(rows: &[(String, String)]) -> Result<BTreeMap<String, String>, FormError> {
     let mut out = BTreeMap::new();
     for (key, value) in rows {

@@ -10,7 +10,6 @@ use super::repos::RepoItem;
 use super::scoped::ScopedLists;
 use super::{Frame, or_error_page, page};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::modules::ci::scoped::Level;
 use crate::modules::ci::{access, users};
 use crate::state::Ctx;
 use crate::store::now_unix;
@@ -20,7 +19,8 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
         .get("/orgs/{org_id}", show)
         .get("/org/{org_id}/settings", settings);
-    super::scoped_actions::routes(scope, "/org/{org_id}/settings", Level::Org);
+    let gate = super::through_api::Gate::OrgAdmin;
+    super::scoped_actions::routes(scope, "/org/{org_id}/settings", gate, "/orgs/{org_id}");
 }
 
 #[derive(Template)]

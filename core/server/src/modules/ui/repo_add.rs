@@ -1,7 +1,7 @@
 //! Adding a repository (`/repos/add`, upstream's path): the forge's repositories as the
-//! API's `GET /api/user/repos?all=true` lists them (its own handler answers, so the list
-//! and its rules are the API's), each inactive one with an Activate button that posts
-//! through `POST /api/repos?forge_remote_id=`'s handler, then goes to the repository.
+//! API's `GET /api/user/repos?all=true` lists them (the API answers, so the list and its
+//! rules are the API's), each inactive one with an Activate button that posts through
+//! `POST /api/repos?forge_remote_id=`, then goes to the repository.
 
 use askama::Template;
 use serde_json::Value;
@@ -10,7 +10,6 @@ use super::forms;
 use super::through_api::{self, Call, Gate};
 use super::{Frame, or_error_page, page, to_login};
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
-use crate::modules::ci::{repos, users};
 use crate::state::Ctx;
 
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
@@ -40,11 +39,9 @@ pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         return Ok(to_login(&frame));
     }
     let outcome = async {
-        let mut api = Request::new(Method::GET, &req.path);
-        api.headers = req.headers.clone();
-        api.tls = req.tls;
-        api.query = "all=true".into();
-        let listed = users::repos_with_last_pipeline(ctx.clone(), api).await?;
+        let call = Call::body(Value::Null).query(&[("all", "true")]);
+        let asked = through_api::head_of(&req);
+        let listed = through_api::send(&ctx, asked, Method::GET, "/user/repos", call).await?;
         let listed: Vec<Value> =
             serde_json::from_slice(&listed.body).map_err(ApiError::internal)?;
         let repos = listed
@@ -90,12 +87,10 @@ async fn activate(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
         }
         Ok::<_, ApiError>(Call::body(serde_json::json!({})).query(&pairs))
     })();
-    let mut head = Request::new(Method::GET, &req.path);
-    head.headers = req.headers.clone();
-    head.tls = req.tls;
+    let head = through_api::head_of(&req);
     let frame = posted.frame;
     let root = frame.root.clone();
-    let activated = match through_api::call(&ctx, req, frame, call, repos::activate).await {
+    let activated = match through_api::call(&ctx, req, frame, Method::POST, "/repos", call).await {
         Ok(activated) => activated,
         Err(page) => return Ok(page),
     };

@@ -9,33 +9,40 @@ use serde_json::{Map, Value, json};
 use super::forms::Form;
 use super::scoped_actions;
 use super::through_api::{self, Action, Call, Gate, all_of, checked, item, number};
-use crate::http::{ApiError, Scope};
-use crate::modules::ci::scoped::Level;
-use crate::modules::ci::{crons, pipelines, repos};
+use crate::http::{ApiError, Method, Scope};
 use crate::state::Ctx;
 
 /// The form routes below `<root>/repos/{repo_id}/settings`.
 pub fn routes(scope: &mut Scope<'_, Ctx>) {
     let base = "/repos/{repo_id}/settings";
+    let (repo, cron) = ("/repos/{repo_id}", "/repos/{repo_id}/cron/{cron}");
     let rows = [
-        Action::new("", "Settings saved.", general, repos::update),
-        Action::new("/crons", "Cron added.", new_cron, crons::create),
+        Action::new("", "Settings saved.", general, Method::PATCH, repo),
+        Action::new(
+            "/crons",
+            "Cron added.",
+            new_cron,
+            Method::POST,
+            "/repos/{repo_id}/cron",
+        ),
         Action::new(
             "/crons/delete",
             "Cron deleted.",
             item("cron", "id"),
-            crons::delete,
+            Method::DELETE,
+            cron,
         ),
         // `POST /api/repos/{id}/cron/{cron}`: a pipeline from the cron now.
         Action::new(
             "/crons/run",
             "The cron's pipeline was started.",
             item("cron", "id"),
-            pipelines::run_cron_now,
+            Method::POST,
+            cron,
         ),
     ];
-    through_api::register(scope, base, Gate::RepoAdmin, (), rows);
-    scoped_actions::routes(scope, base, Level::Repo);
+    through_api::register(scope, base, Gate::RepoAdmin, rows);
+    scoped_actions::routes(scope, base, Gate::RepoAdmin, repo);
 }
 
 /// The general form as `PATCH /api/repos/{id}` takes it. Unticked boxes are `false` (a form
