@@ -8,14 +8,16 @@
 //! see, 403 no push, 400 a pipeline in the wrong state). [`Offered`] decides which buttons the page shows with the
 //! same `RepoAccess::require_push`.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::forms;
+use super::host::UiHost;
 use super::through_api::{self, Call, Gate};
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
 use crate::modules::ci::access::RepoAccess;
 use crate::pipeline::status::{self, Status};
-use crate::state::Ctx;
 use crate::store::pipelines::Pipeline;
 
 /// The buttons a pipeline's page offers its viewer.
@@ -50,7 +52,7 @@ impl Offered {
 }
 
 /// The routes of the pipeline actions, below the UI's root.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     let at = |action: &str| format!("/repos/{{repo_id}}/pipeline/{{number}}/{action}");
     forms::post(scope, &at("cancel"), cancel);
     forms::post(scope, &at("restart"), restart);
@@ -79,31 +81,35 @@ impl Action {
 }
 
 /// `POST <root>/repos/{id}/pipeline/{number}/cancel`.
-pub async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    act(ctx, req, Action::Cancel).await
+pub async fn cancel<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    act(host, req, Action::Cancel).await
 }
 
 /// `POST <root>/repos/{id}/pipeline/{number}/restart`: on to the new pipeline.
-pub async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    act(ctx, req, Action::Restart).await
+pub async fn restart<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    act(host, req, Action::Restart).await
 }
 
 /// `POST <root>/repos/{id}/pipeline/{number}/approve`.
-pub async fn approve(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    act(ctx, req, Action::Approve).await
+pub async fn approve<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    act(host, req, Action::Approve).await
 }
 
 /// `POST <root>/repos/{id}/pipeline/{number}/decline`.
-pub async fn decline(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    act(ctx, req, Action::Decline).await
+pub async fn decline<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    act(host, req, Action::Decline).await
 }
 
 /// The form read and checked (the caller's session and CSRF field, then `repo_push`, the
 /// API's own rule, before a bad body is reported), then the API's
 /// `POST /repos/{id}/pipelines/{number}[/action]`, then back to the pipeline (a restart: to
 /// the new one) with what happened.
-async fn act(ctx: Ctx, mut req: Request, action: Action) -> Result<Response, ApiError> {
-    let posted = match through_api::read(&ctx, &mut req, "Pipeline", Gate::RepoPush).await {
+async fn act<H: UiHost>(
+    host: Arc<H>,
+    mut req: Request,
+    action: Action,
+) -> Result<Response, ApiError> {
+    let posted = match through_api::read(&host, &mut req, "Pipeline", Gate::RepoPush).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
@@ -118,7 +124,7 @@ async fn act(ctx: Ctx, mut req: Request, action: Action) -> Result<Response, Api
     let api = format!("/repos/{{repo_id}}/pipelines/{{number}}{below}");
     let call = Ok(Call::body(json!({})));
     let answer =
-        match through_api::call(&ctx, req, posted.frame.clone(), Method::POST, &api, call).await {
+        match through_api::call(&host, req, posted.frame.clone(), Method::POST, &api, call).await {
             Ok(answer) => answer,
             Err(page) => return Ok(page),
         };
@@ -137,5 +143,5 @@ async fn act(ctx: Ctx, mut req: Request, action: Action) -> Result<Response, Api
         _ => (page(number), format!("Pipeline #{number} was {done}.")),
     };
     tracing::info!(repo_id = %repo_id, number, ?action, "ui pipeline action");
-    Ok(forms::see_other(&ctx, &head, &to, Some(&message)))
+    Ok(forms::see_other(&host, &head, &to, Some(&message)))
 }

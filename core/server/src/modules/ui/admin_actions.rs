@@ -3,17 +3,19 @@
 //! shown on the answer to its form, once), the queue (`/api/queue/pause|resume`) and the
 //! instance's secrets and registries (`scoped_actions`, the global scope).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::admin::{NewAgent, admin_page};
 use super::forms::{self, Form};
+use super::host::UiHost;
 use super::scoped_actions;
 use super::through_api::{self, Action, Call, Gate, checked, item, nothing};
 use crate::http::{ApiError, Method, Request, Response, Scope};
-use crate::state::Ctx;
 
 /// The form routes below `<root>/admin`.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     let user = "/users/{login}";
     let rows = [
         Action::new("/users", "User added.", new_user, Method::POST, "/users"),
@@ -77,8 +79,8 @@ fn role(form: &Form, _: bool) -> Result<Call, ApiError> {
 /// `POST /admin/agents`: registers an agent and answers with the admin page showing its
 /// token (not a redirect: the token is shown on this answer only, never kept for a later
 /// page).
-async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
-    let posted = match through_api::read(&ctx, &mut req, "Administration", Gate::Admin).await {
+async fn add_agent<H: UiHost>(host: Arc<H>, mut req: Request) -> Result<Response, ApiError> {
+    let posted = match through_api::read(&host, &mut req, "Administration", Gate::Admin).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
@@ -88,7 +90,7 @@ async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
     })));
     let frame = posted.frame;
     let created =
-        match through_api::call(&ctx, req, frame.clone(), Method::POST, "/agents", call).await {
+        match through_api::call(&host, req, frame.clone(), Method::POST, "/agents", call).await {
             Ok(created) => created,
             Err(page) => return Ok(page),
         };
@@ -98,5 +100,5 @@ async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
         token: agent["token"].as_str().unwrap_or_default().to_string(),
     };
     tracing::info!(agent = %new.name, "ui: agent registered, its token shown once");
-    admin_page(&ctx, frame, Some(new)).await
+    admin_page(&host, frame, Some(new)).await
 }

@@ -16,12 +16,13 @@
 //! A form handler: `Form::read(&mut req)?`, then [`caller`] (a refused CSRF token becomes a
 //! 403 that says so, not a sign-in page), then the API's own access check and service call.
 
+use std::sync::Arc;
+
 use super::Frame;
-use crate::auth::{self, session};
+use super::host::UiHost;
+use crate::auth::session;
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access;
-use crate::modules::web::browser::{self, cookie, cookie_value, escape_html, over_tls, set_cookie};
-use crate::state::Ctx;
+use crate::modules::web::browser::{self, cookie, cookie_value, escape_html, set_cookie};
 use crate::store::users::Account;
 
 /// The largest form body a UI form may post: its fields are short (a branch, a few
@@ -128,9 +129,10 @@ impl Form {
 }
 
 /// Registers a UI form's POST route with the form body limit.
-pub fn post<F, Fut>(scope: &mut Scope<'_, Ctx>, path: &str, handler: F)
+pub fn post<S, F, Fut>(scope: &mut Scope<'_, S>, path: &str, handler: F)
 where
-    F: Fn(Ctx, Request) -> Fut + Send + Sync + 'static,
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S, Request) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Response, ApiError>> + Send + 'static,
 {
     scope.route_with_limit(Method::POST, path, BODY_LIMIT, handler);
@@ -139,8 +141,11 @@ where
 /// The caller of a form post (after [`Form::read`]): as `access::current` answers, except
 /// that a session whose CSRF token is missing or wrong gets a 403 that says the form is
 /// stale, rather than the 401 (sign in) the API answers: the browser is signed in.
-pub async fn caller(ctx: &Ctx, req: &Request) -> Result<Option<std::sync::Arc<Account>>, ApiError> {
-    match access::current(ctx, req).await {
+pub async fn caller<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+) -> Result<Option<std::sync::Arc<Account>>, ApiError> {
+    match host.current(req).await {
         Err(err) if err.status == StatusCode::UNAUTHORIZED => {
             tracing::info!(path = %req.path, "ui form refused: missing or wrong csrf token");
             Err(ApiError::new(
@@ -155,13 +160,14 @@ pub async fn caller(ctx: &Ctx, req: &Request) -> Result<Option<std::sync::Arc<Ac
 
 /// The CSRF token for the page of a signed-in `account` whose token `req` carries ("" for
 /// anonymous callers: they have no form to post).
-pub(super) fn csrf_for(ctx: &Ctx, req: &Request, account: Option<&Account>) -> String {
-    match (account, auth::bearer(req)) {
-        (Some(account), Some(raw)) => {
-            session::csrf_token(&raw, account.user.id, &ctx.token_key(account))
-        }
-        _ => String::new(),
-    }
+pub(super) fn csrf_for<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    account: Option<&Account>,
+) -> String {
+    account
+        .and_then(|account| host.csrf_token(req, account))
+        .unwrap_or_default()
 }
 
 /// A message for one page, set by a post and shown once.
@@ -174,7 +180,7 @@ pub struct Flash {
 }
 
 /// The message waiting for the page `req` asks for, if any.
-pub(super) fn flash_of(ctx: &Ctx, req: &Request) -> Option<Flash> {
+pub(super) fn flash_of<H: UiHost>(host: &Arc<H>, req: &Request) -> Option<Flash> {
     let raw = cookie_value(req, FLASH_COOKIE)?;
     let decoded: String = form_urlencoded::parse(format!("m={raw}").as_bytes())
         .next()
@@ -183,7 +189,7 @@ pub(super) fn flash_of(ctx: &Ctx, req: &Request) -> Option<Flash> {
     (path == req.path && !text.trim().is_empty()).then(|| Flash {
         text: text.chars().take(FLASH_CHARS).collect(),
         path: path.to_string(),
-        secure: over_tls(ctx, req),
+        secure: host.over_tls(req),
     })
 }
 
@@ -195,7 +201,12 @@ pub(super) fn clear_flash(flash: &Flash, response: &mut Response) {
 
 /// The answer to a successful post: `303 See Other` to `location` (a path of this UI, from
 /// its root), with `message` shown once on that page.
-pub fn see_other(ctx: &Ctx, req: &Request, location: &str, message: Option<&str>) -> Response {
+pub fn see_other<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    location: &str,
+    message: Option<&str>,
+) -> Response {
     let mut response = browser::redirect(location);
     if let Some(message) = message {
         let path = location.split(['?', '#']).next().unwrap_or(location);
@@ -208,7 +219,7 @@ pub fn see_other(ctx: &Ctx, req: &Request, location: &str, message: Option<&str>
             path,
             FLASH_SECS,
             "Lax",
-            over_tls(ctx, req),
+            host.over_tls(req),
         );
         set_cookie(&mut response, &flash);
     }

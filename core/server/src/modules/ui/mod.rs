@@ -9,10 +9,11 @@
 //! bookmarks open the same page: `/repos`, `/repos/{id}`, `/repos/{id}/pipeline/{number}`,
 //! `/repos/{id}/pipeline/{number}/{step pid}`, `/login`, `/user`.
 //!
-//! Access is decided as the REST API decides it: the pages call `ci::access` (the same
-//! `access::repo`, so a caller the API answers 401 gets the sign-in page here, one it
-//! answers 404 gets the not-found page). The UI lives in the server crate because that code
-//! does (it needs the app state); its handlers only read (`Services::reads`).
+//! The handlers are generic over a [`host::UiHost`], the server as the UI sees it (the
+//! server implements it for its app state in `app_host`): access is decided as the REST API
+//! decides it (`UiHost::repo` is the API's `access::repo`, so a caller the API answers 401
+//! gets the sign-in page here, one it answers 404 gets the not-found page); pages only read
+//! (`UiHost::services`' `reads`) and every change is the API's own route (`UiHost::api`).
 //!
 //! - [`pages`]: home, login and user pages; [`repos`]: the repository list and a repository's
 //!   pipelines; [`pipeline`]: a pipeline's workflows and steps, and a step's log;
@@ -33,13 +34,17 @@
 //! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
 //! [`routes`].
 
+use std::sync::Arc;
+
 mod account;
 mod actions;
 mod admin;
 mod admin_actions;
 pub mod ansi;
+mod app_host;
 mod branches;
 pub mod forms;
+pub mod host;
 mod logview;
 mod manual;
 mod orgs;
@@ -58,9 +63,8 @@ pub mod when;
 use askama::Template;
 
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
-use crate::modules::ci::access;
-use crate::state::Ctx;
 use crate::store::users::Account;
+use host::UiHost;
 
 /// The policy of every UI page: our own files only; no inline script or style, no frames,
 /// forms only to ourselves.
@@ -71,7 +75,7 @@ const STYLESHEET: &str = include_str!("../../../templates/static/woodlark.css");
 const SCRIPT: &str = include_str!("../../../templates/static/woodlark.js");
 
 /// The UI's routes below the web root (`root`: `[web] root_path`).
-pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>, root: &str) {
     scope
         .get("", pages::home)
         .get("/login", pages::login)
@@ -111,7 +115,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     logview::routes(scope);
 }
 
-async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
+async fn stylesheet<S>(_host: S, _req: Request) -> Result<Response, ApiError> {
     Ok(Response::new(
         StatusCode::OK,
         "text/css; charset=utf-8",
@@ -119,7 +123,7 @@ async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
     ))
 }
 
-async fn script(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
+async fn script<S>(_host: S, _req: Request) -> Result<Response, ApiError> {
     Ok(Response::new(
         StatusCode::OK,
         "application/javascript; charset=utf-8",
@@ -149,21 +153,21 @@ pub struct Frame {
 
 impl Frame {
     /// The frame for `req`, and the signed-in caller (anonymous when the token is bad).
-    async fn of(
-        ctx: &Ctx,
+    async fn of<H: UiHost>(
+        host: &Arc<H>,
         req: &Request,
         title: impl Into<String>,
     ) -> (Frame, Option<std::sync::Arc<Account>>) {
-        let account = access::current(ctx, req).await.ok().flatten();
+        let account = host.current(req).await.ok().flatten();
         let frame = Frame {
-            root: ctx.config.web.root_path().to_string(),
-            api: ctx.config.ci.mount.clone(),
+            root: host.web_root().to_string(),
+            api: host.api_mount().to_string(),
             title: title.into(),
             user: account.as_ref().map(|a| a.user.login.clone()),
             admin: account.as_ref().is_some_and(|a| a.user.admin),
-            csrf: forms::csrf_for(ctx, req, account.as_deref()),
-            flash: forms::flash_of(ctx, req),
-            next: next_param(ctx.config.web.root_path(), req),
+            csrf: forms::csrf_for(host, req, account.as_deref()),
+            flash: forms::flash_of(host, req),
+            next: next_param(host.web_root(), req),
         };
         (frame, account)
     }

@@ -3,18 +3,20 @@
 //! API's route of its scope (`/repos/{repo_id}/secrets`, `/orgs/{org_id}/secrets`,
 //! `/secrets`, …), so the scope's access rule is the API's.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::forms::Form;
+use super::host::UiHost;
 use super::through_api::{self, Action, Call, Gate, all_of, item, list_field};
 use crate::http::{ApiError, Method, Scope};
-use crate::state::Ctx;
 
 /// Registers the forms below `base` (a settings page's path, its parameters those the
 /// scope's API routes name: `{repo_id}`, `{org_id}` or none), checked by the page's `gate`,
 /// carried out below `api` (the scope's API prefix: `/repos/{repo_id}`, `/orgs/{org_id}`, or
 /// `""` for the instance's).
-pub fn routes(scope: &mut Scope<'_, Ctx>, base: &str, gate: Gate, api: &str) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>, base: &str, gate: Gate, api: &str) {
     let secrets = format!("{api}/secrets");
     let secret = format!("{api}/secrets/{{secret}}");
     let registries = format!("{api}/registries");

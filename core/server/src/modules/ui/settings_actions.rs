@@ -4,16 +4,18 @@
 //! success the browser goes back to the section it posted from with a message; a refusal is
 //! the API's status and message as a page, with nothing changed.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 
 use super::forms::Form;
+use super::host::UiHost;
 use super::scoped_actions;
 use super::through_api::{self, Action, Call, Gate, all_of, checked, item, number};
 use crate::http::{ApiError, Method, Scope};
-use crate::state::Ctx;
 
 /// The form routes below `<root>/repos/{repo_id}/settings`.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     let base = "/repos/{repo_id}/settings";
     let (repo, cron) = ("/repos/{repo_id}", "/repos/{repo_id}/cron/{cron}");
     let rows = [

@@ -21,11 +21,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::forms::{self, Form};
+use super::host::UiHost;
 use super::{Frame, or_error_page};
 use crate::http::router::percent_encode;
 use crate::http::{ApiError, HeaderValue, Method, Request, Response, Scope, StatusCode, header};
-use crate::modules::ci::access;
-use crate::state::Ctx;
 use crate::store::users::Account;
 
 /// What a form asks of the API: the JSON body, the path parameters and the query of the call.
@@ -99,15 +98,15 @@ fn fill(
 
 /// Sends the API request `call` describes (`method` on `pattern`, below the CI mount) as the
 /// browser of the form post `req`: the API's answer, or its refusal.
-pub async fn send(
-    ctx: &Ctx,
+pub async fn send<H: UiHost>(
+    host: &Arc<H>,
     req: Request,
     method: Method,
     pattern: &str,
     call: Call,
 ) -> Result<Response, ApiError> {
     let path = fill(pattern, &call.params, &req)?;
-    let mut api = Request::new(method, &format!("{}{path}", ctx.config.ci.mount));
+    let mut api = Request::new(method, &format!("{}{path}", host.api_mount()));
     api.query = call.query.unwrap_or_default();
     api.headers = req.headers;
     api.headers.remove(header::CONTENT_LENGTH);
@@ -127,7 +126,7 @@ pub async fn send(
     // The form's CSRF field (`session::FormCsrf`) rides along, as the header would.
     api.extensions = req.extensions;
     let shown = api.path.clone();
-    crate::state::api::call(ctx, api).await.inspect_err(|err| {
+    Arc::clone(host).api(api).await.inspect_err(|err| {
         tracing::info!(path = %shown, status = err.status.as_u16(), "ui form refused by the api");
     })
 }
@@ -158,13 +157,13 @@ pub enum Gate {
 }
 
 impl Gate {
-    async fn check(self, ctx: &Ctx, req: &Request) -> Result<(), ApiError> {
+    async fn check<H: UiHost>(self, host: &Arc<H>, req: &Request) -> Result<(), ApiError> {
         match self {
-            Gate::User => access::must_user(ctx, req).await.map(drop),
-            Gate::Admin => access::must_admin(ctx, req).await.map(drop),
-            Gate::RepoPush => access::repo_push(ctx, req).await.map(drop),
-            Gate::RepoAdmin => access::repo_admin(ctx, req).await.map(drop),
-            Gate::OrgAdmin => access::org(ctx, req, true).await.map(drop),
+            Gate::User => host.must_user(req).await.map(drop),
+            Gate::Admin => host.must_admin(req).await.map(drop),
+            Gate::RepoPush => host.repo_push(req).await.map(drop),
+            Gate::RepoAdmin => host.repo_admin(req).await.map(drop),
+            Gate::OrgAdmin => host.org(req, true).await.map(drop),
         }
     }
 }
@@ -173,19 +172,19 @@ impl Gate {
 /// the sign-in page, 401), the session's CSRF field is right (a stale or foreign form: 403,
 /// `forms::caller`), `gate` lets them, and the body is a form (400). `Err` is the page to
 /// answer with.
-pub async fn read(
-    ctx: &Ctx,
+pub async fn read<H: UiHost>(
+    host: &Arc<H>,
     req: &mut Request,
     title: &str,
     gate: Gate,
 ) -> Result<Posted, Response> {
     let form = Form::read(req);
-    let (frame, _) = Frame::of(ctx, req, title).await;
+    let (frame, _) = Frame::of(host, req, title).await;
     let checked = async {
-        let account = forms::caller(ctx, req)
+        let account = forms::caller(host, req)
             .await?
             .ok_or_else(ApiError::unauthorized)?;
-        gate.check(ctx, req).await?;
+        gate.check(host, req).await?;
         Ok::<_, ApiError>((form?, account))
     }
     .await;
@@ -206,8 +205,8 @@ pub fn error_page(frame: Frame, err: ApiError) -> Response {
 }
 
 /// [`send`], its refusal as a page (`Err`) in `frame`.
-pub async fn call(
-    ctx: &Ctx,
+pub async fn call<H: UiHost>(
+    host: &Arc<H>,
     req: Request,
     frame: Frame,
     method: Method,
@@ -215,7 +214,7 @@ pub async fn call(
     call: Result<Call, ApiError>,
 ) -> Result<Response, Response> {
     let call = call.map_err(|err| error_page(frame.clone(), err))?;
-    send(ctx, req, method, pattern, call)
+    send(host, req, method, pattern, call)
         .await
         .map_err(|err| error_page(frame, err))
 }
@@ -271,8 +270,8 @@ impl Action {
 
 /// Registers each of `actions` as a form route below `page` (a path pattern naming the
 /// parameters the API routes read), checked by `gate`.
-pub fn register(
-    scope: &mut Scope<'_, Ctx>,
+pub fn register<H: UiHost>(
+    scope: &mut Scope<'_, Arc<H>>,
     page: &str,
     gate: Gate,
     actions: impl IntoIterator<Item = Action>,
@@ -280,8 +279,8 @@ pub fn register(
     for action in actions {
         let path = format!("{page}{}", action.path);
         let action = Arc::new(action);
-        forms::post(scope, &path, move |ctx, req| {
-            act(ctx, req, gate, action.clone())
+        forms::post(scope, &path, move |host, req| {
+            act(host, req, gate, action.clone())
         });
     }
 }
@@ -289,13 +288,13 @@ pub fn register(
 /// A whole form post: read and checked ([`read`], `gate`), the API call built from the form,
 /// the API carries it out, and the browser goes back to the form's section with the
 /// action's message shown once there.
-async fn act(
-    ctx: Ctx,
+async fn act<H: UiHost>(
+    host: Arc<H>,
     mut req: Request,
     gate: Gate,
     action: Arc<Action>,
 ) -> Result<Response, ApiError> {
-    let posted = match read(&ctx, &mut req, "Settings", gate).await {
+    let posted = match read(&host, &mut req, "Settings", gate).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
@@ -304,7 +303,7 @@ async fn act(
     let built = (action.build)(&posted.form, posted.account.user.admin);
     Ok(
         match call(
-            &ctx,
+            &host,
             req,
             posted.frame,
             action.method.clone(),
@@ -313,7 +312,7 @@ async fn act(
         )
         .await
         {
-            Ok(_) => forms::see_other(&ctx, &head, &back, Some(action.message)),
+            Ok(_) => forms::see_other(&host, &head, &back, Some(action.message)),
             Err(page) => page,
         },
     )

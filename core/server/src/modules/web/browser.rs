@@ -5,7 +5,6 @@
 
 use crate::config::Config;
 use crate::http::{HeaderValue, Request, Response, StatusCode, header};
-use crate::state::Ctx;
 
 /// Name of the cookie that carries a browser's token (Woodpecker's).
 pub const SESSION_COOKIE: &str = "user_sess";
@@ -17,7 +16,7 @@ pub fn home(config: &Config) -> String {
 
 /// Whether cookies must be `Secure`: the request came over TLS (ours, or a terminating
 /// proxy's: `X-Forwarded-Proto: https` or `Forwarded: proto=https`) or the public URL is https.
-pub fn over_tls(ctx: &Ctx, req: &Request) -> bool {
+pub fn over_tls(ctx: &crate::state::AppState, req: &Request) -> bool {
     if req.tls || ctx.config.server.public_url.starts_with("https://") {
         return true;
     }

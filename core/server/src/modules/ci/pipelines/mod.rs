@@ -473,7 +473,7 @@ async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// The config files pipeline `pipeline_id` was compiled from, with their hashes (the API's
 /// `…/config` and the UI's config page).
 pub async fn configs_of(
-    ctx: &Ctx,
+    ctx: &crate::state::AppState,
     pipeline_id: i64,
 ) -> Result<Vec<(String, crate::pipeline::types::ConfigFile)>, ApiError> {
     Ok(ctx
