@@ -191,35 +191,30 @@ fn denied(what: &str) -> ApiError {
     )
 }
 
-/// A repository the caller may at least pull, with the caller and their permission.
-///
-/// The caller and the repository are shared with the access cache: a request that hits it
-/// copies neither (issue 50's profile found those copies on every repository read).
-pub struct RepoAccess {
-    pub user: Option<Arc<Account>>,
-    pub row: Arc<RepoRow>,
-    pub perm: Perm,
-}
+pub use crate::ci::access::{OrgAccess, RepoAccess};
 
-impl RepoAccess {
+/// A [`RepoAccess`]'s decisions as the API answers them (401 sign in, 404 hidden, 403
+/// denied), for the handlers that need more than pull.
+pub trait Require {
     /// The caller must be a repo admin: 401 anonymous, 403 otherwise (they can already see
     /// the repo).
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        self.require(RepoNeed::Admin)
-    }
-
+    fn require_admin(&self) -> Result<(), ApiError>;
     /// The caller must be signed in and allowed to push: 401 anonymous, 403 otherwise.
-    pub fn require_push(&self) -> Result<(), ApiError> {
-        self.require(RepoNeed::Push)
-    }
-
-    /// The caller's permission must meet `need` (`ci::access::decide_repo`).
-    fn require(&self, need: RepoNeed) -> Result<(), ApiError> {
-        refused(decide_repo(self.user.is_some(), &self.perm, need))
-    }
-
+    fn require_push(&self) -> Result<(), ApiError>;
     /// The caller must be signed in (some repo reads of public repos need no user).
-    pub fn user(&self) -> Result<&Arc<Account>, ApiError> {
+    fn user(&self) -> Result<&Arc<Account>, ApiError>;
+}
+
+impl Require for RepoAccess {
+    fn require_admin(&self) -> Result<(), ApiError> {
+        refused(self.decide(RepoNeed::Admin))
+    }
+
+    fn require_push(&self) -> Result<(), ApiError> {
+        refused(self.decide(RepoNeed::Push))
+    }
+
+    fn user(&self) -> Result<&Arc<Account>, ApiError> {
         self.user.as_ref().ok_or_else(ApiError::unauthorized)
     }
 }
@@ -335,13 +330,6 @@ pub async fn with_forge_membership(
     max_age: std::time::Duration,
 ) -> OrgPerm {
     ci::access::with_forge_membership(&ctx.ci, user, org, perm, max_age).await
-}
-
-/// An organisation and the caller's standing in it.
-pub struct OrgAccess {
-    pub user: Arc<Account>,
-    pub org: Org,
-    pub perm: OrgPerm,
 }
 
 /// Loads the organisation named by the `org_id` path parameter; the caller must be a member

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
+use super::access::{self, RepoAccess, Require, may_activate_in, must_admin, must_user, repo_by};
 use super::pagination::{Page, read_page};
 use crate::ci;
 use crate::ci::forge::DriverError;

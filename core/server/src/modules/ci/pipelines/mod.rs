@@ -19,7 +19,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::access::{self, RepoAccess};
+use super::access::{self, RepoAccess, Require};
 use super::pagination::Page;
 use woodlark_stdx::{Classify, Fault};
 

@@ -17,9 +17,9 @@ use super::ansi;
 use super::host::UiHost;
 use super::pipeline::{load, steps};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
-use crate::pipeline::types::LineKind;
 use crate::store::logs::{self, StoredLine};
 use crate::store::{StoreResult, Tx};
+use woodlark_pipeline::types::LineKind;
 
 /// Lines per chunk.
 pub const CHUNK: i64 = 1000;

@@ -2,7 +2,7 @@
 //! are generic over a [`UiHost`] and reach the server only through it, so they depend on
 //! the services and the HTTP core but on no server module.
 //!
-//! The server implements it for its `AppState` (`super::app_host`): the caller and the
+//! The server implements it for its `AppState` (`woodlark::modules::ui`): the caller and the
 //! access decisions are the REST API's own (`modules::ci::access`, with its token and
 //! permission caches), the forge reads the API's (as the caller), and [`UiHost::api`] runs
 //! a request through the API's route table in process. A UI page reads through
@@ -13,11 +13,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::ci::Services;
+use crate::ci::access::{OrgAccess, RepoAccess};
 use crate::ci::forge::PullRequest;
 use crate::http::{ApiError, Request, Response};
-use crate::modules::ci::access::{OrgAccess, RepoAccess};
-use crate::pipeline::types::ConfigFile;
+use crate::store::pipelines::ListFilter;
 use crate::store::users::Account;
+use woodlark_pipeline::types::ConfigFile;
 
 /// The server as the UI sees it.
 #[async_trait]
@@ -87,6 +88,18 @@ pub trait UiHost: Send + Sync + 'static {
     /// The sign-in form's one-time token and the cookie that goes with it
     /// (`Set-Cookie` value).
     fn login_form(&self, req: &Request) -> (String, String);
+
+    /// Where the sign-in form posts (the server's `/authorize` under the web root).
+    fn login_form_path(&self) -> String;
+
+    /// The message of a failed sign-in's error code (a known code's text only: a link's
+    /// other text is not ours to show).
+    fn sign_in_error(&self, code: &str) -> &'static str;
+
+    /// The filters of a pipeline list (`branch`, `event`, `status`, `ref`, `before`,
+    /// `after`) as the API's `GET /repos/{id}/pipelines` reads them: 400 for a status or
+    /// time it does not know.
+    fn list_filter(&self, req: &Request) -> Result<ListFilter, ApiError>;
 
     /// Signs the browser out (its session cookie cleared): the answer to send.
     async fn sign_out(&self, req: Request) -> Result<Response, ApiError>;

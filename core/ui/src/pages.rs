@@ -6,9 +6,8 @@ use askama::Template;
 
 use super::host::UiHost;
 use super::{Frame, or_error_page, page, to_login};
+use crate::http::browser::{redirect, safe_next, set_cookie};
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::web::browser::{redirect, safe_next, set_cookie};
-use crate::modules::web::login;
 use crate::store::forges::{self, ForgeKind};
 use crate::store::users::Account;
 
@@ -60,9 +59,9 @@ pub async fn login<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, Ap
     let error = req
         .query("error")
         .filter(|e| !e.is_empty())
-        .map(|code| login::sign_in_error(&code));
+        .map(|code| host.sign_in_error(&code));
     let (form_token, form_cookie) = host.login_form(&req);
-    let action = login::form_path(&frame.root);
+    let action = host.login_form_path();
     let next = req
         .query("next")
         .and_then(|n| safe_next(&frame.root, &n))
@@ -90,7 +89,7 @@ async fn sign_in_forges<H: UiHost>(host: &Arc<H>) -> Result<Vec<ForgeButton>, Ap
     let listed = host
         .services()
         .reads
-        .read(|c| forges::list(c, 1, crate::modules::ci::pagination::MAX_PER_PAGE))
+        .read(|c| forges::list(c, 1, crate::http::paging::MAX_PER_PAGE))
         .await?;
     Ok(listed
         .into_iter()

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use super::host::UiHost;
 use crate::ci::scoped::{Registries, ScopedRecord, Secrets};
 use crate::http::ApiError;
-use crate::modules::ci::pagination::MAX_PER_PAGE;
-use crate::pipeline::event::WebhookEvent;
+use crate::http::paging::MAX_PER_PAGE;
 use crate::store::registries::Registry;
 use crate::store::secrets::{ResourceScope, Secret};
+use woodlark_pipeline::event::WebhookEvent;
 
 /// A secret as a row: never its value.
 pub struct SecretItem {
@@ -39,7 +39,7 @@ impl SecretItem {
 
 /// Every pipeline event, checked where `chosen` has it.
 pub fn event_choices(chosen: &[String]) -> Vec<(&'static str, bool)> {
-    crate::pipeline::event::WebhookEvent::ALL
+    woodlark_pipeline::event::WebhookEvent::ALL
         .iter()
         .map(|e| (e.as_str(), chosen.iter().any(|c| c == e.as_str())))
         .collect()

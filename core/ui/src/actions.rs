@@ -6,7 +6,7 @@
 //! own `POST /repos/{id}/pipelines/{number}[/cancel|/approve|/decline]` (`through_api`), so
 //! a refusal here is the refusal there (401 anonymous, 404 a repository the caller may not
 //! see, 403 no push, 400 a pipeline in the wrong state). [`Offered`] decides which buttons the page shows with the
-//! same `RepoAccess::require_push`.
+//! same rule (`RepoAccess::allows(RepoNeed::Push)`, the API's `require_push`).
 
 use std::sync::Arc;
 
@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 use super::forms;
 use super::host::UiHost;
 use super::through_api::{self, Call, Gate};
+use crate::ci::access::{RepoAccess, RepoNeed};
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access::RepoAccess;
-use crate::pipeline::status::{self, Status};
 use crate::store::pipelines::Pipeline;
+use woodlark_pipeline::status::{self, Status};
 
 /// The buttons a pipeline's page offers its viewer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ impl Offered {
     /// What `access`'s caller may do to `pipeline` now: nothing without push (the API's
     /// rule, `require_push`); then what its state allows (the API refuses the rest with 400).
     pub fn of(access: &RepoAccess, pipeline: &Pipeline) -> Offered {
-        if access.require_push().is_err() {
+        if !access.allows(RepoNeed::Push) {
             return Offered::default();
         }
         let blocked = pipeline.status == Status::Blocked;

@@ -9,12 +9,12 @@ use super::actions::Offered;
 use super::host::UiHost;
 use super::logview::{Chunk, Gap};
 use super::{Frame, or_error_page, page, when};
+use crate::http::browser::web_link;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::web::browser::web_link;
-use crate::pipeline::status;
 use crate::store::StoreError;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, PipelineRow, Step};
+use woodlark_pipeline::status;
 
 struct StepItem {
     pid: i64,

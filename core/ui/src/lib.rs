@@ -1,16 +1,19 @@
 //! Woodlark's own web UI, served when `[web] dir` is empty (issue 49).
 //!
-//! Server-rendered HTML from askama templates (`core/server/templates/`, checked when the
-//! server compiles), one stylesheet and one small script from the same folder, all in the
-//! binary. Pages read without scripts; every page carries a strict Content-Security-Policy
+//! Server-rendered HTML from askama templates (`core/ui/templates/`, the one folder a
+//! designer needs, checked when this crate compiles), one stylesheet and one small script
+//! from `templates/static/`, all in the binary. Pages read without scripts; every page carries a strict Content-Security-Policy
 //! (`default-src 'self'`: no inline script or style).
 //!
 //! The paths are the upstream UI's (`web/src/router.ts`), so commit-status links and
 //! bookmarks open the same page: `/repos`, `/repos/{id}`, `/repos/{id}/pipeline/{number}`,
 //! `/repos/{id}/pipeline/{number}/{step pid}`, `/login`, `/user`.
 //!
-//! The handlers are generic over a [`host::UiHost`], the server as the UI sees it (the
-//! server implements it for its app state in `app_host`): access is decided as the REST API
+//! A crate of its own beside the server's HTTP modules: it depends on the HTTP core and the
+//! services (`woodlark-http`, `woodlark-ci`, `woodlark-store`), never on the server (Cargo
+//! forbids the cycle, since the server depends on it). The handlers are generic over a
+//! [`host::UiHost`], the server as the UI sees it (the server implements it for its app
+//! state in `woodlark::modules::ui` and mounts [`routes`]): access is decided as the REST API
 //! decides it (`UiHost::repo` is the API's `access::repo`, so a caller the API answers 401
 //! gets the sign-in page here, one it answers 404 gets the not-found page); pages only read
 //! (`UiHost::services`' `reads`) and every change is the API's own route (`UiHost::api`).
@@ -25,23 +28,27 @@
 //!   [`admin`] (`/admin`), [`branches`] (branches, pull requests), [`repo_add`]
 //!   (`/repos/add`); their forms in [`settings_actions`], [`scoped_actions`] (secrets and
 //!   registries at every scope), [`admin_actions`], [`account`] (token, sign-out), each
-//!   carried out by the REST API's own handler through [`through_api`]; [`scoped`]: secret
+//!   carried out by the REST API's own route through [`through_api`]; [`scoped`]: secret
 //!   and registry rows without values;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!
-//! Where to add a page: a template in `core/server/templates/` that extends `base.html`, a
+//! Where to add a page: a template in `core/ui/templates/` that extends `base.html`, a
 //! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
 //! [`routes`].
 
 use std::sync::Arc;
+
+// The crates below, by the names the UI's modules use for them.
+use woodlark_ci as ci;
+use woodlark_http as http;
+use woodlark_store as store;
 
 mod account;
 mod actions;
 mod admin;
 mod admin_actions;
 pub mod ansi;
-mod app_host;
 mod branches;
 pub mod forms;
 pub mod host;
@@ -71,8 +78,8 @@ use host::UiHost;
 pub const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \
                        base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-const STYLESHEET: &str = include_str!("../../../templates/static/woodlark.css");
-const SCRIPT: &str = include_str!("../../../templates/static/woodlark.js");
+const STYLESHEET: &str = include_str!("../templates/static/woodlark.css");
+const SCRIPT: &str = include_str!("../templates/static/woodlark.js");
 
 /// The UI's routes below the web root (`root`: `[web] root_path`).
 pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>, root: &str) {
@@ -247,7 +254,7 @@ fn error_page(frame: Frame, err: ApiError) -> Result<Response, ApiError> {
 
 /// A `303 See Other` to the login page, which returns here after signing in.
 fn to_login(frame: &Frame) -> Response {
-    crate::modules::web::browser::redirect(&format!("{}/login{}", frame.root, frame.next))
+    http::browser::redirect(&format!("{}/login{}", frame.root, frame.next))
 }
 
 /// `?next=<this page>` for a link to the login page ("" on the login and home pages, where

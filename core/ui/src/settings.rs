@@ -12,9 +12,9 @@ use askama::Template;
 use super::host::UiHost;
 use super::scoped::{ScopedLists, event_choices};
 use super::{Frame, or_error_page, page, repos::visibility_name, when};
+use crate::ci::access::RepoAccess;
+use crate::http::paging::MAX_PER_PAGE;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::access::RepoAccess;
-use crate::modules::ci::pagination::MAX_PER_PAGE;
 use crate::store::crons;
 use crate::store::repos::{APPROVAL_MODES, Repo, Visibility};
 use crate::store::secrets::ResourceScope;
@@ -126,7 +126,7 @@ async fn settings_page<H: UiHost>(
     frame: Frame,
 ) -> Result<Response, ApiError> {
     let access = host.repo_admin(req).await?;
-    let account = access.user()?.clone();
+    let account = access.user.clone().ok_or_else(ApiError::unauthorized)?;
     let repo = access.row.repo.clone();
     let here = ResourceScope::repo(repo.id);
     // The organisation's lists only for its admins, as `GET /api/orgs/{id}/secrets` decides.

@@ -16,8 +16,8 @@ use super::forms::{self, Form, FormError};
 use super::host::UiHost;
 use super::through_api::{self, Call};
 use super::{Frame, or_error_page, page};
+use crate::ci::access::RepoAccess;
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access::RepoAccess;
 
 /// Empty variable rows the form offers beyond those already filled (no script adds rows).
 const SPARE_ROWS: usize = 3;

@@ -12,8 +12,8 @@ use super::host::UiHost;
 use super::repos::RepoItem;
 use super::scoped::ScopedLists;
 use super::{Frame, or_error_page, page};
+use crate::ci::users::home_list;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::modules::ci::users;
 use crate::store::now_unix;
 use crate::store::secrets::ResourceScope;
 
@@ -36,7 +36,7 @@ struct OrgPage {
 }
 
 /// `GET <root>/orgs/{id}`: the caller's repositories in the organisation (the home list's,
-/// `users::home_list`, kept to this organisation), each with its newest pipeline.
+/// `ci::users::home_list`, kept to this organisation), each with its newest pipeline.
 pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
     let (frame, _) = Frame::of(&host, &req, "Organisation").await;
     let outcome = async {
@@ -45,7 +45,7 @@ pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, Api
         let found = host
             .services()
             .reads
-            .read(move |c| users::home_list(c, &user, false, "", 0, usize::MAX))
+            .read(move |c| home_list(c, &user, false, "", 0, usize::MAX))
             .await?;
         let now = now_unix();
         let repos = found

@@ -6,10 +6,11 @@ use askama::Template;
 
 use super::host::UiHost;
 use super::{Frame, or_error_page, page, to_login, when};
+use crate::ci::access::RepoNeed;
+use crate::ci::users::home_list;
+use crate::http::browser::web_link;
+use crate::http::paging::Page;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::pagination::Page;
-use crate::modules::ci::users;
-use crate::modules::web::browser::web_link;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, Pipeline};
 use crate::store::repos::{Repo, Visibility};
@@ -94,7 +95,7 @@ pub async fn list<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, Api
     let found = host
         .services()
         .reads
-        .read(move |c| users::home_list(c, &user, false, &needle, skip, per_page + 1))
+        .read(move |c| home_list(c, &user, false, &needle, skip, per_page + 1))
         .await;
     let mut found = match found {
         Ok(found) => found,
@@ -163,7 +164,7 @@ async fn repo_page<H: UiHost>(
 ) -> Result<Response, ApiError> {
     let access = host.repo(req).await?;
     let paging = Page::from_request(req);
-    let filter = crate::modules::ci::pipelines::list_filter(req)?;
+    let filter = host.list_filter(req)?;
     let filter_query = filter_query(req);
     let repo_id = access.row.repo.id;
     // The page, and whether one pipeline follows it (the pipeline at the next page's start,
@@ -183,8 +184,8 @@ async fn repo_page<H: UiHost>(
         })
         .await?;
     let now = now_unix();
-    let may_run = access.require_push().is_ok();
-    let may_admin = access.require_admin().is_ok();
+    let may_run = access.allows(RepoNeed::Push);
+    let may_admin = access.allows(RepoNeed::Admin);
     let repo = access.row.repo.clone();
     page(
         StatusCode::OK,

@@ -20,9 +20,9 @@ use std::sync::Arc;
 
 use super::Frame;
 use super::host::UiHost;
-use crate::auth::session;
+use crate::http::browser::FormCsrf;
+use crate::http::browser::{self, cookie, cookie_value, escape_html, set_cookie};
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
-use crate::modules::web::browser::{self, cookie, cookie_value, escape_html, set_cookie};
 use crate::store::users::Account;
 
 /// The largest form body a UI form may post: its fields are short (a branch, a few
@@ -75,8 +75,7 @@ impl Form {
     pub fn read(req: &mut Request) -> Result<Form, FormError> {
         let form = Form::parse(req)?;
         if let Some(token) = form.get(CSRF_FIELD) {
-            req.extensions
-                .insert(session::FormCsrf(token.trim().to_string()));
+            req.extensions.insert(FormCsrf(token.trim().to_string()));
         }
         Ok(form)
     }
@@ -260,9 +259,7 @@ mod tests {
         assert_eq!(form.all("key").collect::<Vec<_>>(), ["A", "B"]);
         assert_eq!(form.all("value").collect::<Vec<_>>(), ["1 2", "&"]);
         assert_eq!(
-            req.extensions
-                .get::<session::FormCsrf>()
-                .map(|f| f.0.as_str()),
+            req.extensions.get::<FormCsrf>().map(|f| f.0.as_str()),
             Some("t0k")
         );
         assert_eq!(form.required("branch"), Ok("main"));
@@ -287,6 +284,6 @@ mod tests {
         // No csrf field: nothing attached.
         let mut req = posted("application/x-www-form-urlencoded", "a=1");
         Form::read(&mut req).unwrap();
-        assert!(req.extensions.get::<session::FormCsrf>().is_none());
+        assert!(req.extensions.get::<FormCsrf>().is_none());
     }
 }

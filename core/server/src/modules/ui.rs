@@ -1,22 +1,31 @@
-//! The server's side of [`UiHost`]: the UI's questions answered by the REST API's own code
-//! (`modules::ci::access` and its caches, the forge reads of `modules::ci::repos`, the
-//! sign-in of `modules::web::login`) and its API requests run through `state::api::call`.
+//! The built-in web UI (crate `woodlark-ui`) as the server mounts it: its routes under the
+//! web root, and the server's side of its [`UiHost`]: the UI's questions answered by the
+//! REST API's own code (`modules::ci::access` and its caches, the forge reads of
+//! `modules::ci::repos`, the list filters of `modules::ci::pipelines`, the sign-in of
+//! `modules::web::login`) and its API requests run through `state::api::call`.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::host::UiHost;
+use woodlark_ui::host::UiHost;
+
 use crate::auth::{self, session};
 use crate::ci::Services;
 use crate::ci::forge::PullRequest;
-use crate::http::{ApiError, Request, Response};
+use crate::http::{ApiError, Request, Response, Scope};
 use crate::modules::ci::access::{self, OrgAccess, RepoAccess};
 use crate::modules::ci::{pipelines, repos};
 use crate::modules::web::{browser, login};
 use crate::pipeline::types::ConfigFile;
-use crate::state::AppState;
+use crate::state::{AppState, Ctx};
+use crate::store::pipelines::ListFilter;
 use crate::store::users::Account;
+
+/// The UI's routes below the web root (`root`: `[web] root_path`).
+pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
+    woodlark_ui::routes(scope, root);
+}
 
 #[async_trait]
 impl UiHost for AppState {
@@ -100,6 +109,18 @@ impl UiHost for AppState {
 
     fn login_form(&self, req: &Request) -> (String, String) {
         login::new_form(self, req)
+    }
+
+    fn login_form_path(&self) -> String {
+        login::form_path(self.config.web.root_path())
+    }
+
+    fn sign_in_error(&self, code: &str) -> &'static str {
+        login::sign_in_error(code)
+    }
+
+    fn list_filter(&self, req: &Request) -> Result<ListFilter, ApiError> {
+        pipelines::list_filter(req)
     }
 
     async fn sign_out(&self, req: Request) -> Result<Response, ApiError> {

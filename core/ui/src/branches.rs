@@ -10,8 +10,8 @@ use askama::Template;
 
 use super::host::UiHost;
 use super::{Frame, or_error_page, page};
+use crate::ci::access;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::access;
 
 /// One entry: its label and the query of the pipeline list filtered by it.
 struct Entry {
