@@ -5,16 +5,18 @@
 //!   route is registered with that limit by [`post`], so a larger body is refused with 413
 //!   before the handler runs); anything else is a 400 that says what was expected.
 //! - **CSRF**: a plain HTML form cannot send `X-CSRF-TOKEN`, so each form carries the
-//!   session's CSRF token (the one `/web-config.js` hands out, `auth::session::csrf_token`)
-//!   in a hidden field named [`CSRF_FIELD`]. [`Form::read`] attaches it to the request as
-//!   `session::FormCsrf`, and the one check there is (`session::csrf_ok`, run by
-//!   `access::current`) accepts it in place of the header. Only UI form routes attach it.
+//!   session's CSRF token (the one `/web-config.js` hands out; `UiHost::csrf_token`) in a
+//!   hidden field named [`CSRF_FIELD`]. [`Form::read`] attaches it to the request as
+//!   `http::browser::FormCsrf`, and the server's one check (`auth::session::csrf_ok`, run by
+//!   `UiHost::current` and by the API's routes) accepts it in place of the header. Only UI
+//!   form routes attach it.
 //! - **Answer**: post/redirect/get: [`see_other`] answers `303` to the page, with an optional
 //!   one-shot message in a cookie that page's [`super::Frame`] shows once and clears
 //!   (through `or_error_page`).
 //!
 //! A form handler: `Form::read(&mut req)?`, then [`caller`] (a refused CSRF token becomes a
-//! 403 that says so, not a sign-in page), then the API's own access check and service call.
+//! 403 that says so, not a sign-in page), then the API's own access check and route
+//! (`through_api`).
 
 use std::sync::Arc;
 

@@ -1,20 +1,20 @@
 //! A form post carried out by the REST API itself.
 //!
-//! The settings and admin forms do what an API call does, so they make that call: the form's
-//! fields become the JSON body, path parameters and query of a request to the API's route
-//! (method and path, [`Action`]), which runs in process through the API's own route table
-//! (`state::api::call`: its guard, body limit, access decision and validation) exactly as
-//! the browser's own request to the API would. Nothing here decides who may do what or what
-//! is valid, so the UI cannot drift from the API. The answers become pages: success a `303`
-//! back to the page (post/redirect/get, with a one-shot message), an error the API's status
-//! and message as a readable page (nothing was changed: the API refused before its service
-//! call).
+//! Every form does what an API call does, so it makes that call: the form's fields become
+//! the JSON body, path parameters and query of a request to the API's route (method and
+//! path, [`Action`]), which runs in process through the API's own route table
+//! (`UiHost::api`, the server's `state::api::call`: its guard, body limit, access decision
+//! and validation) exactly as the browser's own request to the API would. Nothing here
+//! decides who may do what or what is valid, so the UI cannot drift from the API. The
+//! answers become pages: success a `303` back to the page (post/redirect/get, with a
+//! one-shot message), an error the API's status and message as a readable page (nothing
+//! was changed: the API refused before its service call).
 //!
 //! **Who calls.** The API request carries the browser's own headers (its session cookie or
-//! token) and the form's CSRF field (`session::FormCsrf`, attached by `Form::read`), so the
-//! API's `access::current` checks the same session and the same CSRF token it would check
-//! for that browser's request: a form never lets through what the API would refuse from
-//! that browser session.
+//! token) and the form's CSRF field (`http::browser::FormCsrf`, attached by `Form::read`),
+//! so the API's `access::current` checks the same session and the same CSRF token it would
+//! check for that browser's request: a form never lets through what the API would refuse
+//! from that browser session.
 
 use std::sync::Arc;
 
@@ -123,7 +123,7 @@ pub async fn send<H: UiHost>(
     }
     api.remote = req.remote;
     api.tls = req.tls;
-    // The form's CSRF field (`session::FormCsrf`) rides along, as the header would.
+    // The form's CSRF field (`FormCsrf`) rides along, as the header would.
     api.extensions = req.extensions;
     let shown = api.path.clone();
     Arc::clone(host).api(api).await.inspect_err(|err| {
