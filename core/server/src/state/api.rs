@@ -52,3 +52,51 @@ pub async fn call(ctx: &Ctx, mut req: Request) -> Result<Response, ApiError> {
     tracing::debug!(route = %route.pattern, method = %req.method, "api called in process");
     (route.handler)(Arc::clone(ctx), req).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::App;
+    use crate::config::Config;
+    use crate::http::Method;
+    use crate::logging::{LogControl, LogLevel};
+
+    /// A built (not serving) app on a temporary data dir, its body limit 1 KiB.
+    fn app() -> (tempfile::TempDir, App) {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[server]\ndata_dir = {:?}\nmax_body_bytes = 1024\n[runner]\nenabled = false\n",
+            dir.path().display().to_string()
+        );
+        let config = Config::from_toml(&text, "t.toml", &[]).unwrap();
+        let app = App::build(config, LogControl::detached(LogLevel::Warn)).unwrap();
+        (dir, app)
+    }
+
+    #[tokio::test]
+    async fn a_request_runs_as_the_api_route_would_answer_it() {
+        let (_dir, app) = app();
+        let ctx = app.state();
+        let status = |r: Result<Response, ApiError>| match r {
+            Ok(response) => response.status,
+            Err(err) => err.status,
+        };
+        // The route's own handler and access decision: anonymous is refused as over HTTP.
+        let user = call(ctx, Request::new(Method::GET, "/api/user")).await;
+        assert_eq!(status(user), StatusCode::UNAUTHORIZED);
+        let unknown = call(ctx, Request::new(Method::GET, "/api/nowhere")).await;
+        assert_eq!(status(unknown), StatusCode::NOT_FOUND);
+        let method = call(ctx, Request::new(Method::PUT, "/api/user")).await;
+        assert_eq!(status(method), StatusCode::METHOD_NOT_ALLOWED);
+        let bad = call(ctx, Request::new(Method::GET, "/api/repos/%ZZ")).await;
+        assert_eq!(status(bad), StatusCode::BAD_REQUEST);
+        let mut big = Request::new(Method::POST, "/api/users");
+        big.body = vec![b' '; 2048].into();
+        assert_eq!(status(call(ctx, big).await), StatusCode::PAYLOAD_TOO_LARGE);
+        // Only the CI API's mount is reachable: not the web module, not the root routes.
+        for path in ["/web-config.js", "/version"] {
+            let other = call(ctx, Request::new(Method::GET, path)).await;
+            assert_eq!(status(other), StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+}
