@@ -1,4 +1,4 @@
-//! Woodlark's own web UI (`modules/ui`, `[web] dir` empty): the pages over real HTTP — the
+//! Woodlark's own web UI (crate `woodlark-ui`, `[web] dir` empty): the pages over real HTTP — the
 //! sign-in page and a login link's session, the repository list with its filter, a
 //! repository's pipelines with paging, a pipeline's steps and a step's log; who sees what
 //! (the REST API's answers: anonymous 401, another user 404), bad ids, escaping of

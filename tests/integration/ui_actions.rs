@@ -1,4 +1,4 @@
-//! The built-in UI's forms (`modules/ui/forms.rs`, `actions.rs`): cancel, restart, approve
+//! The built-in UI's forms (`core/ui/src/forms.rs`, `actions.rs`): cancel, restart, approve
 //! and decline from a pipeline's page, over real HTTP with a runner: the buttons each viewer
 //! gets, who may post (the REST API's answers), the CSRF field a browser session must carry,
 //! bad bodies, and the one-shot message after the redirect.

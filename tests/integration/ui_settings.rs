@@ -1,4 +1,4 @@
-//! The built-in UI's settings pages (`modules/ui/settings.rs`, `settings_actions.rs`,
+//! The built-in UI's settings pages (`core/ui/src/settings.rs`, `settings_actions.rs`,
 //! `scoped_actions.rs`, `admin.rs`, the user page's token and sign-out): each page and form
 //! with who may use it (the REST API's answers), the CSRF field refused when wrong, bad
 //! input answered with a readable 4xx page that changes nothing, and secret values and

@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::Services;
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow, Visibility};
-use crate::store::users::User;
+use crate::store::users::{Account, User};
 use crate::store::{StoreResult, Tx, now_unix};
 
 /// A user's permission on a repository, by the rules in the module docs.
@@ -88,6 +88,37 @@ pub async fn with_synced_perm(
 }
 
 /// What a route needs of its caller on a repository.
+/// A repository the caller may at least pull, with the caller and their permission: the
+/// answer of the server's access check (`modules::ci::access::repo`), which the REST API's
+/// handlers and the built-in UI (`woodlark-ui`) both act on.
+///
+/// The caller and the repository are shared with the access cache: a request that hits it
+/// copies neither (issue 50's profile found those copies on every repository read).
+pub struct RepoAccess {
+    pub user: Option<Arc<Account>>,
+    pub row: Arc<RepoRow>,
+    pub perm: Perm,
+}
+
+impl RepoAccess {
+    /// Whether the caller may do what `need` names here ([`decide_repo`]).
+    pub fn decide(&self, need: RepoNeed) -> RepoDecision {
+        decide_repo(self.user.is_some(), &self.perm, need)
+    }
+
+    /// Whether [`RepoAccess::decide`] allows `need`.
+    pub fn allows(&self, need: RepoNeed) -> bool {
+        self.decide(need) == RepoDecision::Allowed
+    }
+}
+
+/// An organisation and the signed-in caller's standing in it (`modules::ci::access::org`).
+pub struct OrgAccess {
+    pub user: Arc<Account>,
+    pub org: Org,
+    pub perm: OrgPerm,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RepoNeed {
     /// Read it (every repository route).

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use super::forge::{ForgeAccount, ForgeDriver, ForgeError, ForgeTokens, acting};
 use super::{Error, Services};
 use crate::auth::random_secret;
+use crate::store::pipelines::{self, ListFilter, Pipeline};
+use crate::store::repos::{self, Repo};
 use crate::store::users::{
     self, Account, EnvAdmins, ForgeIdentity, ForgeSignIn, NewUser, User, UserPatch,
 };
-use crate::store::{Store, forge_tokens, used_tokens};
+use crate::store::{Store, StoreResult, Tx, forge_tokens, used_tokens};
 
 /// Creates a user (and its personal organisation).
 pub async fn create(ci: &Services, new: NewUser) -> Result<Account, Error> {
@@ -137,4 +139,35 @@ pub async fn spend_once(ci: &Services, jti: String, exp: i64, now: i64) -> Resul
         .store
         .write(move |c| used_tokens::spend(c, &jti, exp, now))
         .await?)
+}
+
+/// The home list (the API's `GET /user/repos`, and the built-in UI's `/repos`): the repositories `user`
+/// owns (`repos::owned_by`), active ones unless `all`, those whose full name holds `name`
+/// (lower case) when it is not empty, each with its newest pipeline; of those, `take` after
+/// the first `skip` (the UI's pages; the API, like upstream's, lists them all). One read: a
+/// cached statement per repository listed, so a page costs the same however many there are.
+pub fn home_list(
+    c: &Tx,
+    user: &User,
+    all: bool,
+    name: &str,
+    skip: usize,
+    take: usize,
+) -> StoreResult<Vec<(Repo, Option<Pipeline>)>> {
+    let mut out = Vec::new();
+    let wanted = repos::owned_by(c, user.id, user.org_id)?
+        .into_iter()
+        .filter(|row| {
+            (all || row.repo.active)
+                && (name.is_empty() || row.repo.full_name.to_lowercase().contains(name))
+        })
+        .skip(skip)
+        .take(take);
+    for row in wanted {
+        let last = pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 1)?
+            .into_iter()
+            .next();
+        out.push((row.repo, last));
+    }
+    Ok(out)
 }

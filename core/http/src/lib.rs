@@ -9,7 +9,8 @@
 //!   405 + `Allow`; modules add their routes through a [`router::Scope`] under their mount. A
 //!   guarded route (webhooks) checks the request's head before its body is read.
 //! - [`budget`]: the byte budget guarded routes' bodies share (503 past it).
-//! - [`request`] / [`response`]: the plain types handlers see and return.
+//! - [`request`] / [`response`]: the plain types handlers see and return; [`paging`]: the
+//!   `?page=&per_page=` of lists; [`browser`]: cookies, redirects, escaping, the form CSRF.
 //! - [`error`]: [`ApiError`], rendered as plain text (Woodpecker) or `{"message"}` JSON
 //!   (Clever, algod) depending on the module that owns the route.
 //! - [`client`]: outbound HTTP(S) for the rest of the server (agent protocol, plugins).
@@ -19,12 +20,14 @@
 //! `Result<Response, ApiError>`. Types re-exported here from the `http` crate (status codes,
 //! methods, header maps) are plain data and safe to use anywhere.
 
+pub mod browser;
 pub mod budget;
 pub mod client;
 pub mod connections;
 pub mod error;
 pub mod heap;
 pub mod metrics;
+pub mod paging;
 pub mod request;
 pub mod response;
 pub mod router;

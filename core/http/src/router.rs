@@ -274,6 +274,21 @@ pub fn percent_decode(raw: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// One path segment percent-encoded, the inverse of [`percent_decode`]: every byte but the
+/// unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX`, so a value holding `/`, `?`, `#`, `%`
+/// or a space stays one segment and reads back exactly.
+pub fn percent_encode(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for &b in segment.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Adds routes under one module's mount prefix.
 pub struct Scope<'r, S> {
     router: &'r mut Router<S>,
@@ -409,6 +424,16 @@ mod tests {
 
     async fn ok(_: (), _: Request) -> Result<Response, ApiError> {
         Ok(Response::empty(StatusCode::NO_CONTENT))
+    }
+
+    #[test]
+    fn an_encoded_segment_decodes_to_itself() {
+        for raw in ["plain", "a/b c", "100%", "x?y#z", "grüße", "a+b&c=d"] {
+            let encoded = percent_encode(raw);
+            assert!(!encoded.contains(['/', '?', '#', ' ']), "{encoded}");
+            assert_eq!(percent_decode(&encoded).as_deref(), Some(raw));
+        }
+        assert_eq!(percent_encode("a b/%"), "a%20b%2F%25");
     }
 
     fn router() -> Router<()> {

@@ -210,6 +210,7 @@ impl App {
             crate::config::check_sandbox(&config).map_err(AppError::Runner)?;
         }
         let router = build_router(&config)?;
+        let api = build_api_router(&config)?;
         let retention = (store.clone(), logs.clone());
         let ci = crate::ci::Services::new(
             store.clone(),
@@ -256,6 +257,7 @@ impl App {
             access_cache: Default::default(),
             rendered: Default::default(),
             backups: Default::default(),
+            api,
         });
         Ok(App {
             dispatcher: Arc::new(Dispatcher {
@@ -427,6 +429,19 @@ fn build_router(config: &Config) -> Result<Router<Ctx>, RouteError> {
     for (module, settings) in enabled(config) {
         module.routes(&mut router.scope(&settings.mount, module.error_style));
         module.root_routes(&mut router.scope("", ErrorStyle::PlainText));
+    }
+    router.finish()
+}
+
+/// The CI module's routes alone, at its mount: what the built-in UI calls in process
+/// (`state::api`). The same routes and limits as [`build_router`] gives them.
+fn build_api_router(config: &Config) -> Result<Router<Ctx>, RouteError> {
+    let mut router = Router::new(config.server.max_body_bytes)
+        .with_body_budget(config.server.unauthenticated_body_budget_bytes);
+    for (module, settings) in enabled(config) {
+        if module.name == "ci" {
+            module.routes(&mut router.scope(&settings.mount, module.error_style));
+        }
     }
     router.finish()
 }

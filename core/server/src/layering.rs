@@ -373,3 +373,84 @@ fn handlers_never_write_through_the_store() {
     }
     assert!(writers.is_empty(), "handlers that write: {writers:#?}");
 }
+
+/// The built-in UI's sources (crate `woodlark-ui`).
+fn ui_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui/src")
+}
+
+/// The built-in UI is a crate beside the server's HTTP modules (`woodlark-ui`): it depends on
+/// no server crate (Cargo refuses the cycle anyway, the server depending on it; this names
+/// the rule), and its pages only read: no store write, the services used only through
+/// their reads (`reads`, `log_reads`, settings and the queue's state), and of `woodlark-ci`
+/// only the access decisions, the home list read, the scoped records' lists, a forge's pull
+/// request and the version. Every change it makes is an API request (`UiHost::api`).
+#[test]
+fn the_ui_crate_depends_on_no_server_and_only_reads() {
+    let manifest = std::fs::read_to_string(ui_src().join("../Cargo.toml")).unwrap();
+    let server_deps: Vec<&str> = manifest
+        .lines()
+        .filter(|l| {
+            let name = l.split(['=', '.', ' ']).next().unwrap_or("");
+            name == "woodlark" || name == "\"woodlark\""
+        })
+        .collect();
+    assert!(
+        server_deps.is_empty(),
+        "woodlark-ui depends on the server: {server_deps:?}"
+    );
+
+    let reads = [
+        ".reads.",
+        ".log_reads.",
+        ".settings.",
+        ".queue.paused()",
+        ".queue.free_workers()",
+    ];
+    let ci_allowed = |path: &str| {
+        path == "access"
+            || path == "Services"
+            || path == "version_string"
+            || path == "users::home_list"
+            || path == "forge::PullRequest"
+            || path.starts_with("access::")
+            || ["Registries", "Secrets", "ScopedRecord"]
+                .iter()
+                .any(|r| path == format!("scoped::{r}"))
+    };
+    let files = rust_files(&ui_src());
+    assert!(files.len() > 15, "{files:?}");
+    let mut wrong = Vec::new();
+    for path in files {
+        let code = production_code(&path);
+        let name = path.display();
+        if code.contains("woodlark::") {
+            wrong.push(format!("{name}: imports the server"));
+        }
+        for call in STORE_WRITES.iter().filter(|call| code.contains(*call)) {
+            wrong.push(format!("{name}: writes through a store ({call})"));
+        }
+        for (at, _) in code.match_indices("services()") {
+            let after: String = code[at + "services()".len()..]
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .take(24)
+                .collect();
+            if !reads.iter().any(|r| after.starts_with(r)) {
+                wrong.push(format!("{name}: services(){after}… is not a read"));
+            }
+        }
+        for prefix in ["crate::ci::", "woodlark_ci::"] {
+            for (at, _) in code.match_indices(prefix) {
+                let mut found = Vec::new();
+                paths_at(&code[at + prefix.len()..], Vec::new(), &mut found);
+                for p in found.iter().map(|p| p.join("::")) {
+                    if !ci_allowed(&p) {
+                        wrong.push(format!("{name}: uses woodlark-ci's {p}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the UI crate: {wrong:#?}");
+}

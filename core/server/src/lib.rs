@@ -24,7 +24,6 @@
 //! - [`auth`]: where a request carries its token, sessions (sealing, token signing and the
 //!   server's signing key are in the ci crate's `auth`).
 //! - [`logging`]: tracing set-up and the run-time log level.
-//! - [`timefmt`]: RFC 3339 rendering of timestamps.
 
 pub mod app;
 pub mod auth;
@@ -44,5 +43,5 @@ pub mod retention;
 pub use woodlark_runner as runner;
 pub mod startup;
 pub mod state;
+pub use woodlark_stdx::timefmt;
 pub use woodlark_store as store;
-pub mod timefmt;

@@ -1,10 +1,12 @@
 //! Small helpers every Woodlark crate may use, with no dependency on any of them (the idea of
-//! rust-analyzer's `stdx`): randomness from the OS, Unix time, files only the owner can read.
+//! rust-analyzer's `stdx`): randomness from the OS, Unix time and its RFC 3339 text
+//! ([`timefmt`]), files only the owner can read.
 //!
 //! Nothing here knows about HTTP, SQL, pipelines or plugins; a helper that needs one of those
 //! belongs in that crate. ([`tls`] is TLS certificate policy, which the forge client and
 //! the database connection share.)
 
+pub mod timefmt;
 pub mod tls;
 
 use std::io::Write;

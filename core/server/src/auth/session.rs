@@ -25,12 +25,8 @@ pub const LOGIN_LINK: &str = "login-link";
 /// Request header that carries the CSRF token (Woodpecker's name).
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
-/// The CSRF token a built-in UI form carried in its hidden field, attached to the request by
-/// the form's handler (`modules::ui::forms`) before any access check. [`csrf_ok`] takes it
-/// where the header is absent: a plain HTML form cannot set headers. Only UI form routes
-/// attach it, so every other route still wants the header.
-#[derive(Debug, Clone)]
-pub struct FormCsrf(pub String);
+/// The CSRF token a built-in UI form carried in its hidden field (see its type).
+pub use crate::http::browser::FormCsrf;
 
 /// How long a login link stays valid.
 pub const LOGIN_LINK_SECS: i64 = 10 * 60;

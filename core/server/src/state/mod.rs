@@ -15,12 +15,13 @@ use crate::auth::keys::ServerKey;
 use crate::ci::Services;
 use crate::ci::access_cache::AccessCache;
 use crate::config::Config;
-use crate::http::ErrorStyle;
 use crate::http::metrics::Metrics;
+use crate::http::{ErrorStyle, Router};
 use crate::logging::LogControl;
 use crate::participation::Keyring;
 use crate::store::users::Account;
 
+pub mod api;
 pub mod participation;
 pub mod rendered;
 
@@ -50,6 +51,9 @@ pub struct AppState {
     pub rendered: RenderedPages,
     /// Scheduled backups written and failed (`/metrics`).
     pub backups: Arc<crate::backup::schedule::BackupCounts>,
+    /// The CI API's routes (below its mount), for requests made in process ([`api::call`]:
+    /// the built-in UI's forms). Empty when the CI module is off.
+    pub api: Router<Ctx>,
 }
 
 /// Where one interface is mounted and how its errors look.

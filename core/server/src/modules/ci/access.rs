@@ -30,7 +30,7 @@ use crate::ci::access::{
 pub use crate::ci::access::{OrgPerm, may_activate_in, org_perm, repo_perm};
 use crate::ci::access_cache::{Readable, Verified};
 use crate::http::{ApiError, Request, StatusCode};
-use crate::state::Ctx;
+use crate::state::AppState;
 use crate::store::orgs::{self, Org};
 use crate::store::repos::{self, Perm, RepoRow};
 use crate::store::users::{self, Account, User};
@@ -43,14 +43,14 @@ use crate::store::{StoreError, StoreResult, forge_tokens, now_unix};
 /// from our own page: `X-CSRF-TOKEN` must hold the CSRF token `/web-config.js` handed out for
 /// that session. Without it the request is refused with 401 (not downgraded to anonymous), as
 /// upstream does. Personal access tokens need no CSRF header, wherever they are carried.
-pub async fn current(ctx: &Ctx, req: &Request) -> Result<Option<Arc<Account>>, ApiError> {
+pub async fn current(ctx: &AppState, req: &Request) -> Result<Option<Arc<Account>>, ApiError> {
     current_at(ctx, req, ctx.ci.reads.identity_generation()).await
 }
 
 /// [`current`], with the token's verification cached under `generation` (read before any
 /// read whose result is cached alongside).
 async fn current_at(
-    ctx: &Ctx,
+    ctx: &AppState,
     req: &Request,
     generation: u64,
 ) -> Result<Option<Arc<Account>>, ApiError> {
@@ -82,7 +82,7 @@ async fn current_at(
 
 /// Checks a personal access token or session token against its user's key; `None` when it
 /// names nobody, names a deleted user or does not verify.
-async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiError> {
+async fn verify(ctx: &AppState, raw: &str, now: i64) -> Result<Option<Verified>, ApiError> {
     let Some(session::Subject { user_id, session }) = session::subject(raw) else {
         return Ok(None);
     };
@@ -128,7 +128,7 @@ async fn verify(ctx: &Ctx, raw: &str, now: i64) -> Result<Option<Verified>, ApiE
 /// What the signed-in caller may read: `readable` holds the ids of the repositories and
 /// organisations (`repos::readable_ids`), `None` for an instance admin, who may read
 /// everything. 401 for anonymous callers.
-pub async fn readable_by_caller(ctx: &Ctx, req: &Request) -> Result<CallerReads, ApiError> {
+pub async fn readable_by_caller(ctx: &AppState, req: &Request) -> Result<CallerReads, ApiError> {
     let generation = ctx.ci.reads.identity_generation();
     let account = current_at(ctx, req, generation)
         .await?
@@ -170,12 +170,12 @@ pub struct CallerReads {
 }
 
 /// The signed-in user, or 401.
-pub async fn must_user(ctx: &Ctx, req: &Request) -> Result<Arc<Account>, ApiError> {
+pub async fn must_user(ctx: &AppState, req: &Request) -> Result<Arc<Account>, ApiError> {
     current(ctx, req).await?.ok_or_else(ApiError::unauthorized)
 }
 
 /// A signed-in instance admin: 401 without a user, 403 for a non-admin.
-pub async fn must_admin(ctx: &Ctx, req: &Request) -> Result<Arc<Account>, ApiError> {
+pub async fn must_admin(ctx: &AppState, req: &Request) -> Result<Arc<Account>, ApiError> {
     let account = must_user(ctx, req).await?;
     if !account.user.admin {
         return Err(denied("admin permission"));
@@ -191,47 +191,42 @@ fn denied(what: &str) -> ApiError {
     )
 }
 
-/// A repository the caller may at least pull, with the caller and their permission.
-///
-/// The caller and the repository are shared with the access cache: a request that hits it
-/// copies neither (issue 50's profile found those copies on every repository read).
-pub struct RepoAccess {
-    pub user: Option<Arc<Account>>,
-    pub row: Arc<RepoRow>,
-    pub perm: Perm,
-}
+pub use crate::ci::access::{OrgAccess, RepoAccess};
 
-impl RepoAccess {
+/// A [`RepoAccess`]'s decisions as the API answers them (401 sign in, 404 hidden, 403
+/// denied), for the handlers that need more than pull.
+pub trait Require {
     /// The caller must be a repo admin: 401 anonymous, 403 otherwise (they can already see
     /// the repo).
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        self.require(RepoNeed::Admin)
-    }
-
+    fn require_admin(&self) -> Result<(), ApiError>;
     /// The caller must be signed in and allowed to push: 401 anonymous, 403 otherwise.
-    pub fn require_push(&self) -> Result<(), ApiError> {
-        self.require(RepoNeed::Push)
-    }
-
-    /// The caller's permission must meet `need` (`ci::access::decide_repo`).
-    fn require(&self, need: RepoNeed) -> Result<(), ApiError> {
-        refused(decide_repo(self.user.is_some(), &self.perm, need))
-    }
-
+    fn require_push(&self) -> Result<(), ApiError>;
     /// The caller must be signed in (some repo reads of public repos need no user).
-    pub fn user(&self) -> Result<&Arc<Account>, ApiError> {
+    fn user(&self) -> Result<&Arc<Account>, ApiError>;
+}
+
+impl Require for RepoAccess {
+    fn require_admin(&self) -> Result<(), ApiError> {
+        refused(self.decide(RepoNeed::Admin))
+    }
+
+    fn require_push(&self) -> Result<(), ApiError> {
+        refused(self.decide(RepoNeed::Push))
+    }
+
+    fn user(&self) -> Result<&Arc<Account>, ApiError> {
         self.user.as_ref().ok_or_else(ApiError::unauthorized)
     }
 }
 
 /// Loads the repository named by the `repo_id` path parameter and checks pull permission
 /// (a permission from the forge is read again after `ci::repos::PERM_TTL_SECS`).
-pub async fn repo(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
+pub async fn repo(ctx: &AppState, req: &Request) -> Result<RepoAccess, ApiError> {
     repo_within(ctx, req, ci::repos::PERM_TTL_SECS).await
 }
 
 /// [`repo`], with a permission from the forge read again when `max_age` seconds old.
-async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAccess, ApiError> {
+async fn repo_within(ctx: &AppState, req: &Request, max_age: i64) -> Result<RepoAccess, ApiError> {
     let id = req.param_i64("repo_id")?;
     let generation = ctx.ci.reads.identity_generation();
     let user = current_at(ctx, req, generation).await?;
@@ -261,7 +256,7 @@ async fn repo_within(ctx: &Ctx, req: &Request, max_age: i64) -> Result<RepoAcces
 
 /// Like [`repo`] but also requires repo admin (secrets, registries, cron, settings), with a
 /// permission from the forge no older than `ci::repos::RECHECK_SECS`.
-pub async fn repo_admin(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
+pub async fn repo_admin(ctx: &AppState, req: &Request) -> Result<RepoAccess, ApiError> {
     let access = repo_within(ctx, req, ci::repos::RECHECK_SECS).await?;
     access.require_admin()?;
     Ok(access)
@@ -269,7 +264,7 @@ pub async fn repo_admin(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError
 
 /// Like [`repo`] but also requires push (run, restart, cancel, approve or decline
 /// pipelines), with a permission from the forge no older than `ci::repos::RECHECK_SECS`.
-pub async fn repo_push(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError> {
+pub async fn repo_push(ctx: &AppState, req: &Request) -> Result<RepoAccess, ApiError> {
     let access = repo_within(ctx, req, ci::repos::RECHECK_SECS).await?;
     access.require_push()?;
     Ok(access)
@@ -277,7 +272,7 @@ pub async fn repo_push(ctx: &Ctx, req: &Request) -> Result<RepoAccess, ApiError>
 
 /// Loads a repository with `find` and checks the caller may pull it.
 pub async fn repo_by<F>(
-    ctx: &Ctx,
+    ctx: &AppState,
     user: Option<Arc<Account>>,
     find: F,
 ) -> Result<RepoAccess, ApiError>
@@ -329,7 +324,7 @@ pub fn repo_not_found() -> ApiError {
 
 /// `ci::access::with_forge_membership` for a handler.
 pub async fn with_forge_membership(
-    ctx: &Ctx,
+    ctx: &AppState,
     user: Option<&User>,
     org: &Org,
     perm: OrgPerm,
@@ -338,18 +333,11 @@ pub async fn with_forge_membership(
     ci::access::with_forge_membership(&ctx.ci, user, org, perm, max_age).await
 }
 
-/// An organisation and the caller's standing in it.
-pub struct OrgAccess {
-    pub user: Arc<Account>,
-    pub org: Org,
-    pub perm: OrgPerm,
-}
-
 /// Loads the organisation named by the `org_id` path parameter; the caller must be a member
 /// (`need_admin`: an org admin, their membership on the forge no older than
 /// `ci::orgs::MEMBERSHIP_RECHECK`: admins manage the org's secrets and agents). 400 bad id,
 /// 401 anonymous, 404 unknown, 403 not allowed.
-pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess, ApiError> {
+pub async fn org(ctx: &AppState, req: &Request, need_admin: bool) -> Result<OrgAccess, ApiError> {
     let id = req.param_i64("org_id")?;
     let user = must_user(ctx, req).await?;
     org_of(ctx, user, id, need_admin).await
@@ -358,7 +346,7 @@ pub async fn org(ctx: &Ctx, req: &Request, need_admin: bool) -> Result<OrgAccess
 /// [`org`] for organisation `id` and a signed-in `user` (a page that names the organisation
 /// through a repository asks the same question): 404 unknown, 403 not allowed.
 pub async fn org_of(
-    ctx: &Ctx,
+    ctx: &AppState,
     user: Arc<Account>,
     id: i64,
     need_admin: bool,
@@ -398,6 +386,7 @@ mod tests {
     use crate::config::Config;
     use crate::http::{HeaderValue, Method};
     use crate::logging::{LogControl, LogLevel};
+    use crate::state::Ctx;
     use crate::store::users::NewUser;
 
     /// A built (not serving) app on a temporary data dir, and one user's account.

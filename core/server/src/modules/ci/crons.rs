@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::access::repo_admin;
+use super::access::{Require, repo_admin};
 use super::pagination::read_page;
 use crate::ci;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::access::{self, RepoAccess, may_activate_in, must_admin, must_user, repo_by};
+use super::access::{self, RepoAccess, Require, may_activate_in, must_admin, must_user, repo_by};
 use super::pagination::{Page, read_page};
 use crate::ci;
 use crate::ci::forge::DriverError;
@@ -10,7 +10,7 @@ use crate::ci::forge::drivers::ForgeHandle;
 use crate::ci::forge::{self};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::pipeline::event::WebhookEvent;
-use crate::state::Ctx;
+use crate::state::{AppState, Ctx};
 use crate::store::forges;
 use crate::store::repos::{self, APPROVAL_MODES, RepoRow, Trusted, Visibility};
 use crate::store::users::Account;
@@ -355,7 +355,7 @@ async fn from_forge(ctx: Ctx, req: Request, list: ForgeList) -> Result<Response,
 
 /// The repository's branch names as the forge gives them to the caller (the API's
 /// `/branches` and the UI's manual-run form).
-pub async fn branches_of(ctx: &Ctx, access: &RepoAccess) -> Result<Vec<String>, ApiError> {
+pub async fn branches_of(ctx: &AppState, access: &RepoAccess) -> Result<Vec<String>, ApiError> {
     let driver = caller_driver(ctx, access).await?;
     Ok(driver.branches(&access.row.repo).await?)
 }
@@ -363,7 +363,7 @@ pub async fn branches_of(ctx: &Ctx, access: &RepoAccess) -> Result<Vec<String>, 
 /// The repository's open pull requests as its forge lists them to the caller (the API's
 /// `/pull_requests` and the built-in UI's pull-requests page).
 pub async fn pull_requests_of(
-    ctx: &Ctx,
+    ctx: &AppState,
     access: &RepoAccess,
 ) -> Result<Vec<forge::PullRequest>, ApiError> {
     let driver = caller_driver(ctx, access).await?;
@@ -372,7 +372,7 @@ pub async fn pull_requests_of(
 
 /// The repository's forge driver, acting as the caller (see `Tokens::for_caller`).
 pub(crate) async fn caller_driver(
-    ctx: &Ctx,
+    ctx: &AppState,
     access: &RepoAccess,
 ) -> Result<std::sync::Arc<dyn forge::ForgeDriver>, ApiError> {
     let forge = ctx.ci.drivers.get(access.row.repo.forge_id).await?;

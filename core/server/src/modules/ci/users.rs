@@ -9,6 +9,7 @@ use super::pagination::read_page;
 use crate::auth::{random_secret, token};
 use crate::ci;
 use crate::ci::forge::{ForgePerm, RemoteRepo};
+use crate::ci::users::home_list;
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::state::Ctx;
 use crate::store::pipelines::{self, ListFilter, Pipeline};
@@ -129,37 +130,6 @@ pub async fn repos_with_last_pipeline(ctx: Ctx, req: Request) -> Result<Response
         })
         .await?;
     Ok(Response::json(&list))
-}
-
-/// The home list (`GET /user/repos`, and the web UI's `/repos`): the repositories `user`
-/// owns (`repos::owned_by`), active ones unless `all`, those whose full name holds `name`
-/// (lower case) when it is not empty, each with its newest pipeline; of those, `take` after
-/// the first `skip` (the UI's pages; the API, like upstream's, lists them all). One read: a
-/// cached statement per repository listed, so a page costs the same however many there are.
-pub fn home_list(
-    c: &crate::store::Tx,
-    user: &users::User,
-    all: bool,
-    name: &str,
-    skip: usize,
-    take: usize,
-) -> StoreResult<Vec<(repos::Repo, Option<Pipeline>)>> {
-    let mut out = Vec::new();
-    let wanted = repos::owned_by(c, user.id, user.org_id)?
-        .into_iter()
-        .filter(|row| {
-            (all || row.repo.active)
-                && (name.is_empty() || row.repo.full_name.to_lowercase().contains(name))
-        })
-        .skip(skip)
-        .take(take);
-    for row in wanted {
-        let last = pipelines::list(c, row.repo.id, &ListFilter::default(), 1, 1)?
-            .into_iter()
-            .next();
-        out.push((row.repo, last));
-    }
-    Ok(out)
 }
 
 /// The forge's id and the repositories of the caller's forge (with the caller's permission,

@@ -1,4 +1,4 @@
-//! The web UI's files (`[web] dir`); without one, Woodlark's own UI (`modules/ui`) serves.
+//! The web UI's files (`[web] dir`); without one, Woodlark's own UI (crate `woodlark-ui`) serves.
 //!
 //! - A request path below the root path names a file of the directory. The router has
 //!   percent-decoded it (a malformed escape is a 400); it is refused (404) if any segment is `.`, `..` or hidden (`.git`, `.env`), or contains `\`

@@ -24,7 +24,7 @@ use super::oauth;
 use crate::auth::{self, session, token};
 use crate::config::Config;
 use crate::http::{ApiError, Method, Request, Response, StatusCode};
-use crate::state::Ctx;
+use crate::state::{AppState, Ctx};
 use crate::store::users::{self, Account};
 use crate::store::{StoreError, now_unix};
 
@@ -36,7 +36,7 @@ const FORM_TOKEN: &str = "login-form";
 
 /// The key that signs form tokens, derived from the sealing key: every replica behind one
 /// proxy accepts a form another one served (no sticky sessions needed).
-fn form_key(ctx: &Ctx) -> Vec<u8> {
+fn form_key(ctx: &AppState) -> Vec<u8> {
     ctx.ci.seal.derive(FORM_TOKEN, "").into_bytes()
 }
 
@@ -126,6 +126,12 @@ pub async fn authorize_with_token(ctx: Ctx, req: Request) -> Result<Response, Ap
 
 /// `GET <root>/logout`: forgets the browser's session and goes back to the root.
 pub async fn logout(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    logout_of(&ctx, &req)
+}
+
+/// [`logout`]'s answer for `req` (also the built-in UI's sign-out form's, after its CSRF
+/// check).
+pub fn logout_of(ctx: &AppState, req: &Request) -> Result<Response, ApiError> {
     let mut response = redirect(&home(&ctx.config));
     let clear = cookie(
         SESSION_COOKIE,
@@ -133,7 +139,7 @@ pub async fn logout(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         ctx.config.web.root_path(),
         0,
         "Lax",
-        over_tls(&ctx, &req),
+        over_tls(ctx, req),
     );
     set_cookie(&mut response, &clear);
     Ok(response)
@@ -281,7 +287,7 @@ fn form_token_ok(key: &[u8], req: &Request, form_token: &str, now: i64) -> bool 
 
 /// A token form's fresh form token and the `Set-Cookie` value carrying its nonce (the
 /// login-CSRF check of `POST <root>/authorize`; the web UI's login page shows the form too).
-pub fn new_form(ctx: &Ctx, req: &Request) -> (String, String) {
+pub fn new_form(ctx: &AppState, req: &Request) -> (String, String) {
     let nonce = auth::random_secret();
     let form_token = token::sign(
         &json!({"type": FORM_TOKEN, "nonce": nonce, "exp": now_unix() + FORM_SECS}),

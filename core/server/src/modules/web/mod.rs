@@ -47,7 +47,8 @@ fn routes(scope: &mut Scope<'_, Ctx>, root_path: &str, has_dir: bool) {
         .get("/assets/custom.js", files::custom_js)
         .get("/assets/custom.css", files::custom_css);
     if !has_dir {
-        // Woodlark's own web UI (`modules/ui`), at the upstream UI's paths; its login
+        // Woodlark's own web UI (crate `woodlark-ui`, mounted by `modules::ui`), at the
+        // upstream UI's paths; its login
         // page is where a failed sign-in through a forge lands.
         super::ui::routes(scope, root_path);
     } else {

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::access::{self, RepoAccess};
+use super::access::{self, RepoAccess, Require};
 use super::pagination::Page;
 use woodlark_stdx::{Classify, Fault};
 
@@ -208,7 +208,7 @@ pub fn created_response(created: Created) -> Response {
     }
 }
 
-/// `PipelineOptions`: what a manual run asks for (the API's JSON body, the UI's form).
+/// `PipelineOptions`: what a manual run asks for (the API's JSON body).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct PipelineOptions {
@@ -244,8 +244,8 @@ async fn run_manual(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// A manual run as `POST /repos/{id}/pipelines` makes it, for a caller `access::repo_push`
-/// let through (the API's handler and the UI's form both call it).
-pub async fn run_manual_as(
+/// let through.
+async fn run_manual_as(
     ctx: &Ctx,
     access: &RepoAccess,
     opts: PipelineOptions,
@@ -315,7 +315,7 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// A restart of pipeline `number` as `POST /repos/{id}/pipelines/{n}` makes it, for a caller
 /// `access::repo_push` let through; `params`: the API's query (`event`, `deploy_to`, and
 /// variables by name).
-pub async fn restart_as(
+async fn restart_as(
     ctx: &Ctx,
     access: &RepoAccess,
     number: i64,
@@ -404,7 +404,7 @@ async fn cancel(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// Cancels pipeline `number` as `POST …/cancel` does, for a caller `access::repo_push` let
 /// through.
-pub async fn cancel_as(ctx: &Ctx, access: &RepoAccess, number: i64) -> Result<(), ApiError> {
+async fn cancel_as(ctx: &Ctx, access: &RepoAccess, number: i64) -> Result<(), ApiError> {
     let row = load(ctx, access.row.repo.id, number).await?;
     let login = access.user()?.user.login.clone();
     // Upstream answers 400 for a pipeline that can no longer be canceled.
@@ -442,7 +442,7 @@ pub enum Decision {
 
 /// Approves or declines pipeline `number` as `POST …/approve` and `…/decline` do, for a
 /// caller `access::repo_push` let through.
-pub async fn decide_as(
+async fn decide_as(
     ctx: &Ctx,
     access: &RepoAccess,
     number: i64,
@@ -473,7 +473,7 @@ async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 /// The config files pipeline `pipeline_id` was compiled from, with their hashes (the API's
 /// `…/config` and the UI's config page).
 pub async fn configs_of(
-    ctx: &Ctx,
+    ctx: &crate::state::AppState,
     pipeline_id: i64,
 ) -> Result<Vec<(String, crate::pipeline::types::ConfigFile)>, ApiError> {
     Ok(ctx

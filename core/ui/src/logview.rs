@@ -9,16 +9,17 @@
 //! API's log stream says more were written, so a line reads the same whichever way it came
 //! (no second ANSI renderer in the script).
 
+use std::sync::Arc;
+
 use std::fmt::Write;
 
 use super::ansi;
+use super::host::UiHost;
 use super::pipeline::{load, steps};
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
-use crate::modules::ci::access;
-use crate::pipeline::types::LineKind;
-use crate::state::Ctx;
 use crate::store::logs::{self, StoredLine};
 use crate::store::{StoreResult, Tx};
+use woodlark_pipeline::types::LineKind;
 
 /// Lines per chunk.
 pub const CHUNK: i64 = 1000;
@@ -108,15 +109,15 @@ pub fn render(lines: &[StoredLine]) -> String {
 }
 
 /// The route of the lines endpoint, below the UI's root.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     scope.get("/repos/{repo_id}/pipeline/{number}/{step_pid}/lines", lines);
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}/{step pid}/lines?from=N`: the chunk of lines
 /// from line `N` (0-based) as HTML, at most [`CHUNK`]; [`NEXT_LINE`] says where the next
 /// one starts. Access as for the step's page (the API's log endpoints: `access::repo`).
-pub async fn lines(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let access = access::repo(&ctx, &req).await?;
+pub async fn lines<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let access = host.repo(&req).await?;
     let number = req.param_i64("number")?;
     let pid = req.param_i64("step_pid")?;
     let from = match req.query("from") {
@@ -125,14 +126,14 @@ pub async fn lines(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
             ApiError::bad_request(format!("invalid from {raw:?}: expected a line number"))
         })?,
     };
-    let row = load(&ctx, access.row.repo.id, number).await?;
+    let row = load(&host, access.row.repo.id, number).await?;
     let step_id = steps(&row)
         .find(|s| s.pid == pid)
         .map(|s| s.id)
         .ok_or_else(|| ApiError::not_found("Step not found"))?;
     // Exactly the lines asked for (not rounded to a chunk): the live view asks for what follows.
-    let lines = ctx
-        .ci
+    let lines = host
+        .services()
         .log_reads
         .read_blocking(move |c| logs::page(c, step_id, from, CHUNK as usize, CHUNK_BYTES))
         .await?;

@@ -1,12 +1,13 @@
 //! The home, login and user pages.
 
+use std::sync::Arc;
+
 use askama::Template;
 
+use super::host::UiHost;
 use super::{Frame, or_error_page, page, to_login};
+use crate::http::browser::{redirect, safe_next, set_cookie};
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::web::browser::{redirect, safe_next, set_cookie};
-use crate::modules::web::login;
-use crate::state::Ctx;
 use crate::store::forges::{self, ForgeKind};
 use crate::store::users::Account;
 
@@ -17,8 +18,8 @@ struct Home {
 }
 
 /// `GET <root>/`: a signed-in user's repositories; for anyone else, what this server is.
-pub async fn home(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, account) = Frame::of(&ctx, &req, "Welcome").await;
+pub async fn home<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&host, &req, "Welcome").await;
     if account.is_some() {
         return Ok(redirect(&format!("{}/repos", frame.root)));
     }
@@ -49,18 +50,18 @@ struct Login {
 /// (`/authorize?forge_id=N`), the personal-access-token form (`POST /authorize`), and how to
 /// get a one-time login link. An error code (where a failed sign-in lands) shows as its
 /// known message only (`login::sign_in_error`: a link's other text is not ours to show).
-pub async fn login(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Sign in").await;
-    let forges = match sign_in_forges(&ctx).await {
+pub async fn login<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Sign in").await;
+    let forges = match sign_in_forges(&host).await {
         Ok(forges) => forges,
         Err(err) => return or_error_page(frame, Err(err)),
     };
     let error = req
         .query("error")
         .filter(|e| !e.is_empty())
-        .map(|code| login::sign_in_error(&code));
-    let (form_token, form_cookie) = login::new_form(&ctx, &req);
-    let action = login::form_path(&frame.root);
+        .map(|code| host.sign_in_error(&code));
+    let (form_token, form_cookie) = host.login_form(&req);
+    let action = host.login_form_path();
     let next = req
         .query("next")
         .and_then(|n| safe_next(&frame.root, &n))
@@ -84,11 +85,11 @@ pub async fn login(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// The forges one signs in through (the built-in git forge has no accounts: its users sign
 /// in with a token).
-async fn sign_in_forges(ctx: &Ctx) -> Result<Vec<ForgeButton>, ApiError> {
-    let listed = ctx
-        .ci
+async fn sign_in_forges<H: UiHost>(host: &Arc<H>) -> Result<Vec<ForgeButton>, ApiError> {
+    let listed = host
+        .services()
         .reads
-        .read(|c| forges::list(c, 1, crate::modules::ci::pagination::MAX_PER_PAGE))
+        .read(|c| forges::list(c, 1, crate::http::paging::MAX_PER_PAGE))
         .await?;
     Ok(listed
         .into_iter()
@@ -141,8 +142,8 @@ struct UserPage {
 
 /// `GET <root>/user`: who is signed in, their token (behind a form) and signing out.
 /// Anonymous callers go to the login.
-pub async fn user(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, account) = Frame::of(&ctx, &req, "Your account").await;
+pub async fn user<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&host, &req, "Your account").await;
     let Some(account) = account else {
         return Ok(to_login(&frame));
     };

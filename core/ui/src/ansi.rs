@@ -6,7 +6,7 @@
 //! 256-colour index below 16 maps to them, others and true colours are left plain), `b`
 //! bold, `d` dim, `i` italic, `u` underline.
 
-use crate::modules::web::browser::push_escaped;
+use crate::http::browser::push_escaped;
 
 /// The display state SGR sequences change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -3,13 +3,15 @@
 //! The store's renderings carry no value or password (`store::secrets::Secret` has no value
 //! field; `Registry::password` is always empty), and these rows copy none either.
 
+use std::sync::Arc;
+
+use super::host::UiHost;
 use crate::ci::scoped::{Registries, ScopedRecord, Secrets};
 use crate::http::ApiError;
-use crate::modules::ci::pagination::MAX_PER_PAGE;
-use crate::pipeline::event::WebhookEvent;
-use crate::state::Ctx;
+use crate::http::paging::MAX_PER_PAGE;
 use crate::store::registries::Registry;
 use crate::store::secrets::{ResourceScope, Secret};
+use woodlark_pipeline::event::WebhookEvent;
 
 /// A secret as a row: never its value.
 pub struct SecretItem {
@@ -37,7 +39,7 @@ impl SecretItem {
 
 /// Every pipeline event, checked where `chosen` has it.
 pub fn event_choices(chosen: &[String]) -> Vec<(&'static str, bool)> {
-    crate::pipeline::event::WebhookEvent::ALL
+    woodlark_pipeline::event::WebhookEvent::ALL
         .iter()
         .map(|e| (e.as_str(), chosen.iter().any(|c| c == e.as_str())))
         .collect()
@@ -63,13 +65,13 @@ impl RegistryItem {
 
 /// The first page (the API's largest, [`MAX_PER_PAGE`]) of `scope`'s `R`s in key order, as
 /// rows. The caller has already been authorised for the scope as the API's list route is.
-async fn first_page<R: ScopedRecord, Row>(
-    ctx: &Ctx,
+async fn first_page<H: UiHost, R: ScopedRecord, Row>(
+    host: &Arc<H>,
     scope: ResourceScope,
     row: fn(R::Item) -> Row,
 ) -> Result<Vec<Row>, ApiError> {
-    let list = ctx
-        .ci
+    let list = host
+        .services()
         .reads
         .read(move |c| R::list(c, scope, 1, MAX_PER_PAGE))
         .await?;
@@ -99,8 +101,8 @@ pub struct ScopedLists {
 impl ScopedLists {
     /// The lists of `here` and of each `(owner, scope)` of `wider`; the caller has been
     /// authorised for each as the API's list routes are.
-    pub async fn of(
-        ctx: &Ctx,
+    pub async fn of<H: UiHost>(
+        host: &Arc<H>,
         here: ResourceScope,
         wider: &[(&'static str, ResourceScope)],
     ) -> Result<ScopedLists, ApiError> {
@@ -108,13 +110,13 @@ impl ScopedLists {
         for &(owner, scope) in wider {
             lists.push(Wider {
                 owner,
-                secrets: first_page::<Secrets, _>(ctx, scope, SecretItem::of).await?,
-                registries: first_page::<Registries, _>(ctx, scope, RegistryItem::of).await?,
+                secrets: first_page::<H, Secrets, _>(host, scope, SecretItem::of).await?,
+                registries: first_page::<H, Registries, _>(host, scope, RegistryItem::of).await?,
             });
         }
         Ok(ScopedLists {
-            secrets: first_page::<Secrets, _>(ctx, here, SecretItem::of).await?,
-            registries: first_page::<Registries, _>(ctx, here, RegistryItem::of).await?,
+            secrets: first_page::<H, Secrets, _>(host, here, SecretItem::of).await?,
+            registries: first_page::<H, Registries, _>(host, here, RegistryItem::of).await?,
             new_secret_events: event_choices(&[WebhookEvent::Push.as_str().to_string()]),
             wider: lists,
         })

@@ -1,19 +1,20 @@
 //! A pipeline (`/repos/{id}/pipeline/{number}`): its workflows and steps; with a step's pid
 //! (`…/{step pid}`), that step's stored log too.
 
+use std::sync::Arc;
+
 use askama::Template;
 
 use super::actions::Offered;
+use super::host::UiHost;
 use super::logview::{Chunk, Gap};
 use super::{Frame, or_error_page, page, when};
+use crate::http::browser::web_link;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::access;
-use crate::modules::web::browser::web_link;
-use crate::pipeline::status;
-use crate::state::Ctx;
 use crate::store::StoreError;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, PipelineRow, Step};
+use woodlark_pipeline::status;
 
 struct StepItem {
     pid: i64,
@@ -75,28 +76,28 @@ struct PipelinePage {
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}`.
-pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Pipeline").await;
-    let outcome = render(&ctx, &req, frame.clone(), false).await;
+pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Pipeline").await;
+    let outcome = render(&host, &req, frame.clone(), false).await;
     or_error_page(frame, outcome)
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}/{step pid}`.
-pub async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Step").await;
-    let outcome = render(&ctx, &req, frame.clone(), true).await;
+pub async fn step<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Step").await;
+    let outcome = render(&host, &req, frame.clone(), true).await;
     or_error_page(frame, outcome)
 }
 
-async fn render(
-    ctx: &Ctx,
+async fn render<H: UiHost>(
+    host: &Arc<H>,
     req: &Request,
     frame: Frame,
     with_step: bool,
 ) -> Result<Response, ApiError> {
     // The same checks and answers as `GET /api/repos/{id}/pipelines/{number}` and the log
     // endpoints: the repository's access first, then the pipeline, then the step.
-    let access = access::repo(ctx, req).await?;
+    let access = host.repo(req).await?;
     let number = req.param_i64("number")?;
     let pid = if with_step {
         Some(req.param_i64("step_pid")?)
@@ -104,7 +105,7 @@ async fn render(
         None
     };
     let repo_id = access.row.repo.id;
-    let row = load(ctx, repo_id, number).await?;
+    let row = load(host, repo_id, number).await?;
     let selected = match pid {
         Some(pid) => Some(
             steps(&row)
@@ -123,12 +124,12 @@ async fn render(
                     ApiError::bad_request(format!("invalid from {raw:?}: expected a line number"))
                 })?,
             };
-            let chunk = ctx
-                .ci
+            let chunk = host
+                .services()
                 .log_reads
                 .read_blocking(move |c| Chunk::read(c, step_id, from))
                 .await?;
-            Some(log_view(ctx, &frame, repo_id, number, step, chunk))
+            Some(log_view(host, &frame, repo_id, number, step, chunk))
         }
         None => None,
     };
@@ -195,8 +196,12 @@ async fn render(
 }
 
 /// Pipeline `number` of repository `repo_id`, or the API's 404.
-pub(super) async fn load(ctx: &Ctx, repo_id: i64, number: i64) -> Result<PipelineRow, ApiError> {
-    ctx.ci
+pub(super) async fn load<H: UiHost>(
+    host: &Arc<H>,
+    repo_id: i64,
+    number: i64,
+) -> Result<PipelineRow, ApiError> {
+    host.services()
         .reads
         .read(move |c| pipelines::full(c, repo_id, number))
         .await
@@ -214,15 +219,15 @@ pub(super) fn steps(row: &PipelineRow) -> impl Iterator<Item = &Step> {
         .flat_map(|w| w.children.iter())
 }
 
-fn log_view(
-    ctx: &Ctx,
+fn log_view<H: UiHost>(
+    host: &Arc<H>,
     frame: &Frame,
     repo_id: i64,
     number: i64,
     step: &Step,
     chunk: Chunk,
 ) -> LogView {
-    let api = &ctx.config.ci.mount;
+    let api = host.api_mount();
     let live = (!status::is_done(step.state))
         .then(|| format!("{api}/stream/logs/{repo_id}/{number}/{}", step.id));
     LogView {

@@ -3,14 +3,14 @@
 //! pipeline was compiled from, as the API's `…/config` gives them, shown as escaped text).
 //! Who may see them is `access::repo`'s answer, as for the pipeline itself.
 
+use std::sync::Arc;
+
 use askama::Template;
 
+use super::host::UiHost;
 use super::pipeline::load;
 use super::{Frame, or_error_page, page};
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access;
-use crate::modules::ci::pipelines::configs_of;
-use crate::state::Ctx;
 
 /// Which tab a page shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ struct TabPage {
 }
 
 /// The routes of the tabs, below the UI's root.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     scope
         .get(
             "/repos/{repo_id}/pipeline/{number}/changed-files",
@@ -50,28 +50,34 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}/changed-files`.
-pub async fn changed_files(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    show(ctx, req, Tab::ChangedFiles).await
+pub async fn changed_files<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    show(host, req, Tab::ChangedFiles).await
 }
 
 /// `GET <root>/repos/{id}/pipeline/{number}/config`.
-pub async fn config(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    show(ctx, req, Tab::Config).await
+pub async fn config<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    show(host, req, Tab::Config).await
 }
 
-async fn show(ctx: Ctx, req: Request, tab: Tab) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Pipeline").await;
-    let outcome = render(&ctx, &req, frame.clone(), tab).await;
+async fn show<H: UiHost>(host: Arc<H>, req: Request, tab: Tab) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Pipeline").await;
+    let outcome = render(&host, &req, frame.clone(), tab).await;
     or_error_page(frame, outcome)
 }
 
-async fn render(ctx: &Ctx, req: &Request, frame: Frame, tab: Tab) -> Result<Response, ApiError> {
-    let access = access::repo(ctx, req).await?;
+async fn render<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    frame: Frame,
+    tab: Tab,
+) -> Result<Response, ApiError> {
+    let access = host.repo(req).await?;
     let number = req.param_i64("number")?;
     let repo_id = access.row.repo.id;
-    let p = load(ctx, repo_id, number).await?.pipeline;
+    let p = load(host, repo_id, number).await?.pipeline;
     let configs = match tab {
-        Tab::Config => configs_of(ctx, p.id)
+        Tab::Config => host
+            .configs(p.id)
             .await?
             .into_iter()
             .map(|(hash, f)| ConfigItem {

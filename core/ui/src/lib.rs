@@ -1,18 +1,22 @@
 //! Woodlark's own web UI, served when `[web] dir` is empty (issue 49).
 //!
-//! Server-rendered HTML from askama templates (`core/server/templates/`, checked when the
-//! server compiles), one stylesheet and one small script from the same folder, all in the
-//! binary. Pages read without scripts; every page carries a strict Content-Security-Policy
+//! Server-rendered HTML from askama templates (`core/ui/templates/`, the one folder a
+//! designer needs, checked when this crate compiles), one stylesheet and one small script
+//! from `templates/static/`, all in the binary. Pages read without scripts; every page carries a strict Content-Security-Policy
 //! (`default-src 'self'`: no inline script or style).
 //!
 //! The paths are the upstream UI's (`web/src/router.ts`), so commit-status links and
 //! bookmarks open the same page: `/repos`, `/repos/{id}`, `/repos/{id}/pipeline/{number}`,
 //! `/repos/{id}/pipeline/{number}/{step pid}`, `/login`, `/user`.
 //!
-//! Access is decided as the REST API decides it: the pages call `ci::access` (the same
-//! `access::repo`, so a caller the API answers 401 gets the sign-in page here, one it
-//! answers 404 gets the not-found page). The UI lives in the server crate because that code
-//! does (it needs the app state); its handlers only read (`Services::reads`).
+//! A crate of its own beside the server's HTTP modules: it depends on the HTTP core and the
+//! services (`woodlark-http`, `woodlark-ci`, `woodlark-store`), never on the server (Cargo
+//! forbids the cycle, since the server depends on it). The handlers are generic over a
+//! [`host::UiHost`], the server as the UI sees it (the server implements it for its app
+//! state in `woodlark::modules::ui` and mounts [`routes`]): access is decided as the REST API
+//! decides it (`UiHost::repo` is the API's `access::repo`, so a caller the API answers 401
+//! gets the sign-in page here, one it answers 404 gets the not-found page); pages only read
+//! (`UiHost::services`' `reads`) and every change is the API's own route (`UiHost::api`).
 //!
 //! - [`pages`]: home, login and user pages; [`repos`]: the repository list and a repository's
 //!   pipelines; [`pipeline`]: a pipeline's workflows and steps, and a step's log;
@@ -24,14 +28,21 @@
 //!   [`admin`] (`/admin`), [`branches`] (branches, pull requests), [`repo_add`]
 //!   (`/repos/add`); their forms in [`settings_actions`], [`scoped_actions`] (secrets and
 //!   registries at every scope), [`admin_actions`], [`account`] (token, sign-out), each
-//!   carried out by the REST API's own handler through [`through_api`]; [`scoped`]: secret
+//!   carried out by the REST API's own route through [`through_api`]; [`scoped`]: secret
 //!   and registry rows without values;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!
-//! Where to add a page: a template in `core/server/templates/` that extends `base.html`, a
+//! Where to add a page: a template in `core/ui/templates/` that extends `base.html`, a
 //! `#[derive(Template)]` struct with a [`Frame`] beside its handler here, and a route in
 //! [`routes`].
+
+use std::sync::Arc;
+
+// The crates below, by the names the UI's modules use for them.
+use woodlark_ci as ci;
+use woodlark_http as http;
+use woodlark_store as store;
 
 mod account;
 mod actions;
@@ -40,6 +51,7 @@ mod admin_actions;
 pub mod ansi;
 mod branches;
 pub mod forms;
+pub mod host;
 mod logview;
 mod manual;
 mod orgs;
@@ -58,20 +70,19 @@ pub mod when;
 use askama::Template;
 
 use crate::http::{ApiError, HeaderValue, Request, Response, Scope, StatusCode, header};
-use crate::modules::ci::access;
-use crate::state::Ctx;
 use crate::store::users::Account;
+use host::UiHost;
 
 /// The policy of every UI page: our own files only; no inline script or style, no frames,
 /// forms only to ourselves.
 pub const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \
                        base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-const STYLESHEET: &str = include_str!("../../../templates/static/woodlark.css");
-const SCRIPT: &str = include_str!("../../../templates/static/woodlark.js");
+const STYLESHEET: &str = include_str!("../templates/static/woodlark.css");
+const SCRIPT: &str = include_str!("../templates/static/woodlark.js");
 
 /// The UI's routes below the web root (`root`: `[web] root_path`).
-pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>, root: &str) {
     scope
         .get("", pages::home)
         .get("/login", pages::login)
@@ -111,7 +122,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, root: &str) {
     logview::routes(scope);
 }
 
-async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
+async fn stylesheet<S>(_host: S, _req: Request) -> Result<Response, ApiError> {
     Ok(Response::new(
         StatusCode::OK,
         "text/css; charset=utf-8",
@@ -119,7 +130,7 @@ async fn stylesheet(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
     ))
 }
 
-async fn script(_ctx: Ctx, _req: Request) -> Result<Response, ApiError> {
+async fn script<S>(_host: S, _req: Request) -> Result<Response, ApiError> {
     Ok(Response::new(
         StatusCode::OK,
         "application/javascript; charset=utf-8",
@@ -149,21 +160,21 @@ pub struct Frame {
 
 impl Frame {
     /// The frame for `req`, and the signed-in caller (anonymous when the token is bad).
-    async fn of(
-        ctx: &Ctx,
+    async fn of<H: UiHost>(
+        host: &Arc<H>,
         req: &Request,
         title: impl Into<String>,
     ) -> (Frame, Option<std::sync::Arc<Account>>) {
-        let account = access::current(ctx, req).await.ok().flatten();
+        let account = host.current(req).await.ok().flatten();
         let frame = Frame {
-            root: ctx.config.web.root_path().to_string(),
-            api: ctx.config.ci.mount.clone(),
+            root: host.web_root().to_string(),
+            api: host.api_mount().to_string(),
             title: title.into(),
             user: account.as_ref().map(|a| a.user.login.clone()),
             admin: account.as_ref().is_some_and(|a| a.user.admin),
-            csrf: forms::csrf_for(ctx, req, account.as_deref()),
-            flash: forms::flash_of(ctx, req),
-            next: next_param(ctx.config.web.root_path(), req),
+            csrf: forms::csrf_for(host, req, account.as_deref()),
+            flash: forms::flash_of(host, req),
+            next: next_param(host.web_root(), req),
         };
         (frame, account)
     }
@@ -243,7 +254,7 @@ fn error_page(frame: Frame, err: ApiError) -> Result<Response, ApiError> {
 
 /// A `303 See Other` to the login page, which returns here after signing in.
 fn to_login(frame: &Frame) -> Response {
-    crate::modules::web::browser::redirect(&format!("{}/login{}", frame.root, frame.next))
+    http::browser::redirect(&format!("{}/login{}", frame.root, frame.next))
 }
 
 /// `?next=<this page>` for a link to the login page ("" on the login and home pages, where

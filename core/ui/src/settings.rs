@@ -5,14 +5,16 @@
 //! its admin and the instance's (any signed-in user reads those, as the API lets them), the
 //! crons and the badge. The forms on it post to [`super::settings_actions`].
 
+use std::sync::Arc;
+
 use askama::Template;
 
+use super::host::UiHost;
 use super::scoped::{ScopedLists, event_choices};
 use super::{Frame, or_error_page, page, repos::visibility_name, when};
+use crate::ci::access::RepoAccess;
+use crate::http::paging::MAX_PER_PAGE;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::access::{self, RepoAccess};
-use crate::modules::ci::pagination::MAX_PER_PAGE;
-use crate::state::Ctx;
 use crate::store::crons;
 use crate::store::repos::{APPROVAL_MODES, Repo, Visibility};
 use crate::store::secrets::ResourceScope;
@@ -112,19 +114,24 @@ impl Badge {
 }
 
 /// `GET <root>/repos/{id}/settings[?branch=name]`.
-pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Settings").await;
-    let outcome = settings_page(&ctx, &req, frame.clone()).await;
+pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Settings").await;
+    let outcome = settings_page(&host, &req, frame.clone()).await;
     or_error_page(frame, outcome)
 }
 
-async fn settings_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, ApiError> {
-    let access = access::repo_admin(ctx, req).await?;
-    let account = access.user()?.clone();
+async fn settings_page<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    frame: Frame,
+) -> Result<Response, ApiError> {
+    let access = host.repo_admin(req).await?;
+    let account = access.user.clone().ok_or_else(ApiError::unauthorized)?;
     let repo = access.row.repo.clone();
     let here = ResourceScope::repo(repo.id);
     // The organisation's lists only for its admins, as `GET /api/orgs/{id}/secrets` decides.
-    let org_admin = access::org_of(ctx, account.clone(), repo.org_id, true)
+    let org_admin = host
+        .org_of(account.clone(), repo.org_id, true)
         .await
         .is_ok();
     let org = ("organisation", ResourceScope::org(repo.org_id));
@@ -134,10 +141,10 @@ async fn settings_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Respons
     } else {
         &[instance]
     };
-    let lists = ScopedLists::of(ctx, here, wider).await?;
+    let lists = ScopedLists::of(host, here, wider).await?;
     let repo_id = repo.id;
-    let crons = ctx
-        .ci
+    let crons = host
+        .services()
         .reads
         .read(move |c| crons::list(c, repo_id, 1, MAX_PER_PAGE))
         .await?
@@ -152,7 +159,7 @@ async fn settings_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Respons
             enabled: c.enabled,
         })
         .collect();
-    let badge = badge(ctx, req, &access, &frame).await;
+    let badge = badge(host, req, &access, &frame).await;
     let base = format!("{}/repos/{}/settings", frame.root, repo.id);
     page(
         StatusCode::OK,
@@ -173,18 +180,17 @@ async fn settings_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Respons
 /// The badge of `?branch=` (default: the repository's default branch), with the forge's
 /// branches to pick from. A forge that cannot list them leaves the default branch alone
 /// in the list (logged: the rest of the page does not need the forge).
-async fn badge(ctx: &Ctx, req: &Request, access: &RepoAccess, frame: &Frame) -> Badge {
+async fn badge<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    access: &RepoAccess,
+    frame: &Frame,
+) -> Badge {
     let repo = &access.row.repo;
-    let mut names = match crate::modules::ci::repos::caller_driver(ctx, access).await {
-        Ok(driver) => match driver.branches(repo).await {
-            Ok(names) => names,
-            Err(err) => {
-                tracing::warn!(repo = repo.id, %err, "settings page: the forge listed no branches");
-                Vec::new()
-            }
-        },
+    let mut names = match host.branches(access).await {
+        Ok(names) => names,
         Err(err) => {
-            tracing::warn!(repo = repo.id, err = %err.message, "settings page: no forge driver");
+            tracing::warn!(repo = repo.id, err = %err.message, "settings page: the forge listed no branches");
             Vec::new()
         }
     };
@@ -193,14 +199,15 @@ async fn badge(ctx: &Ctx, req: &Request, access: &RepoAccess, frame: &Frame) -> 
     }
     let wanted = req.query("branch").filter(|b| names.contains(b));
     let branch = wanted.unwrap_or_else(|| repo.default_branch.clone());
-    let public = ctx.public_url();
+    let public = host.public_url();
     let query: String = form_urlencoded::Serializer::new(String::new())
         .append_pair("branch", &branch)
         .finish();
     let (origin, base) = split_origin(&public);
     let path = format!(
         "{base}{}/badges/{}/status.svg?{query}",
-        ctx.config.ci.mount, repo.id
+        host.api_mount(),
+        repo.id
     );
     Badge {
         image: format!("{origin}{path}"),

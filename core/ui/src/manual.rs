@@ -1,21 +1,23 @@
 //! The manual-run form (`/repos/{id}/manual`): a branch from the forge's list and pipeline
-//! variables as key/value rows, posted to the same path; it runs as
-//! `POST /api/repos/{id}/pipelines` runs (`pipelines::run_manual_as`, behind
-//! `access::repo_push`) and lands on the new pipeline. A refused run shows the form again
+//! variables as key/value rows, posted to the same path; the API's own
+//! `POST /api/repos/{id}/pipelines` runs it (`through_api`, after `access::repo_push` let the
+//! form be read) and the browser lands on the new pipeline. A refused run shows the form again
 //! with what was entered and why.
+
+use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
 use askama::Template;
 
+use serde_json::{Value, json};
+
 use super::forms::{self, Form, FormError};
+use super::host::UiHost;
+use super::through_api::{self, Call};
 use super::{Frame, or_error_page, page};
-use crate::ci::create::Created;
-use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access::{self, RepoAccess};
-use crate::modules::ci::pipelines::{PipelineOptions, run_manual_as};
-use crate::modules::ci::repos::branches_of;
-use crate::state::Ctx;
+use crate::ci::access::RepoAccess;
+use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
 
 /// Empty variable rows the form offers beyond those already filled (no script adds rows).
 const SPARE_ROWS: usize = 3;
@@ -43,21 +45,21 @@ struct Entered {
 }
 
 /// The routes of the manual-run form, below the UI's root.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     scope.get("/repos/{repo_id}/manual", show);
     forms::post(scope, "/repos/{repo_id}/manual", run);
 }
 
 /// `GET <root>/repos/{id}/manual`.
-pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Run a pipeline").await;
+pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Run a pipeline").await;
     let outcome = async {
-        let access = access::repo_push(&ctx, &req).await?;
+        let access = host.repo_push(&req).await?;
         let entered = Entered {
             branch: access.row.repo.default_branch.clone(),
             ..Entered::default()
         };
-        form_page(&ctx, &frame, &access, entered, None).await
+        form_page(&host, &frame, &access, entered, None).await
     }
     .await;
     or_error_page(frame, outcome)
@@ -65,21 +67,21 @@ pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `POST <root>/repos/{id}/manual` (fields `csrf`, `branch`, `message`, and `key`/`value`
 /// pairs in order).
-pub async fn run(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
+pub async fn run<H: UiHost>(host: Arc<H>, mut req: Request) -> Result<Response, ApiError> {
     let form = Form::read(&mut req);
-    let (frame, _) = Frame::of(&ctx, &req, "Run a pipeline").await;
-    let outcome = start(&ctx, &req, &frame, form).await;
+    let (frame, _) = Frame::of(&host, &req, "Run a pipeline").await;
+    let outcome = start(&host, req, &frame, form).await;
     or_error_page(frame, outcome)
 }
 
-async fn start(
-    ctx: &Ctx,
-    req: &Request,
+async fn start<H: UiHost>(
+    host: &Arc<H>,
+    req: Request,
     frame: &Frame,
     form: Result<Form, FormError>,
 ) -> Result<Response, ApiError> {
-    forms::caller(ctx, req).await?;
-    let access = access::repo_push(ctx, req).await?;
+    forms::caller(host, &req).await?;
+    let access = host.repo_push(&req).await?;
     let form = form?;
     let entered = Entered {
         branch: form.get("branch").unwrap_or("").trim().to_string(),
@@ -95,31 +97,37 @@ async fn start(
         Ok(variables) => variables,
         Err(err) => {
             let message = err.to_string();
-            return form_page(ctx, frame, &access, entered, Some(message)).await;
+            return form_page(host, frame, &access, entered, Some(message)).await;
         }
     };
-    let opts = PipelineOptions {
-        branch: entered.branch.clone(),
-        message: entered.message.clone(),
-        variables,
-    };
     let repo_id = access.row.repo.id;
-    match run_manual_as(ctx, &access, opts).await {
-        Ok(Created::Pipeline(p)) => {
-            tracing::info!(repo_id, number = p.number, "ui manual run");
-            let to = format!("{}/repos/{repo_id}/pipeline/{}", frame.root, p.number);
-            let note = format!("Pipeline #{} started.", p.number);
-            Ok(forms::see_other(ctx, req, &to, Some(&note)))
+    let call = Call::body(json!({
+        "branch": entered.branch,
+        "message": entered.message,
+        "variables": variables,
+    }));
+    let api = "/repos/{repo_id}/pipelines";
+    let head = through_api::head_of(&req);
+    match through_api::send(host, req, Method::POST, api, call).await {
+        Ok(created) if created.status == StatusCode::OK => {
+            let number = serde_json::from_slice::<Value>(&created.body)
+                .map_err(ApiError::internal)?["number"]
+                .as_i64()
+                .unwrap_or(0);
+            tracing::info!(repo_id, number, "ui manual run");
+            let to = format!("{}/repos/{repo_id}/pipeline/{number}", frame.root);
+            let note = format!("Pipeline #{number} started.");
+            Ok(forms::see_other(host, &head, &to, Some(&note)))
         }
         Ok(_) => {
             let to = format!("{}/repos/{repo_id}", frame.root);
             let note = "No pipeline ran: every workflow was filtered out or skipped.";
-            Ok(forms::see_other(ctx, req, &to, Some(note)))
+            Ok(forms::see_other(host, &head, &to, Some(note)))
         }
         // The run was refused for what was entered: the form again, nothing lost.
         Err(err) if err.status.is_client_error() => {
             let status = err.status;
-            let mut response = form_page(ctx, frame, &access, entered, Some(err.message)).await?;
+            let mut response = form_page(host, frame, &access, entered, Some(err.message)).await?;
             response.status = status;
             Ok(response)
         }
@@ -128,7 +136,7 @@ async fn start(
 }
 
 /// The rows as pipeline variables: a value without a name, or a name given twice, is
-/// refused (the API's checks of names and values follow in `run_manual_as`).
+/// refused (the API's checks of names and values follow).
 fn variables(rows: &[(String, String)]) -> Result<BTreeMap<String, String>, FormError> {
     let mut out = BTreeMap::new();
     for (key, value) in rows {
@@ -148,14 +156,14 @@ fn variables(rows: &[(String, String)]) -> Result<BTreeMap<String, String>, Form
     Ok(out)
 }
 
-async fn form_page(
-    ctx: &Ctx,
+async fn form_page<H: UiHost>(
+    host: &Arc<H>,
     frame: &Frame,
     access: &RepoAccess,
     entered: Entered,
     error: Option<String>,
 ) -> Result<Response, ApiError> {
-    let mut branches = branches_of(ctx, access).await?;
+    let mut branches = host.branches(access).await?;
     if !entered.branch.is_empty() && !branches.contains(&entered.branch) {
         // Kept as entered (the forge's list may have changed since the form was shown).
         branches.insert(0, entered.branch.clone());

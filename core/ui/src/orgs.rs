@@ -4,23 +4,25 @@
 //! the settings (as `/api/orgs/{id}/secrets`); anonymous callers are offered the sign-in.
 //! The settings' forms are `scoped_actions` at the organisation's level.
 
+use std::sync::Arc;
+
 use askama::Template;
 
+use super::host::UiHost;
 use super::repos::RepoItem;
 use super::scoped::ScopedLists;
 use super::{Frame, or_error_page, page};
+use crate::ci::users::home_list;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
-use crate::modules::ci::scoped::Level;
-use crate::modules::ci::{access, users};
-use crate::state::Ctx;
 use crate::store::now_unix;
 use crate::store::secrets::ResourceScope;
 
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     scope
         .get("/orgs/{org_id}", show)
         .get("/org/{org_id}/settings", settings);
-    super::scoped_actions::routes(scope, "/org/{org_id}/settings", Level::Org);
+    let gate = super::through_api::Gate::OrgAdmin;
+    super::scoped_actions::routes(scope, "/org/{org_id}/settings", gate, "/orgs/{org_id}");
 }
 
 #[derive(Template)]
@@ -34,16 +36,16 @@ struct OrgPage {
 }
 
 /// `GET <root>/orgs/{id}`: the caller's repositories in the organisation (the home list's,
-/// `users::home_list`, kept to this organisation), each with its newest pipeline.
-pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Organisation").await;
+/// `ci::users::home_list`, kept to this organisation), each with its newest pipeline.
+pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Organisation").await;
     let outcome = async {
-        let org = access::org(&ctx, &req, false).await?;
+        let org = host.org(&req, false).await?;
         let (user, org_id) = (org.user.user.clone(), org.org.id);
-        let found = ctx
-            .ci
+        let found = host
+            .services()
             .reads
-            .read(move |c| users::home_list(c, &user, false, "", 0, usize::MAX))
+            .read(move |c| home_list(c, &user, false, "", 0, usize::MAX))
             .await?;
         let now = now_unix();
         let repos = found
@@ -78,10 +80,10 @@ struct OrgSettings {
 }
 
 /// `GET <root>/org/{id}/settings`.
-pub async fn settings(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Organisation settings").await;
+pub async fn settings<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Organisation settings").await;
     let outcome = async {
-        let org = access::org(&ctx, &req, true).await?;
+        let org = host.org(&req, true).await?;
         let here = ResourceScope::org(org.org.id);
         page(
             StatusCode::OK,
@@ -92,7 +94,7 @@ pub async fn settings(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
                 base: format!("{}/org/{}/settings", frame.root, org.org.id),
                 id: org.org.id,
                 name: org.org.name,
-                lists: ScopedLists::of(&ctx, here, &[("instance", ResourceScope::GLOBAL)]).await?,
+                lists: ScopedLists::of(&host, here, &[("instance", ResourceScope::GLOBAL)]).await?,
             },
         )
     }

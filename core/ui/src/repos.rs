@@ -1,13 +1,16 @@
 //! The repository list (`/repos`) and a repository's pipelines (`/repos/{id}`).
 
+use std::sync::Arc;
+
 use askama::Template;
 
+use super::host::UiHost;
 use super::{Frame, or_error_page, page, to_login, when};
+use crate::ci::access::RepoNeed;
+use crate::ci::users::home_list;
+use crate::http::browser::web_link;
+use crate::http::paging::Page;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::pagination::Page;
-use crate::modules::ci::{access, users};
-use crate::modules::web::browser::web_link;
-use crate::state::Ctx;
 use crate::store::now_unix;
 use crate::store::pipelines::{self, Pipeline};
 use crate::store::repos::{Repo, Visibility};
@@ -76,8 +79,8 @@ struct RepoList {
 /// `GET /user/repos`: those they own or may push to, active ones) with each one's newest
 /// pipeline; `q` keeps those whose name holds it. Anonymous callers go to the login page
 /// (the API answers them 401).
-pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, account) = Frame::of(&ctx, &req, "Repositories").await;
+pub async fn list<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&host, &req, "Repositories").await;
     let Some(account) = account else {
         return Ok(to_login(&frame));
     };
@@ -89,10 +92,10 @@ pub async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let paging = Page::from_request(&req);
     let per_page = paging.per_page as usize;
     let skip = (paging.page as usize - 1).saturating_mul(per_page);
-    let found = ctx
-        .ci
+    let found = host
+        .services()
         .reads
-        .read(move |c| users::home_list(c, &user, false, &needle, skip, per_page + 1))
+        .read(move |c| home_list(c, &user, false, &needle, skip, per_page + 1))
         .await;
     let mut found = match found {
         Ok(found) => found,
@@ -148,22 +151,26 @@ struct RepoPage {
 
 /// `GET <root>/repos/{id}[?page=N]`: the repository's pipelines, newest first, 50 a page.
 /// Who may see it is `access::repo`'s answer, as for `GET /api/repos/{id}/pipelines`.
-pub async fn pipelines(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Repository").await;
-    let outcome = repo_page(&ctx, &req, frame.clone()).await;
+pub async fn pipelines<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Repository").await;
+    let outcome = repo_page(&host, &req, frame.clone()).await;
     or_error_page(frame, outcome)
 }
 
-async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, ApiError> {
-    let access = access::repo(ctx, req).await?;
+async fn repo_page<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    frame: Frame,
+) -> Result<Response, ApiError> {
+    let access = host.repo(req).await?;
     let paging = Page::from_request(req);
-    let filter = crate::modules::ci::pipelines::list_filter(req)?;
+    let filter = host.list_filter(req)?;
     let filter_query = filter_query(req);
     let repo_id = access.row.repo.id;
     // The page, and whether one pipeline follows it (the pipeline at the next page's start,
     // read as a page of one), so the "Older" link never leads to an empty page.
-    let (list, more) = ctx
-        .ci
+    let (list, more) = host
+        .services()
         .reads
         .read(move |c| {
             let list = pipelines::list(c, repo_id, &filter, paging.page, paging.per_page)?;
@@ -177,8 +184,8 @@ async fn repo_page(ctx: &Ctx, req: &Request, frame: Frame) -> Result<Response, A
         })
         .await?;
     let now = now_unix();
-    let may_run = access.require_push().is_ok();
-    let may_admin = access.require_admin().is_ok();
+    let may_run = access.allows(RepoNeed::Push);
+    let may_admin = access.allows(RepoNeed::Admin);
     let repo = access.row.repo.clone();
     page(
         StatusCode::OK,

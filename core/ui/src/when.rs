@@ -37,7 +37,7 @@ pub fn iso(unix: i64) -> String {
     if unix <= 0 {
         return String::new();
     }
-    crate::timefmt::rfc3339_seconds(unix)
+    woodlark_stdx::timefmt::rfc3339_seconds(unix)
 }
 
 #[cfg(test)]

@@ -5,23 +5,26 @@
 //!   route is registered with that limit by [`post`], so a larger body is refused with 413
 //!   before the handler runs); anything else is a 400 that says what was expected.
 //! - **CSRF**: a plain HTML form cannot send `X-CSRF-TOKEN`, so each form carries the
-//!   session's CSRF token (the one `/web-config.js` hands out, `auth::session::csrf_token`)
-//!   in a hidden field named [`CSRF_FIELD`]. [`Form::read`] attaches it to the request as
-//!   `session::FormCsrf`, and the one check there is (`session::csrf_ok`, run by
-//!   `access::current`) accepts it in place of the header. Only UI form routes attach it.
+//!   session's CSRF token (the one `/web-config.js` hands out; `UiHost::csrf_token`) in a
+//!   hidden field named [`CSRF_FIELD`]. [`Form::read`] attaches it to the request as
+//!   `http::browser::FormCsrf`, and the server's one check (`auth::session::csrf_ok`, run by
+//!   `UiHost::current` and by the API's routes) accepts it in place of the header. Only UI
+//!   form routes attach it.
 //! - **Answer**: post/redirect/get: [`see_other`] answers `303` to the page, with an optional
 //!   one-shot message in a cookie that page's [`super::Frame`] shows once and clears
 //!   (through `or_error_page`).
 //!
 //! A form handler: `Form::read(&mut req)?`, then [`caller`] (a refused CSRF token becomes a
-//! 403 that says so, not a sign-in page), then the API's own access check and service call.
+//! 403 that says so, not a sign-in page), then the API's own access check and route
+//! (`through_api`).
+
+use std::sync::Arc;
 
 use super::Frame;
-use crate::auth::{self, session};
+use super::host::UiHost;
+use crate::http::browser::FormCsrf;
+use crate::http::browser::{self, cookie, cookie_value, escape_html, set_cookie};
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
-use crate::modules::ci::access;
-use crate::modules::web::browser::{self, cookie, cookie_value, escape_html, over_tls, set_cookie};
-use crate::state::Ctx;
 use crate::store::users::Account;
 
 /// The largest form body a UI form may post: its fields are short (a branch, a few
@@ -74,8 +77,7 @@ impl Form {
     pub fn read(req: &mut Request) -> Result<Form, FormError> {
         let form = Form::parse(req)?;
         if let Some(token) = form.get(CSRF_FIELD) {
-            req.extensions
-                .insert(session::FormCsrf(token.trim().to_string()));
+            req.extensions.insert(FormCsrf(token.trim().to_string()));
         }
         Ok(form)
     }
@@ -128,9 +130,10 @@ impl Form {
 }
 
 /// Registers a UI form's POST route with the form body limit.
-pub fn post<F, Fut>(scope: &mut Scope<'_, Ctx>, path: &str, handler: F)
+pub fn post<S, F, Fut>(scope: &mut Scope<'_, S>, path: &str, handler: F)
 where
-    F: Fn(Ctx, Request) -> Fut + Send + Sync + 'static,
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S, Request) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Response, ApiError>> + Send + 'static,
 {
     scope.route_with_limit(Method::POST, path, BODY_LIMIT, handler);
@@ -139,8 +142,11 @@ where
 /// The caller of a form post (after [`Form::read`]): as `access::current` answers, except
 /// that a session whose CSRF token is missing or wrong gets a 403 that says the form is
 /// stale, rather than the 401 (sign in) the API answers: the browser is signed in.
-pub async fn caller(ctx: &Ctx, req: &Request) -> Result<Option<std::sync::Arc<Account>>, ApiError> {
-    match access::current(ctx, req).await {
+pub async fn caller<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+) -> Result<Option<std::sync::Arc<Account>>, ApiError> {
+    match host.current(req).await {
         Err(err) if err.status == StatusCode::UNAUTHORIZED => {
             tracing::info!(path = %req.path, "ui form refused: missing or wrong csrf token");
             Err(ApiError::new(
@@ -155,13 +161,14 @@ pub async fn caller(ctx: &Ctx, req: &Request) -> Result<Option<std::sync::Arc<Ac
 
 /// The CSRF token for the page of a signed-in `account` whose token `req` carries ("" for
 /// anonymous callers: they have no form to post).
-pub(super) fn csrf_for(ctx: &Ctx, req: &Request, account: Option<&Account>) -> String {
-    match (account, auth::bearer(req)) {
-        (Some(account), Some(raw)) => {
-            session::csrf_token(&raw, account.user.id, &ctx.token_key(account))
-        }
-        _ => String::new(),
-    }
+pub(super) fn csrf_for<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    account: Option<&Account>,
+) -> String {
+    account
+        .and_then(|account| host.csrf_token(req, account))
+        .unwrap_or_default()
 }
 
 /// A message for one page, set by a post and shown once.
@@ -174,7 +181,7 @@ pub struct Flash {
 }
 
 /// The message waiting for the page `req` asks for, if any.
-pub(super) fn flash_of(ctx: &Ctx, req: &Request) -> Option<Flash> {
+pub(super) fn flash_of<H: UiHost>(host: &Arc<H>, req: &Request) -> Option<Flash> {
     let raw = cookie_value(req, FLASH_COOKIE)?;
     let decoded: String = form_urlencoded::parse(format!("m={raw}").as_bytes())
         .next()
@@ -183,7 +190,7 @@ pub(super) fn flash_of(ctx: &Ctx, req: &Request) -> Option<Flash> {
     (path == req.path && !text.trim().is_empty()).then(|| Flash {
         text: text.chars().take(FLASH_CHARS).collect(),
         path: path.to_string(),
-        secure: over_tls(ctx, req),
+        secure: host.over_tls(req),
     })
 }
 
@@ -195,7 +202,12 @@ pub(super) fn clear_flash(flash: &Flash, response: &mut Response) {
 
 /// The answer to a successful post: `303 See Other` to `location` (a path of this UI, from
 /// its root), with `message` shown once on that page.
-pub fn see_other(ctx: &Ctx, req: &Request, location: &str, message: Option<&str>) -> Response {
+pub fn see_other<H: UiHost>(
+    host: &Arc<H>,
+    req: &Request,
+    location: &str,
+    message: Option<&str>,
+) -> Response {
     let mut response = browser::redirect(location);
     if let Some(message) = message {
         let path = location.split(['?', '#']).next().unwrap_or(location);
@@ -208,7 +220,7 @@ pub fn see_other(ctx: &Ctx, req: &Request, location: &str, message: Option<&str>
             path,
             FLASH_SECS,
             "Lax",
-            over_tls(ctx, req),
+            host.over_tls(req),
         );
         set_cookie(&mut response, &flash);
     }
@@ -249,9 +261,7 @@ mod tests {
         assert_eq!(form.all("key").collect::<Vec<_>>(), ["A", "B"]);
         assert_eq!(form.all("value").collect::<Vec<_>>(), ["1 2", "&"]);
         assert_eq!(
-            req.extensions
-                .get::<session::FormCsrf>()
-                .map(|f| f.0.as_str()),
+            req.extensions.get::<FormCsrf>().map(|f| f.0.as_str()),
             Some("t0k")
         );
         assert_eq!(form.required("branch"), Ok("main"));
@@ -276,6 +286,6 @@ mod tests {
         // No csrf field: nothing attached.
         let mut req = posted("application/x-www-form-urlencoded", "a=1");
         Form::read(&mut req).unwrap();
-        assert!(req.extensions.get::<session::FormCsrf>().is_none());
+        assert!(req.extensions.get::<FormCsrf>().is_none());
     }
 }

@@ -3,42 +3,55 @@
 //! shown on the answer to its form, once), the queue (`/api/queue/pause|resume`) and the
 //! instance's secrets and registries (`scoped_actions`, the global scope).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::admin::{NewAgent, admin_page};
 use super::forms::{self, Form};
+use super::host::UiHost;
 use super::scoped_actions;
 use super::through_api::{self, Action, Call, Gate, checked, item, nothing};
-use crate::http::{ApiError, Request, Response, Scope};
-use crate::modules::ci::pipelines::admin as queue;
-use crate::modules::ci::scoped::Level;
-use crate::modules::ci::{agents, users};
-use crate::state::Ctx;
+use crate::http::{ApiError, Method, Request, Response, Scope};
 
 /// The form routes below `<root>/admin`.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
-    let delete_agent = |ctx: Ctx, req: Request| agents::delete(ctx, req, agents::Manager::Admin);
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
+    let user = "/users/{login}";
     let rows = [
-        Action::new("/users", "User added.", new_user, users::create),
+        Action::new("/users", "User added.", new_user, Method::POST, "/users"),
         Action::new(
             "/users/delete",
             "User deleted.",
             item("login", "login"),
-            users::delete,
+            Method::DELETE,
+            user,
         ),
-        Action::new("/users/admin", "Role changed.", role, users::update),
+        Action::new("/users/admin", "Role changed.", role, Method::PATCH, user),
         Action::new(
             "/agents/delete",
             "Agent deleted.",
             item("agent_id", "id"),
-            delete_agent,
+            Method::DELETE,
+            "/agents/{agent_id}",
         ),
-        Action::new("/queue/pause", "Queue paused.", nothing, queue::pause),
-        Action::new("/queue/resume", "Queue resumed.", nothing, queue::resume),
+        Action::new(
+            "/queue/pause",
+            "Queue paused.",
+            nothing,
+            Method::POST,
+            "/queue/pause",
+        ),
+        Action::new(
+            "/queue/resume",
+            "Queue resumed.",
+            nothing,
+            Method::POST,
+            "/queue/resume",
+        ),
     ];
-    through_api::register(scope, "/admin", Gate::Admin, (), rows);
+    through_api::register(scope, "/admin", Gate::Admin, rows);
     forms::post(scope, "/admin/agents", add_agent);
-    scoped_actions::routes(scope, "/admin", Level::Global);
+    scoped_actions::routes(scope, "/admin", Gate::Admin, "");
 }
 
 fn new_user(form: &Form, _: bool) -> Result<Call, ApiError> {
@@ -66,8 +79,8 @@ fn role(form: &Form, _: bool) -> Result<Call, ApiError> {
 /// `POST /admin/agents`: registers an agent and answers with the admin page showing its
 /// token (not a redirect: the token is shown on this answer only, never kept for a later
 /// page).
-async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
-    let posted = match through_api::read(&ctx, &mut req, "Administration", Gate::Admin).await {
+async fn add_agent<H: UiHost>(host: Arc<H>, mut req: Request) -> Result<Response, ApiError> {
+    let posted = match through_api::read(&host, &mut req, "Administration", Gate::Admin).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
@@ -76,19 +89,16 @@ async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
         "no_schedule": checked(&posted.form, "no_schedule"),
     })));
     let frame = posted.frame;
-    let created = match through_api::call(&ctx, req, frame.clone(), call, |ctx, req| {
-        agents::create(ctx, req, agents::Manager::Admin)
-    })
-    .await
-    {
-        Ok(created) => created,
-        Err(page) => return Ok(page),
-    };
+    let created =
+        match through_api::call(&host, req, frame.clone(), Method::POST, "/agents", call).await {
+            Ok(created) => created,
+            Err(page) => return Ok(page),
+        };
     let agent: Value = serde_json::from_slice(&created.body).map_err(ApiError::internal)?;
     let new = NewAgent {
         name: agent["name"].as_str().unwrap_or_default().to_string(),
         token: agent["token"].as_str().unwrap_or_default().to_string(),
     };
     tracing::info!(agent = %new.name, "ui: agent registered, its token shown once");
-    admin_page(&ctx, frame, Some(new)).await
+    admin_page(&host, frame, Some(new)).await
 }

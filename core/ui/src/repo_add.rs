@@ -1,19 +1,20 @@
 //! Adding a repository (`/repos/add`, upstream's path): the forge's repositories as the
-//! API's `GET /api/user/repos?all=true` lists them (its own handler answers, so the list
-//! and its rules are the API's), each inactive one with an Activate button that posts
-//! through `POST /api/repos?forge_remote_id=`'s handler, then goes to the repository.
+//! API's `GET /api/user/repos?all=true` lists them (the API answers, so the list and its
+//! rules are the API's), each inactive one with an Activate button that posts through
+//! `POST /api/repos?forge_remote_id=`, then goes to the repository.
+
+use std::sync::Arc;
 
 use askama::Template;
 use serde_json::Value;
 
 use super::forms;
+use super::host::UiHost;
 use super::through_api::{self, Call, Gate};
 use super::{Frame, or_error_page, page, to_login};
 use crate::http::{ApiError, Method, Request, Response, Scope, StatusCode};
-use crate::modules::ci::{repos, users};
-use crate::state::Ctx;
 
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     scope.get("/repos/add", show);
     forms::post(scope, "/repos/add", activate);
 }
@@ -34,17 +35,15 @@ struct AddPage {
 }
 
 /// `GET <root>/repos/add`. Anonymous callers go to the sign-in page.
-pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, account) = Frame::of(&ctx, &req, "Add a repository").await;
+pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&host, &req, "Add a repository").await;
     if account.is_none() {
         return Ok(to_login(&frame));
     }
     let outcome = async {
-        let mut api = Request::new(Method::GET, &req.path);
-        api.headers = req.headers.clone();
-        api.tls = req.tls;
-        api.query = "all=true".into();
-        let listed = users::repos_with_last_pipeline(ctx.clone(), api).await?;
+        let call = Call::body(Value::Null).query(&[("all", "true")]);
+        let asked = through_api::head_of(&req);
+        let listed = through_api::send(&host, asked, Method::GET, "/user/repos", call).await?;
         let listed: Vec<Value> =
             serde_json::from_slice(&listed.body).map_err(ApiError::internal)?;
         let repos = listed
@@ -75,8 +74,8 @@ pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// `POST <root>/repos/add`: `forge_remote_id` (and `forge_id`) activated; on to its page.
-async fn activate(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
-    let posted = match through_api::read(&ctx, &mut req, "Add a repository", Gate::User).await {
+async fn activate<H: UiHost>(host: Arc<H>, mut req: Request) -> Result<Response, ApiError> {
+    let posted = match through_api::read(&host, &mut req, "Add a repository", Gate::User).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
@@ -90,19 +89,17 @@ async fn activate(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
         }
         Ok::<_, ApiError>(Call::body(serde_json::json!({})).query(&pairs))
     })();
-    let mut head = Request::new(Method::GET, &req.path);
-    head.headers = req.headers.clone();
-    head.tls = req.tls;
+    let head = through_api::head_of(&req);
     let frame = posted.frame;
     let root = frame.root.clone();
-    let activated = match through_api::call(&ctx, req, frame, call, repos::activate).await {
+    let activated = match through_api::call(&host, req, frame, Method::POST, "/repos", call).await {
         Ok(activated) => activated,
         Err(page) => return Ok(page),
     };
     let repo: Value = serde_json::from_slice(&activated.body).map_err(ApiError::internal)?;
     let location = format!("{root}/repos/{}", repo["id"].as_i64().unwrap_or(0));
     Ok(forms::see_other(
-        &ctx,
+        &host,
         &head,
         &location,
         Some("Repository activated."),

@@ -4,38 +4,47 @@
 //! success the browser goes back to the section it posted from with a message; a refusal is
 //! the API's status and message as a page, with nothing changed.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 
 use super::forms::Form;
+use super::host::UiHost;
 use super::scoped_actions;
 use super::through_api::{self, Action, Call, Gate, all_of, checked, item, number};
-use crate::http::{ApiError, Scope};
-use crate::modules::ci::scoped::Level;
-use crate::modules::ci::{crons, pipelines, repos};
-use crate::state::Ctx;
+use crate::http::{ApiError, Method, Scope};
 
 /// The form routes below `<root>/repos/{repo_id}/settings`.
-pub fn routes(scope: &mut Scope<'_, Ctx>) {
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
     let base = "/repos/{repo_id}/settings";
+    let (repo, cron) = ("/repos/{repo_id}", "/repos/{repo_id}/cron/{cron}");
     let rows = [
-        Action::new("", "Settings saved.", general, repos::update),
-        Action::new("/crons", "Cron added.", new_cron, crons::create),
+        Action::new("", "Settings saved.", general, Method::PATCH, repo),
+        Action::new(
+            "/crons",
+            "Cron added.",
+            new_cron,
+            Method::POST,
+            "/repos/{repo_id}/cron",
+        ),
         Action::new(
             "/crons/delete",
             "Cron deleted.",
             item("cron", "id"),
-            crons::delete,
+            Method::DELETE,
+            cron,
         ),
         // `POST /api/repos/{id}/cron/{cron}`: a pipeline from the cron now.
         Action::new(
             "/crons/run",
             "The cron's pipeline was started.",
             item("cron", "id"),
-            pipelines::run_cron_now,
+            Method::POST,
+            cron,
         ),
     ];
-    through_api::register(scope, base, Gate::RepoAdmin, (), rows);
-    scoped_actions::routes(scope, base, Level::Repo);
+    through_api::register(scope, base, Gate::RepoAdmin, rows);
+    scoped_actions::routes(scope, base, Gate::RepoAdmin, repo);
 }
 
 /// The general form as `PATCH /api/repos/{id}` takes it. Unticked boxes are `false` (a form

@@ -4,12 +4,14 @@
 //! the forge asked as the caller), each entry linking to the repository's pipelines filtered
 //! by it (`?branch=`, or a pull request's events and ref).
 
+use std::sync::Arc;
+
 use askama::Template;
 
+use super::host::UiHost;
 use super::{Frame, or_error_page, page};
+use crate::ci::access;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::{access, repos};
-use crate::state::Ctx;
 
 /// One entry: its label and the query of the pipeline list filtered by it.
 struct Entry {
@@ -37,11 +39,11 @@ fn query(pairs: &[(&str, &str)]) -> String {
 }
 
 /// `GET <root>/repos/{id}/branches`.
-pub async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Branches").await;
+pub async fn branches<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Branches").await;
     let outcome = async {
-        let access = access::repo(&ctx, &req).await?;
-        let names = repos::branches_of(&ctx, &access).await?;
+        let access = host.repo(&req).await?;
+        let names = host.branches(&access).await?;
         let entries = names
             .into_iter()
             .map(|b| Entry {
@@ -57,11 +59,11 @@ pub async fn branches(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// `GET <root>/repos/{id}/pull-requests`: each links to the pipelines of its events whose
 /// ref names its number (`refs/pull/N/head`, `refs/merge-requests/N/head`, …).
-pub async fn pull_requests(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, _) = Frame::of(&ctx, &req, "Pull requests").await;
+pub async fn pull_requests<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, _) = Frame::of(&host, &req, "Pull requests").await;
     let outcome = async {
-        let access = access::repo(&ctx, &req).await?;
-        let open = repos::pull_requests_of(&ctx, &access).await?;
+        let access = host.repo(&req).await?;
+        let open = host.pull_requests(&access).await?;
         let entries = open
             .into_iter()
             .map(|pr| Entry {

@@ -3,14 +3,15 @@
 //! `access::must_admin` (anonymous callers are sent to sign in, as `/user` does; other users
 //! get its 403 as a page). Its forms are in [`super::admin_actions`].
 
+use std::sync::Arc;
+
 use askama::Template;
 
+use super::host::UiHost;
 use super::scoped::ScopedLists;
 use super::{Frame, or_error_page, page, pages::forge_label, to_login, when};
+use crate::http::paging::MAX_PER_PAGE;
 use crate::http::{ApiError, Request, Response, StatusCode};
-use crate::modules::ci::access;
-use crate::modules::ci::pagination::MAX_PER_PAGE;
-use crate::state::Ctx;
 use crate::store::secrets::ResourceScope;
 use crate::store::tasks::{self, TaskState};
 use crate::store::{agents, forges, now_unix, users};
@@ -72,13 +73,13 @@ struct AdminPage {
 }
 
 /// `GET <root>/admin`.
-pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let (frame, account) = Frame::of(&ctx, &req, "Administration").await;
+pub async fn show<H: UiHost>(host: Arc<H>, req: Request) -> Result<Response, ApiError> {
+    let (frame, account) = Frame::of(&host, &req, "Administration").await;
     if account.is_none() {
         return Ok(to_login(&frame));
     }
-    let outcome = match access::must_admin(&ctx, &req).await {
-        Ok(_) => admin_page(&ctx, frame.clone(), None).await,
+    let outcome = match host.must_admin(&req).await {
+        Ok(_) => admin_page(&host, frame.clone(), None).await,
         Err(err) => Err(err),
     };
     or_error_page(frame, outcome)
@@ -86,14 +87,14 @@ pub async fn show(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// The page, with `new_agent`'s token when one was just registered. The caller has been
 /// checked to be an instance admin.
-pub async fn admin_page(
-    ctx: &Ctx,
+pub async fn admin_page<H: UiHost>(
+    host: &Arc<H>,
     frame: Frame,
     new_agent: Option<NewAgent>,
 ) -> Result<Response, ApiError> {
-    let env = ctx.ci.settings.env_admins.clone();
-    let (users, agents, forges, (pending, running, waiting)) = ctx
-        .ci
+    let env = host.services().settings.env_admins.clone();
+    let (users, agents, forges, (pending, running, waiting)) = host
+        .services()
         .reads
         .read(move |c| {
             let users = users::list(c, &env, 1, MAX_PER_PAGE)?;
@@ -112,11 +113,11 @@ pub async fn admin_page(
         .await?;
     let now = now_unix();
     let queue = QueueInfo {
-        paused: ctx.ci.queue.paused().await,
+        paused: host.services().queue.paused().await,
         pending,
         running,
         waiting,
-        free_workers: ctx.ci.queue.free_workers(),
+        free_workers: host.services().queue.free_workers(),
     };
     page(
         StatusCode::OK,
@@ -159,7 +160,7 @@ pub async fn admin_page(
                     url: f.url,
                 })
                 .collect(),
-            lists: ScopedLists::of(ctx, ResourceScope::GLOBAL, &[]).await?,
+            lists: ScopedLists::of(host, ResourceScope::GLOBAL, &[]).await?,
             version: crate::ci::version_string(),
             limit: MAX_PER_PAGE,
         },

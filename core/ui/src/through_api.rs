@@ -1,28 +1,33 @@
-//! A form post carried out by the REST API's own handler.
+//! A form post carried out by the REST API itself.
 //!
-//! The settings and admin forms do what an API call does, so they make that call: the form's
-//! fields become the JSON body (and path parameters) the handler reads, and the handler makes
-//! the access decision (`modules::ci::access`), validates and calls the service exactly as
-//! for a client of the API. Nothing here decides who may do what or what is valid, so the UI
-//! cannot drift from the API. The answers become pages: success a `303` back to the page
-//! (post/redirect/get, with a one-shot message), an error the API's status and message as a
-//! readable page (nothing was changed: the handler refused before its service call).
+//! Every form does what an API call does, so it makes that call: the form's fields become
+//! the JSON body, path parameters and query of a request to the API's route (method and
+//! path, [`Action`]), which runs in process through the API's own route table
+//! (`UiHost::api`, the server's `state::api::call`: its guard, body limit, access decision
+//! and validation) exactly as the browser's own request to the API would. Nothing here
+//! decides who may do what or what is valid, so the UI cannot drift from the API. The
+//! answers become pages: success a `303` back to the page (post/redirect/get, with a
+//! one-shot message), an error the API's status and message as a readable page (nothing
+//! was changed: the API refused before its service call).
+//!
+//! **Who calls.** The API request carries the browser's own headers (its session cookie or
+//! token) and the form's CSRF field (`http::browser::FormCsrf`, attached by `Form::read`),
+//! so the API's `access::current` checks the same session and the same CSRF token it would
+//! check for that browser's request: a form never lets through what the API would refuse
+//! from that browser session.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::forms::{self, Form};
+use super::host::UiHost;
 use super::{Frame, or_error_page};
-use crate::http::router::HandlerFuture;
+use crate::http::router::percent_encode;
 use crate::http::{ApiError, HeaderValue, Method, Request, Response, Scope, StatusCode, header};
-use crate::modules::ci::access;
-use crate::modules::ci::scoped::{self, Level, Use};
-use crate::state::Ctx;
 use crate::store::users::Account;
 
-/// What a form asks of the API: the JSON body and the path parameters of the call.
+/// What a form asks of the API: the JSON body, the path parameters and the query of the call.
 pub struct Call {
     pub body: Value,
     pub params: Vec<(&'static str, String)>,
@@ -50,11 +55,80 @@ impl Call {
     }
 
     /// A path parameter the handler reads. `%` is escaped, so a handler that percent-decodes
-    /// its key (`scoped::path_text`) reads back exactly `value`.
+    /// its key again (`scoped::path_text`) reads back exactly `value`.
     pub fn param(mut self, name: &'static str, value: &str) -> Call {
         self.params.push((name, value.replace('%', "%25")));
         self
     }
+}
+
+/// `pattern` (an API path below the CI mount naming `{parameters}`) with each parameter
+/// filled in, percent-encoded as one segment: from `call`'s first, else from `form`'s (the
+/// form route's own, `{repo_id}`, `{org_id}`). A parameter neither names is a bug of the
+/// row: a 500.
+fn fill(
+    pattern: &str,
+    call: &[(&'static str, String)],
+    form: &Request,
+) -> Result<String, ApiError> {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .map(|i| open + i)
+            .ok_or_else(|| ApiError::internal(format!("unclosed parameter in {pattern}")))?;
+        let name = &rest[open + 1..close];
+        let value = match call.iter().find(|(k, _)| *k == name) {
+            Some((_, v)) => v.as_str(),
+            None if form.params.iter().any(|(k, _)| k == name) => form.param(name),
+            None => {
+                return Err(ApiError::internal(format!(
+                    "no value for {{{name}}} of {pattern}"
+                )));
+            }
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&percent_encode(value));
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Sends the API request `call` describes (`method` on `pattern`, below the CI mount) as the
+/// browser of the form post `req`: the API's answer, or its refusal.
+pub async fn send<H: UiHost>(
+    host: &Arc<H>,
+    req: Request,
+    method: Method,
+    pattern: &str,
+    call: Call,
+) -> Result<Response, ApiError> {
+    let path = fill(pattern, &call.params, &req)?;
+    let mut api = Request::new(method, &format!("{}{path}", host.api_mount()));
+    api.query = call.query.unwrap_or_default();
+    api.headers = req.headers;
+    api.headers.remove(header::CONTENT_LENGTH);
+    api.headers.remove(header::CONTENT_TYPE);
+    // `null`: no body (a read).
+    if !call.body.is_null() {
+        api.body = serde_json::to_vec(&call.body)
+            .map_err(ApiError::internal)?
+            .into();
+        api.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    api.remote = req.remote;
+    api.tls = req.tls;
+    // The form's CSRF field (`FormCsrf`) rides along, as the header would.
+    api.extensions = req.extensions;
+    let shown = api.path.clone();
+    Arc::clone(host).api(api).await.inspect_err(|err| {
+        tracing::info!(path = %shown, status = err.status.as_u16(), "ui form refused by the api");
+    })
 }
 
 /// A posted form read and checked, and the page frame to answer with.
@@ -65,7 +139,7 @@ pub struct Posted {
 }
 
 /// The API's access decision a form needs before its fields are read, the same function
-/// the API's handler runs first (which runs it again, from its cache): so a caller the API
+/// the API's route runs first (which runs it again, from its cache): so a caller the API
 /// refuses is refused whatever the form holds, and a bad form is told so only to those
 /// allowed to send it.
 #[derive(Debug, Clone, Copy)]
@@ -74,19 +148,22 @@ pub enum Gate {
     User,
     /// Instance admins (`access::must_admin`).
     Admin,
+    /// Those who may push to the repository (`access::repo_push`, `{repo_id}`).
+    RepoPush,
     /// The repository's admins (`access::repo_admin`, `{repo_id}`).
     RepoAdmin,
-    /// Writers of a scope's secrets and registries (`scoped::resolve`).
-    Scoped(Level),
+    /// The organisation's admins (`access::org`, `{org_id}`).
+    OrgAdmin,
 }
 
 impl Gate {
-    async fn check(self, ctx: &Ctx, req: &Request) -> Result<(), ApiError> {
+    async fn check<H: UiHost>(self, host: &Arc<H>, req: &Request) -> Result<(), ApiError> {
         match self {
-            Gate::User => access::must_user(ctx, req).await.map(drop),
-            Gate::Admin => access::must_admin(ctx, req).await.map(drop),
-            Gate::RepoAdmin => access::repo_admin(ctx, req).await.map(drop),
-            Gate::Scoped(level) => scoped::resolve(ctx, req, level, Use::Write).await.map(drop),
+            Gate::User => host.must_user(req).await.map(drop),
+            Gate::Admin => host.must_admin(req).await.map(drop),
+            Gate::RepoPush => host.repo_push(req).await.map(drop),
+            Gate::RepoAdmin => host.repo_admin(req).await.map(drop),
+            Gate::OrgAdmin => host.org(req, true).await.map(drop),
         }
     }
 }
@@ -95,19 +172,19 @@ impl Gate {
 /// the sign-in page, 401), the session's CSRF field is right (a stale or foreign form: 403,
 /// `forms::caller`), `gate` lets them, and the body is a form (400). `Err` is the page to
 /// answer with.
-pub async fn read(
-    ctx: &Ctx,
+pub async fn read<H: UiHost>(
+    host: &Arc<H>,
     req: &mut Request,
     title: &str,
     gate: Gate,
 ) -> Result<Posted, Response> {
     let form = Form::read(req);
-    let (frame, _) = Frame::of(ctx, req, title).await;
+    let (frame, _) = Frame::of(host, req, title).await;
     let checked = async {
-        let account = forms::caller(ctx, req)
+        let account = forms::caller(host, req)
             .await?
             .ok_or_else(ApiError::unauthorized)?;
-        gate.check(ctx, req).await?;
+        gate.check(host, req).await?;
         Ok::<_, ApiError>((form?, account))
     }
     .await;
@@ -127,65 +204,19 @@ pub fn error_page(frame: Frame, err: ApiError) -> Response {
         .unwrap_or_else(|_| Response::empty(StatusCode::INTERNAL_SERVER_ERROR))
 }
 
-/// Calls `handler` with `req` turned into the API request `call` describes: the API's
-/// response, or its refusal as a page (`Err`).
-pub async fn call<H, Fut>(
-    ctx: &Ctx,
-    mut req: Request,
+/// [`send`], its refusal as a page (`Err`) in `frame`.
+pub async fn call<H: UiHost>(
+    host: &Arc<H>,
+    req: Request,
     frame: Frame,
+    method: Method,
+    pattern: &str,
     call: Result<Call, ApiError>,
-    handler: H,
-) -> Result<Response, Response>
-where
-    H: FnOnce(Ctx, Request) -> Fut,
-    Fut: Future<Output = Result<Response, ApiError>>,
-{
+) -> Result<Response, Response> {
     let call = call.map_err(|err| error_page(frame.clone(), err))?;
-    let body = serde_json::to_vec(&call.body)
-        .map_err(|err| error_page(frame.clone(), ApiError::internal(err)))?;
-    req.body = body.into();
-    req.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if let Some(query) = call.query {
-        req.query = query;
-    }
-    for (name, value) in call.params {
-        req.params.retain(|(k, _)| k != name);
-        req.params.push((name.to_string(), value));
-    }
-    let path = req.path.clone();
-    handler(ctx.clone(), req).await.map_err(|err| {
-        tracing::info!(%path, status = err.status.as_u16(), "ui form refused by the api");
-        error_page(frame, err)
-    })
-}
-
-/// A REST handler as a form's row names it: `(ctx, req)`, or `(ctx, req, level)` for the
-/// handlers of secrets and registries, which serve every scope and are told the page's.
-pub trait ApiHandler<P>: Send + Sync + 'static {
-    fn call(&self, ctx: Ctx, req: Request, page: P) -> HandlerFuture;
-}
-
-impl<F, Fut> ApiHandler<()> for F
-where
-    F: Fn(Ctx, Request) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Response, ApiError>> + Send + 'static,
-{
-    fn call(&self, ctx: Ctx, req: Request, (): ()) -> HandlerFuture {
-        Box::pin(self(ctx, req))
-    }
-}
-
-impl<F, Fut> ApiHandler<Level> for F
-where
-    F: Fn(Ctx, Request, Level) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Response, ApiError>> + Send + 'static,
-{
-    fn call(&self, ctx: Ctx, req: Request, level: Level) -> HandlerFuture {
-        Box::pin(self(ctx, req, level))
-    }
+    send(host, req, method, pattern, call)
+        .await
+        .map_err(|err| error_page(frame, err))
 }
 
 /// Makes a form's API call from its fields and whether the caller is an instance admin.
@@ -193,28 +224,33 @@ type Build = Box<dyn Fn(&Form, bool) -> Result<Call, ApiError> + Send + Sync>;
 
 /// One form of a page that is one API call, a row of the page's table ([`register`]): what
 /// differs between forms is here, what they share is [`act`], so a new form is a new row.
-pub struct Action<P> {
+pub struct Action {
     /// Below the page's path (`""`: the page's own form). Its first segment names the
     /// page's section the form sits in, where the browser goes back to.
     path: &'static str,
     /// Shown once on the page after a success.
     message: &'static str,
     build: Build,
-    handler: Box<dyn ApiHandler<P>>,
+    /// The API route that carries the form out: its method and its path below the CI mount
+    /// (`/repos/{repo_id}/cron/{cron}`), the parameters filled by [`fill`].
+    method: Method,
+    api: String,
 }
 
-impl<P> Action<P> {
+impl Action {
     pub fn new(
         path: &'static str,
         message: &'static str,
         build: impl Fn(&Form, bool) -> Result<Call, ApiError> + Send + Sync + 'static,
-        handler: impl ApiHandler<P>,
-    ) -> Action<P> {
+        method: Method,
+        api: impl Into<String>,
+    ) -> Action {
         Action {
             path,
             message,
             build: Box::new(build),
-            handler: Box::new(handler),
+            method,
+            api: api.into(),
         }
     }
 
@@ -233,47 +269,62 @@ impl<P> Action<P> {
 }
 
 /// Registers each of `actions` as a form route below `page` (a path pattern naming the
-/// parameters the handlers read), checked by `gate`; `param` is handed to the handlers.
-pub fn register<P: Copy + Send + Sync + 'static>(
-    scope: &mut Scope<'_, Ctx>,
+/// parameters the API routes read), checked by `gate`.
+pub fn register<H: UiHost>(
+    scope: &mut Scope<'_, Arc<H>>,
     page: &str,
     gate: Gate,
-    param: P,
-    actions: impl IntoIterator<Item = Action<P>>,
+    actions: impl IntoIterator<Item = Action>,
 ) {
     for action in actions {
         let path = format!("{page}{}", action.path);
         let action = Arc::new(action);
-        forms::post(scope, &path, move |ctx, req| {
-            act(ctx, req, gate, param, action.clone())
+        forms::post(scope, &path, move |host, req| {
+            act(host, req, gate, action.clone())
         });
     }
 }
 
 /// A whole form post: read and checked ([`read`], `gate`), the API call built from the form,
-/// the REST handler carries it out, and the browser goes back to the form's section with
-/// the action's message shown once there.
-async fn act<P: 'static>(
-    ctx: Ctx,
+/// the API carries it out, and the browser goes back to the form's section with the
+/// action's message shown once there.
+async fn act<H: UiHost>(
+    host: Arc<H>,
     mut req: Request,
     gate: Gate,
-    param: P,
-    action: Arc<Action<P>>,
+    action: Arc<Action>,
 ) -> Result<Response, ApiError> {
-    let posted = match read(&ctx, &mut req, "Settings", gate).await {
+    let posted = match read(&host, &mut req, "Settings", gate).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
     let back = action.back(&req.path);
+    let head = head_of(&req);
+    let built = (action.build)(&posted.form, posted.account.user.admin);
+    Ok(
+        match call(
+            &host,
+            req,
+            posted.frame,
+            action.method.clone(),
+            &action.api,
+            built,
+        )
+        .await
+        {
+            Ok(_) => forms::see_other(&host, &head, &back, Some(action.message)),
+            Err(page) => page,
+        },
+    )
+}
+
+/// A body-less `GET` of `req`'s path with its headers: what a form's answer needs of the
+/// post once the post itself has gone to the API.
+pub fn head_of(req: &Request) -> Request {
     let mut head = Request::new(Method::GET, &req.path);
     head.headers = req.headers.clone();
     head.tls = req.tls;
-    let built = (action.build)(&posted.form, posted.account.user.admin);
-    let handler = |ctx, req| action.handler.call(ctx, req, param);
-    Ok(match call(&ctx, req, posted.frame, built, handler).await {
-        Ok(_) => forms::see_other(&ctx, &head, &back, Some(action.message)),
-        Err(page) => page,
-    })
+    head
 }
 
 /// The call of a form that only names an item (delete it, run it): no body, the form's
@@ -321,10 +372,9 @@ pub fn number(form: &Form, name: &'static str) -> Result<i64, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modules::ci::users;
 
-    fn row(path: &'static str) -> Action<()> {
-        Action::new(path, "", nothing, users::create)
+    fn row(path: &'static str) -> Action {
+        Action::new(path, "", nothing, Method::POST, "/users")
     }
 
     #[test]
@@ -368,5 +418,16 @@ mod tests {
         let err = item("agent_id", "id")(&form, false).err().unwrap();
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
         assert!(err.message.contains("\"id\""), "{}", err.message);
+    }
+
+    #[test]
+    fn an_api_path_is_filled_from_the_call_then_the_form_route() {
+        let mut form = Request::new(Method::POST, "/repos/7/settings/secrets/edit");
+        form.params = vec![("repo_id".into(), "7".into())];
+        let call = Call::body(json!({})).param("secret", "a/b c%");
+        let path = fill("/repos/{repo_id}/secrets/{secret}", &call.params, &form).unwrap();
+        assert_eq!(path, "/repos/7/secrets/a%2Fb%20c%2525");
+        let err = fill("/orgs/{org_id}/secrets", &[], &form).unwrap_err();
+        assert_eq!(err.status, StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

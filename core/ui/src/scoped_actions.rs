@@ -1,47 +1,64 @@
 //! The secret and registry forms of every settings page (a repository's, an organisation's,
 //! the admin page's): add, edit and delete a secret, add and delete a registry, each by the
-//! API's own handler for its scope ([`Level`]), so the scope's access rule is the API's.
+//! API's route of its scope (`/repos/{repo_id}/secrets`, `/orgs/{org_id}/secrets`,
+//! `/secrets`, …), so the scope's access rule is the API's.
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::forms::Form;
+use super::host::UiHost;
 use super::through_api::{self, Action, Call, Gate, all_of, item, list_field};
-use crate::ci::scoped::{Registries, Secrets};
-use crate::http::{ApiError, Scope};
-use crate::modules::ci::scoped::{Level, create, delete, update};
-use crate::state::Ctx;
+use crate::http::{ApiError, Method, Scope};
 
 /// Registers the forms below `base` (a settings page's path, its parameters those the
-/// scope's API routes name: `{repo_id}`, `{org_id}` or none) for `level`.
-pub fn routes(scope: &mut Scope<'_, Ctx>, base: &str, level: Level) {
+/// scope's API routes name: `{repo_id}`, `{org_id}` or none), checked by the page's `gate`,
+/// carried out below `api` (the scope's API prefix: `/repos/{repo_id}`, `/orgs/{org_id}`, or
+/// `""` for the instance's).
+pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>, base: &str, gate: Gate, api: &str) {
+    let secrets = format!("{api}/secrets");
+    let secret = format!("{api}/secrets/{{secret}}");
+    let registries = format!("{api}/registries");
+    let registry = format!("{api}/registries/{{registry}}");
     let forms = [
-        Action::new("/secrets", "Secret added.", new_secret, create::<Secrets>),
+        Action::new(
+            "/secrets",
+            "Secret added.",
+            new_secret,
+            Method::POST,
+            secrets,
+        ),
         Action::new(
             "/secrets/edit",
             "Secret saved.",
             edit_secret,
-            update::<Secrets>,
+            Method::PATCH,
+            secret.clone(),
         ),
         Action::new(
             "/secrets/delete",
             "Secret deleted.",
             item("secret", "name"),
-            delete::<Secrets>,
+            Method::DELETE,
+            secret,
         ),
         Action::new(
             "/registries",
             "Registry added.",
             new_registry,
-            create::<Registries>,
+            Method::POST,
+            registries,
         ),
         Action::new(
             "/registries/delete",
             "Registry deleted.",
             item("registry", "address"),
-            delete::<Registries>,
+            Method::DELETE,
+            registry,
         ),
     ];
-    through_api::register(scope, base, Gate::Scoped(level), level, forms);
+    through_api::register(scope, base, gate, forms);
 }
 
 /// A secret's fields as `POST`/`PATCH …/secrets` take them (`value` only when given: an
