@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::admin::{NewAgent, admin_page};
 use super::forms::{self, Form};
 use super::scoped_actions;
-use super::through_api::{self, Action, Call, Gate, checked, item, nothing};
+use super::through_api::{self, Action, Call, Gate, Origin, PageHandler, checked, item, nothing};
 use crate::http::{ApiError, Request, Response, Scope};
 use crate::modules::ci::pipelines::admin as queue;
 use crate::modules::ci::scoped::Level;
@@ -36,9 +36,12 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         Action::new("/queue/pause", "Queue paused.", nothing, queue::pause),
         Action::new("/queue/resume", "Queue resumed.", nothing, queue::resume),
     ];
-    through_api::register(scope, "/admin", Gate::Admin, (), rows);
-    forms::post(scope, "/admin/agents", add_agent);
-    scoped_actions::routes(scope, "/admin", Level::Global);
+    let show = through_api::page_handler(super::admin::show);
+    through_api::register(scope, "/admin", Gate::Admin, (), show.clone(), rows);
+    scoped_actions::routes(scope, "/admin", Level::Global, show.clone());
+    forms::post(scope, "/admin/agents", move |ctx, req| {
+        add_agent(ctx, req, show.clone())
+    });
 }
 
 fn new_user(form: &Form, _: bool) -> Result<Call, ApiError> {
@@ -66,24 +69,27 @@ fn role(form: &Form, _: bool) -> Result<Call, ApiError> {
 /// `POST /admin/agents`: registers an agent and answers with the admin page showing its
 /// token (not a redirect: the token is shown on this answer only, never kept for a later
 /// page).
-async fn add_agent(ctx: Ctx, mut req: Request) -> Result<Response, ApiError> {
+async fn add_agent(ctx: Ctx, mut req: Request, show: PageHandler) -> Result<Response, ApiError> {
     let posted = match through_api::read(&ctx, &mut req, "Administration", Gate::Admin).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
-    let call = Ok(Call::body(json!({
+    let call = Call::body(json!({
         "name": posted.form.get("name").unwrap_or("").trim(),
         "no_schedule": checked(&posted.form, "no_schedule"),
-    })));
-    let frame = posted.frame;
-    let created = match through_api::call(&ctx, req, frame.clone(), call, |ctx, req| {
+    }));
+    let origin = Origin::of(&req, "/agents");
+    let created = through_api::through(&ctx, req, call, |ctx, req| {
         agents::create(ctx, req, agents::Manager::Admin)
     })
-    .await
-    {
+    .await;
+    let created = match created {
         Ok(created) => created,
-        Err(page) => return Ok(page),
+        Err(err) => {
+            return Ok(through_api::refused(&ctx, origin, "agents", posted, &show, err).await);
+        }
     };
+    let frame = posted.frame;
     let agent: Value = serde_json::from_slice(&created.body).map_err(ApiError::internal)?;
     let new = NewAgent {
         name: agent["name"].as_str().unwrap_or_default().to_string(),

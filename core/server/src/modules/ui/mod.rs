@@ -24,8 +24,9 @@
 //!   [`admin`] (`/admin`), [`branches`] (branches, pull requests), [`repo_add`]
 //!   (`/repos/add`); their forms in [`settings_actions`], [`scoped_actions`] (secrets and
 //!   registries at every scope), [`admin_actions`], [`account`] (token, sign-out), each
-//!   carried out by the REST API's own handler through [`through_api`]; [`scoped`]: secret
-//!   and registry rows without values;
+//!   carried out by the REST API's own handler through [`through_api`]; [`refused`]: a form
+//!   the API refused for what was typed, shown again as typed; [`scoped`]: secret and
+//!   registry rows without values;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!
@@ -45,6 +46,7 @@ mod manual;
 mod orgs;
 mod pages;
 mod pipeline;
+mod refused;
 mod repo_add;
 mod repos;
 mod scoped;
@@ -145,6 +147,8 @@ pub struct Frame {
     pub flash: Option<forms::Flash>,
     /// This page's path and query, where signing in returns to (`?next=`, URL-encoded).
     pub next: String,
+    /// The form of this page the API just refused, with what was typed (`refused`).
+    pub refused: Option<refused::Refused>,
 }
 
 impl Frame {
@@ -164,6 +168,7 @@ impl Frame {
             csrf: forms::csrf_for(ctx, req, account.as_deref()),
             flash: forms::flash_of(ctx, req),
             next: next_param(ctx.config.web.root_path(), req),
+            refused: req.extensions.get::<refused::Refused>().cloned(),
         };
         (frame, account)
     }

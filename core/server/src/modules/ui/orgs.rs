@@ -20,7 +20,8 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
     scope
         .get("/orgs/{org_id}", show)
         .get("/org/{org_id}/settings", settings);
-    super::scoped_actions::routes(scope, "/org/{org_id}/settings", Level::Org);
+    let show = super::through_api::page_handler(settings);
+    super::scoped_actions::routes(scope, "/org/{org_id}/settings", Level::Org, show);
 }
 
 #[derive(Template)]

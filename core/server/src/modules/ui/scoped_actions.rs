@@ -5,15 +5,16 @@
 use serde_json::{Value, json};
 
 use super::forms::Form;
-use super::through_api::{self, Action, Call, Gate, all_of, item, list_field};
+use super::through_api::{self, Action, Call, Gate, PageHandler, all_of, item, list_field};
 use crate::ci::scoped::{Registries, Secrets};
 use crate::http::{ApiError, Scope};
 use crate::modules::ci::scoped::{Level, create, delete, update};
 use crate::state::Ctx;
 
 /// Registers the forms below `base` (a settings page's path, its parameters those the
-/// scope's API routes name: `{repo_id}`, `{org_id}` or none) for `level`.
-pub fn routes(scope: &mut Scope<'_, Ctx>, base: &str, level: Level) {
+/// scope's API routes name: `{repo_id}`, `{org_id}` or none) for `level`; `show` is the
+/// page's `GET`.
+pub fn routes(scope: &mut Scope<'_, Ctx>, base: &str, level: Level, show: PageHandler) {
     let forms = [
         Action::new("/secrets", "Secret added.", new_secret, create::<Secrets>),
         Action::new(
@@ -41,7 +42,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>, base: &str, level: Level) {
             delete::<Registries>,
         ),
     ];
-    through_api::register(scope, base, Gate::Scoped(level), level, forms);
+    through_api::register(scope, base, Gate::Scoped(level), level, show, forms);
 }
 
 /// A secret's fields as `POST`/`PATCH …/secrets` take them (`value` only when given: an

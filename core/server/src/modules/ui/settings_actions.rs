@@ -1,8 +1,8 @@
 //! The forms of a repository's settings page, each carried out by the REST handler of the
 //! same change (`through_api`): general settings (`PATCH /api/repos/{id}`), crons
 //! (`…/cron`, and running one now), and the secrets and registries (`scoped_actions`). On
-//! success the browser goes back to the section it posted from with a message; a refusal is
-//! the API's status and message as a page, with nothing changed.
+//! success the browser goes back to the section it posted from with a message; a refusal of
+//! what was typed shows the page again with the typed fields (`refused`), nothing changed.
 
 use serde_json::{Map, Value, json};
 
@@ -34,8 +34,9 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
             pipelines::run_cron_now,
         ),
     ];
-    through_api::register(scope, base, Gate::RepoAdmin, (), rows);
-    scoped_actions::routes(scope, base, Level::Repo);
+    let show = through_api::page_handler(super::settings::show);
+    through_api::register(scope, base, Gate::RepoAdmin, (), show.clone(), rows);
+    scoped_actions::routes(scope, base, Level::Repo, show);
 }
 
 /// The general form as `PATCH /api/repos/{id}` takes it. Unticked boxes are `false` (a form

@@ -5,8 +5,10 @@
 //! the access decision (`modules::ci::access`), validates and calls the service exactly as
 //! for a client of the API. Nothing here decides who may do what or what is valid, so the UI
 //! cannot drift from the API. The answers become pages: success a `303` back to the page
-//! (post/redirect/get, with a one-shot message), an error the API's status and message as a
-//! readable page (nothing was changed: the handler refused before its service call).
+//! (post/redirect/get, with a one-shot message); a refusal of what was typed the form's page
+//! again with the typed fields and the API's message and status ([`super::refused`]); any
+//! other refusal the API's status and message as a readable page (nothing was changed: the
+//! handler refused before its service call).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::forms::{self, Form};
+use super::refused::Refused;
 use super::{Frame, or_error_page};
 use crate::http::router::HandlerFuture;
 use crate::http::{ApiError, HeaderValue, Method, Request, Response, Scope, StatusCode, header};
@@ -131,7 +134,7 @@ pub fn error_page(frame: Frame, err: ApiError) -> Response {
 /// response, or its refusal as a page (`Err`).
 pub async fn call<H, Fut>(
     ctx: &Ctx,
-    mut req: Request,
+    req: Request,
     frame: Frame,
     call: Result<Call, ApiError>,
     handler: H,
@@ -141,8 +144,23 @@ where
     Fut: Future<Output = Result<Response, ApiError>>,
 {
     let call = call.map_err(|err| error_page(frame.clone(), err))?;
-    let body = serde_json::to_vec(&call.body)
-        .map_err(|err| error_page(frame.clone(), ApiError::internal(err)))?;
+    through(ctx, req, call, handler)
+        .await
+        .map_err(|err| error_page(frame, err))
+}
+
+/// `handler`'s answer to `req` turned into the API request `call` describes.
+pub async fn through<H, Fut>(
+    ctx: &Ctx,
+    mut req: Request,
+    call: Call,
+    handler: H,
+) -> Result<Response, ApiError>
+where
+    H: FnOnce(Ctx, Request) -> Fut,
+    Fut: Future<Output = Result<Response, ApiError>>,
+{
+    let body = serde_json::to_vec(&call.body).map_err(ApiError::internal)?;
     req.body = body.into();
     req.headers.insert(
         header::CONTENT_TYPE,
@@ -156,10 +174,78 @@ where
         req.params.push((name.to_string(), value));
     }
     let path = req.path.clone();
-    handler(ctx.clone(), req).await.map_err(|err| {
+    handler(ctx.clone(), req).await.inspect_err(|err| {
         tracing::info!(%path, status = err.status.as_u16(), "ui form refused by the api");
-        error_page(frame, err)
     })
+}
+
+/// Where a form posted from, kept before its request becomes the API's: the form's page is
+/// shown from here again when the API refuses what was typed ([`refused`]).
+pub struct Origin {
+    /// The page's `GET`, with the post's cookies and path parameters.
+    page: Request,
+    /// The path posted to.
+    action: String,
+}
+
+impl Origin {
+    /// `req` posted to the form at `form_path` below its page (`""`: the page's own form).
+    pub fn of(req: &Request, form_path: &str) -> Origin {
+        let page_path = req.path.strip_suffix(form_path).unwrap_or(&req.path);
+        let mut page = Request::new(Method::GET, page_path);
+        page.headers = req.headers.clone();
+        page.params = req.params.clone();
+        page.tls = req.tls;
+        page.remote = req.remote;
+        Origin {
+            page,
+            action: req.path.clone(),
+        }
+    }
+}
+
+/// The answer to a form the API refused with `err`: when `err` is about what was typed
+/// ([`Refused::reshows`]), the form's page again from `show` with `err`'s status, its
+/// message and the typed fields; otherwise `err` as a page.
+pub async fn refused(
+    ctx: &Ctx,
+    origin: Origin,
+    section: &str,
+    posted: Posted,
+    show: &PageHandler,
+    err: ApiError,
+) -> Response {
+    if !Refused::reshows(err.status) {
+        return error_page(posted.frame, err);
+    }
+    let status = err.status;
+    let mut page = origin.page;
+    page.extensions.insert(Refused::new(
+        &origin.action,
+        section,
+        err.message.clone(),
+        &posted.form,
+    ));
+    match show(ctx.clone(), page).await {
+        Ok(mut response) if response.status == StatusCode::OK => {
+            response.status = status;
+            response
+        }
+        // The page itself could not be shown (gone since): the refusal on its own.
+        _ => error_page(posted.frame, err),
+    }
+}
+
+/// A page's `GET` handler, which shows a refused form of it again.
+pub type PageHandler = crate::http::router::Handler<Ctx>;
+
+/// `show` as a [`PageHandler`].
+pub fn page_handler<F, Fut>(show: F) -> PageHandler
+where
+    F: Fn(Ctx, Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response, ApiError>> + Send + 'static,
+{
+    Arc::new(move |ctx, req| Box::pin(show(ctx, req)) as HandlerFuture)
 }
 
 /// A REST handler as a form's row names it: `(ctx, req)`, or `(ctx, req, level)` for the
@@ -223,29 +309,34 @@ impl<P> Action<P> {
     /// of that path (`general` for the page's own form).
     fn back(&self, posted: &str) -> String {
         let page = posted.strip_suffix(self.path).unwrap_or(posted);
-        let section = self
-            .path
+        format!("{page}#{}", self.section())
+    }
+
+    fn section(&self) -> &'static str {
+        self.path
             .split('/')
             .find(|segment| !segment.is_empty())
-            .unwrap_or("general");
-        format!("{page}#{section}")
+            .unwrap_or("general")
     }
 }
 
 /// Registers each of `actions` as a form route below `page` (a path pattern naming the
-/// parameters the handlers read), checked by `gate`; `param` is handed to the handlers.
+/// parameters the handlers read), checked by `gate`; `param` is handed to the handlers;
+/// `show` is the page's `GET`, which shows a form the API refused again.
 pub fn register<P: Copy + Send + Sync + 'static>(
     scope: &mut Scope<'_, Ctx>,
     page: &str,
     gate: Gate,
     param: P,
+    show: PageHandler,
     actions: impl IntoIterator<Item = Action<P>>,
 ) {
     for action in actions {
         let path = format!("{page}{}", action.path);
         let action = Arc::new(action);
+        let show = show.clone();
         forms::post(scope, &path, move |ctx, req| {
-            act(ctx, req, gate, param, action.clone())
+            act(ctx, req, gate, param, action.clone(), show.clone())
         });
     }
 }
@@ -259,20 +350,22 @@ async fn act<P: 'static>(
     gate: Gate,
     param: P,
     action: Arc<Action<P>>,
+    show: PageHandler,
 ) -> Result<Response, ApiError> {
     let posted = match read(&ctx, &mut req, "Settings", gate).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
     let back = action.back(&req.path);
-    let mut head = Request::new(Method::GET, &req.path);
-    head.headers = req.headers.clone();
-    head.tls = req.tls;
-    let built = (action.build)(&posted.form, posted.account.user.admin);
+    let origin = Origin::of(&req, action.path);
     let handler = |ctx, req| action.handler.call(ctx, req, param);
-    Ok(match call(&ctx, req, posted.frame, built, handler).await {
-        Ok(_) => forms::see_other(&ctx, &head, &back, Some(action.message)),
-        Err(page) => page,
+    let outcome = match (action.build)(&posted.form, posted.account.user.admin) {
+        Ok(call) => through(&ctx, req, call, handler).await,
+        Err(err) => Err(err),
+    };
+    Ok(match outcome {
+        Ok(_) => forms::see_other(&ctx, &origin.page, &back, Some(action.message)),
+        Err(err) => refused(&ctx, origin, action.section(), posted, &show, err).await,
     })
 }
 
