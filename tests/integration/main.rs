@@ -58,6 +58,7 @@ mod tenancy;
 mod ui;
 mod ui_actions;
 mod ui_browser;
+mod ui_refused;
 mod ui_settings;
 mod users;
 mod web;

@@ -11,7 +11,7 @@ use super::admin::{NewAgent, admin_page};
 use super::forms::{self, Form};
 use super::host::UiHost;
 use super::scoped_actions;
-use super::through_api::{self, Action, Call, Gate, checked, item, nothing};
+use super::through_api::{self, Action, Call, Gate, Origin, PageHandler, checked, item, nothing};
 use crate::http::{ApiError, Method, Request, Response, Scope};
 
 /// The form routes below `<root>/admin`.
@@ -49,9 +49,12 @@ pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
             "/queue/resume",
         ),
     ];
-    through_api::register(scope, "/admin", Gate::Admin, rows);
-    forms::post(scope, "/admin/agents", add_agent);
-    scoped_actions::routes(scope, "/admin", Gate::Admin, "");
+    let show = through_api::page_handler(super::admin::show::<H>);
+    through_api::register(scope, "/admin", Gate::Admin, show.clone(), rows);
+    scoped_actions::routes(scope, "/admin", Gate::Admin, "", show.clone());
+    forms::post(scope, "/admin/agents", move |host, req| {
+        add_agent(host, req, show.clone())
+    });
 }
 
 fn new_user(form: &Form, _: bool) -> Result<Call, ApiError> {
@@ -79,21 +82,27 @@ fn role(form: &Form, _: bool) -> Result<Call, ApiError> {
 /// `POST /admin/agents`: registers an agent and answers with the admin page showing its
 /// token (not a redirect: the token is shown on this answer only, never kept for a later
 /// page).
-async fn add_agent<H: UiHost>(host: Arc<H>, mut req: Request) -> Result<Response, ApiError> {
+async fn add_agent<H: UiHost>(
+    host: Arc<H>,
+    mut req: Request,
+    show: PageHandler<H>,
+) -> Result<Response, ApiError> {
     let posted = match through_api::read(&host, &mut req, "Administration", Gate::Admin).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
-    let call = Ok(Call::body(json!({
+    let call = Call::body(json!({
         "name": posted.form.get("name").unwrap_or("").trim(),
         "no_schedule": checked(&posted.form, "no_schedule"),
-    })));
+    }));
+    let origin = Origin::of(&req, "/agents");
+    let created = match through_api::send(&host, req, Method::POST, "/agents", call).await {
+        Ok(created) => created,
+        Err(err) => {
+            return Ok(through_api::refused(&host, origin, "agents", posted, &show, err).await);
+        }
+    };
     let frame = posted.frame;
-    let created =
-        match through_api::call(&host, req, frame.clone(), Method::POST, "/agents", call).await {
-            Ok(created) => created,
-            Err(page) => return Ok(page),
-        };
     let agent: Value = serde_json::from_slice(&created.body).map_err(ApiError::internal)?;
     let new = NewAgent {
         name: agent["name"].as_str().unwrap_or_default().to_string(),

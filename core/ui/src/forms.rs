@@ -120,6 +120,11 @@ impl Form {
         }
     }
 
+    /// Every field as posted, in order.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.fields.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// Every value of field `name`, in order.
     pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.fields

@@ -28,8 +28,9 @@
 //!   [`admin`] (`/admin`), [`branches`] (branches, pull requests), [`repo_add`]
 //!   (`/repos/add`); their forms in [`settings_actions`], [`scoped_actions`] (secrets and
 //!   registries at every scope), [`admin_actions`], [`account`] (token, sign-out), each
-//!   carried out by the REST API's own route through [`through_api`]; [`scoped`]: secret
-//!   and registry rows without values;
+//!   carried out by the REST API's own route through [`through_api`]; [`refused`]: a form
+//!   the API refused for what was typed, shown again as typed; [`scoped`]: secret and
+//!   registry rows without values;
 //! - [`ansi`]: a log line's ANSI colours as classes, everything else escaped;
 //! - [`when`]: relative times and durations.
 //!
@@ -57,6 +58,7 @@ mod manual;
 mod orgs;
 mod pages;
 mod pipeline;
+mod refused;
 mod repo_add;
 mod repos;
 mod scoped;
@@ -156,6 +158,8 @@ pub struct Frame {
     pub flash: Option<forms::Flash>,
     /// This page's path and query, where signing in returns to (`?next=`, URL-encoded).
     pub next: String,
+    /// The form of this page the API just refused, with what was typed (`refused`).
+    pub refused: Option<refused::Refused>,
 }
 
 impl Frame {
@@ -175,6 +179,7 @@ impl Frame {
             csrf: forms::csrf_for(host, req, account.as_deref()),
             flash: forms::flash_of(host, req),
             next: next_param(host.web_root(), req),
+            refused: req.extensions.get::<refused::Refused>().cloned(),
         };
         (frame, account)
     }

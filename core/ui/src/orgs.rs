@@ -22,7 +22,14 @@ pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
         .get("/orgs/{org_id}", show)
         .get("/org/{org_id}/settings", settings);
     let gate = super::through_api::Gate::OrgAdmin;
-    super::scoped_actions::routes(scope, "/org/{org_id}/settings", gate, "/orgs/{org_id}");
+    let show = super::through_api::page_handler(settings::<H>);
+    super::scoped_actions::routes(
+        scope,
+        "/org/{org_id}/settings",
+        gate,
+        "/orgs/{org_id}",
+        show,
+    );
 }
 
 #[derive(Template)]

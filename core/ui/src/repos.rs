@@ -205,11 +205,14 @@ async fn repo_page<H: UiHost>(
     )
 }
 
-/// The filters of `req` the pipeline list takes, as `&name=value` pairs for the pager's
-/// links (the branch and pull-request pages link to the list filtered so).
+/// The filters of `req` the pipeline list takes, and its page size, as `&name=value` pairs
+/// for the pager's links (the branch and pull-request pages link to the list filtered so;
+/// a page of 10 links to the next 10).
 fn filter_query(req: &Request) -> String {
     let mut out = form_urlencoded::Serializer::new(String::new());
-    for name in ["branch", "event", "status", "ref", "before", "after"] {
+    for name in [
+        "branch", "event", "status", "ref", "before", "after", "perPage",
+    ] {
         if let Some(v) = req.query(name).filter(|v| !v.is_empty()) {
             out.append_pair(name, &v);
         }

@@ -9,14 +9,20 @@ use serde_json::{Value, json};
 
 use super::forms::Form;
 use super::host::UiHost;
-use super::through_api::{self, Action, Call, Gate, all_of, item, list_field};
+use super::through_api::{self, Action, Call, Gate, PageHandler, all_of, item, list_field};
 use crate::http::{ApiError, Method, Scope};
 
 /// Registers the forms below `base` (a settings page's path, its parameters those the
 /// scope's API routes name: `{repo_id}`, `{org_id}` or none), checked by the page's `gate`,
 /// carried out below `api` (the scope's API prefix: `/repos/{repo_id}`, `/orgs/{org_id}`, or
 /// `""` for the instance's).
-pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>, base: &str, gate: Gate, api: &str) {
+pub fn routes<H: UiHost>(
+    scope: &mut Scope<'_, Arc<H>>,
+    base: &str,
+    gate: Gate,
+    api: &str,
+    show: PageHandler<H>,
+) {
     let secrets = format!("{api}/secrets");
     let secret = format!("{api}/secrets/{{secret}}");
     let registries = format!("{api}/registries");
@@ -58,7 +64,7 @@ pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>, base: &str, gate: Gate, 
             registry,
         ),
     ];
-    through_api::register(scope, base, gate, forms);
+    through_api::register(scope, base, gate, show, forms);
 }
 
 /// A secret's fields as `POST`/`PATCH …/secrets` take them (`value` only when given: an

@@ -1,8 +1,8 @@
 //! The forms of a repository's settings page, each carried out by the REST handler of the
 //! same change (`through_api`): general settings (`PATCH /api/repos/{id}`), crons
 //! (`…/cron`, and running one now), and the secrets and registries (`scoped_actions`). On
-//! success the browser goes back to the section it posted from with a message; a refusal is
-//! the API's status and message as a page, with nothing changed.
+//! success the browser goes back to the section it posted from with a message; a refusal of
+//! what was typed shows the page again with the typed fields (`refused`), nothing changed.
 
 use std::sync::Arc;
 
@@ -43,8 +43,9 @@ pub fn routes<H: UiHost>(scope: &mut Scope<'_, Arc<H>>) {
             cron,
         ),
     ];
-    through_api::register(scope, base, Gate::RepoAdmin, rows);
-    scoped_actions::routes(scope, base, Gate::RepoAdmin, repo);
+    let show = through_api::page_handler(super::settings::show::<H>);
+    through_api::register(scope, base, Gate::RepoAdmin, show.clone(), rows);
+    scoped_actions::routes(scope, base, Gate::RepoAdmin, repo, show);
 }
 
 /// The general form as `PATCH /api/repos/{id}` takes it. Unticked boxes are `false` (a form

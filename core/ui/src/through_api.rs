@@ -7,8 +7,10 @@
 //! and validation) exactly as the browser's own request to the API would. Nothing here
 //! decides who may do what or what is valid, so the UI cannot drift from the API. The
 //! answers become pages: success a `303` back to the page (post/redirect/get, with a
-//! one-shot message), an error the API's status and message as a readable page (nothing
-//! was changed: the API refused before its service call).
+//! one-shot message); a refusal of what was typed the form's page again with the typed
+//! fields and the API's message and status ([`super::refused`]); any other refusal the API's
+//! status and message as a readable page (nothing was changed: the API refused before its
+//! service call).
 //!
 //! **Who calls.** The API request carries the browser's own headers (its session cookie or
 //! token) and the form's CSRF field (`http::browser::FormCsrf`, attached by `Form::read`),
@@ -22,6 +24,7 @@ use serde_json::{Value, json};
 
 use super::forms::{self, Form};
 use super::host::UiHost;
+use super::refused::Refused;
 use super::{Frame, or_error_page};
 use crate::http::router::percent_encode;
 use crate::http::{ApiError, HeaderValue, Method, Request, Response, Scope, StatusCode, header};
@@ -259,28 +262,33 @@ impl Action {
     /// of that path (`general` for the page's own form).
     fn back(&self, posted: &str) -> String {
         let page = posted.strip_suffix(self.path).unwrap_or(posted);
-        let section = self
-            .path
+        format!("{page}#{}", self.section())
+    }
+
+    fn section(&self) -> &'static str {
+        self.path
             .split('/')
             .find(|segment| !segment.is_empty())
-            .unwrap_or("general");
-        format!("{page}#{section}")
+            .unwrap_or("general")
     }
 }
 
 /// Registers each of `actions` as a form route below `page` (a path pattern naming the
-/// parameters the API routes read), checked by `gate`.
+/// parameters the API routes read), checked by `gate`; `show` is the page's `GET`, which
+/// shows a form the API refused again.
 pub fn register<H: UiHost>(
     scope: &mut Scope<'_, Arc<H>>,
     page: &str,
     gate: Gate,
+    show: PageHandler<H>,
     actions: impl IntoIterator<Item = Action>,
 ) {
     for action in actions {
         let path = format!("{page}{}", action.path);
         let action = Arc::new(action);
+        let show = show.clone();
         forms::post(scope, &path, move |host, req| {
-            act(host, req, gate, action.clone())
+            act(host, req, gate, action.clone(), show.clone())
         });
     }
 }
@@ -293,29 +301,91 @@ async fn act<H: UiHost>(
     mut req: Request,
     gate: Gate,
     action: Arc<Action>,
+    show: PageHandler<H>,
 ) -> Result<Response, ApiError> {
     let posted = match read(&host, &mut req, "Settings", gate).await {
         Ok(posted) => posted,
         Err(page) => return Ok(page),
     };
     let back = action.back(&req.path);
-    let head = head_of(&req);
-    let built = (action.build)(&posted.form, posted.account.user.admin);
-    Ok(
-        match call(
-            &host,
-            req,
-            posted.frame,
-            action.method.clone(),
-            &action.api,
-            built,
-        )
-        .await
-        {
-            Ok(_) => forms::see_other(&host, &head, &back, Some(action.message)),
-            Err(page) => page,
-        },
-    )
+    let origin = Origin::of(&req, action.path);
+    let outcome = match (action.build)(&posted.form, posted.account.user.admin) {
+        Ok(call) => send(&host, req, action.method.clone(), &action.api, call).await,
+        Err(err) => Err(err),
+    };
+    Ok(match outcome {
+        Ok(_) => forms::see_other(&host, &origin.page, &back, Some(action.message)),
+        Err(err) => refused(&host, origin, action.section(), posted, &show, err).await,
+    })
+}
+
+/// Where a form posted from, kept before its request becomes the API's: the form's page is
+/// shown from here again when the API refuses what was typed ([`refused`]).
+pub struct Origin {
+    /// The page's `GET`, with the post's cookies and path parameters.
+    page: Request,
+    /// The path posted to.
+    action: String,
+}
+
+impl Origin {
+    /// `req` posted to the form at `form_path` below its page (`""`: the page's own form).
+    pub fn of(req: &Request, form_path: &str) -> Origin {
+        let page_path = req.path.strip_suffix(form_path).unwrap_or(&req.path);
+        let mut page = head_of(req);
+        page.path = page_path.to_string();
+        page.params = req.params.clone();
+        page.remote = req.remote;
+        Origin {
+            page,
+            action: req.path.clone(),
+        }
+    }
+}
+
+/// The answer to a form the API refused with `err`: when `err` is about what was typed
+/// ([`Refused::reshows`]), the form's page again from `show` with `err`'s status, its
+/// message and the typed fields; otherwise `err` as a page.
+pub async fn refused<H: UiHost>(
+    host: &Arc<H>,
+    origin: Origin,
+    section: &str,
+    posted: Posted,
+    show: &PageHandler<H>,
+    err: ApiError,
+) -> Response {
+    if !Refused::reshows(err.status) {
+        return error_page(posted.frame, err);
+    }
+    let status = err.status;
+    let mut page = origin.page;
+    page.extensions.insert(Refused::new(
+        &origin.action,
+        section,
+        err.message.clone(),
+        &posted.form,
+    ));
+    match show(Arc::clone(host), page).await {
+        Ok(mut response) if response.status == StatusCode::OK => {
+            response.status = status;
+            response
+        }
+        // The page itself could not be shown (gone since): the refusal on its own.
+        _ => error_page(posted.frame, err),
+    }
+}
+
+/// A page's `GET` handler, which shows a refused form of it again.
+pub type PageHandler<H> = crate::http::router::Handler<Arc<H>>;
+
+/// `show` as a [`PageHandler`].
+pub fn page_handler<H, F, Fut>(show: F) -> PageHandler<H>
+where
+    H: UiHost,
+    F: Fn(Arc<H>, Request) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response, ApiError>> + Send + 'static,
+{
+    Arc::new(move |host, req| Box::pin(show(host, req)) as crate::http::router::HandlerFuture)
 }
 
 /// A body-less `GET` of `req`'s path with its headers: what a form's answer needs of the

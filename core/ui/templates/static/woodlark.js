@@ -115,6 +115,9 @@ document.addEventListener('DOMContentLoaded', () => {
   }
 
   document.addEventListener('DOMContentLoaded', () => {
+    // A refused form's page: the summary takes the focus, so a screen reader reads it first.
+    const problem = document.getElementById('error-summary');
+    if (problem) problem.focus();
     const live = document.getElementById('live');
     if (live && window.EventSource) followEvents(live);
     const log = document.getElementById('log');
