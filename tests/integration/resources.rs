@@ -1637,3 +1637,46 @@ async fn plaintext_values_never_leave() {
         assert!(!log.contains(plain), "{plain} in the log");
     }
 }
+
+/// A registry's address is its key in the path, decoded once: a `/` and a `%` in it come
+/// through as sent (`%2F`, `%25`), through the API and through the admin page's form.
+#[tokio::test]
+async fn a_registry_address_with_a_slash_and_a_percent_is_its_own_key() {
+    let s = TestServer::start().await;
+    let p = s.principals().await;
+    const ADDRESS: &str = "reg.example/50%off";
+    let path = "/api/registries/reg.example%2F50%25off";
+    s.http
+        .post(
+            "/api/registries",
+            Some(&p.admin),
+            &json!({"address": ADDRESS, "username": "u", "password": "pw"}).to_string(),
+        )
+        .await
+        .expect(200);
+    let got = s.http.get(path, Some(&p.admin)).await.expect(200).json();
+    assert_eq!(got["address"], ADDRESS);
+    let changed = s
+        .http
+        .patch(path, Some(&p.admin), r#"{"username":"v"}"#)
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(changed["username"], "v");
+    // Another address (the `%` read as an escape would have made this one, or a 400).
+    s.http
+        .get("/api/registries/reg.example%2F50off", Some(&p.admin))
+        .await
+        .expect(404);
+    // The admin page's delete form names the address as typed.
+    let mut root = crate::ui_settings::signed_in(&s, "root").await;
+    crate::ui_settings::post_form(
+        &mut root,
+        "/admin",
+        "/admin/registries/delete",
+        &[("address", ADDRESS)],
+    )
+    .await
+    .expect(303);
+    s.http.get(path, Some(&p.admin)).await.expect(404);
+}

@@ -78,35 +78,14 @@ pub(crate) async fn resolve(
     }
 }
 
-/// A path parameter, percent-decoded (names and registry addresses may be escaped).
-pub(super) fn path_text(req: &Request, name: &str) -> Result<String, ApiError> {
-    let raw = req.param(name).as_bytes();
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'%' {
-            let hex = raw
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| ApiError::bad_request(format!("invalid escape in {name}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(raw[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| ApiError::bad_request(format!("{name} is not UTF-8")))
-}
-
 /// One kind of scoped resource as the API serves it: where it is routed and how a request
 /// becomes a validated new item or change, with its value in clear. What it is and where the store keeps it is its
 /// [`ScopedRecord`] side. Implementors are unit structs; nothing is instantiated.
 pub(crate) trait ScopedResource: ScopedRecord {
     /// The collection's path segment (`secrets`).
     const COLLECTION: &'static str;
-    /// The key's path parameter (`secret`), percent-decoded by [`path_text`].
+    /// The key's path parameter (`secret`; the router has percent-decoded it once, so a
+    /// `%` or `/` in a registry's address arrives as sent).
     const KEY_PARAM: &'static str;
     /// The 404 message for an unknown key (`Secret not found`).
     const NOT_FOUND: &'static str;
@@ -171,7 +150,7 @@ async fn get<R: ScopedResource>(
     level: Level,
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level, Use::Read).await?;
-    let key = path_text(&req, R::KEY_PARAM)?;
+    let key = req.param(R::KEY_PARAM).to_string();
     let item = ctx
         .ci
         .reads
@@ -188,7 +167,7 @@ pub(crate) async fn update<R: ScopedResource>(
     level: Level,
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level, Use::Write).await?;
-    let key = path_text(&req, R::KEY_PARAM)?;
+    let key = req.param(R::KEY_PARAM).to_string();
     let (change, value) = R::change_from(&req)?;
     let item = ci::scoped::update::<R>(&ctx.ci, scope, key, change, value.as_deref())
         .await
@@ -203,7 +182,7 @@ pub(crate) async fn delete<R: ScopedResource>(
     level: Level,
 ) -> Result<Response, ApiError> {
     let scope = resolve(&ctx, &req, level, Use::Write).await?;
-    let key = path_text(&req, R::KEY_PARAM)?;
+    let key = req.param(R::KEY_PARAM).to_string();
     ci::scoped::delete::<R>(&ctx.ci, scope, key)
         .await
         .map_err(not_found::<R>)?;
