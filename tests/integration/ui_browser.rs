@@ -290,6 +290,23 @@ async fn chromium_uses_the_built_in_ui_live_parts_and_forms_included() {
         .json();
     assert_eq!(secrets[0]["name"], "browser_secret", "{secrets}");
 
+    // A cron the API refuses: the page again, the summary focused, the fields as typed.
+    page.fill("#cron-name", "nightly").await;
+    page.fill("#cron-schedule", "every full moon").await;
+    page.click_to_navigate("#add-cron button[type=submit]")
+        .await;
+    assert_eq!(
+        page.eval("document.activeElement.id").await,
+        "error-summary",
+        "the summary takes the focus"
+    );
+    assert_eq!(
+        page.eval("document.querySelector('#cron-schedule').value")
+            .await,
+        "every full moon"
+    );
+    shoot(&page, "settings-refused").await;
+
     page.goto(&format!("{base}/user")).await;
     shoot(&page, "user").await;
     page.goto(&format!("{base}/repos")).await;

@@ -124,6 +124,19 @@ async fn snapshot_reads(reads: &woodlark::ci::Reads, repo: i64, t: Duration) -> 
     total
 }
 
+/// A table row of one read on both stores: rates, PostgreSQL's ratio, p99s and errors.
+fn side_by_side(name: &str, lite: &mut LoadResult, pg: &mut LoadResult) -> Vec<String> {
+    vec![
+        name.to_string(),
+        format!("{:.0}", lite.rps()),
+        format!("{:.0}", pg.rps()),
+        ratio(pg.rps(), lite.rps()),
+        ms(p99(lite)),
+        ms(p99(pg)),
+        (lite.errors + pg.errors).to_string(),
+    ]
+}
+
 fn p99(r: &mut LoadResult) -> Duration {
     r.lat.sort_unstable();
     pct(&r.lat, 0.99)
@@ -236,15 +249,7 @@ pub async fn run() {
             (pg.api.addr, &pg_path, &pg_token),
         )
         .await;
-        rows.push(vec![
-            name.to_string(),
-            format!("{:.0}", l.rps()),
-            format!("{:.0}", p.rps()),
-            ratio(p.rps(), l.rps()),
-            ms(p99(&mut l)),
-            ms(p99(&mut p)),
-            (l.errors + p.errors).to_string(),
-        ]);
+        rows.push(side_by_side(name, &mut l, &mut p));
     }
     table(
         "reads: PostgreSQL against SQLite, the same page",
@@ -281,15 +286,7 @@ pub async fn run() {
                 "PostgreSQL p99 ms",
                 "errors",
             ],
-            &[vec![
-                name.to_string(),
-                format!("{:.0}", l.rps()),
-                format!("{:.0}", p.rps()),
-                ratio(p.rps(), l.rps()),
-                ms(p99(&mut l)),
-                ms(p99(&mut p)),
-                (l.errors + p.errors).to_string(),
-            ]],
+            &[side_by_side(name, &mut l, &mut p)],
         );
     }
     lite.stop().await;
