@@ -137,6 +137,42 @@ async fn slow_headers_are_cut_off() {
 }
 
 #[tokio::test]
+async fn a_later_requests_slow_headers_are_cut_off_too() {
+    // The idle timeout is long; the next request's headers are still due within the header
+    // timeout of the previous response's end.
+    let s = TestServer::start_with("header_read_timeout_ms = 400\nidle_timeout_ms = 60000").await;
+    let mut stream = TcpStream::connect(s.http.addr).await.unwrap();
+    stream
+        .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let answered = std::time::Instant::now();
+    // Half the next request's headers, a byte at a time, then nothing more.
+    for byte in b"GET /version HTTP/1.1\r\nHo" {
+        stream.write_all(&[*byte]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+        .await
+        .expect("the connection trickling its second request was never closed")
+        .unwrap();
+    let held = answered.elapsed();
+    assert!(
+        held >= Duration::from_millis(350) && held < Duration::from_millis(2500),
+        "{held:?}"
+    );
+    assert!(
+        rest.is_empty(),
+        "answered: {}",
+        String::from_utf8_lossy(&rest)
+    );
+}
+
+#[tokio::test]
 async fn a_trickled_body_is_cut_off_with_408_even_anonymously() {
     let s = TestServer::start_with("body_read_timeout_ms = 400").await;
     // No user token, only a repository's hook token: a hook that names no target is refused

@@ -16,10 +16,12 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use futures_util::task::AtomicWaker;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -110,6 +112,10 @@ pub struct Admission {
 #[derive(Default)]
 struct Slots {
     open: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// Admitted connections not yet dropped, evicted ones on their way out included.
+    live: AtomicUsize,
+    /// Told when `live` falls to zero.
+    all_gone: Notify,
 }
 
 /// One open connection's activity.
@@ -117,11 +123,34 @@ pub struct Slot {
     /// Requests in flight (an HTTP/2 connection may have several); their responses included,
     /// until the last byte of the body was handed to the socket.
     busy: Mutex<Activity>,
-    /// Told to close the connection now (it was evicted).
-    close: Notify,
+    /// What the connection's task is told: [`Signal`] bits, only ever set.
+    signal: AtomicU8,
+    /// The connection's task, woken when `signal` gains a bit. One atomic word to look at on
+    /// each of the task's wake-ups, where a timer and two `Notify`s cost a lock each.
+    task: AtomicWaker,
     /// Told when a request ends: the deadline moved (perhaps sooner than the one slept for).
     ended: Notify,
     timeouts: Timeouts,
+}
+
+/// Why a connection's task is told to stop: bits of [`Slot::signal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Idle past its deadline: close now.
+    Expired = 1,
+    /// Its place went to a new connection: close now.
+    Evicted = 2,
+    /// The server is shutting down: finish the request in flight, then close.
+    Drain = 4,
+}
+
+impl Signal {
+    /// The reason to close now among `bits`, if any.
+    pub fn close_in(bits: u8) -> Option<Signal> {
+        [Signal::Evicted, Signal::Expired]
+            .into_iter()
+            .find(|s| bits & *s as u8 != 0)
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -144,7 +173,8 @@ impl Slot {
                 served: false,
                 look_at: None,
             }),
-            close: Notify::new(),
+            signal: AtomicU8::new(0),
+            task: AtomicWaker::new(),
             ended: Notify::new(),
             timeouts,
         }
@@ -196,9 +226,44 @@ impl Slot {
         self.deadline().is_some_and(|d| d <= now)
     }
 
-    /// Resolves when the connection was evicted to make room for another.
-    pub async fn evicted(&self) {
-        self.close.notified().await
+    /// Tells the connection's task `signal` and wakes it.
+    pub fn tell(&self, signal: Signal) {
+        self.signal.fetch_or(signal as u8, Ordering::AcqRel);
+        self.task.wake();
+    }
+
+    /// What the connection's task has been told so far; `cx`'s task is woken when that
+    /// changes. Cheap enough for every poll of the connection.
+    pub fn poll_signal(&self, cx: &mut Context<'_>) -> u8 {
+        self.task.register(cx.waker());
+        self.signal.load(Ordering::Acquire)
+    }
+
+    /// Resolves when the connection must close now: evicted, or idle past its deadline.
+    pub async fn closed(&self) -> Signal {
+        std::future::poll_fn(|cx| match Signal::close_in(self.poll_signal(cx)) {
+            Some(why) => Poll::Ready(why),
+            None => Poll::Pending,
+        })
+        .await
+    }
+
+    /// Closes the connection when it has been idle past its deadline: the connection's own
+    /// watchdog task, so that the connection's task polls no timer on its hot path. Sleeps to
+    /// the deadline, waking sooner only when a request's end moved the deadline sooner.
+    pub async fn watch_deadline(&self) {
+        loop {
+            let wake = self.next_look();
+            tokio::select! {
+                () = tokio::time::sleep_until(wake.into()) => {
+                    if self.expired(Instant::now()) {
+                        self.tell(Signal::Expired);
+                        return;
+                    }
+                }
+                () = self.request_ended() => {}
+            }
+        }
     }
 
     /// Resolves when a request ended since the last call: time to look at the deadline again.
@@ -256,6 +321,9 @@ impl Drop for Admitted {
             .connections
             .open
             .fetch_sub(1, Ordering::Relaxed);
+        if self.slots.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.slots.all_gone.notify_waiters();
+        }
     }
 }
 
@@ -298,6 +366,7 @@ impl Admission {
             self.flood.notify_one();
         }
         let slot = Arc::new(Slot::new(self.timeouts));
+        self.slots.live.fetch_add(1, Ordering::AcqRel);
         self.slots
             .open
             .lock()
@@ -323,9 +392,35 @@ impl Admission {
             return false;
         };
         if let Some(slot) = open.remove(&id) {
-            slot.close.notify_one();
+            slot.tell(Signal::Evicted);
         }
         true
+    }
+
+    /// Tells every open connection to finish the request in flight and close (shutdown).
+    pub fn drain(&self) {
+        for slot in self
+            .slots
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            slot.tell(Signal::Drain);
+        }
+    }
+
+    /// Resolves when every admitted connection is gone.
+    pub async fn all_gone(&self) {
+        loop {
+            let gone = self.slots.all_gone.notified();
+            tokio::pin!(gone);
+            gone.as_mut().enable();
+            if self.slots.live.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            gone.await;
+        }
     }
 }
 
@@ -449,18 +544,21 @@ mod tests {
         let newer = gate.admit().unwrap();
         // The oldest idle one is told to close; the busy one never is.
         let fourth = gate.admit().expect("room made");
-        tokio::time::timeout(Duration::from_secs(1), oldest.slot.evicted())
-            .await
-            .expect("the oldest idle connection is told to close");
+        let told = tokio::time::timeout(Duration::from_secs(1), oldest.slot.closed()).await;
+        assert_eq!(
+            told.ok(),
+            Some(Signal::Evicted),
+            "the oldest idle connection is told to close"
+        );
         drop(oldest);
         let fifth = gate.admit().expect("room made again");
-        tokio::time::timeout(Duration::from_secs(1), newer.slot.evicted())
+        tokio::time::timeout(Duration::from_secs(1), newer.slot.closed())
             .await
             .expect("then the next oldest");
         drop(newer);
         // Only busy connections and new ones are left: the newest idle goes next.
         let _sixth = gate.admit().expect("room made from the newest");
-        tokio::time::timeout(Duration::from_secs(1), fourth.slot.evicted())
+        tokio::time::timeout(Duration::from_secs(1), fourth.slot.closed())
             .await
             .expect("the fourth was idle the longest");
         drop(fourth);

@@ -1,12 +1,17 @@
 //! The accept loop and per-request dispatch.
 //!
 //! Connections are served by hyper-util's auto builder (HTTP/1.1, and HTTP/2 with prior
-//! knowledge) with hyper's timer set, so the header-read timeout is live (without a timer hyper
-//! ignores it). On shutdown the listener stops accepting and open connections get a grace
-//! period to finish (hyper-util's `GracefulShutdown`). At most `max_connections` are open at
-//! once (TLS handshakes included); a connection is timed from accept and closed when idle too
-//! long, and past the limit the one idle the longest makes room or the new one is refused
-//! (`connections`). After a flood of connections, freed heap goes back to the kernel (`heap`).
+//! knowledge). At most `max_connections` are open at once (TLS handshakes included); a
+//! connection is timed from accept and closed when idle too long, and past the limit the one
+//! idle the longest makes room or the new one is refused (`connections`). On shutdown the
+//! listener stops accepting and open connections get a grace period to finish. After a flood
+//! of connections, freed heap goes back to the kernel (`heap`).
+//!
+//! Timeouts and shutdown are not hyper's: hyper's HTTP/1 header-read timer is armed again for
+//! every request (a boxed timer, a timer-wheel entry and one more read per request), and
+//! hyper-util's graceful watcher is polled on every wake-up of the connection. Here each
+//! connection has a watchdog task that sleeps to its deadline, and the connection's own task
+//! looks at one atomic word per wake-up ([`drive`]): keep-alive reads pay for no timer.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,12 +26,12 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
 use super::budget::{BodyBudget, Held};
-use super::connections::{AcceptErrors, Admission, Admitted, Busy, Timeouts};
+use super::connections::{AcceptErrors, Admission, Admitted, Busy, Signal, Timeouts};
 use super::error::{ApiError, ErrorStyle};
 use super::metrics::Metrics;
 use super::request::Request;
@@ -161,9 +166,9 @@ pub async fn serve<S>(
         let dispatcher = dispatcher.clone();
         async move { dispatch(&dispatcher, req, Some(remote), tls).await }
     };
-    let graceful = accept(&listener, handle, metrics, &options, true, shutdown).await;
+    let open = accept(&listener, handle, metrics, &options, true, shutdown).await;
     drop(listener);
-    drain(graceful, options.shutdown_grace).await;
+    drain(open, options.shutdown_grace).await;
 }
 
 /// What [`hold`] answers a request with, from its method and path.
@@ -187,16 +192,17 @@ pub async fn hold(
         }
     };
     let metrics = Arc::new(Metrics::default());
-    let graceful = accept(&listener, handle, metrics, options, false, until).await;
-    drain(graceful, options.shutdown_grace).await;
+    let open = accept(&listener, handle, metrics, options, false, until).await;
+    drain(open, options.shutdown_grace).await;
     listener
 }
 
 /// Gives open connections up to `grace` to finish their requests, then closes them.
-async fn drain(graceful: GracefulShutdown, grace: Duration) {
+async fn drain(open: Admission, grace: Duration) {
     tracing::info!("shutting down: waiting for open connections");
+    open.drain();
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = open.all_gone() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(grace) => {
             tracing::warn!("grace period over; closing remaining connections")
         }
@@ -204,7 +210,7 @@ async fn drain(graceful: GracefulShutdown, grace: Duration) {
 }
 
 /// The accept loop: serves each connection with `handle` until `shutdown` resolves, and
-/// returns the connections still open, to drain.
+/// returns the admission of the connections still open, to drain.
 async fn accept<H, F>(
     listener: &TcpListener,
     handle: H,
@@ -212,18 +218,14 @@ async fn accept<H, F>(
     options: &ServerOptions,
     announce: bool,
     shutdown: impl Future<Output = ()>,
-) -> GracefulShutdown
+) -> Admission
 where
     H: Fn(hyper::Request<Incoming>, SocketAddr, bool) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = hyper::Response<ResponseBody>> + Send + 'static,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(options.header_read_timeout);
+    // No header-read timeout of hyper's: the connection's watchdog holds its deadline.
     builder.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     let limit = super::connections::effective_limit(
         options.max_connections,
@@ -239,9 +241,11 @@ where
         tracing::info!(max_connections = limit, "connection limit");
     }
     let flood = Arc::new(tokio::sync::Notify::new());
+    // The next request's headers are due within the header timeout of the previous
+    // response's end, as they always were: an idle connection lasts the shorter of the two.
     let timeouts = Timeouts {
         first_request: options.header_read_timeout,
-        idle: options.idle_timeout,
+        idle: options.idle_timeout.min(options.header_read_timeout),
     };
     let admission = Admission::new(metrics.clone(), limit, flood.clone(), timeouts);
     let trimmer = tokio::spawn(super::heap::trim_after_floods(metrics, flood));
@@ -284,13 +288,11 @@ where
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
-            let conn = graceful.watch(conn);
             tokio::spawn(run_connection(admitted, remote, conn));
             continue;
         };
         // The handshake runs in the connection's task so a slow client cannot stall accept.
         let builder = builder.clone();
-        let watcher = graceful.watcher();
         tokio::spawn(async move {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls_config);
             let deadline = admitted.slot.deadline().unwrap_or_else(Instant::now);
@@ -306,51 +308,62 @@ where
                     tracing::debug!(%remote, "TLS handshake timed out");
                     return;
                 }
-                () = admitted.slot.evicted() => return,
+                _ = admitted.slot.closed() => return,
             };
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
-            run_connection(admitted, remote, watcher.watch(conn)).await;
+            run_connection(admitted, remote, conn).await;
         });
     }
     trimmer.abort();
-    graceful
+    admission
 }
 
-/// Drives one connection until it ends, it is idle past its deadline (from accept to the
-/// first request, then between requests), or it is evicted to make room for another.
-/// Dropping `conn` closes the socket.
-async fn run_connection<E: std::fmt::Display>(
-    admitted: Admitted,
-    remote: SocketAddr,
-    conn: impl Future<Output = Result<(), E>>,
-) {
-    tokio::pin!(conn);
+/// Serves one connection until it ends, it is idle past its deadline (from accept to the
+/// first request, then between requests), it is evicted to make room for another, or the
+/// server drains. Dropping `conn` closes the socket.
+async fn run_connection<C>(admitted: Admitted, remote: SocketAddr, conn: C)
+where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
     let slot = admitted.slot.clone();
-    loop {
-        let wake = slot.next_look();
-        tokio::select! {
-            ended = &mut conn => {
-                if let Err(err) = ended {
-                    tracing::debug!(%err, %remote, "connection ended with an error");
-                }
-                return;
-            }
-            () = tokio::time::sleep_until(wake.into()) => {
-                if slot.expired(Instant::now()) {
-                    tracing::debug!(%remote, "idle connection closed");
-                    return;
-                }
-            }
-            () = slot.evicted() => {
-                tracing::debug!(%remote, "idle connection closed to make room for another");
-                return;
-            }
-            // The deadline moved: sleep again until the new one.
-            () = slot.request_ended() => {}
+    let watchdog = tokio::spawn({
+        let slot = slot.clone();
+        async move { slot.watch_deadline().await }
+    });
+    match drive(&slot, conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::debug!(%err, %remote, "connection ended with an error"),
+        Err(Signal::Evicted) => {
+            tracing::debug!(%remote, "idle connection closed to make room for another")
         }
+        Err(_) => tracing::debug!(%remote, "idle connection closed"),
     }
+    watchdog.abort();
+}
+
+/// Polls `conn` to its end, unless `slot` is told to close it first (`Err` with why); told
+/// to drain, it asks `conn` to finish the request in flight and close.
+async fn drive<C: GracefulConnection>(
+    slot: &super::connections::Slot,
+    conn: C,
+) -> Result<Result<(), C::Error>, Signal> {
+    tokio::pin!(conn);
+    let mut draining = false;
+    std::future::poll_fn(|cx| {
+        let told = slot.poll_signal(cx);
+        if let Some(why) = Signal::close_in(told) {
+            return std::task::Poll::Ready(Err(why));
+        }
+        if told & Signal::Drain as u8 != 0 && !draining {
+            draining = true;
+            conn.as_mut().graceful_shutdown();
+        }
+        conn.as_mut().poll(cx).map(Ok)
+    })
+    .await
 }
 
 /// Metric names of requests that match no route, and of `OPTIONS` answers.
@@ -414,23 +427,24 @@ where
                 status = tracing::field::Empty,
             );
             let response = async {
-                // A request without a body (most GETs) needs no read timer.
+                // A request without a body (most GETs) on an unguarded route is whole now:
+                // no read timer, and no body reader held in this future (it is moved
+                // whole on every hand-off, so the rare path is boxed instead).
                 let no_body = hyper::body::Body::is_end_stream(req.body());
-                let read = read_request(req, params, &route, &dispatcher.state, remote, tls);
-                let read = if no_body {
-                    Ok(read.await)
+                let read = if no_body && route.guard.is_none() {
+                    Ok(head_only(req, params, remote, tls))
                 } else {
-                    tokio::time::timeout(dispatcher.body_read_timeout, read).await
-                };
-                let read = match read {
-                    Ok(read) => read,
-                    Err(_) => Err(ApiError::new(
-                        StatusCode::REQUEST_TIMEOUT,
-                        format!(
-                            "the request body did not arrive within {} ms",
-                            dispatcher.body_read_timeout.as_millis()
-                        ),
-                    )),
+                    let read = read_request(req, params, &route, &dispatcher.state, remote, tls);
+                    match tokio::time::timeout(dispatcher.body_read_timeout, Box::pin(read)).await {
+                        Ok(read) => read,
+                        Err(_) => Err(ApiError::new(
+                            StatusCode::REQUEST_TIMEOUT,
+                            format!(
+                                "the request body did not arrive within {} ms",
+                                dispatcher.body_read_timeout.as_millis()
+                            ),
+                        )),
+                    }
                 };
                 let response = match read {
                     Ok(request) => {
@@ -532,17 +546,7 @@ async fn read_request<S: Clone + Send + Sync + 'static>(
         return Err(ApiError::payload_too_large(limit));
     }
     let (parts, body) = req.into_parts();
-    let mut request = Request {
-        method: parts.method,
-        path: parts.uri.path().to_string(),
-        query: parts.uri.query().unwrap_or("").to_string(),
-        headers: parts.headers,
-        params,
-        body: Bytes::new(),
-        remote,
-        tls,
-        extensions: parts.extensions,
-    };
+    let mut request = request_of(parts, params, remote, tls);
     let Some(guard) = &route.guard else {
         request.body = collect(body, limit).await?;
         return Ok(request);
@@ -556,6 +560,36 @@ async fn read_request<S: Clone + Send + Sync + 'static>(
         request.extensions.insert(Arc::new(held));
     }
     Ok(request)
+}
+
+/// The request of a head whose body is empty.
+fn head_only(
+    req: hyper::Request<Incoming>,
+    params: Vec<(String, String)>,
+    remote: Option<SocketAddr>,
+    tls: bool,
+) -> Request {
+    request_of(req.into_parts().0, params, remote, tls)
+}
+
+/// The request of `parts`, its body still to be read.
+fn request_of(
+    parts: http::request::Parts,
+    params: Vec<(String, String)>,
+    remote: Option<SocketAddr>,
+    tls: bool,
+) -> Request {
+    Request {
+        method: parts.method,
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().unwrap_or("").to_string(),
+        headers: parts.headers,
+        params,
+        body: Bytes::new(),
+        remote,
+        tls,
+        extensions: parts.extensions,
+    }
 }
 
 /// A whole body of at most `limit` bytes.
@@ -774,6 +808,66 @@ mod tests {
         tokio::spawn(async move { hold(listener, answer, &options, std::future::pending()).await });
         let (_, head) = send(addr, get, b"").await;
         assert!(head.starts_with("http/1.1 200"), "{head}");
+    }
+
+    #[tokio::test]
+    async fn shutdown_finishes_the_request_in_flight_and_closes_the_idle() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        async fn slow(_: (), _: Request) -> Result<Response, ApiError> {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(Response::text(StatusCode::OK, "done"))
+        }
+        let mut router = Router::new(1024);
+        router
+            .scope("", ErrorStyle::PlainText)
+            .route(Method::GET, "/slow", slow);
+        let dispatcher = Arc::new(Dispatcher {
+            router: router.finish().unwrap(),
+            state: (),
+            metrics: Arc::new(Metrics::default()),
+            body_read_timeout: Duration::from_secs(5),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let options = ServerOptions {
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(20),
+            max_connections: 64,
+            tls: None,
+        };
+        let served = tokio::spawn(serve(listener, dispatcher, options, async {
+            let _ = stopped.await;
+        }));
+        let mut busy = tokio::net::TcpStream::connect(addr).await.unwrap();
+        busy.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let asked = std::time::Instant::now();
+        stop.send(()).unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), busy.read_to_end(&mut answer));
+        read.await
+            .expect("the busy connection was not closed")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("done"), "{answer}");
+        let mut nothing = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), idle.read_to_end(&mut nothing));
+        read.await
+            .expect("the idle connection was not closed")
+            .unwrap();
+        assert!(nothing.is_empty());
+        // Both gone, the server returns long before its grace ends.
+        tokio::time::timeout(Duration::from_secs(5), served)
+            .await
+            .expect("serve did not return once every connection was gone")
+            .unwrap();
+        assert!(asked.elapsed() < Duration::from_secs(5));
     }
 
     #[tokio::test]

@@ -747,26 +747,38 @@ impl Store {
         F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
     {
         if self.dialect() == Dialect::Postgres {
-            let mut f = f;
-            if let Some(reads) = &self.inner.async_reads
-                && tokio::runtime::Handle::try_current()
-                    .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-                && let Some(result) = read_async(reads, kind, &mut f).await
-            {
-                return result;
-            }
-            // The blocking client blocks on a runtime of its own: never on a runtime worker.
-            return self.read_blocking_as(kind, f).await;
+            // Boxed: the asynchronous client's future is kilobytes, and held inline it would
+            // make every read's future (and every handler's that awaits one) that big, to
+            // be copied on each move even on SQLite or when a cache answers.
+            return Box::pin(self.read_postgres(kind, f)).await;
         }
         let permit = match self.inner.reader_slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::Closed) => return Err(StoreError::Closed),
-            // Every reader is busy: wait on the blocking pool rather than here.
+            // Every reader is busy: wait on the blocking pool rather than here (boxed, as
+            // PostgreSQL's read is above).
             Err(tokio::sync::TryAcquireError::NoPermits) => {
-                return self.read_blocking_as(kind, f).await;
+                return Box::pin(self.read_blocking_as(kind, f)).await;
             }
         };
         run_read(&self.inner, permit, kind, f)
+    }
+
+    /// [`Store::read_as`] on PostgreSQL.
+    async fn read_postgres<T, F>(&self, kind: ReadKind, mut f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Tx) -> StoreResult<T> + Send + 'static,
+    {
+        if let Some(reads) = &self.inner.async_reads
+            && tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+            && let Some(result) = read_async(reads, kind, &mut f).await
+        {
+            return result;
+        }
+        // The blocking client blocks on a runtime of its own: never on a runtime worker.
+        self.read_blocking_as(kind, f).await
     }
 
     /// Runs `f` on a read-only connection on the blocking pool (long reads).

@@ -25,7 +25,9 @@
 //! `WOODLARK_READS_SECS` (seconds per turn, default 2) and `WOODLARK_READS_ROUNDS`
 //! (default 2) change the load; `WOODLARK_READS_PG_READERS=N` gives the PostgreSQL server
 //! `[storage] readers = N` (default: the config's default) and `WOODLARK_READS_PG_TLS=0`
-//! connects it without TLS (`sslmode=disable`; the test cluster's default is verify-full); `WOODLARK_READS_ONLY=<text>` keeps the rows whose name
+//! connects it without TLS (`sslmode=disable`; the test cluster's default is verify-full);
+//! `WOODLARK_READS_PG_SOCKET=1` connects it over the cluster's Unix socket (no TCP, no TLS:
+//! a database on the server's own machine); `WOODLARK_READS_ONLY=<text>` keeps the rows whose name
 //! contains the text.
 
 use std::net::SocketAddr;
@@ -154,7 +156,14 @@ pub async fn run() {
     );
     let (lite, token, repo) = server_with_pipelines("").await;
     let mut pg_url = crate::stores::fresh_database();
-    if std::env::var("WOODLARK_READS_PG_TLS").is_ok_and(|v| v == "0") {
+    if std::env::var("WOODLARK_READS_PG_SOCKET").is_ok_and(|v| v == "1") {
+        let name = pg_url
+            .rsplit_once('/')
+            .and_then(|(_, rest)| rest.split('?').next())
+            .expect("the test cluster's URL names its database")
+            .to_string();
+        pg_url = woodlark_store::pg::testing::Cluster::shared().socket_url(&name);
+    } else if std::env::var("WOODLARK_READS_PG_TLS").is_ok_and(|v| v == "0") {
         let (base, _) = pg_url
             .split_once('?')
             .expect("the test cluster's URL has options");

@@ -116,9 +116,11 @@ pub struct ServerConfig {
     /// Default request body limit in bytes; routes such as webhooks may allow more.
     pub max_body_bytes: usize,
     /// A client must finish sending request headers within this many milliseconds, counted
-    /// from accept for a connection's first request.
+    /// from accept for a connection's first request and from the previous response's end
+    /// for a later one.
     pub header_read_timeout_ms: u64,
-    /// A connection with no request in flight for this many milliseconds is closed.
+    /// A connection with no request in flight for this many milliseconds (or for
+    /// `header_read_timeout_ms`, when shorter) is closed.
     pub idle_timeout_ms: u64,
     /// A client must finish sending a request body within this many milliseconds (408).
     pub body_read_timeout_ms: u64,

@@ -139,6 +139,17 @@ impl Cluster {
         )
     }
 
+    /// The URL of database `name` over the cluster's Unix socket, as a server on the
+    /// database's own machine would connect: no TCP, and no TLS (PostgreSQL offers none
+    /// there; the socket's directory is the cluster's own, not world-readable).
+    pub fn socket_url(&self, name: &str) -> String {
+        format!(
+            "postgres://{USER}@/{name}?host={}&port={}&sslmode=disable",
+            self.dir.path().display(),
+            self.port
+        )
+    }
+
     /// The PEM file of the test CA that signed the server's certificate.
     pub fn ca_file(&self) -> PathBuf {
         self.dir.path().join("tls/ca.pem")
