@@ -313,6 +313,13 @@ async fn repo_reads_and_settings_auth_matrix() {
     }
 
     // Settings: owner and admin may patch; bob cannot even see it.
+    let before = s
+        .http
+        .get(&format!("/api/repos/{id}"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_ne!(before["timeout"], 30);
     let patch = r#"{"visibility":"public","timeout":30,"allow_deploy":true,"require_approval":"all_events","cancel_previous_pipeline_events":["push"]}"#;
     s.http
         .patch(&format!("/api/repos/{id}"), None, patch)
@@ -332,6 +339,14 @@ async fn repo_reads_and_settings_auth_matrix() {
     assert_eq!(patched["private"], false);
     assert_eq!(patched["timeout"], 30);
     assert_eq!(patched["require_approval"], "all_events");
+    // The repository's body is kept between reads, never past a change.
+    let after = s
+        .http
+        .get(&format!("/api/repos/{id}"), Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(after, patched);
 
     // Now public: anyone may read, bob still may not change it (403 now that he can see it).
     s.http

@@ -158,10 +158,11 @@ pub async fn run() {
     let mut pg_url = crate::stores::fresh_database();
     if std::env::var("WOODLARK_READS_PG_SOCKET").is_ok_and(|v| v == "1") {
         let name = pg_url
-            .rsplit_once('/')
-            .and_then(|(_, rest)| rest.split('?').next())
-            .expect("the test cluster's URL names its database")
-            .to_string();
+            .split('?')
+            .next()
+            .and_then(|base| base.rsplit_once('/'))
+            .map(|(_, name)| name.to_string())
+            .expect("the test cluster's URL names its database");
         pg_url = woodlark_store::pg::testing::Cluster::shared().socket_url(&name);
     } else if std::env::var("WOODLARK_READS_PG_TLS").is_ok_and(|v| v == "0") {
         let (base, _) = pg_url

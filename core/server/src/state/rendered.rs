@@ -1,8 +1,8 @@
 //! Rendered bodies of the hottest read endpoints, kept while the tables they were read from
 //! are unchanged.
 //!
-//! A pipeline list, a pipeline with its steps and an events page are read far more often
-//! than they change (a dashboard polls them; a change is a commit). Each entry is tagged with
+//! A pipeline list, a pipeline with its steps, an events page and a repository are read far
+//! more often than they change (a dashboard polls them; a change is a commit). Each entry is tagged with
 //! the [store generation](crate::store::Store::generation) of the tables it was rendered
 //! from, read before the rendering read, so a commit to those tables makes every older entry
 //! a miss: a client never gets a body older than a write it has been answered for.
@@ -40,6 +40,9 @@ pub type EventsPage = (Option<i64>, String);
 pub struct RenderedPages {
     pub pipelines: Rendered<PipelinePage>,
     pub events: Rendered<EventsPage>,
+    /// `GET /repos/{id}` by repository id, tagged with the identity generation (the
+    /// repository's row is part of it).
+    pub repos: Rendered<i64>,
 }
 
 impl Default for RenderedPages {
@@ -47,6 +50,7 @@ impl Default for RenderedPages {
         RenderedPages {
             pipelines: Rendered::new(),
             events: Rendered::new(),
+            repos: Rendered::new(),
         }
     }
 }

@@ -147,8 +147,18 @@ pub(crate) async fn activate(ctx: Ctx, req: Request) -> Result<Response, ApiErro
 }
 
 async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    // Read before the access decision: the row it returns is at least this new.
+    let generation = ctx.ci.reads.identity_generation();
     let access = access::repo(&ctx, &req).await?;
-    Ok(Response::json(&access.row.repo))
+    let repo = &access.row.repo;
+    let body = ctx
+        .rendered
+        .repos
+        .get_or_render(repo.id, generation, async {
+            serde_json::to_string(repo).map_err(|err| ApiError::internal(err.to_string()))
+        })
+        .await?;
+    Ok(Response::json_text(body))
 }
 
 /// `GET /repos/lookup/{owner/name}`.
