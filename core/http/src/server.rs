@@ -713,6 +713,16 @@ mod tests {
         }
     }
 
+    /// What `serve` needs for `router`, with a 5 s body timeout.
+    fn dispatcher_of(router: Router<()>) -> Arc<Dispatcher<()>> {
+        Arc::new(Dispatcher {
+            router: router.finish().unwrap(),
+            state: (),
+            metrics: Arc::new(Metrics::default()),
+            body_read_timeout: Duration::from_secs(5),
+        })
+    }
+
     /// A server with one guarded route, `POST /hook`: its check refuses a request without
     /// `?to=ok` and marks one with `x-known` as from a known sender; the handler answers the
     /// body's length. Bodies share a budget of 100 bytes.
@@ -738,12 +748,7 @@ mod tests {
             check,
             handler,
         );
-        let dispatcher = Arc::new(Dispatcher {
-            router: router.finish().unwrap(),
-            state: (),
-            metrics: Arc::new(Metrics::default()),
-            body_read_timeout: Duration::from_secs(5),
-        });
+        let dispatcher = dispatcher_of(router);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel();
@@ -834,12 +839,7 @@ mod tests {
         router
             .scope("", ErrorStyle::PlainText)
             .route(Method::GET, "/slow", slow);
-        let dispatcher = Arc::new(Dispatcher {
-            router: router.finish().unwrap(),
-            state: (),
-            metrics: Arc::new(Metrics::default()),
-            body_read_timeout: Duration::from_secs(5),
-        });
+        let dispatcher = dispatcher_of(router);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
