@@ -445,7 +445,7 @@ where
                 // whole on every hand-off, so the rare path is boxed instead).
                 let no_body = hyper::body::Body::is_end_stream(req.body());
                 let read = if no_body && route.guard.is_none() {
-                    Ok(head_only(req, params, remote, tls))
+                    Ok(request_of(req.into_parts().0, params, remote, tls))
                 } else {
                     let read = read_request(req, params, &route, &dispatcher.state, remote, tls);
                     match tokio::time::timeout(dispatcher.body_read_timeout, Box::pin(read)).await {
@@ -573,16 +573,6 @@ async fn read_request<S: Clone + Send + Sync + 'static>(
         request.extensions.insert(Arc::new(held));
     }
     Ok(request)
-}
-
-/// The request of a head whose body is empty.
-fn head_only(
-    req: hyper::Request<Incoming>,
-    params: Vec<(String, String)>,
-    remote: Option<SocketAddr>,
-    tls: bool,
-) -> Request {
-    request_of(req.into_parts().0, params, remote, tls)
 }
 
 /// The request of `parts`, its body still to be read.

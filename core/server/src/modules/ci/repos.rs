@@ -155,7 +155,7 @@ async fn get(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .rendered
         .repos
         .get_or_render(repo.id, generation, async {
-            serde_json::to_string(repo).map_err(|err| ApiError::internal(err.to_string()))
+            serde_json::to_string(repo).map_err(ApiError::internal)
         })
         .await?;
     Ok(Response::json_text(body))
