@@ -1012,9 +1012,19 @@ where
             return None;
         }
         drop(result);
+        if kind == ReadKind::OneStatement {
+            // One statement by itself: on a session shared with the reads beside it.
+            let rows = match reads.one(&statement, &binds).await {
+                Ok(rows) => rows,
+                Err(e) => return Some(Err(e)),
+            };
+            deferred.answer(statement, rows);
+            result = pass(&deferred, kind, f);
+            continue;
+        }
         let lease = match &mut read {
             Some(lease) => lease,
-            None => match reads.begin(kind == ReadKind::Snapshot).await {
+            None => match reads.begin().await {
                 Ok(lease) => read.insert(lease),
                 Err(e) => return Some(Err(e)),
             },

@@ -200,7 +200,12 @@ mod tests {
             .async_reads
             .as_ref()
             .map(|r| r.sessions_opened());
-        assert_eq!(opened, Some(1), "the read ran on the asynchronous client");
+        assert_eq!(
+            opened,
+            Some(2),
+            "both reads ran on the asynchronous client: the snapshot on a session of its \
+             own, the one statement on a shared one"
+        );
         let refused = reader.write(|c| meta::set(c, "probe", "2")).await;
         assert!(matches!(refused, Err(StoreError::Closed)), "{refused:?}");
         reader.close();

@@ -192,8 +192,10 @@ pub(crate) struct Deferred {
     needs_session: std::cell::Cell<bool>,
 }
 
-/// A statement's rows as PostgreSQL sent them, shared by the passes that read them.
-type Answer = std::sync::Arc<Vec<Vec<Value>>>;
+/// A statement's rows as PostgreSQL sent them, shared by the passes that read them. Kept as
+/// the client decoded them (each row one buffer): a column is read from it where the
+/// closure asks for it ([`pg_value_ref`]), text and blobs borrowed, not copied.
+type Answer = std::sync::Arc<Vec<postgres::Row>>;
 
 /// A pass's error for a statement it has no answer for: never seen outside the store (a later
 /// pass replaces it).
@@ -216,7 +218,7 @@ impl Deferred {
     }
 
     /// The rows of `sql`, the statement taken last, for the passes after this.
-    pub(crate) fn answer(&self, sql: String, rows: Vec<Vec<Value>>) {
+    pub(crate) fn answer(&self, sql: String, rows: Vec<postgres::Row>) {
         self.answers
             .borrow_mut()
             .push((sql, std::sync::Arc::new(rows)));
@@ -538,11 +540,10 @@ impl PgConn {
         &self,
         statement: &postgres::Statement,
         values: &[&dyn ToSql],
-    ) -> StoreResult<Vec<Vec<Value>>> {
+    ) -> StoreResult<Vec<postgres::Row>> {
         let binds = pg_binds(values)?;
         let refs = bind_refs(&binds);
-        let rows = self.client.borrow_mut().query(statement, &refs)?;
-        rows.iter().map(pg_row_values).collect()
+        Ok(self.client.borrow_mut().query(statement, &refs)?)
     }
 }
 
@@ -673,7 +674,7 @@ impl Rows<'_> {
             Rows::Postgres { rows, next } => {
                 let row = rows.get(*next);
                 *next += 1;
-                Ok(row.map(|r| Row::Postgres(r)))
+                Ok(row.map(Row::Postgres))
             }
         }
     }
@@ -682,7 +683,7 @@ impl Rows<'_> {
 /// One row, its columns read by index.
 pub enum Row<'r> {
     Sqlite(&'r rusqlite::Row<'r>),
-    Postgres(&'r [Value]),
+    Postgres(&'r postgres::Row),
 }
 
 /// What a column is picked by: its index (as with rusqlite, `row.get::<_, T>(i)`).
@@ -712,10 +713,7 @@ impl Row<'_> {
         let index = index.index();
         match self {
             Row::Sqlite(row) => row.get_ref(index),
-            Row::Postgres(values) => values
-                .get(index)
-                .map(ValueRef::from)
-                .ok_or(rusqlite::Error::InvalidColumnIndex(index)),
+            Row::Postgres(row) => pg_value_ref(row, index),
         }
     }
 }
@@ -927,43 +925,64 @@ impl postgres::types::ToSql for PgBind {
     postgres::types::to_sql_checked!();
 }
 
-/// A PostgreSQL row's columns as SQLite's kinds of value: integers (and booleans, as 0/1),
-/// reals, text and blobs.
+/// A PostgreSQL row's columns as SQLite's kinds of value, owned (see [`pg_value_ref`]).
 pub(crate) fn pg_row_values(row: &postgres::Row) -> StoreResult<Vec<Value>> {
+    (0..row.len())
+        .map(|i| Ok(pg_value_ref(row, i)?.into()))
+        .collect()
+}
+
+/// Column `index` of a PostgreSQL row as SQLite's kind of value: integers (and booleans, as
+/// 0/1), reals, text and blobs, the last two borrowed from the row. A column of another
+/// type is an error that says to cast it.
+pub(crate) fn pg_value_ref(row: &postgres::Row, index: usize) -> rusqlite::Result<ValueRef<'_>> {
     use postgres::types::Type;
-    let mut values = Vec::with_capacity(row.len());
-    for (i, column) in row.columns().iter().enumerate() {
-        let ty = column.type_();
-        let value = match *ty {
-            Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::Integer),
-            Type::INT4 => row
-                .try_get::<_, Option<i32>>(i)?
-                .map(|v| Value::Integer(v.into())),
-            Type::INT2 => row
-                .try_get::<_, Option<i16>>(i)?
-                .map(|v| Value::Integer(v.into())),
-            Type::BOOL => row
-                .try_get::<_, Option<bool>>(i)?
-                .map(|v| Value::Integer(v.into())),
-            Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::Real),
-            Type::FLOAT4 => row
-                .try_get::<_, Option<f32>>(i)?
-                .map(|v| Value::Real(v.into())),
-            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
-                row.try_get::<_, Option<String>>(i)?.map(Value::Text)
-            }
-            Type::BYTEA => row.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob),
-            _ => {
-                return Err(StoreError::Unavailable(format!(
+    let column = row
+        .columns()
+        .get(index)
+        .ok_or(rusqlite::Error::InvalidColumnIndex(index))?;
+    let failed = |e: Box<dyn std::error::Error + Send + Sync>| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Null, e)
+    };
+    let value = match *column.type_() {
+        Type::INT8 => row
+            .try_get::<_, Option<i64>>(index)
+            .map(|v| v.map(ValueRef::Integer)),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(index)
+            .map(|v| v.map(|v| ValueRef::Integer(v.into()))),
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(index)
+            .map(|v| v.map(|v| ValueRef::Integer(v.into()))),
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(index)
+            .map(|v| v.map(|v| ValueRef::Integer(v.into()))),
+        Type::FLOAT8 => row
+            .try_get::<_, Option<f64>>(index)
+            .map(|v| v.map(ValueRef::Real)),
+        Type::FLOAT4 => row
+            .try_get::<_, Option<f32>>(index)
+            .map(|v| v.map(|v| ValueRef::Real(v.into()))),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row
+            .try_get::<_, Option<&str>>(index)
+            .map(|v| v.map(|v| ValueRef::Text(v.as_bytes()))),
+        Type::BYTEA => row
+            .try_get::<_, Option<&[u8]>>(index)
+            .map(|v| v.map(ValueRef::Blob)),
+        ref ty => {
+            return Err(failed(
+                format!(
                     "column {} has PostgreSQL type {ty}, which the store does not read \
                      (cast it in the query)",
                     column.name()
-                )));
-            }
-        };
-        values.push(value.unwrap_or(Value::Null));
-    }
-    Ok(values)
+                )
+                .into(),
+            ));
+        }
+    };
+    Ok(value
+        .map_err(|e| failed(e.into()))?
+        .unwrap_or(ValueRef::Null))
 }
 
 /// Rows as tests inspect them (after a crash, or at rest), on either engine.

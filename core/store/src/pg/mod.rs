@@ -858,7 +858,13 @@ mod tests {
         assert_eq!(store.read(lines).await.unwrap(), expected);
         assert_eq!(pool.sessions_opened(), 1, "a snapshot read runs there too");
         assert_eq!(store.read_one(lines).await.unwrap(), expected);
-        assert_eq!(pool.sessions_opened(), 1, "on the same session");
+        assert_eq!(
+            pool.sessions_opened(),
+            2,
+            "one statement on a session the one-statement reads share"
+        );
+        assert_eq!(store.read_one(lines).await.unwrap(), expected);
+        assert_eq!(pool.sessions_opened(), 2, "the same shared session again");
         let none = store
             .read_one(|c| {
                 c.cached_row("SELECT name FROM t WHERE id = ?1", [99], |r| {
@@ -886,7 +892,7 @@ mod tests {
                 .await
                 .unwrap_or_else(|e| panic!("round {round}: {e}"));
             assert_eq!(read, expected, "round {round}");
-            assert_eq!(pool.sessions_opened(), round + 2, "round {round}");
+            assert_eq!(pool.sessions_opened(), round + 3, "round {round}");
         }
         store.close();
     }

@@ -4,11 +4,16 @@
 //! hop to the blocking pool, a `block_on` there, the socket, and the way back: measured, that
 //! was about a third of the CPU a PostgreSQL cache miss costs (`docs/benchmarks.md`, issue 50's
 //! second round). [`AsyncReaders`] keeps a few `tokio-postgres` sessions instead, their I/O a
-//! task on the runtime that opened them, each with its prepared statements. A read takes one
-//! ([`AsyncReaders::begin`]) and runs its statements on it in turn ([`Lease::query`]):
-//! `Store::read_one`'s single statement by itself, `Store::read`'s several inside one
-//! `BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY` … `COMMIT` (the `BEGIN` sent with the
-//! first statement, in one round trip), so they see one snapshot as on the synchronous path.
+//! task on the runtime that opened them, each with its prepared statements, in two kinds:
+//! - `Store::read`'s several statements take a session of their own
+//!   ([`AsyncReaders::begin`]) and run on it in turn ([`Lease::query`]) inside one
+//!   `BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY` … `COMMIT` (the `BEGIN` sent with the
+//!   first statement, in one round trip), so they see one snapshot as on the synchronous path;
+//! - `Store::read_one`'s single statement, which sees a snapshot by itself, goes out on one
+//!   of a few sessions that such reads share ([`AsyncReaders::one`]): many reads in flight
+//!   on one session are pipelined, sent and answered in batches, where a session per read
+//!   would pay the wake-ups and socket calls of each one alone.
+//!
 //! The store hands each statement here and maps its rows with the read's own closure
 //! ([`crate::sql::Deferred`]), so each read's row mapping stays the one every path uses.
 //!
@@ -28,14 +33,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rusqlite::types::Value;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use crate::sql::{PgBind, dollar_placeholders, pg_row_values};
+use crate::sql::{PgBind, dollar_placeholders};
 use crate::{StoreError, StoreResult};
 
 /// How long a read waits for the database's answers, all its statements together: far past
@@ -49,10 +53,14 @@ const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
 /// A small pool of asynchronous sessions for reads.
 pub(crate) struct AsyncReaders {
     url: String,
-    /// One permit per session the pool may hold open.
+    /// One permit per session snapshot reads may hold ([`own_sessions`]).
     slots: Semaphore,
     /// Sessions not in use (fewer than the permits until every one has been needed).
     idle: Mutex<Vec<AsyncSession>>,
+    /// The sessions one-statement reads share ([`AsyncReaders::one`]).
+    shared: Vec<SharedSlot>,
+    /// Which of `shared` the next one-statement read goes to (in turn).
+    next_shared: AtomicUsize,
     /// The store's count of lost sessions (`Revive`), moved when a read here finds one, so
     /// the synchronous sessions are checked too; `None` for a store that revives nothing.
     losses: Option<Arc<AtomicU64>>,
@@ -66,7 +74,16 @@ pub(crate) struct AsyncReaders {
 /// the session: a replaced session starts with none.
 struct AsyncSession {
     client: tokio_postgres::Client,
-    statements: HashMap<String, tokio_postgres::Statement>,
+    statements: Mutex<HashMap<String, tokio_postgres::Statement>>,
+}
+
+/// One of the sessions one-statement reads share: the current session (`None` until the
+/// first read needs it, and after it was found lost), and a lock that lets one read at a
+/// time open its replacement while the others wait for it.
+#[derive(Default)]
+struct SharedSlot {
+    current: Mutex<Option<Arc<AsyncSession>>>,
+    opening: tokio::sync::Mutex<()>,
 }
 
 /// One read's hold on a session of the pool, from [`AsyncReaders::begin`] to
@@ -79,8 +96,6 @@ pub(crate) struct Lease<'p> {
     session: Option<AsyncSession>,
     /// When the read's time is up ([`READ_TIMEOUT`] from its start).
     deadline: Instant,
-    /// Whether the statements run in one snapshot.
-    snapshot: bool,
     /// Whether the snapshot's transaction is open on the session.
     in_transaction: bool,
     /// Statements answered so far.
@@ -88,12 +103,17 @@ pub(crate) struct Lease<'p> {
 }
 
 impl AsyncReaders {
-    /// A pool of at most `size` sessions to `url` (opened when first needed).
+    /// A pool of at most `size` sessions to `url` (two if `size` is one), opened when first
+    /// needed: [`shared_sessions`] for one-statement reads, the rest for snapshots.
     pub(crate) fn new(url: &str, size: usize, losses: Option<Arc<AtomicU64>>) -> AsyncReaders {
         AsyncReaders {
             url: url.to_string(),
-            slots: Semaphore::new(size.max(1)),
+            slots: Semaphore::new(own_sessions(size)),
             idle: Mutex::default(),
+            shared: (0..shared_sessions(size))
+                .map(|_| SharedSlot::default())
+                .collect(),
+            next_shared: AtomicUsize::new(0),
             losses,
             opened: AtomicU64::new(0),
             answer_within: READ_TIMEOUT,
@@ -109,16 +129,114 @@ impl AsyncReaders {
     /// Runs `sql` (SQLite's `?N` placeholders, as the store writes it) with `binds` by
     /// itself, as `Store::read_one` does, and returns its rows as values.
     #[cfg(test)]
-    pub(crate) async fn query(&self, sql: &str, binds: &[PgBind]) -> StoreResult<Vec<Vec<Value>>> {
-        let mut read = self.begin(false).await?;
-        let rows = read.query(sql, binds).await;
-        read.end();
-        rows
+    pub(crate) async fn query(
+        &self,
+        sql: &str,
+        binds: &[PgBind],
+    ) -> StoreResult<Vec<Vec<rusqlite::types::Value>>> {
+        let rows = self.one(sql, binds).await?;
+        rows.iter().map(crate::sql::pg_row_values).collect()
     }
 
-    /// A session for one read: its statements in one snapshot when `snapshot`, else each by
-    /// itself (a read of one statement). Waits for a free session within the read's time.
-    pub(crate) async fn begin(&self, snapshot: bool) -> StoreResult<Lease<'_>> {
+    /// Runs `sql` (SQLite's `?N` placeholders) with `binds` by itself, as `Store::read_one`
+    /// does, on one of the shared sessions, and returns its rows as values.
+    ///
+    /// Reads in flight together go out on the same few sessions one behind the other
+    /// (`tokio-postgres` pipelines the requests of a client used from several tasks), so a
+    /// busy server's reads cost fewer wake-ups and socket calls, on both sides, than one
+    /// session per read would. A statement sees one snapshot by itself, so nothing is lost
+    /// by sharing. A session found lost (closed, or cut by the server) is replaced, and the
+    /// statement runs once more on the new one; a read with no answer in time fails with
+    /// the store's `Unavailable` and retires its session, which the next read replaces.
+    pub(crate) async fn one(
+        &self,
+        sql: &str,
+        binds: &[PgBind],
+    ) -> StoreResult<Vec<tokio_postgres::Row>> {
+        let deadline = Instant::now() + self.answer_within;
+        let params = as_params(binds);
+        let slot =
+            &self.shared[self.next_shared.fetch_add(1, Ordering::Relaxed) % self.shared.len()];
+        let session = self.shared_session(slot, deadline).await?;
+        let result =
+            match tokio::time::timeout_at(deadline, session.query(sql, &params, false)).await {
+                Ok((_, rows)) => rows,
+                Err(_) => {
+                    self.retire(slot, &session);
+                    return Err(self.late());
+                }
+            };
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) if session.client.is_closed() || e.ends_session() => {
+                self.retire(slot, &session);
+                tracing::info!(error = %e, "a lost shared PostgreSQL reader session is replaced");
+                let session = self.shared_session(slot, deadline).await?;
+                match tokio::time::timeout_at(deadline, session.query(sql, &params, false)).await {
+                    Ok((_, rows)) => rows?,
+                    Err(_) => {
+                        self.retire(slot, &session);
+                        return Err(self.late());
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(rows)
+    }
+
+    /// `slot`'s session, opened (by this read or one waiting beside it) if it has none or
+    /// the one it has is closed.
+    async fn shared_session(
+        &self,
+        slot: &SharedSlot,
+        deadline: Instant,
+    ) -> StoreResult<Arc<AsyncSession>> {
+        if let Some(session) = self.open_session_of(slot) {
+            return Ok(session);
+        }
+        let Ok(_opening) = tokio::time::timeout_at(deadline, slot.opening.lock()).await else {
+            return Err(self.late());
+        };
+        // Another read may have opened it while this one waited.
+        if let Some(session) = self.open_session_of(slot) {
+            return Ok(session);
+        }
+        let session = match tokio::time::timeout_at(deadline, self.open()).await {
+            Ok(session) => Arc::new(session?),
+            Err(_) => return Err(self.late()),
+        };
+        *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.clone());
+        Ok(session)
+    }
+
+    /// `slot`'s session if it has one that is open; one found closed is retired.
+    fn open_session_of(&self, slot: &SharedSlot) -> Option<Arc<AsyncSession>> {
+        let session = slot
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        if !session.client.is_closed() {
+            return Some(session);
+        }
+        self.retire(slot, &session);
+        None
+    }
+
+    /// Takes `session` out of `slot` (if it is still there) and counts it lost, so the next
+    /// read opens a new one. Reads still waiting on it keep it until they are answered.
+    fn retire(&self, slot: &SharedSlot, session: &Arc<AsyncSession>) {
+        let mut current = slot.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, session)) {
+            *current = None;
+            self.lost();
+        }
+    }
+
+    /// A session of its own for one read of several statements in one snapshot. Waits for a
+    /// free session within the read's time.
+    pub(crate) async fn begin(&self) -> StoreResult<Lease<'_>> {
         let deadline = Instant::now() + self.answer_within;
         let permit = match tokio::time::timeout_at(deadline, self.slots.acquire()).await {
             Ok(permit) => permit.map_err(|_| StoreError::Closed)?,
@@ -136,7 +254,6 @@ impl AsyncReaders {
             _permit: permit,
             session: Some(session),
             deadline,
-            snapshot,
             in_transaction: false,
             answered: 0,
         })
@@ -162,7 +279,7 @@ impl AsyncReaders {
         self.opened.fetch_add(1, Ordering::Relaxed);
         Ok(AsyncSession {
             client,
-            statements: HashMap::new(),
+            statements: Mutex::default(),
         })
     }
 
@@ -193,11 +310,8 @@ impl Lease<'_> {
         &mut self,
         sql: &str,
         binds: &[PgBind],
-    ) -> StoreResult<Vec<Vec<Value>>> {
-        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = binds
-            .iter()
-            .map(|b| b as &(dyn tokio_postgres::types::ToSql + Sync))
-            .collect();
+    ) -> StoreResult<Vec<tokio_postgres::Row>> {
+        let params = as_params(binds);
         let result = self.run(sql, &params).await;
         let Err(e) = &result else {
             return result;
@@ -225,18 +339,18 @@ impl Lease<'_> {
         &mut self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> StoreResult<Vec<Vec<Value>>> {
+    ) -> StoreResult<Vec<tokio_postgres::Row>> {
         let session = self
             .session
             .as_mut()
             .ok_or_else(|| StoreError::Unavailable("the read's session was lost".into()))?;
-        let begin = self.snapshot && !self.in_transaction;
+        let begin = !self.in_transaction;
         match tokio::time::timeout_at(self.deadline, session.query(sql, params, begin)).await {
             Ok((began, rows)) => {
                 self.in_transaction |= began;
                 let rows = rows?;
                 self.answered += 1;
-                rows.iter().map(pg_row_values).collect()
+                Ok(rows)
             }
             Err(_) => {
                 self.session = None;
@@ -279,19 +393,26 @@ impl Lease<'_> {
 }
 
 impl AsyncSession {
+    fn statements(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio_postgres::Statement>> {
+        self.statements.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// `sql`'s rows, the statement prepared once per session; with `begin`, the snapshot's
     /// `BEGIN` is sent ahead of it in the same round trip. Returns whether the snapshot began.
     async fn query(
-        &mut self,
+        &self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
         begin: bool,
     ) -> (bool, StoreResult<Vec<tokio_postgres::Row>>) {
-        let statement = match self.statements.get(sql) {
-            Some(statement) => statement.clone(),
+        let cached = self.statements().get(sql).cloned();
+        let statement = match cached {
+            Some(statement) => statement,
+            // (Reads sharing the session may prepare the same statement side by side; the
+            // last one kept serves the rest.)
             None => match self.client.prepare(&dollar_placeholders(sql)).await {
                 Ok(statement) => {
-                    self.statements.insert(sql.to_owned(), statement.clone());
+                    self.statements().insert(sql.to_owned(), statement.clone());
                     statement
                 }
                 Err(e) => return (false, Err(e.into())),
@@ -318,10 +439,32 @@ impl AsyncSession {
     }
 }
 
+/// How many sessions one-statement reads share, in a pool of `size`: half of it, at least
+/// one. A few suffice (each carries many reads at once); more than one lets the database
+/// answer on more than one core.
+fn shared_sessions(size: usize) -> usize {
+    (size / 2).max(1)
+}
+
+/// How many sessions snapshot reads may hold, one each, in a pool of `size`: the rest, at
+/// least one. So the pool opens at most `size` sessions (two when `size` is one).
+fn own_sessions(size: usize) -> usize {
+    size.saturating_sub(shared_sessions(size)).max(1)
+}
+
+/// `binds` as `tokio-postgres` takes parameters.
+fn as_params(binds: &[PgBind]) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+    binds
+        .iter()
+        .map(|b| b as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pg::testing::Cluster;
+    use rusqlite::types::Value;
 
     fn pid(rows: &[Vec<Value>]) -> i64 {
         match rows.first().and_then(|r| r.first()) {
@@ -372,6 +515,45 @@ mod tests {
         assert_eq!(pool.sessions_opened(), 2);
     }
 
+    /// Many one-statement reads at once go out on the few shared sessions, side by side,
+    /// and each gets its own statement's rows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_in_flight_together_share_a_few_sessions_and_get_their_own_rows() {
+        let url = Cluster::shared().fresh_database();
+        let pool = Arc::new(AsyncReaders::new(&url, 4, None));
+        let sql = "SELECT CAST(?1 AS BIGINT) * 2, CAST(pg_backend_pid() AS BIGINT) \
+                   FROM pg_sleep(0.01)";
+        let reads: Vec<_> = (0..48i64)
+            .map(|n| {
+                let pool = pool.clone();
+                tokio::spawn(
+                    async move { (n, pool.query(sql, &[PgBind(Value::Integer(n))]).await) },
+                )
+            })
+            .collect();
+        let mut backends = Vec::new();
+        for read in reads {
+            let (n, rows) = read.await.unwrap();
+            let rows = rows.unwrap();
+            assert_eq!(
+                rows[0][0],
+                Value::Integer(n * 2),
+                "read {n} got another's rows"
+            );
+            if !backends.contains(&rows[0][1]) {
+                backends.push(rows[0][1].clone());
+            }
+        }
+        assert_eq!(shared_sessions(4), 2);
+        assert_eq!(pool.sessions_opened(), 2, "48 reads on two sessions");
+        assert_eq!(backends.len(), 2, "both sessions answered");
+        assert_eq!(
+            pool.slots.available_permits(),
+            own_sessions(4),
+            "no own session held"
+        );
+    }
+
     #[tokio::test]
     async fn prepared_statements_are_prepared_again_on_a_new_session() {
         let url = Cluster::shared().fresh_database();
@@ -392,9 +574,9 @@ mod tests {
             assert_eq!(rows[0][0], Value::Integer(n + 1));
             assert_ne!(rows[0][1], Value::Integer(first));
         }
-        let idle = pool.idle.lock().unwrap();
-        assert_eq!(idle.len(), 1);
-        assert_eq!(idle[0].statements.len(), 1);
+        let session = pool.shared[0].current.lock().unwrap().clone().unwrap();
+        assert_eq!(session.statements().len(), 1);
+        assert_eq!(pool.sessions_opened(), 2);
     }
 
     #[tokio::test]
@@ -413,7 +595,7 @@ mod tests {
         // Each read tries again: the failed one held no session.
         assert!(pool.query("SELECT 1", &[]).await.is_err());
         assert_eq!(pool.sessions_opened(), 0);
-        assert_eq!(pool.slots.available_permits(), 2);
+        assert_eq!(pool.slots.available_permits(), own_sessions(2));
     }
 
     #[tokio::test]
@@ -554,6 +736,29 @@ mod tests {
         assert_eq!(store.read(count).await.unwrap(), 1);
         assert_eq!(pool.sessions_opened(), 2, "a new session");
         assert_eq!(pool.slots.available_permits(), 1, "no session held");
+        store.close();
+    }
+
+    /// A column of a type the store does not read fails the read that reads it, with a
+    /// message that says to cast it; the row's other columns read as ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_column_of_another_type_is_an_error_only_when_read() {
+        let (_url, store) = store_with_one_row().await;
+        let sql = "SELECT CAST(id AS BIGINT), now(), 'text' FROM t";
+        let (id, text) = store
+            .read_one(move |c| {
+                c.cached_row(sql, [], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(2)?))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!((id, text.as_str()), (1, "text"));
+        let err = store
+            .read_one(move |c| c.cached_row(sql, [], |r| r.get::<_, String>(1)))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("cast it in the query"), "{err}");
         store.close();
     }
 
