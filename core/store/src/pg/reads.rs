@@ -139,15 +139,17 @@ impl AsyncReaders {
     }
 
     /// Runs `sql` (SQLite's `?N` placeholders) with `binds` by itself, as `Store::read_one`
-    /// does, on one of the shared sessions, and returns its rows as values.
+    /// does, on one of the shared sessions, and returns its rows.
     ///
     /// Reads in flight together go out on the same few sessions one behind the other
     /// (`tokio-postgres` pipelines the requests of a client used from several tasks), so a
     /// busy server's reads cost fewer wake-ups and socket calls, on both sides, than one
     /// session per read would. A statement sees one snapshot by itself, so nothing is lost
-    /// by sharing. A session found lost (closed, or cut by the server) is replaced, and the
-    /// statement runs once more on the new one; a read with no answer in time fails with
-    /// the store's `Unavailable` and retires its session, which the next read replaces.
+    /// by sharing; what is shared is time (a slow statement holds up the ones behind it on
+    /// its session, which is why `read_one` is for a request's short, indexed reads). A
+    /// session found lost (closed, or cut by the server) is replaced, and the statement
+    /// runs once more on the new one; a read with no answer in time fails with the store's
+    /// `Unavailable` and retires its session, which the next read replaces.
     pub(crate) async fn one(
         &self,
         sql: &str,
@@ -157,32 +159,35 @@ impl AsyncReaders {
         let params = as_params(binds);
         let slot =
             &self.shared[self.next_shared.fetch_add(1, Ordering::Relaxed) % self.shared.len()];
-        let session = self.shared_session(slot, deadline).await?;
-        let result =
-            match tokio::time::timeout_at(deadline, session.query(sql, &params, false)).await {
-                Ok((_, rows)) => rows,
-                Err(_) => {
-                    self.retire(slot, &session);
-                    return Err(self.late());
-                }
-            };
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(e) if session.client.is_closed() || e.ends_session() => {
-                self.retire(slot, &session);
+        let first = self.shared_session(slot, deadline).await?;
+        match self.run_shared(slot, &first, sql, &params, deadline).await {
+            Err(e) if first.client.is_closed() || e.ends_session() => {
+                self.retire(slot, &first);
                 tracing::info!(error = %e, "a lost shared PostgreSQL reader session is replaced");
-                let session = self.shared_session(slot, deadline).await?;
-                match tokio::time::timeout_at(deadline, session.query(sql, &params, false)).await {
-                    Ok((_, rows)) => rows?,
-                    Err(_) => {
-                        self.retire(slot, &session);
-                        return Err(self.late());
-                    }
-                }
+                let second = self.shared_session(slot, deadline).await?;
+                self.run_shared(slot, &second, sql, &params, deadline).await
             }
-            Err(e) => return Err(e),
-        };
-        Ok(rows)
+            result => result,
+        }
+    }
+
+    /// One statement on `slot`'s `session` by `deadline`; out of time, the session is
+    /// retired.
+    async fn run_shared(
+        &self,
+        slot: &SharedSlot,
+        session: &Arc<AsyncSession>,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        deadline: Instant,
+    ) -> StoreResult<Vec<tokio_postgres::Row>> {
+        match tokio::time::timeout_at(deadline, session.query(sql, params, false)).await {
+            Ok((_, rows)) => rows,
+            Err(_) => {
+                self.retire(slot, session);
+                Err(self.late())
+            }
+        }
     }
 
     /// `slot`'s session, opened (by this read or one waiting beside it) if it has none or
