@@ -186,7 +186,20 @@ pub struct Flash {
 }
 
 /// The message waiting for the page `req` asks for, if any.
+///
+/// Only a page the browser goes to shows it (and so clears it): a live page's script that
+/// fetches the same page to refresh its parts (`woodlark.js`) may send its request between
+/// a post's `303` and the browser's request for the page, and would take the message the
+/// page was to show. Browsers say which is which (`Sec-Fetch-Mode: navigate` for the page);
+/// one that says nothing is taken to be going to the page, as before.
 pub(super) fn flash_of<H: UiHost>(host: &Arc<H>, req: &Request) -> Option<Flash> {
+    let fetched = req
+        .headers
+        .get("sec-fetch-mode")
+        .is_some_and(|mode| mode.as_bytes() != b"navigate");
+    if fetched {
+        return None;
+    }
     let raw = cookie_value(req, FLASH_COOKIE)?;
     let decoded: String = form_urlencoded::parse(format!("m={raw}").as_bytes())
         .next()
