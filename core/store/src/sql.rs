@@ -941,8 +941,10 @@ pub(crate) fn pg_value_ref(row: &postgres::Row, index: usize) -> rusqlite::Resul
         .columns()
         .get(index)
         .ok_or(rusqlite::Error::InvalidColumnIndex(index))?;
+    // rusqlite's "unknown column" (`usize::MAX`): its message is then the error's alone, with
+    // no SQLite type it would have to make up; both messages below name the column.
     let failed = |e: Box<dyn std::error::Error + Send + Sync>| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Null, e)
+        rusqlite::Error::FromSqlConversionFailure(usize::MAX, rusqlite::types::Type::Null, e)
     };
     let value = match *column.type_() {
         Type::INT8 => row

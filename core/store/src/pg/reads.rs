@@ -765,6 +765,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("cast it in the query"), "{err}");
+        assert!(!err.to_string().contains("type Null"), "{err}");
         store.close();
     }
 
