@@ -668,6 +668,16 @@ pub(crate) enum Rows<'s> {
 }
 
 impl Rows<'_> {
+    /// How many rows are still to come, where that is known before reading them: all of a
+    /// PostgreSQL answer has arrived, SQLite finds its rows one step at a time. Lets a
+    /// renderer size its buffer once instead of growing it row by row.
+    pub(crate) fn remaining(&self) -> Option<usize> {
+        match self {
+            Rows::Sqlite(_) => None,
+            Rows::Postgres { rows, next } => Some(rows.len().saturating_sub(*next)),
+        }
+    }
+
     pub(crate) fn next(&mut self) -> StoreResult<Option<Row<'_>>> {
         match self {
             Rows::Sqlite(rows) => Ok(rows.next()?.map(Row::Sqlite)),
