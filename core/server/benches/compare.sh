@@ -13,14 +13,15 @@
 #
 # Environment: ROUNDS (default 2) rounds of base + new per scenario; OUT (default a new
 # temporary directory) where each run's full output is kept, as <scenario>-<round>-<base|new>.log;
-# the scenarios' own variables (WOODLARK_HOOKS_SECS, …) pass through.
+# the scenarios' own variables (WOODLARK_HOOKS_SECS, …) pass through; WRAP, a command each run
+# is started through (own-cores.sh: PostgreSQL on cores of its own).
 #
 # Every line a run prints goes to stdout as `<scenario> <round> <base|new> | <line>`; a run that
 # fails is reported and the others still run (exit status 1 at the end).
 set -uo pipefail
 
 if [ $# -lt 3 ]; then
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 fi
 base="$1"
@@ -43,7 +44,7 @@ for scenario in "$@"; do
             if [ "$side" = base ]; then bin="$base"; else bin="$new"; fi
             log="$out/$scenario-$round-$side.log"
             # `--bench` as `cargo bench` passes it (the bench ignores flags).
-            "$bin" "$scenario" --bench >"$log" 2>&1
+            ${WRAP:+"$WRAP"} "$bin" "$scenario" --bench >"$log" 2>&1
             status=$?
             sed "s/^/$scenario $round $side | /" "$log"
             if [ "$status" -ne 0 ]; then
