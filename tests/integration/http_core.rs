@@ -3,7 +3,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::util::TestServer;
+use crate::util::{TestServer, answer_within, post_head};
 
 #[tokio::test]
 async fn unknown_route_is_404_plain_text() {
@@ -170,6 +170,27 @@ async fn a_later_requests_slow_headers_are_cut_off_too() {
         "answered: {}",
         String::from_utf8_lossy(&rest)
     );
+}
+
+/// An agent's log batch may be 8 MB: a request whose agent token does not verify is
+/// answered before a byte of its body is read, not after reading it whole.
+#[tokio::test]
+async fn an_agent_log_upload_without_a_valid_token_is_refused_before_its_body() {
+    let s = TestServer::start().await;
+    for headers in ["", "Authorization: Bearer not-an-agent-token\r\n"] {
+        let mut stream = post_head(
+            s.http.addr,
+            "/api/agent/workflows/1/logs",
+            headers,
+            8_000_000,
+            0,
+        )
+        .await;
+        let answer = answer_within(&mut stream, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("{headers:?}: the body was waited for"));
+        assert!(answer.starts_with("http/1.1 401"), "{answer}");
+    }
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use woodlark::participation::partfile;
 
 use pprof::protos::Message;
 
-use crate::util::{Http, Process, Resp, TestServer, write_config};
+use crate::util::{Http, Process, Resp, TestServer, answer_within, post_head, write_config};
 
 const INVALID_TOKEN: &str = "{\"message\":\"Invalid API Token\"}";
 
@@ -202,6 +202,62 @@ async fn every_operation_needs_the_admin_token() {
     let dir = s.stop().await;
     let s = TestServer::start_in(dir, "").await;
     assert_eq!(admin_token(&s), token);
+}
+
+/// The upload routes read up to 128 MB. A request without the admin token is answered 401
+/// before a byte of its body is read (before, the server read it whole first: ten such
+/// uploads of 100 MB took its RSS from 40 MB to 500 MB). Bodies from senders nobody has
+/// checked (here a stranger's, to another route) share the server's budget for them (1 MiB
+/// here) and are refused past it, while the admin's upload is read outside it.
+#[tokio::test]
+async fn uploads_without_the_admin_token_are_refused_before_their_body_is_read() {
+    let s = TestServer::start_with("unauthenticated_body_budget_bytes = 1048576").await;
+    let token = admin_token(&s);
+    let addr = s.http.addr;
+    let wrong = format!("X-Algo-API-Token: {}\r\n", "w".repeat(64));
+    for (path, headers) in [
+        ("/v2/participation", ""),
+        ("/v2/participation", wrong.as_str()),
+        (
+            "/v2/participation/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            "",
+        ),
+    ] {
+        let mut stream = post_head(addr, path, headers, 100_000_000, 0).await;
+        let answer = answer_within(&mut stream, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("{path}: the body was waited for"));
+        assert!(answer.starts_with("http/1.1 401"), "{path}: {answer}");
+        assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    }
+
+    // A stranger's body to an ordinary route holds all but 3,576 bytes of the budget; the
+    // next is refused.
+    let held = post_head(addr, "/api/secrets", "", 1_045_000, 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut refused = post_head(addr, "/api/secrets", "", 100_000, 1).await;
+    let answer = answer_within(&mut refused, Duration::from_secs(5)).await;
+    assert!(
+        answer
+            .as_deref()
+            .is_some_and(|a| a.starts_with("http/1.1 503") && a.contains("retry-after: 5")),
+        "{answer:?}"
+    );
+    // The admin's upload, larger than what is left, is read all the same.
+    let key = new_key(7, 1, 1000);
+    let (bytes, id) = partkey_file(&key);
+    assert!(bytes.len() > 1_048_576 - 1_045_000, "{} bytes", bytes.len());
+    let r = call(
+        &s.http,
+        "POST",
+        "/v2/participation",
+        Some(&token),
+        Some(&bytes),
+    )
+    .await
+    .expect(200);
+    assert_eq!(r.json(), json!({ "partId": id }));
+    drop(held);
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use sha2::Sha256;
 use tokio::net::TcpListener;
 
 use crate::pipelines::wait_for;
-use crate::util::{TestServer, first_party_plugins, git};
+use crate::util::{TestServer, answer_within, first_party_plugins, git, post_head};
 
 pub fn plugins_table(dir: &std::path::Path, watch: bool, extra: &str) -> String {
     format!(
@@ -1026,23 +1026,6 @@ async fn hostile_plugins_are_contained_and_the_server_stays_healthy() {
     );
 }
 
-/// The answer's head on `stream`, if one comes within `wait`.
-async fn answer_within(stream: &mut tokio::net::TcpStream, wait: Duration) -> Option<String> {
-    use tokio::io::AsyncReadExt;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    let read = tokio::time::timeout(wait, async {
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    (read.is_ok() && !got.is_empty()).then(|| String::from_utf8_lossy(&got).to_lowercase())
-}
-
 /// Opens a connection and sends a hook request's head declaring `length` bytes of body, and
 /// `sent` of them.
 async fn hook_head(
@@ -1051,14 +1034,8 @@ async fn hook_head(
     length: usize,
     sent: usize,
 ) -> tokio::net::TcpStream {
-    use tokio::io::AsyncWriteExt;
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&vec![b'{'; sent]).await.unwrap();
-    stream
+    let headers = "X-GitHub-Event: push\r\nContent-Type: application/json\r\n";
+    post_head(addr, path, headers, length, sent).await
 }
 
 /// Issue 45, item 5: `/api/hook` reads up to 25 MB before a plugin can check the signature.

@@ -777,3 +777,39 @@ pub fn spawn_agent(addr: SocketAddr, token: &str, workdir: &Path, log: &Path) ->
         .expect("spawn woodlark agent");
     KillOnDrop(child)
 }
+
+/// The answer's head on `stream` (lower-cased), if one comes within `wait`.
+pub async fn answer_within(stream: &mut tokio::net::TcpStream, wait: Duration) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(wait, async {
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    (read.is_ok() && !got.is_empty()).then(|| String::from_utf8_lossy(&got).to_lowercase())
+}
+
+/// Opens a connection and sends the head of a `POST` to `path` with `headers` (each line
+/// ending in CRLF) declaring `length` bytes of body, then `sent` of them: what a client that
+/// sends a large body slowly, or never, looks like to the server.
+pub async fn post_head(
+    addr: SocketAddr,
+    path: &str,
+    headers: &str,
+    length: usize,
+    sent: usize,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head =
+        format!("POST {path} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {length}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&vec![b'{'; sent]).await.unwrap();
+    stream
+}

@@ -1,11 +1,13 @@
 //! A byte budget for request bodies read before their sender is known.
 //!
-//! A route open to anyone (webhooks) must read a body before it can check who sent it, and
-//! its limit is large (25 MB): one such body is harmless, hundreds at once are gigabytes. The
-//! routes that opt in ([`crate::router::Scope::route_guarded`]) share one [`BodyBudget`]:
-//! every body holds its bytes from the moment they are admitted (a declared
-//! `Content-Length` at once, a chunked body frame by frame) until its request is dropped, and
-//! a body that would take the total past the budget is refused with a 503 and `Retry-After`.
+//! A route reads its body before its handler can check who sent it, and limits are large
+//! (2 MB by default, 25 MB for webhooks, 128 MB for key uploads): one such body is harmless,
+//! one on each of thousands of connections is gigabytes. So every route's bodies share one
+//! [`BodyBudget`], unless the route's head check ([`crate::router::Scope::route_guarded`])
+//! knew the sender before the body was read. A body holds its bytes from the moment they are
+//! admitted (a declared `Content-Length` at once, a chunked body frame by frame) until its
+//! request is dropped, and a body that would take the total past the budget is refused with
+//! a 503 and `Retry-After`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

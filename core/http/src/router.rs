@@ -24,22 +24,20 @@ pub type HeadCheckFuture = Pin<Box<dyn Future<Output = Result<Request, ApiError>
 pub type HeadCheck<S> = Arc<dyn Fn(S, Request) -> HeadCheckFuture + Send + Sync>;
 
 /// Put in a request's extensions by a head check that authenticated the sender from the head
-/// alone (a signed token in the URL): its body is read outside the shared budget.
+/// alone (a signed token in the URL, an API token in a header): its body is read outside the
+/// shared budget.
 #[derive(Debug, Clone, Copy)]
 pub struct SenderKnown;
 
-/// What a route open to unknown senders has before its body is read: its head check, and
-/// the byte budget its bodies share with every other guarded route.
+/// What a guarded route runs before its body is read: its head check.
 pub struct Guard<S> {
     pub check: HeadCheck<S>,
-    pub budget: Arc<BodyBudget>,
 }
 
 impl<S> Clone for Guard<S> {
     fn clone(&self) -> Self {
         Guard {
             check: self.check.clone(),
-            budget: self.budget.clone(),
         }
     }
 }
@@ -51,8 +49,12 @@ pub struct Route<S> {
     pub handler: Handler<S>,
     pub body_limit: usize,
     pub style: ErrorStyle,
-    /// Set on routes whose senders are unknown until their body is read.
+    /// Set on routes that may learn who the sender is from the head (and refuse a request)
+    /// before reading its body.
     pub guard: Option<Guard<S>>,
+    /// Shared by every route: a body not marked [`SenderKnown`] by its route's guard is read
+    /// within it.
+    pub budget: Arc<BodyBudget>,
 }
 
 impl<S> Clone for Route<S> {
@@ -63,6 +65,7 @@ impl<S> Clone for Route<S> {
             body_limit: self.body_limit,
             style: self.style,
             guard: self.guard.clone(),
+            budget: self.budget.clone(),
         }
     }
 }
@@ -106,7 +109,7 @@ pub struct Router<S> {
     /// Mount prefixes and their error styles, longest first, for 404s.
     mounts: Vec<(String, ErrorStyle)>,
     default_body_limit: usize,
-    /// Shared by the guarded routes' bodies.
+    /// Shared by the bodies of every route whose sender is not known before they are read.
     body_budget: Arc<BodyBudget>,
     errors: Vec<RouteError>,
 }
@@ -124,13 +127,14 @@ impl<S: Clone + Send + Sync + 'static> Router<S> {
         }
     }
 
-    /// The bytes the guarded routes' bodies may hold at once (before any route is added).
+    /// The bytes the bodies of senders not yet known may hold at once, on all routes
+    /// together (before any route is added).
     pub fn with_body_budget(mut self, bytes: usize) -> Router<S> {
         self.body_budget = BodyBudget::new(bytes);
         self
     }
 
-    /// The guarded routes' shared budget (for metrics).
+    /// The routes' shared budget (for metrics).
     pub fn body_budget(&self) -> &Arc<BodyBudget> {
         &self.body_budget
     }
@@ -307,10 +311,13 @@ impl<S: Clone + Send + Sync + 'static> Scope<'_, S> {
         self.route_with_limit(method, path, limit, handler)
     }
 
-    /// Like [`Scope::route_with_limit`] for a route anyone may send a body to before they are
-    /// known (webhooks). `check` sees the head first and may refuse it, so nothing is read
-    /// for a request that names no valid target; a body whose sender `check` did not mark
-    /// [`SenderKnown`] is read within the router's [`BodyBudget`] (503 past it).
+    /// Like [`Scope::route_with_limit`] with a check of the head before the body is read.
+    /// `check` may refuse the request, so nothing is read for one that names no valid target
+    /// or carries no valid credentials; one whose sender it authenticates from the head it
+    /// marks [`SenderKnown`], and that body is read outside the router's [`BodyBudget`].
+    /// Every other body, on any route, is read within the budget (503 past it): a route
+    /// whose bodies may be large and come from known senders (webhooks with a verified
+    /// token, uploads behind an API token) needs this to be served during a flood.
     pub fn route_guarded<C, CFut, F, Fut>(
         &mut self,
         method: Method,
@@ -327,7 +334,6 @@ impl<S: Clone + Send + Sync + 'static> Scope<'_, S> {
     {
         let guard = Guard {
             check: Arc::new(move |s, r| Box::pin(check(s, r))),
-            budget: self.router.body_budget.clone(),
         };
         self.add(method, path, body_limit, Some(guard), handler)
     }
@@ -371,6 +377,7 @@ impl<S: Clone + Send + Sync + 'static> Scope<'_, S> {
             body_limit,
             style: self.style,
             guard,
+            budget: self.router.body_budget.clone(),
         };
         self.router.add(method, pattern, route);
         self

@@ -539,8 +539,10 @@ fn unread_body_closes(mut response: Response) -> Response {
     response
 }
 
-/// The request with its body, read within the route's limit (and, on a guarded route, after
-/// its head check and within the shared budget).
+/// The request with its body, read within the route's limit: on a guarded route after its
+/// head check; within the shared budget unless that check knew the sender. A body from a
+/// sender nobody has checked yet must not be read in full on every connection at once
+/// (`max_connections` × the limit is gigabytes).
 async fn read_request<S: Clone + Send + Sync + 'static>(
     req: hyper::Request<Incoming>,
     params: Vec<(String, String)>,
@@ -560,15 +562,13 @@ async fn read_request<S: Clone + Send + Sync + 'static>(
     }
     let (parts, body) = req.into_parts();
     let mut request = request_of(parts, params, remote, tls);
-    let Some(guard) = &route.guard else {
-        request.body = collect(body, limit).await?;
-        return Ok(request);
-    };
-    let mut request = (guard.check)(state.clone(), request).await?;
+    if let Some(guard) = &route.guard {
+        request = (guard.check)(state.clone(), request).await?;
+    }
     if request.extensions.get::<SenderKnown>().is_some() {
         request.body = collect(body, limit).await?;
     } else {
-        let (bytes, held) = collect_within(body, limit, declared, &guard.budget).await?;
+        let (bytes, held) = collect_within(body, limit, declared, &route.budget).await?;
         request.body = bytes;
         request.extensions.insert(Arc::new(held));
     }
@@ -714,8 +714,8 @@ mod tests {
     }
 
     /// A server with one guarded route, `POST /hook`: its check refuses a request without
-    /// `?to=ok` and marks one with `x-known` as from a known sender; the handler answers the
-    /// body's length. Bodies share a budget of 100 bytes.
+    /// `?to=ok` and marks one with `x-known` as from a known sender; and one without a check,
+    /// `POST /plain`. Both answer the body's length. Bodies share a budget of 100 bytes.
     async fn guarded_server() -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
         async fn check(_: (), req: Request) -> Result<Request, ApiError> {
             if req.query != "to=ok" {
@@ -731,13 +731,10 @@ mod tests {
             Ok(Response::text(StatusCode::OK, req.body.len().to_string()))
         }
         let mut router = Router::new(1024).with_body_budget(100);
-        router.scope("", ErrorStyle::PlainText).route_guarded(
-            Method::POST,
-            "/hook",
-            1000,
-            check,
-            handler,
-        );
+        router
+            .scope("", ErrorStyle::PlainText)
+            .route_guarded(Method::POST, "/hook", 1000, check, handler)
+            .route_with_limit(Method::POST, "/plain", 1000, handler);
         let dispatcher = dispatcher_of(router);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -926,6 +923,49 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let (_, answer) = send(addr, &post("to=ok", 30, ""), &[b'y'; 30]).await;
         assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    }
+
+    /// A route without a head check cannot know its sender before the body is read, so its
+    /// bodies are held in the same budget as the guarded routes' unknown senders.
+    #[tokio::test]
+    async fn bodies_on_a_route_without_a_check_share_the_budget_too() {
+        let (addr, _stop) = guarded_server().await;
+        let plain = |length: usize| {
+            format!("POST /plain HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n")
+        };
+        let first = {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream.write_all(plain(80).as_bytes()).await.unwrap();
+            stream.write_all(&[b'x'; 40]).await.unwrap();
+            stream
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Neither route has room for 30 more bytes from a sender not known.
+        let (_, answer) = send(addr, &plain(30), &[b'y'; 30]).await;
+        assert!(answer.starts_with("http/1.1 503"), "{answer}");
+        assert!(answer.contains("\r\nretry-after: 5\r\n"), "{answer}");
+        let (_, answer) = send(addr, &post("to=ok", 30, ""), &[b'y'; 30]).await;
+        assert!(answer.starts_with("http/1.1 503"), "{answer}");
+        // A known sender's body is outside it; a small one still fits; a request without a
+        // body takes nothing.
+        let (_, answer) = send(addr, &post("to=ok", 30, "x-known: 1\r\n"), &[b'y'; 30]).await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        let (_, answer) = send(addr, &plain(20), &[b'y'; 20]).await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        let (_, answer) = send(addr, &plain(0), b"").await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        drop(first);
+        // The first body's share is given back when its connection goes.
+        let started = std::time::Instant::now();
+        loop {
+            let (_, answer) = send(addr, &plain(30), &[b'y'; 30]).await;
+            if answer.starts_with("http/1.1 200") {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "{answer}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[tokio::test]

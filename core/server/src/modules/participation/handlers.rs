@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::http::router::SenderKnown;
 use crate::http::{ApiError, Request, Response, StatusCode};
 use crate::participation::KeyringError;
 use crate::participation::ids::{encode_participation_id, parse_address, parse_participation_id};
@@ -34,6 +35,15 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Response, ApiError> {
 /// Installs `key` through the keyring; a duplicate is algod's 400.
 pub async fn install(ctx: &Ctx, key: PartKey) -> Result<ParticipationKey, ApiError> {
     Ok(ctx.keyring.install(key).await?)
+}
+
+/// The head check of the upload routes (up to [`super::MAX_UPLOAD_BYTES`]): a request
+/// without the admin token is refused before its body is read, and the admin's body is read
+/// outside the budget for bodies of senders not yet known.
+pub async fn admin_sender(ctx: Ctx, mut req: Request) -> Result<Request, ApiError> {
+    ctx.participation.authorize(&req)?;
+    req.extensions.insert(SenderKnown);
+    Ok(req)
 }
 
 /// `GET /v2/participation`: every installed key. Like algod, no keys is `null`.

@@ -33,7 +33,8 @@ pub const MAX_UPLOAD_BYTES: usize = 128 * 1024 * 1024;
 
 /// algod's participation routes below the module's mount.
 pub(super) fn routes(scope: &mut Scope<'_, Ctx>) {
-    // Uploads (partkey files, state-proof keys) may be far larger than the default limit.
+    // Uploads (partkey files, state-proof keys) may be far larger than the default limit:
+    // their token is checked before a byte of them is read.
     let upload = MAX_UPLOAD_BYTES;
     scope
         .get("/debug/settings/pprof", debug::get_pprof)
@@ -41,14 +42,21 @@ pub(super) fn routes(scope: &mut Scope<'_, Ctx>) {
         .get("/debug/settings/config", debug::get_config)
         .get("/debug/pprof/profile", debug::get_profile)
         .get("/v2/participation", handlers::list)
-        .route_with_limit(Method::POST, "/v2/participation", upload, handlers::add)
+        .route_guarded(
+            Method::POST,
+            "/v2/participation",
+            upload,
+            handlers::admin_sender,
+            handlers::add,
+        )
         .post("/v2/participation/generate/{address}", handlers::generate)
         .get("/v2/participation/{participation_id}", handlers::get)
         .delete("/v2/participation/{participation_id}", handlers::delete)
-        .route_with_limit(
+        .route_guarded(
             Method::POST,
             "/v2/participation/{participation_id}",
             upload,
+            handlers::admin_sender,
             handlers::append_keys,
         );
 }

@@ -17,10 +17,13 @@
 //! (also after a cancel ended the lease): for any other agent it is 404, as for a workflow
 //! that does not exist.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use crate::auth;
 use crate::ci::queue::AgentIdent;
+use crate::http::router::SenderKnown;
 use crate::http::{ApiError, Request, Response, Scope, StatusCode};
 use crate::runner::protocol::{AgentInfo, LogLine, StepUpdate, WorkflowDone};
 use crate::state::Ctx;
@@ -34,10 +37,11 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         .post("/agent/next", next)
         .post("/agent/workflows/{workflow_id}/init", init)
         .post("/agent/workflows/{workflow_id}/steps", step)
-        .route_with_limit(
+        .route_guarded(
             crate::http::Method::POST,
             "/agent/workflows/{workflow_id}/logs",
             LOG_BODY_LIMIT,
+            known_agent,
             logs,
         )
         .post("/agent/workflows/{workflow_id}/extend", extend)
@@ -92,12 +96,25 @@ async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
 
-async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+/// The head check of log uploads (up to [`LOG_BODY_LIMIT`]): a request without a valid
+/// agent token is refused before its body is read; an agent's batch is read outside the
+/// budget for bodies of senders not yet known, so logs keep flowing during a flood.
+async fn known_agent(ctx: Ctx, mut req: Request) -> Result<Request, ApiError> {
     let row = agent(&ctx, &req).await?;
+    req.extensions.insert(SenderKnown);
+    req.extensions.insert(Arc::new(row));
+    Ok(req)
+}
+
+async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
+    let agent_id = match req.extensions.get::<Arc<AgentRow>>() {
+        Some(row) => row.agent.id,
+        None => agent(&ctx, &req).await?.agent.id,
+    };
     let lines: Vec<LogLine> = req.json_list()?;
     ctx.ci
         .queue
-        .logs(row.agent.id, workflow_id(&req)?, lines)
+        .logs(agent_id, workflow_id(&req)?, lines)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
