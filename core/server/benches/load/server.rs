@@ -28,6 +28,13 @@ use woodlark::logging::{LogControl, LogLevel};
 
 pub const ECHO: &str = "steps:\n  - name: echo\n    image: sh\n    commands: [\"echo hello\"]\n";
 
+/// How long the bench's client keeps an idle connection for reuse: under the server's idle
+/// close (`header_read_timeout_ms`, 10 s by default). With the client's default (90 s) a
+/// connection idle exactly as long as the server allows was now and then reused at the
+/// instant the server closed it (`IncompleteMessage`): the hooks scenario's turns bring a
+/// target's connections back after 10 s.
+const CLIENT_IDLE: Duration = Duration::from_secs(5);
+
 #[derive(Clone)]
 pub struct Api {
     pub addr: SocketAddr,
@@ -38,7 +45,9 @@ impl Api {
     pub fn new(addr: SocketAddr) -> Api {
         Api {
             addr,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(CLIENT_IDLE)
+                .build_http(),
         }
     }
 
