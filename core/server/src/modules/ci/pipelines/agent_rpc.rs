@@ -50,14 +50,19 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
         .post("/agent/workflows/{workflow_id}/hand-over", hand_over);
 }
 
-/// The agent a request's token belongs to: one statement, on every call an agent makes,
-/// so `read_one` (on PostgreSQL, no transaction and no hop off the runtime).
-async fn agent(ctx: &Ctx, req: &Request) -> Result<AgentRow, ApiError> {
+/// The agent a request's token belongs to: the one [`known_agent`] found from the head, else
+/// one statement, on every call an agent makes, so `read_one` (on PostgreSQL, no transaction
+/// and no hop off the runtime).
+async fn agent(ctx: &Ctx, req: &Request) -> Result<Arc<AgentRow>, ApiError> {
+    if let Some(row) = req.extensions.get::<Arc<AgentRow>>() {
+        return Ok(row.clone());
+    }
     let token = auth::bearer(req).ok_or_else(ApiError::unauthorized)?;
     ctx.ci
         .reads
         .read_one(move |c| agents::by_token(c, &token))
         .await?
+        .map(Arc::new)
         .ok_or_else(ApiError::unauthorized)
 }
 
@@ -102,19 +107,16 @@ async fn step(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 async fn known_agent(ctx: Ctx, mut req: Request) -> Result<Request, ApiError> {
     let row = agent(&ctx, &req).await?;
     req.extensions.insert(SenderKnown);
-    req.extensions.insert(Arc::new(row));
+    req.extensions.insert(row);
     Ok(req)
 }
 
 async fn logs(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
-    let agent_id = match req.extensions.get::<Arc<AgentRow>>() {
-        Some(row) => row.agent.id,
-        None => agent(&ctx, &req).await?.agent.id,
-    };
+    let row = agent(&ctx, &req).await?;
     let lines: Vec<LogLine> = req.json_list()?;
     ctx.ci
         .queue
-        .logs(agent_id, workflow_id(&req)?, lines)
+        .logs(row.agent.id, workflow_id(&req)?, lines)
         .await?;
     Ok(Response::empty(StatusCode::NO_CONTENT))
 }
