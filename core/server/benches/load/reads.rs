@@ -16,6 +16,13 @@
 //!   the API ignores: no cache can hold the answer, so every request reads the store and
 //!   renders), the same page asked again and again (past the rendered-body cache's old
 //!   16 KiB per-body limit), and `perPage=5` (a page every cache holds), in turns.
+//! - **PostgreSQL by itself.** After each PostgreSQL turn of the miss row, PostgreSQL's own
+//!   `pgbench` runs the statement behind that page (prepared, the same parameters) from
+//!   [`CONNS`] clients on two threads over the same kind of connection, for as long. Its
+//!   client is C that keeps the rows and throws them away, with no HTTP and no rendering:
+//!   its rate is about the most any client gets that page from this database on this
+//!   machine, so `pgbench ÷ SQLite` is as far as the PostgreSQL-against-SQLite ratio can go
+//!   here (the backends share the cores with everything else).
 //! - **A snapshot read, PostgreSQL against SQLite.** The read behind `GET …/pipelines/5` (a
 //!   pipeline with its workflows and steps: three statements in one snapshot,
 //!   `Store::read`) called through the servers' own read handle, 16 tasks in a closed loop,
@@ -124,6 +131,50 @@ async fn snapshot_reads(reads: &woodlark::ci::Reads, repo: i64, t: Duration) -> 
     }
     total.elapsed = start.elapsed();
     total
+}
+
+/// The statement a page of `GET /api/repos/{id}/pipelines` runs (`store::pipelines::list_json`
+/// with no filter), in `pgbench`'s words: its `:repo`, `:per_page` and `:offset` become
+/// parameters of a prepared statement, as the server's are.
+const LIST_STATEMENT: &str = "SELECT id, repo_id, number, status, data FROM pipelines \
+     WHERE repo_id = :repo ORDER BY number DESC LIMIT :per_page + 0 OFFSET :offset";
+
+/// Runs [`LIST_STATEMENT`] for the first page of [`PIPELINES`] in `repo` with `pgbench` from
+/// [`CONNS`] clients on two threads (one per core) over `url` for `t`: its transactions per
+/// second.
+async fn pgbench(url: &str, repo: i64, t: Duration) -> f64 {
+    let script = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::fs::write(
+        script.path(),
+        format!(
+            "\\set repo {repo}\n\\set per_page {PIPELINES}\n\\set offset 0\n{LIST_STATEMENT};\n"
+        ),
+    )
+    .expect("write the pgbench script");
+    let program = woodlark_store::pg::testing::Cluster::shared().program("pgbench");
+    let out = tokio::process::Command::new(&program)
+        .args(["-n", "-M", "prepared", "-c"])
+        .arg(CONNS.to_string())
+        .args(["-j", "2", "-T"])
+        .arg(t.as_secs().max(1).to_string())
+        .arg("-f")
+        .arg(script.path())
+        .arg(url)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "pgbench failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "tps = 12345.678901 (without initial connection time)"
+    text.lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no tps in pgbench's report: {text}"))
 }
 
 /// A table row of one read on both stores: rates, PostgreSQL's ratio, p99s and errors.
@@ -246,19 +297,32 @@ pub async fn run() {
         ("…/pipelines?perPage=5 (the same query)", "perPage=5"),
     ];
     let mut rows = Vec::new();
-    for (name, query) in pages {
+    let mut by_itself = None;
+    for (i, (name, query)) in pages.into_iter().enumerate() {
         if !name.contains(only.as_str()) {
             continue;
         }
         let lite_path = format!("/api/repos/{repo}/pipelines?{query}");
         let pg_path = format!("/api/repos/{pg_repo}/pipelines?{query}");
-        let (mut l, mut p) = in_turns(
-            rounds,
-            t,
-            (lite.api.addr, &lite_path, &token),
-            (pg.api.addr, &pg_path, &pg_token),
-        )
-        .await;
+        let (mut l, mut p) = if i == 0 {
+            // The misses: PostgreSQL by itself after each PostgreSQL turn.
+            let (mut l, mut p, mut rates) = (LoadResult::empty(), LoadResult::empty(), vec![]);
+            for _ in 0..rounds {
+                turn(&mut l, lite.api.addr, &lite_path, Some(&token), t).await;
+                turn(&mut p, pg.api.addr, &pg_path, Some(&pg_token), t).await;
+                rates.push(pgbench(&pg_url, pg_repo, t).await);
+            }
+            by_itself = Some((l.rps(), p.rps(), rates));
+            (l, p)
+        } else {
+            in_turns(
+                rounds,
+                t,
+                (lite.api.addr, &lite_path, &token),
+                (pg.api.addr, &pg_path, &pg_token),
+            )
+            .await
+        };
         rows.push(side_by_side(name, &mut l, &mut p));
     }
     table(
@@ -274,6 +338,26 @@ pub async fn run() {
         ],
         &rows,
     );
+
+    if let Some((lite_rps, pg_rps, rates)) = by_itself {
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        let each: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+        table(
+            "reads: PostgreSQL by itself (pgbench, the misses' statement), against the misses above",
+            &[
+                "statement",
+                "pgbench tx/s (each turn)",
+                "PostgreSQL misses ÷ pgbench",
+                "pgbench ÷ SQLite misses (the ratio's ceiling)",
+            ],
+            &[vec![
+                format!("the list's SELECT, {PIPELINES} rows, {CONNS} clients"),
+                each.join(", "),
+                ratio(pg_rps, mean),
+                ratio(mean, lite_rps),
+            ]],
+        );
+    }
 
     // A snapshot read, no cache in front.
     let name = "a pipeline with its workflows and steps (Store::read, no cache)";

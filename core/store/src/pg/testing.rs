@@ -161,6 +161,11 @@ impl Cluster {
         (tls.join("client.crt"), tls.join("client.key"))
     }
 
+    /// The path of PostgreSQL's program `name` (`pgbench`, say) of the cluster's version.
+    pub fn program(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
     /// The port the cluster listens on (127.0.0.1).
     pub fn port(&self) -> u16 {
         self.port
