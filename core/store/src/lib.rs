@@ -995,12 +995,13 @@ where
     let mut result = pass(&deferred, kind, f);
     let mut read: Option<pg::reads::Lease<'_>> = None;
     loop {
-        let Some((statement, binds)) = deferred.take_statement() else {
+        let mut statements = deferred.take_statements();
+        if statements.is_empty() {
             if let Some(read) = read {
                 read.end();
             }
             return (!deferred.needs_session()).then_some(result);
-        };
+        }
         if deferred.answered() >= ASYNC_STATEMENTS {
             tracing::debug!(
                 statements = deferred.answered(),
@@ -1014,6 +1015,7 @@ where
         drop(result);
         if kind == ReadKind::OneStatement {
             // One statement by itself: on a session shared with the reads beside it.
+            let (statement, binds) = statements.swap_remove(0);
             let rows = match reads.one(&statement, &binds).await {
                 Ok(rows) => rows,
                 Err(e) => return Some(Err(e)),
@@ -1029,8 +1031,8 @@ where
                 Err(e) => return Some(Err(e)),
             },
         };
-        let rows = match lease.query(&statement, &binds).await {
-            Ok(rows) => rows,
+        let answers = match lease.query(&statements).await {
+            Ok(answers) => answers,
             Err(e) => {
                 if let Some(read) = read {
                     read.end();
@@ -1038,7 +1040,9 @@ where
                 return Some(Err(e));
             }
         };
-        deferred.answer(statement, rows);
+        for ((statement, _), rows) in statements.into_iter().zip(answers) {
+            deferred.answer(statement, rows);
+        }
         result = pass(&deferred, kind, f);
     }
 }

@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use crate::{OptionalExtension, Row, json_array_items};
 use rusqlite::params;
+use rusqlite::types::ToSql;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -299,7 +300,7 @@ pub fn by_id(conn: &Tx, id: i64) -> StoreResult<PipelineRow> {
 
 pub fn by_number(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
     conn.cached_row(
-        &format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2"),
+        &by_number_sql(),
         params![repo_id, number],
         pipeline_from_row,
     )
@@ -488,12 +489,12 @@ fn push_pipeline_json(out: &mut String, r: &Row<'_>, workflows: Option<&str>) ->
 /// [`full`]'s rendering, spliced from the stored record like [`list_json`]: the pipeline
 /// and its workflows and steps in three indexed queries, with no decode of the record.
 pub fn full_json(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<String> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2"
-    ))?;
+    let sql = FullStatements::new();
+    sql.name_ahead(conn, repo_id, number)?;
+    let mut stmt = conn.prepare_cached(&sql.pipeline)?;
     let mut rows = stmt.query(params![repo_id, number])?;
     let row = rows.next()?.ok_or(StoreError::NotFound)?;
-    let wfs = workflows(conn, row.get(0)?)?;
+    let wfs = sql.workflows(conn, repo_id, number)?;
     let workflows = if wfs.is_empty() {
         None
     } else {
@@ -693,17 +694,29 @@ fn steps_of_workflow(conn: &Tx, workflow_id: i64) -> StoreResult<Vec<Step>> {
 
 /// The workflows of a pipeline with their steps, by pid.
 pub fn workflows(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<Workflow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE pipeline_id = ?1 ORDER BY pid"
-    ))?;
+    workflows_where(
+        conn,
+        &workflows_sql("pipeline_id = ?1"),
+        &steps_sql("pipeline_id = ?1"),
+        &[&pipeline_id],
+    )
+}
+
+/// The workflows `workflows_sql` finds, each with its steps from `steps_sql` (both with
+/// `args`).
+fn workflows_where(
+    conn: &Tx,
+    workflows_sql: &str,
+    steps_sql: &str,
+    args: &[&dyn ToSql],
+) -> StoreResult<Vec<Workflow>> {
+    let mut stmt = conn.prepare_cached(workflows_sql)?;
     let mut list: Vec<Workflow> = stmt
-        .query_map([pipeline_id], workflow_from_row)?
+        .query_map(args, workflow_from_row)?
         .collect::<Result<_, _>>()?;
     // Every step of the pipeline in one query, handed to its workflow.
-    let mut steps = conn.prepare_cached(&format!(
-        "SELECT {STEP_COLUMNS} FROM steps WHERE pipeline_id = ?1 ORDER BY workflow_id, pid"
-    ))?;
-    let mut rows = steps.query([pipeline_id])?;
+    let mut steps = conn.prepare_cached(steps_sql)?;
+    let mut rows = steps.query(args)?;
     while let Some(r) = rows.next()? {
         let workflow_id: i64 = r.get(12)?;
         if let Some(wf) = list.iter_mut().find(|w| w.id == workflow_id) {
@@ -716,10 +729,66 @@ pub fn workflows(conn: &Tx, pipeline_id: i64) -> StoreResult<Vec<Workflow>> {
 /// A pipeline with its workflows and steps (the `GET` rendering). A pipeline without any
 /// (its config failed to parse) has no `workflows` field at all, as upstream renders it.
 pub fn full(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
+    let sql = FullStatements::new();
+    sql.name_ahead(conn, repo_id, number)?;
     let mut row = by_number(conn, repo_id, number)?;
-    let wfs = workflows(conn, row.pipeline.id)?;
+    let wfs = sql.workflows(conn, repo_id, number)?;
     row.pipeline.workflows = (!wfs.is_empty()).then_some(wfs);
     Ok(row)
+}
+
+/// [`by_number`]'s statement.
+fn by_number_sql() -> String {
+    format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2")
+}
+
+/// The statement of the workflows `filter` (a condition on `workflows`) picks, in order.
+fn workflows_sql(filter: &str) -> String {
+    format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE {filter} ORDER BY pid")
+}
+
+/// The statement of the steps `filter` (a condition on `steps`) picks, by workflow.
+fn steps_sql(filter: &str) -> String {
+    format!("SELECT {STEP_COLUMNS} FROM steps WHERE {filter} ORDER BY workflow_id, pid")
+}
+
+/// The three statements of a pipeline with its workflows and steps ([`full`], [`full_json`]).
+/// The workflows and steps are found by the pipeline's repository and number, as the
+/// pipeline is, not by the id its row gives: so none of the three waits for another's rows,
+/// and the asynchronous PostgreSQL client sends them in one round trip (`Tx::ahead`).
+struct FullStatements {
+    pipeline: String,
+    workflows: String,
+    steps: String,
+}
+
+impl FullStatements {
+    /// The pipeline of `?1` (its repository) and `?2` (its number), as a condition.
+    const OF_NUMBER: &str =
+        "pipeline_id = (SELECT id FROM pipelines WHERE repo_id = ?1 AND number = ?2)";
+
+    fn new() -> FullStatements {
+        FullStatements {
+            pipeline: by_number_sql(),
+            workflows: workflows_sql(Self::OF_NUMBER),
+            steps: steps_sql(Self::OF_NUMBER),
+        }
+    }
+
+    /// Names the three statements to `conn`, in the order the read runs them.
+    fn name_ahead(&self, conn: &Tx, repo_id: i64, number: i64) -> StoreResult<()> {
+        let args: &[&dyn ToSql] = &[&repo_id, &number];
+        conn.ahead(&[
+            (&self.pipeline, args),
+            (&self.workflows, args),
+            (&self.steps, args),
+        ])
+    }
+
+    /// The workflows of pipeline `number` of `repo_id`, each with its steps.
+    fn workflows(&self, conn: &Tx, repo_id: i64, number: i64) -> StoreResult<Vec<Workflow>> {
+        workflows_where(conn, &self.workflows, &self.steps, &[&repo_id, &number])
+    }
 }
 
 pub fn step(conn: &Tx, id: i64) -> StoreResult<Step> {

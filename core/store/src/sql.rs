@@ -177,12 +177,16 @@ impl Drop for PgConn {
 /// result is then thrown away, whatever the closure made of that failure). The caller runs
 /// that statement, adds its rows, and runs the next pass. A pass that runs no unanswered
 /// statement is the read's result. So a closure of `n` statements runs `n + 1` times, each
-/// statement is sent once, and a statement that depends on an earlier one's rows (the
-/// workflows of the pipeline just read) gets its parameters from those rows.
+/// statement is sent once, and a statement that depends on an earlier one's rows gets its
+/// parameters from those rows. Statements the closure names ahead ([`Tx::ahead`]) are
+/// answered together: one round trip and one more pass for all of them.
 #[derive(Default)]
 pub(crate) struct Deferred {
     /// This pass's first statement without an answer, with its parameters.
-    statement: RefCell<Option<(String, Vec<PgBind>)>>,
+    statement: RefCell<Option<Statement>>,
+    /// The statements this pass named ahead ([`Tx::ahead`]) that have no answer yet, in the
+    /// order it will run them.
+    ahead: RefCell<Vec<Statement>>,
     /// The statements answered so far, in the order the closure runs them, with their rows
     /// (shared: every later pass reads them again).
     answers: RefCell<Vec<(String, Answer)>>,
@@ -197,6 +201,9 @@ pub(crate) struct Deferred {
 /// closure asks for it ([`pg_value_ref`]), text and blobs borrowed, not copied.
 type Answer = std::sync::Arc<Vec<postgres::Row>>;
 
+/// A statement to run, with its parameters, as the asynchronous client gets it.
+pub(crate) type Statement = (String, Vec<PgBind>);
+
 /// A pass's error for a statement it has no answer for: never seen outside the store (a later
 /// pass replaces it).
 const DEFERRED: &str = "the statement runs on the asynchronous client (a first pass)";
@@ -206,15 +213,38 @@ impl Deferred {
     pub(crate) fn tx(&self) -> Tx<'_> {
         self.used.set(0);
         self.statement.borrow_mut().take();
+        self.ahead.borrow_mut().clear();
         Tx {
             engine: Engine::Deferred(self),
             statements_left: std::cell::Cell::new(None),
         }
     }
 
-    /// The pass's first statement without an answer, with its parameters, taken.
-    pub(crate) fn take_statement(&self) -> Option<(String, Vec<PgBind>)> {
-        self.statement.borrow_mut().take()
+    /// The pass's first statement without an answer, with its parameters, taken, and the
+    /// statements named ahead to run after it (none if the pass named none, or ran another
+    /// statement first than the one it named).
+    pub(crate) fn take_statements(&self) -> Vec<Statement> {
+        let Some(first) = self.statement.borrow_mut().take() else {
+            return Vec::new();
+        };
+        let ahead = std::mem::take(&mut *self.ahead.borrow_mut());
+        match ahead.first() {
+            Some(named) if *named == first => ahead,
+            _ => vec![first],
+        }
+    }
+
+    /// Keeps `statements`, named by the pass before it runs them, for those without an
+    /// answer yet (a pass after the one that named them finds them answered).
+    fn name_ahead(&self, statements: &[(&str, &[&dyn ToSql])]) -> StoreResult<()> {
+        let answered = self.answers.borrow().len();
+        let from = answered.saturating_sub(self.used.get());
+        let mut ahead = self.ahead.borrow_mut();
+        ahead.clear();
+        for (sql, values) in statements.iter().skip(from) {
+            ahead.push((sql.to_string(), pg_binds(values)?));
+        }
+        Ok(())
     }
 
     /// The rows of `sql`, the statement taken last, for the passes after this.
@@ -424,6 +454,19 @@ impl Tx<'_> {
             #[cfg(test)]
             Engine::PostgresOwned(pg) => Some(pg),
             _ => None,
+        }
+    }
+
+    /// Names the statements this read runs next, in the order it runs them, with their
+    /// parameters. On the asynchronous PostgreSQL client they then go out together, in one
+    /// round trip, where each would otherwise wait for the one before it; so none of them
+    /// may take its parameters from another's rows. Elsewhere it changes nothing (SQLite has
+    /// no round trips; a synchronous session runs each as it comes). Naming statements the
+    /// read then does not run costs only their answers.
+    pub(crate) fn ahead(&self, statements: &[(&str, &[&dyn ToSql])]) -> StoreResult<()> {
+        match self.engine {
+            Engine::Deferred(deferred) => deferred.name_ahead(statements),
+            _ => Ok(()),
         }
     }
 
@@ -842,7 +885,7 @@ pub(crate) fn dollar_placeholders(sql: &str) -> String {
 }
 
 /// A value bound to a PostgreSQL parameter, converted to the type the server expects there.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct PgBind(pub(crate) Value);
 
 fn pg_binds(values: &[&dyn ToSql]) -> StoreResult<Vec<PgBind>> {

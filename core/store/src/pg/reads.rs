@@ -39,7 +39,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use crate::sql::{PgBind, dollar_placeholders};
+use crate::sql::{PgBind, Statement, dollar_placeholders};
 use crate::{StoreError, StoreResult};
 
 /// How long a read waits for the database's answers, all its statements together: far past
@@ -308,16 +308,15 @@ impl AsyncReaders {
 }
 
 impl Lease<'_> {
-    /// Runs `sql` with `binds` on the read's session (the snapshot's first statement begins
-    /// it) and returns its rows as values. The read's first statement, finding its session
-    /// lost, runs once more on a new one; any other error is the read's.
+    /// Runs `statements` on the read's session, all sent at once, and returns each one's
+    /// rows, in their order (the snapshot's first statements begin it). The read's first
+    /// statements, finding their session lost, run once more on a new one; any other error
+    /// is the read's.
     pub(crate) async fn query(
         &mut self,
-        sql: &str,
-        binds: &[PgBind],
-    ) -> StoreResult<Vec<tokio_postgres::Row>> {
-        let params = as_params(binds);
-        let result = self.run(sql, &params).await;
+        statements: &[Statement],
+    ) -> StoreResult<Vec<Vec<tokio_postgres::Row>>> {
+        let result = self.run(statements).await;
         let Err(e) = &result else {
             return result;
         };
@@ -335,26 +334,25 @@ impl Lease<'_> {
             Err(_) => return Err(self.pool.late()),
         };
         self.session = Some(session);
-        self.run(sql, &params).await
+        self.run(statements).await
     }
 
-    /// One statement on the session, within the read's time; out of time, the session is
+    /// `statements` on the session, within the read's time; out of time, the session is
     /// dropped and counted lost.
     async fn run(
         &mut self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> StoreResult<Vec<tokio_postgres::Row>> {
+        statements: &[Statement],
+    ) -> StoreResult<Vec<Vec<tokio_postgres::Row>>> {
         let session = self
             .session
             .as_mut()
             .ok_or_else(|| StoreError::Unavailable("the read's session was lost".into()))?;
         let begin = !self.in_transaction;
-        match tokio::time::timeout_at(self.deadline, session.query(sql, params, begin)).await {
+        match tokio::time::timeout_at(self.deadline, session.query_all(statements, begin)).await {
             Ok((began, rows)) => {
                 self.in_transaction |= began;
                 let rows = rows?;
-                self.answered += 1;
+                self.answered += rows.len();
                 Ok(rows)
             }
             Err(_) => {
@@ -402,26 +400,29 @@ impl AsyncSession {
         self.statements.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `sql`'s rows, the statement prepared once per session; with `begin`, the snapshot's
-    /// `BEGIN` is sent ahead of it in the same round trip. Returns whether the snapshot began.
+    /// `sql` prepared on this session (once: kept for the session's next reads).
+    async fn statement(&self, sql: &str) -> StoreResult<tokio_postgres::Statement> {
+        if let Some(statement) = self.statements().get(sql).cloned() {
+            return Ok(statement);
+        }
+        // (Reads sharing the session may prepare the same statement side by side; the last
+        // one kept serves the rest.)
+        let statement = self.client.prepare(&dollar_placeholders(sql)).await?;
+        self.statements().insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// `sql`'s rows; with `begin`, the snapshot's `BEGIN` is sent ahead of it in the same
+    /// round trip. Returns whether the snapshot began.
     async fn query(
         &self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
         begin: bool,
     ) -> (bool, StoreResult<Vec<tokio_postgres::Row>>) {
-        let cached = self.statements().get(sql).cloned();
-        let statement = match cached {
-            Some(statement) => statement,
-            // (Reads sharing the session may prepare the same statement side by side; the
-            // last one kept serves the rest.)
-            None => match self.client.prepare(&dollar_placeholders(sql)).await {
-                Ok(statement) => {
-                    self.statements().insert(sql.to_owned(), statement.clone());
-                    statement
-                }
-                Err(e) => return (false, Err(e.into())),
-            },
+        let statement = match self.statement(sql).await {
+            Ok(statement) => statement,
+            Err(e) => return (false, Err(e)),
         };
         if !begin {
             return (
@@ -441,6 +442,53 @@ impl AsyncSession {
             Ok(()) => (true, rows.map_err(Into::into)),
             Err(e) => (false, Err(e.into())),
         }
+    }
+
+    /// [`AsyncSession::query`] for several statements, all sent (after `BEGIN`, with
+    /// `begin`) before any answer is awaited: one round trip for all of them. Each is
+    /// prepared first (once per session), so that they go out in one write, in their order.
+    async fn query_all(
+        &self,
+        statements: &[Statement],
+        begin: bool,
+    ) -> (bool, StoreResult<Vec<Vec<tokio_postgres::Row>>>) {
+        if let [(sql, binds)] = statements {
+            let (began, rows) = self.query(sql, &as_params(binds), begin).await;
+            return (began, rows.map(|rows| vec![rows]));
+        }
+        let mut prepared = Vec::with_capacity(statements.len());
+        for (sql, _) in statements {
+            match self.statement(sql).await {
+                Ok(statement) => prepared.push(statement),
+                Err(e) => return (false, Err(e)),
+            }
+        }
+        let params: Vec<_> = statements.iter().map(|(_, b)| as_params(b)).collect();
+        // `join!` and `join_all` poll in order, and a request is sent on its first poll:
+        // the `BEGIN`, then the statements as the read named them.
+        let (began, answers) = tokio::join!(
+            async {
+                match begin {
+                    true => self.client.batch_execute(BEGIN).await.map(|()| true),
+                    false => Ok(false),
+                }
+            },
+            futures_util::future::join_all(
+                prepared
+                    .iter()
+                    .zip(&params)
+                    .map(|(statement, params)| self.client.query(statement, params))
+            )
+        );
+        let began = match began {
+            Ok(began) => began,
+            Err(e) => return (false, Err(e.into())),
+        };
+        let rows = answers
+            .into_iter()
+            .map(|rows| rows.map_err(Into::into))
+            .collect();
+        (began, rows)
     }
 }
 
@@ -795,6 +843,114 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(batch, 2);
+        store.close();
+    }
+
+    /// Statements a read names ahead (`Tx::ahead`) go out together, after the snapshot's
+    /// `BEGIN` and in their order, even when the session has yet to prepare them: each sees
+    /// the snapshot, each gets its own rows, and the closure runs once to name them and once
+    /// to read them. Named after a statement already answered, they go out together next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_named_ahead_go_out_together_in_the_snapshot() {
+        let (_url, store) = store_with_one_row().await;
+        let sql = ["a", "b", "c"].map(|name| {
+            format!(
+                "SELECT current_setting('transaction_isolation') || ' {name}' || CAST(?1 AS TEXT)"
+            )
+        });
+        let passes = Arc::new(AtomicUsize::new(0));
+        for first_alone in [false, true] {
+            let (sql, counted) = (sql.clone(), passes.clone());
+            counted.store(0, Ordering::Relaxed);
+            let got = store
+                .read(move |c| {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let before = if first_alone { count(c)? } else { 1 };
+                    let args: [[i64; 1]; 3] = [[1], [2], [3]];
+                    let refs = args
+                        .each_ref()
+                        .map(|[a]| [a as &dyn rusqlite::types::ToSql]);
+                    let named: Vec<(&str, &[&dyn rusqlite::types::ToSql])> = sql
+                        .iter()
+                        .zip(&refs)
+                        .map(|(sql, refs)| (sql.as_str(), &refs[..]))
+                        .collect();
+                    c.ahead(&named)?;
+                    let mut got = vec![before.to_string()];
+                    for (sql, arg) in sql.iter().zip(args) {
+                        got.push(c.cached_row(sql, arg, |r| r.get::<_, String>(0))?);
+                    }
+                    Ok(got)
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                got,
+                [
+                    "1",
+                    "repeatable read a1",
+                    "repeatable read b2",
+                    "repeatable read c3"
+                ]
+            );
+            let expected = if first_alone { 3 } else { 2 };
+            assert_eq!(
+                passes.load(Ordering::Relaxed),
+                expected,
+                "first alone: {first_alone}"
+            );
+        }
+        store.close();
+    }
+
+    /// A pipeline with its workflows and steps is read in one round trip on the asynchronous
+    /// client, rendered as the typed read renders it; a pipeline that is not there is still
+    /// not found.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pipeline_with_its_steps_is_one_round_trip() {
+        use crate::pipelines::{self, NewWorkflow, Pipeline};
+        let (_url, store) = store_with_one_row().await;
+        let workflow = |name: &str, steps: &[&str]| NewWorkflow {
+            name: name.into(),
+            state: woodlark_pipeline::status::Status::Pending,
+            environ: Default::default(),
+            sealed_payload: String::new(),
+            steps: steps
+                .iter()
+                .map(|s| (s.to_string(), "commands".into()))
+                .collect(),
+        };
+        let workflows = [
+            workflow("build", &["clone", "test"]),
+            workflow("lint", &["clone", "run", "x"]),
+        ];
+        let number = store
+            .write(move |c| {
+                let number = pipelines::take_next_number(c, 7)?;
+                pipelines::create(c, 7, number, &Pipeline::default(), &workflows, &[])?;
+                Ok(number)
+            })
+            .await
+            .unwrap();
+        let passes = Arc::new(AtomicUsize::new(0));
+        let counted = passes.clone();
+        let json = store
+            .read(move |c| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                pipelines::full_json(c, 7, number)
+            })
+            .await
+            .unwrap();
+        assert_eq!(passes.load(Ordering::Relaxed), 2, "one round trip");
+        let typed = store
+            .read(move |c| pipelines::full(c, 7, number))
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(json, serde_json::to_value(typed.pipeline).unwrap());
+        assert_eq!(json["workflows"][1]["children"][2]["name"], "x");
+        let missing = store.read(|c| pipelines::full_json(c, 7, 99)).await;
+        assert!(matches!(missing, Err(StoreError::NotFound)), "{missing:?}");
         store.close();
     }
 
