@@ -641,6 +641,17 @@ impl Config {
                 "must be at least 1048576".into(),
             ));
         }
+        // A body no budget can hold would be refused as "busy, retry" for ever.
+        if self.server.unauthenticated_body_budget_bytes < self.server.max_body_bytes {
+            return Err(invalid(
+                "server.unauthenticated_body_budget_bytes",
+                format!(
+                    "must be at least server.max_body_bytes ({}): bodies of unknown senders \
+                     are read within it",
+                    self.server.max_body_bytes
+                ),
+            ));
+        }
         if self.storage.readers == 0 || self.storage.readers > 64 {
             return Err(invalid(
                 "storage.readers",
@@ -1111,6 +1122,19 @@ config = { hook-secret = "hook-secret-3", api_token = "tok-4", api-url = "https:
             err.contains("server.unauthenticated_body_budget_bytes"),
             "{err}"
         );
+        // Below the largest body: such a body could never be read.
+        let err = load(
+            "[server]\nmax_body_bytes = 8388608\nunauthenticated_body_budget_bytes = 4194304\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("at least server.max_body_bytes (8388608)"),
+            "{err}"
+        );
+        let equal =
+            "[server]\nmax_body_bytes = 8388608\nunauthenticated_body_budget_bytes = 8388608\n";
+        assert!(load(equal).is_ok());
     }
 
     #[test]
