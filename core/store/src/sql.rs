@@ -221,8 +221,8 @@ impl Deferred {
     }
 
     /// The pass's first statement without an answer, with its parameters, taken, and the
-    /// statements named ahead to run after it (none if the pass named none, or ran another
-    /// statement first than the one it named).
+    /// statements named ahead to run after it (none if the pass named none, or if that
+    /// statement is not the first it named: then they go out one by one, as unnamed ones).
     pub(crate) fn take_statements(&self) -> Vec<Statement> {
         let Some(first) = self.statement.borrow_mut().take() else {
             return Vec::new();
