@@ -211,7 +211,10 @@ async fn every_operation_needs_the_admin_token() {
 /// here) and are refused past it, while the admin's upload is read outside it.
 #[tokio::test]
 async fn uploads_without_the_admin_token_are_refused_before_their_body_is_read() {
-    let s = TestServer::start_with("unauthenticated_body_budget_bytes = 1048576").await;
+    let s = TestServer::start_with(
+        "max_body_bytes = 1048576\nunauthenticated_body_budget_bytes = 1048576",
+    )
+    .await;
     let token = admin_token(&s);
     let addr = s.http.addr;
     let wrong = format!("X-Algo-API-Token: {}\r\n", "w".repeat(64));

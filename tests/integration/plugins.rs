@@ -1051,7 +1051,7 @@ async fn a_flood_of_unauthenticated_hook_bodies_is_refused_before_or_past_the_bu
     let instance = "[plugins.instances.github]\nfile = \"forge-github.wasm\"\nsecrets = [\"forge:1\"]\nconfig = { hook-secret = \"forge:1\" }\n";
     let s = TestServer::start_in_with_tables(
         data,
-        "unauthenticated_body_budget_bytes = 1048576",
+        "max_body_bytes = 1048576\nunauthenticated_body_budget_bytes = 1048576",
         &plugins_table(&dist, false, instance),
     )
     .await;
