@@ -300,7 +300,7 @@ pub fn by_id(conn: &Tx, id: i64) -> StoreResult<PipelineRow> {
 
 pub fn by_number(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
     conn.cached_row(
-        &by_number_sql(),
+        &FULL_STATEMENTS.pipeline,
         params![repo_id, number],
         pipeline_from_row,
     )
@@ -445,6 +445,22 @@ pub fn list_json(
     Ok(out)
 }
 
+/// The statement [`list_json`] runs for the first `per_page` pipelines of `repo_id` with no
+/// filter, in SQLite's `?N` placeholders, and its parameters: for a bench that runs the same
+/// statement with PostgreSQL's own client.
+#[cfg(feature = "test-support")]
+pub fn first_page_statement(repo_id: i64, per_page: u32) -> (String, Vec<rusqlite::types::Value>) {
+    let filter = ListFilter::default();
+    list_query(
+        crate::Dialect::Postgres,
+        PIPELINE_COLUMNS,
+        repo_id,
+        &filter,
+        1,
+        per_page,
+    )
+}
+
 /// Room for `rest` more rows like one of `first_len` bytes, an eighth more for records of
 /// different sizes, and the closing bracket.
 fn page_size_estimate(first_len: usize, rest: usize) -> usize {
@@ -489,7 +505,7 @@ fn push_pipeline_json(out: &mut String, r: &Row<'_>, workflows: Option<&str>) ->
 /// [`full`]'s rendering, spliced from the stored record like [`list_json`]: the pipeline
 /// and its workflows and steps in three indexed queries, with no decode of the record.
 pub fn full_json(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<String> {
-    let sql = FullStatements::new();
+    let sql = &*FULL_STATEMENTS;
     sql.name_ahead(conn, repo_id, number)?;
     let mut stmt = conn.prepare_cached(&sql.pipeline)?;
     let mut rows = stmt.query(params![repo_id, number])?;
@@ -729,17 +745,12 @@ fn workflows_where(
 /// A pipeline with its workflows and steps (the `GET` rendering). A pipeline without any
 /// (its config failed to parse) has no `workflows` field at all, as upstream renders it.
 pub fn full(conn: &Tx, repo_id: i64, number: i64) -> StoreResult<PipelineRow> {
-    let sql = FullStatements::new();
+    let sql = &*FULL_STATEMENTS;
     sql.name_ahead(conn, repo_id, number)?;
     let mut row = by_number(conn, repo_id, number)?;
     let wfs = sql.workflows(conn, repo_id, number)?;
     row.pipeline.workflows = (!wfs.is_empty()).then_some(wfs);
     Ok(row)
-}
-
-/// [`by_number`]'s statement.
-fn by_number_sql() -> String {
-    format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2")
 }
 
 /// The statement of the workflows `filter` (a condition on `workflows`) picks, in order.
@@ -757,10 +768,15 @@ fn steps_sql(filter: &str) -> String {
 /// pipeline is, not by the id its row gives: so none of the three waits for another's rows,
 /// and the asynchronous PostgreSQL client sends them in one round trip (`Tx::ahead`).
 struct FullStatements {
+    /// Also [`by_number`]'s.
     pipeline: String,
     workflows: String,
     steps: String,
 }
+
+/// Built once: the pipeline page reads them on every cache miss.
+static FULL_STATEMENTS: std::sync::LazyLock<FullStatements> =
+    std::sync::LazyLock::new(FullStatements::new);
 
 impl FullStatements {
     /// The pipeline of `?1` (its repository) and `?2` (its number), as a condition.
@@ -769,7 +785,9 @@ impl FullStatements {
 
     fn new() -> FullStatements {
         FullStatements {
-            pipeline: by_number_sql(),
+            pipeline: format!(
+                "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE repo_id = ?1 AND number = ?2"
+            ),
             workflows: workflows_sql(Self::OF_NUMBER),
             steps: steps_sql(Self::OF_NUMBER),
         }

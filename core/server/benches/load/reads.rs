@@ -133,24 +133,31 @@ async fn snapshot_reads(reads: &woodlark::ci::Reads, repo: i64, t: Duration) -> 
     total
 }
 
-/// The statement a page of `GET /api/repos/{id}/pipelines` runs (`store::pipelines::list_json`
-/// with no filter), in `pgbench`'s words: its `:repo`, `:per_page` and `:offset` become
-/// parameters of a prepared statement, as the server's are.
-const LIST_STATEMENT: &str = "SELECT id, repo_id, number, status, data FROM pipelines \
-     WHERE repo_id = :repo ORDER BY number DESC LIMIT :per_page + 0 OFFSET :offset";
+/// The script `pgbench` runs: the statement of the first page of [`PIPELINES`] in `repo`, as
+/// the store writes it (`pipelines::first_page_statement`), its `?N` placeholders turned
+/// into `pgbench` variables `:pN`, which `-M prepared` binds as parameters of a prepared
+/// statement, as the server's are.
+fn list_script(repo: i64) -> String {
+    use rusqlite::types::Value;
+    let (mut sql, args) = woodlark_store::pipelines::first_page_statement(repo, PIPELINES as u32);
+    let mut script = String::new();
+    // The highest first: `?1` is a prefix of `?10`.
+    for (i, arg) in args.iter().enumerate().rev() {
+        let Value::Integer(n) = arg else {
+            panic!("the first page's statement takes numbers only, got {arg:?}");
+        };
+        let n_th = i + 1;
+        sql = sql.replace(&format!("?{n_th}"), &format!(":p{n_th}"));
+        script.push_str(&format!("\\set p{n_th} {n}\n"));
+    }
+    script + &sql + ";\n"
+}
 
-/// Runs [`LIST_STATEMENT`] for the first page of [`PIPELINES`] in `repo` with `pgbench` from
-/// [`CONNS`] clients on two threads (one per core) over `url` for `t`: its transactions per
-/// second.
+/// Runs [`list_script`] for `repo` with `pgbench` from [`CONNS`] clients on two threads (one
+/// per core) over `url` for `t`: its transactions per second.
 async fn pgbench(url: &str, repo: i64, t: Duration) -> f64 {
     let script = tempfile::NamedTempFile::new().expect("a temporary file");
-    std::fs::write(
-        script.path(),
-        format!(
-            "\\set repo {repo}\n\\set per_page {PIPELINES}\n\\set offset 0\n{LIST_STATEMENT};\n"
-        ),
-    )
-    .expect("write the pgbench script");
+    std::fs::write(script.path(), list_script(repo)).expect("write the pgbench script");
     let program = woodlark_store::pg::testing::Cluster::shared().program("pgbench");
     let out = tokio::process::Command::new(&program)
         .args(["-n", "-M", "prepared", "-c"])
