@@ -6,6 +6,18 @@ use woodlark::store::repos::{self, Perm};
 use crate::pipelines::{push_files, step_of, wait_for};
 use crate::util::TestServer;
 
+/// Upstream's badge (3.17, its template and renderer) for a failed step `a` of the
+/// workflow `woodpecker`.
+const STEP_BADGE: &str = concat!(
+    r##"<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" width="126" height="20">"##,
+    r##"<linearGradient id="smooth" x2="0" y2="100%"><stop offset="0" stop-color="#bbb" stop-opacity=".1"/><stop offset="1" stop-opacity=".1"/></linearGradient>"##,
+    r##"<mask id="round"><rect width="126" height="20" rx="3" fill="#fff"/></mask>"##,
+    r##"<g mask="url(#round)"><rect width="86" height="20" fill="#555"/><rect x="86" width="40" height="20" fill="#e05d44"/><rect width="126" height="20" fill="url(#smooth)"/></g>"##,
+    r##"<g fill="#fff" text-anchor="middle" font-family="DejaVu Sans,Verdana,Geneva,sans-serif" font-size="11">"##,
+    r##"<text x="44" y="15" fill="#010101" fill-opacity=".3">woodpecker: a</text><text x="44" y="14">woodpecker: a</text>"##,
+    r##"<text x="105" y="15" fill="#010101" fill-opacity=".3">failure</text><text x="105" y="14">failure</text></g></svg>"##
+);
+
 fn fixture(name: &str) -> String {
     let all: Value = serde_json::from_str(include_str!("fixtures/woodpecker-badges.json")).unwrap();
     all["svgs"][name].as_str().unwrap().to_string()
@@ -97,6 +109,55 @@ async fn badges_cc_xml_feed_and_repo_list() {
     assert_eq!(
         s.http.get(&badge, None).await.expect(200).text(),
         fixture("badgeFailure")
+    );
+    // One workflow's badge, one step's, and one the pipeline does not have; the widths are
+    // upstream's for these names (its renderer's output, to the byte, for the step's).
+    let step_badge = s
+        .http
+        .get(&format!("{badge}?workflow=woodpecker&step=a"), None)
+        .await
+        .expect(200)
+        .text();
+    assert_eq!(step_badge, STEP_BADGE);
+    let workflow_badge = s
+        .http
+        .get(&format!("{badge}?workflow=woodpecker"), None)
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        workflow_badge.contains(r#"<text x="37" y="14">woodpecker</text>"#)
+            && workflow_badge.contains(">failure</text>"),
+        "{workflow_badge}"
+    );
+    let missing = s
+        .http
+        .get(&format!("{badge}?workflow=nope&step=a"), None)
+        .await
+        .expect(200)
+        .text();
+    assert!(
+        missing.contains(">nope</text>") && missing.contains(">none</text>"),
+        "{missing}"
+    );
+    // A step without its workflow is ignored, as upstream does.
+    assert_eq!(
+        s.http
+            .get(&format!("{badge}?step=a"), None)
+            .await
+            .expect(200)
+            .text(),
+        fixture("badgeFailure")
+    );
+    let bad = s
+        .http
+        .get(&format!("{badge}?events=push,pushh"), None)
+        .await
+        .expect(400);
+    assert!(
+        bad.text().contains("\"pushh\" is not an event"),
+        "{}",
+        bad.text()
     );
 
     let cc = s

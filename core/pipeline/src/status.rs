@@ -90,6 +90,20 @@ pub fn merge(states: impl IntoIterator<Item = Status>) -> Status {
     PRIORITY[best]
 }
 
+/// Two statuses as one, as upstream (3.17) folds a badge's workflows or steps: the one of
+/// higher priority, except that `canceled` beside anything but another `canceled` counts as
+/// `killed` (the pipeline had run before it was stopped).
+pub fn merge_pair(a: Status, b: Status) -> Status {
+    if a == Status::Canceled && b == Status::Canceled {
+        return Status::Canceled;
+    }
+    let ran = |s: Status| match s {
+        Status::Canceled => Status::Killed,
+        s => s,
+    };
+    merge([ran(a), ran(b)])
+}
+
 /// Finished states: nothing more will happen.
 pub fn is_done(state: Status) -> bool {
     matches!(
@@ -146,6 +160,19 @@ mod tests {
         );
         assert_eq!(merge([Status::Error, Status::Declined]), Status::Declined);
         assert_eq!(merge([]), Status::Skipped);
+    }
+
+    #[test]
+    fn merge_pair_is_upstreams_merge_status_values() {
+        use Status::*;
+        assert_eq!(merge_pair(Success, Failure), Failure);
+        assert_eq!(merge_pair(Skipped, Success), Success);
+        assert_eq!(merge_pair(Running, Failure), Running);
+        assert_eq!(merge_pair(Canceled, Canceled), Canceled);
+        assert_eq!(merge_pair(Canceled, Success), Killed);
+        assert_eq!(merge_pair(Failure, Canceled), Killed);
+        assert_eq!(merge_pair(Canceled, Error), Error);
+        assert_eq!(merge_pair(Declined, Canceled), Declined);
     }
 
     #[test]

@@ -397,6 +397,28 @@ pub fn list(
         .collect::<Result<_, _>>()?)
 }
 
+/// The newest pipeline of `branch` among `events` that is not waiting for approval: what
+/// a status badge shows (upstream's `GetPipelineBadge`; a declined one counts, and shows as
+/// "none"). `None` when there is none.
+pub fn newest_for_badge(
+    conn: &Tx,
+    repo_id: i64,
+    branch: &str,
+    events: &[String],
+) -> StoreResult<Option<Pipeline>> {
+    let sql = format!(
+        "SELECT {PIPELINE_COLUMNS} FROM pipelines
+         WHERE repo_id = ?1 AND branch = ?2 AND event IN ({}) AND status <> 'blocked'
+         ORDER BY number DESC LIMIT 1",
+        json_array_items(conn.dialect(), "?3")
+    );
+    let events = serde_json::to_string(events)?;
+    Ok(conn
+        .cached_row(&sql, params![repo_id, branch, events], pipeline_from_row)
+        .optional()?
+        .map(|row| row.pipeline))
+}
+
 /// [`list`] as the API renders it: a JSON array built from the stored records and the rows'
 /// own `id`, `number` and `status`, without decoding each record into a [`Pipeline`] and
 /// encoding it again (which was most of a list request's time). A record is a whole
@@ -1298,6 +1320,46 @@ mod tests {
         let newer_tag = make(7, "tag", "other", "refs/tags/v1", Status::Pending);
         assert_eq!(superseded_by(&conn, 7, &newer_tag).unwrap(), [old_tag.id]);
         assert!(superseded_by(&conn, 7, &old_push).unwrap().is_empty());
+    }
+
+    /// A badge shows the newest pipeline of its branch among its events, past any number
+    /// waiting for approval (not only past those on the newest page).
+    #[test]
+    fn a_badge_shows_the_newest_pipeline_not_waiting_for_approval() {
+        let conn = db();
+        let make = |event: &str, branch: &str, status: Status| {
+            let p = Pipeline {
+                status,
+                event: WebhookEvent::parse(event).unwrap(),
+                commit: Commit {
+                    branch: branch.into(),
+                    ..Commit::default()
+                },
+                ..Pipeline::default()
+            };
+            let number = take_next_number(&conn, 7).unwrap();
+            create(&conn, 7, number, &p, &[], &[]).unwrap().pipeline
+        };
+        let push =
+            |events: &[&str]| -> Vec<String> { events.iter().map(|e| e.to_string()).collect() };
+        let newest = |branch: &str, events: &[&str]| {
+            newest_for_badge(&conn, 7, branch, &push(events))
+                .unwrap()
+                .map(|p| p.number)
+        };
+        assert_eq!(newest("main", &["push"]), None);
+        let failed = make("push", "main", Status::Failure);
+        let tag = make("tag", "main", Status::Success);
+        let _dev = make("push", "dev", Status::Success);
+        for _ in 0..60 {
+            make("push", "main", Status::Blocked);
+        }
+        assert_eq!(newest("main", &["push"]), Some(failed.number));
+        assert_eq!(newest("main", &["push", "tag"]), Some(tag.number));
+        assert_eq!(newest("main", &["manual"]), None);
+        let declined = make("push", "main", Status::Declined);
+        assert_eq!(newest("main", &["push"]), Some(declined.number));
+        assert_eq!(newest("dev", &["push"]), Some(3));
     }
 
     /// The list served from stored records is the list decoded and encoded again, field for
