@@ -1,6 +1,6 @@
 //! Status at a glance: badges, CCTray, the user's feed and repository list, agent tasks.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use woodlark::store::repos::{self, Perm};
 
 use crate::pipelines::{push_files, step_of, wait_for};
@@ -242,6 +242,62 @@ async fn badges_cc_xml_feed_and_repo_list() {
         .json();
     assert_eq!(repos[0]["full_name"], "alice/app");
     assert_eq!(repos[0]["last_pipeline"]["number"], 2);
+
+    // `?latest=true`: each active repository the caller works on, by name, with its newest
+    // pipeline; one without a pipeline is its id and name alone. As upstream's, a feed
+    // entry leaves out what is empty or zero.
+    let empty = s.git_repo(&p.admin, &p.alice, "alice/empty").await["id"]
+        .as_i64()
+        .unwrap();
+    let latest = s
+        .http
+        .get("/api/user/feed?latest=true", Some(&p.alice))
+        .await
+        .expect(200)
+        .json();
+    let latest = latest.as_array().unwrap();
+    assert_eq!(latest.len(), 2, "{latest:?}");
+    assert_eq!(
+        (
+            &latest[0]["full_name"],
+            &latest[0]["number"],
+            &latest[0]["status"]
+        ),
+        (&json!("alice/app"), &json!(2), &json!("failure"))
+    );
+    assert_eq!(
+        latest[1],
+        json!({"repo_id": empty, "full_name": "alice/empty"})
+    );
+    for entry in latest.iter().chain(feed.as_array().unwrap()) {
+        for (key, value) in entry.as_object().unwrap() {
+            assert!(
+                key == "repo_id" || (value != "" && value != 0),
+                "{key} is empty in {entry}"
+            );
+        }
+    }
+    let of_bob = s
+        .http
+        .get("/api/user/feed?latest=1", Some(&p.bob))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(of_bob.as_array().unwrap().len(), 1, "{of_bob}");
+    let bad = s
+        .http
+        .get("/api/user/feed?latest=yes", Some(&p.alice))
+        .await
+        .expect(400);
+    assert!(
+        bad.text().contains("invalid latest \"yes\""),
+        "{}",
+        bad.text()
+    );
+    s.http
+        .delete(&format!("/api/repos/{empty}?remove=1"), Some(&p.alice))
+        .await
+        .expect(200);
     s.http
         .delete(&format!("/api/repos/{id}"), Some(&p.alice))
         .await
@@ -260,7 +316,8 @@ async fn badges_cc_xml_feed_and_repo_list() {
         .get("/api/user/repos?all=true", Some(&p.alice))
         .await
         .json();
-    assert_eq!(all.as_array().unwrap().len(), 1);
+    // The forge's two repositories (the removed one can be added again).
+    assert_eq!(all.as_array().unwrap().len(), 2);
     let ok = s
         .http
         .post("/api/user/repos/refresh", Some(&p.alice), "")

@@ -65,6 +65,18 @@ impl Request {
         })
     }
 
+    /// A boolean query parameter, read as upstream's handlers read one (Go's
+    /// `strconv.ParseBool`: `true`, `1`, `t`, `false`, `0`, …): `None` when absent or empty,
+    /// a 400 naming it for anything else.
+    pub fn query_bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.query(name).as_deref() {
+            None | Some("") => Ok(None),
+            Some(raw) => woodlark_stdx::go_bool(raw).map(Some).ok_or_else(|| {
+                ApiError::bad_request(format!("invalid {name} {raw:?}: expected true or false"))
+            }),
+        }
+    }
+
     /// The first value of a query parameter, percent-decoded.
     pub fn query(&self, name: &str) -> Option<String> {
         form_urlencoded::parse(self.query.as_bytes())
@@ -120,5 +132,27 @@ impl Request {
             Some(_) => serde_json::from_slice(&self.body)
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_boolean_query_parameter_is_read_as_go_reads_one() {
+        let flag = |q: &str| Request::new(Method::GET, &format!("/x?{q}")).query_bool("latest");
+        assert_eq!(flag("latest=true").unwrap(), Some(true));
+        assert_eq!(flag("latest=1").unwrap(), Some(true));
+        assert_eq!(flag("latest=T").unwrap(), Some(true));
+        assert_eq!(flag("latest=False").unwrap(), Some(false));
+        assert_eq!(flag("latest=").unwrap(), None);
+        assert_eq!(flag("other=true").unwrap(), None);
+        let err = flag("latest=yes").unwrap_err();
+        assert_eq!(err.status, http::StatusCode::BAD_REQUEST);
+        assert_eq!(
+            err.message,
+            "invalid latest \"yes\": expected true or false"
+        );
     }
 }

@@ -51,6 +51,16 @@ pub fn uuid_v7() -> String {
     )
 }
 
+/// A boolean as Go's `strconv.ParseBool` reads it, which upstream Woodpecker's flags and
+/// query parameters use: `1`, `t`, `T`, `TRUE`, `true`, `True` and their false forms.
+pub fn go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 /// Seconds since the Unix epoch (the API's timestamp unit).
 pub fn now_unix() -> i64 {
     std::time::SystemTime::now()

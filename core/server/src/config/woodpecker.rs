@@ -23,6 +23,7 @@
 
 use super::forges::{ForgeConfig, ForgeOrigin};
 use super::{Config, env_value};
+use woodlark_stdx::go_bool;
 
 /// The forge types upstream's switches enable, in the order upstream checks them.
 const SWITCHES: [(&str, &str, &str); 6] = [
@@ -46,15 +47,6 @@ fn per_forge(generic: &str, suffix: &str, dc_suffix: &str) -> Vec<String> {
         names.push(format!("WOODPECKER_{stem}_{suffix}"));
     }
     names
-}
-
-/// Go's `strconv.ParseBool`, which upstream's boolean flags use.
-fn go_bool(value: &str) -> Option<bool> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
 }
 
 /// Applies the Woodpecker variables of `env` that no Woodlark key overrides; `file_sets`

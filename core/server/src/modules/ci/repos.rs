@@ -43,16 +43,7 @@ pub fn routes(scope: &mut Scope<'_, Ctx>) {
 /// `GET /repos` (admin): every repository, `?active=true|false` filters.
 async fn list(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     must_admin(&ctx, &req).await?;
-    let active = match req.query("active").as_deref() {
-        None | Some("") => None,
-        Some("true") | Some("1") => Some(true),
-        Some("false") | Some("0") => Some(false),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "invalid active {other:?}: expected true or false"
-            )));
-        }
-    };
+    let active = req.query_bool("active")?;
     let list = read_page(&ctx, &req, move |c, page, per_page| {
         repos::list(c, active, page, per_page)
     })
@@ -325,11 +316,7 @@ fn set<T>(field: &mut T, value: Option<T>) {
 /// with `?remove=true` also deletes it and everything that belongs to it.
 async fn delete(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let access = access::repo_admin(&ctx, &req).await?;
-    let remove = match req.query("remove").as_deref() {
-        None | Some("") | Some("false") | Some("0") => false,
-        Some("true") | Some("1") => true,
-        Some(other) => return Err(ApiError::bad_request(format!("invalid remove {other:?}"))),
-    };
+    let remove = req.query_bool("remove")?.unwrap_or(false);
     let repo = ci::repos::deactivate(&ctx.ci, access.row.repo.clone(), remove).await?;
     Ok(Response::json(&repo))
 }

@@ -42,9 +42,26 @@ pub async fn rotate_token(ctx: Ctx, req: Request) -> Result<Response, ApiError> 
 }
 
 /// `GET /user/feed`: the newest 50 pipelines of the repositories the caller may push to or
-/// administer (upstream's Feed, `userPushOrAdminCondition`).
+/// administer (upstream's Feed, `userPushOrAdminCondition`). With `?latest=true`, upstream's
+/// `RepoListLatest` instead: each of those repositories that is active, by full name, with
+/// its newest pipeline (a repository without one is its id and name alone).
 pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
     let user = must_user(&ctx, &req).await?.user.clone();
+    if req.query_bool("latest")?.unwrap_or(false) {
+        let list = ctx
+            .ci
+            .reads
+            .read(move |c| home_list(c, &user, false, "", 0, usize::MAX))
+            .await?;
+        let feed: Vec<Value> = list
+            .iter()
+            .map(|(repo, newest)| match newest {
+                Some(p) => feed_entry(repo.id, &repo.full_name, p),
+                None => json!({"repo_id": repo.id, "full_name": repo.full_name}),
+            })
+            .collect();
+        return Ok(Response::json(&feed));
+    }
     let list = ctx
         .ci
         .reads
@@ -69,8 +86,11 @@ pub async fn feed(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 
 /// One entry of upstream's `Feed`: a pipeline with its repository's id and full name (the
 /// user feed and the admin's `/pipelines` both render it).
+///
+/// As upstream's, every field but `repo_id` is left out when it is empty or zero
+/// (`omitempty`): a pipeline not started yet has no `started`.
 pub(super) fn feed_entry(repo_id: i64, full_name: &str, p: &Pipeline) -> Value {
-    json!({
+    let mut entry = json!({
         "repo_id": repo_id,
         "full_name": full_name,
         "id": p.id,
@@ -90,7 +110,13 @@ pub(super) fn feed_entry(repo_id: i64, full_name: &str, p: &Pipeline) -> Value {
         "author_avatar": p.commit.author_avatar,
         "author_email": p.commit.author_email,
         "tag_title": p.tag_title,
-    })
+    });
+    if let Some(fields) = entry.as_object_mut() {
+        fields.retain(|key, value| {
+            key == "repo_id" || !matches!(value, Value::String(s) if s.is_empty()) && value != 0
+        });
+    }
+    entry
 }
 
 /// `GET /user/repos?all=&name=`: the home page's list, upstream's `GetRepos`. Without `all`,
