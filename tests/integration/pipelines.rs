@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::util::{
     Http, Principals, Process, TestServer, cli_user_add, git, spawn_agent, with_runner,
@@ -778,6 +778,87 @@ async fn approval_manual_runs_and_restarts() {
         )
         .await
         .expect(404);
+}
+
+/// As upstream's restart: the event may only be made a deployment, `deploy_to` names its
+/// target, `deploy_task` its task, and both reach the steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_as_a_deployment_carries_its_target_and_task() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    push(
+        &s,
+        "alice/app",
+        &[(
+            ".woodpecker.yaml",
+            "steps:\n  - name: a\n    image: sh\n    commands: [\"echo to=$CI_PIPELINE_DEPLOY_TARGET task=$CI_PIPELINE_DEPLOY_TASK\"]\n",
+        )],
+        "deployable",
+    )
+    .await;
+    wait_for(&s.http, &p.alice, id, 1, 60, finished).await;
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.alice),
+            r#"{"allow_deploy":true}"#,
+        )
+        .await
+        .expect(200);
+    let restart = |query: &'static str| {
+        let http = s.http.clone();
+        let token = p.alice.clone();
+        async move {
+            http.post(
+                &format!("/api/repos/{id}/pipelines/1?{query}"),
+                Some(&token),
+                "",
+            )
+            .await
+        }
+    };
+    let refused = restart("event=push").await.expect(400);
+    assert!(
+        refused.text().contains("can only be made a deployment"),
+        "{}",
+        refused.text()
+    );
+    restart("event=nonsense").await.expect(400);
+    let deploy = restart("event=deployment&deploy_to=prod&deploy_task=migrate")
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (
+            &deploy["event"],
+            &deploy["deploy_to"],
+            &deploy["deploy_task"]
+        ),
+        (&json!("deployment"), &json!("prod"), &json!("migrate"))
+    );
+    assert!(deploy["variables"].get("deploy_task").is_none(), "{deploy}");
+    let n = deploy["number"].as_i64().unwrap();
+    let done = wait_for(&s.http, &p.alice, id, n, 60, finished).await;
+    let lines = log_text(
+        &s.http,
+        &p.alice,
+        id,
+        n,
+        step(&done, "a")["id"].as_i64().unwrap(),
+    )
+    .await;
+    assert!(
+        lines.contains(&"to=prod task=migrate".to_string()),
+        "{lines:?}"
+    );
+    // Without `event`, the target stays the pipeline's; the task is kept unless given.
+    let again = restart("deploy_to=staging").await.expect(200).json();
+    assert_eq!(
+        (&again["event"], &again["deploy_to"], &again["deploy_task"]),
+        (&json!("push"), &json!(""), &json!(""))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

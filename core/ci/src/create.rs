@@ -41,6 +41,9 @@ pub struct Trigger {
     pub event_reason: Vec<String>,
     pub commit: Commit,
     pub deploy_to: String,
+    /// What a deployment is to do (a forge's deployment `task`, or a restart's
+    /// `deploy_task`): `CI_PIPELINE_DEPLOY_TASK`.
+    pub deploy_task: String,
     pub cron: String,
     pub variables: BTreeMap<String, String>,
     pub parent: i64,
@@ -346,6 +349,7 @@ fn ci_env(
         ),
         ("CI_PIPELINE_FORGE_URL", c.forge_url.clone()),
         ("CI_PIPELINE_DEPLOY_TARGET", t.deploy_to.clone()),
+        ("CI_PIPELINE_DEPLOY_TASK", t.deploy_task.clone()),
         ("CI_PIPELINE_CREATED", now_unix().to_string()),
         (
             "CI_PIPELINE_FILES",
@@ -870,6 +874,7 @@ fn create_in(
         finished: if has_errors { now } else { 0 },
         started: if has_errors { now } else { 0 },
         deploy_to: t.deploy_to.clone(),
+        deploy_task: t.deploy_task.clone(),
         commit: t.commit.clone(),
         rerun_count: t.rerun_count,
         variables: t.variables.clone(),

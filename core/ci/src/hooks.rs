@@ -260,6 +260,7 @@ pub async fn from_plugin(
             changed_files: p.changed_files.clone(),
         },
         deploy_to: p.deploy_to.clone(),
+        deploy_task: p.deploy_task.clone(),
         from_fork: p.from_fork,
         // The delivery was authenticated (signature or hook token): its sender is the forge's.
         verified_sender: p.sender.clone(),

@@ -313,8 +313,8 @@ async fn restart(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
 }
 
 /// A restart of pipeline `number` as `POST /repos/{id}/pipelines/{n}` makes it, for a caller
-/// `access::repo_push` let through; `params`: the API's query (`event`, `deploy_to`, and
-/// variables by name).
+/// `access::repo_push` let through; `params`: the API's query (`event`, which may only make
+/// it a deployment, `deploy_to` with it, `deploy_task`, and variables by name).
 async fn restart_as(
     ctx: &Ctx,
     access: &RepoAccess,
@@ -329,19 +329,37 @@ async fn restart_as(
     }
     let mut event = old.event;
     let mut deploy_to = old.deploy_to.clone();
+    let mut asked_deploy_to = None;
+    let mut event_asked = false;
+    let mut deploy_task = old.deploy_task.clone();
     let mut variables = old.variables.clone();
     for (k, v) in params {
         match k.as_str() {
+            // As upstream: the event may only be turned into a deployment, whose target
+            // `deploy_to` then names.
             "event" => {
-                event = WebhookEvent::parse(&v)
-                    .ok_or_else(|| ApiError::bad_request(format!("invalid event {v:?}")))?
+                event = match WebhookEvent::parse(&v) {
+                    Some(WebhookEvent::Deployment) => {
+                        event_asked = true;
+                        WebhookEvent::Deployment
+                    }
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "invalid event {v:?}: a restart can only be made a deployment"
+                        )));
+                    }
+                }
             }
-            "deploy_to" => deploy_to = v,
-            "access_token" => {}
+            "deploy_to" => asked_deploy_to = Some(v),
+            "deploy_task" => deploy_task = v,
+            "access_token" | "fork" => {}
             _ => {
                 variables.insert(k, v);
             }
         }
+    }
+    if event_asked && let Some(target) = asked_deploy_to {
+        deploy_to = target;
     }
     check_variables(&variables)?;
     if event == WebhookEvent::Deployment && !access.row.repo.allow_deploy {
@@ -373,6 +391,7 @@ async fn restart_as(
             ..old.commit.clone()
         },
         deploy_to,
+        deploy_task,
         cron: old.cron.clone(),
         variables,
         parent: old.number,
