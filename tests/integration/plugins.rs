@@ -419,6 +419,63 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
     .await;
     assert_eq!(done["status"], "success", "{done:#}");
 
+    // A deployment: its environment and task reach the pipeline.
+    s.http
+        .patch(
+            &format!("/api/repos/{id}"),
+            Some(&p.admin),
+            r#"{"allow_deploy":true}"#,
+        )
+        .await
+        .expect(200);
+    let mut deployment: Value = serde_json::from_str(include_str!(
+        "../../core/plugin-host/src/tests/fixtures/github-deployment.json"
+    ))
+    .unwrap();
+    deployment["repository"]["id"] = json!(42);
+    deployment["repository"]["name"] = json!("app");
+    deployment["repository"]["full_name"] = json!("octo/app");
+    deployment["repository"]["owner"]["login"] = json!("octo");
+    deployment["deployment"]["sha"] = json!(sha);
+    let body = deployment.to_string();
+    let deployed = s
+        .http
+        .send(
+            "POST",
+            &hook_path,
+            None,
+            Some(body.as_bytes()),
+            &[
+                ("x-github-event", "deployment"),
+                ("x-hub-signature-256", &sign(body.as_bytes())),
+            ],
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(
+        (
+            &deployed["event"],
+            &deployed["deploy_to"],
+            &deployed["deploy_task"]
+        ),
+        (
+            &json!("deployment"),
+            &json!("production"),
+            &json!("deploy:migrations")
+        ),
+        "{deployed}"
+    );
+    wait_for(
+        &s.http,
+        &p.admin,
+        id,
+        deployed["number"].as_i64().unwrap(),
+        60,
+        |p| matches!(p["status"].as_str(), Some("success" | "failure" | "error")),
+    )
+    .await;
+
     // A manual run: the plugin forge's branch head comes from the git remote.
     let manual =
         crate::pipelines::start_manually(&s.http, &p.admin, id, r#"{"branch":"main"}"#).await;
