@@ -780,6 +780,48 @@ async fn approval_manual_runs_and_restarts() {
         .expect(404);
 }
 
+/// The `CI_*` variables that describe the run beyond its commit: the previous pipeline of
+/// the branch (`CI_PREV_*`), the step's own URL, the server's host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_see_the_previous_pipeline_of_their_branch() {
+    let s = TestServer::start_with_runner().await;
+    let p = s.principals().await;
+    let repo = s.git_repo(&p.admin, &p.alice, "alice/app").await;
+    let id = repo["id"].as_i64().unwrap();
+    let config = "steps:\n  - name: a\n    image: sh\n    commands:\n      - echo \"prev=$CI_PREV_PIPELINE_NUMBER/$CI_PREV_PIPELINE_STATUS/$CI_PREV_COMMIT_MESSAGE\"\n      - echo \"step=$CI_STEP_URL host=$CI_SYSTEM_HOST\"\n      - test \"$CI_PIPELINE_NUMBER\" = 1 || exit 0\n      - exit 1\n";
+    let log_of = |n: i64| {
+        let (http, token) = (s.http.clone(), p.alice.clone());
+        async move {
+            let done = wait_for(&http, &token, id, n, 60, finished).await;
+            let step_id = step(&done, "a")["id"].as_i64().unwrap();
+            (done, log_text(&http, &token, id, n, step_id).await)
+        }
+    };
+    push(&s, "alice/app", &[(".woodpecker.yaml", config)], "first").await;
+    let (first, lines) = log_of(1).await;
+    assert_eq!(first["status"], "failure");
+    assert!(lines.contains(&"prev=//".to_string()), "{lines:?}");
+    push(&s, "alice/app", &[("b.txt", "b")], "second").await;
+    let (second, lines) = log_of(2).await;
+    assert_eq!(second["status"], "success");
+    assert!(
+        lines.contains(&"prev=1/failure/first".to_string()),
+        "{lines:?}"
+    );
+    // `step=<public URL>/repos/{id}/pipeline/2/<step> host=<the public URL's host>`.
+    let step_line = lines.iter().find(|l| l.starts_with("step=")).unwrap();
+    let (url, host) = step_line["step=".len()..].split_once(" host=").unwrap();
+    let (public, step_no) = url
+        .split_once(&format!("/repos/{id}/pipeline/2/"))
+        .unwrap_or_else(|| panic!("{step_line}"));
+    assert!(step_no.parse::<u32>().is_ok(), "{step_line}");
+    assert_eq!(
+        public.split_once("://").map(|(_, h)| h),
+        Some(host),
+        "{step_line}"
+    );
+}
+
 /// As upstream's restart: the event may only be made a deployment, `deploy_to` names its
 /// target, `deploy_task` its task, and both reach the steps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

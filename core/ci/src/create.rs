@@ -311,10 +311,15 @@ fn ci_env(
     t: &Trigger,
     number: i64,
     forge_kind: ForgeKind,
+    previous: Option<&Pipeline>,
 ) -> BTreeMap<String, String> {
     let r = &repo.repo;
     let c = &t.commit;
     let tag = c.git_ref.strip_prefix("refs/tags/").unwrap_or("");
+    let (source, target) = match t.event.is_pull_request() {
+        true => source_and_target(&c.refspec),
+        false => ("", ""),
+    };
     let pairs: Vec<(&str, String)> = vec![
         ("CI", "woodpecker".into()),
         ("CI_REPO", r.full_name.clone()),
@@ -333,8 +338,8 @@ fn ci_env(
         ("CI_COMMIT_REF", c.git_ref.clone()),
         ("CI_COMMIT_REFSPEC", c.refspec.clone()),
         ("CI_COMMIT_BRANCH", c.branch.clone()),
-        ("CI_COMMIT_SOURCE_BRANCH", String::new()),
-        ("CI_COMMIT_TARGET_BRANCH", String::new()),
+        ("CI_COMMIT_SOURCE_BRANCH", source.to_string()),
+        ("CI_COMMIT_TARGET_BRANCH", target.to_string()),
         ("CI_COMMIT_TAG", tag.to_string()),
         ("CI_COMMIT_MESSAGE", c.message.clone()),
         ("CI_COMMIT_AUTHOR", c.author.clone()),
@@ -364,7 +369,108 @@ fn ci_env(
         ("CI_FORGE_TYPE", forge_kind.as_str().to_string()),
         ("CI_FORGE_URL", r.forge_url.clone()),
     ];
-    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    let mut env: BTreeMap<String, String> =
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    // Set only when not empty, as upstream sets these.
+    let mut set = |key: &str, value: String| {
+        if !value.is_empty() {
+            env.insert(key.to_string(), value);
+        }
+    };
+    set("CI_SYSTEM_HOST", host_of(url).to_string());
+    set(
+        "CI_REPO_TRUSTED",
+        (r.trusted.network && r.trusted.volumes && r.trusted.security).to_string(),
+    );
+    if c.timestamp != 0 {
+        set("CI_COMMIT_TIMESTAMP", c.timestamp.to_string());
+    }
+    if t.event.is_pull_request() {
+        set(
+            "CI_COMMIT_PULL_REQUEST",
+            pull_request_number(&c.git_ref).to_string(),
+        );
+    }
+    set("CI_PIPELINE_EVENT_REASON", t.event_reason.join(","));
+    if t.rerun_count > 0 {
+        set("CI_PIPELINE_RERUNS", t.rerun_count.to_string());
+    }
+    if let Some(prev) = previous {
+        for (key, value) in previous_env(url, r.id, prev) {
+            set(key, value);
+        }
+    }
+    env
+}
+
+/// The `CI_PREV_*` variables: what the previous pipeline of the branch was (upstream's
+/// names and values; `CI_PREV_COMMIT_URL` is its forge URL, as upstream has it).
+fn previous_env(url: &str, repo_id: i64, p: &Pipeline) -> Vec<(&'static str, String)> {
+    let c = &p.commit;
+    let (source, target) = match p.event.is_pull_request() {
+        true => source_and_target(&c.refspec),
+        false => ("", ""),
+    };
+    let nonzero = |n: i64| if n == 0 { String::new() } else { n.to_string() };
+    vec![
+        ("CI_PREV_PIPELINE_NUMBER", p.number.to_string()),
+        ("CI_PREV_PIPELINE_PARENT", nonzero(p.parent)),
+        ("CI_PREV_PIPELINE_EVENT", p.event.as_str().to_string()),
+        ("CI_PREV_PIPELINE_EVENT_REASON", p.event_reason.join(",")),
+        (
+            "CI_PREV_PIPELINE_URL",
+            format!("{url}/repos/{repo_id}/pipeline/{}", p.number),
+        ),
+        ("CI_PREV_PIPELINE_FORGE_URL", c.forge_url.clone()),
+        ("CI_PREV_COMMIT_URL", c.forge_url.clone()),
+        ("CI_PREV_PIPELINE_DEPLOY_TARGET", p.deploy_to.clone()),
+        ("CI_PREV_PIPELINE_DEPLOY_TASK", p.deploy_task.clone()),
+        ("CI_PREV_PIPELINE_STATUS", p.status.as_str().to_string()),
+        ("CI_PREV_PIPELINE_CREATED", nonzero(p.created)),
+        ("CI_PREV_PIPELINE_STARTED", nonzero(p.started)),
+        ("CI_PREV_PIPELINE_FINISHED", nonzero(p.finished)),
+        ("CI_PREV_PIPELINE_AUTHOR", c.author.clone()),
+        ("CI_PREV_PIPELINE_AVATAR", c.author_avatar.clone()),
+        ("CI_PREV_COMMIT_AUTHOR_AVATAR", c.author_avatar.clone()),
+        ("CI_PREV_COMMIT_SHA", c.sha.clone()),
+        ("CI_PREV_COMMIT_REF", c.git_ref.clone()),
+        ("CI_PREV_COMMIT_REFSPEC", c.refspec.clone()),
+        ("CI_PREV_COMMIT_MESSAGE", c.message.clone()),
+        ("CI_PREV_COMMIT_BRANCH", c.branch.clone()),
+        ("CI_PREV_COMMIT_TIMESTAMP", nonzero(c.timestamp)),
+        ("CI_PREV_COMMIT_AUTHOR", c.author.clone()),
+        ("CI_PREV_COMMIT_AUTHOR_EMAIL", c.author_email.clone()),
+        ("CI_PREV_COMMIT_SOURCE_BRANCH", source.to_string()),
+        ("CI_PREV_COMMIT_TARGET_BRANCH", target.to_string()),
+    ]
+}
+
+/// A pull request's `source:target` refspec as its two branches (both empty unless it has
+/// exactly those two parts).
+fn source_and_target(refspec: &str) -> (&str, &str) {
+    match refspec.split(':').collect::<Vec<_>>()[..] {
+        [source, target] => (source, target),
+        _ => ("", ""),
+    }
+}
+
+/// A pull request's number: the first run of digits in its ref (`refs/pull/7/head`,
+/// `refs/merge-requests/7/head`), as upstream reads it.
+fn pull_request_number(git_ref: &str) -> &str {
+    let Some(start) = git_ref.find(|c: char| c.is_ascii_digit()) else {
+        return "";
+    };
+    let rest = &git_ref[start..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// The host (and port) of the server's public URL: `CI_SYSTEM_HOST`.
+fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or("")
 }
 
 /// This machine's platform in upstream's `os/arch` form.
@@ -411,6 +517,11 @@ async fn create_for(
     plugin_secrets(ci, repo, trigger.event, &mut sources).await;
     let approval = needs_approval(repo, &trigger);
     let repo_id = repo.repo.id;
+    let branch = trigger.commit.branch.clone();
+    let previous = ci
+        .store
+        .read_one(move |c| pipelines::newest_of_branch(c, repo_id, &branch))
+        .await?;
     let mut inputs = Inputs {
         repo: repo.clone(),
         trigger,
@@ -418,6 +529,7 @@ async fn create_for(
         sources,
         approval,
         forge_kind,
+        previous,
     };
     // Compiled here, with the number the book expects, so the writer only checks it (see
     // `numbers`); the turn lasts until the write is queued.
@@ -557,6 +669,7 @@ pub fn metadata(
     t: &Trigger,
     number: i64,
     forge_kind: ForgeKind,
+    previous: Option<&Pipeline>,
 ) -> Metadata {
     Metadata {
         event: t.event,
@@ -569,7 +682,7 @@ pub fn metadata(
         pipeline_number: number,
         platform: platform(),
         variables: t.variables.clone(),
-        env: ci_env(url, repo, t, number, forge_kind),
+        env: ci_env(url, repo, t, number, forge_kind, previous),
     }
 }
 
@@ -664,6 +777,8 @@ struct Inputs {
     /// The repository requires approval for this trigger.
     approval: bool,
     forge_kind: ForgeKind,
+    /// The newest pipeline of the trigger's branch before this one (`CI_PREV_*`).
+    previous: Option<Pipeline>,
 }
 
 /// A trigger compiled for pipeline `number`, ready to store.
@@ -727,12 +842,20 @@ fn compile(ci: &Services, inputs: &Inputs, number: i64) -> CompileResult {
         files,
         sources,
         forge_kind,
+        previous,
         ..
     } = inputs;
     if sources.failures.is_empty() {
         let mut result = crate::pipeline::compile(&CompileInput {
             files: files.to_vec(),
-            meta: metadata(&ci.settings.public_url.get(), repo, t, number, *forge_kind),
+            meta: metadata(
+                &ci.settings.public_url.get(),
+                repo,
+                t,
+                number,
+                *forge_kind,
+                previous.as_ref(),
+            ),
             secrets: sources.secrets.clone(),
             trust: trust_of(repo),
             privileged_plugins: ci.settings.pipeline.privileged_plugins.clone(),
@@ -1090,5 +1213,50 @@ mod tests {
         assert!(approval_required("all_events", &allowed, &push));
         // An empty entry allows nobody.
         assert!(approval_required("all_events", &[String::new()], &push));
+    }
+
+    #[test]
+    fn pull_request_variables_come_from_the_ref_and_refspec() {
+        assert_eq!(pull_request_number("refs/pull/17/head"), "17");
+        assert_eq!(pull_request_number("refs/merge-requests/3/head"), "3");
+        assert_eq!(pull_request_number("refs/heads/main"), "");
+        assert_eq!(source_and_target("feature:main"), ("feature", "main"));
+        assert_eq!(source_and_target("feature"), ("", ""));
+        assert_eq!(source_and_target("a:b:c"), ("", ""));
+        assert_eq!(
+            host_of("https://ci.example.com:8443/sub"),
+            "ci.example.com:8443"
+        );
+        assert_eq!(host_of("http://127.0.0.1:8000"), "127.0.0.1:8000");
+        assert_eq!(host_of(""), "");
+    }
+
+    #[test]
+    fn the_previous_pipeline_is_described_as_upstream_does() {
+        let prev = Pipeline {
+            number: 4,
+            event: WebhookEvent::PullRequest,
+            status: Status::Failure,
+            created: 100,
+            commit: Commit {
+                sha: "abc".into(),
+                refspec: "fix:main".into(),
+                author: "ann".into(),
+                forge_url: "https://forge/pr/4".into(),
+                ..Commit::default()
+            },
+            ..Pipeline::default()
+        };
+        let env: BTreeMap<_, _> = previous_env("https://ci", 9, &prev).into_iter().collect();
+        assert_eq!(env["CI_PREV_PIPELINE_NUMBER"], "4");
+        assert_eq!(env["CI_PREV_PIPELINE_STATUS"], "failure");
+        assert_eq!(env["CI_PREV_PIPELINE_EVENT"], "pull_request");
+        assert_eq!(env["CI_PREV_PIPELINE_URL"], "https://ci/repos/9/pipeline/4");
+        assert_eq!(env["CI_PREV_COMMIT_URL"], "https://forge/pr/4");
+        assert_eq!(env["CI_PREV_COMMIT_SOURCE_BRANCH"], "fix");
+        assert_eq!(env["CI_PREV_COMMIT_TARGET_BRANCH"], "main");
+        assert_eq!(env["CI_PREV_PIPELINE_CREATED"], "100");
+        // Zero times are empty, so they are not set.
+        assert_eq!(env["CI_PREV_PIPELINE_FINISHED"], "");
     }
 }

@@ -344,6 +344,9 @@ fn base_env(
     let mut env = vars.clone();
     env.insert("CI_STEP_NAME".into(), step_name.to_string());
     env.insert("CI_STEP_NUMBER".into(), number.to_string());
+    if let Some(pipeline) = vars.get("CI_PIPELINE_URL").filter(|u| !u.is_empty()) {
+        env.insert("CI_STEP_URL".into(), format!("{pipeline}/{number}"));
+    }
     env
 }
 

@@ -419,6 +419,22 @@ pub fn newest_for_badge(
         .map(|row| row.pipeline))
 }
 
+/// The newest pipeline of `branch` so far: the one before a pipeline about to be created
+/// there, whose run the `CI_PREV_*` variables describe (upstream's `GetPipelineLastBefore`).
+pub fn newest_of_branch(conn: &Tx, repo_id: i64, branch: &str) -> StoreResult<Option<Pipeline>> {
+    Ok(conn
+        .cached_row(
+            &format!(
+                "SELECT {PIPELINE_COLUMNS} FROM pipelines
+                 WHERE repo_id = ?1 AND branch = ?2 ORDER BY number DESC LIMIT 1"
+            ),
+            params![repo_id, branch],
+            pipeline_from_row,
+        )
+        .optional()?
+        .map(|row| row.pipeline))
+}
+
 /// [`list`] as the API renders it: a JSON array built from the stored records and the rows'
 /// own `id`, `number` and `status`, without decoding each record into a [`Pipeline`] and
 /// encoding it again (which was most of a list request's time). A record is a whole
@@ -1360,6 +1376,14 @@ mod tests {
         let declined = make("push", "main", Status::Declined);
         assert_eq!(newest("main", &["push"]), Some(declined.number));
         assert_eq!(newest("dev", &["push"]), Some(3));
+        let of_branch = |branch: &str| {
+            newest_of_branch(&conn, 7, branch)
+                .unwrap()
+                .map(|p| p.number)
+        };
+        assert_eq!(of_branch("main"), Some(declined.number));
+        assert_eq!(of_branch("dev"), Some(3));
+        assert_eq!(of_branch("nope"), None);
     }
 
     /// The list served from stored records is the list decoded and encoded again, field for

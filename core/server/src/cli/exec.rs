@@ -103,7 +103,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let compiled = crate::pipeline::compile(&CompileInput {
         files,
-        meta: metadata("", &repo, &trigger, 1, ForgeKind::Git),
+        meta: metadata("", &repo, &trigger, 1, ForgeKind::Git, None),
         secrets,
         trust: Trust {
             security: args.repo_trusted_security,
