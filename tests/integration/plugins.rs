@@ -558,6 +558,9 @@ async fn a_signed_github_push_runs_a_pipeline_through_the_plugin() {
         .expect(200)
         .json();
     assert_eq!(opened["event"], "pull_request");
+    // The forge's title and labels of the pull request, as upstream keeps them.
+    assert_eq!(opened["title"], "Update the README with new information.");
+    assert_eq!(opened["pr_labels"], json!(["bug", "docs"]));
     assert_eq!(
         opened["changed_files"],
         json!(["docs/guide.md", "src/lib.rs"])

@@ -44,6 +44,12 @@ pub struct Trigger {
     /// What a deployment is to do (a forge's deployment `task`, or a restart's
     /// `deploy_task`): `CI_PIPELINE_DEPLOY_TASK`.
     pub deploy_task: String,
+    /// The forge's title of a pull request or release; empty: the message's first line.
+    pub title: String,
+    /// A pull request's labels (`CI_COMMIT_PULL_REQUEST_LABELS`).
+    pub pr_labels: Vec<String>,
+    /// A release marked as a pre-release (`CI_PIPELINE_RELEASE_PRE`).
+    pub prerelease: bool,
     pub cron: String,
     pub variables: BTreeMap<String, String>,
     pub parent: i64,
@@ -395,12 +401,41 @@ fn ci_env(
     if t.rerun_count > 0 {
         set("CI_PIPELINE_RERUNS", t.rerun_count.to_string());
     }
+    if t.event.is_pull_request() {
+        set("CI_COMMIT_PULL_REQUEST_LABELS", t.pr_labels.join(","));
+    }
+    if t.event == WebhookEvent::Release {
+        set("CI_PIPELINE_RELEASE_TITLE", title_of(t));
+        set("CI_PIPELINE_RELEASE_PRE", t.prerelease.to_string());
+        // Upstream's older name for it.
+        set("CI_COMMIT_PRERELEASE", t.prerelease.to_string());
+    }
     if let Some(prev) = previous {
         for (key, value) in previous_env(url, r.id, prev) {
             set(key, value);
         }
     }
     env
+}
+
+/// A pipeline's title: the forge's (a pull request's, a release's), or else its message's
+/// first line.
+fn title_of(t: &Trigger) -> String {
+    if t.title.is_empty() {
+        t.commit.message.lines().next().unwrap_or("").to_string()
+    } else {
+        t.title.clone()
+    }
+}
+
+/// The tag a tag or release pipeline is about (upstream's `tag_title`).
+fn tag_of(t: &Trigger) -> &str {
+    match t.event {
+        WebhookEvent::Tag | WebhookEvent::Release => {
+            t.commit.git_ref.strip_prefix("refs/tags/").unwrap_or("")
+        }
+        _ => "",
+    }
 }
 
 /// The `CI_PREV_*` variables: what the previous pipeline of the branch was (upstream's
@@ -1003,7 +1038,10 @@ fn create_in(
         variables: t.variables.clone(),
         cron: t.cron.clone(),
         from_fork: t.from_fork,
-        title: t.commit.message.lines().next().unwrap_or("").to_string(),
+        title: title_of(t),
+        pr_labels: t.pr_labels.clone(),
+        tag_title: tag_of(t).to_string(),
+        is_prerelease: t.prerelease,
         version: crate::version_string(),
         ..Pipeline::default()
     };
@@ -1258,5 +1296,89 @@ mod tests {
         assert_eq!(env["CI_PREV_PIPELINE_CREATED"], "100");
         // Zero times are empty, so they are not set.
         assert_eq!(env["CI_PREV_PIPELINE_FINISHED"], "");
+    }
+
+    fn env_of(t: &Trigger, previous: Option<&Pipeline>) -> BTreeMap<String, String> {
+        let remote = crate::forge::RemoteRepo {
+            forge_remote_id: "9".into(),
+            owner: "o".into(),
+            name: "app".into(),
+            clone_url: String::new(),
+            forge_url: String::new(),
+            default_branch: "main".into(),
+            private: false,
+            avatar_url: String::new(),
+        };
+        let repo = RepoRow {
+            repo: remote.new_repo(1, 1),
+            user_id: 1,
+            hash: String::new(),
+        };
+        ci_env(
+            "https://ci.example.com",
+            &repo,
+            t,
+            5,
+            ForgeKind::Git,
+            previous,
+        )
+    }
+
+    #[test]
+    fn a_pull_request_and_a_release_are_described_as_upstream_does() {
+        let pr = Trigger {
+            event: WebhookEvent::PullRequest,
+            title: "Fix the thing".into(),
+            pr_labels: vec!["bug".into(), "docs".into()],
+            commit: Commit {
+                git_ref: "refs/pull/7/head".into(),
+                refspec: "fix:main".into(),
+                message: "first line\nmore".into(),
+                timestamp: 1700000000,
+                ..Commit::default()
+            },
+            ..Trigger::default()
+        };
+        let env = env_of(&pr, None);
+        assert_eq!(env["CI_COMMIT_PULL_REQUEST"], "7");
+        assert_eq!(env["CI_COMMIT_PULL_REQUEST_LABELS"], "bug,docs");
+        assert_eq!(env["CI_COMMIT_SOURCE_BRANCH"], "fix");
+        assert_eq!(env["CI_COMMIT_TARGET_BRANCH"], "main");
+        assert_eq!(env["CI_COMMIT_TIMESTAMP"], "1700000000");
+        assert_eq!(env["CI_SYSTEM_HOST"], "ci.example.com");
+        assert!(!env.contains_key("CI_PIPELINE_RELEASE_TITLE"));
+        assert!(!env.contains_key("CI_PREV_PIPELINE_NUMBER"));
+        assert_eq!(title_of(&pr), "Fix the thing");
+
+        let release = Trigger {
+            event: WebhookEvent::Release,
+            title: "Version 2".into(),
+            prerelease: true,
+            commit: Commit {
+                git_ref: "refs/tags/v2.0.0".into(),
+                ..Commit::default()
+            },
+            rerun_count: 1,
+            ..Trigger::default()
+        };
+        let env = env_of(&release, Some(&Pipeline::default()));
+        assert_eq!(env["CI_PIPELINE_RELEASE_TITLE"], "Version 2");
+        assert_eq!(env["CI_PIPELINE_RELEASE_PRE"], "true");
+        assert_eq!(env["CI_COMMIT_TAG"], "v2.0.0");
+        assert_eq!(env["CI_PIPELINE_RERUNS"], "1");
+        assert!(!env.contains_key("CI_COMMIT_PULL_REQUEST"));
+        assert_eq!(env["CI_PREV_PIPELINE_STATUS"], "created");
+        assert_eq!(tag_of(&release), "v2.0.0");
+
+        // Without a forge title, the message's first line.
+        let push = Trigger {
+            commit: Commit {
+                message: "first line\nmore".into(),
+                ..Commit::default()
+            },
+            ..Trigger::default()
+        };
+        assert_eq!(title_of(&push), "first line");
+        assert_eq!(tag_of(&push), "");
     }
 }

@@ -261,6 +261,12 @@ pub async fn from_plugin(
         },
         deploy_to: p.deploy_to.clone(),
         deploy_task: p.deploy_task.clone(),
+        title: match &p.release {
+            Some(release) if !release.title.is_empty() => release.title.clone(),
+            _ => p.title.clone(),
+        },
+        pr_labels: p.pr_labels.clone(),
+        prerelease: p.release.as_ref().is_some_and(|r| r.prerelease),
         from_fork: p.from_fork,
         // The delivery was authenticated (signature or hook token): its sender is the forge's.
         verified_sender: p.sender.clone(),
