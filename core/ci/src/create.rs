@@ -543,7 +543,16 @@ async fn create_for(
     trigger: Trigger,
     files: Vec<ConfigFile>,
 ) -> Result<Created, Error> {
-    let (secrets, registries) = stored_sources(ci, repo).await?;
+    let repo_id = repo.repo.id;
+    let branch = trigger.commit.branch.clone();
+    // The previous pipeline (`CI_PREV_*`) is read beside the stored sources, not after them.
+    let previous = async {
+        ci.store
+            .read_one(move |c| pipelines::newest_of_branch(c, repo_id, &branch))
+            .await
+            .map_err(Error::from)
+    };
+    let ((secrets, registries), previous) = tokio::try_join!(stored_sources(ci, repo), previous)?;
     let mut sources = Sources {
         secrets,
         registries,
@@ -551,12 +560,6 @@ async fn create_for(
     };
     plugin_secrets(ci, repo, trigger.event, &mut sources).await;
     let approval = needs_approval(repo, &trigger);
-    let repo_id = repo.repo.id;
-    let branch = trigger.commit.branch.clone();
-    let previous = ci
-        .store
-        .read_one(move |c| pipelines::newest_of_branch(c, repo_id, &branch))
-        .await?;
     let mut inputs = Inputs {
         repo: repo.clone(),
         trigger,
