@@ -322,10 +322,7 @@ fn ci_env(
     let r = &repo.repo;
     let c = &t.commit;
     let tag = c.git_ref.strip_prefix("refs/tags/").unwrap_or("");
-    let (source, target) = match t.event.is_pull_request() {
-        true => source_and_target(&c.refspec),
-        false => ("", ""),
-    };
+    let (source, target) = pull_request_branches(t.event, &c.refspec);
     let pairs: Vec<(&str, String)> = vec![
         ("CI", "woodpecker".into()),
         ("CI_REPO", r.full_name.clone()),
@@ -396,13 +393,11 @@ fn ci_env(
             "CI_COMMIT_PULL_REQUEST",
             pull_request_number(&c.git_ref).to_string(),
         );
+        set("CI_COMMIT_PULL_REQUEST_LABELS", t.pr_labels.join(","));
     }
     set("CI_PIPELINE_EVENT_REASON", t.event_reason.join(","));
     if t.rerun_count > 0 {
         set("CI_PIPELINE_RERUNS", t.rerun_count.to_string());
-    }
-    if t.event.is_pull_request() {
-        set("CI_COMMIT_PULL_REQUEST_LABELS", t.pr_labels.join(","));
     }
     if t.event == WebhookEvent::Release {
         set("CI_PIPELINE_RELEASE_TITLE", title_of(t));
@@ -442,10 +437,7 @@ fn tag_of(t: &Trigger) -> &str {
 /// names and values; `CI_PREV_COMMIT_URL` is its forge URL, as upstream has it).
 fn previous_env(url: &str, repo_id: i64, p: &Pipeline) -> Vec<(&'static str, String)> {
     let c = &p.commit;
-    let (source, target) = match p.event.is_pull_request() {
-        true => source_and_target(&c.refspec),
-        false => ("", ""),
-    };
+    let (source, target) = pull_request_branches(p.event, &c.refspec);
     let nonzero = |n: i64| if n == 0 { String::new() } else { n.to_string() };
     vec![
         ("CI_PREV_PIPELINE_NUMBER", p.number.to_string()),
@@ -480,9 +472,12 @@ fn previous_env(url: &str, repo_id: i64, p: &Pipeline) -> Vec<(&'static str, Str
     ]
 }
 
-/// A pull request's `source:target` refspec as its two branches (both empty unless it has
-/// exactly those two parts).
-fn source_and_target(refspec: &str) -> (&str, &str) {
+/// A pull request's source and target branches, from its `source:target` refspec (both
+/// empty for other events, or unless the refspec has exactly those two parts).
+fn pull_request_branches(event: WebhookEvent, refspec: &str) -> (&str, &str) {
+    if !event.is_pull_request() {
+        return ("", "");
+    }
     match refspec.split(':').collect::<Vec<_>>()[..] {
         [source, target] => (source, target),
         _ => ("", ""),
@@ -1261,9 +1256,14 @@ mod tests {
         assert_eq!(pull_request_number("refs/pull/17/head"), "17");
         assert_eq!(pull_request_number("refs/merge-requests/3/head"), "3");
         assert_eq!(pull_request_number("refs/heads/main"), "");
-        assert_eq!(source_and_target("feature:main"), ("feature", "main"));
-        assert_eq!(source_and_target("feature"), ("", ""));
-        assert_eq!(source_and_target("a:b:c"), ("", ""));
+        let pr = WebhookEvent::PullRequest;
+        assert_eq!(
+            pull_request_branches(pr, "feature:main"),
+            ("feature", "main")
+        );
+        assert_eq!(pull_request_branches(pr, "feature"), ("", ""));
+        assert_eq!(pull_request_branches(pr, "a:b:c"), ("", ""));
+        assert_eq!(pull_request_branches(WebhookEvent::Push, "a:b"), ("", ""));
         assert_eq!(
             host_of("https://ci.example.com:8443/sub"),
             "ci.example.com:8443"

@@ -58,13 +58,14 @@ async fn status_svg(ctx: Ctx, req: Request) -> Result<Response, ApiError> {
         .ci
         .reads
         .read(move |c| {
-            let Some(newest) = pipelines::newest_for_badge(c, repo_id, &branch, &events)? else {
+            let Some(mut newest) = pipelines::newest_for_badge(c, repo_id, &branch, &events)?
+            else {
                 return Ok(None);
             };
-            if !with_workflows {
-                return Ok(Some(newest));
+            if with_workflows {
+                newest.workflows = Some(pipelines::workflows(c, newest.id)?);
             }
-            Ok(Some(pipelines::full(c, repo_id, newest.number)?.pipeline))
+            Ok(Some(newest))
         })
         .await?;
     let (subject, status) = match &workflow {

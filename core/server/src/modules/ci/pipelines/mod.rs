@@ -327,30 +327,13 @@ async fn restart_as(
             "cannot restart a pipeline that waits for approval",
         ));
     }
-    let mut event = old.event;
-    let mut deploy_to = old.deploy_to.clone();
-    let mut asked_deploy_to = None;
-    let mut event_asked = false;
+    let (mut event_param, mut deploy_to_param) = (None, None);
     let mut deploy_task = old.deploy_task.clone();
     let mut variables = old.variables.clone();
     for (k, v) in params {
         match k.as_str() {
-            // As upstream: the event may only be turned into a deployment, whose target
-            // `deploy_to` then names.
-            "event" => {
-                event = match WebhookEvent::parse(&v) {
-                    Some(WebhookEvent::Deployment) => {
-                        event_asked = true;
-                        WebhookEvent::Deployment
-                    }
-                    _ => {
-                        return Err(ApiError::bad_request(format!(
-                            "invalid event {v:?}: a restart can only be made a deployment"
-                        )));
-                    }
-                }
-            }
-            "deploy_to" => asked_deploy_to = Some(v),
+            "event" => event_param = Some(v),
+            "deploy_to" => deploy_to_param = Some(v),
             "deploy_task" => deploy_task = v,
             "access_token" | "fork" => {}
             _ => {
@@ -358,9 +341,20 @@ async fn restart_as(
             }
         }
     }
-    if event_asked && let Some(target) = asked_deploy_to {
-        deploy_to = target;
-    }
+    // As upstream: the event may only be turned into a deployment, whose target `deploy_to`
+    // then names.
+    let (event, deploy_to) = match event_param {
+        None => (old.event, old.deploy_to.clone()),
+        Some(v) if WebhookEvent::parse(&v) == Some(WebhookEvent::Deployment) => (
+            WebhookEvent::Deployment,
+            deploy_to_param.unwrap_or_else(|| old.deploy_to.clone()),
+        ),
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "invalid event {v:?}: a restart can only be made a deployment"
+            )));
+        }
+    };
     check_variables(&variables)?;
     if event == WebhookEvent::Deployment && !access.row.repo.allow_deploy {
         return Err(ApiError::new(
